@@ -1,0 +1,28 @@
+"""Search attributes every cloudloop workflow carries, so the Temporal UI finds any object's history.
+
+Query example: ``temporal workflow list --query "CloudloopKind='Service' AND CloudloopName='web'"``.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+CLUSTER = SearchAttributeKey.for_keyword("CloudloopCluster")
+PROVIDER = SearchAttributeKey.for_keyword("CloudloopProvider")
+KIND = SearchAttributeKey.for_keyword("CloudloopKind")
+NAMESPACE = SearchAttributeKey.for_keyword("CloudloopNamespace")
+NAME = SearchAttributeKey.for_keyword("CloudloopName")
+
+#: Names registered with the server (all are Keyword attributes).
+KEYWORDS = tuple(key.name for key in (CLUSTER, PROVIDER, KIND, NAMESPACE, NAME))
+
+
+def for_object(*, cluster: str, provider: str, kind: str, namespace: str, name: str) -> TypedSearchAttributes:
+    """The search attributes of a workflow acting for one Kubernetes object."""
+    return TypedSearchAttributes([
+        SearchAttributePair(CLUSTER, cluster),
+        SearchAttributePair(PROVIDER, provider),
+        SearchAttributePair(KIND, kind),
+        SearchAttributePair(NAMESPACE, namespace),
+        SearchAttributePair(NAME, name),
+    ])

@@ -1,0 +1,150 @@
+"""Child processes of the local stack: started with a log file, health-checked, stopped for sure.
+
+Each child runs in its own process group and gets ``SIGKILL`` from the kernel if the process that
+started it dies (``PR_SET_PDEATHSIG``), so neither Ctrl-C nor a crashed test run leaves one behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    os.setsid()
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the process group kill in stop() still applies
+        pass
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def http_ok(url: str, *, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
+    """True when ``url`` answers 2xx."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+            return 200 <= int(response.status) < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def tcp_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class ManagedProcess:
+    """A child process with a name, a log file and a readiness check."""
+
+    def __init__(
+            self,
+            name: str,
+            argv: Sequence[str],
+            *,
+            log_dir: Path,
+            ready: Callable[[], bool],
+            env: dict[str, str] | None = None,
+            cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_dir / f"{name}.log"
+        self.ready = ready
+        self.env = env
+        self.cwd = cwd
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it until it exits
+        try:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise RuntimeError(f"{self.name} exited early; last log lines:\n{self.tail()}")
+            if self.ready():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; last log lines:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``timeout``."""
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.popen.wait(5)
+        self._signal_group(signal.SIGKILL)  # grandchildren that outlived the leader
+        self.popen = None
+
+    def kill(self) -> None:
+        """SIGKILL at once (fault tests)."""
+        if self.popen is not None:
+            self._signal_group(signal.SIGKILL)
+            self.popen.wait(5)
+            self.popen = None
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self.popen is not None
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
