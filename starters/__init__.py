@@ -1,0 +1,1 @@
+"""Starters: small leader-elected watchers and loops that turn Kubernetes changes into workflows."""

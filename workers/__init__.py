@@ -1,0 +1,1 @@
+"""Worker processes: host every workflow and the activities of the configured cloud."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from cloudloop.stack import gotools, pki
-from cloudloop.stack.process import ManagedProcess, free_port, http_ok
+from cloudloop.stack.process import ManagedProcess, free_port, http_ok, stop_all
 
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
@@ -189,8 +189,7 @@ class KubeControlPlane:
         self._wait_default_namespace(deadline)
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            process.stop()
+        stop_all(list(reversed(self.processes)))
         self.processes.clear()
 
     def process(self, name: str) -> ManagedProcess:

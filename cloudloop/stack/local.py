@@ -18,7 +18,14 @@ from pathlib import Path
 from cloudloop import searchattrs
 from cloudloop.stack import gotools
 from cloudloop.stack.kube import KubeControlPlane, KubeOptions, required_tools
-from cloudloop.stack.process import ManagedProcess, free_port, http_ok, port_is_free, tcp_open
+from cloudloop.stack.process import (
+    ManagedProcess,
+    free_port,
+    http_ok,
+    port_is_free,
+    stop_all,
+    tcp_open,
+)
 
 
 def _script(name: str) -> str:
@@ -95,11 +102,11 @@ class LocalStack:
         return self
 
     def stop(self) -> None:
+        processes = [p for plane in self.clusters.values() for p in reversed(plane.processes)]
+        processes += [p for p in (self.moto_process, self.temporal_process) if p is not None]
+        stop_all(processes)
         for plane in self.clusters.values():
-            plane.stop()
-        for process in (self.moto_process, self.temporal_process):
-            if process is not None:
-                process.stop()
+            plane.processes.clear()
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -18,6 +18,10 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cloudloop.net import free_port
+
+__all__ = ["ManagedProcess", "free_port", "http_ok", "port_is_free", "tcp_open"]
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -28,13 +32,6 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not Linux: the process group kill in stop() still applies
         pass
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def port_is_free(port: int) -> bool:
@@ -121,6 +118,11 @@ class ManagedProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def terminate(self) -> None:
+        """Ask the process group to stop (SIGTERM) without waiting."""
+        if self.popen is not None and self.popen.poll() is None:
+            self._signal_group(signal.SIGTERM)
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the process group, then SIGKILL whatever is left after ``timeout``."""
         if self.popen is None:
@@ -135,6 +137,7 @@ class ManagedProcess:
         self._signal_group(signal.SIGKILL)  # grandchildren that outlived the leader
         self.popen = None
 
+
     def kill(self) -> None:
         """SIGKILL at once (fault tests)."""
         if self.popen is not None:
@@ -148,3 +151,11 @@ class ManagedProcess:
             os.killpg(self.popen.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def stop_all(processes: Sequence[ManagedProcess], timeout: float = 10.0) -> None:
+    """SIGTERM every process at once, then reap each (SIGKILL after ``timeout``)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.stop(timeout)

@@ -1,0 +1,1 @@
+"""The one cloud contract every provider implements, and the drivers that implement it."""

@@ -1,0 +1,143 @@
+"""``cloudloop dev``: the local stack, the worker and the starter in one foreground process.
+
+It prints where to look (Temporal UI, kubeconfig, kubectl commands), seeds a small demo and
+stops everything on Ctrl-C. ``print_status`` backs ``cloudloop status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from cloudloop import temporal
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.client import api_client
+from cloudloop.kube.crds import apply_crds
+from cloudloop.kube.resources import CLOUD_PROBES, NODES
+from cloudloop.net import free_port
+from cloudloop.settings import AwsSettings, LeaderElectionSettings, Settings, TemporalSettings
+from cloudloop.stack import gotools
+from cloudloop.stack.kube import ALL_COMPONENTS, KWOK_NODE_ANNOTATION, KubeOptions
+from cloudloop.stack.local import LocalStack, StackOptions
+
+log = logging.getLogger(__name__)
+
+DEMO_NODES = ("demo-node-1", "demo-node-2")
+
+
+def stack_settings(stack: LocalStack, *, task_queue: str = "cloudloop", cluster: str = "dev") -> Settings:
+    """Settings that point a worker or starter at a running local stack."""
+    return Settings(
+        cluster_name=cluster,
+        provider="aws",
+        kubeconfig=stack.kubeconfig,
+        metrics_port=free_port(),
+        metrics_bind="127.0.0.1",
+        temporal=TemporalSettings(address=stack.temporal_address, task_queue=task_queue,
+                                  graceful_shutdown_s=5),
+        aws=AwsSettings(endpoint_url=stack.moto_endpoint, region="us-east-1",
+                        access_key_id=SecretStr("testing"), secret_access_key=SecretStr("testing"),
+                        timeout_s=5, max_attempts=2),
+        leader_election=LeaderElectionSettings(namespace="kube-system", identity=f"dev-{os.getpid()}"),
+    )
+
+
+def seed_demo(kube: Kube) -> None:
+    """Two kwok-simulated Nodes and a CloudProbe; already-present objects are left alone."""
+    for name in DEMO_NODES:
+        try:
+            kube.create(NODES, {"metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                                             "labels": {"type": "kwok", "kubernetes.io/hostname": name}}})
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
+    try:
+        kube.create(CLOUD_PROBES, {"metadata": {"name": "aws", "namespace": "default"},
+                                   "spec": {"provider": "aws"}}, "default")
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
+def _banner(stack: LocalStack, kubectl: Path) -> str:
+    kubeconfig = stack.kubeconfig
+    return "\n".join([
+        "",
+        f"cloudloop dev is up (stack started in {stack.started_in_s:.1f}s). Ctrl-C stops everything.",
+        f"  Temporal UI : {stack.temporal_ui_url}/namespaces/default/workflows",
+        f"  Temporal    : {stack.temporal_address}",
+        f"  kubeconfig  : {kubeconfig}",
+        f"  moto (AWS)  : {stack.moto_endpoint}",
+        f"  logs        : {stack.state_dir / 'logs'}",
+        "Watch the demo:",
+        f"  export KUBECONFIG={kubeconfig}",
+        f"  {kubectl} get nodes",
+        f"  {kubectl} get cloudprobes -o wide",
+        f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
+        f"  temporal workflow list --address {stack.temporal_address} --query \"CloudloopKind='CloudProbe'\"",
+        "",
+    ])
+
+
+async def run_dev(state_dir: Path, *, temporal_port: int, ui_port: int, fresh: bool) -> None:
+    from starters.main import run as run_starter
+    from workers.main import run as run_worker
+
+    if fresh:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    stack = LocalStack(StackOptions(
+        state_dir=state_dir, temporal_port=temporal_port, temporal_ui_port=ui_port,
+        kube=(KubeOptions(components=ALL_COMPONENTS),)))
+    await asyncio.to_thread(stack.start)
+    try:
+        kube = Kube(api_client(stack.kubeconfig))
+        await asyncio.to_thread(apply_crds, kube)
+        kubectl = state_dir / "bin" / "kubectl"
+        kubectl.parent.mkdir(parents=True, exist_ok=True)
+        kubectl.unlink(missing_ok=True)
+        kubectl.symlink_to(gotools.binary_path("kubectl"))
+        stop = asyncio.Event()
+        worker = asyncio.create_task(run_worker(stack_settings(stack), stop=stop))
+        starter = asyncio.create_task(run_starter(stack_settings(stack), stop=stop))
+        await asyncio.to_thread(seed_demo, kube)
+        print(_banner(stack, kubectl), flush=True)
+        done, _ = await asyncio.wait({worker, starter}, return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        await asyncio.gather(worker, starter, return_exceptions=True)
+        for task in done:
+            if task.exception() is not None:
+                log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
+    finally:
+        await asyncio.to_thread(stack.stop)
+        print("cloudloop dev stopped; every process of the stack has exited.", flush=True)
+
+
+async def print_status(settings: Settings, stack: dict[str, Any] | None) -> bool:
+    """Print reachability of Temporal and Kubernetes and the open workflows; True if all answer."""
+    ok = True
+    address = stack["temporal_address"] if stack else settings.temporal.address
+    kubeconfig = stack["kubeconfigs"]["main"] if stack else settings.kubeconfig
+    try:
+        client = await temporal.connect(settings.temporal.model_copy(update={"address": address}))
+        counts: dict[str, int] = {}
+        async for wf in client.list_workflows("ExecutionStatus='Running'"):
+            counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1
+        print(f"temporal   {address}: ok; running workflows: {counts or 'none'}")
+    except Exception as exc:
+        ok = False
+        print(f"temporal   {address}: unreachable ({exc})")
+    try:
+        kube = Kube(api_client(kubeconfig))
+        version = await asyncio.to_thread(kube.request, "GET", "/version")
+        nodes = await asyncio.to_thread(kube.list, NODES)
+        print(f"kubernetes {version.get('gitVersion')}: ok; {len(nodes.get('items', []))} nodes")
+    except Exception as exc:
+        ok = False
+        print(f"kubernetes: unreachable ({exc})")
+    return ok

@@ -1,0 +1,1 @@
+"""Kubernetes helpers: client loading, informers (list+watch), conditions, events, leader election."""

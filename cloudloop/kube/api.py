@@ -1,0 +1,150 @@
+"""A thin, typed REST layer over the kubernetes client: any resource as plain dicts.
+
+Using one generic path for core and custom resources keeps starters and activities free of the
+generated per-kind API classes, and gives the informer raw watch streams.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+from kubernetes import client
+
+from cloudloop.kube.resources import Resource
+
+PatchType = Literal["merge", "strategic", "json"]
+_PATCH_CONTENT = {
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "json": "application/json-patch+json",
+}
+
+
+class KubeError(Exception):
+    """A non-2xx answer from the API server."""
+
+    def __init__(self, status: int, reason: str, body: dict[str, Any] | None) -> None:
+        message = (body or {}).get("message") or reason
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = (body or {}).get("reason") or reason
+        self.body = body or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+class Kube:
+    """Synchronous calls against one API server; safe to share across threads."""
+
+    def __init__(self, api: client.ApiClient, *, timeout_s: float = 30.0) -> None:
+        self.api = api
+        self.timeout_s = timeout_s
+
+    def _send(
+            self,
+            method: str,
+            path: str,
+            *,
+            query: dict[str, Any] | None = None,
+            body: Any = None,
+            content_type: str = "application/json",
+            timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        _, url, headers, body, post = self.api.param_serialize(
+            method, path, query_params=params, header_params=headers, body=body,
+            auth_settings=["BearerToken"])
+        return self.api.call_api(method, url, header_params=headers, body=body, post_params=post,
+                                 _request_timeout=timeout or self.timeout_s)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._send(method, path, **kwargs)
+        data = response.read()
+        parsed = json.loads(data) if data else {}
+        if not 200 <= int(response.status) < 300:
+            raise KubeError(int(response.status), str(response.reason), parsed if isinstance(parsed, dict) else None)
+        return parsed if isinstance(parsed, dict) else {}
+
+    def stream(
+            self,
+            path: str,
+            query: dict[str, Any],
+            *,
+            read_timeout_s: float,
+            opened: Callable[[Any], None] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Yield watch events (parsed JSON lines) until the server closes the stream.
+
+        ``opened`` receives the raw response, so another thread can close it to end the watch.
+        """
+        response = self._send("GET", path, query={**query, "watch": "true"},
+                              timeout=(10.0, read_timeout_s))
+        raw = response.response
+        if opened is not None:
+            opened(raw)
+        try:
+            if not 200 <= int(response.status) < 300:
+                body = raw.read()
+                parsed = json.loads(body) if body else None
+                raise KubeError(int(response.status), str(response.reason), parsed if isinstance(parsed, dict) else None)
+            buffer = b""
+            for chunk in raw.stream(64 * 1024, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            raw.release_conn()
+
+    # -- verbs -----------------------------------------------------------------------------
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", resource.path(namespace, name))
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def list(self, resource: Resource, namespace: str | None = None, **query: Any) -> dict[str, Any]:
+        return self.request("GET", resource.path(namespace), query=query)
+
+    def create(self, resource: Resource, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        body = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
+        return self.request("POST", resource.path(namespace), body=body)
+
+    def patch(
+            self,
+            resource: Resource,
+            name: str,
+            patch: Any,
+            namespace: str | None = None,
+            *,
+            subresource: str | None = None,
+            patch_type: PatchType = "merge",
+    ) -> dict[str, Any]:
+        return self.request("PATCH", resource.path(namespace, name, subresource), body=patch,
+                            content_type=_PATCH_CONTENT[patch_type])
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
+        """Delete; ``False`` when it was already gone."""
+        try:
+            self.request("DELETE", resource.path(namespace, name))
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True

@@ -1,0 +1,84 @@
+"""CloudProbeWorkflow: checks that a cloud answers with the worker's credentials, and reports it.
+
+The foundation's round trip: a ``CloudProbe`` object's starter runs this once per generation; it
+lists the cloud's zones, writes them and a ``Ready`` condition onto the object's status and
+records an Event naming the workflow. A cloud failure is a result, not a workflow failure.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from cloudloop.models import (
+        ActivityName,
+        CloudCallInput,
+        ConditionUpdate,
+        PatchStatusInput,
+        ProbeInput,
+        ProbeResult,
+        RecordEventInput,
+        ZoneList,
+    )
+
+#: Cloud calls: a few quick attempts; auth and "not supported" fail at once (non-retryable).
+CLOUD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5),
+                          maximum_attempts=3)
+KUBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+
+
+def workflow_id(input: ProbeInput) -> str:
+    ref = input.object
+    return f"probe/{ref.namespace}/{ref.name}/{ref.uid}/g{input.generation}"
+
+
+@workflow.defn(name="CloudProbe")
+class CloudProbeWorkflow:
+    @workflow.run
+    async def run(self, input: ProbeInput) -> ProbeResult:
+        wf_id = workflow.info().workflow_id
+        try:
+            found = await workflow.execute_activity(
+                ActivityName.DISCOVER_ZONES,
+                CloudCallInput(provider=input.provider),
+                result_type=ZoneList,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=CLOUD_RETRY,
+            )
+            zones = sorted(z.name for z in found.zones)
+            result = ProbeResult(ok=True, reason="CloudReachable", zones=zones,
+                                 message=f"{input.provider} answered with {len(zones)} zones")
+        except ActivityError as err:
+            cause = err.cause
+            reason = cause.type if isinstance(cause, ApplicationError) and cause.type else "CloudError"
+            message = cause.message if cause is not None else str(err)
+            result = ProbeResult(ok=False, reason=reason, message=message)
+
+        await workflow.execute_activity(
+            ActivityName.PATCH_STATUS,
+            PatchStatusInput(
+                object=input.object,
+                status={"zones": result.zones, "workflowID": wf_id},
+                condition=ConditionUpdate(type="Ready", status=result.ok, reason=result.reason,
+                                          message=result.message),
+                observed_generation=input.generation,
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=KUBE_RETRY,
+        )
+        await workflow.execute_activity(
+            ActivityName.RECORD_EVENT,
+            RecordEventInput(
+                object=input.object,
+                type="Normal" if result.ok else "Warning",
+                reason="Probed" if result.ok else "ProbeFailed",
+                message=f"{result.message} (workflow {wf_id})",
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=KUBE_RETRY,
+        )
+        return result
