@@ -32,7 +32,9 @@ class CloudActivities:
 
     def _check_provider(self, provider: str) -> None:
         if provider != self.driver.provider:
-            raise NotSupported(provider, f"provider {provider!r} on a worker for {self.driver.provider!r}")
+            raise NotSupported(
+                provider, f"provider {provider!r} on a worker for {self.driver.provider!r}"
+            )
 
     @activity.defn(name=ActivityName.DISCOVER_ZONES)
     def discover_zones(self, input: CloudCallInput) -> ZoneList:

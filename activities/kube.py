@@ -22,8 +22,9 @@ def kube_errors() -> Iterator[None]:
         yield
     except KubeError as exc:
         retryable = exc.status >= 500 or exc.status in (409, 429) or exc.status == 0
-        raise ApplicationError(str(exc), type=f"Kube{exc.reason or exc.status}",
-                               non_retryable=not retryable) from exc
+        raise ApplicationError(
+            str(exc), type=f"Kube{exc.reason or exc.status}", non_retryable=not retryable
+        ) from exc
 
 
 class KubeActivities:
@@ -48,15 +49,23 @@ class KubeActivities:
         if input.condition is not None:
             c = input.condition
             status["conditions"] = set_condition(
-                (current.get("status") or {}).get("conditions"), type=c.type, status=c.status,
-                reason=c.reason, message=c.message, observed_generation=input.observed_generation)
-        self.kube.patch(ref.resource, ref.name, {"status": status}, ref.namespace or None,
-                        subresource="status")
+                (current.get("status") or {}).get("conditions"),
+                type=c.type,
+                status=c.status,
+                reason=c.reason,
+                message=c.message,
+                observed_generation=input.observed_generation,
+            )
+        self.kube.patch(
+            ref.resource, ref.name, {"status": status}, ref.namespace or None, subresource="status"
+        )
         return True
 
     @activity.defn(name=ActivityName.RECORD_EVENT)
     def record_event(self, input: RecordEventInput) -> None:
-        record_event(self.kube, input.object, type=input.type, reason=input.reason, message=input.message)
+        record_event(
+            self.kube, input.object, type=input.type, reason=input.reason, message=input.message
+        )
 
     def all(self) -> list[object]:
         return [self.patch_status, self.record_event]

@@ -49,7 +49,9 @@ def starter() -> None:
 
 
 @main.command()
-@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True)
+@click.option(
+    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True
+)
 @click.option("--temporal-port", type=int, default=7233, show_default=True)
 @click.option("--ui-port", type=int, default=8233, show_default=True)
 @click.option("--fresh", is_flag=True, help="Wipe the state folder first (etcd, Temporal history).")
@@ -57,11 +59,15 @@ def dev(state_dir: Path, temporal_port: int, ui_port: int, fresh: bool) -> None:
     """Bring up the embedded local stack with workers, starters and a demo; Ctrl-C stops it all."""
     from cloudloop.devmode import run_dev
 
-    asyncio.run(run_dev(state_dir.resolve(), temporal_port=temporal_port, ui_port=ui_port, fresh=fresh))
+    asyncio.run(
+        run_dev(state_dir.resolve(), temporal_port=temporal_port, ui_port=ui_port, fresh=fresh)
+    )
 
 
 @main.command()
-@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True)
+@click.option(
+    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True
+)
 def status(state_dir: Path) -> None:
     """Show what a running `cloudloop dev` (or the configured cluster) looks like."""
     from cloudloop.devmode import print_status

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 DEMO_NODES = ("demo-node-1", "demo-node-2")
 
 
-def stack_settings(stack: LocalStack, *, task_queue: str = "cloudloop", cluster: str = "dev") -> Settings:
+def stack_settings(
+    stack: LocalStack, *, task_queue: str = "cloudloop", cluster: str = "dev"
+) -> Settings:
     """Settings that point a worker or starter at a running local stack."""
     return Settings(
         cluster_name=cluster,
@@ -39,12 +41,20 @@ def stack_settings(stack: LocalStack, *, task_queue: str = "cloudloop", cluster:
         kubeconfig=stack.kubeconfig,
         metrics_port=free_port(),
         metrics_bind="127.0.0.1",
-        temporal=TemporalSettings(address=stack.temporal_address, task_queue=task_queue,
-                                  graceful_shutdown_s=5),
-        aws=AwsSettings(endpoint_url=stack.moto_endpoint, region="us-east-1",
-                        access_key_id=SecretStr("testing"), secret_access_key=SecretStr("testing"),
-                        timeout_s=5, max_attempts=2),
-        leader_election=LeaderElectionSettings(namespace="kube-system", identity=f"dev-{os.getpid()}"),
+        temporal=TemporalSettings(
+            address=stack.temporal_address, task_queue=task_queue, graceful_shutdown_s=5
+        ),
+        aws=AwsSettings(
+            endpoint_url=stack.moto_endpoint,
+            region="us-east-1",
+            access_key_id=SecretStr("testing"),
+            secret_access_key=SecretStr("testing"),
+            timeout_s=5,
+            max_attempts=2,
+        ),
+        leader_election=LeaderElectionSettings(
+            namespace="kube-system", identity=f"dev-{os.getpid()}"
+        ),
     )
 
 
@@ -52,14 +62,25 @@ def seed_demo(kube: Kube) -> None:
     """Two kwok-simulated Nodes and a CloudProbe; already-present objects are left alone."""
     for name in DEMO_NODES:
         try:
-            kube.create(NODES, {"metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                                             "labels": {"type": "kwok", "kubernetes.io/hostname": name}}})
+            kube.create(
+                NODES,
+                {
+                    "metadata": {
+                        "name": name,
+                        "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                        "labels": {"type": "kwok", "kubernetes.io/hostname": name},
+                    }
+                },
+            )
         except KubeError as exc:
             if not exc.conflict:
                 raise
     try:
-        kube.create(CLOUD_PROBES, {"metadata": {"name": "aws", "namespace": "default"},
-                                   "spec": {"provider": "aws"}}, "default")
+        kube.create(
+            CLOUD_PROBES,
+            {"metadata": {"name": "aws", "namespace": "default"}, "spec": {"provider": "aws"}},
+            "default",
+        )
     except KubeError as exc:
         if not exc.conflict:
             raise
@@ -67,22 +88,26 @@ def seed_demo(kube: Kube) -> None:
 
 def _banner(stack: LocalStack, kubectl: Path) -> str:
     kubeconfig = stack.kubeconfig
-    return "\n".join([
-        "",
-        f"cloudloop dev is up (stack started in {stack.started_in_s:.1f}s). Ctrl-C stops everything.",
-        f"  Temporal UI : {stack.temporal_ui_url}/namespaces/default/workflows",
-        f"  Temporal    : {stack.temporal_address}",
-        f"  kubeconfig  : {kubeconfig}",
-        f"  moto (AWS)  : {stack.moto_endpoint}",
-        f"  logs        : {stack.state_dir / 'logs'}",
-        "Watch the demo:",
-        f"  export KUBECONFIG={kubeconfig}",
-        f"  {kubectl} get nodes",
-        f"  {kubectl} get cloudprobes -o wide",
-        f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
-        f"  temporal workflow list --address {stack.temporal_address} --query \"CloudloopKind='CloudProbe'\"",
-        "",
-    ])
+    return "\n".join(
+        [
+            "",
+            f"cloudloop dev is up (stack started in {stack.started_in_s:.1f}s). "
+            "Ctrl-C stops everything.",
+            f"  Temporal UI : {stack.temporal_ui_url}/namespaces/default/workflows",
+            f"  Temporal    : {stack.temporal_address}",
+            f"  kubeconfig  : {kubeconfig}",
+            f"  moto (AWS)  : {stack.moto_endpoint}",
+            f"  logs        : {stack.state_dir / 'logs'}",
+            "Watch the demo:",
+            f"  export KUBECONFIG={kubeconfig}",
+            f"  {kubectl} get nodes",
+            f"  {kubectl} get cloudprobes -o wide",
+            f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"CloudloopKind='CloudProbe'\"",
+            "",
+        ]
+    )
 
 
 async def run_dev(state_dir: Path, *, temporal_port: int, ui_port: int, fresh: bool) -> None:
@@ -91,9 +116,14 @@ async def run_dev(state_dir: Path, *, temporal_port: int, ui_port: int, fresh: b
 
     if fresh:
         shutil.rmtree(state_dir, ignore_errors=True)
-    stack = LocalStack(StackOptions(
-        state_dir=state_dir, temporal_port=temporal_port, temporal_ui_port=ui_port,
-        kube=(KubeOptions(components=ALL_COMPONENTS),)))
+    stack = LocalStack(
+        StackOptions(
+            state_dir=state_dir,
+            temporal_port=temporal_port,
+            temporal_ui_port=ui_port,
+            kube=(KubeOptions(components=ALL_COMPONENTS),),
+        )
+    )
     await asyncio.to_thread(stack.start)
     try:
         kube = Kube(api_client(stack.kubeconfig))

@@ -39,7 +39,11 @@ class MetricsServer:
                 if self.path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")
                 elif self.path == "/readyz":
-                    self._send(200 if ready.is_set() else 503, b"ok\n" if ready.is_set() else b"not ready\n", "text/plain")
+                    self._send(
+                        200 if ready.is_set() else 503,
+                        b"ok\n" if ready.is_set() else b"not ready\n",
+                        "text/plain",
+                    )
                 elif self.path == "/metrics":
                     body = generate_latest(REGISTRY)
                     if temporal_url:
@@ -65,7 +69,9 @@ class MetricsServer:
         self._server = ThreadingHTTPServer((bind, port), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics", daemon=True
+        )
 
     def start(self) -> MetricsServer:
         self._thread.start()

@@ -1,4 +1,4 @@
-"""Search attributes every cloudloop workflow carries, so the Temporal UI finds any object's history.
+"""Search attributes every cloudloop workflow carries; the Temporal UI finds objects by them.
 
 Query example: ``temporal workflow list --query "CloudloopKind='Service' AND CloudloopName='web'"``.
 """
@@ -17,12 +17,16 @@ NAME = SearchAttributeKey.for_keyword("CloudloopName")
 KEYWORDS = tuple(key.name for key in (CLUSTER, PROVIDER, KIND, NAMESPACE, NAME))
 
 
-def for_object(*, cluster: str, provider: str, kind: str, namespace: str, name: str) -> TypedSearchAttributes:
+def for_object(
+    *, cluster: str, provider: str, kind: str, namespace: str, name: str
+) -> TypedSearchAttributes:
     """The search attributes of a workflow acting for one Kubernetes object."""
-    return TypedSearchAttributes([
-        SearchAttributePair(CLUSTER, cluster),
-        SearchAttributePair(PROVIDER, provider),
-        SearchAttributePair(KIND, kind),
-        SearchAttributePair(NAMESPACE, namespace),
-        SearchAttributePair(NAME, name),
-    ])
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(CLUSTER, cluster),
+            SearchAttributePair(PROVIDER, provider),
+            SearchAttributePair(KIND, kind),
+            SearchAttributePair(NAMESPACE, namespace),
+            SearchAttributePair(NAME, name),
+        ]
+    )

@@ -35,8 +35,11 @@ def _tls(settings: TemporalSettings) -> TLSConfig | bool:
     def read(path: Any) -> bytes | None:
         return path.read_bytes() if path is not None and path.exists() else None
 
-    return TLSConfig(server_root_ca_cert=read(tls.ca_file), client_cert=read(tls.cert_file),
-                     client_private_key=read(tls.key_file))
+    return TLSConfig(
+        server_root_ca_cert=read(tls.ca_file),
+        client_cert=read(tls.cert_file),
+        client_private_key=read(tls.key_file),
+    )
 
 
 async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None) -> Client:
@@ -52,13 +55,13 @@ async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None)
 
 
 def make_worker(
-        client: Client,
-        task_queue: str,
-        *,
-        workflows: Sequence[type],
-        activities: Sequence[Callable[..., Any]],
-        graceful_shutdown_s: float = 30.0,
-        max_concurrent_activities: int = 100,
+    client: Client,
+    task_queue: str,
+    *,
+    workflows: Sequence[type],
+    activities: Sequence[Callable[..., Any]],
+    graceful_shutdown_s: float = 30.0,
+    max_concurrent_activities: int = 100,
 ) -> Worker:
     """A worker whose sync activities run in a thread pool sized to the activity slots."""
     return Worker(
@@ -66,8 +69,9 @@ def make_worker(
         task_queue=task_queue,
         workflows=list(workflows),
         activities=list(activities),
-        activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities,
-                                             thread_name_prefix="activity"),
+        activity_executor=ThreadPoolExecutor(
+            max_workers=max_concurrent_activities, thread_name_prefix="activity"
+        ),
         max_concurrent_activities=max_concurrent_activities,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
     )

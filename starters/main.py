@@ -27,8 +27,11 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     client = await temporal.connect(settings.temporal)
     metrics.set_ready()  # a standby replica is healthy too
 
-    starters = [CloudProbeStarter(kube, client, task_queue=settings.temporal.task_queue,
-                                  cluster=settings.cluster_name)]
+    starters = [
+        CloudProbeStarter(
+            kube, client, task_queue=settings.temporal.task_queue, cluster=settings.cluster_name
+        )
+    ]
 
     async def lead() -> None:
         tasks = [asyncio.create_task(s.run(), name=type(s).__name__) for s in starters]

@@ -26,8 +26,15 @@ log = logging.getLogger(__name__)
 
 
 class CloudProbeStarter:
-    def __init__(self, kube: Kube, client: Client, *, task_queue: str, cluster: str,
-                 namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        client: Client,
+        *,
+        task_queue: str,
+        cluster: str,
+        namespace: str | None = None,
+    ) -> None:
         self.kube = kube
         self.client = client
         self.task_queue = task_queue
@@ -50,7 +57,7 @@ class CloudProbeStarter:
         if meta.get("deletionTimestamp"):
             return False
         observed = (obj.get("status") or {}).get("observedGeneration")
-        return observed != meta.get("generation")
+        return bool(observed != meta.get("generation"))
 
     async def handle(self, event: WatchEvent) -> str | None:
         """Start (or join) the probe workflow for this event; return its ID, if any."""
@@ -58,17 +65,28 @@ class CloudProbeStarter:
         if event.type == "DELETED" or not self.wants_probe(obj):
             return None
         ref = ObjectRef.of(CLOUD_PROBES, obj)
-        input = ProbeInput(object=ref, generation=int(obj["metadata"].get("generation", 1)),
-                           provider=str(obj.get("spec", {}).get("provider", "")), cluster=self.cluster)
+        input = ProbeInput(
+            object=ref,
+            generation=int(obj["metadata"].get("generation", 1)),
+            provider=str(obj.get("spec", {}).get("provider", "")),
+            cluster=self.cluster,
+        )
         wf_id = workflow_id(input)
         try:
             await self.client.start_workflow(
-                CloudProbeWorkflow.run, input, id=wf_id, task_queue=self.task_queue,
+                CloudProbeWorkflow.run,
+                input,
+                id=wf_id,
+                task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                 search_attributes=searchattrs.for_object(
-                    cluster=self.cluster, provider=input.provider, kind=ref.kind,
-                    namespace=ref.namespace, name=ref.name),
+                    cluster=self.cluster,
+                    provider=input.provider,
+                    kind=ref.kind,
+                    namespace=ref.namespace,
+                    name=ref.name,
+                ),
             )
             WORKFLOWS_STARTED.labels("CloudProbe").inc()
         except WorkflowAlreadyStartedError:

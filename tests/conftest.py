@@ -35,9 +35,19 @@ def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def stack(stack_dir: Path) -> Iterator[LocalStack]:
     """Temporal + moto + one control plane with controller-manager, scheduler and kwok."""
-    local = LocalStack(StackOptions(
-        state_dir=stack_dir,
-        kube=(KubeOptions(components=ALL_COMPONENTS, node_monitor_grace_period="8s"),)))
+    local = LocalStack(
+        StackOptions(
+            state_dir=stack_dir,
+            kube=(
+                KubeOptions(
+                    components=ALL_COMPONENTS,
+                    node_monitor_grace_period="8s",
+                    # ConfigMaps bypass the watch cache, so compacting etcd yields a real 410.
+                    extra_apiserver_args=("--watch-cache-sizes=configmaps#0",),
+                ),
+            ),
+        )
+    )
     local.start()
     print(f"\nlocal stack started in {local.started_in_s:.1f}s ({stack_dir})")
     try:

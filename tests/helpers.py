@@ -10,8 +10,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], T | None], *, timeout: float = 30, interval: float = 0.2,
-                     what: str = "condition") -> T:
+async def eventually(
+    check: Callable[[], T | None],
+    *,
+    timeout: float = 30,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> T:
     """Poll a blocking ``check`` (in a thread) until it returns something truthy."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -23,8 +28,13 @@ async def eventually(check: Callable[[], T | None], *, timeout: float = 30, inte
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
-async def eventually_async(check: Callable[[], Awaitable[T | None]], *, timeout: float = 30,
-                           interval: float = 0.2, what: str = "condition") -> T:
+async def eventually_async(
+    check: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = 30,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> T:
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:

@@ -23,13 +23,21 @@ log = logging.getLogger(__name__)
 WORKFLOWS: list[type] = [CloudProbeWorkflow]
 
 
-def build_worker(client: Client, settings: Settings, *, driver: CloudDriver, kube: Kube,
-                 task_queue: str | None = None) -> Worker:
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    driver: CloudDriver,
+    kube: Kube,
+    task_queue: str | None = None,
+) -> Worker:
     """The worker with every workflow and the activities bound to ``driver`` and ``kube``."""
     activities = [*CloudActivities(driver).all(), *KubeActivities(kube).all()]
     return temporal.make_worker(
-        client, task_queue or settings.temporal.task_queue,
-        workflows=WORKFLOWS, activities=activities,  # type: ignore[arg-type]
+        client,
+        task_queue or settings.temporal.task_queue,
+        workflows=WORKFLOWS,
+        activities=activities,  # type: ignore[arg-type]
         graceful_shutdown_s=settings.temporal.graceful_shutdown_s,
     )
 
@@ -42,16 +50,26 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
     runtime_bind = f"127.0.0.1:{free_port()}"
-    metrics = MetricsServer(settings.metrics_bind, settings.metrics_port,
-                            temporal_metrics_url=f"http://{runtime_bind}/metrics").start()
+    metrics = MetricsServer(
+        settings.metrics_bind,
+        settings.metrics_port,
+        temporal_metrics_url=f"http://{runtime_bind}/metrics",
+    ).start()
     client = await temporal.connect(settings.temporal, runtime=temporal.new_runtime(runtime_bind))
-    worker = build_worker(client, settings, driver=driver_for(settings),
-                          kube=Kube(api_client(settings.kubeconfig)))
-    log.info("worker polling %s on %s (provider %s)", settings.temporal.task_queue,
-             settings.temporal.address, settings.provider)
+    worker = build_worker(
+        client, settings, driver=driver_for(settings), kube=Kube(api_client(settings.kubeconfig))
+    )
+    log.info(
+        "worker polling %s on %s (provider %s)",
+        settings.temporal.task_queue,
+        settings.temporal.address,
+        settings.provider,
+    )
     async with worker:
         metrics.set_ready()
         await stop.wait()
-        log.info("stopping worker: waiting up to %.0fs for running activities",
-                 settings.temporal.graceful_shutdown_s)
+        log.info(
+            "stopping worker: waiting up to %.0fs for running activities",
+            settings.temporal.graceful_shutdown_s,
+        )
     metrics.stop()

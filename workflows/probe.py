@@ -26,9 +26,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 #: Cloud calls: a few quick attempts; auth and "not supported" fail at once (non-retryable).
-CLOUD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5),
-                          maximum_attempts=3)
-KUBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+CLOUD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5), maximum_attempts=3
+)
+KUBE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
 
 
 def workflow_id(input: ProbeInput) -> str:
@@ -50,12 +53,18 @@ class CloudProbeWorkflow:
                 retry_policy=CLOUD_RETRY,
             )
             zones = sorted(z.name for z in found.zones)
-            result = ProbeResult(ok=True, reason="CloudReachable", zones=zones,
-                                 message=f"{input.provider} answered with {len(zones)} zones")
+            result = ProbeResult(
+                ok=True,
+                reason="CloudReachable",
+                zones=zones,
+                message=f"{input.provider} answered with {len(zones)} zones",
+            )
         except ActivityError as err:
             cause = err.cause
-            reason = cause.type if isinstance(cause, ApplicationError) and cause.type else "CloudError"
-            message = cause.message if cause is not None else str(err)
+            reason = (
+                cause.type if isinstance(cause, ApplicationError) and cause.type else "CloudError"
+            )
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
             result = ProbeResult(ok=False, reason=reason, message=message)
 
         await workflow.execute_activity(
@@ -63,8 +72,9 @@ class CloudProbeWorkflow:
             PatchStatusInput(
                 object=input.object,
                 status={"zones": result.zones, "workflowID": wf_id},
-                condition=ConditionUpdate(type="Ready", status=result.ok, reason=result.reason,
-                                          message=result.message),
+                condition=ConditionUpdate(
+                    type="Ready", status=result.ok, reason=result.reason, message=result.message
+                ),
                 observed_generation=input.generation,
             ),
             start_to_close_timeout=timedelta(seconds=30),

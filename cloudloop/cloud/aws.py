@@ -27,10 +27,21 @@ PROVIDER = "aws"
 DESCRIBE_BATCH = 500
 
 _AUTH_CODES = {
-    "AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
-    "AccessDenied", "AccessDeniedException", "ExpiredToken", "OptInRequired",
+    "AuthFailure",
+    "UnauthorizedOperation",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "AccessDeniedException",
+    "ExpiredToken",
+    "OptInRequired",
 }
-_THROTTLE_CODES = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
+_THROTTLE_CODES = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+}
 _STATE = {
     "pending": models.InstanceState.PENDING,
     "running": models.InstanceState.RUNNING,
@@ -55,7 +66,9 @@ def _count_error(event_name: str = "", **_: Any) -> None:
 
 def translate(operation: str, exc: Exception) -> errors.CloudError:
     """Map a botocore exception onto the contract's error classes."""
-    if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
+    if isinstance(
+        exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError
+    ):
         return errors.CloudAuthFailed(PROVIDER, operation, "no usable credentials")
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -72,8 +85,13 @@ def translate(operation: str, exc: Exception) -> errors.CloudError:
         if 400 <= status < 500:
             return errors.InvalidRequest(PROVIDER, operation, f"{code}: {message}")
         return errors.CloudError(PROVIDER, operation, f"{code or status}: {message}")
-    if isinstance(exc, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectionError
-                  | botocore.exceptions.ConnectTimeoutError | botocore.exceptions.ReadTimeoutError):
+    if isinstance(
+        exc,
+        botocore.exceptions.EndpointConnectionError
+        | botocore.exceptions.ConnectionError
+        | botocore.exceptions.ConnectTimeoutError
+        | botocore.exceptions.ReadTimeoutError,
+    ):
         return errors.CloudUnreachable(PROVIDER, operation, type(exc).__name__)
     if isinstance(exc, botocore.exceptions.BotoCoreError):
         return errors.CloudError(PROVIDER, operation, type(exc).__name__)
@@ -120,7 +138,10 @@ class AwsDriver(CloudDriver):
                     retries={"mode": "standard", "max_attempts": self.settings.max_attempts},
                     max_pool_connections=50,
                 )
-                client = self._session.client(service, endpoint_url=self.settings.endpoint_url, config=config)
+                session: Any = self._session
+                client = session.client(
+                    service, endpoint_url=self.settings.endpoint_url, config=config
+                )
                 client.meta.events.register("after-call", _count_call)
                 client.meta.events.register("after-call-error", _count_error)
                 self._clients[service] = client
@@ -130,10 +151,14 @@ class AwsDriver(CloudDriver):
     def instance_id_from_provider_id(self, provider_id: str) -> str:
         """``aws:///<az>/<id>`` or ``aws://<az>/<id>`` or a bare ``i-…`` ID → the instance ID."""
         if not provider_id.startswith("aws://") and not provider_id.startswith("i-"):
-            raise errors.InvalidRequest(PROVIDER, "ParseProviderID", f"not an AWS providerID: {provider_id!r}")
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"not an AWS providerID: {provider_id!r}"
+            )
         instance_id = provider_id.rstrip("/").rsplit("/", 1)[-1]
         if not instance_id.startswith("i-"):
-            raise errors.InvalidRequest(PROVIDER, "ParseProviderID", f"no instance ID in {provider_id!r}")
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"no instance ID in {provider_id!r}"
+            )
         return instance_id
 
     def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
@@ -142,12 +167,14 @@ class AwsDriver(CloudDriver):
     def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
         return self._describe("private-dns-name", names, key=lambda i: i.private_dns_name)
 
-    def _describe(self, filter_name: str, values: Sequence[str], *, key: Any) -> models.InstanceListing:
+    def _describe(
+        self, filter_name: str, values: Sequence[str], *, key: Any
+    ) -> models.InstanceListing:
         listing = models.InstanceListing()
         unique = list(dict.fromkeys(values))
         ec2 = self.client("ec2")
         for start in range(0, len(unique), DESCRIBE_BATCH):
-            chunk = unique[start:start + DESCRIBE_BATCH]
+            chunk = unique[start : start + DESCRIBE_BATCH]
             token: str | None = None
             while True:
                 kwargs: dict[str, Any] = {"Filters": [{"Name": filter_name, "Values": chunk}]}
@@ -172,13 +199,18 @@ class AwsDriver(CloudDriver):
         for iface in raw.get("NetworkInterfaces", []) or []:
             for private in iface.get("PrivateIpAddresses", []) or []:
                 if private.get("PrivateIpAddress"):
-                    addresses.append(models.NodeAddress(type="InternalIP", address=private["PrivateIpAddress"]))
+                    addresses.append(
+                        models.NodeAddress(type="InternalIP", address=private["PrivateIpAddress"])
+                    )
         if not addresses and raw.get("PrivateIpAddress"):
             addresses.append(models.NodeAddress(type="InternalIP", address=raw["PrivateIpAddress"]))
         if raw.get("PublicIpAddress"):
             addresses.append(models.NodeAddress(type="ExternalIP", address=raw["PublicIpAddress"]))
-        for dns_type, field in (("InternalDNS", "PrivateDnsName"), ("Hostname", "PrivateDnsName"),
-                                ("ExternalDNS", "PublicDnsName")):
+        for dns_type, field in (
+            ("InternalDNS", "PrivateDnsName"),
+            ("Hostname", "PrivateDnsName"),
+            ("ExternalDNS", "PublicDnsName"),
+        ):
             if raw.get(field):
                 addresses.append(models.NodeAddress(type=dns_type, address=raw[field]))
         return models.Instance(
@@ -199,8 +231,11 @@ class AwsDriver(CloudDriver):
         with calling("DescribeAvailabilityZones"):
             answer = self.client("ec2").describe_availability_zones()
         return [
-            models.Zone(name=z["ZoneName"], region=z.get("RegionName", self.settings.region),
-                        state=z.get("State", "available"))
+            models.Zone(
+                name=z["ZoneName"],
+                region=z.get("RegionName", self.settings.region),
+                state=z.get("State", "available"),
+            )
             for z in answer.get("AvailabilityZones", [])
         ]
 
@@ -210,13 +245,16 @@ class AwsDriver(CloudDriver):
         with calling("DescribeInstanceTypes"):
             for page in paginator.paginate():
                 for raw in page.get("InstanceTypes", []):
-                    found.append(models.InstanceType(
-                        name=raw["InstanceType"],
-                        cpu=int(raw.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
-                        memory_mib=int(raw.get("MemoryInfo", {}).get("SizeInMiB", 0)),
-                    ))
+                    found.append(
+                        models.InstanceType(
+                            name=raw["InstanceType"],
+                            cpu=int(raw.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
+                            memory_mib=int(raw.get("MemoryInfo", {}).get("SizeInMiB", 0)),
+                        )
+                    )
         return found
 
     def discovery_data(self) -> models.DiscoveryData:
-        return models.DiscoveryData(region=self.settings.region, zones=self.zones(),
-                                    instance_types=self.instance_types())
+        return models.DiscoveryData(
+            region=self.settings.region, zones=self.zones(), instance_types=self.instance_types()
+        )

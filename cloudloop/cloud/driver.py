@@ -25,7 +25,7 @@ class Capability(StrEnum):
 
 
 class CloudDriver:
-    """Base of every provider driver; override what the cloud supports, list it in ``capabilities``."""
+    """Base of every driver: override what the cloud supports and list it in ``capabilities``."""
 
     provider: str = "none"
     capabilities: frozenset[Capability] = frozenset()

@@ -63,13 +63,23 @@ class NotSupported(CloudError):
     retryable = False
 
     def __init__(self, provider: str, capability: str) -> None:
-        super().__init__(provider, capability, f"{capability} is not supported by the {provider} driver")
+        super().__init__(
+            provider, capability, f"{capability} is not supported by the {provider} driver"
+        )
         self.capability = capability
 
 
 #: Every error kind, by its ``kind`` name (the Temporal ``ApplicationError.type``).
 KINDS: dict[str, type[CloudError]] = {
     cls.kind: cls
-    for cls in (CloudError, CloudUnreachable, CloudAuthFailed, CloudThrottled, InvalidRequest,
-                NotFound, AlreadyExists, NotSupported)
+    for cls in (
+        CloudError,
+        CloudUnreachable,
+        CloudAuthFailed,
+        CloudThrottled,
+        InvalidRequest,
+        NotFound,
+        AlreadyExists,
+        NotSupported,
+    )
 }

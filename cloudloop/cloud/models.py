@@ -1,4 +1,4 @@
-"""Provider-neutral data the cloud contract speaks: instances, zones, load balancers, volumes, routes.
+"""Provider-neutral data of the cloud contract: instances, zones, load balancers, volumes, routes.
 
 These are pydantic models so they cross the Temporal boundary unchanged (pydantic converter).
 """

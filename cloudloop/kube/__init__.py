@@ -1,1 +1,1 @@
-"""Kubernetes helpers: client loading, informers (list+watch), conditions, events, leader election."""
+"""Kubernetes helpers: clients, informers (list+watch), conditions, events, leader election."""

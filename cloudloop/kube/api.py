@@ -53,45 +53,61 @@ class Kube:
         self.timeout_s = timeout_s
 
     def _send(
-            self,
-            method: str,
-            path: str,
-            *,
-            query: dict[str, Any] | None = None,
-            body: Any = None,
-            content_type: str = "application/json",
-            timeout: float | tuple[float, float] | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
     ) -> Any:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {"Accept": "application/json", "Content-Type": content_type}
         _, url, headers, body, post = self.api.param_serialize(
-            method, path, query_params=params, header_params=headers, body=body,
-            auth_settings=["BearerToken"])
-        return self.api.call_api(method, url, header_params=headers, body=body, post_params=post,
-                                 _request_timeout=timeout or self.timeout_s)
+            method,
+            path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self.api.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=body,
+            post_params=post,
+            _request_timeout=timeout or self.timeout_s,
+        )
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._send(method, path, **kwargs)
         data = response.read()
         parsed = json.loads(data) if data else {}
         if not 200 <= int(response.status) < 300:
-            raise KubeError(int(response.status), str(response.reason), parsed if isinstance(parsed, dict) else None)
+            raise KubeError(
+                int(response.status),
+                str(response.reason),
+                parsed if isinstance(parsed, dict) else None,
+            )
         return parsed if isinstance(parsed, dict) else {}
 
     def stream(
-            self,
-            path: str,
-            query: dict[str, Any],
-            *,
-            read_timeout_s: float,
-            opened: Callable[[Any], None] | None = None,
+        self,
+        path: str,
+        query: dict[str, Any],
+        *,
+        read_timeout_s: float,
+        opened: Callable[[Any], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Yield watch events (parsed JSON lines) until the server closes the stream.
 
         ``opened`` receives the raw response, so another thread can close it to end the watch.
         """
-        response = self._send("GET", path, query={**query, "watch": "true"},
-                              timeout=(10.0, read_timeout_s))
+        response = self._send(
+            "GET", path, query={**query, "watch": "true"}, timeout=(10.0, read_timeout_s)
+        )
         raw = response.response
         if opened is not None:
             opened(raw)
@@ -99,7 +115,11 @@ class Kube:
             if not 200 <= int(response.status) < 300:
                 body = raw.read()
                 parsed = json.loads(body) if body else None
-                raise KubeError(int(response.status), str(response.reason), parsed if isinstance(parsed, dict) else None)
+                raise KubeError(
+                    int(response.status),
+                    str(response.reason),
+                    parsed if isinstance(parsed, dict) else None,
+                )
             buffer = b""
             for chunk in raw.stream(64 * 1024, decode_content=True):
                 buffer += chunk
@@ -111,7 +131,9 @@ class Kube:
             raw.release_conn()
 
     # -- verbs -----------------------------------------------------------------------------
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    def get(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
         try:
             return self.request("GET", resource.path(namespace, name))
         except KubeError as exc:
@@ -119,25 +141,33 @@ class Kube:
                 return None
             raise
 
-    def list(self, resource: Resource, namespace: str | None = None, **query: Any) -> dict[str, Any]:
+    def list(
+        self, resource: Resource, namespace: str | None = None, **query: Any
+    ) -> dict[str, Any]:
         return self.request("GET", resource.path(namespace), query=query)
 
-    def create(self, resource: Resource, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def create(
+        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         body = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
         return self.request("POST", resource.path(namespace), body=body)
 
     def patch(
-            self,
-            resource: Resource,
-            name: str,
-            patch: Any,
-            namespace: str | None = None,
-            *,
-            subresource: str | None = None,
-            patch_type: PatchType = "merge",
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
     ) -> dict[str, Any]:
-        return self.request("PATCH", resource.path(namespace, name, subresource), body=patch,
-                            content_type=_PATCH_CONTENT[patch_type])
+        return self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=patch,
+            content_type=_PATCH_CONTENT[patch_type],
+        )
 
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
         """Delete; ``False`` when it was already gone."""

@@ -7,20 +7,25 @@ from typing import Any
 
 
 def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return (
+        datetime.datetime.now(datetime.UTC)
+        .replace(microsecond=0)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
 
 
 def set_condition(
-        conditions: list[dict[str, Any]] | None,
-        *,
-        type: str,
-        status: bool | str,
-        reason: str,
-        message: str,
-        observed_generation: int | None = None,
-        now: str | None = None,
+    conditions: list[dict[str, Any]] | None,
+    *,
+    type: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    observed_generation: int | None = None,
+    now: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Return ``conditions`` with ``type`` set; ``lastTransitionTime`` moves only when status does."""
+    """``conditions`` with ``type`` set; ``lastTransitionTime`` moves only when status changes."""
     status_text = status if isinstance(status, str) else ("True" if status else "False")
     result = [dict(c) for c in conditions or []]
     current = next((c for c in result if c.get("type") == type), None)

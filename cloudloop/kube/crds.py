@@ -10,8 +10,13 @@ import yaml
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import Resource
 
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-                namespaced=False)
+CRDS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+)
 #: The project's CRDs, shipped in deploy/crds.
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 
@@ -36,7 +41,9 @@ def apply_crds(kube: Kube, paths: list[Path] | None = None, *, timeout_s: float 
         while True:
             crd = kube.get(CRDS, name) or {}
             conditions = (crd.get("status") or {}).get("conditions") or []
-            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            if any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            ):
                 break
             if time.monotonic() > deadline:
                 raise KubeError(504, "Timeout", {"message": f"CRD {name} not established"})

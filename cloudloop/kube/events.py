@@ -18,13 +18,13 @@ COMPONENT = "cloudloop"
 
 
 def record_event(
-        kube: Kube,
-        ref: ObjectRef,
-        *,
-        type: EventType,
-        reason: str,
-        message: str,
-        component: str = COMPONENT,
+    kube: Kube,
+    ref: ObjectRef,
+    *,
+    type: EventType,
+    reason: str,
+    message: str,
+    component: str = COMPONENT,
 ) -> None:
     """Create an Event about ``ref``; failures are logged, never raised (events are best effort)."""
     now = now_rfc3339()
@@ -33,7 +33,10 @@ def record_event(
         "metadata": {"name": f"{ref.name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
         "involvedObject": {
             "apiVersion": f"{ref.group}/{ref.version}" if ref.group else ref.version,
-            "kind": ref.kind, "name": ref.name, "namespace": ref.namespace or None, "uid": ref.uid or None,
+            "kind": ref.kind,
+            "name": ref.name,
+            "namespace": ref.namespace or None,
+            "uid": ref.uid or None,
         },
         "type": type,
         "reason": reason,
@@ -45,8 +48,14 @@ def record_event(
         "lastTimestamp": now,
         "count": 1,
     }
-    log.log(logging.WARNING if type == "Warning" else logging.INFO,
-            "%s %s %s: %s", ref.kind, ref.key, reason, message)
+    log.log(
+        logging.WARNING if type == "Warning" else logging.INFO,
+        "%s %s %s: %s",
+        ref.kind,
+        ref.key,
+        reason,
+        message,
+    )
     try:
         kube.create(EVENTS, event, namespace)
     except KubeError as exc:

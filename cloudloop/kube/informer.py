@@ -45,16 +45,16 @@ class Informer:
     """Keeps ``store`` (key → object) in sync with the API server and streams the changes."""
 
     def __init__(
-            self,
-            kube: Kube,
-            resource: Resource,
-            *,
-            namespace: str | None = None,
-            label_selector: str | None = None,
-            field_selector: str | None = None,
-            watch_timeout_s: int = 300,
-            page_size: int = 500,
-            resource_version: str = "",
+        self,
+        kube: Kube,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        watch_timeout_s: int = 300,
+        page_size: int = 500,
+        resource_version: str = "",
     ) -> None:
         """``resource_version`` resumes a watch from a known version instead of listing first."""
         self.kube = kube
@@ -87,8 +87,9 @@ class Informer:
             with contextlib.suppress(RuntimeError):  # the loop closed while the thread wound down
                 loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        thread = threading.Thread(target=self._run, args=(emit,), daemon=True,
-                                  name=f"informer-{self.resource.plural}")
+        thread = threading.Thread(
+            target=self._run, args=(emit,), daemon=True, name=f"informer-{self.resource.plural}"
+        )
         thread.start()
         try:
             while True:
@@ -114,13 +115,23 @@ class Informer:
                         log.info("watch of %s expired (410 Gone); relisting", self.resource.plural)
                         self._resource_version = ""
                         continue
-                    log.warning("watch of %s failed: %s; retrying in %.1fs", self.resource.plural, exc, backoff)
+                    log.warning(
+                        "watch of %s failed: %s; retrying in %.1fs",
+                        self.resource.plural,
+                        exc,
+                        backoff,
+                    )
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 30)
                 except Exception as exc:  # network errors, protocol errors
                     if self._stop.is_set():
                         break
-                    log.warning("watch of %s interrupted: %s; retrying in %.1fs", self.resource.plural, exc, backoff)
+                    log.warning(
+                        "watch of %s interrupted: %s; retrying in %.1fs",
+                        self.resource.plural,
+                        exc,
+                        backoff,
+                    )
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 30)
         finally:
@@ -130,8 +141,13 @@ class Informer:
         fresh: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
-            page = self.kube.list(self.resource, self.namespace, limit=self.page_size,
-                                  **{"continue": token}, **self.selectors)
+            page = self.kube.list(
+                self.resource,
+                self.namespace,
+                limit=self.page_size,
+                **{"continue": token},
+                **self.selectors,
+            )
             for item in page.get("items", []):
                 item.setdefault("apiVersion", self.resource.api_version)
                 item.setdefault("kind", self.resource.kind)
@@ -151,19 +167,30 @@ class Informer:
             self.store[key] = obj
             if previous is None:
                 emit(WatchEvent("ADDED", obj))
-            elif previous.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            elif previous.get("metadata", {}).get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
                 emit(WatchEvent("MODIFIED", obj))
         self.synced.set()
 
     def _watch(self, emit: Any) -> None:
-        query = {"resourceVersion": self._resource_version, "allowWatchBookmarks": "true",
-                 "timeoutSeconds": self.watch_timeout_s, **self.selectors}
+        query = {
+            "resourceVersion": self._resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": self.watch_timeout_s,
+            **self.selectors,
+        }
         started = time.monotonic()
+
         def opened(response: Any) -> None:
             self._response = response
 
-        for event in self.kube.stream(self.resource.path(self.namespace), query,
-                                      read_timeout_s=self.watch_timeout_s + 30, opened=opened):
+        for event in self.kube.stream(
+            self.resource.path(self.namespace),
+            query,
+            read_timeout_s=self.watch_timeout_s + 30,
+            opened=opened,
+        ):
             if self._stop.is_set():
                 return
             kind = event.get("type")
@@ -183,4 +210,6 @@ class Informer:
             elif kind in ("ADDED", "MODIFIED"):
                 self.store[key] = obj
                 emit(WatchEvent(kind, obj))
-        log.debug("watch of %s closed after %.0fs", self.resource.plural, time.monotonic() - started)
+        log.debug(
+            "watch of %s closed after %.0fs", self.resource.plural, time.monotonic() - started
+        )

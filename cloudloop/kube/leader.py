@@ -8,6 +8,7 @@ cancels it if the Lease is lost (the upstream controllers exit in that case; so 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ class LeadershipLost(RuntimeError):
     pass
 
 
-class ReleasableLeaseLock(LeaseLock):  # type: ignore[misc]
+class ReleasableLeaseLock(LeaseLock):
     """A LeaseLock that stops renewing once released and hands the Lease over at once.
 
     Releasing clears ``holderIdentity``, which the elector of any other candidate treats as a
@@ -49,7 +50,9 @@ class ReleasableLeaseLock(LeaseLock):  # type: ignore[misc]
 
     def create(self, name: str, namespace: str, election_record: object) -> bool:
         try:
-            return False if self.released else bool(super().create(name, namespace, election_record))
+            return (
+                False if self.released else bool(super().create(name, namespace, election_record))
+            )
         except Exception as exc:
             log.warning("creating Lease %s/%s failed: %s", namespace, name, exc)
             return False
@@ -67,15 +70,16 @@ class ReleasableLeaseLock(LeaseLock):  # type: ignore[misc]
             lease = self.api_instance.read_namespaced_lease(self.name, self.namespace)
             if lease.spec is not None and lease.spec.holder_identity == self.identity:
                 self.api_instance.patch_namespaced_lease(
-                    self.name, self.namespace, {"spec": {"holderIdentity": None}})
+                    self.name, self.namespace, {"spec": {"holderIdentity": None}}
+                )
         except Exception as exc:  # the Lease then simply expires
             log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, exc)
 
 
 async def run_as_leader(
-        api: client.ApiClient,
-        settings: LeaderElectionSettings,
-        body: Callable[[], Awaitable[None]],
+    api: client.ApiClient,
+    settings: LeaderElectionSettings,
+    body: Callable[[], Awaitable[None]],
 ) -> None:
     """Run ``body`` while holding the Lease; return when ``body`` returns."""
     if not settings.enabled:
@@ -93,8 +97,9 @@ async def run_as_leader(
         onstarted_leading=lambda: _notify(loop, leading),
         onstopped_leading=lambda: _notify(loop, lost),
     )
-    elector = threading.Thread(target=leaderelection.LeaderElection(config).run, daemon=True,
-                               name="leader-election")
+    elector = threading.Thread(
+        target=leaderelection.LeaderElection(config).run, daemon=True, name="leader-election"
+    )
     elector.start()
     log.info("waiting for Lease %s/%s as %s", settings.namespace, settings.name, settings.identity)
     try:
@@ -116,7 +121,5 @@ async def run_as_leader(
 
 def _notify(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
     """Set an asyncio event from the elector thread (the loop may be gone at exit)."""
-    try:
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(event.set)
-    except RuntimeError:
-        pass

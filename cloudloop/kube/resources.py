@@ -22,7 +22,9 @@ class Resource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
             base += f"/namespaces/{namespace}"
@@ -55,13 +57,21 @@ class ObjectRef(BaseModel):
     @classmethod
     def of(cls, resource: Resource, obj: dict[str, Any]) -> ObjectRef:
         meta = obj.get("metadata", {})
-        return cls(group=resource.group, version=resource.version, plural=resource.plural,
-                   kind=resource.kind, namespace=meta.get("namespace", "") or "",
-                   name=meta["name"], uid=meta.get("uid", ""))
+        return cls(
+            group=resource.group,
+            version=resource.version,
+            plural=resource.plural,
+            kind=resource.kind,
+            namespace=meta.get("namespace", "") or "",
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+        )
 
     @property
     def resource(self) -> Resource:
-        return Resource(self.group, self.version, self.plural, self.kind, namespaced=bool(self.namespace))
+        return Resource(
+            self.group, self.version, self.plural, self.kind, namespaced=bool(self.namespace)
+        )
 
     @property
     def key(self) -> str:

@@ -50,9 +50,27 @@ class GoTool:
 TOOLS: dict[str, GoTool] = {
     tool.name: tool
     for tool in (
-        GoTool("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", K8S_VERSION, _K8S_LDFLAGS),
-        GoTool("kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", K8S_VERSION, _K8S_LDFLAGS),
-        GoTool("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", K8S_VERSION, _K8S_LDFLAGS),
+        GoTool(
+            "kube-apiserver",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            K8S_VERSION,
+            _K8S_LDFLAGS,
+        ),
+        GoTool(
+            "kube-controller-manager",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            K8S_VERSION,
+            _K8S_LDFLAGS,
+        ),
+        GoTool(
+            "kube-scheduler",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            K8S_VERSION,
+            _K8S_LDFLAGS,
+        ),
         GoTool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl", K8S_VERSION, _K8S_LDFLAGS),
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION),
         GoTool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION),
@@ -81,7 +99,9 @@ def _module_digest(module: str) -> str:
 def binary_path(name: str) -> Path:
     """The cached location of a tool's binary (it may not be built yet)."""
     tool = TOOLS[name]
-    return cache_root() / "bin" / f"{tool.module}-{tool.version}-{_module_digest(tool.module)}" / name
+    return (
+        cache_root() / "bin" / f"{tool.module}-{tool.version}-{_module_digest(tool.module)}" / name
+    )
 
 
 def _log(message: str) -> None:
@@ -106,7 +126,9 @@ def _go_binary_name(package: str) -> str:
 def _build_module(module: str, tools: list[GoTool]) -> None:
     go = shutil.which("go")
     if go is None:
-        raise RuntimeError("the Go toolchain is needed to build the local stack's binaries; install Go")
+        raise RuntimeError(
+            "the Go toolchain is needed to build the local stack's binaries; install Go"
+        )
     module_dir = GOTOOLS_DIR / module
     out_dir = binary_path(tools[0].name).parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +136,16 @@ def _build_module(module: str, tools: list[GoTool]) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     ldflags = " ".join(("-s", "-w", *tools[0].ldflags))
-    cmd = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/", *[t.package for t in tools]]
+    cmd = [
+        go,
+        "build",
+        "-trimpath",
+        "-ldflags",
+        ldflags,
+        "-o",
+        f"{staging}/",
+        *[t.package for t in tools],
+    ]
     names = ", ".join(t.name for t in tools)
     _log(f"building {names} ({tools[0].version}) from Go modules; a cold build takes minutes")
     started = time.monotonic()
@@ -127,7 +158,9 @@ def _build_module(module: str, tools: list[GoTool]) -> None:
     ticker = threading.Thread(target=progress, daemon=True)
     ticker.start()
     try:
-        result = subprocess.run(cmd, cwd=module_dir, env=_go_env(module_dir), capture_output=True, text=True)
+        result = subprocess.run(
+            cmd, cwd=module_dir, env=_go_env(module_dir), capture_output=True, text=True
+        )
     finally:
         done.set()
     if result.returncode != 0:
@@ -166,8 +199,11 @@ def module_source(module: str, module_path: str) -> Path:
         raise RuntimeError("the Go toolchain is needed; install Go")
     result = subprocess.run(
         [go, "mod", "download", "-json", module_path],
-        cwd=GOTOOLS_DIR / module, env=_go_env(GOTOOLS_DIR / module),
-        capture_output=True, text=True, check=True,
+        cwd=GOTOOLS_DIR / module,
+        env=_go_env(GOTOOLS_DIR / module),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return Path(json.loads(result.stdout)["Dir"])
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,98 +71,136 @@ class KubeControlPlane:
         """Start every process; readiness is awaited by :meth:`wait_ready`."""
         pki_dir = self.dir / "pki"
         ca = pki.CertificateAuthority(pki_dir)
-        serving = ca.issue("apiserver", common_name="kube-apiserver",
-                           server_hosts=("127.0.0.1", "localhost", "kubernetes.default.svc"))
+        serving = ca.issue(
+            "apiserver",
+            common_name="kube-apiserver",
+            server_hosts=("127.0.0.1", "localhost", "kubernetes.default.svc"),
+        )
         admin = ca.issue("admin", common_name="cloudloop-admin", organization="system:masters")
         sa = pki.service_account_keys(pki_dir)
         logs = self.dir / "logs"
 
         etcd_port, etcd_peer = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self.processes.append(ManagedProcess("etcd", [
-            str(binaries["etcd"]),
-            "--name=default",
-            f"--data-dir={self.dir / 'etcd'}",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ], log_dir=logs, ready=lambda: http_ok(f"{etcd_url}/health")))
+        self.processes.append(
+            ManagedProcess(
+                "etcd",
+                [
+                    str(binaries["etcd"]),
+                    "--name=default",
+                    f"--data-dir={self.dir / 'etcd'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+                    "--unsafe-no-fsync=true",
+                    "--log-level=warn",
+                ],
+                log_dir=logs,
+                ready=lambda: http_ok(f"{etcd_url}/health"),
+            )
+        )
 
         self.apiserver_port = free_port()
-        self.processes.append(ManagedProcess("kube-apiserver", [
-            str(binaries["kube-apiserver"]),
-            f"--etcd-servers={etcd_url}",
-            f"--cert-dir={pki_dir}",
-            f"--tls-cert-file={serving.cert}",
-            f"--tls-private-key-file={serving.key}",
-            f"--client-ca-file={ca.pair.cert}",
-            f"--secure-port={self.apiserver_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--allow-privileged=true",
-            "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
-            f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}/",
-            f"--service-account-key-file={sa.cert}",
-            f"--service-account-signing-key-file={sa.key}",
-            "--endpoint-reconciler-type=none",
-            *self.options.extra_apiserver_args,
-        ], log_dir=logs, ready=self._apiserver_ready))
+        self.processes.append(
+            ManagedProcess(
+                "kube-apiserver",
+                [
+                    str(binaries["kube-apiserver"]),
+                    f"--etcd-servers={etcd_url}",
+                    f"--cert-dir={pki_dir}",
+                    f"--tls-cert-file={serving.cert}",
+                    f"--tls-private-key-file={serving.key}",
+                    f"--client-ca-file={ca.pair.cert}",
+                    f"--secure-port={self.apiserver_port}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                    "--allow-privileged=true",
+                    "--authorization-mode=RBAC",
+                    "--disable-admission-plugins=ServiceAccount",
+                    f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}/",
+                    f"--service-account-key-file={sa.cert}",
+                    f"--service-account-signing-key-file={sa.key}",
+                    "--endpoint-reconciler-type=none",
+                    *self.options.extra_apiserver_args,
+                ],
+                log_dir=logs,
+                ready=self._apiserver_ready,
+            )
+        )
 
         kubeconfig = self._write_kubeconfig(ca.pair.cert, admin)
         components = set(self.options.components)
         if CONTROLLER_MANAGER in components:
             port = free_port()
-            self.processes.append(ManagedProcess(CONTROLLER_MANAGER, [
-                str(binaries[CONTROLLER_MANAGER]),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                f"--secure-port={port}",
-                "--bind-address=127.0.0.1",
-                f"--cert-dir={self.dir / 'kcm-certs'}",
-                "--leader-elect=false",
-                f"--service-account-private-key-file={sa.key}",
-                f"--root-ca-file={ca.pair.cert}",
-                "--use-service-account-credentials=false",
-                "--allocate-node-cidrs=true",
-                f"--cluster-cidr={CLUSTER_CIDR}",
-                "--node-cidr-mask-size=24",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                f"--node-monitor-grace-period={self.options.node_monitor_grace_period}",
-                "--node-monitor-period=2s",
-                *self.options.extra_controller_manager_args,
-            ], log_dir=logs, ready=lambda p=port: http_ok(f"https://127.0.0.1:{p}/healthz", context=_insecure())))
+            self.processes.append(
+                ManagedProcess(
+                    CONTROLLER_MANAGER,
+                    [
+                        str(binaries[CONTROLLER_MANAGER]),
+                        f"--kubeconfig={kubeconfig}",
+                        f"--authentication-kubeconfig={kubeconfig}",
+                        f"--authorization-kubeconfig={kubeconfig}",
+                        f"--secure-port={port}",
+                        "--bind-address=127.0.0.1",
+                        f"--cert-dir={self.dir / 'kcm-certs'}",
+                        "--leader-elect=false",
+                        f"--service-account-private-key-file={sa.key}",
+                        f"--root-ca-file={ca.pair.cert}",
+                        "--use-service-account-credentials=false",
+                        "--allocate-node-cidrs=true",
+                        f"--cluster-cidr={CLUSTER_CIDR}",
+                        "--node-cidr-mask-size=24",
+                        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                        f"--node-monitor-grace-period={self.options.node_monitor_grace_period}",
+                        "--node-monitor-period=2s",
+                        *self.options.extra_controller_manager_args,
+                    ],
+                    log_dir=logs,
+                    ready=_healthz(f"https://127.0.0.1:{port}/healthz", insecure=True),
+                )
+            )
         if SCHEDULER in components:
             port = free_port()
-            self.processes.append(ManagedProcess(SCHEDULER, [
-                str(binaries[SCHEDULER]),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                f"--secure-port={port}",
-                "--bind-address=127.0.0.1",
-                f"--cert-dir={self.dir / 'scheduler-certs'}",
-                "--leader-elect=false",
-            ], log_dir=logs, ready=lambda p=port: http_ok(f"https://127.0.0.1:{p}/healthz", context=_insecure())))
+            self.processes.append(
+                ManagedProcess(
+                    SCHEDULER,
+                    [
+                        str(binaries[SCHEDULER]),
+                        f"--kubeconfig={kubeconfig}",
+                        f"--authentication-kubeconfig={kubeconfig}",
+                        f"--authorization-kubeconfig={kubeconfig}",
+                        f"--secure-port={port}",
+                        "--bind-address=127.0.0.1",
+                        f"--cert-dir={self.dir / 'scheduler-certs'}",
+                        "--leader-elect=false",
+                    ],
+                    log_dir=logs,
+                    ready=_healthz(f"https://127.0.0.1:{port}/healthz", insecure=True),
+                )
+            )
         if KWOK in components:
             port = free_port()
             stages = self._kwok_stages()
-            self.processes.append(ManagedProcess(KWOK, [
-                str(binaries[KWOK]),
-                f"--kubeconfig={kubeconfig}",
-                "--manage-all-nodes=false",
-                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                "--cidr=10.244.0.0/16",
-                "--node-ip=10.0.0.1",
-                f"--server-address=127.0.0.1:{port}",
-                f"--config={stages}",
-            ], log_dir=logs, ready=lambda p=port: http_ok(f"http://127.0.0.1:{p}/healthz")))
+            self.processes.append(
+                ManagedProcess(
+                    KWOK,
+                    [
+                        str(binaries[KWOK]),
+                        f"--kubeconfig={kubeconfig}",
+                        "--manage-all-nodes=false",
+                        f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                        "--cidr=10.244.0.0/16",
+                        "--node-ip=10.0.0.1",
+                        f"--server-address=127.0.0.1:{port}",
+                        f"--config={stages}",
+                    ],
+                    log_dir=logs,
+                    ready=_healthz(f"http://127.0.0.1:{port}/healthz"),
+                )
+            )
 
         for process in self.processes:
             process.start()
@@ -197,7 +235,9 @@ class KubeControlPlane:
 
     def _ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.dir / "pki" / "ca.crt"))
-        context.load_cert_chain(str(self.dir / "pki" / "admin.crt"), str(self.dir / "pki" / "admin.key"))
+        context.load_cert_chain(
+            str(self.dir / "pki" / "admin.crt"), str(self.dir / "pki" / "admin.key")
+        )
         return context
 
     def _apiserver_ready(self) -> bool:
@@ -218,16 +258,34 @@ class KubeControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": name, "cluster": {
-                "server": self.server, "certificate-authority-data": b64(ca_cert)}}],
-            "users": [{"name": "admin", "user": {
-                "client-certificate-data": b64(admin.cert), "client-key-data": b64(admin.key)}}],
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {"server": self.server, "certificate-authority-data": b64(ca_cert)},
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": b64(admin.cert),
+                        "client-key-data": b64(admin.key),
+                    },
+                }
+            ],
             "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
             "current-context": name,
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
         self.kubeconfig.chmod(0o600)
         return self.kubeconfig
+
+
+def _healthz(url: str, *, insecure: bool = False) -> Callable[[], bool]:
+    def check() -> bool:
+        return http_ok(url, context=_insecure() if insecure else None)
+
+    return check
 
 
 def _insecure() -> ssl.SSLContext:

@@ -30,7 +30,10 @@ from cloudloop.stack.process import (
 
 def _script(name: str) -> str:
     """A console script installed beside the running interpreter (venv ``bin/``)."""
-    for candidate in (Path(sys.executable).parent / name, Path(sysconfig.get_path("scripts")) / name):
+    for candidate in (
+        Path(sys.executable).parent / name,
+        Path(sysconfig.get_path("scripts")) / name,
+    ):
         if candidate.exists():
             return str(candidate)
     found = shutil.which(name)
@@ -82,8 +85,11 @@ class LocalStack:
                 port = free_port()
                 self.moto_endpoint = f"http://127.0.0.1:{port}"
                 self.moto_process = ManagedProcess(
-                    "moto", [_script("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                    log_dir=logs, ready=lambda: http_ok(f"{self.moto_endpoint}/moto-api/data.json"))
+                    "moto",
+                    [_script("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                    log_dir=logs,
+                    ready=lambda: http_ok(f"{self.moto_endpoint}/moto-api/data.json"),
+                )
                 self.moto_process.start()
             for kube_options in self.options.kube:
                 plane = KubeControlPlane(kube_options, self.state_dir / "kube")
@@ -119,12 +125,19 @@ class LocalStack:
         if not port_is_free(port):
             raise RuntimeError(f"port {port} is taken; is another `cloudloop dev` running?")
         argv = [
-            _script("temporal"), "server", "start-dev",
-            "--ip", "127.0.0.1",
-            "--port", str(port),
-            "--db-filename", str(self.state_dir / "temporal.db"),
-            "--log-level", "warn",
-            "--dynamic-config-value", "frontend.enableExecuteMultiOperation=true",
+            _script("temporal"),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--db-filename",
+            str(self.state_dir / "temporal.db"),
+            "--log-level",
+            "warn",
+            "--dynamic-config-value",
+            "frontend.enableExecuteMultiOperation=true",
         ]
         for name in searchattrs.KEYWORDS:
             argv += ["--search-attribute", f"{name}=Keyword"]
@@ -135,7 +148,8 @@ class LocalStack:
             argv.append("--headless")
         self.temporal_address = f"127.0.0.1:{port}"
         self.temporal_process = ManagedProcess(
-            "temporal", argv, log_dir=logs, ready=lambda: tcp_open(port))
+            "temporal", argv, log_dir=logs, ready=lambda: tcp_open(port)
+        )
         self.temporal_process.start()
 
     def _write_state(self) -> None:

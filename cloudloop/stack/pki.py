@@ -63,9 +63,15 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True,
-                    content_commitment=False, key_encipherment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -76,12 +82,12 @@ class CertificateAuthority:
         self._key, self._cert = key, cert
 
     def issue(
-            self,
-            name: str,
-            *,
-            common_name: str,
-            organization: str | None = None,
-            server_hosts: tuple[str, ...] = (),
+        self,
+        name: str,
+        *,
+        common_name: str,
+        organization: str | None = None,
+        server_hosts: tuple[str, ...] = (),
     ) -> KeyPair:
         """Issue a leaf cert: a server cert when ``server_hosts`` is given, else a client cert."""
         pair = KeyPair(self.dir / f"{name}.crt", self.dir / f"{name}.key")

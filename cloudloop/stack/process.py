@@ -6,6 +6,7 @@ started it dies (``PR_SET_PDEATHSIG``), so neither Ctrl-C nor a crashed test run
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -64,14 +65,14 @@ class ManagedProcess:
     """A child process with a name, a log file and a readiness check."""
 
     def __init__(
-            self,
-            name: str,
-            argv: Sequence[str],
-            *,
-            log_dir: Path,
-            ready: Callable[[], bool],
-            env: dict[str, str] | None = None,
-            cwd: Path | None = None,
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_dir: Path,
+        ready: Callable[[], bool],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -109,7 +110,9 @@ class ManagedProcess:
             if self.ready():
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; last log lines:\n{self.tail()}")
+        raise TimeoutError(
+            f"{self.name} not ready after {timeout:.0f}s; last log lines:\n{self.tail()}"
+        )
 
     def tail(self, lines: int = 30) -> str:
         try:
@@ -137,7 +140,6 @@ class ManagedProcess:
         self._signal_group(signal.SIGKILL)  # grandchildren that outlived the leader
         self.popen = None
 
-
     def kill(self) -> None:
         """SIGKILL at once (fault tests)."""
         if self.popen is not None:
@@ -147,10 +149,8 @@ class ManagedProcess:
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self.popen is not None
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def stop_all(processes: Sequence[ManagedProcess], timeout: float = 10.0) -> None:

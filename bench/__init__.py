@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench`` prints one ``name=value`` line per figure."""

@@ -1,0 +1,92 @@
+"""Informer semantics with a scripted API server: 410 Gone relists and reports vanished objects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cloudloop.kube.api import KubeError
+from cloudloop.kube.informer import Informer, WatchEvent
+from cloudloop.kube.resources import NODES
+
+
+def node(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv}}
+
+
+class ScriptedKube:
+    """Lists return the next scripted page set; watches play scripted events, then 410."""
+
+    def __init__(
+        self, lists: list[list[dict[str, Any]]], watches: list[list[dict[str, Any]]]
+    ) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.list_calls = 0
+        self.watch_versions: list[str] = []
+
+    def list(self, resource: Any, namespace: Any = None, **query: Any) -> dict[str, Any]:
+        items = self.lists[min(self.list_calls, len(self.lists) - 1)]
+        self.list_calls += 1
+        return {"items": items, "metadata": {"resourceVersion": str(100 * self.list_calls)}}
+
+    def stream(
+        self,
+        path: str,
+        query: dict[str, Any],
+        *,
+        read_timeout_s: float,
+        opened: Callable[[Any], None] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        self.watch_versions.append(query["resourceVersion"])
+        if not self.watches:
+            raise ConnectionError("no more scripted watches")
+        events = self.watches.pop(0)
+        yield from events
+        raise KubeError(410, "Gone", {"reason": "Expired", "code": 410})
+
+
+async def collect(informer: Informer, count: int) -> list[WatchEvent]:
+    seen: list[WatchEvent] = []
+    async for event in informer.events():
+        seen.append(event)
+        if len(seen) == count:
+            informer.stop()
+            break
+    return seen
+
+
+async def test_relist_after_410_reports_deleted_and_new() -> None:
+    kube = ScriptedKube(
+        lists=[[node("a", "1"), node("b", "2")], [node("b", "2"), node("c", "7")]],
+        watches=[
+            [
+                {"type": "MODIFIED", "object": node("a", "5")},
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}},
+            ]
+        ],
+    )
+    informer = Informer(kube, NODES)  # type: ignore[arg-type]
+    events = await asyncio.wait_for(collect(informer, 5), timeout=10)
+    assert [(e.type, e.key) for e in events] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),  # first list
+        ("MODIFIED", "a"),  # watch (the bookmark is not an event)
+        ("DELETED", "a"),
+        ("ADDED", "c"),  # relist after 410: a vanished, c is new, b unchanged
+    ]
+    assert kube.watch_versions[0] == "100"  # watched from the list's resourceVersion
+    assert informer.relists == 1
+    assert set(informer.store) == {"b", "c"}
+
+
+async def test_resume_from_version_skips_initial_list() -> None:
+    kube = ScriptedKube(
+        lists=[[node("x", "1")]], watches=[[{"type": "ADDED", "object": node("y", "9")}]]
+    )
+    informer = Informer(kube, NODES, resource_version="42")  # type: ignore[arg-type]
+    events = await asyncio.wait_for(collect(informer, 1), timeout=10)
+    assert [(e.type, e.key) for e in events] == [("ADDED", "y")]
+    assert kube.watch_versions == ["42"]
+    assert kube.list_calls == 0
