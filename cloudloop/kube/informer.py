@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -78,7 +78,7 @@ class Informer:
             with contextlib.suppress(Exception):
                 response.shutdown() if hasattr(response, "shutdown") else response.close()
 
-    async def events(self) -> AsyncIterator[WatchEvent]:
+    async def events(self) -> AsyncGenerator[WatchEvent, None]:
         """Run the list/watch loop in a thread and yield its events until :meth:`stop`."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import botocore.exceptions
 import pytest
 
@@ -39,10 +41,11 @@ def test_bad_provider_id_is_invalid_request(provider_id: str) -> None:
 
 
 def _client_error(code: str, status: int) -> botocore.exceptions.ClientError:
-    return botocore.exceptions.ClientError(
-        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        "DescribeInstances",
-    )
+    response: Any = {
+        "Error": {"Code": code, "Message": "m"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return botocore.exceptions.ClientError(response, "DescribeInstances")
 
 
 @pytest.mark.parametrize(
