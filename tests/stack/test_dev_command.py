@@ -1,0 +1,96 @@
+"""README command 1 as a user runs it: `cloudloop dev` is up, shows the demo, Ctrl-C cleans up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cloudloop.net import free_port
+from cloudloop.stack import gotools
+
+pytestmark = pytest.mark.stack
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline and int(pid) != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
+    state = tmp_path / "dev-state"
+    ui_port = free_port()
+    log_path = tmp_path / "dev.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cloudloop.cli",
+                "dev",
+                "--state-dir",
+                str(state),
+                "--temporal-port",
+                str(free_port()),
+                "--ui-port",
+                str(ui_port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "cloudloop dev is up" not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        banner = log_path.read_text()
+        kubeconfig = state / "kube" / "main" / "admin.kubeconfig"
+        assert str(kubeconfig) in banner
+        assert f"http://127.0.0.1:{ui_port}/namespaces/default/workflows" in banner
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/", timeout=10) as response:
+            assert response.status == 200  # the Temporal Web UI answers
+
+        kubectl = [str(gotools.binary_path("kubectl")), "--kubeconfig", str(kubeconfig)]
+
+        def probe_ready() -> str:
+            return subprocess.run(
+                [
+                    *kubectl,
+                    "get",
+                    "cloudprobe",
+                    "aws",
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+
+        while probe_ready() != "True":
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        nodes = subprocess.run(
+            [*kubectl, "get", "nodes", "-o", "name"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert {"node/demo-node-1", "node/demo-node-2"} <= set(nodes)
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        code = proc.wait(timeout=60)
+    assert code == 0, log_path.read_text()
+    assert "every process of the stack has exited" in log_path.read_text()
+    assert processes_mentioning(str(state)) == []
