@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: dev test bench setup tools lint typecheck unit clean
+.PHONY: dev test bench setup tools lint typecheck unit clean lock
 
 dev: setup
 	$(BIN)/cloudloop dev
@@ -21,12 +21,17 @@ bench: setup
 
 setup: $(STAMP) tools
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	@command -v go >/dev/null || { echo "Go (1.24+) is required to build the local stack"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python -q -e '.[dev]'
+	$(BIN)/uv pip install --python $(BIN)/python -q -r requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
+
+# Re-resolve the dependencies of pyproject.toml (with the dev extra) into requirements.lock.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -q -o requirements.lock
 
 # Builds kube-apiserver, etcd, kwok, ... from Go modules once per version (cached in ~/.cache/cloudloop).
 tools: $(STAMP)

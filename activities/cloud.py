@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.errors import CloudError, NotSupported
-from cloudloop.models import ActivityName, CloudCallInput, ZoneList
+from cloudloop.models.probe import CloudCallInput, ProbeActivity, ZoneList
 
 
 @contextlib.contextmanager
@@ -36,7 +36,7 @@ class CloudActivities:
                 provider, f"provider {provider!r} on a worker for {self.driver.provider!r}"
             )
 
-    @activity.defn(name=ActivityName.DISCOVER_ZONES)
+    @activity.defn(name=ProbeActivity.DISCOVER_ZONES)
     def discover_zones(self, input: CloudCallInput) -> ZoneList:
         with cloud_errors():
             self._check_provider(input.provider)

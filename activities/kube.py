@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.events import record_event
-from cloudloop.models import ActivityName, PatchStatusInput, RecordEventInput
+from cloudloop.models.kube import KubeActivity, PatchStatusInput, RecordEventInput
 
 
 @contextlib.contextmanager
@@ -31,7 +31,7 @@ class KubeActivities:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    @activity.defn(name=ActivityName.PATCH_STATUS)
+    @activity.defn(name=KubeActivity.PATCH_STATUS)
     def patch_status(self, input: PatchStatusInput) -> bool:
         """Merge-patch the status subresource; ``False`` if the object no longer exists."""
         with kube_errors():
@@ -61,7 +61,7 @@ class KubeActivities:
         )
         return True
 
-    @activity.defn(name=ActivityName.RECORD_EVENT)
+    @activity.defn(name=KubeActivity.RECORD_EVENT)
     def record_event(self, input: RecordEventInput) -> None:
         record_event(
             self.kube, input.object, type=input.type, reason=input.reason, message=input.message

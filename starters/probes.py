@@ -19,7 +19,7 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informer, WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
 from cloudloop.metrics import WORKFLOWS_STARTED
-from cloudloop.models import ProbeInput
+from cloudloop.models.probe import ProbeInput
 from workflows.probe import CloudProbeWorkflow, workflow_id
 
 log = logging.getLogger(__name__)

@@ -14,14 +14,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop.models import (
-        ActivityName,
-        CloudCallInput,
+    from cloudloop.models.kube import (
         ConditionUpdate,
+        KubeActivity,
         PatchStatusInput,
+        RecordEventInput,
+    )
+    from cloudloop.models.probe import (
+        CloudCallInput,
+        ProbeActivity,
         ProbeInput,
         ProbeResult,
-        RecordEventInput,
         ZoneList,
     )
 
@@ -46,7 +49,7 @@ class CloudProbeWorkflow:
         wf_id = workflow.info().workflow_id
         try:
             found = await workflow.execute_activity(
-                ActivityName.DISCOVER_ZONES,
+                ProbeActivity.DISCOVER_ZONES,
                 CloudCallInput(provider=input.provider),
                 result_type=ZoneList,
                 start_to_close_timeout=timedelta(seconds=60),
@@ -68,7 +71,7 @@ class CloudProbeWorkflow:
             result = ProbeResult(ok=False, reason=reason, message=message)
 
         await workflow.execute_activity(
-            ActivityName.PATCH_STATUS,
+            KubeActivity.PATCH_STATUS,
             PatchStatusInput(
                 object=input.object,
                 status={"zones": result.zones, "workflowID": wf_id},
@@ -81,7 +84,7 @@ class CloudProbeWorkflow:
             retry_policy=KUBE_RETRY,
         )
         await workflow.execute_activity(
-            ActivityName.RECORD_EVENT,
+            KubeActivity.RECORD_EVENT,
             RecordEventInput(
                 object=input.object,
                 type="Normal" if result.ok else "Warning",

@@ -1,0 +1,102 @@
+"""AWS instances for node sync: batched DescribeInstances by instance ID or private DNS name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.aws.base import PROVIDER, AwsBase, calling
+
+#: DescribeInstances filter values per request: one request per 500 nodes, not one per node.
+DESCRIBE_BATCH = 500
+
+_STATE = {
+    "pending": models.InstanceState.PENDING,
+    "running": models.InstanceState.RUNNING,
+    "stopping": models.InstanceState.STOPPING,
+    "stopped": models.InstanceState.STOPPED,
+    "shutting-down": models.InstanceState.TERMINATED,
+    "terminated": models.InstanceState.TERMINATED,
+}
+
+
+class AwsInstances(AwsBase):
+    # -- instances -------------------------------------------------------------------------
+    def instance_id_from_provider_id(self, provider_id: str) -> str:
+        """``aws:///<az>/<id>`` or ``aws://<az>/<id>`` or a bare ``i-…`` ID → the instance ID."""
+        if not provider_id.startswith("aws://") and not provider_id.startswith("i-"):
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"not an AWS providerID: {provider_id!r}"
+            )
+        instance_id = provider_id.rstrip("/").rsplit("/", 1)[-1]
+        if not instance_id.startswith("i-"):
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"no instance ID in {provider_id!r}"
+            )
+        return instance_id
+
+    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
+        return self._describe("instance-id", ids, key=lambda i: i.id)
+
+    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
+        return self._describe("private-dns-name", names, key=lambda i: i.private_dns_name)
+
+    def _describe(
+        self, filter_name: str, values: Sequence[str], *, key: Any
+    ) -> models.InstanceListing:
+        listing = models.InstanceListing()
+        unique = list(dict.fromkeys(values))
+        ec2 = self.client("ec2")
+        for start in range(0, len(unique), DESCRIBE_BATCH):
+            chunk = unique[start : start + DESCRIBE_BATCH]
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Filters": [{"Name": filter_name, "Values": chunk}]}
+                if token:
+                    kwargs["NextToken"] = token
+                with calling("DescribeInstances"):
+                    page = ec2.describe_instances(**kwargs)
+                listing.requests += 1
+                for reservation in page.get("Reservations", []):
+                    for raw in reservation.get("Instances", []):
+                        instance = self.to_instance(raw)
+                        listing.found[key(instance)] = instance
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return listing
+
+    def to_instance(self, raw: dict[str, Any]) -> models.Instance:
+        zone = raw.get("Placement", {}).get("AvailabilityZone", "")
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags", []) or []}
+        addresses: list[models.NodeAddress] = []
+        for iface in raw.get("NetworkInterfaces", []) or []:
+            for private in iface.get("PrivateIpAddresses", []) or []:
+                if private.get("PrivateIpAddress"):
+                    addresses.append(
+                        models.NodeAddress(type="InternalIP", address=private["PrivateIpAddress"])
+                    )
+        if not addresses and raw.get("PrivateIpAddress"):
+            addresses.append(models.NodeAddress(type="InternalIP", address=raw["PrivateIpAddress"]))
+        if raw.get("PublicIpAddress"):
+            addresses.append(models.NodeAddress(type="ExternalIP", address=raw["PublicIpAddress"]))
+        for dns_type, field in (
+            ("InternalDNS", "PrivateDnsName"),
+            ("Hostname", "PrivateDnsName"),
+            ("ExternalDNS", "PublicDnsName"),
+        ):
+            if raw.get(field):
+                addresses.append(models.NodeAddress(type=dns_type, address=raw[field]))
+        return models.Instance(
+            id=raw["InstanceId"],
+            provider_id=f"aws:///{zone}/{raw['InstanceId']}",
+            name=tags.get("Name", ""),
+            state=_STATE.get(raw.get("State", {}).get("Name", ""), models.InstanceState.UNKNOWN),
+            instance_type=raw.get("InstanceType", ""),
+            zone=zone,
+            region=zone[:-1] if zone else self.settings.region,
+            private_dns_name=raw.get("PrivateDnsName", ""),
+            addresses=addresses,
+            tags=tags,
+        )
