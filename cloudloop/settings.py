@@ -65,6 +65,29 @@ class LeaderElectionSettings(BaseModel):
     retry_period_s: int = 2
 
 
+class CcmSettings(BaseModel):
+    """Cloud-controller-manager behaviour; names and defaults follow the upstream flags."""
+
+    #: ``--node-monitor-period``: how often the lifecycle pass checks NotReady nodes.
+    node_monitor_period_s: float = 5.0
+    #: ``--node-status-update-frequency``: address refresh of initialized nodes.
+    node_status_update_frequency_s: float = 300.0
+    #: ``--concurrent-node-syncs``: parallel node initializations (kube API writes).
+    concurrent_node_syncs: int = 1
+    #: ``--concurrent-node-status-updates``: parallel address patches (0: concurrent_node_syncs).
+    concurrent_node_status_updates: int = 0
+    #: ``--concurrent-service-syncs``: parallel load-balancer syncs.
+    concurrent_service_syncs: int = 1
+    #: ``--configure-cloud-routes``: needs a valid ``cluster_cidr``.
+    configure_cloud_routes: bool = True
+    #: ``--cluster-cidr``: the pod network (one CIDR, or two comma-separated for dual-stack).
+    cluster_cidr: str = ""
+    #: ``--route-reconciliation-period``.
+    route_reconciliation_period_s: float = 10.0
+    #: How long node initialization waits to batch a burst of new nodes into one cloud call.
+    init_batch_window_s: float = 0.1
+
+
 class Settings(BaseSettings):
     """Everything a worker or starter process needs to know."""
 
@@ -81,6 +104,7 @@ class Settings(BaseSettings):
     temporal: TemporalSettings = TemporalSettings()
     aws: AwsSettings = AwsSettings()
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    ccm: CcmSettings = CcmSettings()
 
     @classmethod
     def settings_customise_sources(

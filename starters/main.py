@@ -1,20 +1,50 @@
-"""The ``cloudloop starter`` process: leader election, then every starter side by side."""
+"""The ``cloudloop starter`` process: leader election, then every starter side by side.
+
+:data:`STARTERS` lists the factories; a factory returns ``None`` when its capability is turned
+off by settings or not supported by the configured cloud.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from cloudloop import temporal
+from cloudloop.cloud.registry import driver_for
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
+from cloudloop.kube.informer import Informers
 from cloudloop.kube.leader import run_as_leader
 from cloudloop.metrics import MetricsServer
 from cloudloop.settings import Settings
+from starters.context import Starter, StarterContext
 from starters.probes import CloudProbeStarter
 
 log = logging.getLogger(__name__)
+
+STARTERS: list[Callable[[StarterContext], Starter | None]] = [
+    CloudProbeStarter.from_context,
+]
+
+
+async def run_starters(context: StarterContext, stop: asyncio.Event) -> None:
+    """Run every enabled starter until ``stop`` is set; then stop and await them all."""
+    starters = [s for s in (factory(context) for factory in STARTERS) if s is not None]
+    tasks = [asyncio.create_task(s.run(), name=type(s).__name__) for s in starters]
+    log.info("starters running: %s", ", ".join(t.get_name() for t in tasks))
+    try:
+        await stop.wait()
+    finally:
+        for starter in starters:
+            starter.stop()
+        context.informers.stop()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -24,30 +54,19 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     metrics = MetricsServer(settings.metrics_bind, settings.metrics_port).start()
     api = api_client(settings.kubeconfig)
     kube = Kube(api)
-    client = await temporal.connect(settings.temporal)
+    context = StarterContext(
+        settings=settings,
+        kube=kube,
+        client=await temporal.connect(settings.temporal),
+        driver=driver_for(settings),
+        informers=Informers(kube),
+    )
     metrics.set_ready()  # a standby replica is healthy too
 
-    starters = [
-        CloudProbeStarter(
-            kube, client, task_queue=settings.temporal.task_queue, cluster=settings.cluster_name
-        )
-    ]
-
-    async def lead() -> None:
-        tasks = [asyncio.create_task(s.run(), name=type(s).__name__) for s in starters]
-        try:
-            await stop.wait()
-        finally:
-            for s in starters:
-                s.stop()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
     try:
-        leader = asyncio.create_task(run_as_leader(api, settings.leader_election, lead))
+        leader = asyncio.create_task(
+            run_as_leader(api, settings.leader_election, lambda: run_starters(context, stop))
+        )
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({leader, stopped}, return_when=asyncio.FIRST_COMPLETED)
         if not leader.done():  # still waiting for the Lease

@@ -20,12 +20,19 @@ from cloudloop.kube.informer import Informer, WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
 from cloudloop.metrics import WORKFLOWS_STARTED
 from cloudloop.models.probe import ProbeInput
+from starters.context import StarterContext
 from workflows.probe import CloudProbeWorkflow, workflow_id
 
 log = logging.getLogger(__name__)
 
 
 class CloudProbeStarter:
+    @classmethod
+    def from_context(cls, context: StarterContext) -> CloudProbeStarter:
+        return cls(
+            context.kube, context.client, task_queue=context.task_queue, cluster=context.cluster
+        )
+
     def __init__(
         self,
         kube: Kube,

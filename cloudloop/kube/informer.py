@@ -1,9 +1,11 @@
-"""List+watch of one resource into a local store, delivered as an async stream of events.
+"""List+watch of one resource into a local store, shared by any number of async subscribers.
 
 The informer lists, then watches from the list's ``resourceVersion`` with bookmarks; when the
 server answers ``410 Gone`` (the version fell out of etcd's window) it relists and reports
 objects that vanished meanwhile as ``DELETED``. Network errors back off and resume. The blocking
-HTTP work runs in a thread; consumers ``async for`` over :meth:`Informer.events`.
+HTTP work runs in one thread per informer; each :meth:`Informer.events` call is a subscription
+that first replays the current store as ``ADDED`` and then follows the changes, so node sync,
+load balancers and routes can share one watch of Nodes.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
 
+_Subscriber = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[WatchEvent | None]"]
+
+
 class Informer:
     """Keeps ``store`` (key → object) in sync with the API server and streams the changes."""
 
@@ -69,75 +74,92 @@ class Informer:
         self._stop = threading.Event()
         self._resource_version = resource_version
         self._response: Any = None
+        self._lock = threading.Lock()
+        self._subscribers: list[_Subscriber] = []
+        self._thread: threading.Thread | None = None
 
     def stop(self) -> None:
-        """End the loop; an open watch connection is closed so the thread exits promptly."""
+        """End the loop and every subscription; an open watch connection is closed at once."""
         self._stop.set()
         response = self._response
         if response is not None:
             with contextlib.suppress(Exception):
                 response.shutdown() if hasattr(response, "shutdown") else response.close()
+        with self._lock:
+            for subscriber in self._subscribers:
+                _put(subscriber, None)
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        return await asyncio.to_thread(self.synced.wait, timeout)
 
     async def events(self) -> AsyncGenerator[WatchEvent, None]:
-        """Run the list/watch loop in a thread and yield its events until :meth:`stop`."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
-
-        def emit(event: WatchEvent | None) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed while the thread wound down
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-
-        thread = threading.Thread(
-            target=self._run, args=(emit,), daemon=True, name=f"informer-{self.resource.plural}"
-        )
-        thread.start()
+        """Subscribe: the store as ``ADDED`` events, then every change, until :meth:`stop`."""
+        subscriber: _Subscriber = (asyncio.get_running_loop(), asyncio.Queue())
+        with self._lock:
+            for obj in self.store.values():
+                subscriber[1].put_nowait(WatchEvent("ADDED", obj))
+            self._subscribers.append(subscriber)
+            if self._stop.is_set():
+                subscriber[1].put_nowait(None)
+            elif self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name=f"informer-{self.resource.plural}"
+                )
+                self._thread.start()
         try:
             while True:
-                event = await queue.get()
+                event = await subscriber[1].get()
                 if event is None:
                     return
                 yield event
         finally:
-            self._stop.set()
+            with self._lock:
+                if subscriber in self._subscribers:
+                    self._subscribers.remove(subscriber)
 
     # -- the blocking side -----------------------------------------------------------------
-    def _run(self, emit: Any) -> None:
-        backoff = 0.5
-        try:
-            while not self._stop.is_set():
-                try:
-                    if not self._resource_version:
-                        self._relist(emit)
-                    self._watch(emit)
-                    backoff = 0.5
-                except KubeError as exc:
-                    if exc.gone:
-                        log.info("watch of %s expired (410 Gone); relisting", self.resource.plural)
-                        self._resource_version = ""
-                        continue
-                    log.warning(
-                        "watch of %s failed: %s; retrying in %.1fs",
-                        self.resource.plural,
-                        exc,
-                        backoff,
-                    )
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 30)
-                except Exception as exc:  # network errors, protocol errors
-                    if self._stop.is_set():
-                        break
-                    log.warning(
-                        "watch of %s interrupted: %s; retrying in %.1fs",
-                        self.resource.plural,
-                        exc,
-                        backoff,
-                    )
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 30)
-        finally:
-            emit(None)
+    def _apply(self, kind: EventType, key: str, obj: dict[str, Any]) -> None:
+        """Update the store and tell every subscriber, atomically with respect to subscribing."""
+        with self._lock:
+            if kind == "DELETED":
+                self.store.pop(key, None)
+            else:
+                self.store[key] = obj
+            event = WatchEvent(kind, obj)
+            for subscriber in self._subscribers:
+                _put(subscriber, event)
 
-    def _relist(self, emit: Any) -> None:
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if not self._resource_version:
+                    self._relist()
+                self._watch()
+                backoff = 0.5
+            except KubeError as exc:
+                if exc.gone:
+                    log.info("watch of %s expired (410 Gone); relisting", self.resource.plural)
+                    self._resource_version = ""
+                    continue
+                log.warning(
+                    "watch of %s failed: %s; retrying in %.1fs", self.resource.plural, exc, backoff
+                )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30)
+            except Exception as exc:  # network errors, protocol errors
+                if self._stop.is_set():
+                    break
+                log.warning(
+                    "watch of %s interrupted: %s; retrying in %.1fs",
+                    self.resource.plural,
+                    exc,
+                    backoff,
+                )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30)
+
+    def _relist(self) -> None:
         fresh: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
@@ -160,31 +182,29 @@ class Informer:
             self.relists += 1
         for key, old in list(self.store.items()):
             if key not in fresh:
-                del self.store[key]
-                emit(WatchEvent("DELETED", old))
+                self._apply("DELETED", key, old)
         for key, obj in fresh.items():
             previous = self.store.get(key)
-            self.store[key] = obj
             if previous is None:
-                emit(WatchEvent("ADDED", obj))
-            elif previous.get("metadata", {}).get("resourceVersion") != obj["metadata"].get(
+                self._apply("ADDED", key, obj)
+            elif previous["metadata"].get("resourceVersion") != obj["metadata"].get(
                 "resourceVersion"
             ):
-                emit(WatchEvent("MODIFIED", obj))
+                self._apply("MODIFIED", key, obj)
         self.synced.set()
 
-    def _watch(self, emit: Any) -> None:
+    def _watch(self) -> None:
         query = {
             "resourceVersion": self._resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": self.watch_timeout_s,
             **self.selectors,
         }
-        started = time.monotonic()
 
         def opened(response: Any) -> None:
             self._response = response
 
+        started = time.monotonic()
         for event in self.kube.stream(
             self.resource.path(self.namespace),
             query,
@@ -201,15 +221,36 @@ class Informer:
             version = obj.get("metadata", {}).get("resourceVersion")
             if version:
                 self._resource_version = version
-            if kind == "BOOKMARK":
-                continue
-            key = object_key(obj)
-            if kind == "DELETED":
-                self.store.pop(key, None)
-                emit(WatchEvent("DELETED", obj))
-            elif kind in ("ADDED", "MODIFIED"):
-                self.store[key] = obj
-                emit(WatchEvent(kind, obj))
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._apply(kind, object_key(obj), obj)
         log.debug(
             "watch of %s closed after %.0fs", self.resource.plural, time.monotonic() - started
         )
+
+
+def _put(subscriber: _Subscriber, event: WatchEvent | None) -> None:
+    loop, queue = subscriber
+    with contextlib.suppress(RuntimeError):  # that subscriber's loop has closed
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+
+class Informers:
+    """One informer per (resource, namespace, selector), shared by every starter of a process."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._informers: dict[tuple[Resource, str | None, str | None], Informer] = {}
+
+    def get(
+        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> Informer:
+        key = (resource, namespace, label_selector)
+        if key not in self._informers:
+            self._informers[key] = Informer(
+                self.kube, resource, namespace=namespace, label_selector=label_selector
+            )
+        return self._informers[key]
+
+    def stop(self) -> None:
+        for informer in self._informers.values():
+            informer.stop()

@@ -1,0 +1,40 @@
+"""What every starter is built from, and the shape every starter has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from temporalio.client import Client
+
+from cloudloop.cloud.driver import CloudDriver
+from cloudloop.kube.api import Kube
+from cloudloop.kube.informer import Informers
+from cloudloop.settings import Settings
+
+
+@dataclass
+class StarterContext:
+    """Shared by all starters of one process: one kube client, one informer per resource."""
+
+    settings: Settings
+    kube: Kube
+    client: Client
+    driver: CloudDriver
+    informers: Informers
+
+    @property
+    def task_queue(self) -> str:
+        return self.settings.temporal.task_queue
+
+    @property
+    def cluster(self) -> str:
+        return self.settings.cluster_name
+
+
+class Starter(Protocol):
+    """A watcher or loop: ``run`` until ``stop`` (or cancellation)."""
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
