@@ -86,6 +86,8 @@ class CcmSettings(BaseModel):
     route_reconciliation_period_s: float = 10.0
     #: How long node initialization waits to batch a burst of new nodes into one cloud call.
     init_batch_window_s: float = 0.1
+    #: Label selector limiting the Nodes this CCM manages (empty: all Nodes).
+    node_selector: str = ""
 
 
 class Settings(BaseSettings):

@@ -20,12 +20,14 @@ from cloudloop.kube.leader import run_as_leader
 from cloudloop.metrics import MetricsServer
 from cloudloop.settings import Settings
 from starters.context import Starter, StarterContext
+from starters.nodes import NodeSync
 from starters.probes import CloudProbeStarter
 
 log = logging.getLogger(__name__)
 
 STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     CloudProbeStarter.from_context,
+    NodeSync.from_context,
 ]
 
 

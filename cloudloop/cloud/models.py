@@ -43,7 +43,8 @@ class Instance(BaseModel):
 
     @property
     def shut_down(self) -> bool:
-        return self.state in (InstanceState.STOPPED, InstanceState.STOPPING)
+        """Upstream AWS: shut down means ``stopped`` (a stopping instance is not yet)."""
+        return self.state is InstanceState.STOPPED
 
 
 class InstanceListing(BaseModel):
@@ -71,6 +72,20 @@ class DiscoveryData(BaseModel):
     zones: list[Zone] = Field(default_factory=list)
     instance_types: list[InstanceType] = Field(default_factory=list)
     extra: dict[str, object] = Field(default_factory=dict)
+    #: The Deckhouse document type this data fills (e.g. ``AWSCloudDiscoveryData``).
+    api_version: str = "deckhouse.io/v1"
+    kind: str = ""
+
+
+class Disk(BaseModel):
+    """A cloud disk that belongs to the cluster (tagged for it), for the orphaned-disk check."""
+
+    id: str
+    name: str = ""
+    zone: str = ""
+    size_gib: int = 0
+    state: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 class LoadBalancerPort(BaseModel):

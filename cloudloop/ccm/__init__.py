@@ -1,0 +1,1 @@
+"""Provider-neutral cloud-controller-manager rules (pure functions on Node dicts)."""
