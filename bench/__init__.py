@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.context import BenchContext
+from bench.nodes import node_figures
 from bench.probe import probe_overhead
 
 BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,
+    "nodes": node_figures,
 }

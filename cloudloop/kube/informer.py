@@ -89,6 +89,18 @@ class Informer:
             for subscriber in self._subscribers:
                 _put(subscriber, None)
 
+    def start(self) -> None:
+        """Start listing and watching now (subscribing does this too)."""
+        with self._lock:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"informer-{self.resource.plural}"
+            )
+            self._thread.start()
+
     async def wait_synced(self, timeout: float | None = None) -> bool:
         return await asyncio.to_thread(self.synced.wait, timeout)
 
@@ -101,11 +113,7 @@ class Informer:
             self._subscribers.append(subscriber)
             if self._stop.is_set():
                 subscriber[1].put_nowait(None)
-            elif self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, daemon=True, name=f"informer-{self.resource.plural}"
-                )
-                self._thread.start()
+            self._start_locked()
         try:
             while True:
                 event = await subscriber[1].get()
