@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,12 +42,60 @@ def worker() -> None:
     asyncio.run(run(Settings()))
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """A Go-style duration (``5s``, ``5m0s``, ``1h30m``, ``500ms``) in seconds."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise click.BadParameter(f"not a duration: {text!r} (use e.g. 5s, 5m, 1h30m)")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+class Duration(click.ParamType[float]):
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        return value if isinstance(value, float) else parse_duration(str(value))
+
+
 @main.command()
-def starter() -> None:
-    """Run the leader-elected watchers that start workflows."""
+@click.option("--node-monitor-period", type=Duration(), help="Lifecycle pass period [5s].")
+@click.option("--node-status-update-frequency", type=Duration(), help="Address refresh [5m].")
+@click.option("--concurrent-node-syncs", type=int, help="Parallel node initializations [1].")
+@click.option("--concurrent-node-status-updates", type=int, help="Parallel address patches.")
+@click.option("--concurrent-service-syncs", type=int, help="Parallel load-balancer syncs [1].")
+@click.option(
+    "--configure-cloud-routes/--no-configure-cloud-routes",
+    default=None,
+    help="Reconcile pod-network routes (needs --cluster-cidr) [true].",
+)
+@click.option("--cluster-cidr", help="The pod network CIDR(s), comma-separated.")
+@click.option("--route-reconciliation-period", type=Duration(), help="Route pass period [10s].")
+def starter(**flags: Any) -> None:
+    """Run the leader-elected watchers that start workflows.
+
+    The flags carry the upstream cloud-controller-manager names and defaults; each also has a
+    setting (``CLOUDLOOP_CCM__<NAME>``), which the flag overrides.
+    """
     from starters.main import run
 
-    asyncio.run(run(Settings()))
+    asyncio.run(run(with_ccm_flags(Settings(), flags)))
+
+
+def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
+    """Settings with the upstream-named flags that were given applied to ``settings.ccm``."""
+    renames = {
+        "node_monitor_period": "node_monitor_period_s",
+        "node_status_update_frequency": "node_status_update_frequency_s",
+        "route_reconciliation_period": "route_reconciliation_period_s",
+    }
+    update = {renames.get(k, k): v for k, v in flags.items() if v is not None}
+    return settings.model_copy(update={"ccm": settings.ccm.model_copy(update=update)})
 
 
 @main.command()
