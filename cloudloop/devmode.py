@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from cloudloop import temporal
+from cloudloop.ccm.nodes import INSTANCE_TYPE_LABELS, UNINITIALIZED_TAINT, ZONE_LABELS
+from cloudloop.cloud.aws import AwsDriver
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
@@ -28,7 +30,7 @@ from cloudloop.stack.local import LocalStack, StackOptions
 
 log = logging.getLogger(__name__)
 
-DEMO_NODES = ("demo-node-1", "demo-node-2")
+DEMO_NODES = 2
 
 
 def stack_settings(
@@ -58,23 +60,36 @@ def stack_settings(
     )
 
 
-def seed_demo(kube: Kube) -> None:
-    """Two kwok-simulated Nodes and a CloudProbe; already-present objects are left alone."""
-    for name in DEMO_NODES:
-        try:
+def seed_demo(kube: Kube, settings: Settings) -> None:
+    """The demo: EC2 instances in moto with kwok Nodes for them, left to node sync to initialize
+    (providerID, zone/instance-type labels, addresses), and a CloudProbe. Objects that are
+    already present (a second ``dev`` on the same state folder) are left alone."""
+    existing = kube.list(NODES, labelSelector="cloudloop.io/demo=true")["items"]
+    if not existing:
+        ec2 = AwsDriver(settings.aws).client("ec2")
+        launched = ec2.run_instances(
+            ImageId="ami-12c6146b",
+            MinCount=DEMO_NODES,
+            MaxCount=DEMO_NODES,
+            InstanceType="m5.large",
+        )
+        for instance in launched["Instances"]:
+            name = instance["PrivateDnsName"]  # what a kubelet on EC2 names its Node
             kube.create(
                 NODES,
                 {
                     "metadata": {
                         "name": name,
                         "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                        "labels": {"type": "kwok", "kubernetes.io/hostname": name},
-                    }
+                        "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
+                    },
+                    "spec": {
+                        "taints": [
+                            {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
+                        ]
+                    },
                 },
             )
-        except KubeError as exc:
-            if not exc.conflict:
-                raise
     try:
         kube.create(
             CLOUD_PROBES,
@@ -100,7 +115,7 @@ def _banner(stack: LocalStack, kubectl: Path) -> str:
             f"  logs        : {stack.state_dir / 'logs'}",
             "Watch the demo:",
             f"  export KUBECONFIG={kubeconfig}",
-            f"  {kubectl} get nodes",
+            f"  {kubectl} get nodes -L {ZONE_LABELS[0]},{INSTANCE_TYPE_LABELS[0]}",
             f"  {kubectl} get cloudprobes -o wide",
             f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
             f"  temporal workflow list --address {stack.temporal_address} "
@@ -135,7 +150,7 @@ async def run_dev(state_dir: Path, *, temporal_port: int, ui_port: int, fresh: b
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(stack_settings(stack), stop=stop))
         starter = asyncio.create_task(run_starter(stack_settings(stack), stop=stop))
-        await asyncio.to_thread(seed_demo, kube)
+        await asyncio.to_thread(seed_demo, kube, stack_settings(stack))
         print(_banner(stack, kubectl), flush=True)
         done, _ = await asyncio.wait({worker, starter}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()

@@ -84,10 +84,29 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
         while probe_ready() != "True":
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.5)
-        nodes = subprocess.run(
-            [*kubectl, "get", "nodes", "-o", "name"], capture_output=True, text=True, check=True
-        ).stdout.split()
-        assert {"node/demo-node-1", "node/demo-node-2"} <= set(nodes)
+
+        def demo_zones() -> list[str]:
+            out = subprocess.run(
+                [
+                    *kubectl,
+                    "get",
+                    "nodes",
+                    "-l",
+                    "cloudloop.io/demo=true",
+                    "-o",
+                    "jsonpath={.items[*].metadata.labels.topology\\.kubernetes\\.io/zone}",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            return out.split()
+
+        # Node sync initialized the demo nodes from their moto instances.
+        while len(demo_zones()) < 2:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        assert all(zone.startswith("us-east-1") for zone in demo_zones())
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)
