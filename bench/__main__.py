@@ -19,7 +19,11 @@ async def main(selected: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="cloudloop-bench-") as state:
         started = time.monotonic()
         stack = LocalStack(
-            StackOptions(state_dir=Path(state), kube=(KubeOptions(components=ALL_COMPONENTS),))
+            StackOptions(
+                state_dir=Path(state),
+                kube=(KubeOptions(components=ALL_COMPONENTS),),
+                autoscaling_ext=True,  # lifecycle actions for the termination benchmarks
+            )
         )
         with stack:
             print(f"stack_start_s={time.monotonic() - started:.2f}", flush=True)

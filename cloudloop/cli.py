@@ -130,6 +130,30 @@ def status(state_dir: Path) -> None:
 
 
 @main.group()
+def retry() -> None:
+    """Retry a failed cloud operation."""
+
+
+@retry.command("machine")
+@click.argument("target", metavar="NAMESPACE/NAME")
+def retry_machine(target: str) -> None:
+    """Retry the failed provisioning of a Cluster API machine (DeckhouseMachine, ZvirtMachine).
+
+    Signals the machine's workflow; when no run is open, sets the ``cloudloop.io/retry``
+    annotation so the starter starts a new one (the same as setting it yourself).
+    """
+    from starters.machines import request_retry
+
+    namespace, _, name = target.partition("/")
+    if not namespace or not name:
+        raise click.BadParameter("expected NAMESPACE/NAME", param_hint="TARGET")
+    try:
+        click.echo(asyncio.run(request_retry(Settings(), namespace, name)))
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.group()
 def stack() -> None:
     """The embedded local stack's Go tools."""
 

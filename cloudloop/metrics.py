@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import REGISTRY, Counter, generate_latest
+from prometheus_client import REGISTRY, Counter, Gauge, generate_latest
 
 CLOUD_API_REQUESTS = Counter(
     "cloud_api_requests",
@@ -24,6 +25,75 @@ WORKFLOWS_STARTED = Counter(
     "Workflows started by starters (a start that joined a running workflow is not counted).",
     ["workflow"],
 )
+
+# -- cloud data discoverer (names and labels as Deckhouse's cloud-data-discoverer) ----------
+DISCOVERY_CLOUD_REQUEST_ERROR = Gauge(
+    "cloud_data_discovery_cloud_request_error",
+    "1 when the last discovery request of this type to the cloud failed.",
+    ["type"],  # instance_types | discovery_data | disks_meta
+)
+DISCOVERY_UPDATE_RESOURCE_ERROR = Gauge(
+    "cloud_data_discovery_update_resource_error",
+    "1 when the last discovery pass could not write one of its Kubernetes resources.",
+)
+DISCOVERY_ORPHANED_DISK = Gauge(
+    "cloud_data_discovery_orphaned_disk_info",
+    "A disk tagged for the cluster that no PersistentVolume references.",
+    ["id", "name"],
+)
+DISCOVERY_CONDITIONS_ERROR = Gauge(
+    "cloud_data_discovery_cloud_conditions_error",
+    "A cloud condition that is not OK (see ConfigMap d8-cloud-provider-conditions).",
+    ["name", "message"],
+)
+
+# -- AWS node termination handler: upstream names; Prometheus label names cannot hold '/', so
+# upstream's ``node/action``, ``node/status`` and ``event/error/where`` become ``node_action``,
+# ``node_status`` and ``event_error_where``. Counters are exposed with the ``_total`` suffix.
+NTH_ACTIONS = Counter(
+    "actions",
+    "Node actions of the termination handler (cordon, cordon-and-drain, post-drain, ...).",
+    ["node_action", "node_status"],  # node_status: success | error
+)
+NTH_EVENTS_ERROR = Counter(
+    "events_error",
+    "Errors while processing interruption events, by where they happened.",
+    ["event_error_where"],
+)
+NTH_TAGGED_NODES = Gauge(
+    "nth_tagged_nodes", "Nodes in the cluster whose instance carries the managed tag."
+)
+NTH_TAGGED_INSTANCES = Gauge("nth_tagged_instances", "Instances that carry the managed tag.")
+NTH_EVICTIONS = Counter(
+    "nth_evictions",
+    "Eviction requests of node drains, by outcome.",
+    ["outcome"],  # evicted | blocked | gone | error
+)
+NTH_DRAIN_BLOCKED_PODS = Gauge(
+    "nth_drain_blocked_pods",
+    "Pods of a node being drained whose eviction a PodDisruptionBudget currently refuses.",
+    ["node"],
+)
+NTH_SQS_MESSAGES = Counter(
+    "nth_sqs_messages",
+    "SQS messages handled by the queue processor, by fate.",
+    ["outcome"],  # deleted | skipped | ignored | malformed | left
+)
+
+
+#: Judges a scrape's ``Authorization`` header: 200 serves ``/metrics``, else 401 or 403.
+MetricsGuard = Callable[[str | None], int]
+_metrics_guard: MetricsGuard | None = None
+
+
+def require_metrics_authorization(guard: MetricsGuard | None) -> None:
+    """From now on serve ``/metrics`` only when ``guard`` allows (``None``: open again).
+
+    Process-wide, so it covers a server started earlier as well as later ones; see
+    :class:`cloudloop.metrics_auth.MetricsAuthorizer` (TokenReview + SubjectAccessReview).
+    """
+    global _metrics_guard
+    _metrics_guard = guard
 
 
 class MetricsServer:
@@ -45,6 +115,12 @@ class MetricsServer:
                         "text/plain",
                     )
                 elif self.path == "/metrics":
+                    guard = _metrics_guard
+                    verdict = guard(self.headers.get("Authorization")) if guard else 200
+                    if verdict != 200:
+                        reason = b"Unauthorized\n" if verdict == 401 else b"Forbidden\n"
+                        self._send(verdict, reason, "text/plain")
+                        return
                     body = generate_latest(REGISTRY)
                     if temporal_url:
                         try:

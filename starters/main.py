@@ -20,14 +20,26 @@ from cloudloop.kube.leader import run_as_leader
 from cloudloop.metrics import MetricsServer
 from cloudloop.settings import Settings
 from starters.context import Starter, StarterContext
+from starters.discovery import CloudDataDiscoverer
+from starters.machines import MachineStarter
 from starters.nodes import NodeSync
 from starters.probes import CloudProbeStarter
+from starters.registration import CloudProviderRegistration
+from starters.routes import RouteSync
+from starters.services import ServiceStarter
+from starters.termination import QueueProcessor
 
 log = logging.getLogger(__name__)
 
 STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     CloudProbeStarter.from_context,
     NodeSync.from_context,
+    RouteSync.from_context,
+    CloudDataDiscoverer.from_context,
+    MachineStarter.from_context,
+    CloudProviderRegistration.from_context,
+    ServiceStarter.from_context,
+    QueueProcessor.from_context,
 ]
 
 
@@ -53,6 +65,11 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     """Run the starters while leading; return on SIGTERM/SIGINT (or ``stop``)."""
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
+    if settings.metrics_authorization:
+        from cloudloop.metrics import require_metrics_authorization
+        from cloudloop.metrics_auth import MetricsAuthorizer
+
+        require_metrics_authorization(MetricsAuthorizer(Kube(api_client(settings.kubeconfig))))
     metrics = MetricsServer(settings.metrics_bind, settings.metrics_port).start()
     api = api_client(settings.kubeconfig)
     kube = Kube(api)

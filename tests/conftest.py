@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from temporalio.client import Client
@@ -21,8 +22,12 @@ from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
 from cloudloop.settings import Settings
+from cloudloop.stack.audit import eviction_audit_args
 from cloudloop.stack.kube import ALL_COMPONENTS, KubeOptions
 from cloudloop.stack.local import LocalStack, StackOptions
+
+if TYPE_CHECKING:
+    from cloudloop.stack.dvp_simulator import DvpParent
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 
@@ -43,9 +48,14 @@ def stack(stack_dir: Path) -> Iterator[LocalStack]:
                     components=ALL_COMPONENTS,
                     node_monitor_grace_period="8s",
                     # ConfigMaps bypass the watch cache, so compacting etcd yields a real 410.
-                    extra_apiserver_args=("--watch-cache-sizes=configmaps#0",),
+                    extra_apiserver_args=(
+                        "--watch-cache-sizes=configmaps#0",
+                        # Every eviction request lands in an audit log (drain fault tests).
+                        *eviction_audit_args(stack_dir),
+                    ),
                 ),
             ),
+            autoscaling_ext=True,  # lifecycle actions answered beside moto
         )
     )
     local.start()
@@ -83,3 +93,24 @@ def namespace(kube: Kube) -> Iterator[str]:
     kube.create(NAMESPACES, {"metadata": {"name": name}})
     yield name
     kube.delete(NAMESPACES, name)
+
+
+@pytest.fixture(scope="session")
+def dvp_parent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DvpParent]:
+    """A parent DVP cluster (its own kube-apiserver with the virtualization CRDs) and the
+    simulator standing in for DVP's controllers; each test takes a namespace of its own."""
+    from cloudloop.stack.dvp_simulator import DvpParent
+
+    parent = DvpParent.start(tmp_path_factory.mktemp("dvp-parent"))
+    try:
+        yield parent
+    finally:
+        parent.stop()
+
+
+@pytest.fixture(scope="session")
+def capi_crds(kube: Kube) -> None:
+    """Cluster API's Cluster and Machine CRDs: the real ones if installed, else minimal ones."""
+    from cloudloop.stack.machine_fixtures import ensure_capi_crds
+
+    ensure_capi_crds(kube)

@@ -9,18 +9,30 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.cloud import CloudActivities
+from activities.drain import DrainActivities
 from activities.kube import KubeActivities
+from activities.loadbalancer import LoadBalancerActivities
+from activities.machine import MachineActivities
+from activities.volumes import VolumeActivities
 from cloudloop import temporal
+from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
+from workflows.drain import DRAIN_WORKFLOWS
+from workflows.loadbalancer import LoadBalancerWorkflow
+from workflows.machine import MachineWorkflow
 from workflows.probe import CloudProbeWorkflow
+from workflows.volumes import VOLUME_WORKFLOWS
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: list[type] = [CloudProbeWorkflow]
+WORKFLOWS: list[type] = [CloudProbeWorkflow, LoadBalancerWorkflow]
+WORKFLOWS += VOLUME_WORKFLOWS
+WORKFLOWS += DRAIN_WORKFLOWS
+WORKFLOWS += [MachineWorkflow]
 
 
 def build_worker(
@@ -33,6 +45,12 @@ def build_worker(
 ) -> Worker:
     """The worker with every workflow and the activities bound to ``driver`` and ``kube``."""
     activities = [*CloudActivities(driver).all(), *KubeActivities(kube).all()]
+    activities += LoadBalancerActivities(driver, kube).all()
+    activities += MachineActivities(driver, kube).all()
+    activities += VolumeActivities(driver).all()
+    activities += DrainActivities(
+        kube, AwsTermination(settings.aws, settings.nth), settings.nth
+    ).all()
     return temporal.make_worker(
         client,
         task_queue or settings.temporal.task_queue,
@@ -50,6 +68,11 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
     runtime_bind = f"127.0.0.1:{free_port()}"
+    if settings.metrics_authorization:
+        from cloudloop.metrics import require_metrics_authorization
+        from cloudloop.metrics_auth import MetricsAuthorizer
+
+        require_metrics_authorization(MetricsAuthorizer(Kube(api_client(settings.kubeconfig))))
     metrics = MetricsServer(
         settings.metrics_bind,
         settings.metrics_port,

@@ -49,13 +49,22 @@ class CloudDriver:
         raise self._unsupported(Capability.INSTANCES)
 
     # -- machines (Cluster API) ------------------------------------------------------------
-    def create_machine(self, spec: models.MachineSpec) -> models.Machine:
+    def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine:
+        """Create (or adopt, found by name and ``machine_uid``) the VM with its disks and start it.
+
+        Returns as soon as the cloud accepted the request; callers poll :meth:`get_machine`.
+        """
         raise self._unsupported(Capability.MACHINES)
 
-    def get_machine(self, machine_id: str) -> models.Machine:
+    def get_machine(self, spec: models.MachineSpec) -> models.Machine | None:
+        """The VM of ``spec``; ``None`` only when the cloud positively says it does not exist."""
         raise self._unsupported(Capability.MACHINES)
 
-    def delete_machine(self, machine_id: str) -> None:
+    def delete_machine(self, spec: models.MachineSpec) -> bool:
+        """Remove the VM and all it was created with (disks, attachments, cloud-init data).
+
+        Idempotent; ``True`` once nothing is left, ``False`` while the cloud is still removing.
+        """
         raise self._unsupported(Capability.MACHINES)
 
     # -- load balancers --------------------------------------------------------------------
@@ -72,29 +81,52 @@ class CloudDriver:
         raise self._unsupported(Capability.LOAD_BALANCERS)
 
     # -- volumes (CSI) ---------------------------------------------------------------------
+    # Each call issues one cloud change and returns without waiting; the activities wait (with
+    # heartbeats) and apply the CSI rules (idempotency, topology, single-node access).
+    def find_volume(self, name: str, cluster: str) -> models.Volume | None:
+        """The live volume ``cluster`` created for ``name`` (tag lookup), if there is one."""
+        raise self._unsupported(Capability.VOLUMES)
+
+    def get_volume(self, volume_id: str) -> models.Volume:
+        """The volume with its attachments; ``NotFound`` also for a malformed ID."""
+        raise self._unsupported(Capability.VOLUMES)
+
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
+        """Create it tagged for ``spec.cluster`` and ``spec.name``; it may still be creating."""
         raise self._unsupported(Capability.VOLUMES)
 
     def delete_volume(self, volume_id: str) -> None:
+        """``NotFound`` when it does not exist, ``FailedPrecondition`` while it is attached."""
         raise self._unsupported(Capability.VOLUMES)
 
-    def attach_volume(self, volume_id: str, instance_id: str) -> models.Attachment:
+    def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
+        """Attach under a device name free on the instance (or return the existing attachment
+        to that instance); ``NotFound`` for an unknown instance."""
         raise self._unsupported(Capability.VOLUMES)
 
     def detach_volume(self, volume_id: str, instance_id: str) -> None:
+        """Start detaching; a volume not attached to the instance is not an error."""
         raise self._unsupported(Capability.VOLUMES)
 
-    def expand_volume(self, volume_id: str, size_gib: int) -> models.Volume:
+    def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
+        """Start growing the volume to ``size_gib``."""
+        raise self._unsupported(Capability.VOLUMES)
+
+    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
+        """The volume's latest size change, if it ever had one."""
         raise self._unsupported(Capability.VOLUMES)
 
     # -- routes ----------------------------------------------------------------------------
     def list_routes(self, cluster: str) -> list[models.Route]:
+        """The cluster's instance and blackhole routes, in one cloud call where possible."""
         raise self._unsupported(Capability.ROUTES)
 
     def create_route(self, cluster: str, route: models.Route) -> None:
+        """Route ``destination_cidr`` to ``target_instance_id`` (idempotent)."""
         raise self._unsupported(Capability.ROUTES)
 
     def delete_route(self, cluster: str, route: models.Route) -> None:
+        """Remove the route for ``destination_cidr``; an absent route is not an error."""
         raise self._unsupported(Capability.ROUTES)
 
     # -- discovery -------------------------------------------------------------------------
@@ -105,4 +137,9 @@ class CloudDriver:
         raise self._unsupported(Capability.DISCOVERY)
 
     def discovery_data(self) -> models.DiscoveryData:
+        """Live provider data (zones, provider fields); the discoverer adds instance types."""
+        raise self._unsupported(Capability.DISCOVERY)
+
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
+        """Every disk tagged for ``cluster``, for the orphaned-disk check."""
         raise self._unsupported(Capability.DISCOVERY)

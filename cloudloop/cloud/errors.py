@@ -56,6 +56,34 @@ class AlreadyExists(CloudError):
     retryable = False
 
 
+class FailedPrecondition(CloudError):
+    """The resource is in a state that forbids the request (e.g. deleting an attached volume)."""
+
+    kind = "FailedPrecondition"
+    retryable = False
+
+
+class OutOfRange(CloudError):
+    """A size or other quantity outside what the request or the cloud allows."""
+
+    kind = "OutOfRange"
+    retryable = False
+
+
+class ResourceExhausted(CloudError):
+    """No capacity fits the request: no allowed zone, no free device name (attach limit)."""
+
+    kind = "ResourceExhausted"
+    retryable = False
+
+
+class OperationPending(CloudError):
+    """Another operation on the same resource is running; try again when it has finished."""
+
+    kind = "OperationPending"
+    retryable = False
+
+
 class NotSupported(CloudError):
     """This cloud does not implement the capability (upstream's ``ImplementedElsewhere``)."""
 
@@ -80,6 +108,10 @@ KINDS: dict[str, type[CloudError]] = {
         InvalidRequest,
         NotFound,
         AlreadyExists,
+        FailedPrecondition,
+        OutOfRange,
+        ResourceExhausted,
+        OperationPending,
         NotSupported,
     )
 }

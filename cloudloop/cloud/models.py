@@ -6,6 +6,7 @@ These are pydantic models so they cross the Temporal boundary unchanged (pydanti
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -95,6 +96,14 @@ class LoadBalancerPort(BaseModel):
     node_port: int
 
 
+class LoadBalancerBackend(BaseModel):
+    """One node behind a load balancer: its instance and its labels."""
+
+    node_name: str
+    instance_id: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class LoadBalancerSpec(BaseModel):
     """Desired cloud load balancer for one Service."""
 
@@ -105,6 +114,13 @@ class LoadBalancerSpec(BaseModel):
     ports: list[LoadBalancerPort]
     backend_instance_ids: list[str]
     annotations: dict[str, str] = Field(default_factory=dict)
+    #: The nodes behind ``backend_instance_ids`` (same order), with labels for node selectors.
+    backends: list[LoadBalancerBackend] = Field(default_factory=list)
+    #: ``spec.loadBalancerSourceRanges`` (empty: from anywhere).
+    source_ranges: list[str] = Field(default_factory=list)
+    #: ``Cluster`` or ``Local``; with ``Local`` health checks go to ``health_check_node_port``.
+    external_traffic_policy: str = "Cluster"
+    health_check_node_port: int = 0
 
 
 class LoadBalancerStatus(BaseModel):
@@ -119,6 +135,10 @@ class VolumeSpec(BaseModel):
     zone: str = ""
     volume_type: str = ""
     tags: dict[str, str] = Field(default_factory=dict)
+    #: The owning cluster: the volume is tagged for it, so a retried create finds (adopts) it.
+    cluster: str = ""
+    #: Idempotency token for the cloud's create call (AWS ``ClientToken``, at most 64 chars).
+    client_token: str = ""
 
 
 class Volume(BaseModel):
@@ -127,12 +147,29 @@ class Volume(BaseModel):
     zone: str = ""
     state: str = ""
     attached_to: list[str] = Field(default_factory=list)
+    #: The name the volume was created for (AWS: the ``CSIVolumeName`` tag).
+    name: str = ""
+    volume_type: str = ""
+    attachments: list[Attachment] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 class Attachment(BaseModel):
     volume_id: str
     instance_id: str
     device: str = ""
+    #: ``attaching`` | ``attached`` | ``detaching`` | ``detached`` (AWS attachment states).
+    state: str = ""
+
+
+class VolumeModification(BaseModel):
+    """A size change in progress or done (AWS ``DescribeVolumesModifications``)."""
+
+    volume_id: str
+    #: ``modifying`` | ``optimizing`` | ``completed`` | ``failed``.
+    state: str
+    target_size_gib: int = 0
+    message: str = ""
 
 
 class Route(BaseModel):
@@ -143,15 +180,39 @@ class Route(BaseModel):
 
 
 class MachineSpec(BaseModel):
-    name: str
-    cluster: str
-    namespace: str
-    provider_spec: dict[str, object] = Field(default_factory=dict)
-    bootstrap_data_secret: str = ""
+    """The VM one Cluster API InfraMachine asks for.
+
+    ``provider_spec`` is the InfraMachine's ``spec`` as written (DVP: ``vmClassName``, ``cpu``,
+    ``memory``, ``rootDiskSize``, ``bootDiskImageRef``...; zVirt: ``template``, ``vnicProfileID``,
+    ``cpu``, ``memory``, ``rootDiskSizeGb``...); the driver validates it (``InvalidRequest``).
+    Bootstrap data is not here: it is secret, so it never enters workflow history; the activity
+    reads it from the bootstrap Secret and hands it to :meth:`CloudDriver.create_machine`.
+    """
+
+    name: str  # the VM name: the InfraMachine's name
+    namespace: str  # the InfraMachine's namespace
+    cluster: str  # the CAPI Cluster name
+    machine_uid: str  # the InfraMachine's UID; tags the VM so a retried create adopts it
+    provider_spec: dict[str, Any] = Field(default_factory=dict)
+    failure_domain: str = ""
+    control_plane: bool = False
 
 
 class Machine(BaseModel):
-    id: str
-    provider_id: str
+    """A VM as the cloud reports it."""
+
+    id: str  # the cloud's ID (DVP: VM name; zVirt: VM UUID)
+    provider_id: str  # dvp://<vm-name>, zvirt://<uuid>
     state: InstanceState = InstanceState.UNKNOWN
+    phase: str = ""  # the cloud's own word for it (DVP: Running, Degraded; zVirt: up, down)
     addresses: list[NodeAddress] = Field(default_factory=list)
+    message: str = ""  # why it is not running, when the cloud says
+    #: The cloud says the VM will not get running by itself (DVP ``Degraded``, a Failed disk).
+    failed: bool = False
+
+    @property
+    def provisioned(self) -> bool:
+        """Running with at least one IP address: what CAPI's ``provisioned`` waits for."""
+        return self.state is InstanceState.RUNNING and any(
+            a.type in ("InternalIP", "ExternalIP") for a in self.addresses
+        )

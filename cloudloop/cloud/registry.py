@@ -12,4 +12,12 @@ def driver_for(settings: Settings) -> CloudDriver:
         from cloudloop.cloud.aws import AwsDriver
 
         return AwsDriver(settings.aws)
+    if settings.provider == "dvp":
+        from cloudloop.cloud.dvp import DvpDriver
+
+        return DvpDriver(settings.dvp)
+    if settings.provider == "zvirt":
+        from cloudloop.cloud.zvirt import ZvirtDriver
+
+        return ZvirtDriver(settings.zvirt)
     raise NotSupported(settings.provider, "driver")

@@ -41,6 +41,16 @@ SERVICES = Resource("", "v1", "services", "Service")
 EVENTS = Resource("", "v1", "events", "Event")
 SECRETS = Resource("", "v1", "secrets", "Secret")
 CLOUD_PROBES = Resource("cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe")
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
+PODS = Resource("", "v1", "pods", "Pod")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+VOLUME_ATTACHMENTS = Resource(
+    "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
+)
+INSTANCE_TYPES_CATALOGS = Resource(
+    "deckhouse.io", "v1alpha1", "instancetypescatalogs", "InstanceTypesCatalog", namespaced=False
+)
 
 
 class ObjectRef(BaseModel):

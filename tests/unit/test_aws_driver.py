@@ -9,6 +9,7 @@ import pytest
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws import AwsDriver, translate
+from cloudloop.cloud.models import MachineSpec
 from cloudloop.settings import AwsSettings
 
 
@@ -104,5 +105,5 @@ def test_unreachable_is_never_not_found() -> None:
 def test_unsupported_capability_is_explicit() -> None:
     driver = AwsDriver(AwsSettings())
     with pytest.raises(errors.NotSupported) as err:
-        driver.delete_machine("m-1")
+        driver.delete_machine(MachineSpec(name="m-1", namespace="ns", cluster="c", machine_uid="u"))
     assert err.value.capability == "machines"

@@ -9,12 +9,18 @@ from __future__ import annotations
 from cloudloop.cloud.aws.base import PROVIDER, AwsBase, calling, translate
 from cloudloop.cloud.aws.discovery import AwsDiscovery
 from cloudloop.cloud.aws.instances import AwsInstances
+from cloudloop.cloud.aws.loadbalancers import AwsLoadBalancers
+from cloudloop.cloud.aws.routes import AwsRoutes
+from cloudloop.cloud.aws.volumes import AwsVolumes
 from cloudloop.cloud.driver import Capability
 
 __all__ = ["PROVIDER", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsInstances, AwsDiscovery):
+class AwsDriver(AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes):
     """AWS through boto3."""
 
-    capabilities = frozenset({Capability.INSTANCES, Capability.DISCOVERY})
+    capabilities = frozenset(
+        {Capability.INSTANCES, Capability.DISCOVERY, Capability.ROUTES, Capability.LOAD_BALANCERS}
+        | {Capability.VOLUMES}
+    )
