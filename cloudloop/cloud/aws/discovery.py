@@ -1,9 +1,17 @@
-"""AWS discovery: zones and instance types of the region."""
+"""AWS discovery: zones and instance types of the region, and the EBS volumes of the cluster."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cloudloop.cloud import models
 from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
+
+#: Deckhouse's document type for the AWS discovery data.
+DISCOVERY_KIND = "AWSCloudDiscoveryData"
+#: Tags the EBS CSI driver and the in-tree provisioner put the PV name in, best first.
+_DISK_NAME_TAGS = ("CSIVolumeName", "kubernetes.io/created-for/pv/name", "Name")
 
 
 class AwsDiscovery(AwsBase):
@@ -36,6 +44,32 @@ class AwsDiscovery(AwsBase):
         return found
 
     def discovery_data(self) -> models.DiscoveryData:
+        """Live zones for ``AWSCloudDiscoveryData`` (instance types are listed separately)."""
         return models.DiscoveryData(
-            region=self.settings.region, zones=self.zones(), instance_types=self.instance_types()
+            region=self.settings.region, zones=self.zones(), kind=DISCOVERY_KIND
+        )
+
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
+        """EBS volumes with either cluster tag (one DescribeVolumes per tag style)."""
+        disks: dict[str, models.Disk] = {}
+        paginator = self.client("ec2").get_paginator("describe_volumes")
+        for filters in cluster_tag_filters(cluster):
+            with calling("DescribeVolumes"):
+                for page in paginator.paginate(Filters=filters):
+                    for raw in page.get("Volumes", []):
+                        tags = tag_dict(raw.get("Tags"))
+                        if tagged_for_cluster(tags, cluster):
+                            disks[str(raw["VolumeId"])] = self._to_disk(raw, tags)
+        return list(disks.values())
+
+    @staticmethod
+    def _to_disk(raw: dict[str, Any], tags: dict[str, str]) -> models.Disk:
+        name = next((tags[key] for key in _DISK_NAME_TAGS if tags.get(key)), "")
+        return models.Disk(
+            id=str(raw["VolumeId"]),
+            name=name,
+            zone=str(raw.get("AvailabilityZone", "")),
+            size_gib=int(raw.get("Size", 0) or 0),
+            state=str(raw.get("State", "")),
+            tags=tags,
         )
