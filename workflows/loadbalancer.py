@@ -1,0 +1,329 @@
+"""LoadBalancerWorkflow: one long-lived entity workflow per Service owns that Service's cloud LB.
+
+The starter sends the desired state (ports, annotations, node set) with the ``apply`` signal and
+asks for the teardown with ``tear_down`` (signal-with-start, conflict policy ``USE_EXISTING``).
+Handlers only record what they receive; the main loop works through it under one lock, so every
+change to one LB is serialised and a burst of changes is coalesced into one reconcile:
+
+- config changed (or nothing applied yet): ``lb.ensure``, one activity for the cloud work, the
+  ingress patch and the ``EnsuringLoadBalancer``/``EnsuredLoadBalancer`` Events; without nodes
+  also ``UnAvailableLoadBalancer``.
+- only the node set changed: ``lb.update_backends``, ``UpdatedLoadBalancer`` (or
+  ``UpdateLoadBalancerFailed``); an LB found missing is ensured again.
+- tear-down: ``lb.get``, ``DeletingLoadBalancer`` (if it exists), ``lb.delete`` (cloud, status,
+  finalizer), ``DeletedLoadBalancer``; then the workflow completes (unless an ``apply`` came).
+
+Invalid annotations (``InvalidRequest``) give a Warning ``SyncLoadBalancerFailed`` and wait for
+the next change; "handled elsewhere" (``NotSupported``) is a silent no-op; other failures give
+the Warning and are retried with the upstream backoff (5 s doubling to 300 s), sooner when a new
+desired state arrives. Every Event message names the workflow ID. The run continues as new when
+the server suggests it (or after ``history_limit`` events), carrying :class:`LoadBalancerState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Literal
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from cloudloop.models.kube import KubeActivity, RecordEventInput
+    from cloudloop.models.loadbalancer import (
+        ApplyRequest,
+        DeleteLoadBalancerInput,
+        DesiredLoadBalancer,
+        EnsureLoadBalancerInput,
+        EnsureLoadBalancerResult,
+        LoadBalancerActivity,
+        LoadBalancerFound,
+        LoadBalancerLookup,
+        LoadBalancerQuery,
+        LoadBalancerResult,
+        LoadBalancerSignal,
+        LoadBalancerState,
+        UpdateBackendsInput,
+    )
+
+#: A few quick attempts per reconcile; the workflow's own backoff takes over after that.
+CLOUD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5), maximum_attempts=3
+)
+EVENT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+)
+CLOUD_TIMEOUT = timedelta(minutes=5)
+#: A worker that dies mid-call is noticed after this long (the activities heartbeat every 2 s).
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+#: Upstream service-controller backoff: 5 s doubling up to 300 s.
+BACKOFF_MIN_S, BACKOFF_MAX_S = 5.0, 300.0
+
+
+def _failure(err: ActivityError) -> tuple[str, str]:
+    """The error kind (``ApplicationError.type``) and message behind an activity failure."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type or "CloudError", cause.message
+    return type(cause).__name__ if cause else "ActivityError", str(cause or err)
+
+
+@workflow.defn(name="LoadBalancer")
+class LoadBalancerWorkflow:
+    @workflow.init
+    def __init__(self, state: LoadBalancerState) -> None:
+        self.state = state
+        self.lock = asyncio.Lock()
+        self.version = 0  # bumped by every signal
+        self.failures = 0
+        self.retry_version: int | None = None  # the version whose reconcile failed
+        self.events: list[workflow.ActivityHandle[None]] = []
+
+    # -- handlers: record only -------------------------------------------------------------
+    @workflow.signal(name=LoadBalancerSignal.APPLY)
+    def apply(self, request: ApplyRequest) -> None:
+        if self.state.ingress is None:
+            self.state.ingress = list(request.observed_ingress)
+        self.state.desired = request.desired
+        self.state.tear_down = False
+        self.version += 1
+
+    @workflow.signal(name=LoadBalancerSignal.TEAR_DOWN)
+    def tear_down(self) -> None:
+        self.state.tear_down = True
+        self.version += 1
+
+    @workflow.query(name=LoadBalancerQuery.STATE)
+    def current_state(self) -> LoadBalancerState:
+        return self.state
+
+    # -- main loop -------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, state: LoadBalancerState) -> LoadBalancerResult:
+        while True:
+            await self._wait_for_work()
+            torn_down = False
+            async with self.lock:
+                if self.state.tear_down:
+                    torn_down = await self._delete()
+                elif self._pending():
+                    await self._reconcile()
+            await self._flush_events()
+            if torn_down and self.state.tear_down:
+                break  # deleted, and no apply came meanwhile: done
+            if self._continue_as_new_due() and self._idle():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._idle():
+                    workflow.logger.info("continuing as new")
+                    workflow.continue_as_new(self.state)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return LoadBalancerResult(deleted=True)
+
+    def _pending(self) -> bool:
+        desired = self.state.desired
+        return desired is not None and desired not in (self.state.applied, self.state.rejected)
+
+    def _idle(self) -> bool:
+        return not (self.state.tear_down or self._pending() or self.retry_version is not None)
+
+    def _continue_as_new_due(self) -> bool:
+        info = workflow.info()
+        limit = self.state.history_limit
+        if limit and info.get_current_history_length() >= limit:
+            return True
+        return info.is_continue_as_new_suggested()
+
+    async def _wait_for_work(self) -> None:
+        if self.retry_version is not None:  # back off, unless something new arrives
+            failed = self.retry_version
+            delay = min(BACKOFF_MIN_S * 2 ** max(self.failures - 1, 0), BACKOFF_MAX_S)
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self.version != failed, timeout=timedelta(seconds=delay)
+                )
+            self.retry_version = None
+            return
+        await workflow.wait_condition(
+            lambda: self.state.tear_down or self._pending() or self._continue_as_new_due()
+        )
+
+    def _retry_later(self, version: int) -> None:
+        self.failures += 1
+        self.retry_version = version
+
+    def _succeeded(self) -> None:
+        self.failures = 0
+        self.retry_version = None
+
+    # -- steps -----------------------------------------------------------------------------
+    async def _reconcile(self) -> None:
+        desired = self.state.desired
+        assert desired is not None
+        if (
+            desired.same_config(self.state.applied)
+            and not self.state.finalizer_removed
+            and desired != self.state.rejected
+        ):
+            await self._update_backends(desired, self.version)
+        else:
+            await self._ensure(desired, self.version)
+
+    async def _ensure(self, desired: DesiredLoadBalancer, version: int) -> None:
+        # lb.ensure records EnsuringLoadBalancer and EnsuredLoadBalancer itself.
+        if not desired.nodes:
+            self._event(
+                "Warning",
+                "UnAvailableLoadBalancer",
+                "There are no available nodes for LoadBalancer",
+            )
+        try:
+            result = await workflow.execute_activity(
+                LoadBalancerActivity.ENSURE,
+                EnsureLoadBalancerInput(
+                    target=self.state.target,
+                    desired=desired,
+                    current_ingress=self.state.ingress or [],
+                    add_finalizer=self.state.finalizer_removed,
+                ),
+                result_type=EnsureLoadBalancerResult,
+                start_to_close_timeout=CLOUD_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=CLOUD_RETRY,
+            )
+        except ActivityError as err:
+            kind, message = _failure(err)
+            if kind == "NotSupported":  # another controller's LB: nothing to do, silently
+                workflow.logger.info("load balancer handled elsewhere: %s", message)
+                self.state.applied = desired
+                self._succeeded()
+                return
+            self._event(
+                "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {message}"
+            )
+            if kind == "InvalidRequest":  # retrying cannot help; wait for the Service to change
+                workflow.logger.warning("invalid load balancer request, not retried: %s", message)
+                self.state.rejected = desired
+                self._succeeded()
+            else:
+                workflow.logger.warning("ensuring the load balancer failed (%s): %s", kind, message)
+                self._retry_later(version)
+            return
+        self._succeeded()
+        self.state.rejected = None
+        if result.service_gone:  # deleted without waiting for the finalizer: clean up
+            workflow.logger.info("the Service is gone; tearing the load balancer down")
+            self.state.tear_down = True
+            return
+        self.state.finalizer_removed = False
+        self.state.applied = desired
+        self.state.ingress = result.ingress
+
+    async def _update_backends(self, desired: DesiredLoadBalancer, version: int) -> None:
+        try:
+            await workflow.execute_activity(
+                LoadBalancerActivity.UPDATE_BACKENDS,
+                UpdateBackendsInput(target=self.state.target, desired=desired),
+                start_to_close_timeout=CLOUD_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=CLOUD_RETRY,
+            )
+        except ActivityError as err:
+            kind, message = _failure(err)
+            if kind == "NotFound":  # the LB went missing: ensure it again
+                workflow.logger.info("load balancer not found (%s); ensuring it again", message)
+                self.state.applied = None
+                return
+            if kind == "NotSupported":
+                self.state.applied = desired
+                return
+            hosts = ", ".join(n.name for n in desired.nodes)
+            self._event(
+                "Warning",
+                "UpdateLoadBalancerFailed",
+                f"Error updating load balancer with new hosts [{hosts}]: {message}",
+            )
+            if kind == "InvalidRequest":
+                self.state.rejected = desired
+                self._succeeded()
+            else:
+                self._retry_later(version)
+            return
+        self._succeeded()
+        self.state.applied = desired
+        if not desired.nodes:
+            self._event(
+                "Warning",
+                "UnAvailableLoadBalancer",
+                "There are no available nodes for LoadBalancer",
+            )
+        hosts = ", ".join(n.name for n in desired.nodes)
+        self._event(
+            "Normal", "UpdatedLoadBalancer", f"Updated load balancer with new hosts [{hosts}]"
+        )
+
+    async def _delete(self) -> bool:
+        version = self.version
+        target = self.state.target
+        try:
+            found = await workflow.execute_activity(
+                LoadBalancerActivity.GET,
+                LoadBalancerLookup(target=target),
+                result_type=LoadBalancerFound,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=CLOUD_RETRY,
+            )
+            if found.exists:
+                self._event("Normal", "DeletingLoadBalancer", "Deleting load balancer")
+            await workflow.execute_activity(
+                LoadBalancerActivity.DELETE,
+                DeleteLoadBalancerInput(target=target),
+                start_to_close_timeout=CLOUD_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=CLOUD_RETRY,
+            )
+        except ActivityError as err:
+            kind, message = _failure(err)
+            workflow.logger.warning("deleting the load balancer failed (%s): %s", kind, message)
+            self._event(
+                "Warning", "SyncLoadBalancerFailed", f"Error deleting load balancer: {message}"
+            )
+            self._retry_later(version)
+            return False
+        self._succeeded()
+        self.state.applied = None
+        self.state.rejected = None
+        self.state.ingress = []
+        self.state.finalizer_removed = True
+        self._event("Normal", "DeletedLoadBalancer", "Deleted load balancer")
+        return True
+
+    # -- Events ----------------------------------------------------------------------------
+    def _event(self, type: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        """Record an Event without waiting for it (it runs beside the cloud work)."""
+        wf_id = workflow.info().workflow_id
+        self.events.append(
+            workflow.start_activity(
+                KubeActivity.RECORD_EVENT,
+                RecordEventInput(
+                    object=self.state.target.service,
+                    type=type,
+                    reason=reason,
+                    message=f"{message} (workflow {wf_id})",
+                ),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=EVENT_RETRY,
+            )
+        )
+
+    async def _flush_events(self) -> None:
+        events, self.events = self.events, []
+        for handle in events:
+            try:
+                await handle
+            except ActivityError as err:
+                workflow.logger.warning("could not record an Event: %s", err)
