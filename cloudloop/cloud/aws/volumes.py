@@ -1,0 +1,343 @@
+"""AWS EBS volumes for the CSI controller: tagged create, lookup by tag, attach with device names
+allocated per instance, detach, resize.
+
+Every call issues one EC2 change and returns; waiting for ``available``/``attached``/``detached``
+is the activities' job. Volumes carry the cluster's ownership tag and the CSI name
+(``CSIVolumeName``), as the EBS CSI driver tags them, so a create retried after a crash finds the
+volume it already made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import string
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import botocore.exceptions
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.aws.base import PROVIDER, AwsBase, translate
+from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
+
+#: Tag holding the CSI volume name (the PV name), as the EBS CSI driver sets it.
+CSI_NAME_TAG = "CSIVolumeName"
+#: Tag the EBS CSI driver puts on every volume it creates.
+EBS_CSI_CLUSTER_TAG = "ebs.csi.aws.com/cluster"
+DEFAULT_VOLUME_TYPE = "gp3"
+
+#: Device names handed to EBS attachments, ``/dev/xvdba`` .. ``/dev/xvdcz`` (EBS CSI driver).
+DEVICE_NAMES = tuple(f"/dev/xvd{a}{b}" for a in "bc" for b in string.ascii_lowercase)
+
+_VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
+_GONE_STATES = {"deleting", "deleted"}
+_GONE_INSTANCE_STATES = {"shutting-down", "terminated"}
+
+#: EC2 error codes that mean more than the generic translation says.
+_CODE_ERRORS: dict[str, type[errors.CloudError]] = {
+    "VolumeInUse": errors.FailedPrecondition,
+    "IncorrectState": errors.FailedPrecondition,
+    "IncorrectModificationState": errors.FailedPrecondition,
+    "InvalidVolume.ZoneMismatch": errors.FailedPrecondition,
+    "AttachmentLimitExceeded": errors.ResourceExhausted,
+    "VolumeLimitExceeded": errors.ResourceExhausted,
+    "InsufficientVolumeCapacity": errors.ResourceExhausted,
+}
+
+
+def is_volume_id(volume_id: str) -> bool:
+    return bool(_VOLUME_ID.match(volume_id))
+
+
+def _error_code(exc: BaseException | None) -> str:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+@contextlib.contextmanager
+def ebs_calling(operation: str) -> Iterator[None]:
+    """Like :func:`~cloudloop.cloud.aws.base.calling`, with the EBS-specific error codes."""
+    try:
+        yield
+    except errors.CloudError:
+        raise
+    except botocore.exceptions.ClientError as exc:
+        code = _error_code(exc)
+        if code in _CODE_ERRORS:
+            message = str(exc.response.get("Error", {}).get("Message", code))
+            raise _CODE_ERRORS[code](PROVIDER, operation, f"{code}: {message}") from exc
+        raise translate(operation, exc) from exc
+    except Exception as exc:
+        raise translate(operation, exc) from exc
+
+
+def _short_device(device: str) -> str:
+    return device.removeprefix("/dev/")
+
+
+class DeviceAllocator:
+    """Device names for attachments to one instance, free of collisions within this process.
+
+    A name is free when the instance's block device mappings (read by the caller while holding
+    :meth:`instance_lock`) do not use it and no attach of this process holds it. A held name
+    stays held for ``hold_s`` after :meth:`release`, so a mapping read that raced with the
+    attach (EC2 reads are eventually consistent) cannot hand the name out again.
+    """
+
+    def __init__(
+        self,
+        names: Iterable[str] = DEVICE_NAMES,
+        *,
+        hold_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.names = tuple(names)
+        self.hold_s = hold_s
+        self.clock = clock
+        self._guard = threading.Lock()
+        self._instance_locks: dict[str, threading.Lock] = {}
+        #: instance → device → when the hold ends (``inf`` while the attach is in flight).
+        self._held: dict[str, dict[str, float]] = {}
+
+    def instance_lock(self, instance_id: str) -> threading.Lock:
+        """Hold it across reading the instance's mappings and :meth:`reserve`."""
+        with self._guard:
+            return self._instance_locks.setdefault(instance_id, threading.Lock())
+
+    def held(self, instance_id: str) -> set[str]:
+        now = self.clock()
+        with self._guard:
+            held = self._held.get(instance_id, {})
+            for device in [d for d, until in held.items() if until <= now]:
+                del held[device]
+            return set(held)
+
+    def reserve(self, instance_id: str, in_use: Iterable[str]) -> str:
+        """The first name neither ``in_use`` nor held; ``ResourceExhausted`` when none is left."""
+        taken = {_short_device(d) for d in in_use} | {
+            _short_device(d) for d in self.held(instance_id)
+        }
+        with self._guard:
+            for name in self.names:
+                if _short_device(name) not in taken:
+                    self._held.setdefault(instance_id, {})[name] = float("inf")
+                    return name
+        raise errors.ResourceExhausted(
+            PROVIDER,
+            "AttachVolume",
+            f"no free device name on instance {instance_id} ({len(self.names)} in use)",
+        )
+
+    def release(self, instance_id: str, device: str) -> None:
+        with self.instance_lock(instance_id), self._guard:
+            held = self._held.setdefault(instance_id, {})
+            if device in held:
+                held[device] = self.clock() + self.hold_s
+
+
+class AwsVolumes(AwsBase):
+    """EBS volumes through EC2."""
+
+    #: Shared by every driver of the process: attaches to one instance never pick one name twice.
+    devices = DeviceAllocator()
+
+    # -- volumes ---------------------------------------------------------------------------
+    def find_volume(self, name: str, cluster: str) -> models.Volume | None:
+        filters = [
+            {"Name": f"tag:{CSI_NAME_TAG}", "Values": [name]},
+            {"Name": "tag-key", "Values": [cluster_tag_key(cluster)]},
+        ]
+        with ebs_calling("DescribeVolumes"):
+            answer = self.client("ec2").describe_volumes(Filters=filters)
+        found = [
+            raw
+            for raw in answer.get("Volumes", [])
+            if raw.get("State") not in _GONE_STATES
+            and tag_dict(raw.get("Tags")).get(CSI_NAME_TAG) == name
+        ]
+        if not found:
+            return None
+        found.sort(key=lambda raw: (str(raw.get("CreateTime", "")), str(raw["VolumeId"])))
+        return self.to_volume(found[0])
+
+    def get_volume(self, volume_id: str) -> models.Volume:
+        if not is_volume_id(volume_id):
+            raise errors.NotFound(PROVIDER, "DescribeVolumes", f"no volume {volume_id!r}")
+        with ebs_calling("DescribeVolumes"):
+            answer = self.client("ec2").describe_volumes(VolumeIds=[volume_id])
+        volumes = answer.get("Volumes", [])
+        if not volumes or volumes[0].get("State") == "deleted":
+            raise errors.NotFound(PROVIDER, "DescribeVolumes", f"no volume {volume_id!r}")
+        return self.to_volume(volumes[0])
+
+    def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
+        if not spec.zone:
+            raise errors.InvalidRequest(PROVIDER, "CreateVolume", "an EBS volume needs a zone")
+        tags = {
+            **spec.tags,
+            CSI_NAME_TAG: spec.name,
+            EBS_CSI_CLUSTER_TAG: "true",
+        }
+        if spec.cluster:
+            tags[cluster_tag_key(spec.cluster)] = "owned"
+        kwargs: dict[str, Any] = {
+            "AvailabilityZone": spec.zone,
+            "Size": spec.size_gib,
+            "VolumeType": spec.volume_type or DEFAULT_VOLUME_TYPE,
+            "TagSpecifications": [
+                {
+                    "ResourceType": "volume",
+                    "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())],
+                }
+            ],
+        }
+        if spec.client_token:
+            kwargs["ClientToken"] = spec.client_token
+        with ebs_calling("CreateVolume"):
+            raw = self.client("ec2").create_volume(**kwargs)
+        return self.to_volume(raw)
+
+    def delete_volume(self, volume_id: str) -> None:
+        if not is_volume_id(volume_id):
+            raise errors.NotFound(PROVIDER, "DeleteVolume", f"no volume {volume_id!r}")
+        with ebs_calling("DeleteVolume"):
+            self.client("ec2").delete_volume(VolumeId=volume_id)
+
+    def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
+        ec2 = self.client("ec2")
+        excluded: set[str] = set()
+        for _ in range(3):  # another process may take the name we picked: pick again
+            with self.devices.instance_lock(instance_id):
+                instance = self._instance(instance_id)
+                zone = str(instance.get("Placement", {}).get("AvailabilityZone", ""))
+                if volume.zone and zone and volume.zone != zone:
+                    raise errors.FailedPrecondition(
+                        PROVIDER,
+                        "AttachVolume",
+                        f"volume {volume.id} is in zone {volume.zone}, "
+                        f"instance {instance_id} in zone {zone}",
+                    )
+                mappings = {
+                    str(m["DeviceName"]): str(m.get("Ebs", {}).get("VolumeId", ""))
+                    for m in instance.get("BlockDeviceMappings", []) or []
+                }
+                for device, mapped_volume in mappings.items():
+                    if mapped_volume == volume.id:
+                        return models.Attachment(
+                            volume_id=volume.id, instance_id=instance_id, device=device
+                        )
+                device = self.devices.reserve(instance_id, set(mappings) | excluded)
+            try:
+                with ebs_calling("AttachVolume"):
+                    answer = ec2.attach_volume(
+                        VolumeId=volume.id, InstanceId=instance_id, Device=device
+                    )
+            except errors.InvalidRequest as exc:
+                if "already in use" not in exc.message:
+                    raise
+                excluded.add(device)
+                continue
+            except errors.FailedPrecondition:
+                # In use: maybe a concurrent attempt attached it here already.
+                current = self.get_volume(volume.id)
+                mine = [a for a in current.attachments if a.instance_id == instance_id]
+                if mine:
+                    return mine[0]
+                raise
+            finally:
+                self.devices.release(instance_id, device)
+            return models.Attachment(
+                volume_id=volume.id,
+                instance_id=instance_id,
+                device=str(answer.get("Device", device)),
+                state=str(answer.get("State", "attaching")),
+            )
+        raise errors.CloudError(
+            PROVIDER, "AttachVolume", f"device names on {instance_id} kept colliding: {excluded}"
+        )
+
+    def detach_volume(self, volume_id: str, instance_id: str) -> None:
+        if not is_volume_id(volume_id):
+            raise errors.NotFound(PROVIDER, "DetachVolume", f"no volume {volume_id!r}")
+        try:
+            with ebs_calling("DetachVolume"):
+                self.client("ec2").detach_volume(VolumeId=volume_id, InstanceId=instance_id)
+        except (errors.NotFound, errors.FailedPrecondition) as exc:
+            if _error_code(exc.__cause__) in ("InvalidAttachment.NotFound", "IncorrectState"):
+                return  # not attached there, or already detaching
+            raise
+
+    def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
+        if not is_volume_id(volume_id):
+            raise errors.NotFound(PROVIDER, "ModifyVolume", f"no volume {volume_id!r}")
+        with ebs_calling("ModifyVolume"):
+            answer = self.client("ec2").modify_volume(VolumeId=volume_id, Size=size_gib)
+        return self._to_modification(answer["VolumeModification"])
+
+    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
+        if not is_volume_id(volume_id):
+            raise errors.NotFound(PROVIDER, "DescribeVolumesModifications", f"no {volume_id!r}")
+        try:
+            with ebs_calling("DescribeVolumesModifications"):
+                answer = self.client("ec2").describe_volumes_modifications(VolumeIds=[volume_id])
+        except errors.NotFound as exc:
+            if _error_code(exc.__cause__) == "InvalidVolumeModification.NotFound":
+                return None  # never modified
+            raise
+        found = sorted(
+            answer.get("VolumesModifications", []), key=lambda m: str(m.get("StartTime", ""))
+        )
+        return self._to_modification(found[-1]) if found else None
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _instance(self, instance_id: str) -> dict[str, Any]:
+        """The raw instance; ``NotFound`` when it does not exist or is terminated."""
+        ec2 = self.client("ec2")
+        if instance_id.startswith("i-"):
+            with ebs_calling("DescribeInstances"):
+                answer = ec2.describe_instances(
+                    Filters=[{"Name": "instance-id", "Values": [instance_id]}]
+                )
+            for reservation in answer.get("Reservations", []):
+                for raw in reservation.get("Instances", []):
+                    if raw.get("State", {}).get("Name") not in _GONE_INSTANCE_STATES:
+                        return dict(raw)
+        raise errors.NotFound(PROVIDER, "DescribeInstances", f"no instance {instance_id!r}")
+
+    @staticmethod
+    def to_volume(raw: dict[str, Any]) -> models.Volume:
+        tags = tag_dict(raw.get("Tags"))
+        volume_id = str(raw["VolumeId"])
+        attachments = [
+            models.Attachment(
+                volume_id=volume_id,
+                instance_id=str(a.get("InstanceId", "")),
+                device=str(a.get("Device", "")),
+                state=str(a.get("State", "")),
+            )
+            for a in raw.get("Attachments", []) or []
+        ]
+        return models.Volume(
+            id=volume_id,
+            size_gib=int(raw.get("Size", 0) or 0),
+            zone=str(raw.get("AvailabilityZone", "")),
+            state=str(raw.get("State", "")),
+            attached_to=[a.instance_id for a in attachments if a.state != "detached"],
+            name=tags.get(CSI_NAME_TAG, ""),
+            volume_type=str(raw.get("VolumeType", "")),
+            attachments=attachments,
+            tags=tags,
+        )
+
+    @staticmethod
+    def _to_modification(raw: dict[str, Any]) -> models.VolumeModification:
+        return models.VolumeModification(
+            volume_id=str(raw.get("VolumeId", "")),
+            state=str(raw.get("ModificationState", "")),
+            target_size_gib=int(raw.get("TargetSize", 0) or 0),
+            message=str(raw.get("StatusMessage", "")),
+        )

@@ -1,0 +1,191 @@
+"""Models and names of the volume workflows (CSI controller operations on cloud disks).
+
+The requests are what a CSI controller passes (capacity range, topology, node ID); the inputs are
+what the workflows and activities take (sizes already rounded to GiB); every result carries a
+CSI-style :class:`Code`, so a refusal ("already exists", "operation pending", ...) is a result the
+gRPC layer turns into a status, never a workflow failure.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from cloudloop.cloud.models import Volume
+
+
+class VolumeActivity:
+    CREATE = "volume.create"
+    DELETE = "volume.delete"
+    ATTACH = "volume.attach"
+    DETACH = "volume.detach"
+    EXPAND = "volume.expand"
+
+
+class VolumeWorkflow:
+    """Workflow type names."""
+
+    CREATE = "CreateVolume"
+    DELETE = "DeleteVolume"
+    ATTACH = "AttachVolume"
+    DETACH = "DetachVolume"
+    EXPAND = "ExpandVolume"
+
+
+class Code(StrEnum):
+    """The gRPC status codes a CSI controller answers with (names as in ``grpc.StatusCode``)."""
+
+    OK = "OK"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+#: Cloud error kinds (``ApplicationError.type``) → the code a CSI controller returns.
+CODE_BY_ERROR_KIND: dict[str, Code] = {
+    "NotFound": Code.NOT_FOUND,
+    "AlreadyExists": Code.ALREADY_EXISTS,
+    "InvalidRequest": Code.INVALID_ARGUMENT,
+    "FailedPrecondition": Code.FAILED_PRECONDITION,
+    "OutOfRange": Code.OUT_OF_RANGE,
+    "ResourceExhausted": Code.RESOURCE_EXHAUSTED,
+    "OperationPending": Code.ABORTED,
+    "NotSupported": Code.UNIMPLEMENTED,
+    "CloudAuthFailed": Code.PERMISSION_DENIED,
+    "CloudUnreachable": Code.UNAVAILABLE,
+    "CloudThrottled": Code.UNAVAILABLE,
+    "CloudError": Code.UNAVAILABLE,
+}
+
+
+def code_for(error_kind: str | None) -> Code:
+    """Unknown kinds are internal errors (a bug, not a cloud answer)."""
+    return CODE_BY_ERROR_KIND.get(error_kind or "", Code.INTERNAL)
+
+
+# -- requests (what the CSI controller passes) ----------------------------------------------
+class CapacityRange(BaseModel):
+    """CSI ``CapacityRange``: 0 means unset."""
+
+    required_bytes: int = 0
+    limit_bytes: int = 0
+
+
+class Topology(BaseModel):
+    """CSI ``TopologyRequirement`` reduced to zones: requisite (allowed) and preferred (order)."""
+
+    requisite: list[str] = Field(default_factory=list)
+    preferred: list[str] = Field(default_factory=list)
+
+
+class CreateVolumeRequest(BaseModel):
+    name: str
+    capacity: CapacityRange = CapacityRange()
+    #: The cloud's disk type (EBS: ``gp3``, ``io2``, ...); the driver's default when empty.
+    volume_type: str = ""
+    topology: Topology = Topology()
+    #: Extra tags (e.g. the PVC's namespace and name from ``--extra-create-metadata``).
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class DeleteVolumeRequest(BaseModel):
+    volume_id: str
+
+
+class AttachVolumeRequest(BaseModel):
+    volume_id: str
+    #: CSI node ID (the instance ID, or a provider ID).
+    node_id: str
+    #: A MULTI_NODE access mode: do not refuse when the volume is attached to another node.
+    multi_node: bool = False
+
+
+class DetachVolumeRequest(BaseModel):
+    volume_id: str
+    #: Empty: detach from every node (CSI ``ControllerUnpublishVolume`` without ``node_id``).
+    node_id: str = ""
+
+
+class ExpandVolumeRequest(BaseModel):
+    volume_id: str
+    capacity: CapacityRange
+
+
+# -- workflow and activity inputs (one model per workflow; the activity takes the same) ------
+class VolumeInput(BaseModel):
+    cluster: str
+    provider: str
+
+
+class CreateVolumeInput(VolumeInput):
+    name: str
+    size_gib: int
+    volume_type: str = ""
+    topology: Topology = Topology()
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class DeleteVolumeInput(VolumeInput):
+    volume_id: str
+
+
+class AttachVolumeInput(VolumeInput):
+    volume_id: str
+    node_id: str
+    multi_node: bool = False
+
+
+class DetachVolumeInput(VolumeInput):
+    volume_id: str
+    node_id: str = ""
+
+
+class ExpandVolumeInput(VolumeInput):
+    volume_id: str
+    size_gib: int
+
+
+# -- results ----------------------------------------------------------------------------------
+class VolumeResult(BaseModel):
+    code: Code = Code.OK
+    message: str = ""
+    #: The workflow that produced the result (or, for ABORTED, the one still running).
+    workflow_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Code.OK
+
+
+class CreateVolumeResult(VolumeResult):
+    volume: Volume | None = None
+
+
+class DeleteVolumeResult(VolumeResult):
+    pass
+
+
+class AttachResult(VolumeResult):
+    device: str = ""
+    #: CSI ``publish_context`` for the node plugin (``devicePath``).
+    publish_context: dict[str, str] = Field(default_factory=dict)
+
+
+class DetachResult(VolumeResult):
+    pass
+
+
+class ExpandResult(VolumeResult):
+    size_gib: int = 0
+    #: The node must still grow the filesystem (also when the disk already had the size).
+    node_expansion_required: bool = True

@@ -1,0 +1,64 @@
+"""Helpers for the volume tests: EC2 instances and volumes in moto, read back through boto3."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws.tags import cluster_tag_key
+from cloudloop.settings import Settings
+
+AMI = "ami-12c6146b"
+GIB = 1 << 30
+
+
+def ec2_client(settings: Settings) -> Any:
+    return AwsDriver(settings.aws).client("ec2")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def run_instance(ec2: Any, zone: str) -> str:
+    answer = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": zone}
+    )
+    return str(answer["Instances"][0]["InstanceId"])
+
+
+def make_volume(ec2: Any, zone: str, size_gib: int = 1) -> str:
+    return str(ec2.create_volume(AvailabilityZone=zone, Size=size_gib)["VolumeId"])
+
+
+def describe_volume(ec2: Any, volume_id: str) -> dict[str, Any] | None:
+    found = ec2.describe_volumes(Filters=[{"Name": "volume-id", "Values": [volume_id]}])
+    volumes = found.get("Volumes", [])
+    return dict(volumes[0]) if volumes else None
+
+
+def attachments(ec2: Any, volume_id: str) -> list[dict[str, Any]]:
+    volume = describe_volume(ec2, volume_id)
+    return [dict(a) for a in (volume or {}).get("Attachments", [])]
+
+
+def volumes_named(ec2: Any, cluster: str, name: str) -> list[dict[str, Any]]:
+    """Every live volume tagged for ``cluster`` with ``CSIVolumeName=name``."""
+    found = ec2.describe_volumes(
+        Filters=[
+            {"Name": "tag:CSIVolumeName", "Values": [name]},
+            {"Name": "tag-key", "Values": [cluster_tag_key(cluster)]},
+        ]
+    )
+    return [dict(v) for v in found.get("Volumes", [])]
+
+
+def instance_devices(ec2: Any, instance_id: str) -> dict[str, str]:
+    """The instance's block device mappings: device name → volume ID."""
+    found = ec2.describe_instances(InstanceIds=[instance_id])
+    raw = found["Reservations"][0]["Instances"][0]
+    return {
+        str(m["DeviceName"]): str(m.get("Ebs", {}).get("VolumeId", ""))
+        for m in raw.get("BlockDeviceMappings", [])
+    }
