@@ -1,0 +1,333 @@
+"""Node termination handler figures, measured end to end on the stack (SQS, EC2 and Auto Scaling
+in moto with the lifecycle extension, kube-apiserver with controller-manager, scheduler and kwok,
+Temporal, an in-process worker and QueueProcessor starters).
+
+- ``drain_100_pods_s``: 100 pods of a ReplicaSet on one kwok Node behind a PDB with
+  ``maxUnavailable: 1``, replacements scheduled on two spare Nodes; an ASG terminate lifecycle
+  action is sent to SQS; seconds until its message is deleted, i.e. the Node is drained (every
+  pod evicted through the Eviction API and gone) and ``CompleteLifecycleAction`` was answered.
+  Upstream settings except the drain's global timeout (600 s instead of 120 s, so the figure is
+  a time rather than a timeout). ``drain_100_pods_eviction_requests`` counts the eviction
+  requests it took (PDB refusals included).
+- ``duplicate_events_started_workflows``: 50 messages about one interruption (ASG lifecycle
+  action, Spot warning and state change copies, interleaved) read by two starter replicas;
+  the number of drain workflows started for the Node (goal: 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from prometheus_client import REGISTRY
+
+from bench.context import BenchContext
+from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws.termination import AwsTermination
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
+from cloudloop.models.drain import MANAGED_TAG
+from cloudloop.settings import NthSettings, Settings
+from cloudloop.stack.kube import KWOK_NODE_ANNOTATION
+from starters.termination import QueueProcessor
+from workers.main import build_worker
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
+POOL = "cloudloop-bench/pool"
+PODS_TO_DRAIN = 100
+COPIES = 50
+
+
+def _client(service: str, endpoint: str) -> Any:
+    make: Any = boto3.client
+    return make(
+        service,
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def _eventbridge(source: str, detail_type: str, detail: dict[str, Any], event_id: str) -> str:
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id,
+            "detail-type": detail_type,
+            "source": source,
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [],
+            "detail": detail,
+        }
+    )
+
+
+def _interruption(asg: str, instance: str) -> list[str]:
+    """One interruption as three message kinds."""
+    return [
+        _eventbridge(
+            "aws.autoscaling",
+            "EC2 Instance-terminate Lifecycle Action",
+            {
+                "LifecycleActionToken": str(uuid.uuid4()),
+                "AutoScalingGroupName": asg,
+                "LifecycleHookName": "nth",
+                "EC2InstanceId": instance,
+                "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+            },
+            str(uuid.uuid4()),
+        ),
+        _eventbridge(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            {"instance-id": instance, "instance-action": "terminate"},
+            str(uuid.uuid4()),
+        ),
+        _eventbridge(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            {"instance-id": instance, "state": "shutting-down"},
+            str(uuid.uuid4()),
+        ),
+    ]
+
+
+class Scenario:
+    """AWS and Kubernetes objects of one benchmark, removed at the end."""
+
+    def __init__(self, ctx: BenchContext) -> None:
+        self.ctx = ctx
+        self.kube: Kube = ctx.kube
+        endpoint = ctx.settings.aws.endpoint_url or ""
+        self.sqs = _client("sqs", endpoint)
+        self.ec2 = _client("ec2", endpoint)
+        self.autoscaling = _client("autoscaling", ctx.stack.autoscaling_endpoint)
+        self.namespace = f"bench-nth-{uuid.uuid4().hex[:6]}"
+        self.nodes: list[str] = []
+        self.queue = str(self.sqs.create_queue(QueueName=f"nth-{uuid.uuid4().hex[:8]}")["QueueUrl"])
+
+    def settings(self, **nth: Any) -> Settings:
+        return self.ctx.settings.model_copy(
+            update={
+                "nth": NthSettings(
+                    queue_url=self.queue,
+                    autoscaling_endpoint_url=self.ctx.stack.autoscaling_endpoint,
+                    wait_time_s=1,
+                    **nth,
+                )
+            }
+        )
+
+    def asg_instance(self) -> tuple[str, str, str]:
+        """(ASG, instance ID, private DNS name) of a managed one-instance ASG with a hook."""
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        image = self.ec2.describe_images()["Images"][0]["ImageId"]
+        self.ec2.create_launch_template(
+            LaunchTemplateName=f"lt-{name}",
+            LaunchTemplateData={"ImageId": image, "InstanceType": "m5.large"},
+        )
+        self.autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=name,
+            LaunchTemplate={"LaunchTemplateName": f"lt-{name}"},
+            MinSize=1,
+            MaxSize=1,
+            DesiredCapacity=1,
+            AvailabilityZones=["us-east-1a"],
+            Tags=[{"Key": MANAGED_TAG, "Value": "", "PropagateAtLaunch": True}],
+        )
+        self.autoscaling.put_lifecycle_hook(
+            AutoScalingGroupName=name,
+            LifecycleHookName="nth",
+            LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        )
+        group = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
+        instance = group["AutoScalingGroups"][0]["Instances"][0]["InstanceId"]
+        raw = self.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
+        return name, instance, raw[0]["PrivateDnsName"]
+
+    async def node(self, name: str, pool: str) -> str:
+        self.kube.create(
+            NODES,
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                    "labels": {"kubernetes.io/hostname": name, POOL: pool},
+                }
+            },
+        )
+        self.nodes.append(name)
+        while not _ready(self.kube.get(NODES, name)):
+            await asyncio.sleep(0.1)
+        return name
+
+    async def workload(self, source: str, pool: str, replicas: int) -> None:
+        """A ReplicaSet behind a PDB (maxUnavailable 1), all of it running on ``source``."""
+        self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
+        labels = {"app": "web"}
+        self.kube.create(
+            REPLICA_SETS,
+            {
+                "metadata": {"name": "web", "namespace": self.namespace},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "nodeSelector": {POOL: pool},
+                            "containers": [{"name": "c", "image": "busybox"}],
+                        },
+                    },
+                },
+            },
+            self.namespace,
+        )
+        self.kube.create(
+            PDBS,
+            {
+                "metadata": {"name": "web", "namespace": self.namespace},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+            },
+            self.namespace,
+        )
+        while self._running_on(source) < replicas:
+            await asyncio.sleep(0.5)
+
+    def _running_on(self, node: str) -> int:
+        pods = self.kube.list(PODS, self.namespace, fieldSelector=f"spec.nodeName={node}")
+        return sum(
+            1
+            for p in pods["items"]
+            if p.get("status", {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        )
+
+    def depth(self) -> int:
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.queue,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
+
+    def cleanup(self) -> None:
+        for name in self.nodes:
+            self.kube.delete(NODES, name)
+        self.kube.delete(NAMESPACES, self.namespace)
+        self.sqs.delete_queue(QueueUrl=self.queue)
+
+
+def _ready(node: dict[str, Any] | None) -> bool:
+    conditions = (node or {}).get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _evictions() -> float:
+    return sum(
+        REGISTRY.get_sample_value("nth_evictions_total", {"outcome": outcome}) or 0.0
+        for outcome in ("evicted", "blocked", "gone", "error")
+    )
+
+
+@contextlib.asynccontextmanager
+async def _running(settings: Settings, ctx: BenchContext, replicas: int) -> AsyncIterator[None]:
+    worker = build_worker(ctx.client, settings, driver=AwsDriver(settings.aws), kube=ctx.kube)
+    processors = [
+        QueueProcessor(
+            ctx.kube,
+            ctx.client,
+            AwsTermination(settings.aws, settings.nth),
+            settings.nth,
+            task_queue=settings.temporal.task_queue,
+            cluster=settings.cluster_name,
+        )
+        for _ in range(replicas)
+    ]
+    async with worker:
+        tasks = [asyncio.create_task(p.run()) for p in processors]
+        try:
+            yield
+        finally:
+            for p in processors:
+                p.stop()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _drain_100_pods(ctx: BenchContext) -> dict[str, float]:
+    scenario = Scenario(ctx)
+    try:
+        asg, instance, dns = scenario.asg_instance()
+        pool = uuid.uuid4().hex[:8]
+        source = await scenario.node(dns, pool)
+        await scenario.workload(source, pool, PODS_TO_DRAIN)
+        for _ in range(2):
+            await scenario.node(f"spare-{uuid.uuid4().hex[:8]}", pool)
+        settings = scenario.settings(node_termination_grace_period_s=600.0)
+        requests_before = _evictions()
+        async with _running(settings, ctx, replicas=1):
+            body = _interruption(asg, instance)[0]
+            started = time.monotonic()
+            scenario.sqs.send_message(QueueUrl=scenario.queue, MessageBody=body)
+            while await asyncio.to_thread(scenario.depth) > 0:
+                await asyncio.sleep(0.05)
+            elapsed = time.monotonic() - started
+        assert scenario._running_on(source) == 0, "the node was not drained"
+        return {
+            "drain_100_pods_s": elapsed,
+            "drain_100_pods_eviction_requests": _evictions() - requests_before,
+        }
+    finally:
+        scenario.cleanup()
+
+
+async def _duplicate_events(ctx: BenchContext) -> dict[str, float]:
+    scenario = Scenario(ctx)
+    try:
+        asg, instance, dns = scenario.asg_instance()
+        pool = uuid.uuid4().hex[:8]
+        source = await scenario.node(dns, pool)
+        await scenario.workload(source, pool, 3)
+        await scenario.node(f"spare-{uuid.uuid4().hex[:8]}", pool)
+        kinds = _interruption(asg, instance)
+        bodies = [kinds[i % len(kinds)] for i in range(COPIES)]
+        settings = scenario.settings()
+        async with _running(settings, ctx, replicas=2):
+            for start in range(0, len(bodies), 10):
+                scenario.sqs.send_message_batch(
+                    QueueUrl=scenario.queue,
+                    Entries=[
+                        {"Id": str(i), "MessageBody": body}
+                        for i, body in enumerate(bodies[start : start + 10])
+                    ],
+                )
+            while await asyncio.to_thread(scenario.depth) > 0:
+                await asyncio.sleep(0.1)
+        query = (
+            f"WorkflowType='DrainNode' AND CloudloopCluster='{settings.cluster_name}' "
+            f"AND CloudloopName='{source}'"
+        )
+        runs: set[str] = set()
+        for _ in range(10):  # visibility is eventually consistent: let it settle
+            runs = {wf.run_id async for wf in ctx.client.list_workflows(query)}
+            await asyncio.sleep(0.5)
+        return {"duplicate_events_started_workflows": float(len(runs))}
+    finally:
+        scenario.cleanup()
+
+
+async def termination_figures(ctx: BenchContext) -> dict[str, float]:
+    return {**await _drain_100_pods(ctx), **await _duplicate_events(ctx)}

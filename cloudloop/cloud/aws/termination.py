@@ -1,0 +1,182 @@
+"""The node termination handler's AWS calls: SQS (receive, delete, extend), EC2 (the instance
+behind an event, the managed tag) and Auto Scaling lifecycle actions.
+
+NTH is AWS-only, so these calls live beside the driver rather than in the cloud contract. They go
+through :class:`~cloudloop.cloud.aws.base.AwsBase` clients, so every call is counted in
+``cloud_api_requests_total`` and every failure is a :mod:`cloudloop.cloud.errors` class. The SQS
+client's read timeout covers the long poll; the Auto Scaling client may use its own endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cloudloop.cloud import errors
+from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.models.drain import LifecycleAction
+from cloudloop.settings import AwsSettings, NthSettings
+
+#: AWS's answer to a lifecycle call whose action was completed or expired.
+NO_ACTIVE_ACTION = "No active Lifecycle Action"
+#: States whose instances count for ``nth_tagged_instances``.
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    message_id: str
+    receipt_handle: str
+    body: str
+    receive_count: int = 1
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    id: str
+    state: str
+    private_dns_name: str = ""
+    launch_time: datetime | None = None
+    zone: str = ""
+    instance_type: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def provider_id(self) -> str:
+        return f"aws:///{self.zone}/{self.id}"
+
+
+def to_instance_info(raw: dict[str, Any]) -> InstanceInfo:
+    launch = raw.get("LaunchTime")
+    return InstanceInfo(
+        id=raw["InstanceId"],
+        state=str(raw.get("State", {}).get("Name", "")),
+        private_dns_name=raw.get("PrivateDnsName", "") or "",
+        launch_time=launch if isinstance(launch, datetime) else None,
+        zone=raw.get("Placement", {}).get("AvailabilityZone", "") or "",
+        instance_type=raw.get("InstanceType", "") or "",
+        tags={t["Key"]: t.get("Value", "") for t in raw.get("Tags", []) or []},
+    )
+
+
+class AwsTermination:
+    """SQS, EC2 and Auto Scaling calls of the termination handler (thread-safe, blocking)."""
+
+    def __init__(self, aws: AwsSettings, nth: NthSettings) -> None:
+        self.ec2_base = AwsBase(aws)
+        # The long poll must end before the read timeout does.
+        self.sqs_base = AwsBase(
+            aws.model_copy(update={"timeout_s": max(aws.timeout_s, nth.wait_time_s + 10.0)})
+        )
+        self.autoscaling_base = AwsBase(
+            aws.model_copy(
+                update={"endpoint_url": nth.autoscaling_endpoint_url or aws.endpoint_url}
+            )
+        )
+
+    # -- SQS -------------------------------------------------------------------------------
+    def receive(
+        self, queue_url: str, *, max_messages: int, wait_s: int, visibility_s: int
+    ) -> list[QueueMessage]:
+        with calling("ReceiveMessage"):
+            answer = self.sqs_base.client("sqs").receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=wait_s,
+                VisibilityTimeout=visibility_s,
+                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+            )
+        return [
+            QueueMessage(
+                message_id=m["MessageId"],
+                receipt_handle=m["ReceiptHandle"],
+                body=m.get("Body", ""),
+                receive_count=int(m.get("Attributes", {}).get("ApproximateReceiveCount", 1)),
+            )
+            for m in answer.get("Messages", [])
+        ]
+
+    def delete(self, queue_url: str, receipt_handle: str) -> None:
+        with calling("DeleteMessage"):
+            self.sqs_base.client("sqs").delete_message(
+                QueueUrl=queue_url, ReceiptHandle=receipt_handle
+            )
+
+    def extend(self, queue_url: str, receipt_handle: str, visibility_s: int) -> None:
+        """Keep a held message invisible for another ``visibility_s``."""
+        with calling("ChangeMessageVisibility"):
+            self.sqs_base.client("sqs").change_message_visibility(
+                QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=visibility_s
+            )
+
+    # -- EC2 -------------------------------------------------------------------------------
+    def describe_instance(self, instance_id: str) -> InstanceInfo | None:
+        """The instance, or ``None`` when EC2 positively says it does not exist."""
+        try:
+            with calling("DescribeInstances"):
+                answer = self.ec2_base.client("ec2").describe_instances(InstanceIds=[instance_id])
+        except errors.NotFound:
+            return None
+        for reservation in answer.get("Reservations", []):
+            for raw in reservation.get("Instances", []):
+                if raw.get("InstanceId") == instance_id:
+                    return to_instance_info(raw)
+        return None
+
+    def tagged_instances(self, tag_key: str) -> Iterator[InstanceInfo]:
+        """Live instances carrying ``tag_key`` (any value)."""
+        ec2 = self.ec2_base.client("ec2")
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "Filters": [
+                    {"Name": "tag-key", "Values": [tag_key]},
+                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+                ]
+            }
+            if token:
+                kwargs["NextToken"] = token
+            with calling("DescribeInstances"):
+                page = ec2.describe_instances(**kwargs)
+            for reservation in page.get("Reservations", []):
+                for raw in reservation.get("Instances", []):
+                    yield to_instance_info(raw)
+            token = page.get("NextToken")
+            if not token:
+                return
+
+    # -- Auto Scaling ----------------------------------------------------------------------
+    def complete_lifecycle_action(self, action: LifecycleAction, result: str = "CONTINUE") -> bool:
+        """``False`` when AWS no longer knows the action (completed before, or expired)."""
+        try:
+            with calling("CompleteLifecycleAction"):
+                self.autoscaling_base.client("autoscaling").complete_lifecycle_action(
+                    AutoScalingGroupName=action.auto_scaling_group,
+                    LifecycleHookName=action.hook_name,
+                    LifecycleActionToken=action.token,
+                    LifecycleActionResult=result,
+                    InstanceId=action.instance_id,
+                )
+        except errors.InvalidRequest as exc:
+            if NO_ACTIVE_ACTION in str(exc):
+                return False
+            raise
+        return True
+
+    def record_lifecycle_heartbeat(self, action: LifecycleAction) -> bool:
+        """``False`` when AWS no longer knows the action: stop heartbeating."""
+        try:
+            with calling("RecordLifecycleActionHeartbeat"):
+                self.autoscaling_base.client("autoscaling").record_lifecycle_action_heartbeat(
+                    AutoScalingGroupName=action.auto_scaling_group,
+                    LifecycleHookName=action.hook_name,
+                    LifecycleActionToken=action.token,
+                    InstanceId=action.instance_id,
+                )
+        except errors.InvalidRequest as exc:
+            if NO_ACTIVE_ACTION in str(exc):
+                return False
+            raise
+        return True

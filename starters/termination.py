@@ -1,0 +1,402 @@
+"""QueueProcessor: aws-node-termination-handler's queue-processor mode as a starter.
+
+It long-polls the SQS queue, parses each message (:mod:`cloudloop.termination.events`), finds
+the instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per
+interruption (ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure),
+so duplicates across messages, kinds and replicas join one drain. While the workflow runs the
+message stays held (its visibility is extended); it is deleted only after the workflow succeeded,
+and left for redelivery when it failed. A later copy of an interruption whose drain already
+completed is deleted at once (a late ASG lifecycle action is completed by a small
+``CompleteLifecycleAction`` workflow). Messages about unknown or unmanaged instances, Nodes not
+in the cluster (``delete_message_if_node_not_found``), test notifications and ignored kinds are
+deleted; malformed ones too (counted in ``events_error``). Nothing here stops the loop.
+
+It also refreshes the ``nth_tagged_instances``/``nth_tagged_nodes`` gauges periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import (
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from cloudloop import searchattrs
+from cloudloop.cloud.aws.termination import AwsTermination, InstanceInfo, QueueMessage
+from cloudloop.cloud.errors import CloudError
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import NODES
+from cloudloop.metrics import (
+    NTH_EVENTS_ERROR,
+    NTH_SQS_MESSAGES,
+    NTH_TAGGED_INSTANCES,
+    NTH_TAGGED_NODES,
+    WORKFLOWS_STARTED,
+)
+from cloudloop.models.drain import (
+    DrainInput,
+    DrainOptions,
+    DrainResult,
+    InterruptionEvent,
+    LifecycleInput,
+)
+from cloudloop.settings import NthSettings
+from cloudloop.termination.events import MalformedMessage, parse_message
+from starters.context import StarterContext
+from workflows.drain import (
+    DRAIN_SIGNAL,
+    CompleteLifecycleWorkflow,
+    DrainNodeWorkflow,
+    drain_workflow_id,
+    is_cordon_only,
+    lifecycle_workflow_id,
+)
+
+log = logging.getLogger(__name__)
+
+#: An event older than its instance's launch (beyond clock skew) is about an earlier incarnation.
+LAUNCH_SKEW = timedelta(seconds=60)
+RECEIVE_BACKOFF_S = (1.0, 30.0)
+
+
+def drain_options(nth: NthSettings) -> DrainOptions:
+    return DrainOptions(
+        cordon_only=nth.cordon_only,
+        taint_effect=nth.taint_effect,
+        node_termination_grace_period_s=nth.node_termination_grace_period_s,
+        pod_termination_grace_period_s=nth.pod_termination_grace_period_s,
+        ignore_daemonsets=nth.ignore_daemonsets,
+        delete_emptydir_data=nth.delete_emptydir_data,
+        force=nth.force,
+        heartbeat_interval_s=nth.heartbeat_interval_s,
+        heartbeat_until_s=nth.heartbeat_until_s,
+        eviction_retry_interval_s=nth.eviction_retry_interval_s,
+        drain_poll_interval_s=nth.drain_poll_interval_s,
+        drain_round_s=nth.drain_round_s,
+        activity_heartbeat_timeout_s=nth.activity_heartbeat_timeout_s,
+        wait_for_volume_attachments=nth.wait_for_volume_attachments,
+        volume_attachment_timeout_s=nth.volume_attachment_timeout_s,
+    )
+
+
+@dataclass
+class Dispatch:
+    """What one event of a message came to: a workflow to wait for, done, or keep the message."""
+
+    handle: WorkflowHandle[Any, Any] | None = None
+    keep_message: bool = False
+    note: str = ""
+
+
+class QueueProcessor:
+    def __init__(
+        self,
+        kube: Kube,
+        client: Client,
+        aws: AwsTermination,
+        nth: NthSettings,
+        *,
+        task_queue: str,
+        cluster: str,
+    ) -> None:
+        self.kube = kube
+        self.client = client
+        self.aws = aws
+        self.nth = nth
+        self.task_queue = task_queue
+        self.cluster = cluster
+        self._stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task[str]] = set()
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> QueueProcessor | None:
+        nth = context.settings.nth
+        if not nth.queue_url:
+            log.info("node termination handler off: no queue URL")
+            return None
+        if context.settings.provider != "aws":
+            log.info("node termination handler off: provider %s", context.settings.provider)
+            return None
+        return cls(
+            context.kube,
+            context.client,
+            AwsTermination(context.settings.aws, nth),
+            nth,
+            task_queue=context.task_queue,
+            cluster=context.cluster,
+        )
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        metrics = asyncio.create_task(self._tagged_metrics_loop())
+        backoff = RECEIVE_BACKOFF_S[0]
+        try:
+            while not self._stopped.is_set():
+                free = self.nth.max_in_flight_messages - len(self._tasks)
+                if free <= 0:
+                    await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                try:
+                    messages = await asyncio.to_thread(
+                        self.aws.receive,
+                        self.nth.queue_url,
+                        max_messages=min(self.nth.max_messages, free),
+                        wait_s=self.nth.wait_time_s,
+                        visibility_s=self.nth.visibility_timeout_s,
+                    )
+                    backoff = RECEIVE_BACKOFF_S[0]
+                except Exception as exc:  # CloudError, or anything else: the loop goes on
+                    NTH_EVENTS_ERROR.labels("receive").inc()
+                    log.warning("SQS receive failed (retrying in %.0fs): %s", backoff, exc)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopped.wait(), backoff)
+                    backoff = min(backoff * 2, RECEIVE_BACKOFF_S[1])
+                    continue
+                for message in messages:
+                    task = asyncio.create_task(self.handle_message(message))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+        finally:
+            metrics.cancel()
+            for task in [*self._tasks]:
+                task.cancel()
+            await asyncio.gather(*self._tasks, metrics, return_exceptions=True)
+
+    # -- one message -----------------------------------------------------------------------
+    async def handle_message(self, message: QueueMessage) -> str:
+        """Handle one message to its end; return its fate (``deleted``, ``left``, ...)."""
+        try:
+            fate = await self._handle(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one bad message never stops the queue
+            NTH_EVENTS_ERROR.labels("process").inc()
+            log.exception("SQS message %s: could not be handled; left", message.message_id)
+            fate = "left"
+        NTH_SQS_MESSAGES.labels(fate).inc()
+        return fate
+
+    async def _handle(self, message: QueueMessage) -> str:
+        try:
+            parsed = parse_message(
+                message.body, message_id=message.message_id, now=datetime.now(UTC)
+            )
+        except MalformedMessage as exc:
+            NTH_EVENTS_ERROR.labels("parse").inc()
+            log.warning("SQS message %s is malformed, deleting it: %s", message.message_id, exc)
+            return await self._delete(message, "malformed")
+        if parsed.ignored:
+            log.info("SQS message %s needs no action (%s)", message.message_id, parsed.ignored)
+            return await self._delete(message, "ignored")
+
+        dispatches = await asyncio.gather(*(self.dispatch(e) for e in parsed.events))
+        for d in dispatches:
+            if d.note:
+                log.info("SQS message %s: %s", message.message_id, d.note)
+        if any(d.keep_message for d in dispatches):
+            return "left"
+        handles = [d.handle for d in dispatches if d.handle is not None]
+        if not handles:
+            return await self._delete(message, "skipped")
+        if not await self._hold_until_done(message, handles):
+            return "left"
+        return await self._delete(message, "deleted")
+
+    async def _delete(self, message: QueueMessage, fate: str) -> str:
+        try:
+            await asyncio.to_thread(self.aws.delete, self.nth.queue_url, message.receipt_handle)
+        except CloudError as exc:
+            NTH_EVENTS_ERROR.labels("delete-message").inc()
+            log.warning("SQS message %s could not be deleted: %s", message.message_id, exc)
+            return "left"
+        return fate
+
+    async def _hold_until_done(
+        self, message: QueueMessage, handles: list[WorkflowHandle[Any, Any]]
+    ) -> bool:
+        """Keep the message invisible while its workflows run; ``True`` if all succeeded."""
+        extender = asyncio.create_task(self._keep_invisible(message))
+        try:
+            results = await asyncio.gather(*(h.result() for h in handles), return_exceptions=True)
+        finally:
+            extender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await extender
+        ok = True
+        for handle, result in zip(handles, results, strict=True):
+            if isinstance(result, WorkflowFailureError):
+                ok = False
+                NTH_EVENTS_ERROR.labels("drain").inc()
+                log.warning(
+                    "workflow %s failed; SQS message %s left for redelivery: %s",
+                    handle.id,
+                    message.message_id,
+                    result.cause,
+                )
+            elif isinstance(result, BaseException):
+                ok = False
+                NTH_EVENTS_ERROR.labels("workflow-result").inc()
+                log.warning("workflow %s: no result (%s); message left", handle.id, result)
+        return ok
+
+    async def _keep_invisible(self, message: QueueMessage) -> None:
+        period = max(0.5, self.nth.visibility_timeout_s / 2)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await asyncio.to_thread(
+                    self.aws.extend,
+                    self.nth.queue_url,
+                    message.receipt_handle,
+                    self.nth.visibility_timeout_s,
+                )
+            except CloudError as exc:
+                log.warning("SQS message %s: visibility not extended: %s", message.message_id, exc)
+
+    # -- one event -------------------------------------------------------------------------
+    def find_node(self, instance: InstanceInfo) -> str | None:
+        """The Node of an instance: by private DNS name, or by providerID."""
+        if self.nth.use_provider_id:
+            for node in self.kube.list(NODES)["items"]:
+                if str(node.get("spec", {}).get("providerID", "")).endswith(f"/{instance.id}"):
+                    return str(node["metadata"]["name"])
+            return None
+        if not instance.private_dns_name:
+            return None
+        node = self.kube.get(NODES, instance.private_dns_name)
+        return None if node is None else str(node["metadata"]["name"])
+
+    def _skip(self, note: str) -> Dispatch:
+        return Dispatch(keep_message=not self.nth.delete_message_if_node_not_found, note=note)
+
+    async def dispatch(self, event: InterruptionEvent) -> Dispatch:
+        """Start or join the drain of the event's node; errors keep the message."""
+        try:
+            instance = await asyncio.to_thread(self.aws.describe_instance, event.instance_id)
+            if instance is None:
+                return self._skip(f"instance {event.instance_id} does not exist")
+            if self.nth.check_tag_before_draining and self.nth.managed_tag not in instance.tags:
+                return Dispatch(note=f"instance {instance.id} is not tagged {self.nth.managed_tag}")
+            launch = instance.launch_time
+            if launch is not None and launch > event.start_time + LAUNCH_SKEW:
+                return Dispatch(note=f"{event.event_id} predates the launch of {instance.id}")
+            node = await asyncio.to_thread(self.find_node, instance)
+            if node is None:
+                return self._skip(f"instance {instance.id} has no Node in the cluster")
+            return await self._start(event, instance, node)
+        except CloudError as exc:
+            NTH_EVENTS_ERROR.labels("describe-instance").inc()
+            return Dispatch(keep_message=True, note=f"{event.event_id}: {exc}")
+
+    async def _start(self, event: InterruptionEvent, instance: InstanceInfo, node: str) -> Dispatch:
+        cordon_only = is_cordon_only(
+            event,
+            cordon_only=self.nth.cordon_only,
+            rebalance_drains=self.nth.enable_rebalance_draining,
+        )
+        options = drain_options(self.nth).model_copy(update={"cordon_only": cordon_only})
+        input = DrainInput(
+            node=node,
+            cluster=self.cluster,
+            instance_id=instance.id,
+            instance_launch_time=instance.launch_time,
+            instance_type=instance.instance_type,
+            zone=instance.zone,
+            provider_id=instance.provider_id,
+            event=event,
+            options=options,
+        )
+        wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
+        attributes = searchattrs.for_object(
+            cluster=self.cluster, provider="aws", kind="Node", namespace="", name=node
+        )
+        try:
+            handle = await self.client.start_workflow(
+                DrainNodeWorkflow.run,
+                input,
+                id=wf_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                start_signal=DRAIN_SIGNAL,
+                start_signal_args=[event],
+                search_attributes=attributes,
+            )
+        except WorkflowAlreadyStartedError:
+            # Only a successful run blocks a new one: this interruption was handled already.
+            if event.lifecycle is None or await self._completed_by(wf_id, event.lifecycle.token):
+                return Dispatch(note=f"{event.event_id}: {wf_id} already completed")
+            return await self._complete_late_lifecycle(event, node, attributes)
+        if _started(handle):
+            WORKFLOWS_STARTED.labels("DrainNode").inc()
+        return Dispatch(handle=handle, note=f"{event.event_id} → {wf_id}")
+
+    async def _completed_by(self, wf_id: str, token: str) -> bool:
+        """Whether the completed drain ``wf_id`` completed the lifecycle action ``token``."""
+        try:
+            result = await self.client.get_workflow_handle(wf_id, result_type=DrainResult).result()
+        except Exception as exc:  # not readable (e.g. past retention): complete it anyway
+            log.info("drain %s: result not readable (%s)", wf_id, exc)
+            return False
+        return token in result.lifecycle_actions_completed
+
+    async def _complete_late_lifecycle(
+        self, event: InterruptionEvent, node: str, attributes: TypedSearchAttributes
+    ) -> Dispatch:
+        assert event.lifecycle is not None
+        wf_id = lifecycle_workflow_id(event.lifecycle)
+        try:
+            handle = await self.client.start_workflow(
+                CompleteLifecycleWorkflow.run,
+                LifecycleInput(node=node, cluster=self.cluster, action=event.lifecycle),
+                id=wf_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                search_attributes=attributes,
+            )
+        except WorkflowAlreadyStartedError:
+            return Dispatch(note=f"{event.event_id}: lifecycle action already completed")
+        return Dispatch(handle=handle, note=f"{event.event_id}: drained before; → {wf_id}")
+
+    # -- gauges ----------------------------------------------------------------------------
+    def refresh_tagged_metrics(self) -> tuple[int, int]:
+        """(tagged instances, tagged nodes), also set on the gauges."""
+        instances = list(self.aws.tagged_instances(self.nth.managed_tag))
+        ids = {i.id for i in instances}
+        names = {i.private_dns_name for i in instances if i.private_dns_name}
+        nodes = 0
+        for node in self.kube.list(NODES)["items"]:
+            provider_id = str(node.get("spec", {}).get("providerID", ""))
+            if node["metadata"]["name"] in names or provider_id.rsplit("/", 1)[-1] in ids:
+                nodes += 1
+        NTH_TAGGED_INSTANCES.set(len(instances))
+        NTH_TAGGED_NODES.set(nodes)
+        return len(instances), nodes
+
+    async def _tagged_metrics_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.refresh_tagged_metrics)
+            except Exception as exc:
+                NTH_EVENTS_ERROR.labels("tagged-metrics").inc()
+                log.warning("tagged node metrics not refreshed: %s", exc)
+            await asyncio.sleep(self.nth.tagged_metrics_interval_s)
+
+
+def _started(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether signal-with-start started a run (``False``: it joined a running one)."""
+    response = getattr(handle, "_start_workflow_response", None)
+    return bool(getattr(response, "started", True))
