@@ -1,0 +1,226 @@
+"""Machine activities: the VM through the cloud driver, the InfraMachine through the kube API.
+
+``create`` reads the bootstrap data from its Secret and hands the bytes straight to the driver,
+so the data never enters workflow history or logs. ``observe`` and ``delete`` poll the cloud with
+backoff and heartbeat its progress (phase, polls, attempts) in their details; a retried attempt
+after a worker crash picks the count up from there. Driver errors become ``ApplicationError``
+with the error kind as ``type`` (see :mod:`activities.cloud`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.cloud import cloud_errors
+from activities.heartbeats import heartbeating
+from activities.kube import kube_errors
+from cloudloop import capi
+from cloudloop.capi import BOOTSTRAP_DATA_KEY
+from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.models import Machine, MachineSpec
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.conditions import set_condition
+from cloudloop.kube.events import record_event
+from cloudloop.kube.finalizers import remove_finalizer
+from cloudloop.kube.resources import SECRETS
+from cloudloop.models.machine import (
+    CreateMachineInput,
+    DeleteMachineInput,
+    DeleteMachineResult,
+    MachineActivity,
+    ObserveMachineInput,
+    ObserveMachineResult,
+    PollSchedule,
+    RemoveFinalizerInput,
+    ReportMachineInput,
+    SecretName,
+    classify,
+)
+
+
+def _previous_count(key: str) -> int:
+    """A counter from the last attempt's heartbeat details (0 on the first attempt)."""
+    details = activity.info().heartbeat_details
+    if details and isinstance(details[0], dict):
+        return int(details[0].get(key, 0) or 0)
+    return 0
+
+
+class MachineActivities:
+    def __init__(self, driver: CloudDriver, kube: Kube) -> None:
+        self.driver = driver
+        self.kube = kube
+
+    # -- cloud -----------------------------------------------------------------------------
+    @activity.defn(name=MachineActivity.CREATE)
+    def create(self, input: CreateMachineInput) -> ObserveMachineResult:
+        """Create (or adopt) the VM, then watch it while it is not ready (up to ``window_s``).
+
+        A cancellation waits until the driver's create call has returned, so nothing it makes
+        is left behind by the deletion that follows.
+        """
+        user_data = self._bootstrap_data(input.bootstrap)
+        with heartbeating(1.0), activity.shield_thread_cancel_exception(), cloud_errors():
+            machine = self.driver.create_machine(input.spec, user_data)
+        del user_data
+        activity.heartbeat({"step": "created", "phase": machine.phase})
+        return self._watch(
+            input.spec, machine, capi.REASON_VM_NOT_READY, input.window_s, input.poll
+        )
+
+    def _bootstrap_data(self, ref: SecretName) -> bytes:
+        with kube_errors():
+            secret = self.kube.get(SECRETS, ref.name, ref.namespace)
+        if secret is None:
+            raise ApplicationError(
+                f"bootstrap data Secret {ref.namespace}/{ref.name} not found",
+                type="BootstrapDataNotFound",
+            )
+        encoded = (secret.get("data") or {}).get(BOOTSTRAP_DATA_KEY)
+        if not encoded:
+            raise ApplicationError(
+                f"bootstrap data Secret {ref.namespace}/{ref.name} has no {BOOTSTRAP_DATA_KEY!r}",
+                type="BootstrapDataInvalid",
+                non_retryable=True,
+            )
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise ApplicationError(
+                f"bootstrap data Secret {ref.namespace}/{ref.name}: {BOOTSTRAP_DATA_KEY!r} "
+                "is not base64",
+                type="BootstrapDataInvalid",
+                non_retryable=True,
+            ) from None
+
+    @activity.defn(name=MachineActivity.OBSERVE)
+    def observe(self, input: ObserveMachineInput) -> ObserveMachineResult:
+        """Poll the VM until its verdict differs from ``last_reason`` or the window ends."""
+        with cloud_errors():
+            machine = self.driver.get_machine(input.spec)
+        return self._watch(input.spec, machine, input.last_reason, input.window_s, input.poll)
+
+    def _watch(
+        self,
+        spec: MachineSpec,
+        machine: Machine | None,
+        last_reason: str,
+        window_s: float,
+        poll: PollSchedule,
+    ) -> ObserveMachineResult:
+        """From ``machine`` on, poll until the verdict leaves ``last_reason`` or time is up;
+        the phase and the number of polls go into the heartbeat details."""
+        polls = _previous_count("polls")
+        deadline = time.monotonic() + window_s
+        delay = poll.initial_s
+        while True:
+            verdict = classify(machine)
+            activity.heartbeat(
+                {
+                    "polls": polls,
+                    "phase": machine.phase if machine else "absent",
+                    "reason": verdict.reason,
+                }
+            )
+            remaining = deadline - time.monotonic()
+            if verdict.reason != last_reason or remaining <= 0:
+                return ObserveMachineResult(machine=machine, reason=verdict.reason, polls=polls)
+            activity.wait_for_cancelled_sync(min(delay, remaining))
+            delay = poll.after(delay)
+            with cloud_errors():
+                machine = self.driver.get_machine(spec)
+            polls += 1
+
+    @activity.defn(name=MachineActivity.DELETE)
+    def delete(self, input: DeleteMachineInput) -> DeleteMachineResult:
+        """Delete the VM and all it was created with; return once the cloud has nothing left."""
+        attempts = _previous_count("attempts")
+        delay = input.poll.initial_s
+        while True:
+            with activity.shield_thread_cancel_exception(), cloud_errors():
+                gone = self.driver.delete_machine(input.spec)
+            attempts += 1
+            activity.heartbeat({"attempts": attempts, "gone": gone})
+            if gone:
+                return DeleteMachineResult(attempts=attempts)
+            activity.wait_for_cancelled_sync(delay)
+            delay = input.poll.after(delay)
+
+    # -- kube ------------------------------------------------------------------------------
+    @activity.defn(name=MachineActivity.REPORT)
+    def report(self, input: ReportMachineInput) -> bool:
+        """Write providerID (and the ID field) and status; ``False`` if the object is gone."""
+        with kube_errors():
+            return self._report(input)
+
+    def _report(self, input: ReportMachineInput) -> bool:
+        ref = input.object
+        namespace = ref.namespace or None
+        guard = {"uid": ref.uid} if ref.uid else {}
+        spec_patch: dict[str, Any] = {}
+        if input.provider_id:
+            spec_patch["providerID"] = input.provider_id
+        if input.id_field and input.machine_id:
+            spec_patch[input.id_field] = input.machine_id
+        try:
+            # The spec patch (a no-op when unchanged) answers with the object: no extra read.
+            current = (
+                self.kube.patch(
+                    ref.resource, ref.name, {"metadata": guard, "spec": spec_patch}, namespace
+                )
+                if spec_patch
+                else self.kube.get(ref.resource, ref.name, namespace)
+            )
+            if current is None or (ref.uid and current["metadata"].get("uid") != ref.uid):
+                activity.logger.info("%s %s is gone; status not written", ref.kind, ref.key)
+                return False
+            generation = int(current["metadata"].get("generation") or 0) or None
+            status: dict[str, Any] = {}
+            conditions = (current.get("status") or {}).get("conditions")
+            for condition in input.conditions:
+                conditions = set_condition(
+                    conditions,
+                    type=condition.type,
+                    status=condition.status,
+                    reason=condition.reason,
+                    message=condition.message,
+                    observed_generation=generation,
+                )
+            status["conditions"] = conditions
+            if input.addresses is not None:
+                status["addresses"] = [a.model_dump() for a in input.addresses]
+            if input.ready is not None:
+                status["ready"] = input.ready
+            if input.provisioned is not None:
+                status["initialization"] = {"provisioned": input.provisioned}
+            self.kube.patch(
+                ref.resource,
+                ref.name,
+                {"metadata": guard, "status": status},
+                namespace,
+                subresource="status",
+            )
+        except KubeError as exc:
+            if exc.not_found or (exc.conflict and "UID" in str(exc)):
+                return False  # gone, or a new object of the same name
+            raise
+        if input.event is not None:
+            event = input.event
+            message = f"{event.message} (workflow {activity.info().workflow_id})"
+            record_event(self.kube, ref, type=event.type, reason=event.reason, message=message)
+        return True
+
+    @activity.defn(name=MachineActivity.REMOVE_FINALIZER)
+    def remove_finalizer(self, input: RemoveFinalizerInput) -> bool:
+        """Take the finalizer off (the last step of a deletion); ``False`` if already gone."""
+        with kube_errors():
+            return remove_finalizer(self.kube, input.object, input.finalizer)
+
+    def all(self) -> list[object]:
+        return [self.create, self.observe, self.delete, self.report, self.remove_finalizer]

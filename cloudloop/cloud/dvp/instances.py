@@ -1,0 +1,79 @@
+"""DVP instances for node sync: the cluster's VMs in one LIST, matched by name or hostname label.
+
+A Node's providerID is ``dvp://<vm-name>``; a Node is matched by name through the VM's
+``dvp.deckhouse.io/hostname`` label (as Deckhouse's CCM does). A VM missing from the answer
+positively does not exist; a Stopped VM is a shut-down instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.dvp.base import PROVIDER, PROVIDER_ID_PREFIX, DvpBase
+from cloudloop.cloud.dvp.machines import vm_state
+
+
+def vm_instance(vm: dict[str, Any]) -> models.Instance:
+    """The Instance of a VM; addresses in Deckhouse's CCM order (ExternalIP, InternalIP,
+    Hostname)."""
+    meta = vm["metadata"]
+    labels = meta.get("labels") or {}
+    hostname = labels.get(r.HOSTNAME_LABEL, meta["name"])
+    ip = (vm.get("status") or {}).get("ipAddress")
+    addresses = []
+    if ip:
+        addresses += [
+            models.NodeAddress(type="ExternalIP", address=ip),
+            models.NodeAddress(type="InternalIP", address=ip),
+        ]
+    addresses.append(models.NodeAddress(type="Hostname", address=hostname))
+    _, state = vm_state(vm)
+    return models.Instance(
+        id=meta["name"],
+        provider_id=PROVIDER_ID_PREFIX + meta["name"],
+        name=meta["name"],
+        state=state,
+        private_dns_name=hostname,
+        addresses=addresses,
+        tags=dict(labels),
+    )
+
+
+class DvpInstances(DvpBase):
+    def instance_id_from_provider_id(self, provider_id: str) -> str:
+        """``dvp://<vm-name>`` (or ``dvp:///<vm-name>``) → the VM name."""
+        if not provider_id.startswith(PROVIDER_ID_PREFIX):
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"not a DVP providerID: {provider_id!r}"
+            )
+        name = provider_id[len(PROVIDER_ID_PREFIX) :].strip("/")
+        if not name or "/" in name:
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"no VM name in {provider_id!r}"
+            )
+        return name
+
+    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
+        return self._listing(set(ids), key=lambda i: i.id)
+
+    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
+        return self._listing(set(names), key=lambda i: i.private_dns_name)
+
+    def _listing(
+        self, wanted: set[str], *, key: Callable[[models.Instance], str]
+    ) -> models.InstanceListing:
+        """One LIST of the cluster's VMs (one request per 500), filtered here."""
+        listing = models.InstanceListing()
+        if not wanted:
+            return listing
+        vms, listing.requests = self.list_object_pages(
+            r.VIRTUAL_MACHINES, label_selector=self.cluster_selector()
+        )
+        for vm in vms:
+            instance = vm_instance(vm)
+            if key(instance) in wanted:
+                listing.found[key(instance)] = instance
+        return listing

@@ -1,0 +1,88 @@
+"""CloudProviderRegistration: the node manager's registration Secrets for the configured provider.
+
+Deckhouse's node manager reads ``kube-system/d8-node-manager-cloud-provider`` (and the copy
+``...-<provider>``) to learn the provider's InstanceClass and Cluster API kinds. This loop writes
+them at start and again every ``interval_s`` when someone changed them; an unchanged Secret is not
+written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import SECRETS
+from cloudloop.settings import Settings
+from starters.context import StarterContext
+
+log = logging.getLogger(__name__)
+
+SecretBodies = Callable[[], list[dict[str, Any]]]
+
+
+def _dvp(settings: Settings) -> SecretBodies:
+    from cloudloop.cloud.dvp.registration import registration_secrets
+
+    return lambda: registration_secrets(settings.dvp)
+
+
+#: provider → the registration Secrets it publishes.
+REGISTRATIONS: dict[str, Callable[[Settings], SecretBodies]] = {"dvp": _dvp}
+
+
+def write_secrets(kube: Kube, bodies: list[dict[str, Any]]) -> int:
+    """Create or update each Secret whose data or labels differ; the number written."""
+    written = 0
+    for body in bodies:
+        meta = body["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        existing = kube.get(SECRETS, name, namespace)
+        if existing is None:
+            kube.create(SECRETS, body, namespace)
+            written += 1
+            continue
+        labels = existing["metadata"].get("labels") or {}
+        if existing.get("data") != body["data"] or any(
+            labels.get(k) != v for k, v in meta.get("labels", {}).items()
+        ):
+            kube.patch(
+                SECRETS,
+                name,
+                {"metadata": {"labels": meta.get("labels", {})}, "data": body["data"]},
+                namespace,
+            )
+            written += 1
+    return written
+
+
+class CloudProviderRegistration:
+    def __init__(self, kube: Kube, secrets: SecretBodies, *, interval_s: float = 600.0) -> None:
+        self.kube = kube
+        self.secrets = secrets
+        self.interval_s = interval_s
+        self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> CloudProviderRegistration | None:
+        build = REGISTRATIONS.get(context.settings.provider)
+        if build is None:
+            return None
+        return cls(context.kube, build(context.settings))
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                written = await asyncio.to_thread(write_secrets, self.kube, self.secrets())
+                if written:
+                    log.info("registration: wrote %d node-manager Secrets", written)
+            except Exception:
+                log.exception("registration: writing the node-manager Secrets failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), timeout=self.interval_s)
