@@ -23,11 +23,33 @@ setup: $(STAMP) tools
 
 $(STAMP): pyproject.toml requirements.lock
 	@command -v go >/dev/null || { echo "Go (1.24+) is required to build the local stack"; exit 1; }
+	@$(MAKE) --no-print-directory sysdeps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
 	$(BIN)/uv pip install --python $(BIN)/python -q -r requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
+
+# ovirt-engine-sdk-python (the zVirt driver's SDK) is published as source only: its C extension
+# needs a C compiler, the libxml2 headers and Python's headers (pycurl, its dependency, installs
+# as a binary wheel). Nothing happens when they are present; otherwise, on Debian/Ubuntu, only the
+# missing packages are installed with apt-get (as root, or through sudo).
+.PHONY: sysdeps
+LIBXML2_HEADER ?= /usr/include/libxml2/libxml/xmlreader.h
+sysdeps:
+	@py_h=$$($(PYTHON) -c 'import os, sysconfig; print(os.path.join(sysconfig.get_paths()["include"], "Python.h"))'); \
+	if { command -v gcc || command -v cc; } >/dev/null 2>&1 && [ -f "$(LIBXML2_HEADER)" ] && [ -f "$$py_h" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then \
+		echo "ovirt-engine-sdk-python needs a C compiler, $(LIBXML2_HEADER) (libxml2 headers) and $$py_h; install them"; exit 1; \
+	fi; \
+	wanted="gcc libc6-dev libxml2-dev"; [ -f "$$py_h" ] || wanted="$$wanted python3-dev"; \
+	missing=""; for pkg in $$wanted; do \
+		dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+	echo "installing the build dependencies of ovirt-engine-sdk-python:$$missing"; \
+	$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q --no-install-recommends $$missing
 
 # Re-resolve the dependencies of pyproject.toml (with the dev extra) into requirements.lock.
 lock: $(STAMP)

@@ -18,6 +18,11 @@ from pathlib import Path
 from cloudloop import searchattrs
 from cloudloop.stack import gotools
 from cloudloop.stack.kube import KubeControlPlane, KubeOptions, required_tools
+from cloudloop.stack.ovirt_emulator import (
+    OvirtEmulatorEndpoint,
+    OvirtEmulatorOptions,
+    emulator_process,
+)
 from cloudloop.stack.process import (
     ManagedProcess,
     free_port,
@@ -51,6 +56,10 @@ class StackOptions:
     temporal_ui_port: int | None = None
     kube: tuple[KubeOptions, ...] = (KubeOptions(),)
     moto: bool = True
+    #: The Auto Scaling lifecycle extension in front of moto (:mod:`.autoscaling_ext`).
+    autoscaling_ext: bool = False
+    #: The oVirt/zVirt Engine emulator (:mod:`.ovirt_emulator`); ``None`` leaves it out.
+    ovirt_emulator: OvirtEmulatorOptions | None = None
 
 
 @dataclass
@@ -62,6 +71,12 @@ class LocalStack:
     temporal_address: str = ""
     temporal_ui_url: str = ""
     moto_endpoint: str = ""
+    autoscaling_ext_process: ManagedProcess | None = None
+    #: Auto Scaling endpoint answering the lifecycle actions (moto for everything else).
+    autoscaling_endpoint: str = ""
+    ovirt_process: ManagedProcess | None = None
+    #: Where the oVirt emulator answers (``api_url``, ``admin_url``, ``ca_file``), when started.
+    ovirt: OvirtEmulatorEndpoint | None = None
     started_in_s: float = 0.0
 
     @property
@@ -91,11 +106,20 @@ class LocalStack:
                     ready=lambda: http_ok(f"{self.moto_endpoint}/moto-api/data.json"),
                 )
                 self.moto_process.start()
+                if self.options.autoscaling_ext:
+                    self._start_autoscaling_ext(logs)
+            if self.options.ovirt_emulator is not None:
+                self._start_ovirt_emulator(self.options.ovirt_emulator, logs)
             for kube_options in self.options.kube:
                 plane = KubeControlPlane(kube_options, self.state_dir / "kube")
                 self.clusters[kube_options.name] = plane
                 plane.start(binaries)
-            for process in (self.temporal_process, self.moto_process):
+            for process in (
+                self.temporal_process,
+                self.moto_process,
+                self.autoscaling_ext_process,
+                self.ovirt_process,
+            ):
                 if process is not None:
                     process.wait_ready(60)
             for plane in self.clusters.values():
@@ -110,6 +134,9 @@ class LocalStack:
     def stop(self) -> None:
         processes = [p for plane in self.clusters.values() for p in reversed(plane.processes)]
         processes += [p for p in (self.moto_process, self.temporal_process) if p is not None]
+        processes += [p for p in (self.ovirt_process,) if p is not None]
+        if self.autoscaling_ext_process is not None:
+            processes.insert(0, self.autoscaling_ext_process)
         stop_all(processes)
         for plane in self.clusters.values():
             plane.processes.clear()
@@ -152,11 +179,36 @@ class LocalStack:
         )
         self.temporal_process.start()
 
+    def _start_autoscaling_ext(self, logs: Path) -> None:
+        port = free_port()
+        self.autoscaling_endpoint = f"http://127.0.0.1:{port}"
+        self.autoscaling_ext_process = ManagedProcess(
+            "autoscaling-ext",
+            [
+                sys.executable,
+                "-m",
+                "cloudloop.stack.autoscaling_ext",
+                "--port",
+                str(port),
+                "--upstream",
+                self.moto_endpoint,
+            ],
+            log_dir=logs,
+            ready=lambda: http_ok(f"{self.autoscaling_endpoint}/_cloudloop/healthz"),
+        )
+        self.autoscaling_ext_process.start()
+
+    def _start_ovirt_emulator(self, options: OvirtEmulatorOptions, logs: Path) -> None:
+        self.ovirt_process, self.ovirt = emulator_process(options, self.state_dir / "ovirt", logs)
+        self.ovirt_process.start()
+
     def _write_state(self) -> None:
         state = {
             "temporal_address": self.temporal_address,
             "temporal_ui_url": self.temporal_ui_url,
             "moto_endpoint": self.moto_endpoint,
+            "autoscaling_endpoint": self.autoscaling_endpoint,
+            "ovirt_api_url": self.ovirt.api_url if self.ovirt else "",
             "kubeconfigs": {name: str(p.kubeconfig) for name, p in self.clusters.items()},
             "started_in_s": round(self.started_in_s, 2),
         }

@@ -1,0 +1,76 @@
+"""ZvirtCloudProviderDiscoveryData: storage domains shaped as Deckhouse's discoverer does."""
+
+from __future__ import annotations
+
+import pytest
+
+from cloudloop.cloud import errors
+from cloudloop.cloud.zvirt import ZvirtDriver
+from cloudloop.cloud.zvirt.mapping import (
+    StorageDomainView,
+    discovery_document,
+    storage_domain_enabled,
+    storage_domains,
+)
+from cloudloop.settings import ZvirtSettings
+
+
+@pytest.mark.parametrize(
+    ("status", "external", "enabled"),
+    [
+        pytest.param("active", "ok", True, id="active"),
+        pytest.param("active", "failure", True, id="active-despite-external"),
+        pytest.param(None, "ok", True, id="attached-no-status-external-ok"),
+        pytest.param("", "ok", True, id="empty-status-external-ok"),
+        pytest.param(None, "failure", False, id="no-status-external-failure"),
+        pytest.param(None, None, False, id="nothing-known"),
+        pytest.param("maintenance", "ok", False, id="maintenance"),
+        pytest.param("unattached", "ok", False, id="unattached"),
+        pytest.param("inactive", "ok", False, id="inactive"),
+    ],
+)
+def test_enabled_rule(status: str | None, external: str | None, enabled: bool) -> None:
+    assert storage_domain_enabled(StorageDomainView("sd", status, external)) is enabled
+
+
+def test_sorted_by_name_first_is_default_with_capital_i() -> None:
+    shaped = storage_domains(
+        [
+            StorageDomainView("zeta", "active", "ok"),
+            StorageDomainView("alpha", None, "failure"),
+            StorageDomainView("mid", None, "ok"),
+        ]
+    )
+    assert shaped == [
+        {"name": "alpha", "isEnabled": False, "IsDefault": True},
+        {"name": "mid", "isEnabled": True, "IsDefault": False},
+        {"name": "zeta", "isEnabled": True, "IsDefault": False},
+    ]
+    assert all("isDefault" not in entry for entry in shaped)
+
+
+def test_no_domains_no_default() -> None:
+    assert storage_domains([]) == []
+
+
+def test_the_whole_document() -> None:
+    assert discovery_document([StorageDomainView("data", "active", "ok")]) == {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": "ZvirtCloudProviderDiscoveryData",
+        "storageDomains": [{"name": "data", "isEnabled": True, "IsDefault": True}],
+        "zones": ["default"],
+    }
+
+
+def test_zones_and_capabilities_need_no_engine() -> None:
+    driver = ZvirtDriver(ZvirtSettings())  # no URL: any engine request would fail
+    assert [(z.name, z.region) for z in driver.zones()] == [("default", "default")]
+    assert {c.value for c in driver.capabilities} == {"instances", "machines", "discovery"}
+    with pytest.raises(errors.NotSupported):
+        driver.instance_types()
+    with pytest.raises(errors.NotSupported):
+        driver.list_cluster_disks("c")
+    with pytest.raises(errors.NotSupported):
+        driver.list_routes("c")
+    with pytest.raises(errors.InvalidRequest, match="api_url"):
+        driver.discovery_data()
