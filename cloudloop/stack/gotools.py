@@ -27,6 +27,8 @@ GOTOOLS_DIR = Path(__file__).parent / "gotools"
 K8S_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.4"
 KWOK_VERSION = "v0.8.0"
+#: Cluster API core: v1.12 is the newest release on k8s 0.34 libraries (management cluster 1.34).
+CLUSTER_API_VERSION = "v1.12.5"
 
 _K8S_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
@@ -74,6 +76,17 @@ TOOLS: dict[str, GoTool] = {
         GoTool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl", K8S_VERSION, _K8S_LDFLAGS),
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION),
         GoTool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION),
+        GoTool(
+            "cluster-api-manager",
+            "cluster-api",
+            "sigs.k8s.io/cluster-api",
+            CLUSTER_API_VERSION,
+            (
+                f"-X sigs.k8s.io/cluster-api/version.gitVersion={CLUSTER_API_VERSION}",
+                "-X sigs.k8s.io/cluster-api/version.gitMajor=1",
+                f"-X sigs.k8s.io/cluster-api/version.gitMinor={CLUSTER_API_VERSION.split('.')[1]}",
+            ),
+        ),
     )
 }
 

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import yaml
 
-from cloudloop.stack import gotools, pki
+from cloudloop.stack import cluster_api, gotools, pki
 from cloudloop.stack.process import ManagedProcess, free_port, http_ok, stop_all
 
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
 ALL_COMPONENTS = (CONTROLLER_MANAGER, SCHEDULER, KWOK)
+#: The Cluster API core manager (with its CRDs and webhooks); started once the apiserver is up.
+CAPI = cluster_api.MANAGER
 
 #: Annotation that puts a Node under kwok's simulated kubelet.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -196,6 +198,10 @@ class KubeControlPlane:
                         "--node-ip=10.0.0.1",
                         f"--server-address=127.0.0.1:{port}",
                         f"--config={stages}",
+                        # Renew node Leases (every 3s): the heartbeat-with-lease stage updates
+                        # node status only every ~10min, so without Leases the node lifecycle
+                        # controller marks nodes Unknown and their pods NotReady.
+                        "--node-lease-duration-seconds=12",
                     ],
                     log_dir=logs,
                     ready=_healthz(f"http://127.0.0.1:{port}/healthz"),
@@ -225,6 +231,19 @@ class KubeControlPlane:
         for process in self.processes:
             process.wait_ready(max(1.0, deadline - time.monotonic()))
         self._wait_default_namespace(deadline)
+        if CAPI in self.options.components and not any(p.name == CAPI for p in self.processes):
+            self._start_cluster_api(deadline)
+
+    def _start_cluster_api(self, deadline: float) -> None:
+        """CRDs and webhooks need a serving apiserver, so the manager starts after it."""
+        manager = cluster_api.start_manager(
+            gotools.binary_path(CAPI),
+            self.dir,
+            self.kubeconfig,
+            pki.CertificateAuthority(self.dir / "pki"),
+        )
+        self.processes.append(manager)
+        manager.wait_ready(max(1.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
         stop_all(list(reversed(self.processes)))
