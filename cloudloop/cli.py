@@ -104,13 +104,20 @@ def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
 )
 @click.option("--temporal-port", type=int, default=7233, show_default=True)
 @click.option("--ui-port", type=int, default=8233, show_default=True)
-@click.option("--fresh", is_flag=True, help="Wipe the state folder first (etcd, Temporal history).")
-def dev(state_dir: Path, temporal_port: int, ui_port: int, fresh: bool) -> None:
+@click.option(
+    "--keep-state",
+    is_flag=True,
+    help="Reuse the state folder (etcd, Temporal history) instead of starting fresh; moto's "
+    "cloud is always new, so keep it only to look at earlier workflows.",
+)
+def dev(state_dir: Path, temporal_port: int, ui_port: int, keep_state: bool) -> None:
     """Bring up the embedded local stack with workers, starters and a demo; Ctrl-C stops it all."""
     from cloudloop.devmode import run_dev
 
     asyncio.run(
-        run_dev(state_dir.resolve(), temporal_port=temporal_port, ui_port=ui_port, fresh=fresh)
+        run_dev(
+            state_dir.resolve(), temporal_port=temporal_port, ui_port=ui_port, fresh=not keep_state
+        )
     )
 
 

@@ -21,11 +21,11 @@ from cloudloop.cloud.aws import AwsDriver
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
-from cloudloop.kube.resources import CLOUD_PROBES, NODES
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
 from cloudloop.net import free_port
 from cloudloop.settings import AwsSettings, LeaderElectionSettings, Settings, TemporalSettings
 from cloudloop.stack import gotools
-from cloudloop.stack.kube import ALL_COMPONENTS, KWOK_NODE_ANNOTATION, KubeOptions
+from cloudloop.stack.kube import ALL_COMPONENTS, CLUSTER_CIDR, KWOK_NODE_ANNOTATION, KubeOptions
 from cloudloop.stack.local import LocalStack, StackOptions
 
 log = logging.getLogger(__name__)
@@ -61,35 +61,72 @@ def stack_settings(
 
 
 def seed_demo(kube: Kube, settings: Settings) -> None:
-    """The demo: EC2 instances in moto with kwok Nodes for them, left to node sync to initialize
-    (providerID, zone/instance-type labels, addresses), and a CloudProbe. Objects that are
-    already present (a second ``dev`` on the same state folder) are left alone."""
-    existing = kube.list(NODES, labelSelector="cloudloop.io/demo=true")["items"]
-    if not existing:
-        ec2 = AwsDriver(settings.aws).client("ec2")
-        launched = ec2.run_instances(
-            ImageId="ami-12c6146b",
-            MinCount=DEMO_NODES,
-            MaxCount=DEMO_NODES,
-            InstanceType="m5.large",
-        )
-        for instance in launched["Instances"]:
-            name = instance["PrivateDnsName"]  # what a kubelet on EC2 names its Node
-            kube.create(
-                NODES,
-                {
-                    "metadata": {
-                        "name": name,
-                        "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                        "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
-                    },
-                    "spec": {
-                        "taints": [
-                            {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
-                        ]
-                    },
+    """The demo, in a fresh moto cloud and cluster:
+
+    - a VPC with cluster-tagged subnets, a route table and a node security group;
+    - EC2 instances with kwok Nodes for them, left to node sync to initialize (providerID,
+      zone/instance-type labels, addresses) and to routes (their pod CIDRs);
+    - a ``type: LoadBalancer`` Service, which gets a Classic ELB through its workflow;
+    - a CloudProbe.
+    """
+    ec2 = AwsDriver(settings.aws).client("ec2")
+    owned = [{"Key": f"kubernetes.io/cluster/{settings.cluster_name}", "Value": "owned"}]
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(
+            VpcId=vpc,
+            CidrBlock=f"10.0.{i + 1}.0/24",
+            AvailabilityZone=zone,
+            TagSpecifications=[{"ResourceType": "subnet", "Tags": owned}],
+        )["Subnet"]["SubnetId"]
+        for i, zone in enumerate(("us-east-1a", "us-east-1b"))
+    ]
+    ec2.create_route_table(
+        VpcId=vpc, TagSpecifications=[{"ResourceType": "route-table", "Tags": owned}]
+    )
+    nodes_group = ec2.create_security_group(
+        GroupName=f"{settings.cluster_name}-nodes",
+        Description="nodes",
+        VpcId=vpc,
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": owned}],
+    )["GroupId"]
+    launched = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=DEMO_NODES,
+        MaxCount=DEMO_NODES,
+        InstanceType="m5.large",
+        SubnetId=subnets[0],
+        SecurityGroupIds=[nodes_group],
+    )
+    for instance in launched["Instances"]:
+        name = instance["PrivateDnsName"]  # what a kubelet on EC2 names its Node
+        kube.create(
+            NODES,
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                    "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
                 },
-            )
+                "spec": {
+                    "taints": [
+                        {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
+                    ]
+                },
+            },
+        )
+    kube.create(
+        SERVICES,
+        {
+            "metadata": {"name": "demo-web", "namespace": "default"},
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": "demo-web"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            },
+        },
+        "default",
+    )
     try:
         kube.create(
             CLOUD_PROBES,
@@ -116,6 +153,7 @@ def _banner(stack: LocalStack, kubectl: Path) -> str:
             "Watch the demo:",
             f"  export KUBECONFIG={kubeconfig}",
             f"  {kubectl} get nodes -L {ZONE_LABELS[0]},{INSTANCE_TYPE_LABELS[0]}",
+            f"  {kubectl} get services demo-web   # EXTERNAL-IP: the ELB's hostname",
             f"  {kubectl} get cloudprobes -o wide",
             f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
             f"  temporal workflow list --address {stack.temporal_address} "
@@ -148,9 +186,17 @@ async def run_dev(state_dir: Path, *, temporal_port: int, ui_port: int, fresh: b
         kubectl.unlink(missing_ok=True)
         kubectl.symlink_to(gotools.binary_path("kubectl"))
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(stack_settings(stack), stop=stop))
-        starter = asyncio.create_task(run_starter(stack_settings(stack), stop=stop))
-        await asyncio.to_thread(seed_demo, kube, stack_settings(stack))
+        settings = stack_settings(stack)
+        # The demo cluster's pod network: routes for the nodes' pod CIDRs (allocated by the
+        # controller-manager from the same range) go into the demo VPC's route table.
+        settings = settings.model_copy(
+            update={"ccm": settings.ccm.model_copy(update={"cluster_cidr": CLUSTER_CIDR})}
+        )
+        await asyncio.to_thread(seed_demo, kube, settings)
+        worker = asyncio.create_task(run_worker(settings, stop=stop))
+        starter = asyncio.create_task(
+            run_starter(settings.model_copy(update={"metrics_port": free_port()}), stop=stop)
+        )
         print(_banner(stack, kubectl), flush=True)
         done, _ = await asyncio.wait({worker, starter}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()

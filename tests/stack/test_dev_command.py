@@ -107,6 +107,26 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.5)
         assert all(zone.startswith("us-east-1") for zone in demo_zones())
+
+        def ingress_hostname() -> str:
+            return subprocess.run(
+                [
+                    *kubectl,
+                    "get",
+                    "service",
+                    "demo-web",
+                    "-o",
+                    "jsonpath={.status.loadBalancer.ingress[0].hostname}",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+
+        # The LB Service got its ELB through its workflow.
+        while not ingress_hostname():
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        assert "elb" in ingress_hostname()
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)
