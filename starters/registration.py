@@ -30,8 +30,14 @@ def _dvp(settings: Settings) -> SecretBodies:
     return lambda: registration_secrets(settings.dvp)
 
 
+def _zvirt(settings: Settings) -> SecretBodies:
+    from cloudloop.cloud.zvirt.registration import registration_secrets
+
+    return lambda: registration_secrets(settings.zvirt)
+
+
 #: provider → the registration Secrets it publishes.
-REGISTRATIONS: dict[str, Callable[[Settings], SecretBodies]] = {"dvp": _dvp}
+REGISTRATIONS: dict[str, Callable[[Settings], SecretBodies]] = {"dvp": _dvp, "zvirt": _zvirt}
 
 
 def write_secrets(kube: Kube, bodies: list[dict[str, Any]]) -> int:
