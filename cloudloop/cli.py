@@ -161,6 +161,23 @@ def retry_machine(target: str) -> None:
 
 
 @main.group()
+def inject() -> None:
+    """Inject cloud events into a running `cloudloop dev` demo."""
+
+
+@inject.command("spot-interruption")
+@click.option(
+    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True
+)
+@click.option("--node", help="The demo Node to interrupt (default: the first).")
+def inject_spot_interruption(state_dir: Path, node: str | None) -> None:
+    """Send an EC2 Spot interruption warning for a demo node to the demo's SQS queue."""
+    from cloudloop.devmode import inject_spot_interruption as send
+
+    click.echo(send(state_dir, node))
+
+
+@main.group()
 def stack() -> None:
     """The embedded local stack's Go tools."""
 

@@ -7,9 +7,12 @@ stops everything on Ctrl-C. ``print_status`` backs ``cloudloop status``.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import logging
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from cloudloop.cloud.aws import AwsDriver
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES, Resource
 from cloudloop.net import free_port
 from cloudloop.settings import AwsSettings, LeaderElectionSettings, Settings, TemporalSettings
 from cloudloop.stack import gotools
@@ -31,6 +34,7 @@ from cloudloop.stack.local import LocalStack, StackOptions
 log = logging.getLogger(__name__)
 
 DEMO_NODES = 2
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 
 
 def stack_settings(
@@ -97,6 +101,12 @@ def seed_demo(kube: Kube, settings: Settings) -> None:
         InstanceType="m5.large",
         SubnetId=subnets[0],
         SecurityGroupIds=[nodes_group],
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [*owned, {"Key": settings.nth.managed_tag, "Value": "true"}],
+            }
+        ],
     )
     for instance in launched["Instances"]:
         name = instance["PrivateDnsName"]  # what a kubelet on EC2 names its Node
@@ -115,6 +125,21 @@ def seed_demo(kube: Kube, settings: Settings) -> None:
                 },
             },
         )
+    kube.create(
+        DEPLOYMENTS,
+        {
+            "metadata": {"name": "demo-web", "namespace": "default"},
+            "spec": {
+                "replicas": 4,
+                "selector": {"matchLabels": {"app": "demo-web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "demo-web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+                },
+            },
+        },
+        "default",
+    )
     kube.create(
         SERVICES,
         {
@@ -138,6 +163,55 @@ def seed_demo(kube: Kube, settings: Settings) -> None:
             raise
 
 
+DEMO_QUEUE = "cloudloop-dev-interruptions"
+DEMO_FILE = "demo.json"
+
+
+def spot_interruption_message(instance_id: str, event_id: str) -> str:
+    """An EventBridge "EC2 Spot Instance Interruption Warning", as AWS sends it to SQS."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id,
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [f"arn:aws:ec2:us-east-1a:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+        }
+    )
+
+
+def inject_spot_interruption(state_dir: Path, node: str | None) -> str:
+    """Send a Spot interruption for ``node`` (default: the first demo node) to the demo's queue;
+    return what to look for."""
+    demo = json.loads((state_dir / DEMO_FILE).read_text())
+    stack = json.loads((state_dir / "stack.json").read_text())
+    kube = Kube(api_client(stack["kubeconfigs"]["main"]))
+    nodes = kube.list(NODES, labelSelector="cloudloop.io/demo=true")["items"]
+    chosen = next((n for n in nodes if node in (None, n["metadata"]["name"])), None)
+    if chosen is None or not chosen["spec"].get("providerID"):
+        raise RuntimeError(f"no initialized demo node {node or ''} (is `cloudloop dev` up?)")
+    instance_id = chosen["spec"]["providerID"].rsplit("/", 1)[-1]
+    aws = AwsSettings(
+        endpoint_url=stack["moto_endpoint"],
+        region="us-east-1",
+        access_key_id=SecretStr("testing"),
+        secret_access_key=SecretStr("testing"),
+    )
+    AwsDriver(aws).client("sqs").send_message(
+        QueueUrl=demo["queue_url"],
+        MessageBody=spot_interruption_message(instance_id, str(uuid.uuid4())),
+    )
+    return (
+        f"Spot interruption sent for {chosen['metadata']['name']} ({instance_id}); watch "
+        f"the drain: temporal workflow list --address {stack['temporal_address']} "
+        "--query \"WorkflowType='DrainNode'\""
+    )
+
+
 def _banner(stack: LocalStack, kubectl: Path) -> str:
     kubeconfig = stack.kubeconfig
     return "\n".join(
@@ -155,6 +229,8 @@ def _banner(stack: LocalStack, kubectl: Path) -> str:
             f"  {kubectl} get nodes -L {ZONE_LABELS[0]},{INSTANCE_TYPE_LABELS[0]}",
             f"  {kubectl} get services demo-web   # EXTERNAL-IP: the ELB's hostname",
             f"  {kubectl} get cloudprobes -o wide",
+            f"  cloudloop inject spot-interruption --state-dir {stack.state_dir}"
+            "   # then: kubectl get nodes,pods -o wide",
             f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='CloudProbe'\"",
@@ -192,6 +268,11 @@ async def run_dev(state_dir: Path, *, temporal_port: int, ui_port: int, fresh: b
         settings = settings.model_copy(
             update={"ccm": settings.ccm.model_copy(update={"cluster_cidr": CLUSTER_CIDR})}
         )
+        queue = AwsDriver(settings.aws).client("sqs").create_queue(QueueName=DEMO_QUEUE)
+        settings = settings.model_copy(
+            update={"nth": settings.nth.model_copy(update={"queue_url": queue["QueueUrl"]})}
+        )
+        (state_dir / DEMO_FILE).write_text(json.dumps({"queue_url": queue["QueueUrl"]}))
         await asyncio.to_thread(seed_demo, kube, settings)
         worker = asyncio.create_task(run_worker(settings, stop=stop))
         starter = asyncio.create_task(

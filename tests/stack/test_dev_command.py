@@ -32,7 +32,7 @@ def processes_mentioning(text: str) -> list[str]:
 
 def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
     state = tmp_path / "dev-state"
-    ui_port = free_port()
+    ui_port, temporal_port = free_port(), free_port()
     log_path = tmp_path / "dev.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -44,7 +44,7 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
                 "--state-dir",
                 str(state),
                 "--temporal-port",
-                str(free_port()),
+                str(temporal_port),
                 "--ui-port",
                 str(ui_port),
             ],
@@ -127,6 +127,50 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.5)
         assert "elb" in ingress_hostname()
+
+        # A Spot interruption injected into the demo's queue drains that node.
+        sent = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cloudloop.cli",
+                "inject",
+                "spot-interruption",
+                "--state-dir",
+                str(state),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        node = sent.split(" for ", 1)[1].split(" ", 1)[0]
+
+        def cordoned() -> bool:
+            out = subprocess.run(
+                [*kubectl, "get", "node", node, "-o", "jsonpath={.spec.unschedulable}"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            return out == "true"
+
+        def drains() -> str:
+            return subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "temporal"),
+                    "workflow",
+                    "list",
+                    "--address",
+                    f"127.0.0.1:{temporal_port}",
+                    "--query",
+                    "WorkflowType='DrainNode' AND ExecutionStatus='Completed'",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+
+        while not (cordoned() and f"drain/{node}/" in drains()):
+            assert time.monotonic() < deadline + 60, log_path.read_text()
+            time.sleep(0.5)
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)
