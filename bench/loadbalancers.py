@@ -37,6 +37,7 @@ from cloudloop.models.loadbalancer import (
     LoadBalancerNode,
     LoadBalancerTarget,
 )
+from cloudloop.stack.aws_network import create_cluster_network
 from starters.services import ServiceStarter
 from workflows.loadbalancer import LoadBalancerWorkflow
 
@@ -220,29 +221,13 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
 def _make_world(driver: AwsDriver, cluster: str) -> dict[str, Any]:
     """A VPC with two cluster subnets, a node security group and ``INSTANCES`` instances."""
     ec2 = driver.client("ec2")
-    owned = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnets = [
-        ec2.create_subnet(
-            VpcId=vpc,
-            CidrBlock=f"10.0.{i + 1}.0/24",
-            AvailabilityZone=zone,
-            TagSpecifications=[{"ResourceType": "subnet", "Tags": owned}],
-        )["Subnet"]["SubnetId"]
-        for i, zone in enumerate(("us-east-1a", "us-east-1b"))
-    ]
-    group = ec2.create_security_group(
-        GroupName=f"{cluster}-nodes",
-        Description="nodes",
-        VpcId=vpc,
-        TagSpecifications=[{"ResourceType": "security-group", "Tags": owned}],
-    )["GroupId"]
+    network = create_cluster_network(ec2, cluster)
     instances = ec2.run_instances(
         ImageId="ami-12c6146b",
         MinCount=INSTANCES,
         MaxCount=INSTANCES,
-        SubnetId=subnets[0],
-        SecurityGroupIds=[group],
+        SubnetId=network.subnet_ids[0],
+        SecurityGroupIds=[network.node_group_id],
     )["Instances"]
     return {"instances": [i["InstanceId"] for i in instances]}
 

@@ -28,6 +28,7 @@ from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES, Resource
 from cloudloop.net import free_port
 from cloudloop.settings import AwsSettings, LeaderElectionSettings, Settings, TemporalSettings
 from cloudloop.stack import gotools
+from cloudloop.stack.aws_network import create_cluster_network
 from cloudloop.stack.kube import ALL_COMPONENTS, CLUSTER_CIDR, KWOK_NODE_ANNOTATION, KubeOptions
 from cloudloop.stack.local import LocalStack, StackOptions
 
@@ -74,37 +75,21 @@ def seed_demo(kube: Kube, settings: Settings) -> None:
     - a CloudProbe.
     """
     ec2 = AwsDriver(settings.aws).client("ec2")
-    owned = [{"Key": f"kubernetes.io/cluster/{settings.cluster_name}", "Value": "owned"}]
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnets = [
-        ec2.create_subnet(
-            VpcId=vpc,
-            CidrBlock=f"10.0.{i + 1}.0/24",
-            AvailabilityZone=zone,
-            TagSpecifications=[{"ResourceType": "subnet", "Tags": owned}],
-        )["Subnet"]["SubnetId"]
-        for i, zone in enumerate(("us-east-1a", "us-east-1b"))
-    ]
-    ec2.create_route_table(
-        VpcId=vpc, TagSpecifications=[{"ResourceType": "route-table", "Tags": owned}]
-    )
-    nodes_group = ec2.create_security_group(
-        GroupName=f"{settings.cluster_name}-nodes",
-        Description="nodes",
-        VpcId=vpc,
-        TagSpecifications=[{"ResourceType": "security-group", "Tags": owned}],
-    )["GroupId"]
+    network = create_cluster_network(ec2, settings.cluster_name, route_table=True)
     launched = ec2.run_instances(
         ImageId="ami-12c6146b",
         MinCount=DEMO_NODES,
         MaxCount=DEMO_NODES,
         InstanceType="m5.large",
-        SubnetId=subnets[0],
-        SecurityGroupIds=[nodes_group],
+        SubnetId=network.subnet_ids[0],
+        SecurityGroupIds=[network.node_group_id],
         TagSpecifications=[
             {
                 "ResourceType": "instance",
-                "Tags": [*owned, {"Key": settings.nth.managed_tag, "Value": "true"}],
+                "Tags": [
+                    *network.owned_tags,
+                    {"Key": settings.nth.managed_tag, "Value": "true"},
+                ],
             }
         ],
     )
