@@ -21,13 +21,13 @@ bench: setup
 
 setup: $(STAMP) tools
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml devstack/pyproject.toml requirements.lock
 	@command -v go >/dev/null || { echo "Go (1.24+) is required to build the local stack"; exit 1; }
 	@$(MAKE) --no-print-directory sysdeps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
 	$(BIN)/uv pip install --python $(BIN)/python -q -r requirements.lock
-	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
+	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e . -e ./devstack
 	touch $(STAMP)
 
 # ovirt-engine-sdk-python (the zVirt driver's SDK) is published as source only: its C extension
@@ -67,7 +67,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider tests/unit
+	$(BIN)/pytest -p no:cacheprovider -m "not stack"
 
 clean:
 	rm -rf $(VENV) .cloudloop .mypy_cache .ruff_cache

@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.errors import CloudError, NotSupported
-from cloudloop.models.probe import CloudCallInput, ProbeActivity, ZoneList
+from cloudloop.messages.probe import CloudCallInput, ProbeActivity, ZoneList
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.events import record_event
-from cloudloop.models.kube import KubeActivity, PatchStatusInput, RecordEventInput
+from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
 
 
 @contextlib.contextmanager

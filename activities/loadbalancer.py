@@ -28,7 +28,7 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer, replaced
 from cloudloop.kube.resources import ObjectRef
-from cloudloop.models.loadbalancer import (
+from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
     DeleteLoadBalancerInput,
     DesiredLoadBalancer,

@@ -20,8 +20,6 @@ from temporalio.exceptions import ApplicationError
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
 from activities.kube import kube_errors
-from cloudloop import capi
-from cloudloop.capi import BOOTSTRAP_DATA_KEY
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import Machine, MachineSpec
 from cloudloop.kube.api import Kube, KubeError
@@ -29,7 +27,7 @@ from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import remove_finalizer
 from cloudloop.kube.resources import SECRETS
-from cloudloop.models.machine import (
+from cloudloop.messages.machine import (
     CreateMachineInput,
     DeleteMachineInput,
     DeleteMachineResult,
@@ -42,6 +40,8 @@ from cloudloop.models.machine import (
     SecretName,
     classify,
 )
+from cloudloop.rules import machine as capi
+from cloudloop.rules.machine import BOOTSTRAP_DATA_KEY
 
 
 def _previous_count(key: str) -> int:

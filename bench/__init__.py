@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.context import BenchContext
-from bench.loadbalancers import lb_benchmarks
-from bench.machines import machine_figures
-from bench.nodes import node_figures
+from bench.loadbalancer import lb_benchmarks
+from bench.machine import machine_figures
+from bench.node import node_figures
 from bench.probe import probe_overhead
 from bench.termination import termination_figures
-from bench.volumes import volume_figures
+from bench.volume import volume_figures
 
 BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,

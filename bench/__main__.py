@@ -11,8 +11,8 @@ from pathlib import Path
 
 from bench import BENCHMARKS
 from bench.context import BenchContext
-from cloudloop.stack.kube import ALL_COMPONENTS, KubeOptions
-from cloudloop.stack.local import LocalStack, StackOptions
+from devstack.kube import ALL_COMPONENTS, KubeOptions
+from devstack.local import LocalStack, StackOptions
 
 
 async def main(selected: list[str]) -> None:

@@ -17,7 +17,7 @@ from cloudloop.cloud.aws import AwsDriver
 from cloudloop.kube.conditions import get_condition, set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef, Resource
-from starters.probes import CloudProbeStarter
+from starters.probe import CloudProbeStarter
 from workers.main import build_worker
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)

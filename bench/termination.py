@@ -33,9 +33,9 @@ from cloudloop.cloud.aws import AwsDriver
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
-from cloudloop.models.drain import MANAGED_TAG
+from cloudloop.messages.termination import MANAGED_TAG
 from cloudloop.settings import NthSettings, Settings
-from cloudloop.stack.kube import KWOK_NODE_ANNOTATION
+from devstack.kube import KWOK_NODE_ANNOTATION
 from starters.termination import QueueProcessor
 from workers.main import build_worker
 

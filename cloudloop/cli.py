@@ -1,20 +1,22 @@
-"""The ``cloudloop`` command: ``dev``, ``worker``, ``starter``, ``status`` and ``stack build``."""
+"""The ``cloudloop`` command: ``worker``, ``starter`` and ``retry``, plus the commands of plugins.
+
+Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
+group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
+``inject`` and ``stack`` that way, so the product itself never imports it.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import importlib.metadata
 import logging
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from cloudloop.settings import Settings
-
-DEFAULT_STATE = Path(".cloudloop/state")
 
 
 def _logging(verbose: bool) -> None:
@@ -98,44 +100,6 @@ def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
     return settings.model_copy(update={"ccm": settings.ccm.model_copy(update=update)})
 
 
-@main.command()
-@click.option(
-    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True
-)
-@click.option("--temporal-port", type=int, default=7233, show_default=True)
-@click.option("--ui-port", type=int, default=8233, show_default=True)
-@click.option(
-    "--keep-state",
-    is_flag=True,
-    help="Reuse the state folder (etcd, Temporal history) instead of starting fresh; moto's "
-    "cloud is always new, so keep it only to look at earlier workflows.",
-)
-def dev(state_dir: Path, temporal_port: int, ui_port: int, keep_state: bool) -> None:
-    """Bring up the embedded local stack with workers, starters and a demo; Ctrl-C stops it all."""
-    from cloudloop.devmode import run_dev
-
-    asyncio.run(
-        run_dev(
-            state_dir.resolve(), temporal_port=temporal_port, ui_port=ui_port, fresh=not keep_state
-        )
-    )
-
-
-@main.command()
-@click.option(
-    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True
-)
-def status(state_dir: Path) -> None:
-    """Show what a running `cloudloop dev` (or the configured cluster) looks like."""
-    from cloudloop.devmode import print_status
-
-    settings = Settings()
-    stack_file = state_dir / "stack.json"
-    stack = json.loads(stack_file.read_text()) if stack_file.exists() else None
-    ok = asyncio.run(print_status(settings, stack))
-    sys.exit(0 if ok else 1)
-
-
 @main.group()
 def retry() -> None:
     """Retry a failed cloud operation."""
@@ -149,7 +113,7 @@ def retry_machine(target: str) -> None:
     Signals the machine's workflow; when no run is open, sets the ``cloudloop.io/retry``
     annotation so the starter starts a new one (the same as setting it yourself).
     """
-    from starters.machines import request_retry
+    from starters.machine import request_retry
 
     namespace, _, name = target.partition("/")
     if not namespace or not name:
@@ -160,36 +124,17 @@ def retry_machine(target: str) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-@main.group()
-def inject() -> None:
-    """Inject cloud events into a running `cloudloop dev` demo."""
+def _load_plugins() -> None:
+    for entry in importlib.metadata.entry_points(group="cloudloop.commands"):
+        try:
+            register = entry.load()
+        except ImportError as exc:  # a half-installed plugin must not break the product's commands
+            logging.getLogger(__name__).debug("plugin %s not loaded: %s", entry.name, exc)
+            continue
+        register(main)
 
 
-@inject.command("spot-interruption")
-@click.option(
-    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE, show_default=True
-)
-@click.option("--node", help="The demo Node to interrupt (default: the first).")
-def inject_spot_interruption(state_dir: Path, node: str | None) -> None:
-    """Send an EC2 Spot interruption warning for a demo node to the demo's SQS queue."""
-    from cloudloop.devmode import inject_spot_interruption as send
-
-    click.echo(send(state_dir, node))
-
-
-@main.group()
-def stack() -> None:
-    """The embedded local stack's Go tools."""
-
-
-@stack.command("build")
-@click.argument("names", nargs=-1)
-def stack_build(names: tuple[str, ...]) -> None:
-    """Build (or find cached) stack binaries and print their paths."""
-    from cloudloop.stack import gotools
-
-    gotools.main(list(names))
-
+_load_plugins()
 
 if __name__ == "__main__":
     main()

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cloudloop import cloud_data
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.errors import CloudError, NotSupported
 from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType
@@ -37,6 +36,7 @@ from cloudloop.metrics import (
     DISCOVERY_ORPHANED_DISK,
     DISCOVERY_UPDATE_RESOURCE_ERROR,
 )
+from cloudloop.rules import discovery as cloud_data
 from starters.context import StarterContext
 
 log = logging.getLogger(__name__)

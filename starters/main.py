@@ -21,12 +21,12 @@ from cloudloop.metrics import MetricsServer
 from cloudloop.settings import Settings
 from starters.context import Starter, StarterContext
 from starters.discovery import CloudDataDiscoverer
-from starters.machines import MachineStarter
-from starters.nodes import NodeSync
-from starters.probes import CloudProbeStarter
+from starters.loadbalancer import ServiceStarter
+from starters.machine import MachineStarter
+from starters.node import NodeSync
+from starters.probe import CloudProbeStarter
 from starters.registration import CloudProviderRegistration
-from starters.routes import RouteSync
-from starters.services import ServiceStarter
+from starters.route import RouteSync
 from starters.termination import QueueProcessor
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """QueueProcessor: aws-node-termination-handler's queue-processor mode as a starter.
 
-It long-polls the SQS queue, parses each message (:mod:`cloudloop.termination.events`), finds
+It long-polls the SQS queue, parses each message (:mod:`cloudloop.rules.termination`), finds
 the instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per
 interruption (ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure),
 so duplicates across messages, kinds and replicas join one drain. While the workflow runs the
@@ -36,6 +36,13 @@ from cloudloop.cloud.aws.termination import AwsTermination, InstanceInfo, QueueM
 from cloudloop.cloud.errors import CloudError
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
+from cloudloop.messages.termination import (
+    DrainInput,
+    DrainOptions,
+    DrainResult,
+    InterruptionEvent,
+    LifecycleInput,
+)
 from cloudloop.metrics import (
     NTH_EVENTS_ERROR,
     NTH_SQS_MESSAGES,
@@ -43,17 +50,10 @@ from cloudloop.metrics import (
     NTH_TAGGED_NODES,
     WORKFLOWS_STARTED,
 )
-from cloudloop.models.drain import (
-    DrainInput,
-    DrainOptions,
-    DrainResult,
-    InterruptionEvent,
-    LifecycleInput,
-)
+from cloudloop.rules.termination import MalformedMessage, parse_message
 from cloudloop.settings import NthSettings
-from cloudloop.termination.events import MalformedMessage, parse_message
 from starters.context import StarterContext
-from workflows.drain import (
+from workflows.termination import (
     DRAIN_SIGNAL,
     CompleteLifecycleWorkflow,
     DrainNodeWorkflow,

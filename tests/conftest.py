@@ -1,7 +1,8 @@
 """Shared fixtures: the real local stack (started once per session), clients and fresh names.
 
-Tests under ``tests/stack`` use the same :class:`~cloudloop.stack.local.LocalStack` as
-``cloudloop dev``. Each test gets a fresh Kubernetes namespace and a fresh Temporal task queue.
+Stack tests (marked ``stack``, automatically when they use a stack fixture) use the same
+:class:`~devstack.local.LocalStack` as ``cloudloop dev``. Each test gets a fresh Kubernetes
+namespace and a fresh Temporal task queue.
 """
 
 from __future__ import annotations
@@ -16,20 +17,30 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop import temporal
-from cloudloop.devmode import stack_settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
 from cloudloop.settings import Settings
-from cloudloop.stack.audit import eviction_audit_args
-from cloudloop.stack.kube import ALL_COMPONENTS, KubeOptions
-from cloudloop.stack.local import LocalStack, StackOptions
+from devstack.audit import eviction_audit_args
+from devstack.devmode import stack_settings
+from devstack.kube import ALL_COMPONENTS, KubeOptions
+from devstack.local import LocalStack, StackOptions
 
 if TYPE_CHECKING:
-    from cloudloop.stack.dvp_simulator import DvpParent
+    from devstack.dvp_simulator import DvpParent
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+
+#: Fixtures that start real processes: a test using any of them is a ``stack`` test.
+STACK_FIXTURES = frozenset({"stack", "stack_dir", "dvp_parent", "ovirt"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs the real stack, so ``-m "not stack"`` is the fast suite."""
+    for item in items:
+        if STACK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +110,7 @@ def namespace(kube: Kube) -> Iterator[str]:
 def dvp_parent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DvpParent]:
     """A parent DVP cluster (its own kube-apiserver with the virtualization CRDs) and the
     simulator standing in for DVP's controllers; each test takes a namespace of its own."""
-    from cloudloop.stack.dvp_simulator import DvpParent
+    from devstack.dvp_simulator import DvpParent
 
     parent = DvpParent.start(tmp_path_factory.mktemp("dvp-parent"))
     try:
@@ -111,6 +122,6 @@ def dvp_parent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DvpParent]:
 @pytest.fixture(scope="session")
 def capi_crds(kube: Kube) -> None:
     """Cluster API's Cluster and Machine CRDs: the real ones if installed, else minimal ones."""
-    from cloudloop.stack.machine_fixtures import ensure_capi_crds
+    from devstack.machine_fixtures import ensure_capi_crds
 
     ensure_capi_crds(kube)

@@ -9,11 +9,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.cloud import CloudActivities
-from activities.drain import DrainActivities
 from activities.kube import KubeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from activities.machine import MachineActivities
-from activities.volumes import VolumeActivities
+from activities.termination import DrainActivities
+from activities.volume import VolumeActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.cloud.driver import CloudDriver
@@ -21,11 +21,11 @@ from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
-from workflows.drain import DRAIN_WORKFLOWS
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow
 from workflows.probe import CloudProbeWorkflow
-from workflows.volumes import VOLUME_WORKFLOWS
+from workflows.termination import DRAIN_WORKFLOWS
+from workflows.volume import VOLUME_WORKFLOWS
 
 log = logging.getLogger(__name__)
 

@@ -1,2 +1,2 @@
 """Deterministic, provider-neutral workflows. They import only the standard library, temporalio
-and :mod:`cloudloop.models`, and call activities by name."""
+and :mod:`cloudloop.messages`, and call activities by name."""

@@ -32,8 +32,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop.models.kube import KubeActivity, RecordEventInput
-    from cloudloop.models.loadbalancer import (
+    from cloudloop.messages.kube import KubeActivity, RecordEventInput
+    from cloudloop.messages.loadbalancer import (
         ApplyRequest,
         DeleteLoadBalancerInput,
         DesiredLoadBalancer,

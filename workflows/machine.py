@@ -24,9 +24,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop import capi
     from cloudloop.cloud.models import Machine
-    from cloudloop.models.machine import (
+    from cloudloop.messages.machine import (
         CreateMachineInput,
         DeleteMachineInput,
         DeleteMachineResult,
@@ -49,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         classify,
         vm_conditions,
     )
+    from cloudloop.rules import machine as capi
 
 #: Creating: a few attempts; invalid specs, auth and conflicts fail at once (non-retryable).
 CREATE_RETRY = RetryPolicy(

@@ -14,13 +14,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop.models.kube import (
+    from cloudloop.messages.kube import (
         ConditionUpdate,
         KubeActivity,
         PatchStatusInput,
         RecordEventInput,
     )
-    from cloudloop.models.probe import (
+    from cloudloop.messages.probe import (
         CloudCallInput,
         ProbeActivity,
         ProbeInput,

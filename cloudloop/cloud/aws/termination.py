@@ -16,7 +16,7 @@ from typing import Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
-from cloudloop.models.drain import LifecycleAction
+from cloudloop.messages.termination import LifecycleAction
 from cloudloop.settings import AwsSettings, NthSettings
 
 #: AWS's answer to a lifecycle call whose action was completed or expired.

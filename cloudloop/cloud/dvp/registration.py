@@ -10,8 +10,8 @@ import base64
 import json
 from typing import Any
 
-from cloudloop.capi import DVP, INFRA_GROUP
 from cloudloop.cloud.dvp.base import DEFAULT_ZONES, PROVIDER, REGION
+from cloudloop.rules.machine import DVP, INFRA_GROUP
 from cloudloop.settings import DvpSettings
 
 SECRET_NAME = "d8-node-manager-cloud-provider"

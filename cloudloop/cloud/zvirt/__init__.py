@@ -3,7 +3,7 @@
 Machines for Cluster API (capz's steps), instances for node sync (batched searches) and the
 storage-domain discovery data. Every SDK request is counted in
 ``cloud_api_requests_total{provider="zvirt"}`` and every SDK failure becomes a
-:mod:`cloudloop.cloud.errors` class. Tests run it against :mod:`cloudloop.stack.ovirt_emulator`.
+:mod:`cloudloop.cloud.errors` class. Tests run it against :mod:`devstack.ovirt_emulator`.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from cloudloop.capi import INFRA_GROUP, ZVIRT
 from cloudloop.cloud.zvirt.mapping import PROVIDER, REGION, ZONE
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SECRETS
+from cloudloop.rules.machine import INFRA_GROUP, ZVIRT
 from cloudloop.settings import ZvirtSettings
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,350 @@
+"""Volume activities: one per CSI operation, each issuing its cloud change and then waiting for
+the result in the same activity, heartbeating its progress.
+
+Every activity first reads what the cloud already has, so a retry after a worker crash continues
+instead of repeating: create finds its volume by the ID in the heartbeat details or by its tags,
+attach finds the existing attachment, detach and expand see what is already done. Cloud errors
+become ``ApplicationError`` with the error kind as ``type`` (see :mod:`activities.cloud`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
+from activities.cloud import cloud_errors
+from cloudloop.cloud import errors
+from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.models import Attachment, Volume, VolumeSpec
+from cloudloop.messages.volume import (
+    AttachResult,
+    AttachVolumeInput,
+    CreateVolumeInput,
+    CreateVolumeResult,
+    DeleteVolumeInput,
+    DeleteVolumeResult,
+    DetachResult,
+    DetachVolumeInput,
+    ExpandResult,
+    ExpandVolumeInput,
+    VolumeActivity,
+)
+from cloudloop.rules.volume import choose_zone, incompatibility
+
+T = TypeVar("T")
+
+#: First pause between two reads of a state being waited for; it grows to ``POLL_MAX_S``.
+POLL_FIRST_S = 0.1
+POLL_MAX_S = 3.0
+#: How often a side thread heartbeats while the activity is busy (the SDK batches the sends).
+KEEPALIVE_S = 1.0
+_LIVE_ATTACHMENT = {"attaching", "attached", "busy"}
+
+
+def _progress() -> dict[str, Any]:
+    """What the previous attempt heartbeated (empty on the first attempt)."""
+    details = activity.info().heartbeat_details
+    if details and isinstance(details[0], Mapping):
+        return dict(details[0])
+    return {}
+
+
+def _client_token() -> str:
+    """The cloud idempotency token of this workflow run's create (stable across retries)."""
+    info = activity.info()
+    return hashlib.sha256(f"{info.workflow_id}/{info.workflow_run_id}".encode()).hexdigest()
+
+
+def _attachment_to(volume: Volume, instance_id: str) -> Attachment | None:
+    return next((a for a in volume.attachments if a.instance_id == instance_id), None)
+
+
+@contextlib.contextmanager
+def _alive(progress: dict[str, Any]) -> Iterator[None]:
+    """Heartbeat ``progress`` now and then from a side thread until the block ends.
+
+    A cloud call may block the activity's thread for longer than the heartbeat timeout (SDK
+    retries, slow answers); the side thread keeps the heartbeat going, so the timeout notices a
+    dead worker only, and a slow call is never run twice at once by a second attempt. (Each
+    heartbeat waits for the worker's event loop, so the fast path sends none.)
+    """
+    context = contextvars.copy_context()  # the activity's context, for heartbeat()
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(KEEPALIVE_S):
+            context.run(activity.heartbeat, dict(progress))
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+class VolumeActivities:
+    def __init__(self, driver: CloudDriver) -> None:
+        self.driver = driver
+
+    def _check_provider(self, provider: str) -> None:
+        if provider != self.driver.provider:
+            raise errors.NotSupported(
+                provider, f"provider {provider!r} on a worker for {self.driver.provider!r}"
+            )
+
+    def _wait(self, what: str, check: Callable[[], T | None], progress: Mapping[str, Any]) -> T:
+        """Read until ``check`` returns something, heartbeating ``progress`` between reads."""
+        delay = POLL_FIRST_S
+        while True:
+            found = check()
+            if found is not None:
+                return found
+            activity.heartbeat(dict(progress))
+            activity.wait_for_cancelled_sync(delay)
+            if activity.is_cancelled():
+                raise CancelledError(f"cancelled while waiting for {what}")
+            delay = min(delay * 1.5, POLL_MAX_S)
+
+    # -- create ----------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.CREATE)
+    def create(self, input: CreateVolumeInput) -> CreateVolumeResult:
+        progress = _progress()
+        with cloud_errors(), _alive(progress):
+            self._check_provider(input.provider)
+            volume: Volume | None = None
+            if progress.get("volume_id"):  # a previous attempt created it: resume waiting
+                with contextlib.suppress(errors.NotFound):
+                    volume = self.driver.get_volume(str(progress["volume_id"]))
+            if volume is None:
+                volume = self.driver.find_volume(input.name, input.cluster)
+                reason = incompatibility(volume, input) if volume is not None else None
+                if reason:
+                    raise errors.AlreadyExists(self.driver.provider, "CreateVolume", reason)
+            if volume is None:
+                volume = self._create(input, progress)
+            progress["volume_id"] = volume.id
+            volume_id = volume.id
+            ready = self._wait(
+                f"volume {volume_id} available", lambda: self._usable(volume_id), progress
+            )
+            return CreateVolumeResult(volume=ready)
+
+    def _create(self, input: CreateVolumeInput, progress: dict[str, Any]) -> Volume:
+        created = self.driver.create_volume(self._spec(input))
+        progress["volume_id"] = created.id
+        activity.heartbeat(dict(progress))
+        activity.logger.info("created volume %s for %s", created.id, input.name)
+        # Two attempts that raced (a cloud without idempotency tokens) each made one: all keep
+        # the oldest, and the others remove their own.
+        oldest = self.driver.find_volume(input.name, input.cluster)
+        if oldest is None or oldest.id == created.id:
+            return created
+        activity.logger.warning("%s duplicates %s: deleting it", created.id, oldest.id)
+        with contextlib.suppress(errors.NotFound):
+            self.driver.delete_volume(created.id)
+        return oldest
+
+    def _spec(self, input: CreateVolumeInput) -> VolumeSpec:
+        zones = [z.name for z in self.driver.zones() if z.state == "available"]
+        zone = choose_zone(input.topology, zones)
+        if zone is None:
+            raise errors.ResourceExhausted(
+                self.driver.provider,
+                "CreateVolume",
+                f"no zone fits: requisite {input.topology.requisite}, available {sorted(zones)}",
+            )
+        return VolumeSpec(
+            name=input.name,
+            size_gib=input.size_gib,
+            zone=zone,
+            volume_type=input.volume_type,
+            tags=input.tags,
+            cluster=input.cluster,
+            client_token=_client_token(),
+        )
+
+    def _usable(self, volume_id: str) -> Volume | None:
+        volume = self.driver.get_volume(volume_id)
+        if volume.state in ("available", "in-use"):
+            return volume
+        if volume.state == "error":
+            # Unusable for good: remove it, so the retry creates a fresh one.
+            self.driver.delete_volume(volume_id)
+            raise errors.CloudError(
+                self.driver.provider, "CreateVolume", f"volume {volume_id} failed (error state)"
+            )
+        return None
+
+    # -- delete ----------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.DELETE)
+    def delete(self, input: DeleteVolumeInput) -> DeleteVolumeResult:
+        with cloud_errors(), _alive({}):
+            self._check_provider(input.provider)
+            try:
+                volume = self.driver.get_volume(input.volume_id)
+            except errors.NotFound:
+                return DeleteVolumeResult(message=f"volume {input.volume_id} does not exist")
+            live = [a for a in volume.attachments if a.state in _LIVE_ATTACHMENT | {"detaching"}]
+            if live:
+                raise errors.FailedPrecondition(
+                    self.driver.provider,
+                    "DeleteVolume",
+                    f"volume {volume.id} is attached to node {live[0].instance_id}",
+                )
+            if volume.state not in ("deleting", "deleted"):
+                with contextlib.suppress(errors.NotFound):
+                    self.driver.delete_volume(volume.id)
+            return DeleteVolumeResult(message=f"volume {volume.id} deleted")
+
+    # -- attach ----------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.ATTACH)
+    def attach(self, input: AttachVolumeInput) -> AttachResult:
+        progress: dict[str, Any] = {"node_id": input.node_id}
+        with cloud_errors(), _alive(progress):
+            self._check_provider(input.provider)
+            try:
+                instance_id = self.driver.instance_id_from_provider_id(input.node_id)
+            except errors.InvalidRequest as exc:
+                raise errors.NotFound(
+                    self.driver.provider, "AttachVolume", f"no node {input.node_id!r}"
+                ) from exc
+            volume = self.driver.get_volume(input.volume_id)
+            mine = _attachment_to(volume, instance_id)
+            if mine is not None and mine.state == "detaching":
+                self._wait(
+                    f"volume {volume.id} detached from {instance_id}",
+                    lambda: self._detached(volume.id, {instance_id}),
+                    progress,
+                )
+                mine = None
+            if mine is None or mine.state not in _LIVE_ATTACHMENT:
+                others = [
+                    a.instance_id
+                    for a in volume.attachments
+                    if a.instance_id != instance_id and a.state in _LIVE_ATTACHMENT | {"detaching"}
+                ]
+                if others and not input.multi_node:
+                    raise errors.FailedPrecondition(
+                        self.driver.provider,
+                        "AttachVolume",
+                        f"volume {volume.id} is attached to node {others[0]}",
+                    )
+                mine = self.driver.attach_volume(volume, instance_id)
+                activity.logger.info(
+                    "attaching %s to %s as %s", volume.id, instance_id, mine.device
+                )
+            progress["device"] = mine.device
+            attached = self._wait(
+                f"volume {volume.id} attached to {instance_id}",
+                lambda: self._attached(volume.id, instance_id),
+                progress,
+            )
+            return AttachResult(
+                device=attached.device, publish_context={"devicePath": attached.device}
+            )
+
+    def _attached(self, volume_id: str, instance_id: str) -> Attachment | None:
+        mine = _attachment_to(self.driver.get_volume(volume_id), instance_id)
+        return mine if mine is not None and mine.state == "attached" else None
+
+    # -- detach ----------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.DETACH)
+    def detach(self, input: DetachVolumeInput) -> DetachResult:
+        progress: dict[str, Any] = {"node_id": input.node_id}
+        with cloud_errors(), _alive(progress):
+            self._check_provider(input.provider)
+            try:
+                volume = self.driver.get_volume(input.volume_id)
+            except errors.NotFound:
+                return DetachResult(message=f"volume {input.volume_id} does not exist")
+            nodes: set[str] = set()
+            if input.node_id:
+                nodes.add(input.node_id)
+                with contextlib.suppress(errors.InvalidRequest):
+                    nodes.add(self.driver.instance_id_from_provider_id(input.node_id))
+            targets = [
+                a
+                for a in volume.attachments
+                if a.state != "detached" and (not nodes or a.instance_id in nodes)
+            ]
+            if not targets:
+                return DetachResult(message=f"volume {volume.id} is not attached there")
+            for attachment in targets:
+                if attachment.state != "detaching":
+                    try:
+                        self.driver.detach_volume(volume.id, attachment.instance_id)
+                    except errors.NotFound:
+                        return DetachResult(message=f"volume {volume.id} does not exist")
+            instances = {a.instance_id for a in targets}
+            progress["detaching_from"] = sorted(instances)
+            self._wait(
+                f"volume {volume.id} detached from {sorted(instances)}",
+                lambda: self._detached(volume.id, instances),
+                progress,
+            )
+            return DetachResult(message=f"volume {volume.id} detached")
+
+    def _detached(self, volume_id: str, instance_ids: set[str]) -> bool | None:
+        try:
+            volume = self.driver.get_volume(volume_id)
+        except errors.NotFound:
+            return True
+        still = [
+            a for a in volume.attachments if a.instance_id in instance_ids and a.state != "detached"
+        ]
+        return None if still else True
+
+    # -- expand ----------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.EXPAND)
+    def expand(self, input: ExpandVolumeInput) -> ExpandResult:
+        progress: dict[str, Any] = {"target_size_gib": input.size_gib}
+        with cloud_errors(), _alive(progress):
+            self._check_provider(input.provider)
+            volume = self.driver.get_volume(input.volume_id)
+            if volume.size_gib >= input.size_gib:
+                return ExpandResult(
+                    size_gib=volume.size_gib,
+                    message=f"volume {volume.id} already has {volume.size_gib} GiB",
+                )
+            running = self.driver.get_volume_modification(volume.id)
+            joining = (
+                running is not None
+                and running.state in ("modifying", "optimizing")
+                and running.target_size_gib >= input.size_gib
+            )
+            if not joining:
+                self.driver.expand_volume(volume.id, input.size_gib)
+                activity.logger.info("expanding %s to %d GiB", volume.id, input.size_gib)
+            size = self._wait(
+                f"volume {volume.id} grown to {input.size_gib} GiB",
+                lambda: self._grown(volume.id, input.size_gib),
+                progress,
+            )
+            return ExpandResult(size_gib=size, message=f"volume {volume.id} has {size} GiB")
+
+    def _grown(self, volume_id: str, size_gib: int) -> int | None:
+        modification = self.driver.get_volume_modification(volume_id)
+        if modification is None or modification.target_size_gib < size_gib:
+            size = self.driver.get_volume(volume_id).size_gib
+            return size if size >= size_gib else None
+        if modification.state == "failed":
+            raise errors.FailedPrecondition(
+                self.driver.provider,
+                "ModifyVolume",
+                f"resizing {volume_id} failed: {modification.message or 'no reason given'}",
+            )
+        if modification.state in ("optimizing", "completed"):
+            return modification.target_size_gib
+        return None
+
+    def all(self) -> list[object]:
+        return [self.create, self.delete, self.attach, self.detach, self.expand]

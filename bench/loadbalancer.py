@@ -1,0 +1,247 @@
+"""Service ``type: LoadBalancer`` → ingress set, through the workflow, against the same cloud work
+made directly with the same driver (boto3 → moto) in the same run.
+
+- ``lb_ensure_median_s``: median over ``SAMPLES`` Services, one at a time, of Service created →
+  ``status.loadBalancer.ingress`` set (informer → starter: finalizer + signal-with-start →
+  workflow → ``lb.ensure`` activity: boto3 calls + status patch → seen through the watch).
+- ``lb_direct_median_s``: median of the same boto3 calls made directly
+  (``AwsDriver.ensure_load_balancer`` on an equivalent spec: a fresh Classic ELB, two ports,
+  three instances). The samples alternate with the ones above, because moto answers more
+  slowly as it fills up.
+- ``lb_ensure_overhead_ratio``: the first divided by the second (goal ≤ 1.3).
+- ``lb_ensure_200_services_wall_s``: 200 Services created at once → all have ingress.
+- ``lb_direct_200_services_wall_s``: the same 200 ensures made directly, with the same
+  parallelism (``PARALLELISM`` starter syncs and activity slots; ``PARALLELISM`` threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from activities.kube import KubeActivities
+from activities.loadbalancer import LoadBalancerActivities
+from bench.context import BenchContext
+from cloudloop import temporal
+from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.errors import CloudError
+from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec
+from cloudloop.kube.informer import Informers
+from cloudloop.kube.resources import NODES, SERVICES, ObjectRef, Resource
+from cloudloop.messages.loadbalancer import (
+    DesiredLoadBalancer,
+    LoadBalancerNode,
+    LoadBalancerTarget,
+)
+from devstack.aws_network import create_cluster_network
+from starters.loadbalancer import ServiceStarter
+from workflows.loadbalancer import LoadBalancerWorkflow
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SAMPLES = 20
+FLEET = 200
+PARALLELISM = 20
+INSTANCES = 3
+
+
+def _service(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app": name},
+            "ports": [
+                {"name": "http", "port": 80, "protocol": "TCP"},
+                {"name": "https", "port": 443, "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def _has_ingress(obj: dict[str, Any] | None) -> bool:
+    return bool(((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress"))
+
+
+async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
+    kube = ctx.kube
+    scope = uuid.uuid4().hex[:8]
+    ccm = ctx.settings.ccm.model_copy(
+        update={
+            "node_selector": f"cloudloop-bench-lb={scope}",
+            "concurrent_service_syncs": PARALLELISM,
+        }
+    )
+    settings = ctx.settings.model_copy(
+        update={
+            "cluster_name": f"bench-lb-{scope}",
+            "ccm": ccm,
+            "temporal": ctx.settings.temporal.model_copy(
+                update={"task_queue": f"bench-lb-{scope}"}
+            ),
+        }
+    )
+    driver = AwsDriver(settings.aws)
+    world = _make_world(driver, settings.cluster_name)
+    node_names = _make_nodes(ctx, scope, world)
+    node_labels = {"cloudloop-bench-lb": scope}
+    namespace = f"bench-lb-{scope}"
+    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+
+    informers = Informers(kube)
+    starter = ServiceStarter(
+        kube,
+        ctx.client,
+        services=informers.get(SERVICES, namespace=namespace),
+        nodes=informers.get(NODES, label_selector=ccm.node_selector),
+        task_queue=settings.temporal.task_queue,
+        cluster=settings.cluster_name,
+        provider=settings.provider,
+        concurrency=PARALLELISM,
+    )
+    # The LB workflow and its activities only, with PARALLELISM activity slots.
+    activities = [*LoadBalancerActivities(driver, kube).all(), *KubeActivities(kube).all()]
+    worker = temporal.make_worker(
+        ctx.client,
+        settings.temporal.task_queue,
+        workflows=[LoadBalancerWorkflow],
+        activities=activities,  # type: ignore[arg-type]
+        graceful_shutdown_s=5,
+        max_concurrent_activities=PARALLELISM,
+    )
+
+    nodes = [
+        LoadBalancerNode(
+            name=name, provider_id=f"aws:///us-east-1a/{instance_id}", labels=node_labels
+        )
+        for name, instance_id in zip(node_names, world["instances"], strict=True)
+    ]
+    lb_activities = LoadBalancerActivities(driver, kube)
+
+    def direct_spec(label: str) -> LoadBalancerSpec:
+        """What ``lb.ensure`` hands the driver for a Service like the ones created here."""
+        desired = DesiredLoadBalancer(
+            ports=[
+                LoadBalancerPort(name="http", port=80, node_port=30080),
+                LoadBalancerPort(name="https", port=443, node_port=30443),
+            ],
+            nodes=nodes,
+        )
+        service = ObjectRef(
+            plural="services",
+            kind="Service",
+            namespace=namespace,
+            name=label,
+            uid=str(uuid.uuid4()),
+        )
+        target = LoadBalancerTarget(service=service, cluster=settings.cluster_name, provider="aws")
+        return lb_activities.spec(target, desired)
+
+    def ensure(spec: LoadBalancerSpec) -> None:
+        """As ``lb.ensure`` is retried (3 attempts), so that both sides do the same work."""
+        for attempt in range(3):
+            try:
+                driver.ensure_load_balancer(spec)
+                return
+            except CloudError:
+                if attempt == 2:
+                    raise
+                time.sleep(1.0 * (attempt + 1))
+
+    def create(name: str) -> None:
+        kube.create(SERVICES, _service(name), namespace)
+
+    store = starter.services.store  # fed by the starter's watch: no polling load on the API
+
+    async def wait_ingress(names: list[str]) -> None:
+        keys = [f"{namespace}/{name}" for name in names]
+        while not all(_has_ingress(store.get(key)) for key in keys):
+            await asyncio.sleep(0.002)
+
+    through_workflow: list[float] = []
+    direct: list[float] = []
+    async with worker:
+        task = asyncio.create_task(starter.run())
+        await asyncio.to_thread(ensure, direct_spec("warmup"))
+        for name in ("warmup-1", "warmup-2"):
+            await asyncio.to_thread(create, name)
+            await wait_ingress([name])
+        # Samples alternate, so both sides meet moto in the same state (it slows as it fills).
+        for i in range(SAMPLES):
+            started = time.monotonic()
+            await asyncio.to_thread(create, f"s{i}")
+            await wait_ingress([f"s{i}"])
+            through_workflow.append(time.monotonic() - started)
+            spec = direct_spec(f"d{i}")
+            started = time.monotonic()
+            await asyncio.to_thread(ensure, spec)
+            direct.append(time.monotonic() - started)
+
+        names = [f"f{i}" for i in range(FLEET)]
+        started = time.monotonic()
+        with ThreadPoolExecutor(PARALLELISM) as pool:
+            await asyncio.to_thread(lambda: list(pool.map(create, names)))
+        await wait_ingress(names)
+        fleet_wall = time.monotonic() - started
+
+        # Tear the Services down while the worker runs (not measured).
+        for key in list(store):
+            kube.delete(SERVICES, key.partition("/")[2], namespace)
+        deadline = time.monotonic() + 300
+        while store and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        starter.stop()
+        informers.stop()
+        await task
+
+    # -- the same 200 ensures, directly, with the same parallelism --------------------------
+    specs = [direct_spec(f"df{i}") for i in range(FLEET)]
+    started = time.monotonic()
+    with ThreadPoolExecutor(PARALLELISM) as pool:
+        list(pool.map(ensure, specs))
+    direct_fleet_wall = time.monotonic() - started
+
+    for name in node_names:
+        kube.delete(NODES, name)
+
+    workflow_median = statistics.median(through_workflow)
+    direct_median = statistics.median(direct)
+    return {
+        "lb_ensure_median_s": workflow_median,
+        "lb_direct_median_s": direct_median,
+        "lb_ensure_overhead_ratio": workflow_median / direct_median,
+        "lb_ensure_200_services_wall_s": fleet_wall,
+        "lb_direct_200_services_wall_s": direct_fleet_wall,
+    }
+
+
+def _make_world(driver: AwsDriver, cluster: str) -> dict[str, Any]:
+    """A VPC with two cluster subnets, a node security group and ``INSTANCES`` instances."""
+    ec2 = driver.client("ec2")
+    network = create_cluster_network(ec2, cluster)
+    instances = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=INSTANCES,
+        MaxCount=INSTANCES,
+        SubnetId=network.subnet_ids[0],
+        SecurityGroupIds=[network.node_group_id],
+    )["Instances"]
+    return {"instances": [i["InstanceId"] for i in instances]}
+
+
+def _make_nodes(ctx: BenchContext, scope: str, world: dict[str, Any]) -> list[str]:
+    names = []
+    for index, instance_id in enumerate(world["instances"]):
+        name = f"bench-lb-{scope}-{index}"
+        ctx.kube.create(
+            NODES,
+            {
+                "metadata": {"name": name, "labels": {"cloudloop-bench-lb": scope}},
+                "spec": {"providerID": f"aws:///us-east-1a/{instance_id}"},
+            },
+        )
+        names.append(name)
+    return names

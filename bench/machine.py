@@ -1,0 +1,302 @@
+"""Cluster API machines on DVP: the workflow path against the same calls made directly.
+
+A parent DVP cluster (its own control plane with the simulator) is started for these figures.
+
+- ``machine_provision_median_s``: median over N machines of DeckhouseMachine created (Machine
+  and bootstrap Secret already there) → ``status.ready`` seen, through informer → starter →
+  Temporal → activities (driver create, observe, status report).
+- ``machine_direct_median_s``: the same object created, then ``create_machine``, ``get_machine``
+  polled on the same schedule until provisioned, and providerID + status written, directly.
+- ``machine_provision_overhead_ratio``: the first over the second (goal <= 1.3).
+- ``machines_100_parallel_wall_s``: 100 DeckhouseMachines created at once → all ready.
+- ``machines_100_delete_wall_s``: the same 100 deleted → all gone (VMs, disks, Secrets first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.context import BenchContext
+from cloudloop.cloud.dvp import DvpDriver
+from cloudloop.cloud.models import MachineSpec
+from cloudloop.kube.api import Kube
+from cloudloop.kube.conditions import set_condition
+from cloudloop.kube.informer import Informer
+from cloudloop.kube.resources import SECRETS, Resource
+from cloudloop.messages.machine import MachineTimings, classify, vm_conditions
+from cloudloop.rules import machine as capi
+from cloudloop.settings import DvpSettings
+from devstack import machine_fixtures
+from devstack.dvp_simulator import DvpParent
+from starters.machine import MachineStarter
+from workers.main import build_worker
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SAMPLES = 10
+PARALLEL = 100
+CLOUD_INIT = b"#cloud-config\n"
+TIMINGS = MachineTimings()  # production defaults: the direct path polls on the same schedule
+
+
+def _namespace(kube: Kube, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.create(NAMESPACES, {"metadata": {"name": name}})
+    return name
+
+
+def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    """The Machine (owner) and bootstrap Secret; returns the InfraMachine to create."""
+    machine_fixtures.create_bootstrap_secret(kube, namespace, f"{name}-data", CLOUD_INIT)
+    machine = kube.create(
+        capi.MACHINES,
+        {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {capi.CLUSTER_NAME_LABEL: "c1"},
+            },
+            "spec": {
+                "clusterName": "c1",
+                "bootstrap": {"dataSecretName": f"{name}-data"},
+                "infrastructureRef": {
+                    "apiGroup": capi.INFRA_GROUP,
+                    "kind": capi.DVP.machine.kind,
+                    "name": name,
+                },
+            },
+        },
+        namespace,
+    )
+    owner = {
+        "apiVersion": machine["apiVersion"],
+        "kind": "Machine",
+        "name": name,
+        "uid": machine["metadata"]["uid"],
+        "controller": True,
+    }
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {capi.CLUSTER_NAME_LABEL: "c1"},
+            "ownerReferences": [owner],
+        },
+        "spec": machine_fixtures.dvp_machine_spec(),
+    }
+
+
+def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any]) -> None:
+    """Create the object, the VM, poll like the workflow does, write providerID and status."""
+    obj = kube.create(capi.DVP.machine, body, namespace)
+    name = obj["metadata"]["name"]
+    spec = MachineSpec(
+        name=name,
+        namespace=namespace,
+        cluster="c1",
+        machine_uid=obj["metadata"]["uid"],
+        provider_spec=capi.DVP.desired_spec(obj),
+    )
+    secret = kube.get(SECRETS, f"{name}-data", namespace) or {}
+    assert secret.get("data")
+    machine = driver.create_machine(spec, CLOUD_INIT)
+    delay = TIMINGS.poll.initial_s
+    while not machine.provisioned:
+        time.sleep(delay)
+        delay = TIMINGS.poll.after(delay)
+        found = driver.get_machine(spec)
+        assert found is not None
+        machine = found
+    kube.patch(capi.DVP.machine, name, {"spec": {"providerID": machine.provider_id}}, namespace)
+    conditions: list[dict[str, Any]] | None = None
+    for condition in vm_conditions(classify(machine)):
+        conditions = set_condition(
+            conditions,
+            type=condition.type,
+            status=condition.status,
+            reason=condition.reason,
+            message=condition.message,
+        )
+    kube.patch(
+        capi.DVP.machine,
+        name,
+        {
+            "status": {
+                "ready": True,
+                "initialization": {"provisioned": True},
+                "addresses": [a.model_dump() for a in machine.addresses],
+                "conditions": conditions,
+            }
+        },
+        namespace,
+        subresource="status",
+    )
+
+
+class ReadyWatch:
+    """Sees DeckhouseMachines turn ready through a watch (no polling load on the process)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.informer = Informer(kube, capi.DVP.machine, namespace=namespace)
+        self.ready: dict[str, float] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ReadyWatch:
+        self._task = asyncio.create_task(self._follow())
+        await self.informer.wait_synced(30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.informer.stop()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        async for event in self.informer.events():
+            obj = event.object
+            if _is_ready(obj):
+                self.ready.setdefault(obj["metadata"]["name"], time.monotonic())
+                self._changed.set()
+
+    async def until(self, names: list[str], timeout: float = 600.0) -> float:
+        """Wait until every name is ready; the monotonic time the last one was seen ready."""
+        deadline = time.monotonic() + timeout
+        while not all(n in self.ready for n in names):
+            self._changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("benchmark machines did not become ready")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=remaining)
+        return max(self.ready[n] for n in names)
+
+
+def _is_ready(obj: dict[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    return bool(status.get("ready") and (status.get("initialization") or {}).get("provisioned"))
+
+
+async def _wait(check: Any, *, interval: float, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark machines did not converge")
+        await asyncio.sleep(interval)
+
+
+async def machine_figures(ctx: BenchContext) -> dict[str, float]:
+    kube, settings = ctx.kube, ctx.settings
+    machine_fixtures.ensure_capi_crds(kube)
+    with tempfile.TemporaryDirectory(prefix="cloudloop-bench-dvp-") as state:
+        parent = DvpParent.start(Path(state))  # from this (main) thread: children die with it
+        try:
+            return await _figures(ctx, kube, parent, settings.cluster_name)
+        finally:
+            parent.stop()
+
+
+async def _figures(
+    ctx: BenchContext, kube: Kube, parent: DvpParent, cluster: str
+) -> dict[str, float]:
+    parent_namespace = parent.new_namespace("bench")
+    driver = DvpDriver(
+        DvpSettings(kubeconfig=parent.kubeconfig, namespace=parent_namespace, cluster_uuid="bench")
+    )
+    task_queue = f"bench-machines-{uuid.uuid4().hex[:6]}"
+    namespace = _namespace(kube, "bench-machines")
+    direct_namespace = _namespace(kube, "bench-direct")
+    machine_fixtures.create_cluster(kube, namespace, "c1", capi.DVP)
+    starter = MachineStarter(
+        kube,
+        ctx.client,
+        kinds=capi.DVP,
+        task_queue=task_queue,
+        cluster=cluster,
+        namespace=namespace,
+        timings=TIMINGS,
+    )
+    worker = build_worker(ctx.client, ctx.settings, driver=driver, kube=kube, task_queue=task_queue)
+    through_workflow: list[float] = []
+    direct: list[float] = []
+    figures: dict[str, float] = {}
+    async with worker, ReadyWatch(kube, namespace) as watch:
+        task = asyncio.create_task(starter.run())
+        try:
+            for i in range(-1, SAMPLES):  # -1: warm-up
+                name = f"w{i + 1}"
+                body = await asyncio.to_thread(_prepare, kube, namespace, name)
+                started = time.monotonic()
+                await asyncio.to_thread(kube.create, capi.DVP.machine, body, namespace)
+                ready_at = await watch.until([name])
+                if i >= 0:
+                    through_workflow.append(ready_at - started)
+
+                body = await asyncio.to_thread(_prepare, kube, direct_namespace, f"d{i + 1}")
+                started = time.monotonic()
+                await asyncio.to_thread(_direct, kube, driver, direct_namespace, body)
+                if i >= 0:
+                    direct.append(time.monotonic() - started)
+
+            names = [f"p{i}" for i in range(PARALLEL)]
+            with ThreadPoolExecutor(16) as pool:
+                bodies = list(pool.map(lambda n: _prepare(kube, namespace, n), names))
+                started = time.monotonic()
+                await asyncio.gather(
+                    *(
+                        asyncio.get_running_loop().run_in_executor(
+                            pool, kube.create, capi.DVP.machine, b, namespace
+                        )
+                        for b in bodies
+                    )
+                )
+
+                ready_at = await watch.until(names)
+                figures["machines_100_parallel_wall_s"] = ready_at - started
+
+                started = time.monotonic()
+                await asyncio.gather(
+                    *(
+                        asyncio.get_running_loop().run_in_executor(
+                            pool, kube.delete, capi.DVP.machine, n, namespace
+                        )
+                        for n in names
+                    )
+                )
+
+                def all_gone() -> bool:
+                    items = kube.list(capi.DVP.machine, namespace)["items"]
+                    return not any(o["metadata"]["name"].startswith("p") for o in items)
+
+                await _wait(all_gone, interval=0.1)
+                figures["machines_100_delete_wall_s"] = time.monotonic() - started
+        finally:
+            starter.stop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            for obj in kube.list(capi.DVP.machine, namespace)["items"]:
+                kube.patch(
+                    capi.DVP.machine,
+                    obj["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                    namespace,
+                )
+    for ns in (namespace, direct_namespace):
+        kube.delete(NAMESPACES, ns)
+
+    workflow_median = statistics.median(through_workflow)
+    direct_median = statistics.median(direct)
+    return {
+        "machine_provision_median_s": workflow_median,
+        "machine_direct_median_s": direct_median,
+        "machine_provision_overhead_ratio": workflow_median / direct_median,
+        **figures,
+    }

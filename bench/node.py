@@ -1,0 +1,162 @@
+"""Node sync cloud-call figures, counted from ``cloud_api_requests_total`` (never estimated).
+
+- ``lifecycle_cloud_calls_per_pass_1000_nodes``: 1,000 initialized, all NotReady Nodes backed
+  by 1,000 moto instances (50 terminated, 50 stopped); cloud requests of one lifecycle pass.
+  Beside it the upstream model, 2 calls per NotReady node.
+- ``address_refresh_cloud_calls_1000_nodes``: one address-refresh round over the same Nodes.
+- ``init_cloud_calls_per_node_100_burst``: 100 tainted Nodes created at once; cloud requests
+  until all are initialized, divided by 100 (upstream model: 1 per node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+from prometheus_client import REGISTRY
+
+from bench.context import BenchContext
+from cloudloop.cloud.aws import AwsDriver
+from cloudloop.kube.informer import Informers
+from cloudloop.kube.resources import NODES
+from cloudloop.rules import node as rules
+from starters.node import NodeSync
+
+FLEET = 1000
+BURST = 100
+
+
+def cloud_requests() -> float:
+    total = 0.0
+    for metric in REGISTRY.collect():
+        if metric.name == "cloud_api_requests":
+            total += sum(s.value for s in metric.samples if s.name == "cloud_api_requests_total")
+    return total
+
+
+def launch(ec2: Any, count: int) -> list[dict[str, Any]]:
+    instances: list[dict[str, Any]] = []
+    while len(instances) < count:
+        batch = min(100, count - len(instances))
+        instances += ec2.run_instances(
+            ImageId="ami-12c6146b", MinCount=batch, MaxCount=batch, InstanceType="m5.large"
+        )["Instances"]
+    return instances
+
+
+async def node_figures(ctx: BenchContext) -> dict[str, float]:
+    kube, settings = ctx.kube, ctx.settings
+    scope = uuid.uuid4().hex[:8]
+    selector = f"cloudloop-bench={scope}"
+    ec2 = boto3.client(
+        "ec2",
+        region_name="us-east-1",
+        endpoint_url=settings.aws.endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    fleet = await asyncio.to_thread(launch, ec2, FLEET)
+    ids = [i["InstanceId"] for i in fleet]
+    ec2.terminate_instances(InstanceIds=ids[:50])
+    ec2.stop_instances(InstanceIds=ids[50:100])
+
+    def create(name: str, provider_id: str = "", tainted: bool = False) -> None:
+        spec: dict[str, Any] = {"providerID": provider_id} if provider_id else {}
+        if tainted:
+            spec["taints"] = [
+                {"key": rules.UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
+            ]
+        kube.create(
+            NODES, {"metadata": {"name": name, "labels": {"cloudloop-bench": scope}}, "spec": spec}
+        )
+
+    with ThreadPoolExecutor(16) as pool:
+        list(
+            pool.map(
+                lambda i: create(
+                    f"fleet-{scope}-{i['InstanceId']}",
+                    f"aws:///{i['Placement']['AvailabilityZone']}/{i['InstanceId']}",
+                ),
+                fleet,
+            )
+        )
+
+    ccm = settings.ccm.model_copy(update={"node_selector": selector, "concurrent_node_syncs": 8})
+    informers = Informers(kube)
+    driver = AwsDriver(settings.aws)
+    fleet_sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
+    figures: dict[str, float] = {}
+    burst_selector = f"cloudloop-bench-burst={scope}"
+    burst_ccm = ccm.model_copy(update={"node_selector": burst_selector})
+    burst_sync = NodeSync(
+        kube, driver, informers.get(NODES, label_selector=burst_selector), burst_ccm
+    )
+    burst_task: asyncio.Task[None] | None = None
+    try:
+        # The passes are called directly: no background loop adds requests to the counts.
+        fleet_sync.informer.start()
+        await fleet_sync.informer.wait_synced(60)
+        while len(fleet_sync.informer.store) < FLEET:
+            await asyncio.sleep(0.1)
+
+        before = cloud_requests()
+        await fleet_sync.lifecycle_pass()
+        figures["lifecycle_cloud_calls_per_pass_1000_nodes"] = cloud_requests() - before
+        figures["lifecycle_cloud_calls_per_pass_1000_nodes_upstream_model"] = 2.0 * FLEET
+
+        before = cloud_requests()
+        await fleet_sync.refresh_addresses()
+        figures["address_refresh_cloud_calls_1000_nodes"] = cloud_requests() - before
+        figures["address_refresh_cloud_calls_1000_nodes_upstream_model"] = float(FLEET)
+
+        burst = await asyncio.to_thread(launch, ec2, BURST)
+        burst_task = asyncio.create_task(burst_sync.run())
+        await burst_sync.informer.wait_synced(60)
+        await asyncio.sleep(0.5)  # the loops' startup passes (over no nodes yet) are done
+        before = cloud_requests()
+
+        def create_burst_node(instance: dict[str, Any]) -> None:
+            kube.create(
+                NODES,
+                {
+                    "metadata": {
+                        "name": instance["PrivateDnsName"],
+                        "labels": {"cloudloop-bench-burst": scope},
+                    },
+                    "spec": {
+                        "taints": [
+                            {
+                                "key": rules.UNINITIALIZED_TAINT,
+                                "value": "true",
+                                "effect": "NoSchedule",
+                            }
+                        ]
+                    },
+                },
+            )
+
+        with ThreadPoolExecutor(16) as pool:
+            await asyncio.to_thread(lambda: list(pool.map(create_burst_node, burst)))
+        names = {i["PrivateDnsName"] for i in burst}
+
+        def initialized(name: str) -> bool:
+            node = burst_sync.informer.store.get(name)
+            return node is not None and not rules.needs_init(node)
+
+        while not all(initialized(n) for n in names):
+            await asyncio.sleep(0.05)
+        figures["init_cloud_calls_per_node_100_burst"] = (cloud_requests() - before) / BURST
+        figures["init_cloud_calls_per_node_100_burst_upstream_model"] = 1.0
+    finally:
+        burst_sync.stop()
+        informers.stop()
+        if burst_task is not None:
+            await asyncio.gather(burst_task, return_exceptions=True)
+        for label in (selector, burst_selector):
+            await asyncio.to_thread(
+                kube.request, "DELETE", NODES.path(), query={"labelSelector": label}
+            )
+    return figures

@@ -1,0 +1,262 @@
+"""The volume contract a CSI controller calls: one method per controller RPC, each returning a
+result with a CSI code (never raising for a cloud's answer).
+
+A call checks the request (``INVALID_ARGUMENT``, ``OUT_OF_RANGE`` before any workflow starts),
+then starts the operation's workflow under its deterministic ID with conflict policy
+``USE_EXISTING`` and the request's fingerprint in the memo:
+
+- nothing runs under the ID: the workflow starts;
+- the same request runs (a retried RPC): the call joins it and returns its result;
+- another request on the same volume runs: the call returns ``ABORTED`` ("operation pending")
+  naming it, and the caller retries later, as CSI sidecars do.
+
+A finished workflow does not block its ID (reuse policy ``ALLOW_DUPLICATE``): repeating a
+finished request starts a new run, which reads the cloud first and so returns the same answer
+(same volume, same device) while nothing changed, and the right one when something did (attach,
+detach, attach again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import CancelledError, TerminatedError
+
+from cloudloop import searchattrs
+from cloudloop.messages.volume import (
+    AttachResult,
+    AttachVolumeInput,
+    AttachVolumeRequest,
+    Code,
+    CreateVolumeInput,
+    CreateVolumeRequest,
+    CreateVolumeResult,
+    DeleteVolumeInput,
+    DeleteVolumeRequest,
+    DeleteVolumeResult,
+    DetachResult,
+    DetachVolumeInput,
+    DetachVolumeRequest,
+    ExpandResult,
+    ExpandVolumeInput,
+    ExpandVolumeRequest,
+    VolumeInput,
+    VolumeResult,
+    VolumeWorkflow,
+)
+from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
+from cloudloop.settings import Settings
+from workflows.volume import create_workflow_id, operation_name, volume_workflow_id
+
+R = TypeVar("R", bound=VolumeResult)
+
+#: Search-attribute kind of every volume workflow (``CloudloopKind='Volume'``).
+VOLUME_KIND = "Volume"
+
+
+class VolumeOperations:
+    """Starts or joins the volume workflows on ``task_queue`` for ``cluster``'s volumes."""
+
+    @classmethod
+    def from_settings(cls, client: Client, settings: Settings) -> VolumeOperations:
+        return cls(
+            client,
+            task_queue=settings.temporal.task_queue,
+            cluster=settings.cluster_name,
+            provider=settings.provider,
+        )
+
+    def __init__(self, client: Client, *, task_queue: str, cluster: str, provider: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.cluster = cluster
+        self.provider = provider
+
+    async def create(
+        self, request: CreateVolumeRequest, *, timeout: float | None = None
+    ) -> CreateVolumeResult:
+        try:
+            check_request(request)
+            size = size_gib(request.capacity)
+        except RequestRejected as err:
+            return CreateVolumeResult(code=err.code, message=err.message)
+        input = CreateVolumeInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            name=request.name,
+            size_gib=size,
+            volume_type=request.volume_type,
+            topology=request.topology,
+            tags=request.tags,
+        )
+        return await self._run(
+            VolumeWorkflow.CREATE,
+            input,
+            workflow_id=create_workflow_id(request.name),
+            operation=create_workflow_id(request.name),
+            subject=request.name,
+            result_type=CreateVolumeResult,
+            timeout=timeout,
+        )
+
+    async def delete(
+        self, request: DeleteVolumeRequest, *, timeout: float | None = None
+    ) -> DeleteVolumeResult:
+        try:
+            check_request(request)
+        except RequestRejected as err:
+            return DeleteVolumeResult(code=err.code, message=err.message)
+        input = DeleteVolumeInput(
+            cluster=self.cluster, provider=self.provider, volume_id=request.volume_id
+        )
+        return await self._run(
+            VolumeWorkflow.DELETE,
+            input,
+            workflow_id=volume_workflow_id(request.volume_id),
+            operation=operation_name("volume-delete", request.volume_id),
+            subject=request.volume_id,
+            result_type=DeleteVolumeResult,
+            timeout=timeout,
+        )
+
+    async def attach(
+        self, request: AttachVolumeRequest, *, timeout: float | None = None
+    ) -> AttachResult:
+        try:
+            check_request(request)
+        except RequestRejected as err:
+            return AttachResult(code=err.code, message=err.message)
+        input = AttachVolumeInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            volume_id=request.volume_id,
+            node_id=request.node_id,
+            multi_node=request.multi_node,
+        )
+        return await self._run(
+            VolumeWorkflow.ATTACH,
+            input,
+            workflow_id=volume_workflow_id(request.volume_id),
+            operation=operation_name("attach", request.volume_id, request.node_id),
+            subject=request.volume_id,
+            result_type=AttachResult,
+            timeout=timeout,
+        )
+
+    async def detach(
+        self, request: DetachVolumeRequest, *, timeout: float | None = None
+    ) -> DetachResult:
+        try:
+            check_request(request)
+        except RequestRejected as err:
+            return DetachResult(code=err.code, message=err.message)
+        input = DetachVolumeInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            volume_id=request.volume_id,
+            node_id=request.node_id,
+        )
+        return await self._run(
+            VolumeWorkflow.DETACH,
+            input,
+            workflow_id=volume_workflow_id(request.volume_id),
+            operation=operation_name("detach", request.volume_id, request.node_id or None),
+            subject=request.volume_id,
+            result_type=DetachResult,
+            timeout=timeout,
+        )
+
+    async def expand(
+        self, request: ExpandVolumeRequest, *, timeout: float | None = None
+    ) -> ExpandResult:
+        try:
+            check_request(request)
+            size = size_gib(request.capacity)
+        except RequestRejected as err:
+            return ExpandResult(code=err.code, message=err.message)
+        input = ExpandVolumeInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            volume_id=request.volume_id,
+            size_gib=size,
+        )
+        return await self._run(
+            VolumeWorkflow.EXPAND,
+            input,
+            workflow_id=volume_workflow_id(request.volume_id),
+            operation=operation_name("expand", request.volume_id),
+            subject=request.volume_id,
+            result_type=ExpandResult,
+            timeout=timeout,
+        )
+
+    async def _run(
+        self,
+        workflow_type: str,
+        input: VolumeInput,
+        *,
+        workflow_id: str,
+        operation: str,
+        subject: str,
+        result_type: type[R],
+        timeout: float | None,
+    ) -> R:
+        """Start or join the workflow; refuse (ABORTED) when it runs another request."""
+        request = fingerprint(input)
+        started = await self.client.start_workflow(
+            workflow_type,
+            input,
+            id=workflow_id,
+            task_queue=self.task_queue,
+            result_type=result_type,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            memo={"operation": operation, "request": request},
+            search_attributes=searchattrs.for_object(
+                cluster=self.cluster,
+                provider=self.provider,
+                kind=VOLUME_KIND,
+                namespace="",
+                name=subject,
+            ),
+            static_summary=operation,
+            request_eager_start=True,
+        )
+        run = self.client.get_workflow_handle(
+            workflow_id, run_id=started.result_run_id, result_type=result_type
+        )
+        # Await the result while checking whose run it is, so the check costs no extra time.
+        result: asyncio.Future[R] = asyncio.ensure_future(asyncio.wait_for(run.result(), timeout))
+        try:
+            memo = await (await run.describe()).memo()
+        except BaseException:
+            result.cancel()
+            raise
+        if memo.get("request") != request:
+            result.cancel()
+            return result_type(
+                code=Code.ABORTED,
+                message=(
+                    f"operation pending: {memo.get('operation', workflow_type)} is running "
+                    f"(workflow {workflow_id}); retry {operation} when it has finished"
+                ),
+                workflow_id=workflow_id,
+            )
+        try:
+            return await result
+        except TimeoutError:
+            return result_type(
+                code=Code.DEADLINE_EXCEEDED,
+                message=f"{operation} still running (workflow {workflow_id}); repeat to join it",
+                workflow_id=workflow_id,
+            )
+        except WorkflowFailureError as err:
+            stopped = isinstance(err.cause, TerminatedError | CancelledError)
+            return result_type(
+                code=Code.ABORTED if stopped else Code.INTERNAL,
+                message=f"{operation} failed (workflow {workflow_id}): {err.cause or err}",
+                workflow_id=workflow_id,
+            )

@@ -1,0 +1,250 @@
+"""Models, signal and activity names of Cluster API machine provisioning (``MachineWorkflow``).
+
+The workflow input carries only the bootstrap Secret's *name*: the data is secret, so an activity
+reads it and hands the bytes to the driver; it never enters workflow history.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from cloudloop.cloud.models import InstanceState, Machine, MachineSpec, NodeAddress
+from cloudloop.kube.resources import ObjectRef
+from cloudloop.rules import machine as capi
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class MachineActivity:
+    CREATE = "machine.create"
+    OBSERVE = "machine.observe"
+    DELETE = "machine.delete"
+    REPORT = "machine.report"
+    REMOVE_FINALIZER = "machine.remove_finalizer"
+
+
+class MachineSignal:
+    #: The InfraMachine's desired state as the starter sees it (:class:`MachineDesired`).
+    DESIRED = "desired"
+    #: Retry a failed provisioning now (:class:`RetryRequest`).
+    RETRY = "retry"
+
+
+class MachineQuery:
+    PROGRESS = "progress"
+
+
+def workflow_id(namespace: str, name: str, uid: str) -> str:
+    return f"machine/{namespace}/{name}/{uid}"
+
+
+class MachineCondition(BaseModel):
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+class MachineDesired(BaseModel):
+    """What the InfraMachine, its Machine and its Cluster ask for right now."""
+
+    spec: MachineSpec
+    infrastructure_ready: bool
+    #: ``Machine.spec.bootstrap.dataSecretName`` (in the InfraMachine's namespace); empty: not yet.
+    bootstrap_secret: str = ""
+    paused: bool = False
+    deleting: bool = False
+    #: The ``cloudloop.io/retry`` annotation; a new value retries a failed provisioning.
+    retry_token: str = ""
+
+
+class PollSchedule(BaseModel):
+    """How often a waiting activity asks the cloud: ``initial_s``, growing by ``factor`` up to
+    ``max_s``."""
+
+    initial_s: float = 0.1
+    factor: float = 1.5
+    max_s: float = 2.0
+
+    def after(self, delay: float) -> float:
+        return min(delay * self.factor, self.max_s)
+
+
+class MachineTimings(BaseModel):
+    """How the workflow waits; the defaults suit production, tests shorten them."""
+
+    heartbeat_timeout_s: float = 30.0
+    #: Longest single wait inside an activity polling the VM before it reports back.
+    observe_window_s: float = 60.0
+    poll: PollSchedule = Field(default_factory=PollSchedule)
+    #: How often a provisioned machine's VM is looked at again.
+    refresh_interval_s: float = 300.0
+    #: First and longest pause before a failed (retryable) provisioning is tried again.
+    retry_backoff_s: float = 10.0
+    retry_backoff_max_s: float = 300.0
+
+
+class MachineInput(BaseModel):
+    """Input of :class:`workflows.machine.MachineWorkflow` (also its continue-as-new state)."""
+
+    object: ObjectRef
+    provider: str
+    finalizer: str
+    desired: MachineDesired
+    #: ``spec`` field that takes the cloud's VM ID (zVirt ``id``), if any.
+    id_field: str = ""
+    timings: MachineTimings = Field(default_factory=MachineTimings)
+    # -- carried over by continue-as-new ---------------------------------------------------
+    provisioned: Machine | None = None
+    attempts: int = 0
+
+
+class RetryRequest(BaseModel):
+    token: str
+    source: str = ""  # cli | annotation
+
+
+class MachineProgress(BaseModel):
+    """What the workflow is doing (query ``progress``)."""
+
+    phase: Literal["Waiting", "Provisioning", "Provisioned", "Failed", "Deleting", "Deleted"]
+    attempts: int = 0
+    reason: str = ""
+    message: str = ""
+    provider_id: str = ""
+
+
+class MachineResult(BaseModel):
+    attempts: int
+    provider_id: str = ""
+
+
+class SecretName(BaseModel):
+    namespace: str
+    name: str
+
+
+class ObserveMachineInput(BaseModel):
+    spec: MachineSpec
+    #: Return as soon as the VM's reason differs from this one (or the window ends).
+    last_reason: str
+    window_s: float
+    poll: PollSchedule = Field(default_factory=PollSchedule)
+
+
+class CreateMachineInput(BaseModel):
+    """Create (or adopt) the VM, then watch it like :class:`ObserveMachineInput` says."""
+
+    spec: MachineSpec
+    bootstrap: SecretName
+    window_s: float = 0.0
+    poll: PollSchedule = Field(default_factory=PollSchedule)
+
+
+class ObserveMachineResult(BaseModel):
+    machine: Machine | None
+    reason: str
+    polls: int = 0
+
+
+class DeleteMachineInput(BaseModel):
+    spec: MachineSpec
+    poll: PollSchedule = Field(default_factory=PollSchedule)
+
+
+class DeleteMachineResult(BaseModel):
+    attempts: int
+
+
+class MachineEvent(BaseModel):
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+class ReportMachineInput(BaseModel):
+    """Write the InfraMachine's providerID (and ID field) and status; ``None`` leaves a field."""
+
+    object: ObjectRef
+    conditions: list[MachineCondition]
+    provider_id: str = ""
+    id_field: str = ""
+    machine_id: str = ""
+    addresses: list[NodeAddress] | None = None
+    ready: bool | None = None
+    provisioned: bool | None = None
+    #: An Event recorded on the object once the status is written (it names the workflow).
+    event: MachineEvent | None = None
+
+
+class RemoveFinalizerInput(BaseModel):
+    object: ObjectRef
+    finalizer: str
+
+
+class VmVerdict(BaseModel):
+    """The ``VirtualMachineReady`` condition a VM's state means."""
+
+    reason: str
+    status: ConditionStatus
+    message: str
+
+    @property
+    def provisioned(self) -> bool:
+        return self.reason == capi.REASON_VM_RUNNING
+
+
+def classify(machine: Machine | None) -> VmVerdict:
+    """Deckhouse's phase handling: Running → ready, Stopped → VMInStoppedState, Degraded →
+    VMInFailedState, anything else → VMNotReady; a missing VM is a VMError."""
+    if machine is None:
+        return VmVerdict(
+            reason=capi.REASON_VM_ERROR, status="False", message="VirtualMachine not found"
+        )
+    if machine.provisioned:
+        return VmVerdict(
+            reason=capi.REASON_VM_RUNNING, status="True", message="VM is running and ready"
+        )
+    detail = f": {machine.message}" if machine.message else ""
+    if machine.failed:
+        return VmVerdict(
+            reason=capi.REASON_VM_FAILED,
+            status="False",
+            message=f"VM in degraded state: {machine.phase or 'unknown'}{detail}",
+        )
+    if machine.state is InstanceState.STOPPED:
+        return VmVerdict(
+            reason=capi.REASON_VM_STOPPED,
+            status="False",
+            message=f"VM is in Stopped state, waiting for it to be brought back up{detail}",
+        )
+    waiting = (
+        " (running, waiting for an IP address)" if machine.state is InstanceState.RUNNING else ""
+    )
+    return VmVerdict(
+        reason=capi.REASON_VM_NOT_READY,
+        status="Unknown",
+        message=(
+            f"VM is not ready, state is {machine.phase or machine.state.value}{waiting}{detail}"
+        ),
+    )
+
+
+def vm_conditions(verdict: VmVerdict) -> list[MachineCondition]:
+    """``VirtualMachineReady`` from the verdict, and ``Ready`` mirroring it."""
+    return [
+        MachineCondition(
+            type=capi.VM_READY,
+            status=verdict.status,
+            reason=verdict.reason,
+            message=verdict.message,
+        ),
+        MachineCondition(
+            type=capi.READY,
+            status="True" if verdict.provisioned else "False",
+            reason=capi.REASON_READY if verdict.provisioned else verdict.reason,
+            message=verdict.message,
+        ),
+    ]

@@ -1,0 +1,249 @@
+"""Models and activity names of the node termination handler: interruption events, the drain
+workflow's input and result, and the inputs and outputs of its activities."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class DrainActivity:
+    TAINT_NODE = "drain.taint_node"
+    CORDON_NODE = "drain.cordon_node"
+    LIST_PODS = "drain.list_pods"
+    EVICT_PODS = "drain.evict_pods"
+    WAIT_VOLUME_ATTACHMENTS = "drain.wait_volume_attachments"
+    SEND_WEBHOOK = "drain.send_webhook"
+    RECORD_OUTCOME = "drain.record_outcome"
+    COMPLETE_LIFECYCLE_ACTION = "drain.complete_lifecycle_action"
+    RECORD_LIFECYCLE_HEARTBEAT = "drain.record_lifecycle_heartbeat"
+
+
+class EventKind(StrEnum):
+    """Interruption kinds, named as upstream's ``monitor/types.go``."""
+
+    ASG_LIFECYCLE = "ASG_LIFECYCLE"
+    SPOT_ITN = "SPOT_ITN"
+    REBALANCE_RECOMMENDATION = "REBALANCE_RECOMMENDATION"
+    STATE_CHANGE = "STATE_CHANGE"
+    SCHEDULED_EVENT = "SCHEDULED_EVENT"
+
+
+TAINT_PREFIX = "aws-node-termination-handler/"
+#: One taint key per kind (upstream's keys; state changes get their own).
+TAINT_KEYS: dict[EventKind, str] = {
+    EventKind.ASG_LIFECYCLE: TAINT_PREFIX + "asg-lifecycle-termination",
+    EventKind.SPOT_ITN: TAINT_PREFIX + "spot-itn",
+    EventKind.REBALANCE_RECOMMENDATION: TAINT_PREFIX + "rebalance-recommendation",
+    EventKind.SCHEDULED_EVENT: TAINT_PREFIX + "scheduled-maintenance",
+    EventKind.STATE_CHANGE: TAINT_PREFIX + "state-change",
+}
+#: The managed tag's key on instances (``--managed-tag``).
+MANAGED_TAG = TAINT_PREFIX + "managed"
+_LABEL_VALUE_MAX = 63
+_NOT_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label (and taint) value: allowed characters, at most 63 of them."""
+    value = _NOT_LABEL_CHARS.sub("-", text)[:_LABEL_VALUE_MAX]
+    return value.strip("-._")
+
+
+class LifecycleAction(BaseModel):
+    """An ASG lifecycle action waiting for ``CompleteLifecycleAction``."""
+
+    auto_scaling_group: str
+    hook_name: str
+    token: str
+    instance_id: str
+
+
+class InterruptionEvent(BaseModel):
+    """One interruption of one instance, parsed from one SQS message."""
+
+    event_id: str
+    kind: EventKind
+    instance_id: str
+    #: When the interruption takes effect; the drain starts a grace period before it.
+    start_time: datetime
+    description: str
+    #: Instance state of a state-change event (``stopping``, ``terminated``, ...).
+    state: str = ""
+    lifecycle: LifecycleAction | None = None
+    #: The SQS message it came from (for logs; the starter owns the message).
+    message_id: str = ""
+
+    @property
+    def taint_key(self) -> str:
+        return TAINT_KEYS[self.kind]
+
+    @property
+    def taint_value(self) -> str:
+        return label_value(self.event_id)
+
+
+class DrainOptions(BaseModel):
+    """How to drain, fixed when the workflow starts (from the starter's ``NthSettings``)."""
+
+    cordon_only: bool = False
+    taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    node_termination_grace_period_s: float = 120.0
+    pod_termination_grace_period_s: int = -1
+    ignore_daemonsets: bool = True
+    delete_emptydir_data: bool = True
+    force: bool = True
+    heartbeat_interval_s: float = 60.0
+    heartbeat_until_s: float = 172800.0
+    eviction_retry_interval_s: float = 5.0
+    drain_poll_interval_s: float = 0.25
+    drain_round_s: float = 30.0
+    activity_heartbeat_timeout_s: float = 30.0
+    wait_for_volume_attachments: bool = False
+    volume_attachment_timeout_s: float = 300.0
+
+
+class DrainInput(BaseModel):
+    """Input of :class:`workflows.termination.DrainNodeWorkflow`; more events arrive by signal."""
+
+    node: str
+    cluster: str
+    instance_id: str
+    #: The instance's launch time: a later launch is a new incarnation with its own drain.
+    instance_launch_time: datetime | None = None
+    instance_type: str = ""
+    zone: str = ""
+    provider_id: str = ""
+    event: InterruptionEvent
+    options: DrainOptions = Field(default_factory=DrainOptions)
+
+
+class DrainResult(BaseModel):
+    node: str
+    #: ``cordon`` or ``cordon-and-drain`` (upstream's action names).
+    action: str
+    node_found: bool = True
+    event_ids: list[str] = Field(default_factory=list)
+    evicted: int = 0
+    lifecycle_actions_completed: list[str] = Field(default_factory=list)
+
+
+class LifecycleInput(BaseModel):
+    """Input of :class:`workflows.termination.CompleteLifecycleWorkflow` (a late ASG event)."""
+
+    node: str
+    cluster: str
+    action: LifecycleAction
+
+
+# -- activities ------------------------------------------------------------------------------
+class NodeTaint(BaseModel):
+    key: str
+    value: str
+    effect: str = "NoSchedule"
+
+
+class TaintNodeInput(BaseModel):
+    node: str
+    taints: list[NodeTaint]
+
+
+class CordonNodeInput(BaseModel):
+    node: str
+
+
+class PodRef(BaseModel):
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class PodNote(BaseModel):
+    """A pod with why it is skipped, refused, blocked or failed."""
+
+    pod: PodRef
+    reason: str
+
+
+class ListPodsInput(BaseModel):
+    node: str
+    ignore_daemonsets: bool = True
+    delete_emptydir_data: bool = True
+    force: bool = True
+
+
+class PodPlan(BaseModel):
+    """kubectl drain's filters applied to the node's pods."""
+
+    evict: list[PodRef] = Field(default_factory=list)
+    skipped: list[PodNote] = Field(default_factory=list)
+    #: Pods the settings forbid to evict (DaemonSet, emptyDir, unmanaged): the drain fails.
+    refused: list[PodNote] = Field(default_factory=list)
+
+
+class EvictPodsInput(BaseModel):
+    node: str
+    pods: list[PodRef]
+    #: ``deleteOptions.gracePeriodSeconds``; ``None`` uses each pod's own.
+    grace_period_s: int | None = None
+    retry_interval_s: float = 5.0
+    poll_interval_s: float = 0.25
+    #: The drain's global deadline and the end of this round, whichever comes first.
+    deadline: datetime
+    round_s: float = 30.0
+    workflow_id: str = ""
+
+
+class EvictPodsResult(BaseModel):
+    #: Pods still on the node (not yet evicted, blocked or terminating).
+    remaining: list[PodRef] = Field(default_factory=list)
+    #: Pods this round evicted (an eviction request answered 2xx).
+    evicted: list[PodRef] = Field(default_factory=list)
+    blocked: list[PodNote] = Field(default_factory=list)
+    #: Eviction errors that retrying will not heal (e.g. several PDBs cover the pod).
+    failed: list[PodNote] = Field(default_factory=list)
+
+
+class WaitVolumeAttachmentsInput(BaseModel):
+    node: str
+    timeout_s: float
+    poll_interval_s: float = 1.0
+
+
+class WebhookInput(BaseModel):
+    """The fields upstream's webhook template sees."""
+
+    event_id: str
+    kind: str
+    instance_id: str
+    node_name: str
+    description: str
+    start_time: datetime
+    state: str = ""
+    auto_scaling_group: str = ""
+    instance_type: str = ""
+    availability_zone: str = ""
+    provider_id: str = ""
+
+
+class OutcomeInput(BaseModel):
+    """An Event on the Node and one ``actions`` count."""
+
+    node: str
+    action: str
+    ok: bool
+    reason: str
+    message: str
+
+
+class LifecycleActionInput(BaseModel):
+    action: LifecycleAction
+    result: Literal["CONTINUE", "ABANDON"] = "CONTINUE"

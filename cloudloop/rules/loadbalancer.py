@@ -1,0 +1,112 @@
+"""What the service (load-balancer) controller decides about Services and Nodes, as pure functions.
+
+The rules follow the upstream service controller (``controllers/service``): a Service wants a
+load balancer when ``type: LoadBalancer`` and no ``spec.loadBalancerClass``; it needs cleanup when
+it carries the cleanup finalizer and is being deleted or no longer wants one. The LB node set
+drops nodes that are being deleted, labelled ``node.kubernetes.io/exclude-from-external-load-
+balancers`` (true or unparsable) or tainted ``ToBeDeletedByClusterAutoscaler``; readiness is not
+a filter. Nodes without ``spec.providerID`` cannot be mapped to an instance and are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from cloudloop.cloud.models import LoadBalancerPort
+from cloudloop.messages.loadbalancer import LB_FINALIZER, DesiredLoadBalancer, LoadBalancerNode
+
+EXCLUDE_FROM_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+#: Annotations that say nothing about the load balancer (and can be large).
+IGNORED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def parse_go_bool(value: str) -> bool | None:
+    """Go's ``strconv.ParseBool``; ``None`` when the value does not parse."""
+    if value in _GO_TRUE:
+        return True
+    if value in _GO_FALSE:
+        return False
+    return None
+
+
+# -- Services -------------------------------------------------------------------------------
+def wants_load_balancer(service: dict[str, Any]) -> bool:
+    spec = service.get("spec") or {}
+    return spec.get("type") == "LoadBalancer" and spec.get("loadBalancerClass") is None
+
+
+def is_deleting(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def has_finalizer(service: dict[str, Any]) -> bool:
+    return LB_FINALIZER in ((service.get("metadata") or {}).get("finalizers") or [])
+
+
+def needs_cleanup(service: dict[str, Any]) -> bool:
+    return has_finalizer(service) and (is_deleting(service) or not wants_load_balancer(service))
+
+
+def ingress_hostnames(service: dict[str, Any]) -> list[str]:
+    """``status.loadBalancer.ingress`` as strings (hostname, else IP)."""
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [str(i.get("hostname") or i.get("ip") or "") for i in ingress]
+
+
+def desired_load_balancer(
+    service: dict[str, Any], nodes: list[LoadBalancerNode]
+) -> DesiredLoadBalancer:
+    spec = service.get("spec") or {}
+    annotations = (service.get("metadata") or {}).get("annotations") or {}
+    return DesiredLoadBalancer(
+        ports=[
+            LoadBalancerPort(
+                name=str(p.get("name") or ""),
+                protocol=str(p.get("protocol") or "TCP"),
+                port=int(p["port"]),
+                node_port=int(p.get("nodePort") or 0),
+            )
+            for p in spec.get("ports") or []
+        ],
+        annotations={k: str(v) for k, v in annotations.items() if k not in IGNORED_ANNOTATIONS},
+        source_ranges=sorted(spec.get("loadBalancerSourceRanges") or []),
+        external_traffic_policy=str(spec.get("externalTrafficPolicy") or "Cluster"),
+        health_check_node_port=int(spec.get("healthCheckNodePort") or 0),
+        nodes=nodes,
+    )
+
+
+# -- Nodes ----------------------------------------------------------------------------------
+def excluded_from_load_balancers(node: dict[str, Any]) -> bool:
+    if is_deleting(node):
+        return True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if (
+        EXCLUDE_FROM_LB_LABEL in labels
+        and parse_go_bool(labels[EXCLUDE_FROM_LB_LABEL]) is not False
+    ):
+        return True
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == TO_BE_DELETED_TAINT for t in taints)
+
+
+def load_balancer_node(node: dict[str, Any]) -> LoadBalancerNode | None:
+    """The node as an LB backend, or None when excluded or without providerID."""
+    provider_id = str((node.get("spec") or {}).get("providerID") or "")
+    if not provider_id or excluded_from_load_balancers(node):
+        return None
+    meta = node.get("metadata") or {}
+    return LoadBalancerNode(
+        name=str(meta["name"]), provider_id=provider_id, labels=dict(meta.get("labels") or {})
+    )
+
+
+def load_balancer_nodes(nodes: Iterable[dict[str, Any]]) -> list[LoadBalancerNode]:
+    """The LB node set, sorted by name (so equal sets compare equal)."""
+    found = (load_balancer_node(node) for node in nodes)
+    return sorted((n for n in found if n is not None), key=lambda n: n.name)

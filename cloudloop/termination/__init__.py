@@ -1,1 +1,0 @@
-"""The AWS node termination handler's pure parts: SQS message parsing and the webhook."""

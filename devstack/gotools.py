@@ -1,0 +1,232 @@
+"""Builds the stack's Go binaries from Go modules and caches them by version.
+
+Every tool is one :class:`GoTool` line in :data:`TOOLS`. A tool's module is a small wrapper module
+committed under ``gotools/<module>/`` (``go.mod`` + ``go.sum`` pin every version), built with
+``GOTOOLCHAIN=local`` and cached under ``<cache>/bin/<module>-<digest>/`` where the digest covers
+the wrapper's pins, so a version bump rebuilds and anything else reuses the cached binary.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+GOTOOLS_DIR = Path(__file__).parent / "gotools"
+
+K8S_VERSION = "v1.34.4"
+ETCD_VERSION = "v3.6.4"
+KWOK_VERSION = "v0.8.0"
+#: Cluster API core: v1.12 is the newest release on k8s 0.34 libraries (management cluster 1.34).
+CLUSTER_API_VERSION = "v1.12.5"
+
+_K8S_LDFLAGS = (
+    f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
+    "-X k8s.io/component-base/version.gitMajor=1",
+    f"-X k8s.io/component-base/version.gitMinor={K8S_VERSION.split('.')[1]}",
+    f"-X k8s.io/client-go/pkg/version.gitVersion={K8S_VERSION}",
+)
+
+
+@dataclass(frozen=True)
+class GoTool:
+    """One binary built from a package of a committed wrapper module."""
+
+    name: str
+    module: str
+    package: str
+    version: str
+    ldflags: tuple[str, ...] = ()
+
+
+TOOLS: dict[str, GoTool] = {
+    tool.name: tool
+    for tool in (
+        GoTool(
+            "kube-apiserver",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            K8S_VERSION,
+            _K8S_LDFLAGS,
+        ),
+        GoTool(
+            "kube-controller-manager",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            K8S_VERSION,
+            _K8S_LDFLAGS,
+        ),
+        GoTool(
+            "kube-scheduler",
+            "kubernetes",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            K8S_VERSION,
+            _K8S_LDFLAGS,
+        ),
+        GoTool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl", K8S_VERSION, _K8S_LDFLAGS),
+        GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION),
+        GoTool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION),
+        GoTool(
+            "cluster-api-manager",
+            "cluster-api",
+            "sigs.k8s.io/cluster-api",
+            CLUSTER_API_VERSION,
+            (
+                f"-X sigs.k8s.io/cluster-api/version.gitVersion={CLUSTER_API_VERSION}",
+                "-X sigs.k8s.io/cluster-api/version.gitMajor=1",
+                f"-X sigs.k8s.io/cluster-api/version.gitMinor={CLUSTER_API_VERSION.split('.')[1]}",
+            ),
+        ),
+    )
+}
+
+
+def cache_root() -> Path:
+    """Where built binaries live: ``$CLOUDLOOP_CACHE_DIR`` or ``~/.cache/cloudloop``."""
+    explicit = os.environ.get("CLOUDLOOP_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cloudloop"
+
+
+def _module_digest(module: str) -> str:
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        path = GOTOOLS_DIR / module / name
+        if path.exists():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def binary_path(name: str) -> Path:
+    """The cached location of a tool's binary (it may not be built yet)."""
+    tool = TOOLS[name]
+    return (
+        cache_root() / "bin" / f"{tool.module}-{tool.version}-{_module_digest(tool.module)}" / name
+    )
+
+
+def _log(message: str) -> None:
+    print(f"[cloudloop gotools] {message}", file=sys.stderr, flush=True)
+
+
+def _go_env(module_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
+    env.pop("GOWORK", None)
+    return env
+
+
+def _go_binary_name(package: str) -> str:
+    """The file name ``go build -o DIR/`` gives a main package (a ``/vN`` suffix is skipped)."""
+    parts = package.rstrip("/").split("/")
+    if len(parts) > 1 and re.fullmatch(r"v[0-9]+", parts[-1]):
+        return parts[-2]
+    return parts[-1]
+
+
+def _build_module(module: str, tools: list[GoTool]) -> None:
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError(
+            "the Go toolchain is needed to build the local stack's binaries; install Go"
+        )
+    module_dir = GOTOOLS_DIR / module
+    out_dir = binary_path(tools[0].name).parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = out_dir / ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    ldflags = " ".join(("-s", "-w", *tools[0].ldflags))
+    cmd = [
+        go,
+        "build",
+        "-trimpath",
+        "-ldflags",
+        ldflags,
+        "-o",
+        f"{staging}/",
+        *[t.package for t in tools],
+    ]
+    names = ", ".join(t.name for t in tools)
+    _log(f"building {names} ({tools[0].version}) from Go modules; a cold build takes minutes")
+    started = time.monotonic()
+    done = threading.Event()
+
+    def progress() -> None:
+        while not done.wait(30):
+            _log(f"  still building {names}: {time.monotonic() - started:.0f}s")
+
+    ticker = threading.Thread(target=progress, daemon=True)
+    ticker.start()
+    try:
+        result = subprocess.run(
+            cmd, cwd=module_dir, env=_go_env(module_dir), capture_output=True, text=True
+        )
+    finally:
+        done.set()
+    if result.returncode != 0:
+        raise RuntimeError(f"go build of {names} failed:\n{result.stderr[-4000:]}")
+    for tool in tools:
+        os.replace(staging / _go_binary_name(tool.package), out_dir / tool.name)
+    shutil.rmtree(staging, ignore_errors=True)
+    _log(f"built {names} in {time.monotonic() - started:.0f}s")
+
+
+def ensure_built(names: Iterable[str]) -> dict[str, Path]:
+    """Build whatever of ``names`` is not cached yet; return each tool's binary path.
+
+    Tools of one wrapper module are built by a single ``go build``. A file lock per module makes
+    concurrent callers (two test sessions, ``dev`` and a test run) wait for one build.
+    """
+    wanted = [TOOLS[n] for n in dict.fromkeys(names)]
+    by_module: dict[str, list[GoTool]] = {}
+    for tool in wanted:
+        by_module.setdefault(tool.module, []).append(tool)
+    for module, tools in by_module.items():
+        lock_path = binary_path(tools[0].name).parent.with_suffix(".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            missing = [t for t in tools if not binary_path(t.name).exists()]
+            if missing:
+                _build_module(module, missing)
+    return {t.name: binary_path(t.name) for t in wanted}
+
+
+def module_source(module: str, module_path: str) -> Path:
+    """The source folder of a Go module required by a wrapper (downloaded when missing)."""
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("the Go toolchain is needed; install Go")
+    result = subprocess.run(
+        [go, "mod", "download", "-json", module_path],
+        cwd=GOTOOLS_DIR / module,
+        env=_go_env(GOTOOLS_DIR / module),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(json.loads(result.stdout)["Dir"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m devstack.gotools [NAME...]``: build (or find) tools and print paths."""
+    names = (argv if argv is not None else sys.argv[1:]) or list(TOOLS)
+    for name, path in ensure_built(names).items():
+        print(f"{name}={path}")
+
+
+if __name__ == "__main__":
+    main()

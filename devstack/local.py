@@ -1,0 +1,215 @@
+"""The whole local stack: Temporal dev server, one or more control planes, moto's server.
+
+``LocalStack`` starts everything on loopback (free ports unless told otherwise), waits until each
+part answers, writes ``stack.json`` with the addresses into the state folder, and stops it all.
+The test fixtures and ``cloudloop dev`` both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cloudloop import searchattrs
+from devstack import gotools
+from devstack.kube import KubeControlPlane, KubeOptions, required_tools
+from devstack.ovirt_emulator import (
+    OvirtEmulatorEndpoint,
+    OvirtEmulatorOptions,
+    emulator_process,
+)
+from devstack.process import (
+    ManagedProcess,
+    free_port,
+    http_ok,
+    port_is_free,
+    stop_all,
+    tcp_open,
+)
+
+
+def _script(name: str) -> str:
+    """A console script installed beside the running interpreter (venv ``bin/``)."""
+    for candidate in (
+        Path(sys.executable).parent / name,
+        Path(sysconfig.get_path("scripts")) / name,
+    ):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed; run the README's set-up command")
+    return found
+
+
+@dataclass
+class StackOptions:
+    state_dir: Path
+    temporal: bool = True
+    #: Fixed ports for ``dev`` (7233 and UI 8233); ``None`` picks free ports and runs headless.
+    temporal_port: int | None = None
+    temporal_ui_port: int | None = None
+    kube: tuple[KubeOptions, ...] = (KubeOptions(),)
+    moto: bool = True
+    #: The Auto Scaling lifecycle extension in front of moto (:mod:`.autoscaling_ext`).
+    autoscaling_ext: bool = False
+    #: The oVirt/zVirt Engine emulator (:mod:`.ovirt_emulator`); ``None`` leaves it out.
+    ovirt_emulator: OvirtEmulatorOptions | None = None
+
+
+@dataclass
+class LocalStack:
+    options: StackOptions
+    temporal_process: ManagedProcess | None = None
+    moto_process: ManagedProcess | None = None
+    clusters: dict[str, KubeControlPlane] = field(default_factory=dict)
+    temporal_address: str = ""
+    temporal_ui_url: str = ""
+    moto_endpoint: str = ""
+    autoscaling_ext_process: ManagedProcess | None = None
+    #: Auto Scaling endpoint answering the lifecycle actions (moto for everything else).
+    autoscaling_endpoint: str = ""
+    ovirt_process: ManagedProcess | None = None
+    #: Where the oVirt emulator answers (``api_url``, ``admin_url``, ``ca_file``), when started.
+    ovirt: OvirtEmulatorEndpoint | None = None
+    started_in_s: float = 0.0
+
+    @property
+    def state_dir(self) -> Path:
+        return self.options.state_dir
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig of the first (main) control plane."""
+        return next(iter(self.clusters.values())).kubeconfig
+
+    def start(self) -> LocalStack:
+        started = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        binaries = gotools.ensure_built(required_tools(self.options.kube))
+        logs = self.state_dir / "logs"
+        try:
+            if self.options.temporal:
+                self._start_temporal(logs)
+            if self.options.moto:
+                port = free_port()
+                self.moto_endpoint = f"http://127.0.0.1:{port}"
+                self.moto_process = ManagedProcess(
+                    "moto",
+                    [_script("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                    log_dir=logs,
+                    ready=lambda: http_ok(f"{self.moto_endpoint}/moto-api/data.json"),
+                )
+                self.moto_process.start()
+                if self.options.autoscaling_ext:
+                    self._start_autoscaling_ext(logs)
+            if self.options.ovirt_emulator is not None:
+                self._start_ovirt_emulator(self.options.ovirt_emulator, logs)
+            for kube_options in self.options.kube:
+                plane = KubeControlPlane(kube_options, self.state_dir / "kube")
+                self.clusters[kube_options.name] = plane
+                plane.start(binaries)
+            for process in (
+                self.temporal_process,
+                self.moto_process,
+                self.autoscaling_ext_process,
+                self.ovirt_process,
+            ):
+                if process is not None:
+                    process.wait_ready(60)
+            for plane in self.clusters.values():
+                plane.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in_s = time.monotonic() - started
+        self._write_state()
+        return self
+
+    def stop(self) -> None:
+        processes = [p for plane in self.clusters.values() for p in reversed(plane.processes)]
+        processes += [p for p in (self.moto_process, self.temporal_process) if p is not None]
+        processes += [p for p in (self.ovirt_process,) if p is not None]
+        if self.autoscaling_ext_process is not None:
+            processes.insert(0, self.autoscaling_ext_process)
+        stop_all(processes)
+        for plane in self.clusters.values():
+            plane.processes.clear()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _start_temporal(self, logs: Path) -> None:
+        port = self.options.temporal_port or free_port()
+        if not port_is_free(port):
+            raise RuntimeError(f"port {port} is taken; is another `cloudloop dev` running?")
+        argv = [
+            _script("temporal"),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--db-filename",
+            str(self.state_dir / "temporal.db"),
+            "--log-level",
+            "warn",
+            "--dynamic-config-value",
+            "frontend.enableExecuteMultiOperation=true",
+        ]
+        for name in searchattrs.KEYWORDS:
+            argv += ["--search-attribute", f"{name}=Keyword"]
+        if self.options.temporal_ui_port:
+            argv += ["--ui-port", str(self.options.temporal_ui_port)]
+            self.temporal_ui_url = f"http://127.0.0.1:{self.options.temporal_ui_port}"
+        else:
+            argv.append("--headless")
+        self.temporal_address = f"127.0.0.1:{port}"
+        self.temporal_process = ManagedProcess(
+            "temporal", argv, log_dir=logs, ready=lambda: tcp_open(port)
+        )
+        self.temporal_process.start()
+
+    def _start_autoscaling_ext(self, logs: Path) -> None:
+        port = free_port()
+        self.autoscaling_endpoint = f"http://127.0.0.1:{port}"
+        self.autoscaling_ext_process = ManagedProcess(
+            "autoscaling-ext",
+            [
+                sys.executable,
+                "-m",
+                "devstack.autoscaling_ext",
+                "--port",
+                str(port),
+                "--upstream",
+                self.moto_endpoint,
+            ],
+            log_dir=logs,
+            ready=lambda: http_ok(f"{self.autoscaling_endpoint}/_cloudloop/healthz"),
+        )
+        self.autoscaling_ext_process.start()
+
+    def _start_ovirt_emulator(self, options: OvirtEmulatorOptions, logs: Path) -> None:
+        self.ovirt_process, self.ovirt = emulator_process(options, self.state_dir / "ovirt", logs)
+        self.ovirt_process.start()
+
+    def _write_state(self) -> None:
+        state = {
+            "temporal_address": self.temporal_address,
+            "temporal_ui_url": self.temporal_ui_url,
+            "moto_endpoint": self.moto_endpoint,
+            "autoscaling_endpoint": self.autoscaling_endpoint,
+            "ovirt_api_url": self.ovirt.api_url if self.ovirt else "",
+            "kubeconfigs": {name: str(p.kubeconfig) for name, p in self.clusters.items()},
+            "started_in_s": round(self.started_in_s, 2),
+        }
+        (self.state_dir / "stack.json").write_text(json.dumps(state, indent=2))

@@ -1,0 +1,241 @@
+"""ServiceStarter: Services of ``type: LoadBalancer`` and the Node set → load-balancer workflows.
+
+For every Service that wants a load balancer (``type: LoadBalancer``, no ``loadBalancerClass``)
+the starter adds the cleanup finalizer first, then computes the desired state (ports,
+annotations, the LB node set) and sends it to the Service's :class:`LoadBalancerWorkflow`
+(ID ``lb/<namespace>/<name>/<uid>``) by signal-with-start, conflict policy ``USE_EXISTING``, only
+when it differs from what it sent last. A Service with the finalizer that is being deleted or no
+longer wants an LB gets ``tear_down``; the workflow deletes the LB and removes the finalizer.
+
+Work is keyed by Service (one sync per key at a time, ``concurrent_service_syncs`` at once,
+failures retried with backoff). A Node change that alters the LB node set (added, deleted,
+exclusion label or taint, providerID, labels) re-syncs every LB Service; the workflows then
+update their backends only. Nothing is sent before both informers have listed, so a restart
+never sends an empty node set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+from cloudloop import searchattrs
+from cloudloop.cloud.driver import Capability
+from cloudloop.kube.api import Kube
+from cloudloop.kube.finalizers import add_finalizer
+from cloudloop.kube.informer import Informer
+from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
+from cloudloop.messages.loadbalancer import (
+    LB_FINALIZER,
+    ApplyRequest,
+    DesiredLoadBalancer,
+    LoadBalancerNode,
+    LoadBalancerSignal,
+    LoadBalancerState,
+    LoadBalancerTarget,
+    workflow_id,
+)
+from cloudloop.rules import loadbalancer as rules
+from starters.context import StarterContext
+from workflows.loadbalancer import LoadBalancerWorkflow
+
+log = logging.getLogger(__name__)
+
+RETRY_MIN_S, RETRY_MAX_S = 0.5, 60.0
+
+
+class ServiceStarter:
+    def __init__(
+        self,
+        kube: Kube,
+        client: Client,
+        *,
+        services: Informer,
+        nodes: Informer,
+        task_queue: str,
+        cluster: str,
+        provider: str,
+        concurrency: int = 1,
+        history_limit: int = 0,
+    ) -> None:
+        self.kube = kube
+        self.client = client
+        self.services = services
+        self.nodes = nodes
+        self.task_queue = task_queue
+        self.cluster = cluster
+        self.provider = provider
+        self.concurrency = max(1, concurrency)
+        self.history_limit = history_limit
+        self.signals_sent = 0
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._active: set[str] = set()
+        self._dirty: set[str] = set()
+        self._backoff: dict[str, float] = {}
+        #: Service key → (uid, signal, desired state) last sent.
+        self._sent: dict[str, tuple[str, str, DesiredLoadBalancer | None]] = {}
+        self._node_view: dict[str, LoadBalancerNode | None] = {}
+        self._lb_nodes: list[LoadBalancerNode] | None = None
+        self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> ServiceStarter | None:
+        if not context.driver.supports(Capability.LOAD_BALANCERS):
+            log.info("service LBs off: %s has no load-balancer capability", context.driver.provider)
+            return None
+        ccm = context.settings.ccm
+        nodes = (
+            context.informers.get(NODES, label_selector=ccm.node_selector)
+            if ccm.node_selector
+            else context.informers.get(NODES)
+        )
+        return cls(
+            context.kube,
+            context.client,
+            services=context.informers.get(SERVICES),
+            nodes=nodes,
+            task_queue=context.task_queue,
+            cluster=context.cluster,
+            provider=context.settings.provider,
+            concurrency=ccm.concurrent_service_syncs,
+        )
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        self.services.start()
+        self.nodes.start()
+        tasks = [
+            asyncio.create_task(self._watch_services()),
+            asyncio.create_task(self._watch_nodes()),
+            *(asyncio.create_task(self._worker()) for _ in range(self.concurrency)),
+        ]
+        try:
+            await self._stopped.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- queue -----------------------------------------------------------------------------
+    def enqueue(self, key: str) -> None:
+        if key in self._active:
+            self._dirty.add(key)  # synced again once the running sync ends
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    async def _worker(self) -> None:
+        while not (self.services.synced.is_set() and self.nodes.synced.is_set()):
+            await asyncio.sleep(0.05)
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            try:
+                await self.sync(key)
+                self._backoff.pop(key, None)
+            except Exception:
+                delay = min(self._backoff.get(key, RETRY_MIN_S / 2) * 2, RETRY_MAX_S)
+                self._backoff[key] = delay
+                log.exception("Service %s: sync failed; retrying in %.1fs", key, delay)
+                asyncio.get_running_loop().call_later(delay, self.enqueue, key)
+            finally:
+                self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(key)
+
+    # -- watches ---------------------------------------------------------------------------
+    async def _watch_services(self) -> None:
+        async for event in self.services.events():
+            self.enqueue(event.key)
+
+    async def _watch_nodes(self) -> None:
+        async for event in self.nodes.events():
+            name = str(event.object["metadata"]["name"])
+            if event.type == "DELETED":
+                if name not in self._node_view:
+                    continue
+                del self._node_view[name]
+            else:
+                view = rules.load_balancer_node(event.object)
+                if name in self._node_view and self._node_view[name] == view:
+                    continue  # e.g. a heartbeat or a condition: not an LB node-set change
+                self._node_view[name] = view
+            self._lb_nodes = None
+            for key, service in list(self.services.store.items()):
+                if rules.wants_load_balancer(service) or rules.has_finalizer(service):
+                    self.enqueue(key)
+
+    def lb_nodes(self) -> list[LoadBalancerNode]:
+        if self._lb_nodes is None:
+            self._lb_nodes = rules.load_balancer_nodes(list(self.nodes.store.values()))
+        return self._lb_nodes
+
+    # -- one Service -----------------------------------------------------------------------
+    async def sync(self, key: str) -> None:
+        service = self.services.store.get(key)
+        if service is None:  # gone; normally torn down through the finalizer already
+            sent = self._sent.pop(key, None)
+            if sent is not None and sent[1] == LoadBalancerSignal.APPLY:
+                namespace, _, name = key.partition("/")
+                ref = ObjectRef(
+                    plural=SERVICES.plural,
+                    kind=SERVICES.kind,
+                    namespace=namespace,
+                    name=name,
+                    uid=sent[0],
+                )
+                await self._send(ref, LoadBalancerSignal.TEAR_DOWN, None)
+            return
+        ref = ObjectRef.of(SERVICES, service)
+        sent = self._sent.get(key)
+        if sent is not None and sent[0] != ref.uid:
+            sent = None  # a recreated Service: the old one had its own teardown
+        if rules.needs_cleanup(service):
+            if sent is None or sent[1] != LoadBalancerSignal.TEAR_DOWN:
+                await self._send(ref, LoadBalancerSignal.TEAR_DOWN, None)
+            return
+        if not rules.wants_load_balancer(service) or rules.is_deleting(service):
+            if sent is not None and sent[1] == LoadBalancerSignal.APPLY:  # finalizer lost
+                await self._send(ref, LoadBalancerSignal.TEAR_DOWN, None)
+            return
+        if not rules.has_finalizer(service):
+            updated = await asyncio.to_thread(add_finalizer, self.kube, ref, LB_FINALIZER, service)
+            if updated is None or not rules.has_finalizer(updated):
+                return  # gone, or being deleted already
+        desired = rules.desired_load_balancer(service, self.lb_nodes())
+        if sent is not None and sent[1] == LoadBalancerSignal.APPLY and sent[2] == desired:
+            return
+        request = ApplyRequest(desired=desired, observed_ingress=rules.ingress_hostnames(service))
+        await self._send(ref, LoadBalancerSignal.APPLY, request)
+
+    async def _send(self, ref: ObjectRef, signal: str, request: ApplyRequest | None) -> None:
+        """Signal-with-start the Service's workflow (joining the running one, if any)."""
+        target = LoadBalancerTarget(service=ref, cluster=self.cluster, provider=self.provider)
+        await self.client.start_workflow(
+            LoadBalancerWorkflow.run,
+            LoadBalancerState(target=target, history_limit=self.history_limit),
+            id=workflow_id(ref),
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            start_signal=signal,
+            start_signal_args=[request] if request is not None else [],
+            search_attributes=searchattrs.for_object(
+                cluster=self.cluster,
+                provider=self.provider,
+                kind=ref.kind,
+                namespace=ref.namespace,
+                name=ref.name,
+            ),
+        )
+        self.signals_sent += 1
+        self._sent[ref.key] = (ref.uid, signal, request.desired if request else None)
+        log.debug("Service %s: %s sent to %s", ref.key, signal, workflow_id(ref))

@@ -1,0 +1,371 @@
+"""NodeSync: the cloud node controllers as three loops in the starter, with batched cloud calls.
+
+- **init**: Nodes with the ``uninitialized`` taint are collected for a short window and looked
+  up in one batched call (by providerID, else by node name); each then gets its addresses, the
+  zone/region/instance-type labels, ``spec.providerID`` and the taint removed, and a ``Synced``
+  Event. Failures keep the taint and retry with backoff.
+- **lifecycle** (every ``--node-monitor-period``): NotReady nodes are looked up in one batched
+  call; a node is deleted only when the cloud answered without error that its instance does not
+  exist (terminated counts as gone); a stopped instance gets the shutdown taint, removed again
+  once the node is Ready. Any cloud error keeps every node (fail closed).
+- **address refresh** (every ``--node-status-update-frequency``): one batched lookup of all
+  initialized nodes; addresses are patched only when they changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.errors import CloudError
+from cloudloop.cloud.models import Instance
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.events import record_event
+from cloudloop.kube.informer import Informer
+from cloudloop.kube.resources import NODES, ObjectRef
+from cloudloop.rules import node as rules
+from cloudloop.settings import CcmSettings
+from starters.context import StarterContext
+
+log = logging.getLogger(__name__)
+
+#: Longest a burst of new nodes waits for more to join its batch.
+INIT_BATCH_MAX_S = 1.0
+RETRY_MIN_S, RETRY_MAX_S = 1.0, 300.0
+CONFLICT_RETRIES = 20
+
+
+@dataclass
+class Lookup:
+    """One batched cloud answer for a set of nodes: node name → instance (None: missing)."""
+
+    instances: dict[str, Instance | None] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)  # names the cloud gave no answer for
+
+
+class NodeSync:
+    def __init__(
+        self, kube: Kube, driver: CloudDriver, informer: Informer, settings: CcmSettings
+    ) -> None:
+        self.kube = kube
+        self.driver = driver
+        self.informer = informer
+        self.settings = settings
+        self._pending: dict[str, float] = {}  # node name → not-before (monotonic)
+        self._backoff: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self.passes = 0
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> NodeSync | None:
+        if not context.driver.supports(Capability.INSTANCES):
+            log.info("node sync off: %s has no instances capability", context.driver.provider)
+            return None
+        ccm = context.settings.ccm
+        informer = (
+            context.informers.get(NODES, label_selector=ccm.node_selector)
+            if ccm.node_selector
+            else context.informers.get(NODES)
+        )
+        return cls(context.kube, context.driver, informer, ccm)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._watch()),
+            asyncio.create_task(self._init_worker()),
+            asyncio.create_task(
+                self._every(self.settings.node_monitor_period_s, self.lifecycle_pass)
+            ),
+            asyncio.create_task(
+                self._every(self.settings.node_status_update_frequency_s, self.refresh_addresses)
+            ),
+        ]
+        try:
+            await self._stopped.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _every(self, period_s: float, job: Any) -> None:
+        await self.informer.wait_synced()
+        while True:
+            started = time.monotonic()
+            try:
+                await job()
+            except Exception:
+                log.exception("node sync: %s failed", job.__name__)
+            await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
+
+    # -- lookups ---------------------------------------------------------------------------
+    def lookup(self, nodes: Iterable[dict[str, Any]]) -> Lookup:
+        """One batched call by providerID and one by name (each chunked); errors fail closed."""
+        result = Lookup()
+        by_id: dict[str, str] = {}
+        by_name: list[str] = []
+        for node in nodes:
+            name = node["metadata"]["name"]
+            pid = rules.provider_id(node)
+            if not pid:
+                by_name.append(name)
+                continue
+            try:
+                by_id[self.driver.instance_id_from_provider_id(pid)] = name
+            except CloudError as exc:  # not this cloud's providerID: never act on it
+                log.warning("node %s: %s", name, exc)
+                result.failed.add(name)
+        if by_id:
+            try:
+                found = self.driver.list_instances(list(by_id)).found
+                for instance_id, name in by_id.items():
+                    result.instances[name] = found.get(instance_id)
+            except CloudError as exc:
+                log.warning("instance lookup by ID failed, acting on no node: %s", exc)
+                result.failed.update(by_id.values())
+        if by_name:
+            try:
+                found = self.driver.find_instances_by_name(by_name).found
+                for name in by_name:
+                    result.instances[name] = found.get(name)
+            except CloudError as exc:
+                log.warning("instance lookup by name failed, acting on no node: %s", exc)
+                result.failed.update(by_name)
+        return result
+
+    # -- init ------------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        async for event in self.informer.events():
+            name = event.object["metadata"]["name"]
+            if event.type != "DELETED" and rules.needs_init(event.object):
+                if name not in self._pending:
+                    self._pending[name] = 0.0
+                    self._wake.set()
+            else:
+                self._pending.pop(name, None)
+                self._backoff.pop(name, None)
+
+    async def _init_worker(self) -> None:
+        while True:
+            due = [n for n, t in self._pending.items() if t <= time.monotonic()]
+            if not due:
+                self._wake.clear()
+                later = list(self._pending.values())
+                timeout = max(0.05, min(later) - time.monotonic()) if later else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            await self._gather_burst()
+            await self.initialize([n for n, t in self._pending.items() if t <= time.monotonic()])
+
+    async def _gather_burst(self) -> None:
+        """Wait while nodes keep arriving (idle window), at most ``INIT_BATCH_MAX_S``."""
+        deadline = time.monotonic() + INIT_BATCH_MAX_S
+        seen = len(self._pending)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(self.settings.init_batch_window_s)
+            if len(self._pending) == seen:
+                return
+            seen = len(self._pending)
+
+    async def initialize(self, names: list[str]) -> None:
+        nodes = [self.informer.store[n] for n in names if n in self.informer.store]
+        nodes = [n for n in nodes if rules.needs_init(n)]
+        for name in set(names) - {n["metadata"]["name"] for n in nodes}:
+            self._pending.pop(name, None)
+        if not nodes:
+            return
+        lookup = await asyncio.to_thread(self.lookup, nodes)
+        limit = asyncio.Semaphore(max(1, self.settings.concurrent_node_syncs))
+
+        async def one(node: dict[str, Any]) -> None:
+            name = node["metadata"]["name"]
+            async with limit:
+                try:
+                    if name in lookup.failed:
+                        raise rules.InitError("the cloud did not answer")
+                    instance = lookup.instances.get(name)
+                    if instance is None:
+                        raise rules.InitError("no instance found in the cloud for this node")
+                    await asyncio.to_thread(self._initialize_node, name, instance)
+                    self._pending.pop(name, None)
+                    self._backoff.pop(name, None)
+                except (rules.InitError, KubeError, CloudError) as exc:
+                    self._retry_later(node, str(exc))
+
+        await asyncio.gather(*(one(n) for n in nodes))
+
+    def _retry_later(self, node: dict[str, Any], reason: str) -> None:
+        name = node["metadata"]["name"]
+        delay = min(RETRY_MAX_S, self._backoff.get(name, RETRY_MIN_S / 2) * 2)
+        self._backoff[name] = delay
+        if name in self._pending:
+            self._pending[name] = time.monotonic() + delay
+        log.warning("node %s not initialized: %s; retrying in %.0fs", name, reason, delay)
+        if delay <= RETRY_MIN_S:  # one Event per failure streak, not per retry
+            record_event(
+                self.kube,
+                ObjectRef.of(NODES, node),
+                type="Warning",
+                reason="FailedToInitializeNode",
+                message=f"cloudloop: {reason}",
+            )
+
+    def _initialize_node(self, name: str, instance: Instance) -> None:
+        """Addresses first, then labels + providerID + taint removal in one Update."""
+        for _ in range(CONFLICT_RETRIES):
+            node = self.kube.get(NODES, name)
+            if node is None or not rules.needs_init(node):
+                return
+            addresses = rules.node_addresses(node, instance.addresses)
+            if rules.addresses_changed(node, addresses):
+                self.kube.patch(
+                    NODES, name, {"status": {"addresses": addresses}}, subresource="status"
+                )
+                node = self.kube.get(NODES, name) or node
+            labels = rules.node_labels(instance, node["metadata"].get("labels") or {})
+            node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}), **labels}
+            node["spec"] = rules.initialized_spec(node, instance)
+            try:
+                self.kube.request("PUT", NODES.path(None, name), body=node)
+            except KubeError as exc:
+                if exc.conflict:
+                    time.sleep(0.05)
+                    continue
+                raise
+            record_event(
+                self.kube,
+                ObjectRef.of(NODES, node),
+                type="Normal",
+                reason="Synced",
+                message="Node synced successfully",
+            )
+            return
+        raise rules.InitError("conflicts kept the node from being updated")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def lifecycle_pass(self) -> None:
+        self.passes += 1
+        nodes = list(self.informer.store.values())
+        for node in nodes:
+            if rules.ready_status(node) == "True" and rules.has_taint(node, rules.SHUTDOWN_TAINT):
+                await asyncio.to_thread(self._set_shutdown_taint, node, False)
+        not_ready = [
+            n
+            for n in nodes
+            if rules.ready_status(n) != "True"
+            and not rules.needs_init(n)
+            and not n["metadata"].get("deletionTimestamp")
+        ]
+        if not not_ready:
+            return
+        lookup = await asyncio.to_thread(self.lookup, not_ready)
+        for node in not_ready:
+            name = node["metadata"]["name"]
+            verdict = rules.lifecycle_verdict(
+                node,
+                lookup.instances.get(name),
+                looked_up=name not in lookup.failed and name in lookup.instances,
+            )
+            if verdict is rules.Verdict.DELETE:
+                await asyncio.to_thread(self._delete_node, node)
+            elif verdict is rules.Verdict.TAINT_SHUTDOWN:
+                await asyncio.to_thread(self._set_shutdown_taint, node, True)
+
+    def _delete_node(self, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        ref = ObjectRef.of(NODES, node)
+        record_event(
+            self.kube,
+            ref,
+            type="Normal",
+            reason="DeletingNode",
+            message=f"Deleting node {name} because it does not exist in the cloud provider",
+        )
+        try:
+            self.kube.request(
+                "DELETE",
+                NODES.path(None, name),
+                body={"preconditions": {"uid": node["metadata"]["uid"]}},
+            )
+        except KubeError as exc:
+            if not exc.not_found:
+                record_event(
+                    self.kube,
+                    ref,
+                    type="Warning",
+                    reason="DeletingNodeFailed",
+                    message=f"Error deleting node {name}: {exc}",
+                )
+
+    def _set_shutdown_taint(self, node: dict[str, Any], present: bool) -> None:
+        name = node["metadata"]["name"]
+        for _ in range(CONFLICT_RETRIES):
+            current = self.kube.get(NODES, name)
+            if current is None or rules.has_taint(current, rules.SHUTDOWN_TAINT) == present:
+                return
+            kept = [t for t in rules.taints(current) if t.get("key") != rules.SHUTDOWN_TAINT]
+            if present:
+                kept.append({"key": rules.SHUTDOWN_TAINT, "effect": "NoSchedule"})
+            patch = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": current["metadata"]["resourceVersion"],
+                },
+                {"op": "add", "path": "/spec/taints", "value": kept},
+            ]
+            try:
+                self.kube.patch(NODES, name, patch, patch_type="json")
+                return
+            except KubeError as exc:
+                if exc.status not in (409, 422):
+                    raise
+                time.sleep(0.05)
+
+    # -- addresses -------------------------------------------------------------------------
+    async def refresh_addresses(self) -> None:
+        nodes = [
+            n
+            for n in self.informer.store.values()
+            if not rules.needs_init(n) and rules.provider_id(n)
+        ]
+        if not nodes:
+            return
+        lookup = await asyncio.to_thread(self.lookup, nodes)
+        limit = asyncio.Semaphore(
+            max(
+                1,
+                self.settings.concurrent_node_status_updates or self.settings.concurrent_node_syncs,
+            )
+        )
+
+        async def one(node: dict[str, Any]) -> None:
+            instance = lookup.instances.get(node["metadata"]["name"])
+            if instance is None or not instance.addresses:
+                return
+            try:
+                addresses = rules.node_addresses(node, instance.addresses)
+            except rules.InitError as exc:
+                log.warning("node %s: %s", node["metadata"]["name"], exc)
+                return
+            if rules.addresses_changed(node, addresses):
+                async with limit:
+                    await asyncio.to_thread(
+                        self.kube.patch,
+                        NODES,
+                        node["metadata"]["name"],
+                        {"status": {"addresses": addresses}},
+                        subresource="status",
+                    )
+
+        await asyncio.gather(*(one(n) for n in nodes))

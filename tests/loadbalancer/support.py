@@ -1,0 +1,268 @@
+"""Shared set-up of the load-balancer stack tests: a moto VPC with instances, matching Nodes,
+Services, and a running ServiceStarter scoped to one test's namespace and Nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from temporalio.client import Client
+
+from cloudloop.cloud.aws.loadbalancers import (
+    LOAD_BALANCER_TAG,
+    backend_security_group_name,
+    security_group_name,
+)
+from cloudloop.kube.api import Kube
+from cloudloop.kube.informer import Informers
+from cloudloop.kube.resources import EVENTS, NODES, SERVICES
+from cloudloop.messages.loadbalancer import default_load_balancer_name
+from cloudloop.settings import Settings
+from starters.loadbalancer import ServiceStarter
+
+ZONES = ("us-east-1a", "us-east-1b")
+
+
+def aws_client(endpoint: str, service: str) -> Any:
+    make: Any = boto3.client
+    return make(
+        service,
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@dataclass
+class AwsWorld:
+    """One test's slice of moto: a VPC, cluster-tagged subnets, a node group, instances."""
+
+    endpoint: str
+    cluster: str
+    vpc_id: str = ""
+    subnet_ids: list[str] = field(default_factory=list)
+    node_group: str = ""
+    instance_ids: list[str] = field(default_factory=list)
+
+    def client(self, service: str) -> Any:
+        return aws_client(self.endpoint, service)
+
+    @classmethod
+    def create(cls, endpoint: str, cluster: str, instances: int = 3) -> AwsWorld:
+        world = cls(endpoint=endpoint, cluster=cluster)
+        ec2 = world.client("ec2")
+        owned = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
+        world.vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        for index, zone in enumerate(ZONES):
+            subnet = ec2.create_subnet(
+                VpcId=world.vpc_id,
+                CidrBlock=f"10.0.{index + 1}.0/24",
+                AvailabilityZone=zone,
+                TagSpecifications=[
+                    {
+                        "ResourceType": "subnet",
+                        "Tags": [*owned, {"Key": "Name", "Value": f"{cluster}-{zone}"}],
+                    }
+                ],
+            )
+            world.subnet_ids.append(subnet["Subnet"]["SubnetId"])
+        world.node_group = ec2.create_security_group(
+            GroupName=f"{cluster}-nodes",
+            Description="nodes",
+            VpcId=world.vpc_id,
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": owned}],
+        )["GroupId"]
+        launched = ec2.run_instances(
+            ImageId="ami-12c6146b",
+            MinCount=instances,
+            MaxCount=instances,
+            SubnetId=world.subnet_ids[0],
+            SecurityGroupIds=[world.node_group],
+        )["Instances"]
+        world.instance_ids = [i["InstanceId"] for i in launched]
+        return world
+
+    def provider_id(self, instance_id: str) -> str:
+        return f"aws:///{ZONES[0]}/{instance_id}"
+
+    # -- what moto holds for one load balancer ---------------------------------------------
+    def classic(self, name: str) -> dict[str, Any] | None:
+        found = self.client("elb").describe_load_balancers()["LoadBalancerDescriptions"]
+        matches = [lb for lb in found if lb["LoadBalancerName"] == name]
+        assert len(matches) <= 1, matches
+        return matches[0] if matches else None
+
+    def nlbs(self, name: str) -> list[dict[str, Any]]:
+        found = self.client("elbv2").describe_load_balancers()["LoadBalancers"]
+        return [lb for lb in found if lb["LoadBalancerName"] == name]
+
+    def target_groups(self, name: str) -> list[dict[str, Any]]:
+        """Target groups tagged for ``name`` (attached or not)."""
+        tagging = self.client("resourcegroupstaggingapi")
+        arns = [
+            r["ResourceARN"]
+            for r in tagging.get_resources(
+                TagFilters=[{"Key": LOAD_BALANCER_TAG, "Values": [name]}],
+                ResourceTypeFilters=["elasticloadbalancing:targetgroup"],
+            )["ResourceTagMappingList"]
+        ]
+        if not arns:
+            return []
+        return list(
+            self.client("elbv2").describe_target_groups(TargetGroupArns=arns)["TargetGroups"]
+        )
+
+    def rules(self, name: str) -> list[dict[str, Any]]:
+        return list(
+            self.client("ec2").describe_security_group_rules(
+                Filters=[{"Name": f"tag:{LOAD_BALANCER_TAG}", "Values": [name]}]
+            )["SecurityGroupRules"]
+        )
+
+    def node_group_ingress(self) -> list[dict[str, Any]]:
+        rules = self.client("ec2").describe_security_group_rules(
+            Filters=[{"Name": "group-id", "Values": [self.node_group]}]
+        )["SecurityGroupRules"]
+        return [r for r in rules if not r["IsEgress"]]
+
+    def backend_group(self) -> str:
+        found = self.client("ec2").describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [backend_security_group_name(self.cluster)]}]
+        )["SecurityGroups"]
+        assert len(found) <= 1, found
+        return str(found[0]["GroupId"]) if found else ""
+
+    def node_rules_besides_backend(self) -> list[dict[str, Any]]:
+        """Ingress rules on the node group other than the cluster's shared ELB backend rule."""
+        backend = self.backend_group()
+        return [
+            r
+            for r in self.node_group_ingress()
+            if (r.get("ReferencedGroupInfo") or {}).get("GroupId") != backend or not backend
+        ]
+
+    def own_groups(self, name: str) -> list[dict[str, Any]]:
+        return list(
+            self.client("ec2").describe_security_groups(
+                Filters=[{"Name": "group-name", "Values": [security_group_name(name)]}]
+            )["SecurityGroups"]
+        )
+
+    def nothing_left(self, name: str) -> bool:
+        return (
+            self.classic(name) is None
+            and not self.nlbs(name)
+            and not self.target_groups(name)
+            and not self.rules(name)
+            and not self.own_groups(name)
+        )
+
+
+def lb_name(service: dict[str, Any]) -> str:
+    return default_load_balancer_name(service["metadata"]["uid"])
+
+
+def make_nodes(kube: Kube, world: AwsWorld, scope: str) -> list[str]:
+    names = []
+    for index, instance_id in enumerate(world.instance_ids):
+        name = f"lb-{scope}-{index}"
+        kube.create(
+            NODES,
+            {
+                "metadata": {"name": name, "labels": {"cloudloop-test": scope, "pool": "a"}},
+                "spec": {"providerID": world.provider_id(instance_id)},
+            },
+        )
+        names.append(name)
+    return names
+
+
+def delete_nodes(kube: Kube, scope: str) -> None:
+    for node in kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]:
+        kube.delete(NODES, node["metadata"]["name"])
+
+
+def make_service(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    ports: tuple[int, ...] = (80,),
+    type: str = "LoadBalancer",
+    lb_class: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "type": type,
+        "selector": {"app": name},
+        "ports": [{"name": f"p{p}", "port": p, "protocol": "TCP"} for p in ports],
+    }
+    if lb_class:
+        spec["loadBalancerClass"] = lb_class
+    return kube.create(
+        SERVICES,
+        {
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "spec": spec,
+        },
+        namespace,
+    )
+
+
+def ingress(kube: Kube, namespace: str, name: str) -> list[str]:
+    service = kube.get(SERVICES, name, namespace) or {}
+    entries = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [str(e.get("hostname") or e.get("ip")) for e in entries]
+
+
+def events(kube: Kube, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    found = kube.list(EVENTS, namespace, fieldSelector=f"involvedObject.name={name}")["items"]
+    return [e for e in found if e["reason"] == reason]
+
+
+def lb_settings(settings: Settings, scope: str) -> Settings:
+    """A unique cluster (moto is shared by the session) and Nodes limited to this test's."""
+    ccm = settings.ccm.model_copy(
+        update={"node_selector": f"cloudloop-test={scope}", "concurrent_service_syncs": 2}
+    )
+    return settings.model_copy(update={"cluster_name": f"lb-{scope}", "ccm": ccm})
+
+
+def new_scope() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@contextlib.asynccontextmanager
+async def service_starter(
+    kube: Kube,
+    client: Client,
+    settings: Settings,
+    namespace: str,
+    *,
+    history_limit: int = 0,
+) -> AsyncIterator[ServiceStarter]:
+    informers = Informers(kube)
+    starter = ServiceStarter(
+        kube,
+        client,
+        services=informers.get(SERVICES, namespace=namespace),
+        nodes=informers.get(NODES, label_selector=settings.ccm.node_selector),
+        task_queue=settings.temporal.task_queue,
+        cluster=settings.cluster_name,
+        provider=settings.provider,
+        concurrency=settings.ccm.concurrent_service_syncs,
+        history_limit=history_limit,
+    )
+    task = asyncio.create_task(starter.run())
+    try:
+        yield starter
+    finally:
+        starter.stop()
+        informers.stop()
+        await asyncio.wait_for(task, 10)

@@ -1,0 +1,274 @@
+"""Load-balancer fault tests against the real stack: the worker process SIGKILLed in the middle of
+an ensure and of a delete converges after a restart with exactly the resources it should have
+(adopted, not duplicated; none after a delete), and a Service deleted while its LB is still being
+created ends with no LB and no finalizer."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import lb_annotations as ann
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import SERVICES, ObjectRef
+from cloudloop.messages.loadbalancer import LoadBalancerQuery, LoadBalancerState, workflow_id
+from cloudloop.net import free_port
+from cloudloop.settings import Settings
+from devstack.local import LocalStack
+from tests.helpers import eventually, eventually_async
+from tests.loadbalancer.support import (
+    AwsWorld,
+    delete_nodes,
+    ingress,
+    lb_name,
+    lb_settings,
+    make_nodes,
+    make_service,
+    new_scope,
+    service_starter,
+)
+from tests.platform.test_processes import process_env
+from workers.main import build_worker
+
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
+
+REPO = Path(__file__).resolve().parents[2]
+#: A killed worker's activity is retried after its heartbeat timeout (10 s), and its cached
+#: workflow moves on after the sticky-queue timeout (10 s); this leaves room for both and more.
+RECOVERY_S = 120
+
+WorkerFactory = Callable[..., tuple[subprocess.Popen[bytes], Path]]
+
+
+@pytest.fixture
+def scope() -> str:
+    return new_scope()
+
+
+@pytest.fixture
+def lb_config(settings: Settings, scope: str) -> Settings:
+    return lb_settings(settings, scope)
+
+
+@pytest.fixture
+def world(stack: LocalStack, lb_config: Settings) -> AwsWorld:
+    return AwsWorld.create(stack.moto_endpoint, lb_config.cluster_name)
+
+
+@pytest.fixture
+def nodes(kube: Kube, world: AwsWorld, scope: str) -> Iterator[list[str]]:
+    yield make_nodes(kube, world, scope)
+    delete_nodes(kube, scope)
+
+
+@pytest.fixture
+def start_worker(lb_config: Settings, stack: LocalStack, tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Start ``cloudloop worker`` processes; ``fault_at`` makes one block at that AWS call."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(fault_at: str | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+        index = len(started)
+        env = process_env(lb_config, stack, free_port(), tmp_path)
+        marker = tmp_path / f"fault-{index}"
+        if fault_at:
+            env.update(LB_FAULT_AT=fault_at, LB_FAULT_MARKER=str(marker))
+            command = [sys.executable, "-m", "tests.loadbalancer.fault_worker"]
+        else:
+            command = [sys.executable, "-m", "cloudloop.cli", "worker"]
+        with open(tmp_path / f"worker-{index}.log", "wb") as log:
+            proc = subprocess.Popen(
+                command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            )
+        started.append(proc)
+        return proc, marker
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()  # SIGKILL: no graceful shutdown, the activity dies mid-call
+    proc.wait(timeout=10)
+
+
+def service_gone(kube: Kube, namespace: str, name: str) -> bool:
+    return kube.get(SERVICES, name, namespace) is None
+
+
+def rule_keys(world: AwsWorld, name: str) -> list[tuple[Any, ...]]:
+    return sorted(
+        (
+            r["GroupId"],
+            r["IpProtocol"],
+            r.get("FromPort"),
+            r.get("CidrIpv4", ""),
+            (r.get("ReferencedGroupInfo") or {}).get("GroupId", ""),
+        )
+        for r in world.rules(name)
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fault_at"),
+    [
+        pytest.param({}, "after-call.elastic-load-balancing.CreateLoadBalancer", id="classic"),
+        pytest.param(
+            {ann.TYPE: "nlb"},
+            "after-call.elastic-load-balancing-v2.CreateTargetGroup",
+            id="nlb",
+        ),
+    ],
+)
+async def test_worker_killed_mid_ensure_converges(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    namespace: str,
+    world: AwsWorld,
+    nodes: list[str],
+    start_worker: WorkerFactory,
+    annotations: dict[str, str],
+    fault_at: str,
+) -> None:
+    faulty, marker = start_worker(fault_at)
+    async with service_starter(kube, client, lb_config, namespace):
+        service = await asyncio.to_thread(
+            make_service, kube, namespace, "web", annotations=annotations, ports=(80, 443)
+        )
+        name = lb_name(service)
+        await eventually(marker.exists, timeout=60, what=f"the worker blocked at {fault_at}")
+        kill(faulty)
+        start_worker()
+        hostnames = await eventually(
+            lambda: ingress(kube, namespace, "web"), timeout=RECOVERY_S, what="ingress set"
+        )
+
+        if annotations:
+            [nlb] = world.nlbs(name)  # exactly one, the one the killed attempt created
+            assert hostnames == [nlb["DNSName"]]
+            groups = world.target_groups(name)
+            assert len(groups) == 2  # the orphan of the killed attempt was adopted
+            v2 = world.client("elbv2")
+            listeners = v2.describe_listeners(LoadBalancerArn=nlb["LoadBalancerArn"])["Listeners"]
+            assert len(listeners) == 2
+            for group in groups:
+                health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
+                assert len(health["TargetHealthDescriptions"]) == len(world.instance_ids)
+            assert world.classic(name) is None
+            expected_rules = 2  # one node-port rule per port on the node group
+        else:
+            elb = world.classic(name)  # asserts there is at most one
+            assert elb is not None and not world.nlbs(name)
+            assert len(elb["Instances"]) == len(world.instance_ids)
+            assert len(world.own_groups(name)) == 1
+            assert len(world.node_group_ingress()) == 1  # the shared backend rule, once
+            expected_rules = 2  # the two listener ports on the ELB's own group
+        keys = rule_keys(world, name)
+        assert len(keys) == len(set(keys)) == expected_rules, keys
+
+        await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+        await eventually(
+            lambda: service_gone(kube, namespace, "web"), timeout=RECOVERY_S, what="deleted"
+        )
+        assert world.nothing_left(name)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fault_at"),
+    [
+        pytest.param({}, "after-call.elastic-load-balancing.DeleteLoadBalancer", id="classic"),
+        pytest.param(
+            {ann.TYPE: "nlb"},
+            "after-call.elastic-load-balancing-v2.DeleteLoadBalancer",
+            id="nlb",
+        ),
+    ],
+)
+async def test_worker_killed_mid_delete_converges(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    namespace: str,
+    world: AwsWorld,
+    nodes: list[str],
+    start_worker: WorkerFactory,
+    annotations: dict[str, str],
+    fault_at: str,
+) -> None:
+    faulty, marker = start_worker(fault_at)
+    async with service_starter(kube, client, lb_config, namespace):
+        service = await asyncio.to_thread(
+            make_service, kube, namespace, "web", annotations=annotations, ports=(80, 443)
+        )
+        name = lb_name(service)
+        await eventually(lambda: ingress(kube, namespace, "web"), timeout=60, what="ingress set")
+        assert world.rules(name)
+
+        await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+        await eventually(marker.exists, timeout=60, what=f"the worker blocked at {fault_at}")
+        kill(faulty)
+        # Killed between deleting the LB and the rest: rules (and groups) are still there.
+        assert world.rules(name)
+        assert kube.get(SERVICES, "web", namespace) is not None  # the finalizer holds it
+        start_worker()
+        await eventually(
+            lambda: service_gone(kube, namespace, "web"), timeout=RECOVERY_S, what="deleted"
+        )
+        assert world.nothing_left(name)
+        assert world.node_rules_besides_backend() == []
+
+
+async def test_service_deleted_while_its_lb_is_created(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    namespace: str,
+    world: AwsWorld,
+    nodes: list[str],
+) -> None:
+    driver = AwsDriver(lb_config.aws)
+    reached, release = threading.Event(), threading.Event()
+
+    def hold(**_: Any) -> None:
+        reached.set()
+        release.wait(60)
+
+    driver.client("elb").meta.events.register(
+        "before-call.elastic-load-balancing.CreateLoadBalancer", hold
+    )
+    worker = build_worker(client, lb_config, driver=driver, kube=kube)
+    try:
+        async with worker, service_starter(kube, client, lb_config, namespace):
+            service = await asyncio.to_thread(make_service, kube, namespace, "web")
+            name = lb_name(service)
+            await eventually(reached.is_set, what="CreateLoadBalancer under way")
+            await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+            handle = client.get_workflow_handle(workflow_id(ObjectRef.of(SERVICES, service)))
+
+            async def teardown_requested() -> bool:
+                state: LoadBalancerState = await handle.query(
+                    LoadBalancerQuery.STATE, result_type=LoadBalancerState
+                )
+                return state.tear_down
+
+            await eventually_async(teardown_requested, what="tear_down sent mid-create")
+            release.set()
+            await eventually(
+                lambda: service_gone(kube, namespace, "web"), timeout=60, what="Service deleted"
+            )
+            assert world.nothing_left(name)
+            assert world.node_rules_besides_backend() == []
+    finally:
+        release.set()

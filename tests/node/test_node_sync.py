@@ -1,0 +1,402 @@
+"""NodeSync against the real stack: init, lifecycle and address refresh with moto instances."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import boto3
+import pytest
+from prometheus_client import REGISTRY
+
+from cloudloop.cloud.aws import AwsDriver
+from cloudloop.kube.api import Kube
+from cloudloop.kube.informer import Informers
+from cloudloop.kube.resources import EVENTS, NODES
+from cloudloop.rules import node as rules
+from cloudloop.settings import Settings
+from starters.node import NodeSync
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.stack
+
+
+def describe_calls() -> float:
+    return (
+        REGISTRY.get_sample_value(
+            "cloud_api_requests_total",
+            {"provider": "aws", "operation": "DescribeInstances", "outcome": "success"},
+        )
+        or 0.0
+    )
+
+
+@pytest.fixture
+def ec2(settings: Settings) -> Any:
+    return boto3.client(
+        "ec2",
+        region_name="us-east-1",
+        endpoint_url=settings.aws.endpoint_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def scope() -> str:
+    """A label value that limits NodeSync to this test's Nodes on the shared cluster."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def ccm_settings(settings: Settings, scope: str) -> Settings:
+    ccm = settings.ccm.model_copy(
+        update={
+            "node_selector": f"cloudloop-test={scope}",
+            "node_monitor_period_s": 0.5,
+            "node_status_update_frequency_s": 1.0,
+            "concurrent_node_syncs": 4,
+        }
+    )
+    return settings.model_copy(update={"ccm": ccm})
+
+
+@contextlib.asynccontextmanager
+async def node_sync(
+    kube: Kube, settings: Settings, driver: AwsDriver | None = None
+) -> AsyncIterator[NodeSync]:
+    informers = Informers(kube)
+    sync = NodeSync(
+        kube,
+        driver or AwsDriver(settings.aws),
+        informers.get(NODES, label_selector=settings.ccm.node_selector),
+        settings.ccm,
+    )
+    task = asyncio.create_task(sync.run())
+    try:
+        yield sync
+    finally:
+        sync.stop()
+        informers.stop()
+        await asyncio.wait_for(task, 10)
+
+
+def run_instances(ec2: Any, count: int, instance_type: str = "m5.large") -> list[dict[str, Any]]:
+    answer = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=count,
+        MaxCount=count,
+        InstanceType=instance_type,
+        Placement={"AvailabilityZone": "us-east-1b"},
+    )
+    return list(answer["Instances"])
+
+
+def make_node(
+    kube: Kube,
+    name: str,
+    scope: str,
+    *,
+    provider_id: str = "",
+    tainted: bool = True,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if tainted:
+        spec["taints"] = [
+            {"key": rules.UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
+        ]
+    if provider_id:
+        spec["providerID"] = provider_id
+    node = kube.create(
+        NODES,
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"cloudloop-test": scope},
+                "annotations": annotations or {},
+            },
+            "spec": spec,
+        },
+    )
+    kube.patch(
+        NODES,
+        name,
+        {"status": {"addresses": [{"type": "Hostname", "address": name}]}},
+        subresource="status",
+    )
+    return node
+
+
+def set_ready(kube: Kube, name: str, status: str) -> None:
+    from cloudloop.kube.conditions import now_rfc3339
+
+    now = now_rfc3339()
+    kube.patch(
+        NODES,
+        name,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": status,
+                        "reason": "Test",
+                        "message": "set by test",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ]
+            }
+        },
+        subresource="status",
+        patch_type="strategic",
+    )
+
+
+def node_when(
+    kube: Kube, name: str, predicate: Callable[[dict[str, Any]], bool]
+) -> Callable[[], dict[str, Any] | None]:
+    """A check for ``eventually``: the Node once ``predicate`` holds for it."""
+
+    def check() -> dict[str, Any] | None:
+        node = kube.get(NODES, name)
+        return node if node is not None and predicate(node) else None
+
+    return check
+
+
+def events_for(kube: Kube, name: str, reason: str) -> list[dict[str, Any]]:
+    items = kube.list(EVENTS, "default", fieldSelector=f"involvedObject.name={name}")["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+def cleanup(kube: Kube, scope: str) -> None:
+    for node in kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]:
+        kube.delete(NODES, node["metadata"]["name"])
+
+
+async def test_init_burst_is_batched_and_sets_everything(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    instances = run_instances(ec2, 6)
+    by_name = instances[:3]  # kubelet default: node name = private DNS name, no providerID
+    by_id = instances[3:]  # kubelet --provider-id
+    try:
+        # Only initialization may call the cloud here: lifecycle and refresh are pushed out.
+        quiet = ccm_settings.ccm.model_copy(
+            update={"node_monitor_period_s": 3600.0, "node_status_update_frequency_s": 3600.0}
+        )
+        async with node_sync(kube, ccm_settings.model_copy(update={"ccm": quiet})):
+            before = describe_calls()
+            for inst in by_name:
+                await asyncio.to_thread(make_node, kube, inst["PrivateDnsName"], scope)
+            for inst in by_id:
+                await asyncio.to_thread(
+                    make_node,
+                    kube,
+                    f"byid-{inst['InstanceId']}",
+                    scope,
+                    provider_id=f"aws:///us-east-1b/{inst['InstanceId']}",
+                )
+
+            def all_initialized() -> bool:
+                items = kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]
+                return len(items) == 6 and not any(rules.needs_init(n) for n in items)
+
+            await eventually(all_initialized, what="all six nodes initialized")
+            assert describe_calls() - before <= 2  # one by name + one by ID for the burst
+
+        node = kube.get(NODES, by_name[0]["PrivateDnsName"])
+        assert node is not None
+        assert node["spec"]["providerID"] == f"aws:///us-east-1b/{by_name[0]['InstanceId']}"
+        labels = node["metadata"]["labels"]
+        for key, value in (
+            ("topology.kubernetes.io/zone", "us-east-1b"),
+            ("failure-domain.beta.kubernetes.io/zone", "us-east-1b"),
+            ("topology.kubernetes.io/region", "us-east-1"),
+            ("failure-domain.beta.kubernetes.io/region", "us-east-1"),
+            ("node.kubernetes.io/instance-type", "m5.large"),
+            ("beta.kubernetes.io/instance-type", "m5.large"),
+        ):
+            assert labels[key] == value, key
+        addresses = {(a["type"], a["address"]) for a in node["status"]["addresses"]}
+        assert ("InternalIP", by_name[0]["PrivateIpAddress"]) in addresses
+        assert ("InternalDNS", by_name[0]["PrivateDnsName"]) in addresses
+        assert not rules.has_taint(node, rules.UNINITIALIZED_TAINT)
+        assert events_for(kube, by_name[0]["PrivateDnsName"], "Synced")
+        byid = kube.get(NODES, f"byid-{by_id[0]['InstanceId']}")
+        assert byid is not None
+        assert byid["spec"]["providerID"] == f"aws:///us-east-1b/{by_id[0]['InstanceId']}"
+    finally:
+        cleanup(kube, scope)
+
+
+async def test_bad_nodes_keep_the_taint_and_get_an_event(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    (inst,) = run_instances(ec2, 1)
+    try:
+        async with node_sync(kube, ccm_settings):
+            await asyncio.to_thread(make_node, kube, "ip-10-255-255-1.ec2.internal", scope)
+            await asyncio.to_thread(
+                make_node,
+                kube,
+                inst["PrivateDnsName"],
+                scope,
+                annotations={rules.PROVIDED_NODE_IP: "192.0.2.99"},
+            )
+            await asyncio.to_thread(
+                make_node, kube, f"badpid-{scope}", scope, provider_id="gce://project/zone/vm"
+            )
+            for name in ("ip-10-255-255-1.ec2.internal", inst["PrivateDnsName"], f"badpid-{scope}"):
+                warnings = await eventually(
+                    lambda n=name: events_for(kube, n, "FailedToInitializeNode"),  # type: ignore[misc]
+                    what=f"FailedToInitializeNode on {name}",
+                )
+                assert warnings[0]["type"] == "Warning"
+                node = kube.get(NODES, name)
+                assert node is not None and rules.has_taint(node, rules.UNINITIALIZED_TAINT)
+                assert not node["spec"].get("providerID", "").startswith("aws")
+    finally:
+        cleanup(kube, scope)
+
+
+async def test_provided_node_ip_orders_addresses(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    (inst,) = run_instances(ec2, 1)
+    name = inst["PrivateDnsName"]
+    try:
+        async with node_sync(kube, ccm_settings):
+            await asyncio.to_thread(
+                make_node,
+                kube,
+                name,
+                scope,
+                annotations={rules.PROVIDED_NODE_IP: inst["PrivateIpAddress"]},
+            )
+            node = await eventually(
+                node_when(kube, name, lambda n: not rules.needs_init(n)), what="initialized"
+            )
+        assert node["status"]["addresses"][0] == {
+            "type": "InternalIP",
+            "address": inst["PrivateIpAddress"],
+        }
+    finally:
+        cleanup(kube, scope)
+
+
+async def test_lifecycle_deletes_only_gone_instances_and_taints_stopped(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    running, stopped, terminated = run_instances(ec2, 3)
+    ec2.stop_instances(InstanceIds=[stopped["InstanceId"]])
+    ec2.terminate_instances(InstanceIds=[terminated["InstanceId"]])
+    names = {}
+    try:
+        for label, inst in (("running", running), ("stopped", stopped), ("terminated", terminated)):
+            names[label] = f"{label}-{scope}"
+            make_node(
+                kube,
+                names[label],
+                scope,
+                tainted=False,
+                provider_id=f"aws:///us-east-1b/{inst['InstanceId']}",
+            )
+            set_ready(kube, names[label], "False")
+        names["missing"] = f"missing-{scope}"
+        make_node(
+            kube,
+            names["missing"],
+            scope,
+            tainted=False,
+            provider_id="aws:///us-east-1b/i-0000000000000dead",
+        )
+        set_ready(kube, names["missing"], "Unknown")
+
+        async with node_sync(kube, ccm_settings):
+            await eventually(
+                lambda: kube.get(NODES, names["terminated"]) is None,
+                what="node of the terminated instance deleted",
+            )
+            await eventually(
+                lambda: kube.get(NODES, names["missing"]) is None,
+                what="node of the nonexistent instance deleted",
+            )
+            await eventually(
+                node_when(
+                    kube, names["stopped"], lambda n: rules.has_taint(n, rules.SHUTDOWN_TAINT)
+                ),
+                what="shutdown taint on the stopped node",
+            )
+            running_node = kube.get(NODES, names["running"])
+            assert running_node is not None  # NotReady but running: kept, untainted
+            assert not rules.has_taint(running_node, rules.SHUTDOWN_TAINT)
+            assert events_for(kube, names["terminated"], "DeletingNode")
+
+            await asyncio.to_thread(set_ready, kube, names["stopped"], "True")
+            await eventually(
+                lambda: (
+                    not rules.has_taint(
+                        kube.get(NODES, names["stopped"]) or {}, rules.SHUTDOWN_TAINT
+                    )
+                ),
+                what="shutdown taint removed once Ready",
+            )
+    finally:
+        cleanup(kube, scope)
+
+
+async def test_unreachable_cloud_deletes_nothing(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    (terminated,) = run_instances(ec2, 1)
+    ec2.terminate_instances(InstanceIds=[terminated["InstanceId"]])
+    name = f"gone-{scope}"
+    dead = ccm_settings.aws.model_copy(
+        update={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1, "timeout_s": 1}
+    )
+    try:
+        make_node(
+            kube,
+            name,
+            scope,
+            tainted=False,
+            provider_id=f"aws:///us-east-1b/{terminated['InstanceId']}",
+        )
+        set_ready(kube, name, "False")
+        async with node_sync(kube, ccm_settings, AwsDriver(dead)) as sync:
+            await eventually(lambda: sync.passes >= 4, what="several lifecycle passes")
+            assert kube.get(NODES, name) is not None  # fail closed: the node stays
+    finally:
+        cleanup(kube, scope)
+
+
+async def test_address_refresh_patches_changed_addresses(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    (inst,) = run_instances(ec2, 1)
+    name = f"refresh-{scope}"
+    try:
+        make_node(
+            kube, name, scope, tainted=False, provider_id=f"aws:///us-east-1b/{inst['InstanceId']}"
+        )
+        set_ready(kube, name, "True")
+        async with node_sync(kube, ccm_settings):
+            node = await eventually(
+                node_when(
+                    kube,
+                    name,
+                    lambda n: any(a["type"] == "InternalIP" for a in n["status"]["addresses"]),
+                ),
+                what="addresses refreshed from the cloud",
+            )
+        addresses = {(a["type"], a["address"]) for a in node["status"]["addresses"]}
+        assert ("InternalIP", inst["PrivateIpAddress"]) in addresses
+        assert ("Hostname", inst["PrivateDnsName"]) in addresses
+    finally:
+        cleanup(kube, scope)

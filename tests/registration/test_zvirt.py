@@ -1,0 +1,103 @@
+"""The zVirt registration Secret (``d8-node-manager-cloud-provider``), key for key as Deckhouse."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from cloudloop.cloud.registry import driver_for
+from cloudloop.cloud.zvirt import ZvirtDriver
+from cloudloop.cloud.zvirt.registration import (
+    NAMESPACE,
+    SECRET_NAME,
+    registration_values,
+    write_registration_secrets,
+)
+from cloudloop.kube.resources import SECRETS
+from cloudloop.settings import Settings, ZvirtSettings
+from tests.fakes import MemoryKube
+
+PASSWORD = "pa55-w0rd-never-logged"
+
+
+def settings() -> ZvirtSettings:
+    return ZvirtSettings(
+        api_url="https://zvirt.example.com/ovirt-engine/api",
+        username="admin@internal",
+        password=SecretStr(PASSWORD),
+        insecure=True,
+        cluster_id="b8c2e1a4-0000-4000-8000-000000000001",
+        ssh_public_key="ssh-ed25519 AAAA test",
+    )
+
+
+def decoded(data: dict[str, str]) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in data.items()}
+
+
+def test_values_as_deckhouse_renders_them() -> None:
+    values = decoded(registration_values(settings()))
+    zvirt = json.loads(values.pop("zvirt"))
+    assert values == {
+        "type": "zvirt",
+        "region": "default",
+        "zones": '["default"]',
+        "instanceClassAPIVersion": "v1",
+        "instanceClassKind": "ZvirtInstanceClass",
+        "machineClassKind": "",
+        "capiClusterKind": "ZvirtCluster",
+        "capiClusterAPIVersion": "infrastructure.cluster.x-k8s.io/v1",
+        "capiClusterName": "zvirt",
+        "capiMachineTemplateKind": "ZvirtMachineTemplate",
+        "capiMachineTemplateAPIVersion": "infrastructure.cluster.x-k8s.io/v1",
+        "sshPublicKey": "ssh-ed25519 AAAA test",
+    }
+    assert zvirt == {
+        "sshPublicKey": "ssh-ed25519 AAAA test",
+        "server": "https://zvirt.example.com/ovirt-engine/api",
+        "username": "admin@internal",
+        "password": PASSWORD,
+        "insecure": True,
+        "clusterID": "b8c2e1a4-0000-4000-8000-000000000001",
+    }
+
+
+def test_the_password_can_come_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "password"
+    path.write_text("from-file\n")
+    zvirt_settings = settings().model_copy(update={"password": None, "password_file": path})
+    zvirt = json.loads(decoded(registration_values(zvirt_settings))["zvirt"])
+    assert zvirt["password"] == "from-file"
+
+
+def test_both_secrets_are_written_once_and_the_password_never_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube = MemoryKube()
+    caplog.set_level(logging.DEBUG)
+
+    assert write_registration_secrets(kube, settings()) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
+    assert write_registration_secrets(kube, settings()) == []  # unchanged: no write
+
+    for name in (SECRET_NAME, f"{SECRET_NAME}-zvirt"):
+        secret = kube.get(SECRETS, name, namespace=NAMESPACE)
+        assert secret is not None
+        assert secret["metadata"]["labels"]["cloud-provider.deckhouse.io/registration"] == ""
+        assert secret["metadata"]["labels"]["cloud-provider.deckhouse.io/name"] == "zvirt"
+        assert secret["type"] == "Opaque"
+    rotated = settings().model_copy(update={"password": SecretStr("rotated")})
+    assert write_registration_secrets(kube, rotated) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
+    assert PASSWORD not in caplog.text and "rotated" not in caplog.text
+
+
+def test_settings_mask_the_password_and_the_registry_builds_the_driver() -> None:
+    full = Settings(provider="zvirt", zvirt=settings())
+    assert PASSWORD not in repr(full) and PASSWORD not in str(full.zvirt.model_dump())
+    driver = driver_for(full)
+    assert isinstance(driver, ZvirtDriver)
+    assert driver.provider == "zvirt"

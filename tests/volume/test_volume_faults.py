@@ -1,0 +1,264 @@
+"""Volume workflows survive a worker killed mid-operation (SIGKILL, real worker processes).
+
+The first worker talks to moto through a :class:`HoldingProxy` that holds back the answer to one
+EC2 call, so the kill lands at a known point: the cloud made the change, the worker never heard.
+A fresh worker process on the same task queue must then converge without repeating the change:
+one attachment after attach, none after detach, one volume after create.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from cloudloop.csi.operations import VolumeOperations
+from cloudloop.messages.volume import (
+    AttachVolumeRequest,
+    Code,
+    CreateVolumeRequest,
+    DetachVolumeRequest,
+    Topology,
+)
+from cloudloop.net import free_port
+from cloudloop.settings import Settings
+from devstack.local import LocalStack
+from tests.helpers import eventually, eventually_async
+from tests.holding_proxy import HoldingProxy
+from tests.volume.support import (
+    attachments,
+    ec2_client,
+    instance_devices,
+    make_volume,
+    run_instance,
+    unique,
+    volumes_named,
+)
+
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
+
+
+class WorkerProcesses:
+    """``cloudloop worker`` processes on the test's task queue, each with its own EC2 endpoint."""
+
+    def __init__(self, settings: Settings, stack: LocalStack, tmp_path: Path) -> None:
+        self.settings = settings
+        self.stack = stack
+        self.tmp_path = tmp_path
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, ec2_endpoint: str) -> subprocess.Popen[bytes]:
+        port = free_port()
+        log = self.tmp_path / f"worker-{len(self.started)}.log"
+        env = {
+            **os.environ,
+            "CLOUDLOOP_CLUSTER_NAME": self.settings.cluster_name,
+            "CLOUDLOOP_KUBECONFIG": str(self.stack.kubeconfig),
+            "CLOUDLOOP_METRICS_PORT": str(port),
+            "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+            "CLOUDLOOP_TEMPORAL__ADDRESS": self.stack.temporal_address,
+            "CLOUDLOOP_TEMPORAL__TASK_QUEUE": self.settings.temporal.task_queue,
+            "CLOUDLOOP_AWS__ENDPOINT_URL": ec2_endpoint,
+            "CLOUDLOOP_AWS__ACCESS_KEY_ID": "testing",
+            "CLOUDLOOP_AWS__SECRET_ACCESS_KEY": "testing",
+        }
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cloudloop.cli", "worker"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.started.append(proc)
+        deadline = time.monotonic() + 60
+        while not _ready(port):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture
+def workers(settings: Settings, stack: LocalStack, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    processes = WorkerProcesses(settings, stack, tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+
+
+@pytest.fixture
+def proxy(stack: LocalStack) -> Iterator[HoldingProxy]:
+    with HoldingProxy(stack.moto_endpoint) as running:
+        yield running
+
+
+@pytest.fixture
+def ec2(settings: Settings) -> Any:
+    return ec2_client(settings)
+
+
+@pytest.fixture
+def ops(client: Client, settings: Settings) -> VolumeOperations:
+    return VolumeOperations.from_settings(client, settings)
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
+    proc.wait()
+
+
+async def last_activity_attempt(client: Client, workflow_id: str) -> int:
+    attempts = [
+        event.activity_task_started_event_attributes.attempt
+        async for event in client.get_workflow_handle(workflow_id).fetch_history_events()
+        if event.HasField("activity_task_started_event_attributes")
+    ]
+    return attempts[-1]
+
+
+async def test_worker_killed_during_attach(
+    workers: WorkerProcesses, proxy: HoldingProxy, ops: VolumeOperations, ec2: Any
+) -> None:
+    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
+    held = proxy.hold("AttachVolume")
+    first = await asyncio.to_thread(workers.start, proxy.url)
+
+    attach = asyncio.create_task(ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node)))
+    await eventually(held.reached.is_set, what="AttachVolume reached moto")
+    (made,) = await asyncio.to_thread(attachments, ec2, volume_id)
+    assert made["InstanceId"] == node
+    kill(first)
+
+    await asyncio.to_thread(workers.start, proxy.url)
+    result = await asyncio.wait_for(attach, 120)
+    assert result.code is Code.OK, result.message
+    assert result.device == made["Device"]
+    (attachment,) = await asyncio.to_thread(attachments, ec2, volume_id)
+    assert (attachment["InstanceId"], attachment["State"]) == (node, "attached")
+    mapped = await asyncio.to_thread(instance_devices, ec2, node)
+    assert [d for d, v in mapped.items() if v == volume_id] == [result.device]
+    assert proxy.actions().count("AttachVolume") == 1  # the retry found it, never re-attached
+    assert await last_activity_attempt(ops.client, result.workflow_id) >= 2
+
+
+async def test_worker_killed_during_detach(
+    workers: WorkerProcesses, proxy: HoldingProxy, ops: VolumeOperations, ec2: Any
+) -> None:
+    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
+    await asyncio.to_thread(
+        ec2.attach_volume, VolumeId=volume_id, InstanceId=node, Device="/dev/xvdba"
+    )
+    held = proxy.hold("DetachVolume")
+    first = await asyncio.to_thread(workers.start, proxy.url)
+
+    detach = asyncio.create_task(ops.detach(DetachVolumeRequest(volume_id=volume_id, node_id=node)))
+    await eventually(held.reached.is_set, what="DetachVolume reached moto")
+    kill(first)
+
+    await asyncio.to_thread(workers.start, proxy.url)
+    result = await asyncio.wait_for(detach, 120)
+    assert result.code is Code.OK, result.message
+    assert await asyncio.to_thread(attachments, ec2, volume_id) == []
+    assert volume_id not in (await asyncio.to_thread(instance_devices, ec2, node)).values()
+    assert await last_activity_attempt(ops.client, result.workflow_id) >= 2
+
+
+async def test_crashed_create_adopts_its_volume(
+    workers: WorkerProcesses,
+    proxy: HoldingProxy,
+    ops: VolumeOperations,
+    ec2: Any,
+    settings: Settings,
+) -> None:
+    """Killed before it learned the new volume's ID: the retry finds the volume by its tags."""
+    name = unique("pvc")
+    held = proxy.hold("CreateVolume")
+    first = await asyncio.to_thread(workers.start, proxy.url)
+
+    create = asyncio.create_task(
+        ops.create(CreateVolumeRequest(name=name, topology=Topology(requisite=["us-east-1b"])))
+    )
+    await eventually(held.reached.is_set, what="CreateVolume reached moto")
+    (made,) = await asyncio.to_thread(volumes_named, ec2, settings.cluster_name, name)
+    kill(first)
+
+    await asyncio.to_thread(workers.start, proxy.url)
+    result = await asyncio.wait_for(create, 120)
+    assert result.code is Code.OK, result.message
+    assert result.volume is not None and result.volume.id == made["VolumeId"]
+    found = await asyncio.to_thread(volumes_named, ec2, settings.cluster_name, name)
+    assert [v["VolumeId"] for v in found] == [made["VolumeId"]]
+    assert proxy.actions().count("CreateVolume") == 1
+
+
+async def test_crashed_create_resumes_from_its_heartbeat(
+    workers: WorkerProcesses,
+    proxy: HoldingProxy,
+    ops: VolumeOperations,
+    client: Client,
+    ec2: Any,
+    settings: Settings,
+) -> None:
+    """Killed while waiting for ``available``: the retry takes the volume ID from the heartbeat
+    details and goes straight back to waiting (no tag lookup, no second create)."""
+    name = unique("pvc")
+    held = proxy.hold("DescribeVolumes", when=lambda params: "VolumeId.1" in params)
+    first = await asyncio.to_thread(workers.start, proxy.url)
+
+    create = asyncio.create_task(ops.create(CreateVolumeRequest(name=name)))
+    await eventually(held.reached.is_set, what="the wait for available reached moto")
+    volume_id = held.params["VolumeId.1"]
+
+    async def heartbeat_has_volume() -> bool:
+        description = await client.get_workflow_handle(f"volume-create/{name}").describe()
+        for pending in description.raw_description.pending_activities:
+            for payload in pending.heartbeat_details.payloads:
+                if json.loads(payload.data).get("volume_id") == volume_id:
+                    return True
+        return False
+
+    await eventually_async(heartbeat_has_volume, what="the volume ID in the heartbeat details")
+    kill(first)
+    seen_before_restart = len(proxy.requests)
+
+    await asyncio.to_thread(workers.start, proxy.url)
+    result = await asyncio.wait_for(create, 120)
+    assert result.code is Code.OK, result.message
+    assert result.volume is not None and result.volume.id == volume_id
+    after_restart = proxy.requests[seen_before_restart:]
+    first_read = after_restart[0]  # resumed: the volume read by its ID, no tag lookup
+    assert (first_read.get("Action"), first_read.get("VolumeId.1")) == (
+        "DescribeVolumes",
+        volume_id,
+    )
+    assert "CreateVolume" not in [p.get("Action") for p in after_restart]
+    found = await asyncio.to_thread(volumes_named, ec2, settings.cluster_name, name)
+    assert [v["VolumeId"] for v in found] == [volume_id]

@@ -1,0 +1,432 @@
+"""DrainNodeWorkflow: one interruption of one instance → taint, cordon, drain, lifecycle action.
+
+The workflow ID names the node and the instance incarnation (:func:`drain_workflow_id`), not the
+message, so one interruption delivered as an ASG lifecycle action, a Spot warning and a state
+change, in duplicate, by several starter replicas, is one workflow: the starter signals-with-start
+every event into it (``USE_EXISTING``), and each event adds its taint and, for ASG events, its
+lifecycle action. Steps:
+
+1. wait until the earliest event's start time minus the node termination grace period;
+2. taint (``aws-node-termination-handler/<kind>=<event-id>``) then cordon; rebalance
+   recommendations (unless rebalance draining is on) and ``cordon_only`` stop here;
+3. drain: kubectl drain's filters, then eviction rounds (activities that heartbeat) until the
+   node's pods are gone, within the global timeout (the grace period);
+4. optionally wait for the node's VolumeAttachments to go;
+5. one webhook; stop the lifecycle heartbeats; ``CompleteLifecycleAction(CONTINUE)`` for every
+   ASG event; an Event on the Node and an ``actions`` count.
+
+Lifecycle heartbeats run beside all this on a durable timer (``heartbeat_interval_s``) until the
+action is completed or ``heartbeat_until_s`` has passed, so a worker restart does not lose them.
+Any failure (PDB never allowing the drain within the timeout, a refused pod, a node that cannot
+be tainted) fails the workflow: the starter leaves the SQS message for redelivery, and the node
+stays tainted and cordoned. A new delivery starts a new run (reuse policy allows it after a
+failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from cloudloop.messages.termination import (
+        CordonNodeInput,
+        DrainActivity,
+        DrainInput,
+        DrainResult,
+        EventKind,
+        EvictPodsInput,
+        EvictPodsResult,
+        InterruptionEvent,
+        LifecycleAction,
+        LifecycleActionInput,
+        LifecycleInput,
+        ListPodsInput,
+        NodeTaint,
+        OutcomeInput,
+        PodPlan,
+        TaintNodeInput,
+        WaitVolumeAttachmentsInput,
+        WebhookInput,
+    )
+
+DRAIN_SIGNAL = "add_event"
+#: Kubernetes calls: retry until they work (the drain's deadline bounds the eviction rounds).
+KUBE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+#: AWS lifecycle calls: a few minutes of retries, then the run fails and the message returns.
+AWS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=10,
+)
+HEARTBEAT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+ONCE = RetryPolicy(maximum_attempts=1)
+#: Pod lists per drain: the last one confirms no pod arrived while the others were evicted.
+MAX_PLANS = 3
+
+
+def incarnation(launch_time: datetime | None) -> str:
+    return launch_time.strftime("%Y%m%dT%H%M%SZ") if launch_time else "unknown-launch"
+
+
+def drain_workflow_id(
+    node: str, instance_id: str, launch_time: datetime | None, *, cordon_only: bool = False
+) -> str:
+    """``drain/<node>/<instance-id>/<launch>``: the same for every message about one
+    interruption of one instance incarnation; cordon-only work has its own ID."""
+    wf_id = f"drain/{node}/{instance_id}/{incarnation(launch_time)}"
+    return wf_id + "/cordon" if cordon_only else wf_id
+
+
+def lifecycle_workflow_id(action: LifecycleAction) -> str:
+    return f"lifecycle/{action.instance_id}/{action.token}"
+
+
+def is_cordon_only(event: InterruptionEvent, *, cordon_only: bool, rebalance_drains: bool) -> bool:
+    return cordon_only or (
+        event.kind == EventKind.REBALANCE_RECOMMENDATION and not rebalance_drains
+    )
+
+
+def _failure(err: BaseException) -> tuple[str, str]:
+    """(type, message) of an activity or workflow failure."""
+    cause = err.cause if isinstance(err, ActivityError) else err
+    if isinstance(cause, ApplicationError):
+        return cause.type or "ApplicationError", cause.message
+    return type(cause).__name__, str(cause or err)
+
+
+@workflow.defn(name="DrainNode")
+class DrainNodeWorkflow:
+    @workflow.init
+    def __init__(self, input: DrainInput) -> None:
+        self._input = input
+        self._events: dict[str, InterruptionEvent] = {}
+        self._tainted: set[str] = set()
+        self._actions: dict[str, LifecycleAction] = {}
+        self._completed: list[str] = []
+        self._heartbeats: list[asyncio.Task[None]] = []
+        self._heartbeats_stopped = False
+        self._changed = False
+
+    @workflow.signal(name=DRAIN_SIGNAL)
+    def add_event(self, event: InterruptionEvent) -> None:
+        """Another message about the same interruption (any kind, any replica)."""
+        if event.event_id in self._events:
+            return
+        self._events[event.event_id] = event
+        self._changed = True
+        action = event.lifecycle
+        if action is not None and action.token not in self._actions:
+            self._actions[action.token] = action
+            options = self._input.options
+            if not self._heartbeats_stopped and options.heartbeat_interval_s > 0:
+                self._heartbeats.append(asyncio.create_task(self._heartbeat(action)))
+
+    @workflow.query
+    def event_ids(self) -> list[str]:
+        return list(self._events)
+
+    # -- lifecycle heartbeats --------------------------------------------------------------
+    async def _heartbeat(self, action: LifecycleAction) -> None:
+        options = self._input.options
+        until = workflow.now() + timedelta(seconds=options.heartbeat_until_s)
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._heartbeats_stopped,
+                    timeout=timedelta(seconds=options.heartbeat_interval_s),
+                )
+                return
+            except TimeoutError:
+                pass
+            if workflow.now() >= until:
+                workflow.logger.info("lifecycle heartbeats for %s: limit reached", action.token)
+                return
+            try:
+                alive = await workflow.execute_activity(
+                    DrainActivity.RECORD_LIFECYCLE_HEARTBEAT,
+                    LifecycleActionInput(action=action),
+                    result_type=bool,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=HEARTBEAT_RETRY,
+                )
+            except ActivityError as err:
+                workflow.logger.warning("lifecycle heartbeat failed: %s", _failure(err)[1])
+                continue
+            if not alive:
+                workflow.logger.info("lifecycle action %s is no longer active", action.token)
+                return
+
+    async def _stop_heartbeats(self) -> None:
+        self._heartbeats_stopped = True
+        if self._heartbeats:
+            await asyncio.gather(*self._heartbeats)
+
+    # -- steps -----------------------------------------------------------------------------
+    async def _wait_until_due(self) -> None:
+        grace = timedelta(seconds=self._input.options.node_termination_grace_period_s)
+        while True:
+            due = min(e.start_time for e in self._events.values()) - grace
+            left = (due - workflow.now()).total_seconds()
+            if left <= 0:
+                return
+            self._changed = False  # an earlier event wakes the wait
+            try:
+                await workflow.wait_condition(lambda: self._changed, timeout=left)
+            except TimeoutError:
+                return
+
+    async def _taint(self) -> bool:
+        """Taint for every event not tainted yet; ``False`` when the Node does not exist."""
+        new = [e for e in self._events.values() if e.event_id not in self._tainted]
+        if not new:
+            return True
+        found: bool = await workflow.execute_activity(
+            DrainActivity.TAINT_NODE,
+            TaintNodeInput(
+                node=self._input.node,
+                taints=[
+                    NodeTaint(
+                        key=e.taint_key,
+                        value=e.taint_value,
+                        effect=self._input.options.taint_effect,
+                    )
+                    for e in new
+                ],
+            ),
+            result_type=bool,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=KUBE_RETRY,
+        )
+        self._tainted.update(e.event_id for e in new)
+        return found
+
+    async def _drain(self) -> int:
+        options = self._input.options
+        node = self._input.node
+        deadline = workflow.now() + timedelta(seconds=options.node_termination_grace_period_s)
+        grace = options.pod_termination_grace_period_s
+        evicted = 0
+        for _ in range(MAX_PLANS):
+            plan = await workflow.execute_activity(
+                DrainActivity.LIST_PODS,
+                ListPodsInput(
+                    node=node,
+                    ignore_daemonsets=options.ignore_daemonsets,
+                    delete_emptydir_data=options.delete_emptydir_data,
+                    force=options.force,
+                ),
+                result_type=PodPlan,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=KUBE_RETRY,
+            )
+            if plan.refused:
+                listed = ", ".join(f"{n.pod.key} ({n.reason})" for n in plan.refused[:5])
+                raise ApplicationError(
+                    f"cannot drain {node}: {len(plan.refused)} pod(s) may not be evicted: {listed}",
+                    type="DrainRefused",
+                    non_retryable=True,
+                )
+            pods = plan.evict
+            if not pods:
+                break
+            while pods:
+                if workflow.now() >= deadline:
+                    raise self._timeout(len(pods), [])
+                round = await workflow.execute_activity(
+                    DrainActivity.EVICT_PODS,
+                    EvictPodsInput(
+                        node=node,
+                        pods=pods,
+                        grace_period_s=grace if grace >= 0 else None,
+                        retry_interval_s=options.eviction_retry_interval_s,
+                        poll_interval_s=options.drain_poll_interval_s,
+                        deadline=deadline,
+                        round_s=options.drain_round_s,
+                        workflow_id=workflow.info().workflow_id,
+                    ),
+                    result_type=EvictPodsResult,
+                    start_to_close_timeout=timedelta(seconds=options.drain_round_s + 120),
+                    heartbeat_timeout=timedelta(seconds=options.activity_heartbeat_timeout_s),
+                    retry_policy=KUBE_RETRY,
+                )
+                evicted += len(round.evicted)
+                if round.failed:
+                    listed = ", ".join(f"{n.pod.key}: {n.reason}" for n in round.failed[:3])
+                    raise ApplicationError(
+                        f"eviction failed on {node}: {listed}",
+                        type="EvictionFailed",
+                        non_retryable=True,
+                    )
+                pods = round.remaining
+                if pods and workflow.now() >= deadline:
+                    raise self._timeout(
+                        len(pods), [f"{n.pod.key}: {n.reason}" for n in round.blocked]
+                    )
+        return evicted
+
+    def _timeout(self, remaining: int, blocked: list[str]) -> ApplicationError:
+        limit = self._input.options.node_termination_grace_period_s
+        detail = f"; blocked: {'; '.join(blocked[:3])}" if blocked else ""
+        return ApplicationError(
+            f"global timeout reached: {limit:g}s; {remaining} pod(s) still on "
+            f"{self._input.node}{detail}",
+            type="DrainTimeout",
+            non_retryable=True,
+        )
+
+    async def _wait_volume_attachments(self) -> None:
+        options = self._input.options
+        left = await workflow.execute_activity(
+            DrainActivity.WAIT_VOLUME_ATTACHMENTS,
+            WaitVolumeAttachmentsInput(
+                node=self._input.node, timeout_s=options.volume_attachment_timeout_s
+            ),
+            result_type=list[str],
+            start_to_close_timeout=timedelta(seconds=options.volume_attachment_timeout_s + 120),
+            heartbeat_timeout=timedelta(seconds=options.activity_heartbeat_timeout_s),
+            retry_policy=KUBE_RETRY,
+        )
+        if left:
+            await self._outcome(
+                "wait-volume-attachments",
+                False,
+                "VolumeAttachmentsRemain",
+                f"{len(left)} VolumeAttachment(s) still name the node after "
+                f"{options.volume_attachment_timeout_s:g}s: {', '.join(left[:5])}",
+            )
+
+    async def _send_webhook(self) -> None:
+        event = next(iter(self._events.values()))
+        action = next(iter(self._actions.values()), None)
+        try:
+            await workflow.execute_activity(
+                DrainActivity.SEND_WEBHOOK,
+                WebhookInput(
+                    event_id=event.event_id,
+                    kind=event.kind.value,
+                    instance_id=self._input.instance_id,
+                    node_name=self._input.node,
+                    description=event.description,
+                    start_time=event.start_time,
+                    state=event.state,
+                    auto_scaling_group=action.auto_scaling_group if action else "",
+                    instance_type=self._input.instance_type,
+                    availability_zone=self._input.zone,
+                    provider_id=self._input.provider_id,
+                ),
+                result_type=bool,
+                start_to_close_timeout=timedelta(seconds=15),
+                retry_policy=ONCE,  # at most one notification per drain
+            )
+        except ActivityError as err:
+            workflow.logger.warning("webhook not sent: %s", _failure(err)[1])
+
+    async def _complete_lifecycle_actions(self) -> None:
+        while todo := [a for t, a in self._actions.items() if t not in self._completed]:
+            for action in todo:
+                active = await workflow.execute_activity(
+                    DrainActivity.COMPLETE_LIFECYCLE_ACTION,
+                    LifecycleActionInput(action=action),
+                    result_type=bool,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=AWS_RETRY,
+                )
+                if not active:  # completed by an earlier attempt, or expired
+                    workflow.logger.info("lifecycle action %s was no longer active", action.token)
+                self._completed.append(action.token)
+
+    async def _outcome(self, action: str, ok: bool, reason: str, message: str) -> None:
+        await workflow.execute_activity(
+            DrainActivity.RECORD_OUTCOME,
+            OutcomeInput(
+                node=self._input.node,
+                action=action,
+                ok=ok,
+                reason=reason,
+                message=f"{message} (workflow {workflow.info().workflow_id})",
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=KUBE_RETRY,
+        )
+
+    # -- run -------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, input: DrainInput) -> DrainResult:
+        self.add_event(input.event)
+        options = input.options
+        action = "cordon" if options.cordon_only else "cordon-and-drain"
+        result = DrainResult(node=input.node, action=action)
+        try:
+            await self._wait_until_due()
+            result.node_found = await self._taint()
+            if result.node_found:
+                result.node_found = await workflow.execute_activity(
+                    DrainActivity.CORDON_NODE,
+                    CordonNodeInput(node=input.node),
+                    result_type=bool,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=KUBE_RETRY,
+                )
+            if result.node_found and not options.cordon_only:
+                result.evicted = await self._drain()
+            if result.node_found and options.wait_for_volume_attachments:
+                await self._wait_volume_attachments()
+            if result.node_found:
+                await self._taint()  # events that arrived meanwhile
+        except (ActivityError, ApplicationError) as err:
+            kind, message = _failure(err)
+            await self._stop_heartbeats()
+            await self._outcome(action, False, "CordonAndDrainError", f"{kind}: {message}")
+            raise ApplicationError(message, type=kind, non_retryable=True) from err
+
+        if result.node_found:
+            await self._send_webhook()
+        await self._stop_heartbeats()
+        try:
+            await self._complete_lifecycle_actions()
+        except ActivityError as err:
+            kind, message = _failure(err)
+            await self._outcome("post-drain", False, "PostDrainError", f"{kind}: {message}")
+            raise ApplicationError(message, type=kind, non_retryable=True) from err
+        summary = (
+            f"{action} of {input.node} done: {result.evicted} pod(s) evicted, "
+            f"{len(self._completed)} lifecycle action(s) completed"
+            if result.node_found
+            else f"node {input.node} not found; {len(self._completed)} lifecycle action(s) "
+            "completed"
+        )
+        await self._outcome(
+            action, True, "CordonAndDrain" if not options.cordon_only else "Cordon", summary
+        )
+        await self._complete_lifecycle_actions()  # an event that arrived during the last step
+        result.event_ids = list(self._events)
+        result.lifecycle_actions_completed = list(self._completed)
+        return result
+
+
+@workflow.defn(name="CompleteLifecycleAction")
+class CompleteLifecycleWorkflow:
+    """A lifecycle action that arrived after its instance's drain completed: continue it."""
+
+    @workflow.run
+    async def run(self, input: LifecycleInput) -> bool:
+        active: bool = await workflow.execute_activity(
+            DrainActivity.COMPLETE_LIFECYCLE_ACTION,
+            LifecycleActionInput(action=input.action),
+            result_type=bool,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=AWS_RETRY,
+        )
+        return active
+
+
+#: Registered by the worker.
+DRAIN_WORKFLOWS: list[type] = [DrainNodeWorkflow, CompleteLifecycleWorkflow]

@@ -1,0 +1,148 @@
+"""Volume workflows: create, delete, attach, detach and expand a cloud disk for a CSI controller.
+
+Each workflow runs one heartbeating activity that makes the cloud change and waits for it, and
+turns a refusal (cloud error kind) into a result with a CSI code, so callers always get a result.
+
+Identity: a create runs as ``volume-create/<name>``; every other operation on an existing volume
+runs as ``volume/<volume-id>``. One workflow ID per volume is what makes "at most one operation
+per volume" atomic in Temporal: a second request for the same volume meets the running workflow
+(conflict policy ``USE_EXISTING``) and the client compares the request it carries (memo) with its
+own — equal joins, different is refused as pending (see :mod:`cloudloop.csi.operations`). The
+operation's own name (``attach/<volume>/<node>``, ``detach/<volume>/<node>``, ``expand/<volume>``,
+``volume-delete/<volume>``) is in the memo and the workflow's summary.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from cloudloop.messages.volume import (
+        AttachResult,
+        AttachVolumeInput,
+        Code,
+        CreateVolumeInput,
+        CreateVolumeResult,
+        DeleteVolumeInput,
+        DeleteVolumeResult,
+        DetachResult,
+        DetachVolumeInput,
+        ExpandResult,
+        ExpandVolumeInput,
+        VolumeActivity,
+        VolumeInput,
+        VolumeResult,
+        VolumeWorkflow,
+        code_for,
+    )
+
+R = TypeVar("R", bound=VolumeResult)
+
+#: One attempt: the cloud change plus the wait for it (EBS attach: seconds; create: < 1 min).
+ATTEMPT_TIMEOUT = timedelta(minutes=5)
+#: A worker that died mid-attempt is noticed after this; the next attempt resumes.
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+#: All attempts; after that the result is UNAVAILABLE and a repeated request starts afresh.
+OPERATION_TIMEOUT = timedelta(minutes=15)
+CLOUD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+)
+
+
+def create_workflow_id(name: str) -> str:
+    return f"volume-create/{name}"
+
+
+def volume_workflow_id(volume_id: str) -> str:
+    """The one ID every operation on an existing volume runs under (the per-volume lock)."""
+    return f"volume/{volume_id}"
+
+
+def operation_name(kind: str, volume: str, node: str | None = None) -> str:
+    """The operation's own name: ``attach/<volume>/<node>``, ``expand/<volume>``, ..."""
+    return f"{kind}/{volume}/{node}" if node is not None else f"{kind}/{volume}"
+
+
+def _root_application_error(err: BaseException | None) -> ApplicationError | None:
+    while err is not None:
+        if isinstance(err, ApplicationError):
+            return err
+        err = err.__cause__ if err.__cause__ is not None else getattr(err, "cause", None)
+    return None
+
+
+async def run_volume_activity(name: str, input: VolumeInput, result_type: type[R]) -> R:
+    """Run the operation's activity; a failure becomes a result with its CSI code."""
+    try:
+        result: R = await workflow.execute_activity(
+            name,
+            input,
+            result_type=result_type,
+            start_to_close_timeout=ATTEMPT_TIMEOUT,
+            schedule_to_close_timeout=OPERATION_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=CLOUD_RETRY,
+        )
+    except ActivityError as err:
+        cause = _root_application_error(err.cause)
+        if isinstance(err.cause, TemporalTimeoutError):
+            last = f" (last error: {cause.message})" if cause is not None else ""
+            result = result_type(code=Code.UNAVAILABLE, message=f"{err.cause.message}{last}")
+        elif cause is not None:
+            result = result_type(code=code_for(cause.type), message=cause.message)
+        else:
+            result = result_type(code=Code.INTERNAL, message=str(err.cause or err))
+    result.workflow_id = workflow.info().workflow_id
+    return result
+
+
+@workflow.defn(name=VolumeWorkflow.CREATE)
+class CreateVolumeWorkflow:
+    @workflow.run
+    async def run(self, input: CreateVolumeInput) -> CreateVolumeResult:
+        return await run_volume_activity(VolumeActivity.CREATE, input, CreateVolumeResult)
+
+
+@workflow.defn(name=VolumeWorkflow.DELETE)
+class DeleteVolumeWorkflow:
+    @workflow.run
+    async def run(self, input: DeleteVolumeInput) -> DeleteVolumeResult:
+        return await run_volume_activity(VolumeActivity.DELETE, input, DeleteVolumeResult)
+
+
+@workflow.defn(name=VolumeWorkflow.ATTACH)
+class AttachVolumeWorkflow:
+    @workflow.run
+    async def run(self, input: AttachVolumeInput) -> AttachResult:
+        return await run_volume_activity(VolumeActivity.ATTACH, input, AttachResult)
+
+
+@workflow.defn(name=VolumeWorkflow.DETACH)
+class DetachVolumeWorkflow:
+    @workflow.run
+    async def run(self, input: DetachVolumeInput) -> DetachResult:
+        return await run_volume_activity(VolumeActivity.DETACH, input, DetachResult)
+
+
+@workflow.defn(name=VolumeWorkflow.EXPAND)
+class ExpandVolumeWorkflow:
+    @workflow.run
+    async def run(self, input: ExpandVolumeInput) -> ExpandResult:
+        return await run_volume_activity(VolumeActivity.EXPAND, input, ExpandResult)
+
+
+VOLUME_WORKFLOWS: list[type] = [
+    CreateVolumeWorkflow,
+    DeleteVolumeWorkflow,
+    AttachVolumeWorkflow,
+    DetachVolumeWorkflow,
+    ExpandVolumeWorkflow,
+]
