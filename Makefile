@@ -2,19 +2,24 @@
 #   make dev    - set up, then run the whole system on the embedded local stack (Ctrl-C stops it)
 #   make test   - set up, then lint, type-check and run the whole test suite against the stack
 #   make bench  - set up, then run every benchmark and print name=value figures
+#   make test-fast - lint, types and the tests that need no stack (seconds)
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: dev test bench setup tools lint typecheck unit clean lock
+.PHONY: dev test test-fast bench setup tools lint typecheck unit clean lock
 
 dev: setup
 	$(BIN)/cloudloop dev
 
 test: setup lint typecheck
 	$(BIN)/pytest -p no:cacheprovider
+
+# Lint, types and every test that needs no stack (pure and time-skipping workflow tests).
+test-fast: $(STAMP) lint typecheck
+	$(BIN)/pytest -p no:cacheprovider -m "not stack" -q
 
 bench: setup
 	$(BIN)/python -m bench
@@ -62,6 +67,7 @@ tools: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -38,7 +38,6 @@ from cloudloop.messages.machine import (
     RemoveFinalizerInput,
     ReportMachineInput,
     SecretName,
-    classify,
 )
 from cloudloop.rules import machine as capi
 from cloudloop.rules.machine import BOOTSTRAP_DATA_KEY
@@ -120,7 +119,7 @@ class MachineActivities:
         deadline = time.monotonic() + window_s
         delay = poll.initial_s
         while True:
-            verdict = classify(machine)
+            verdict = capi.classify(machine)
             activity.heartbeat(
                 {
                     "polls": polls,

@@ -23,7 +23,8 @@ from temporalio.exceptions import ApplicationError
 from activities import webhook
 from activities.cloud import cloud_errors
 from activities.kube import kube_errors
-from cloudloop.cloud.aws.termination import AwsTermination
+from cloudloop.cloud.errors import NotSupported
+from cloudloop.cloud.termination import TerminationClient
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import NODES, PDBS, PODS, VOLUME_ATTACHMENTS, ObjectRef
@@ -120,7 +121,7 @@ class _Pending:
 
 
 class DrainActivities:
-    def __init__(self, kube: Kube, aws: AwsTermination, nth: NthSettings) -> None:
+    def __init__(self, kube: Kube, aws: TerminationClient | None, nth: NthSettings) -> None:
         self.kube = kube
         self.aws = aws
         self.nth = nth
@@ -368,16 +369,21 @@ class DrainActivities:
         )
 
     # -- Auto Scaling ----------------------------------------------------------------------
+    def _cloud(self) -> TerminationClient:
+        if self.aws is None:
+            raise NotSupported("none", "termination")
+        return self.aws
+
     @activity.defn(name=DrainActivity.COMPLETE_LIFECYCLE_ACTION)
     def complete_lifecycle_action(self, input: LifecycleActionInput) -> bool:
         """``False`` when AWS no longer knows the action (completed before, or expired)."""
         with cloud_errors():
-            return self.aws.complete_lifecycle_action(input.action, input.result)
+            return self._cloud().complete_lifecycle_action(input.action, input.result)
 
     @activity.defn(name=DrainActivity.RECORD_LIFECYCLE_HEARTBEAT)
     def record_lifecycle_heartbeat(self, input: LifecycleActionInput) -> bool:
         with cloud_errors():
-            return self.aws.record_lifecycle_heartbeat(input.action)
+            return self._cloud().record_lifecycle_heartbeat(input.action)
 
     def all(self) -> list[object]:
         return [

@@ -27,7 +27,8 @@ from activities.kube import KubeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from bench.context import BenchContext
 from cloudloop import temporal
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec
 from cloudloop.kube.informer import Informers
@@ -84,7 +85,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
             ),
         }
     )
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     world = _make_world(driver, settings.cluster_name)
     node_names = _make_nodes(ctx, scope, world)
     node_labels = {"cloudloop-bench-lb": scope}

@@ -25,15 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import BenchContext
-from cloudloop.cloud.dvp import DvpDriver
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.dvp.driver import DvpDriver
+from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import SECRETS, Resource
-from cloudloop.messages.machine import MachineTimings, classify, vm_conditions
+from cloudloop.messages.machine import MachineTimings
 from cloudloop.rules import machine as capi
-from cloudloop.settings import DvpSettings
 from devstack import machine_fixtures
 from devstack.dvp_simulator import DvpParent
 from starters.machine import MachineStarter
@@ -68,7 +69,7 @@ def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
                 "bootstrap": {"dataSecretName": f"{name}-data"},
                 "infrastructureRef": {
                     "apiGroup": capi.INFRA_GROUP,
-                    "kind": capi.DVP.machine.kind,
+                    "kind": DVP_KINDS.machine.kind,
                     "name": name,
                 },
             },
@@ -95,14 +96,14 @@ def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 
 def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any]) -> None:
     """Create the object, the VM, poll like the workflow does, write providerID and status."""
-    obj = kube.create(capi.DVP.machine, body, namespace)
+    obj = kube.create(DVP_KINDS.machine, body, namespace)
     name = obj["metadata"]["name"]
     spec = MachineSpec(
         name=name,
         namespace=namespace,
         cluster="c1",
         machine_uid=obj["metadata"]["uid"],
-        provider_spec=capi.DVP.desired_spec(obj),
+        provider_spec=DVP_KINDS.desired_spec(obj),
     )
     secret = kube.get(SECRETS, f"{name}-data", namespace) or {}
     assert secret.get("data")
@@ -114,9 +115,9 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
         found = driver.get_machine(spec)
         assert found is not None
         machine = found
-    kube.patch(capi.DVP.machine, name, {"spec": {"providerID": machine.provider_id}}, namespace)
+    kube.patch(DVP_KINDS.machine, name, {"spec": {"providerID": machine.provider_id}}, namespace)
     conditions: list[dict[str, Any]] | None = None
-    for condition in vm_conditions(classify(machine)):
+    for condition in capi.vm_conditions(capi.classify(machine)):
         conditions = set_condition(
             conditions,
             type=condition.type,
@@ -125,7 +126,7 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
             message=condition.message,
         )
     kube.patch(
-        capi.DVP.machine,
+        DVP_KINDS.machine,
         name,
         {
             "status": {
@@ -144,7 +145,7 @@ class ReadyWatch:
     """Sees DeckhouseMachines turn ready through a watch (no polling load on the process)."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
-        self.informer = Informer(kube, capi.DVP.machine, namespace=namespace)
+        self.informer = Informer(kube, DVP_KINDS.machine, namespace=namespace)
         self.ready: dict[str, float] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -214,11 +215,11 @@ async def _figures(
     task_queue = f"bench-machines-{uuid.uuid4().hex[:6]}"
     namespace = _namespace(kube, "bench-machines")
     direct_namespace = _namespace(kube, "bench-direct")
-    machine_fixtures.create_cluster(kube, namespace, "c1", capi.DVP)
+    machine_fixtures.create_cluster(kube, namespace, "c1", DVP_KINDS)
     starter = MachineStarter(
         kube,
         ctx.client,
-        kinds=capi.DVP,
+        kinds=DVP_KINDS,
         task_queue=task_queue,
         cluster=cluster,
         namespace=namespace,
@@ -235,7 +236,7 @@ async def _figures(
                 name = f"w{i + 1}"
                 body = await asyncio.to_thread(_prepare, kube, namespace, name)
                 started = time.monotonic()
-                await asyncio.to_thread(kube.create, capi.DVP.machine, body, namespace)
+                await asyncio.to_thread(kube.create, DVP_KINDS.machine, body, namespace)
                 ready_at = await watch.until([name])
                 if i >= 0:
                     through_workflow.append(ready_at - started)
@@ -253,7 +254,7 @@ async def _figures(
                 await asyncio.gather(
                     *(
                         asyncio.get_running_loop().run_in_executor(
-                            pool, kube.create, capi.DVP.machine, b, namespace
+                            pool, kube.create, DVP_KINDS.machine, b, namespace
                         )
                         for b in bodies
                     )
@@ -266,14 +267,14 @@ async def _figures(
                 await asyncio.gather(
                     *(
                         asyncio.get_running_loop().run_in_executor(
-                            pool, kube.delete, capi.DVP.machine, n, namespace
+                            pool, kube.delete, DVP_KINDS.machine, n, namespace
                         )
                         for n in names
                     )
                 )
 
                 def all_gone() -> bool:
-                    items = kube.list(capi.DVP.machine, namespace)["items"]
+                    items = kube.list(DVP_KINDS.machine, namespace)["items"]
                     return not any(o["metadata"]["name"].startswith("p") for o in items)
 
                 await _wait(all_gone, interval=0.1)
@@ -282,9 +283,9 @@ async def _figures(
             starter.stop()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            for obj in kube.list(capi.DVP.machine, namespace)["items"]:
+            for obj in kube.list(DVP_KINDS.machine, namespace)["items"]:
                 kube.patch(
-                    capi.DVP.machine,
+                    DVP_KINDS.machine,
                     obj["metadata"]["name"],
                     {"metadata": {"finalizers": None}},
                     namespace,

@@ -19,7 +19,8 @@ import boto3
 from prometheus_client import REGISTRY
 
 from bench.context import BenchContext
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
@@ -54,7 +55,7 @@ async def node_figures(ctx: BenchContext) -> dict[str, float]:
     ec2 = boto3.client(
         "ec2",
         region_name="us-east-1",
-        endpoint_url=settings.aws.endpoint_url,
+        endpoint_url=AWS.section(settings).endpoint_url,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
@@ -86,7 +87,7 @@ async def node_figures(ctx: BenchContext) -> dict[str, float]:
 
     ccm = settings.ccm.model_copy(update={"node_selector": selector, "concurrent_node_syncs": 8})
     informers = Informers(kube)
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     fleet_sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
     figures: dict[str, float] = {}
     burst_selector = f"cloudloop-bench-burst={scope}"

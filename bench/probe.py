@@ -13,7 +13,8 @@ import time
 import uuid
 
 from bench.context import BenchContext
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.conditions import get_condition, set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef, Resource
@@ -28,7 +29,7 @@ async def probe_overhead(ctx: BenchContext) -> dict[str, float]:
     kube, settings = ctx.kube, ctx.settings
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     starter = CloudProbeStarter(
         kube,
         ctx.client,

@@ -29,7 +29,8 @@ import boto3
 from prometheus_client import REGISTRY
 
 from bench.context import BenchContext
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
@@ -108,7 +109,7 @@ class Scenario:
     def __init__(self, ctx: BenchContext) -> None:
         self.ctx = ctx
         self.kube: Kube = ctx.kube
-        endpoint = ctx.settings.aws.endpoint_url or ""
+        endpoint = AWS.section(ctx.settings).endpoint_url or ""
         self.sqs = _client("sqs", endpoint)
         self.ec2 = _client("ec2", endpoint)
         self.autoscaling = _client("autoscaling", ctx.stack.autoscaling_endpoint)
@@ -243,12 +244,14 @@ def _evictions() -> float:
 
 @contextlib.asynccontextmanager
 async def _running(settings: Settings, ctx: BenchContext, replicas: int) -> AsyncIterator[None]:
-    worker = build_worker(ctx.client, settings, driver=AwsDriver(settings.aws), kube=ctx.kube)
+    worker = build_worker(
+        ctx.client, settings, driver=AwsDriver(AWS.section(settings)), kube=ctx.kube
+    )
     processors = [
         QueueProcessor(
             ctx.kube,
             ctx.client,
-            AwsTermination(settings.aws, settings.nth),
+            AwsTermination(AWS.section(settings), settings.nth),
             settings.nth,
             task_queue=settings.temporal.task_queue,
             cluster=settings.cluster_name,

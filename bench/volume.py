@@ -19,7 +19,8 @@ from typing import Any
 
 from bench.context import BenchContext
 from bench.node import cloud_requests
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
 from workers.main import build_worker
@@ -54,7 +55,7 @@ def attach_directly(driver: AwsDriver, volume_id: str, instance_id: str) -> str:
 
 async def volume_figures(ctx: BenchContext) -> dict[str, float]:
     settings = ctx.settings
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     ec2 = driver.client("ec2")
     through_node, direct_node = _instance(ec2), _instance(ec2)
     through_volumes = _volumes(ec2, SAMPLES + 1)

@@ -1,16 +1,22 @@
 """Process settings from environment (``CLOUDLOOP_*``, nested with ``__``) and a YAML file.
 
-The YAML file is named by ``CLOUDLOOP_CONFIG``; environment values win over it. Secrets are
-read from files or typed as :class:`pydantic.SecretStr`, so they never print in logs or reprs.
+The YAML file is named by ``CLOUDLOOP_CONFIG``; environment values win over it. Each registered
+provider adds its own section (``CLOUDLOOP_AWS__*``, ...), read through its provider record.
+
+Rules:
+- Secrets are read from files or typed as :class:`pydantic.SecretStr`, so they never print in
+  logs, reprs or workflow history.
+- ``provider`` must name a registered provider; an unknown one fails at start, loudly.
+- Code outside a provider's package reads its section only as ``record.section(settings)``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, create_model, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,7 +24,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-Provider = Literal["aws", "openstack", "vsphere", "zvirt", "dvp"]
+from cloudloop.cloud.registry import DEFAULT_PROVIDER, PROVIDERS
 
 
 class TemporalTlsSettings(BaseModel):
@@ -39,53 +45,6 @@ class TemporalSettings(BaseModel):
     api_key_file: Path | None = None
     #: Seconds a stopping worker waits for running activities before cancelling them.
     graceful_shutdown_s: float = 30.0
-
-
-class AwsSettings(BaseModel):
-    region: str = "us-east-1"
-    #: Emulator or VPC endpoint; unset means the real AWS endpoints.
-    endpoint_url: str | None = None
-    #: An AWS shared-credentials file (mounted from a Secret); the standard chain when unset.
-    credentials_file: Path | None = None
-    profile: str | None = None
-    access_key_id: SecretStr | None = None
-    secret_access_key: SecretStr | None = None
-    #: Per-request connect/read timeout; a cloud that does not answer is an error, never "gone".
-    timeout_s: float = 10.0
-    max_attempts: int = 3
-
-
-class ZvirtSettings(BaseModel):
-    """zVirt / oVirt Engine API access (the ``provider`` parameters of cloud-provider-zvirt)."""
-
-    #: The engine's API, e.g. ``https://zvirt.example.com/ovirt-engine/api``.
-    api_url: str = ""
-    username: str = "admin@internal"
-    password: SecretStr | None = None
-    #: A file holding the password (mounted from a Secret); wins over ``password``.
-    password_file: Path | None = None
-    #: Skip TLS verification of the engine (Deckhouse ``insecure``).
-    insecure: bool = False
-    #: PEM file with the engine's CA (Deckhouse ``caBundle``); the system store when unset.
-    ca_bundle: Path | None = None
-    #: The zVirt cluster VMs are created in (Deckhouse ``clusterID``).
-    cluster_id: str = ""
-    #: SSH key published in the registration Secret (Deckhouse ``sshPublicKey``).
-    ssh_public_key: str = ""
-    #: Per-request timeout; an engine that does not answer is an error, never "not found".
-    timeout_s: float = 30.0
-    #: How long one driver call waits for the engine (clone, disk resize, shutdown, removal)
-    #: before it returns or raises a retryable error; the next call resumes where it stopped.
-    wait_timeout_s: float = 300.0
-    #: How often a waiting driver call polls the engine.
-    poll_interval_s: float = 2.0
-    #: How long a graceful shutdown may take before a deleted VM is powered off.
-    shutdown_timeout_s: float = 60.0
-
-    def password_value(self) -> str:
-        if self.password_file is not None:
-            return self.password_file.read_text().strip()
-        return self.password.get_secret_value() if self.password is not None else ""
 
 
 class LeaderElectionSettings(BaseModel):
@@ -201,45 +160,16 @@ class NthSettings(BaseModel):
     tagged_metrics_interval_s: float = 60.0
 
 
-class DvpSettings(BaseModel):
-    """The parent DVP cluster the DVP driver creates VMs in (Deckhouse ``dvp-common/config``).
-
-    The defaults read Deckhouse's own variables (``DVP_KUBERNETES_CONFIG_BASE64``,
-    ``DVP_NAMESPACE``, ``CLUSTER_UUID``); ``CLOUDLOOP_DVP__*`` wins over them.
-    """
-
-    #: A kubeconfig file for the parent cluster, or the same kubeconfig base64-encoded.
-    kubeconfig: Path | None = None
-    kubeconfig_base64: SecretStr | None = Field(
-        default_factory=lambda: (
-            SecretStr(os.environ["DVP_KUBERNETES_CONFIG_BASE64"])
-            if os.environ.get("DVP_KUBERNETES_CONFIG_BASE64")
-            else None
-        )
-    )
-    #: The parent namespace every VM, disk and cloud-init Secret of this cluster lives in.
-    namespace: str = Field(default_factory=lambda: os.environ.get("DVP_NAMESPACE", ""))
-    #: Labels every VM and disk (``dvp.deckhouse.io/cluster-uuid``): this cluster's objects.
-    cluster_uuid: str = Field(default_factory=lambda: os.environ.get("CLUSTER_UUID", ""))
-    #: Per-request timeout towards the parent API server.
-    timeout_s: float = 10.0
-    #: Zones announced to the node manager (DVP has none of its own: ``["default"]``).
-    zones: list[str] = Field(default_factory=list)
-    #: Extra labels for every VM (``DVPClusterConfiguration.provider.additionalVMLabels``).
-    additional_vm_labels: dict[str, str] = Field(default_factory=dict)
-    #: ``sshPublicKey`` of the registration Secret.
-    ssh_public_key: str = ""
-
-
-class Settings(BaseSettings):
-    """Everything a worker or starter process needs to know."""
+class CoreSettings(BaseSettings):
+    """Everything a worker or starter process needs to know, but the providers' sections."""
 
     model_config = SettingsConfigDict(
         env_prefix="CLOUDLOOP_", env_nested_delimiter="__", extra="ignore"
     )
 
     cluster_name: str = "cloudloop"
-    provider: Provider = "aws"
+    #: The cloud: a name in :data:`cloudloop.cloud.registry.PROVIDERS`.
+    provider: str = DEFAULT_PROVIDER
     #: Path of a kubeconfig; in-cluster config when unset and ``KUBECONFIG`` is unset too.
     kubeconfig: Path | None = None
     metrics_port: int = 9464
@@ -247,13 +177,17 @@ class Settings(BaseSettings):
     #: Serve ``/metrics`` only to bearer tokens allowed ``get`` on it (TokenReview + SAR).
     metrics_authorization: bool = False
     temporal: TemporalSettings = TemporalSettings()
-    aws: AwsSettings = AwsSettings()
-    zvirt: ZvirtSettings = ZvirtSettings()
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     ccm: CcmSettings = CcmSettings()
     discovery: DiscoverySettings = DiscoverySettings()
     nth: NthSettings = NthSettings()
-    dvp: DvpSettings = Field(default_factory=DvpSettings)
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        if value not in PROVIDERS:
+            raise ValueError(f"unknown provider {value!r}; one of: {', '.join(sorted(PROVIDERS))}")
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -270,3 +204,18 @@ class Settings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
         sources.append(file_secret_settings)
         return tuple(sources)
+
+
+def _with_provider_sections() -> type[CoreSettings]:
+    """:class:`CoreSettings` plus one section per registered provider (``CLOUDLOOP_<NAME>__*``)."""
+    sections: dict[str, Any] = {
+        name: (record.settings, Field(default_factory=record.settings))
+        for name, record in PROVIDERS.items()
+    }
+    return create_model("Settings", __base__=CoreSettings, __module__=__name__, **sections)
+
+
+if TYPE_CHECKING:
+    Settings = CoreSettings
+else:
+    Settings = _with_provider_sections()

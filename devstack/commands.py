@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from cloudloop.settings import Settings
+from devstack.demos import DEMOS
 
 DEFAULT_STATE = Path(".cloudloop/state")
 
@@ -28,12 +29,21 @@ def register(group: click.Group) -> None:
     @click.option("--temporal-port", type=int, default=7233, show_default=True)
     @click.option("--ui-port", type=int, default=8233, show_default=True)
     @click.option(
+        "--provider",
+        type=click.Choice(sorted(DEMOS)),
+        default="aws",
+        show_default=True,
+        help="The cloud the demo emulates.",
+    )
+    @click.option(
         "--keep-state",
         is_flag=True,
         help="Reuse the state folder (etcd, Temporal history) instead of starting fresh; moto's "
         "cloud is always new, so keep it only to look at earlier workflows.",
     )
-    def dev(state_dir: Path, temporal_port: int, ui_port: int, keep_state: bool) -> None:
+    def dev(
+        state_dir: Path, temporal_port: int, ui_port: int, provider: str, keep_state: bool
+    ) -> None:
         """Bring up the embedded local stack with workers, starters and a demo; Ctrl-C stops all."""
         from devstack.devmode import run_dev
 
@@ -71,7 +81,7 @@ def register(group: click.Group) -> None:
     @click.option("--node", help="The demo Node to interrupt (default: the first).")
     def inject_spot_interruption(state_dir: Path, node: str | None) -> None:
         """Send an EC2 Spot interruption warning for a demo node to the demo's SQS queue."""
-        from devstack.devmode import inject_spot_interruption as send
+        from devstack.demos.aws import inject_spot_interruption as send
 
         click.echo(send(state_dir, node))
 

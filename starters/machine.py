@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from cloudloop import searchattrs, temporal
 from cloudloop.cloud.driver import Capability
 from cloudloop.cloud.models import MachineSpec
+from cloudloop.cloud.registry import infra_kinds, provider_for
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.conditions import get_condition, set_condition
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer
@@ -104,7 +105,7 @@ class MachineStarter:
 
     @classmethod
     def from_context(cls, context: StarterContext) -> MachineStarter | None:
-        kinds = capi.INFRA_KINDS.get(context.settings.provider)
+        kinds = provider_for(context.settings).infra_kinds
         if kinds is None:
             log.info("machines off: no Cluster API provider for %s", context.settings.provider)
             return None
@@ -395,10 +396,9 @@ async def request_retry(settings: Settings, namespace: str, name: str) -> str:
     from cloudloop.kube.client import api_client
 
     kube = Kube(api_client(settings.kubeconfig))
-    candidates = (
-        [capi.INFRA_KINDS[settings.provider]] if settings.provider in capi.INFRA_KINDS else []
-    )
-    candidates += [k for k in capi.INFRA_KINDS.values() if k not in candidates]
+    own = provider_for(settings).infra_kinds
+    candidates = [own] if own is not None else []
+    candidates += [k for k in infra_kinds() if k not in candidates]
     for kinds in candidates:
         obj = await asyncio.to_thread(kube.get, kinds.machine, name, namespace)
         if obj is not None:

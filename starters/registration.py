@@ -14,30 +14,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from cloudloop.cloud.registry import provider_for
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SECRETS
-from cloudloop.settings import Settings
 from starters.context import StarterContext
 
 log = logging.getLogger(__name__)
 
 SecretBodies = Callable[[], list[dict[str, Any]]]
-
-
-def _dvp(settings: Settings) -> SecretBodies:
-    from cloudloop.cloud.dvp.registration import registration_secrets
-
-    return lambda: registration_secrets(settings.dvp)
-
-
-def _zvirt(settings: Settings) -> SecretBodies:
-    from cloudloop.cloud.zvirt.registration import registration_secrets
-
-    return lambda: registration_secrets(settings.zvirt)
-
-
-#: provider → the registration Secrets it publishes.
-REGISTRATIONS: dict[str, Callable[[Settings], SecretBodies]] = {"dvp": _dvp, "zvirt": _zvirt}
 
 
 def write_secrets(kube: Kube, bodies: list[dict[str, Any]]) -> int:
@@ -74,10 +58,12 @@ class CloudProviderRegistration:
 
     @classmethod
     def from_context(cls, context: StarterContext) -> CloudProviderRegistration | None:
-        build = REGISTRATIONS.get(context.settings.provider)
+        provider = provider_for(context.settings)
+        build = provider.registration
         if build is None:
             return None
-        return cls(context.kube, build(context.settings))
+        section = provider.section(context.settings)
+        return cls(context.kube, lambda: build(section))
 
     def stop(self) -> None:
         self._stopped.set()

@@ -32,8 +32,9 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from cloudloop import searchattrs
-from cloudloop.cloud.aws.termination import AwsTermination, InstanceInfo, QueueMessage
 from cloudloop.cloud.errors import CloudError
+from cloudloop.cloud.registry import provider_for
+from cloudloop.cloud.termination import InstanceInfo, QueueMessage, TerminationClient
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.messages.termination import (
@@ -103,11 +104,12 @@ class QueueProcessor:
         self,
         kube: Kube,
         client: Client,
-        aws: AwsTermination,
+        aws: TerminationClient,
         nth: NthSettings,
         *,
         task_queue: str,
         cluster: str,
+        provider: str = "",
     ) -> None:
         self.kube = kube
         self.client = client
@@ -115,6 +117,7 @@ class QueueProcessor:
         self.nth = nth
         self.task_queue = task_queue
         self.cluster = cluster
+        self.provider = provider
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[str]] = set()
 
@@ -124,16 +127,18 @@ class QueueProcessor:
         if not nth.queue_url:
             log.info("node termination handler off: no queue URL")
             return None
-        if context.settings.provider != "aws":
-            log.info("node termination handler off: provider %s", context.settings.provider)
+        provider = provider_for(context.settings)
+        if provider.termination is None:
+            log.info("node termination handler off: provider %s has none", provider.name)
             return None
         return cls(
             context.kube,
             context.client,
-            AwsTermination(context.settings.aws, nth),
+            provider.termination(provider.section(context.settings), nth),
             nth,
             task_queue=context.task_queue,
             cluster=context.cluster,
+            provider=provider.name,
         )
 
     def stop(self) -> None:
@@ -320,7 +325,7 @@ class QueueProcessor:
         )
         wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
         attributes = searchattrs.for_object(
-            cluster=self.cluster, provider="aws", kind="Node", namespace="", name=node
+            cluster=self.cluster, provider=self.provider, kind="Node", namespace="", name=node
         )
         try:
             handle = await self.client.start_workflow(

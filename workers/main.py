@@ -15,8 +15,8 @@ from activities.machine import MachineActivities
 from activities.termination import DrainActivities
 from activities.volume import VolumeActivities
 from cloudloop import temporal
-from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.registry import provider_for
 from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
 from cloudloop.net import free_port
@@ -48,9 +48,13 @@ def build_worker(
     activities += LoadBalancerActivities(driver, kube).all()
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
-    activities += DrainActivities(
-        kube, AwsTermination(settings.aws, settings.nth), settings.nth
-    ).all()
+    provider = provider_for(settings)
+    termination = (
+        provider.termination(provider.section(settings), settings.nth)
+        if provider.termination is not None
+        else None
+    )
+    activities += DrainActivities(kube, termination, settings.nth).all()
     return temporal.make_worker(
         client,
         task_queue or settings.temporal.task_queue,

@@ -24,11 +24,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop.cloud.models import Machine
     from cloudloop.messages.machine import (
         CreateMachineInput,
         DeleteMachineInput,
         DeleteMachineResult,
+        Machine,
         MachineActivity,
         MachineCondition,
         MachineDesired,
@@ -44,9 +44,6 @@ with workflow.unsafe.imports_passed_through():
         ReportMachineInput,
         RetryRequest,
         SecretName,
-        VmVerdict,
-        classify,
-        vm_conditions,
     )
     from cloudloop.rules import machine as capi
 
@@ -202,7 +199,7 @@ class MachineWorkflow:
         self._set_progress("Waiting", "", "")
         if not self._current.infrastructure_ready:
             await self._report_verdict(
-                VmVerdict(
+                capi.VmVerdict(
                     reason=capi.REASON_WAITING_FOR_INFRASTRUCTURE,
                     status="False",
                     message="Cluster infrastructure is not ready yet",
@@ -211,7 +208,7 @@ class MachineWorkflow:
             await workflow.wait_condition(lambda: self._current.infrastructure_ready)
         if not self._current.bootstrap_secret:
             await self._report_verdict(
-                VmVerdict(
+                capi.VmVerdict(
                     reason=capi.REASON_WAITING_FOR_BOOTSTRAP,
                     status="False",
                     message="Bootstrap cloud-init secret is missing",
@@ -222,7 +219,7 @@ class MachineWorkflow:
 
         desired = self._current
         timings = self._input.timings
-        creating = VmVerdict(
+        creating = capi.VmVerdict(
             reason=capi.REASON_VM_NOT_READY,
             status="Unknown",
             message="Creating the VM, its disks and its cloud-init data",
@@ -254,7 +251,7 @@ class MachineWorkflow:
 
         while True:
             machine = observed.machine
-            verdict = classify(machine)
+            verdict = capi.classify(machine)
             if verdict.provisioned:
                 break
             if machine is None:
@@ -290,7 +287,7 @@ class MachineWorkflow:
         self._machine = machine
         self._was_provisioned = True
         await self._report_verdict(
-            classify(machine),
+            capi.classify(machine),
             machine=machine,
             event=MachineEvent(
                 type="Normal",
@@ -318,7 +315,7 @@ class MachineWorkflow:
         self._set_progress("Failed", failure.reason, failure.message)
         workflow.logger.warning("machine provisioning failed: %s", failure.message)
         await self._report_verdict(
-            VmVerdict(reason=failure.reason, status="False", message=failure.message + hint),
+            capi.VmVerdict(reason=failure.reason, status="False", message=failure.message + hint),
             event=MachineEvent(
                 type="Warning", reason="ProvisioningFailed", message=failure.message
             ),
@@ -365,7 +362,7 @@ class MachineWorkflow:
         except ActivityError as err:
             workflow.logger.warning("could not look at the VM: %s", err.cause or err)
             return None
-        verdict = classify(observed.machine)
+        verdict = capi.classify(observed.machine)
         if observed.machine is None:
             self._machine = None
             return MachineFailure(verdict.reason, "VirtualMachine disappeared", retryable=False)
@@ -379,7 +376,7 @@ class MachineWorkflow:
         await self._wait_unpaused()
         self._set_progress("Deleting", capi.REASON_DELETING, "deleting the VM and its disks")
         await self._report_verdict(
-            VmVerdict(
+            capi.VmVerdict(
                 reason=capi.REASON_DELETING,
                 status="False",
                 message="Deleting the VM, its disks and its cloud-init data",
@@ -406,7 +403,7 @@ class MachineWorkflow:
                 )
                 self._set_progress("Deleting", failure.reason, failure.message)
                 await self._report_verdict(
-                    VmVerdict(
+                    capi.VmVerdict(
                         reason=failure.reason,
                         status="False",
                         message=f"{failure.message} (retried in {backoff:.0f}s)",
@@ -426,7 +423,7 @@ class MachineWorkflow:
     # -- status ----------------------------------------------------------------------------
     async def _report_verdict(
         self,
-        verdict: VmVerdict,
+        verdict: capi.VmVerdict,
         *,
         machine: Machine | None = None,
         beside: bool = False,
@@ -439,7 +436,7 @@ class MachineWorkflow:
         """
         paused = self._current.paused
         conditions: list[MachineCondition] = [
-            *vm_conditions(verdict),
+            *capi.vm_conditions(verdict),
             MachineCondition(
                 type=capi.PAUSED,
                 status="True" if paused else "False",

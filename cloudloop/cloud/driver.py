@@ -1,15 +1,24 @@
 """The cloud contract: one driver class per provider, every capability behind one interface.
 
-:class:`CloudDriver` defines every operation controllers may ask of a cloud. Its default bodies
-raise :class:`~cloudloop.cloud.errors.NotSupported`, so a provider that lacks a capability says so
-explicitly, and :meth:`CloudDriver.supports` lets controllers check before they start work.
-Drivers are synchronous (the SDKs are blocking) and run in activity threads or starter threads.
+:class:`CloudDriver` defines every operation controllers may ask of a cloud; a driver overrides
+what its cloud supports, and its capabilities are derived from what it overrides.
+
+Rules:
+- A capability is implemented when the driver overrides every *required* operation of it
+  (:data:`CAPABILITY_OPERATIONS`); optional operations may raise ``NotSupported`` on their own.
+  ``capabilities`` is computed at class creation, never hand-kept, so it cannot drift.
+- The default bodies raise :class:`~cloudloop.cloud.errors.NotSupported` (upstream's
+  ``ImplementedElsewhere``), so a missing capability is explicit; controllers check
+  :meth:`CloudDriver.supports` before they start work.
+- Drivers are synchronous (the SDKs are blocking) and run in activity or starter threads; every
+  SDK call goes through :func:`cloudloop.cloud.calls.cloud_call` (counted, errors translated).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import ClassVar
 
 from cloudloop.cloud import models
 from cloudloop.cloud.errors import NotSupported
@@ -24,11 +33,63 @@ class Capability(StrEnum):
     DISCOVERY = "discovery"
 
 
+#: capability → (required operations, optional operations).
+CAPABILITY_OPERATIONS: dict[Capability, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    Capability.INSTANCES: (
+        ("list_instances", "find_instances_by_name", "instance_id_from_provider_id"),
+        (),
+    ),
+    Capability.MACHINES: (("create_machine", "get_machine", "delete_machine"), ()),
+    Capability.LOAD_BALANCERS: (
+        (
+            "ensure_load_balancer",
+            "update_load_balancer_backends",
+            "get_load_balancer",
+            "delete_load_balancer",
+        ),
+        (),
+    ),
+    Capability.VOLUMES: (
+        (
+            "find_volume",
+            "get_volume",
+            "create_volume",
+            "delete_volume",
+            "attach_volume",
+            "detach_volume",
+            "expand_volume",
+        ),
+        ("get_volume_modification",),
+    ),
+    Capability.ROUTES: (("list_routes", "create_route", "delete_route"), ()),
+    Capability.DISCOVERY: (("zones", "discovery_data"), ("instance_types", "list_cluster_disks")),
+}
+
+
+def overridden(cls: type[CloudDriver], operation: str) -> bool:
+    """``cls`` implements ``operation`` itself (not the contract's ``NotSupported`` default)."""
+    return getattr(cls, operation) is not getattr(CloudDriver, operation)
+
+
+def implemented_capabilities(cls: type[CloudDriver]) -> frozenset[Capability]:
+    """The capabilities whose required operations ``cls`` all overrides."""
+    return frozenset(
+        capability
+        for capability, (required, _) in CAPABILITY_OPERATIONS.items()
+        if all(overridden(cls, op) for op in required)
+    )
+
+
 class CloudDriver:
-    """Base of every driver: override what the cloud supports and list it in ``capabilities``."""
+    """Base of every driver: override every operation of each capability the cloud supports."""
 
     provider: str = "none"
-    capabilities: frozenset[Capability] = frozenset()
+    #: Derived from the overridden operations when the class is created.
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.capabilities = implemented_capabilities(cls)
 
     def supports(self, capability: Capability) -> bool:
         return capability in self.capabilities

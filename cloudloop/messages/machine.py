@@ -10,9 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cloudloop.cloud.models import InstanceState, Machine, MachineSpec, NodeAddress
+from cloudloop.cloud.models import Machine as Machine
+from cloudloop.cloud.models import MachineSpec, NodeAddress
 from cloudloop.kube.resources import ObjectRef
-from cloudloop.rules import machine as capi
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -182,69 +182,3 @@ class ReportMachineInput(BaseModel):
 class RemoveFinalizerInput(BaseModel):
     object: ObjectRef
     finalizer: str
-
-
-class VmVerdict(BaseModel):
-    """The ``VirtualMachineReady`` condition a VM's state means."""
-
-    reason: str
-    status: ConditionStatus
-    message: str
-
-    @property
-    def provisioned(self) -> bool:
-        return self.reason == capi.REASON_VM_RUNNING
-
-
-def classify(machine: Machine | None) -> VmVerdict:
-    """Deckhouse's phase handling: Running → ready, Stopped → VMInStoppedState, Degraded →
-    VMInFailedState, anything else → VMNotReady; a missing VM is a VMError."""
-    if machine is None:
-        return VmVerdict(
-            reason=capi.REASON_VM_ERROR, status="False", message="VirtualMachine not found"
-        )
-    if machine.provisioned:
-        return VmVerdict(
-            reason=capi.REASON_VM_RUNNING, status="True", message="VM is running and ready"
-        )
-    detail = f": {machine.message}" if machine.message else ""
-    if machine.failed:
-        return VmVerdict(
-            reason=capi.REASON_VM_FAILED,
-            status="False",
-            message=f"VM in degraded state: {machine.phase or 'unknown'}{detail}",
-        )
-    if machine.state is InstanceState.STOPPED:
-        return VmVerdict(
-            reason=capi.REASON_VM_STOPPED,
-            status="False",
-            message=f"VM is in Stopped state, waiting for it to be brought back up{detail}",
-        )
-    waiting = (
-        " (running, waiting for an IP address)" if machine.state is InstanceState.RUNNING else ""
-    )
-    return VmVerdict(
-        reason=capi.REASON_VM_NOT_READY,
-        status="Unknown",
-        message=(
-            f"VM is not ready, state is {machine.phase or machine.state.value}{waiting}{detail}"
-        ),
-    )
-
-
-def vm_conditions(verdict: VmVerdict) -> list[MachineCondition]:
-    """``VirtualMachineReady`` from the verdict, and ``Ready`` mirroring it."""
-    return [
-        MachineCondition(
-            type=capi.VM_READY,
-            status=verdict.status,
-            reason=verdict.reason,
-            message=verdict.message,
-        ),
-        MachineCondition(
-            type=capi.READY,
-            status="True" if verdict.provisioned else "False",
-            reason=capi.REASON_READY if verdict.provisioned else verdict.reason,
-            message=verdict.message,
-        ),
-    ]

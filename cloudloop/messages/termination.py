@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cloudloop.cloud.termination import LifecycleAction as LifecycleAction
+
 
 class DrainActivity:
     TAINT_NODE = "drain.taint_node"
@@ -52,15 +54,6 @@ def label_value(text: str) -> str:
     """``text`` as a valid label (and taint) value: allowed characters, at most 63 of them."""
     value = _NOT_LABEL_CHARS.sub("-", text)[:_LABEL_VALUE_MAX]
     return value.strip("-._")
-
-
-class LifecycleAction(BaseModel):
-    """An ASG lifecycle action waiting for ``CompleteLifecycleAction``."""
-
-    auto_scaling_group: str
-    hook_name: str
-    token: str
-    instance_id: str
 
 
 class InterruptionEvent(BaseModel):

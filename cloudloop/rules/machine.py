@@ -1,18 +1,22 @@
-"""Cluster API names: the core resources, the infrastructure kinds this project provides, and the
-labels, annotations, finalizers and condition reasons of the infra-provider contract.
+"""The Cluster API infrastructure-provider contract: core resources, labels, annotations,
+finalizers, condition reasons, and the pure checks on Cluster and Machine objects.
 
-Pure data (no I/O), so workflows may import it through ``cloudloop.messages.machine``.
+Pure data and functions (no I/O), so workflows may import it. Each provider declares its own
+infrastructure kinds (:class:`~cloudloop.cloud.capi.InfraKinds`) in its package.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from cloudloop.kube.resources import Resource
+from pydantic import BaseModel
 
-CAPI_GROUP = "cluster.x-k8s.io"
-INFRA_GROUP = "infrastructure.cluster.x-k8s.io"
+from cloudloop.cloud.capi import CAPI_GROUP as CAPI_GROUP
+from cloudloop.cloud.capi import INFRA_GROUP as INFRA_GROUP
+from cloudloop.cloud.capi import InfraKinds as InfraKinds
+from cloudloop.cloud.models import InstanceState, Machine
+from cloudloop.kube.resources import Resource
+from cloudloop.messages.machine import ConditionStatus, MachineCondition
 
 #: Cluster API core kinds as the v1beta2 contract serves them.
 CLUSTERS = Resource(CAPI_GROUP, "v1beta2", "clusters", "Cluster")
@@ -46,56 +50,6 @@ REASON_NOT_PAUSED = "NotPaused"
 REASON_PROVISIONED = "Provisioned"
 
 
-@dataclass(frozen=True)
-class InfraKinds:
-    """One provider's infrastructure kinds: its InfraMachine, InfraCluster and template."""
-
-    provider: str
-    machine: Resource
-    cluster: Resource
-    template: Resource
-    #: The InfraMachine's finalizer (Deckhouse's name).
-    finalizer: str
-    #: ``spec`` fields the provider writes (never part of the desired VM).
-    written_spec_fields: tuple[str, ...] = ("providerID",)
-    #: ``spec`` field that takes the cloud's VM ID (zVirt ``spec.id``), if any.
-    id_field: str = ""
-
-    def desired_spec(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """The InfraMachine's spec without the fields the provider writes back."""
-        spec = dict(obj.get("spec") or {})
-        for field in self.written_spec_fields:
-            spec.pop(field, None)
-        return spec
-
-
-DVP = InfraKinds(
-    provider="dvp",
-    machine=Resource(INFRA_GROUP, "v1alpha1", "deckhousemachines", "DeckhouseMachine"),
-    cluster=Resource(INFRA_GROUP, "v1alpha1", "deckhouseclusters", "DeckhouseCluster"),
-    template=Resource(
-        INFRA_GROUP, "v1alpha1", "deckhousemachinetemplates", "DeckhouseMachineTemplate"
-    ),
-    finalizer="deckhousemachine.infrastructure.cluster.x-k8s.io",
-)
-ZVIRT = InfraKinds(
-    provider="zvirt",
-    machine=Resource(INFRA_GROUP, "v1", "zvirtmachines", "ZvirtMachine"),
-    cluster=Resource(INFRA_GROUP, "v1", "zvirtclusters", "ZvirtCluster"),
-    template=Resource(INFRA_GROUP, "v1", "zvirtmachinetemplates", "ZvirtMachineTemplate"),
-    finalizer="zvirtmachine.infrastructure.cluster.x-k8s.io",
-    written_spec_fields=("providerID", "id"),
-    id_field="id",
-)
-
-#: The infrastructure kinds per provider that has a Cluster API provider here.
-INFRA_KINDS: dict[str, InfraKinds] = {kinds.provider: kinds for kinds in (DVP, ZVIRT)}
-
-
-def infra_kinds_by_machine_kind(kind: str) -> InfraKinds | None:
-    return next((k for k in INFRA_KINDS.values() if k.machine.kind == kind), None)
-
-
 def is_paused(obj: dict[str, Any] | None) -> bool:
     """The object carries ``cluster.x-k8s.io/paused`` (any value)."""
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
@@ -121,3 +75,65 @@ def owner(obj: dict[str, Any], kind: str, group: str = CAPI_GROUP) -> str | None
         if ref.get("kind") == kind and api_version.split("/", 1)[0] == group:
             return str(ref.get("name", "")) or None
     return None
+
+
+class VmVerdict(BaseModel):
+    """The ``VirtualMachineReady`` condition a VM's state means."""
+
+    reason: str
+    status: ConditionStatus
+    message: str
+
+    @property
+    def provisioned(self) -> bool:
+        return self.reason == REASON_VM_RUNNING
+
+
+def classify(machine: Machine | None) -> VmVerdict:
+    """Deckhouse's phase handling: Running → ready, Stopped → VMInStoppedState, Degraded →
+    VMInFailedState, anything else → VMNotReady; a missing VM is a VMError."""
+    if machine is None:
+        return VmVerdict(reason=REASON_VM_ERROR, status="False", message="VirtualMachine not found")
+    if machine.provisioned:
+        return VmVerdict(reason=REASON_VM_RUNNING, status="True", message="VM is running and ready")
+    detail = f": {machine.message}" if machine.message else ""
+    if machine.failed:
+        return VmVerdict(
+            reason=REASON_VM_FAILED,
+            status="False",
+            message=f"VM in degraded state: {machine.phase or 'unknown'}{detail}",
+        )
+    if machine.state is InstanceState.STOPPED:
+        return VmVerdict(
+            reason=REASON_VM_STOPPED,
+            status="False",
+            message=f"VM is in Stopped state, waiting for it to be brought back up{detail}",
+        )
+    waiting = (
+        " (running, waiting for an IP address)" if machine.state is InstanceState.RUNNING else ""
+    )
+    return VmVerdict(
+        reason=REASON_VM_NOT_READY,
+        status="Unknown",
+        message=(
+            f"VM is not ready, state is {machine.phase or machine.state.value}{waiting}{detail}"
+        ),
+    )
+
+
+def vm_conditions(verdict: VmVerdict) -> list[MachineCondition]:
+    """``VirtualMachineReady`` from the verdict, and ``Ready`` mirroring it."""
+    return [
+        MachineCondition(
+            type=VM_READY,
+            status=verdict.status,
+            reason=verdict.reason,
+            message=verdict.message,
+        ),
+        MachineCondition(
+            type=READY,
+            status="True" if verdict.provisioned else "False",
+            reason=REASON_READY if verdict.provisioned else verdict.reason,
+            message=verdict.message,
+        ),
+    ]

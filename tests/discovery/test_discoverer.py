@@ -13,7 +13,8 @@ from prometheus_client import REGISTRY
 from temporalio.client import Client
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType, Zone
 from cloudloop.kube.informer import Informers
@@ -24,7 +25,7 @@ from cloudloop.kube.resources import (
     SECRETS,
 )
 from cloudloop.rules import discovery as cloud_data
-from cloudloop.settings import AwsSettings, DiscoverySettings, Settings
+from cloudloop.settings import DiscoverySettings, Settings
 from starters.context import StarterContext
 from starters.discovery import CloudDataDiscoverer
 from tests.fakes import MemoryKube

@@ -15,7 +15,9 @@ import boto3
 import pytest
 from prometheus_client import REGISTRY
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import (
     CONFIG_MAPS,
@@ -24,7 +26,7 @@ from cloudloop.kube.resources import (
     SECRETS,
 )
 from cloudloop.rules import discovery as cloud_data
-from cloudloop.settings import AwsSettings, Settings
+from cloudloop.settings import Settings
 from starters.discovery import CloudDataDiscoverer
 from tests.helpers import eventually
 
@@ -56,7 +58,7 @@ def ec2(settings: Settings) -> Any:
     return boto3.client(
         "ec2",
         region_name="us-east-1",
-        endpoint_url=settings.aws.endpoint_url,
+        endpoint_url=AWS.section(settings).endpoint_url,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
@@ -174,7 +176,9 @@ async def test_discovery_writes_data_catalog_conditions_and_orphans(
     )
     put_terraform_output(kube, namespace, TERRAFORM_OUTPUT)
     try:
-        async with discovering(kube, patient(settings.aws), cluster, namespace, catalog) as loop:
+        async with discovering(
+            kube, patient(AWS.section(settings)), cluster, namespace, catalog
+        ) as loop:
             await eventually(lambda: loop.passes >= 1, timeout=240, what="one discovery pass")
             assert loop.last_pass is not None and not loop.last_pass.write_failed
 
@@ -232,7 +236,9 @@ async def test_orphan_gauge_while_running(
     )
     catalog = f"catalog-{scope}"
     try:
-        async with discovering(kube, patient(settings.aws), cluster, namespace, catalog) as loop:
+        async with discovering(
+            kube, patient(AWS.section(settings)), cluster, namespace, catalog
+        ) as loop:
             await eventually(lambda: loop.passes >= 1, timeout=240, what="one discovery pass")
             assert gauge("cloud_data_discovery_orphaned_disk_info", id=orphan, name=name) == 1
         # a stopped discoverer drops its series
@@ -249,7 +255,7 @@ async def test_unreachable_cloud_writes_no_partial_document(
     try:
         # No Secret yet and no cloud: nothing is written but the conditions.
         async with discovering(
-            kube, dead_endpoint(settings.aws), cluster, namespace, catalog
+            kube, dead_endpoint(AWS.section(settings)), cluster, namespace, catalog
         ) as loop:
             await eventually(lambda: loop.passes >= 1, what="one failed pass")
         assert discovery_document(kube, namespace) is None
@@ -265,7 +271,9 @@ async def test_unreachable_cloud_writes_no_partial_document(
         assert loop.last_pass.orphans is None
 
         # The cloud answers (and there is no Terraform output): a complete document.
-        async with discovering(kube, patient(settings.aws), cluster, namespace, catalog) as loop:
+        async with discovering(
+            kube, patient(AWS.section(settings)), cluster, namespace, catalog
+        ) as loop:
             await eventually(lambda: loop.passes >= 1, timeout=240, what="one good pass")
         good = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, namespace)
         assert good is not None
@@ -281,7 +289,7 @@ async def test_unreachable_cloud_writes_no_partial_document(
         # The cloud goes away again: the good Secret and catalog stay exactly as they were.
         catalog_before = kube.get(INSTANCE_TYPES_CATALOGS, catalog)
         async with discovering(
-            kube, dead_endpoint(settings.aws), cluster, namespace, catalog
+            kube, dead_endpoint(AWS.section(settings)), cluster, namespace, catalog
         ) as loop:
             await eventually(lambda: loop.passes >= 1, what="another failed pass")
             failing = [c for c in loop.last_pass.conditions if not c.ok] if loop.last_pass else []

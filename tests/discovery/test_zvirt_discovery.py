@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.zvirt import ZvirtDriver
+from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.mapping import (
     StorageDomainView,
     discovery_document,
     storage_domain_enabled,
     storage_domains,
 )
-from cloudloop.settings import ZvirtSettings
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
 
 @pytest.mark.parametrize(

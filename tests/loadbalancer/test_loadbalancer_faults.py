@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import LoadBalancerQuery, LoadBalancerState, workflow_id
@@ -238,7 +239,7 @@ async def test_service_deleted_while_its_lb_is_created(
     world: AwsWorld,
     nodes: list[str],
 ) -> None:
-    driver = AwsDriver(lb_config.aws)
+    driver = AwsDriver(AWS.section(lb_config))
     reached, release = threading.Event(), threading.Event()
 
     def hold(**_: Any) -> None:

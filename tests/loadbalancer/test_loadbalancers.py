@@ -12,8 +12,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import (
@@ -69,7 +70,7 @@ def nodes(kube: Kube, world: AwsWorld, scope: str) -> Iterator[list[str]]:
 async def running(
     kube: Kube, client: Client, lb_config: Settings, namespace: str, nodes: list[str]
 ) -> AsyncIterator[None]:
-    worker = build_worker(client, lb_config, driver=AwsDriver(lb_config.aws), kube=kube)
+    worker = build_worker(client, lb_config, driver=AwsDriver(AWS.section(lb_config)), kube=kube)
     async with worker, service_starter(kube, client, lb_config, namespace):
         yield
 
@@ -362,7 +363,7 @@ async def test_continue_as_new_keeps_the_load_balancer(
     world: AwsWorld,
     nodes: list[str],
 ) -> None:
-    worker = build_worker(client, lb_config, driver=AwsDriver(lb_config.aws), kube=kube)
+    worker = build_worker(client, lb_config, driver=AwsDriver(AWS.section(lb_config)), kube=kube)
     async with worker, service_starter(kube, client, lb_config, namespace, history_limit=20):
         service = await asyncio.to_thread(make_service, kube, namespace, "can")
         name = lb_name(service)

@@ -12,14 +12,15 @@ from typing import Any
 
 from temporalio.client import Client
 
-from cloudloop.cloud.dvp import DvpDriver
 from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.dvp.driver import DvpDriver
+from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.resources import Resource
 from cloudloop.messages.machine import MachineTimings, PollSchedule
 from cloudloop.rules import machine as capi
-from cloudloop.settings import DvpSettings
 from devstack import machine_fixtures
 from devstack.dvp_simulator import DvpParent
 from starters.machine import MachineStarter
@@ -64,7 +65,7 @@ class DvpMachines:
 
     # -- CAPI objects ----------------------------------------------------------------------
     def cluster(self, name: str = "c1", **kwargs: Any) -> dict[str, Any]:
-        return machine_fixtures.create_cluster(self.kube, self.namespace, name, capi.DVP, **kwargs)
+        return machine_fixtures.create_cluster(self.kube, self.namespace, name, DVP_KINDS, **kwargs)
 
     def machine(
         self,
@@ -83,14 +84,14 @@ class DvpMachines:
             self.namespace,
             name,
             cluster=cluster,
-            kinds=capi.DVP,
+            kinds=DVP_KINDS,
             spec=spec or machine_fixtures.dvp_machine_spec(),
             bootstrap_secret=secret,
             annotations=annotations,
         )
 
     def infra(self, name: str) -> dict[str, Any] | None:
-        return self.kube.get(capi.DVP.machine, name, self.namespace)
+        return self.kube.get(DVP_KINDS.machine, name, self.namespace)
 
     def condition(self, name: str, type: str) -> dict[str, Any]:
         return get_condition(self.infra(name) or {}, type) or {}
@@ -108,11 +109,11 @@ class DvpMachines:
         return self.reason(name) == reason
 
     def delete(self, name: str) -> None:
-        self.kube.delete(capi.DVP.machine, name, self.namespace)
+        self.kube.delete(DVP_KINDS.machine, name, self.namespace)
 
     def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
         self.kube.patch(
-            capi.DVP.machine, name, {"metadata": {"annotations": annotations}}, self.namespace
+            DVP_KINDS.machine, name, {"metadata": {"annotations": annotations}}, self.namespace
         )
 
     # -- the parent cluster ----------------------------------------------------------------
@@ -149,7 +150,7 @@ class DvpMachines:
         self.starter = MachineStarter(
             self.kube,
             client,
-            kinds=capi.DVP,
+            kinds=DVP_KINDS,
             task_queue=task_queue,
             cluster=cluster,
             namespace=self.namespace,
@@ -166,10 +167,10 @@ class DvpMachines:
                 await task
         self.parent.simulator.release()
         # Leave nothing that blocks the namespace's deletion.
-        for obj in self.kube.list(capi.DVP.machine, self.namespace).get("items", []):
+        for obj in self.kube.list(DVP_KINDS.machine, self.namespace).get("items", []):
             if obj["metadata"].get("finalizers"):
                 self.kube.patch(
-                    capi.DVP.machine,
+                    DVP_KINDS.machine,
                     obj["metadata"]["name"],
                     {"metadata": {"finalizers": None}},
                     self.namespace,

@@ -22,6 +22,8 @@ from temporalio.client import Client
 
 from cloudloop import temporal
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
@@ -118,7 +120,7 @@ async def dvp_cloud(
             )
 
         yield CloudUnderTest(
-            kinds=capi.DVP,
+            kinds=DVP_KINDS,
             driver=machines.driver,
             machine_spec=machine_fixtures.dvp_machine_spec(),
             provider_id=lambda name: f"dvp://{name}",
@@ -156,8 +158,8 @@ def ovirt_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
 async def zvirt_cloud(request: pytest.FixtureRequest) -> AsyncIterator[CloudUnderTest]:
     from pydantic import SecretStr
 
-    from cloudloop.cloud.zvirt import ZvirtDriver
-    from cloudloop.settings import ZvirtSettings
+    from cloudloop.cloud.zvirt.driver import ZvirtDriver
+    from cloudloop.cloud.zvirt.settings import ZvirtSettings
     from devstack.ovirt_emulator import OvirtEmulatorAdmin
 
     ovirt: LocalStack = request.getfixturevalue("ovirt_stack")
@@ -199,7 +201,7 @@ async def zvirt_cloud(request: pytest.FixtureRequest) -> AsyncIterator[CloudUnde
 
     try:
         yield CloudUnderTest(
-            kinds=capi.ZVIRT,
+            kinds=ZVIRT_KINDS,
             driver=driver,
             machine_spec={
                 "template": endpoint.template,

@@ -11,17 +11,17 @@ import pytest
 import urllib3
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.dvp import DvpDriver
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import translate
 from cloudloop.cloud.dvp.discovery import volume_types
+from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.instances import vm_instance
 from cloudloop.cloud.dvp.machines import owner_reference, vm_addresses
 from cloudloop.cloud.dvp.registration import registration_secrets, registration_values
+from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.dvp.spec import parse_spec
 from cloudloop.cloud.models import InstanceState, MachineSpec
 from cloudloop.kube.api import KubeError
-from cloudloop.settings import DvpSettings
 from devstack.machine_fixtures import dvp_machine_spec
 
 SETTINGS = DvpSettings(

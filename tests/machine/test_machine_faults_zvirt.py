@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
-from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import (
@@ -171,7 +171,7 @@ class Scene:
 
     # -- the ZvirtMachine ------------------------------------------------------------------
     def infra(self) -> dict[str, Any] | None:
-        return self.kube.get(capi.ZVIRT.machine, self.name, self.namespace)
+        return self.kube.get(ZVIRT_KINDS.machine, self.name, self.namespace)
 
     def ready(self) -> dict[str, Any] | None:
         obj = self.infra() or {}
@@ -197,7 +197,7 @@ class Scene:
                 self.namespace,
                 self.name,
                 cluster="c1",
-                kinds=capi.ZVIRT,
+                kinds=ZVIRT_KINDS,
                 spec=spec,
                 bootstrap_secret=secret,
             )
@@ -220,7 +220,7 @@ class Scene:
         return vm
 
     async def delete(self) -> None:
-        await asyncio.to_thread(self.kube.delete, capi.ZVIRT.machine, self.name, self.namespace)
+        await asyncio.to_thread(self.kube.delete, ZVIRT_KINDS.machine, self.name, self.namespace)
 
     async def deleted(self, disk_ids: set[str]) -> None:
         """The finalizer goes last: when the ZvirtMachine is gone, so are the VM and its disks."""
@@ -228,7 +228,7 @@ class Scene:
         def gone() -> bool:
             infra = self.infra()
             if infra is not None:
-                assert capi.ZVIRT.finalizer in infra["metadata"].get("finalizers", [])
+                assert ZVIRT_KINDS.finalizer in infra["metadata"].get("finalizers", [])
             return infra is None
 
         await eventually(gone, timeout=CONVERGE_TIMEOUT, what=f"{self.name} deleted")
@@ -254,11 +254,11 @@ async def scene_factory(
     """The machine starter for this test's namespace, feeding the shared worker process."""
     if not rig.worker.running:  # an earlier scenario failed while it was down
         await asyncio.to_thread(rig.worker.start)
-    await asyncio.to_thread(machine_fixtures.create_cluster, kube, namespace, "c1", capi.ZVIRT)
+    await asyncio.to_thread(machine_fixtures.create_cluster, kube, namespace, "c1", ZVIRT_KINDS)
     starter = MachineStarter(
         kube,
         client,
-        kinds=capi.ZVIRT,
+        kinds=ZVIRT_KINDS,
         task_queue=rig.task_queue,
         cluster="zfaults",
         namespace=namespace,
@@ -272,12 +272,12 @@ async def scene_factory(
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
         # Leave nothing that blocks the namespace's deletion.
-        items = await asyncio.to_thread(kube.list, capi.ZVIRT.machine, namespace)
+        items = await asyncio.to_thread(kube.list, ZVIRT_KINDS.machine, namespace)
         for obj in items.get("items", []):
             if obj["metadata"].get("finalizers"):
                 await asyncio.to_thread(
                     kube.patch,
-                    capi.ZVIRT.machine,
+                    ZVIRT_KINDS.machine,
                     obj["metadata"]["name"],
                     {"metadata": {"finalizers": None}},
                     namespace,

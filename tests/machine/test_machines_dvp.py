@@ -22,10 +22,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.dvp import DvpDriver
+from cloudloop.cloud.dvp import PROVIDER as DVP
 from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.registration import registration_secrets
 from cloudloop.cloud.models import InstanceState, MachineSpec
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import EVENTS, Resource
 from cloudloop.messages.machine import MachineProgress, MachineQuery, MachineResult, workflow_id
@@ -107,7 +110,7 @@ async def test_machine_lifecycle(dvp: DvpMachines, client: Client, namespace: st
         {"type": "InternalIP", "address": ip},
         {"type": "ExternalIP", "address": ip},
     ]
-    assert obj["metadata"]["finalizers"] == [capi.DVP.finalizer]
+    assert obj["metadata"]["finalizers"] == [DVP_KINDS.finalizer]
     vm_ready = dvp.condition("m1", capi.VM_READY)
     assert (vm_ready["status"], vm_ready["reason"]) == ("True", capi.REASON_VM_RUNNING)
     assert dvp.condition("m1", capi.READY)["status"] == "True"
@@ -152,7 +155,7 @@ async def test_machine_lifecycle(dvp: DvpMachines, client: Client, namespace: st
     assert secret["metadata"]["ownerReferences"][0]["name"] == "m1"
 
     # The InfraCluster has nothing to create: ready and provisioned.
-    cluster = dvp.kube.get(capi.DVP.cluster, "c1", namespace) or {}
+    cluster = dvp.kube.get(DVP_KINDS.cluster, "c1", namespace) or {}
     assert cluster["status"]["ready"] is True
     assert cluster["status"]["initialization"]["provisioned"] is True
 
@@ -187,7 +190,7 @@ async def test_machine_lifecycle(dvp: DvpMachines, client: Client, namespace: st
 
     await eventually(vm_gone_disk_held, timeout=READY_TIMEOUT, what="VM gone, boot disk going")
     held = dvp.infra("m1")
-    assert held is not None and held["metadata"]["finalizers"] == [capi.DVP.finalizer]
+    assert held is not None and held["metadata"]["finalizers"] == [DVP_KINDS.finalizer]
     assert dvp.reason("m1") == capi.REASON_DELETING
     dvp.parent.simulator.release(sim.DISK_DELETE, "m1-boot")
     await eventually(lambda: dvp.infra("m1") is None, timeout=READY_TIMEOUT, what="machine gone")
@@ -295,7 +298,7 @@ async def test_schema_rejects_invalid_specs(
     with pytest.raises(KubeError) as err:
         await asyncio.to_thread(
             kube.create,
-            capi.DVP.machine,
+            DVP_KINDS.machine,
             {
                 "metadata": {"name": "bad", "namespace": namespace},
                 "spec": machine_fixtures.dvp_machine_spec(**override),
@@ -313,7 +316,7 @@ async def test_crds_default_like_deckhouse_and_serve_templates(kube: Kube, names
 
     dvp = await asyncio.to_thread(
         create,
-        capi.DVP.machine,
+        DVP_KINDS.machine,
         "defaults",
         {
             "vmClassName": "generic",
@@ -328,32 +331,32 @@ async def test_crds_default_like_deckhouse_and_serve_templates(kube: Kube, names
     assert dvp["spec"]["bootloader"] == "EFI"
     assert dvp["spec"]["bootDiskImageRef"]["kind"] == "VirtualImage"
     zvirt = await asyncio.to_thread(
-        create, capi.ZVIRT.machine, "defaults", {"template": "t", "vnicProfileID": "v", "cpu": {}}
+        create, ZVIRT_KINDS.machine, "defaults", {"template": "t", "vnicProfileID": "v", "cpu": {}}
     )
     assert zvirt["spec"]["cpu"] == {"sockets": 4, "cores": 1, "threads": 1}
     assert (zvirt["spec"]["memory"], zvirt["spec"]["rootDiskSizeGb"]) == (8192, 20)
     assert zvirt["spec"]["nicName"] == "nic1"
     with pytest.raises(KubeError) as err:
         await asyncio.to_thread(
-            create, capi.ZVIRT.machine, "bad", {"vnicProfileID": "v", "cpu": {}}
+            create, ZVIRT_KINDS.machine, "bad", {"vnicProfileID": "v", "cpu": {}}
         )
     assert err.value.status == 422 and "template" in str(err.value)
     template = await asyncio.to_thread(
         create,
-        capi.DVP.template,
+        DVP_KINDS.template,
         "workers",
         {"template": {"spec": machine_fixtures.dvp_machine_spec()}},
     )
     assert template["spec"]["template"]["spec"]["bootloader"] == "EFI"
     with pytest.raises(KubeError) as err:
         await asyncio.to_thread(
-            create, capi.DVP.template, "bad", {"template": {"spec": {"vmClassName": "x"}}}
+            create, DVP_KINDS.template, "bad", {"template": {"spec": {"vmClassName": "x"}}}
         )
     assert err.value.status == 422
-    for resource in (capi.DVP.cluster, capi.ZVIRT.cluster, capi.ZVIRT.template):
+    for resource in (DVP_KINDS.cluster, ZVIRT_KINDS.cluster, ZVIRT_KINDS.template):
         spec = {"template": {"spec": {"template": "t", "vnicProfileID": "v", "cpu": {}}}}
         await asyncio.to_thread(
-            create, resource, "ok", spec if resource is capi.ZVIRT.template else {}
+            create, resource, "ok", spec if resource is ZVIRT_KINDS.template else {}
         )
 
 
@@ -370,7 +373,7 @@ async def test_invalid_spec_is_a_condition_until_fixed(dvp: DvpMachines, kube: K
 
     # A fixed spec is tried again at once.
     await asyncio.to_thread(
-        kube.patch, capi.DVP.machine, "m1", {"spec": {"vmClassName": "generic"}}, dvp.namespace
+        kube.patch, DVP_KINDS.machine, "m1", {"spec": {"vmClassName": "generic"}}, dvp.namespace
     )
     await eventually(lambda: dvp.ready("m1"), timeout=READY_TIMEOUT, what="machine ready")
 
@@ -553,8 +556,8 @@ async def test_driver_machines_instances_and_discovery(dvp: DvpMachines) -> None
 
 async def test_registration_secrets_are_written_once(kube: Kube) -> None:
     settings = Settings(provider="dvp")
-    settings.dvp.ssh_public_key = "ssh-ed25519 AAAA test"
-    bodies = registration_secrets(settings.dvp)
+    DVP.section(settings).ssh_public_key = "ssh-ed25519 AAAA test"
+    bodies = registration_secrets(DVP.section(settings))
     await asyncio.to_thread(write_secrets, kube, bodies)
     secret = await asyncio.to_thread(
         kube.get, r.SECRETS, "d8-node-manager-cloud-provider", "kube-system"

@@ -11,6 +11,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.conditions import get_condition
 from cloudloop.messages.machine import MachineDesired, MachineSignal
 from cloudloop.rules import machine as capi
@@ -89,7 +91,7 @@ class Rig:
         self.starter = MachineStarter(
             self.kube,
             cast(Client, self.client),
-            kinds=capi.DVP,
+            kinds=DVP_KINDS,
             task_queue="q",
             cluster="cl",
             namespace=NS,
@@ -98,13 +100,13 @@ class Rig:
     def put(self, obj: dict[str, Any] | None = None, **stores: dict[str, Any] | None) -> None:
         if obj is not None:
             self.starter.infra_machines.store[f"{NS}/m1"] = obj
-            self.kube.put(capi.DVP.machine, copy.deepcopy(obj), NS)
+            self.kube.put(DVP_KINDS.machine, copy.deepcopy(obj), NS)
         for store, value in stores.items():
             if value is not None:
                 getattr(self.starter, store).store[f"{NS}/{value['metadata']['name']}"] = value
 
     def stored(self) -> dict[str, Any]:
-        found = self.kube.get(capi.DVP.machine, "m1", NS)
+        found = self.kube.get(DVP_KINDS.machine, "m1", NS)
         assert found is not None
         return found
 
@@ -143,7 +145,7 @@ async def test_finalizer_then_signal_with_start(rig: Rig) -> None:
     wf_id = await rig.starter.reconcile_machine(f"{NS}/m1")
     assert wf_id == f"machine/{NS}/m1/uid-m1"
     stored = rig.stored()
-    assert stored["metadata"]["finalizers"] == [capi.DVP.finalizer]
+    assert stored["metadata"]["finalizers"] == [DVP_KINDS.finalizer]
     assert get_condition(stored, capi.PAUSED) is None  # written with the workflow's first status
     (start,) = rig.client.starts
     assert start["id"] == wf_id
@@ -192,7 +194,7 @@ async def test_paused_is_reported_and_not_started(
 
 async def test_deletion_is_signalled_even_without_machine_and_cluster(rig: Rig) -> None:
     rig.put(
-        infra_machine(finalizers=[capi.DVP.finalizer], deletionTimestamp="2025-01-01T00:00:00Z")
+        infra_machine(finalizers=[DVP_KINDS.finalizer], deletionTimestamp="2025-01-01T00:00:00Z")
     )
     await rig.starter.reconcile_machine(f"{NS}/m1")
     assert rig.client.desired.deleting is True
@@ -201,7 +203,7 @@ async def test_deletion_is_signalled_even_without_machine_and_cluster(rig: Rig) 
 async def test_paused_deletion_waits(rig: Rig) -> None:
     rig.put(
         infra_machine(
-            finalizers=[capi.DVP.finalizer],
+            finalizers=[DVP_KINDS.finalizer],
             deletionTimestamp="2025-01-01T00:00:00Z",
             annotations={capi.PAUSED_ANNOTATION: "true"},
         ),
@@ -213,7 +215,7 @@ async def test_paused_deletion_waits(rig: Rig) -> None:
 
 
 async def test_unpausing_clears_the_paused_condition(rig: Rig) -> None:
-    obj = infra_machine(finalizers=[capi.DVP.finalizer])
+    obj = infra_machine(finalizers=[DVP_KINDS.finalizer])
     obj["status"] = {
         "conditions": [
             {
@@ -232,11 +234,11 @@ async def test_unpausing_clears_the_paused_condition(rig: Rig) -> None:
 
 
 def test_zvirt_machines_leave_provider_written_fields_out() -> None:
-    spec = capi.ZVIRT.desired_spec(
+    spec = ZVIRT_KINDS.desired_spec(
         {"spec": {"template": "t", "id": "uuid", "providerID": "zvirt://uuid", "memory": 8192}}
     )
     assert spec == {"template": "t", "memory": 8192}
-    assert capi.ZVIRT.id_field == "id"
+    assert ZVIRT_KINDS.id_field == "id"
 
 
 async def test_deleted_without_our_finalizer_is_ignored(rig: Rig) -> None:
@@ -258,7 +260,7 @@ async def test_retry_annotation_is_passed_on(rig: Rig) -> None:
 async def test_completed_workflow_of_a_deleting_machine_drops_the_finalizer(rig: Rig) -> None:
     rig.client.already_completed = True
     rig.put(
-        infra_machine(finalizers=[capi.DVP.finalizer], deletionTimestamp="2025-01-01T00:00:00Z")
+        infra_machine(finalizers=[DVP_KINDS.finalizer], deletionTimestamp="2025-01-01T00:00:00Z")
     )
     await rig.starter.reconcile_machine(f"{NS}/m1")
     assert not rig.stored()["metadata"].get("finalizers")
@@ -298,9 +300,9 @@ async def test_infra_cluster_is_provisioned_at_once(
     rig: Rig, obj: dict[str, Any], cluster: dict[str, Any], provisioned: bool
 ) -> None:
     rig.starter.infra_clusters.store[f"{NS}/c1"] = obj
-    rig.kube.put(capi.DVP.cluster, obj, NS)
+    rig.kube.put(DVP_KINDS.cluster, obj, NS)
     rig.put(clusters=cluster)
     assert await rig.starter.reconcile_cluster(f"{NS}/c1") is provisioned
-    status = (rig.kube.get(capi.DVP.cluster, "c1", NS) or {}).get("status") or {}
+    status = (rig.kube.get(DVP_KINDS.cluster, "c1", NS) or {}).get("status") or {}
     assert (status.get("ready") is True) is provisioned
     assert ((status.get("initialization") or {}).get("provisioned") is True) is provisioned

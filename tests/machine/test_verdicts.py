@@ -6,7 +6,6 @@ import pytest
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 from cloudloop.cloud.models import InstanceState, Machine, NodeAddress
-from cloudloop.messages.machine import classify, vm_conditions
 from cloudloop.rules import machine as capi
 from workflows.machine import MachineFailure
 
@@ -59,18 +58,18 @@ def vm(state: InstanceState, phase: str, *, ip: bool = True, failed: bool = Fals
     ],
 )
 def test_classify(machine: Machine | None, reason: str, status: str) -> None:
-    verdict = classify(machine)
+    verdict = capi.classify(machine)
     assert (verdict.reason, verdict.status) == (reason, status)
     assert verdict.provisioned is (reason == capi.REASON_VM_RUNNING)
     ready, vm_ready = (
-        {c.type: c for c in vm_conditions(verdict)}[t] for t in (capi.READY, capi.VM_READY)
+        {c.type: c for c in capi.vm_conditions(verdict)}[t] for t in (capi.READY, capi.VM_READY)
     )
     assert vm_ready.reason == reason
     assert ready.status == ("True" if verdict.provisioned else "False")
 
 
 def test_not_ready_message_names_phase_and_cause() -> None:
-    verdict = classify(vm(InstanceState.PENDING, "Pending", ip=False))
+    verdict = capi.classify(vm(InstanceState.PENDING, "Pending", ip=False))
     assert verdict.message.startswith("VM is not ready, state is Pending")
     assert "VirtualDisk m1-boot is Provisioning" in verdict.message
 

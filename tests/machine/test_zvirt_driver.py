@@ -19,11 +19,11 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
-import cloudloop.cloud.zvirt as zvirt_package
+import cloudloop.cloud.zvirt.driver as zvirt_package
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.zvirt import ZvirtDriver
+from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.mapping import DISCOVERY_KIND
-from cloudloop.settings import ZvirtSettings
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import (
     Delays,

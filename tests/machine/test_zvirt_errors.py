@@ -7,8 +7,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.zvirt import ZvirtBase, translate
-from cloudloop.settings import ZvirtSettings
+from cloudloop.cloud.zvirt.driver import ZvirtBase, translate
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
 
 def coded(code: int, message: str = 'Fault reason is "Operation Failed".') -> sdk.Error:
@@ -76,7 +76,7 @@ def test_every_call_is_counted_with_its_outcome() -> None:
         labels = {"provider": "zvirt", "operation": "UnitProbe", "outcome": outcome}
         return REGISTRY.get_sample_value("cloud_api_requests_total", labels) or 0.0
 
-    before = {o: sample(o) for o in ("success", "error", "unreachable")}
+    before = {o: sample(o) for o in ("success", "invalid", "unreachable")}
     assert base.call("UnitProbe", lambda api: "answer") == "answer"
     with pytest.raises(errors.CloudUnreachable):
         base.call("UnitProbe", lambda api: (_ for _ in ()).throw(sdk.ConnectionError("down")))
@@ -84,6 +84,6 @@ def test_every_call_is_counted_with_its_outcome() -> None:
         base.call("UnitProbe", lambda api: (_ for _ in ()).throw(coded(400)))
     assert {o: sample(o) - before[o] for o in before} == {
         "success": 1,
-        "error": 1,
+        "invalid": 1,
         "unreachable": 1,
     }

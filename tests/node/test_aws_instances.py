@@ -8,9 +8,9 @@ import botocore.exceptions
 import pytest
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import AwsDriver, translate
+from cloudloop.cloud.aws.driver import AwsDriver, translate
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.models import MachineSpec
-from cloudloop.settings import AwsSettings
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ import boto3
 import pytest
 from prometheus_client import REGISTRY
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES
@@ -39,7 +40,7 @@ def ec2(settings: Settings) -> Any:
     return boto3.client(
         "ec2",
         region_name="us-east-1",
-        endpoint_url=settings.aws.endpoint_url,
+        endpoint_url=AWS.section(settings).endpoint_url,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
@@ -71,7 +72,7 @@ async def node_sync(
     informers = Informers(kube)
     sync = NodeSync(
         kube,
-        driver or AwsDriver(settings.aws),
+        driver or AwsDriver(AWS.section(settings)),
         informers.get(NODES, label_selector=settings.ccm.node_selector),
         settings.ccm,
     )
@@ -357,7 +358,7 @@ async def test_unreachable_cloud_deletes_nothing(
     (terminated,) = run_instances(ec2, 1)
     ec2.terminate_instances(InstanceIds=[terminated["InstanceId"]])
     name = f"gone-{scope}"
-    dead = ccm_settings.aws.model_copy(
+    dead = AWS.section(ccm_settings).model_copy(
         update={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1, "timeout_s": 1}
     )
     try:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cloudloop.settings import AwsSettings, Settings
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.settings import Settings
 
 
 def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.informer import WatchEvent
@@ -72,7 +73,7 @@ async def test_probe_round_trip(
         cluster=settings.cluster_name,
         namespace=namespace,
     )
-    worker = build_worker(client, settings, driver=AwsDriver(settings.aws), kube=kube)
+    worker = build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
     async with worker, running(starter):
         created = await asyncio.to_thread(probe, kube, namespace, "zones")
         condition = await eventually(
@@ -115,7 +116,7 @@ async def test_probe_round_trip(
 async def test_failing_cloud_reports_condition_and_event(
     kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
-    dead = settings.aws.model_copy(
+    dead = AWS.section(settings).model_copy(
         update={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1, "timeout_s": 1}
     )
     starter = CloudProbeStarter(
@@ -164,7 +165,7 @@ async def test_unsupported_provider_is_reported(
         cluster=settings.cluster_name,
         namespace=namespace,
     )
-    worker = build_worker(client, settings, driver=AwsDriver(settings.aws), kube=kube)
+    worker = build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
     async with worker, running(starter):
         await asyncio.to_thread(
             kube.create,

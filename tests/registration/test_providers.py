@@ -6,13 +6,17 @@ import base64
 
 import pytest
 
+from cloudloop.cloud.registry import PROVIDERS
 from cloudloop.settings import Settings
-from starters.registration import REGISTRATIONS
 
 
-@pytest.mark.parametrize("provider", [pytest.param(p, id=p) for p in ("dvp", "zvirt")])
+@pytest.mark.parametrize(
+    "provider", [pytest.param(p, id=p) for p, r in PROVIDERS.items() if r.registration]
+)
 def test_registration_secrets_per_provider(provider: str) -> None:
-    bodies = REGISTRATIONS[provider](Settings())()
+    record = PROVIDERS[provider]
+    assert record.registration is not None
+    bodies = record.registration(record.section(Settings()))
     names = [b["metadata"]["name"] for b in bodies]
     assert names == ["d8-node-manager-cloud-provider", f"d8-node-manager-cloud-provider-{provider}"]
     assert all(b["metadata"]["namespace"] == "kube-system" for b in bodies)

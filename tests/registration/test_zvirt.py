@@ -11,15 +11,17 @@ import pytest
 from pydantic import SecretStr
 
 from cloudloop.cloud.registry import driver_for
-from cloudloop.cloud.zvirt import ZvirtDriver
+from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
+from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.registration import (
     NAMESPACE,
     SECRET_NAME,
     registration_values,
     write_registration_secrets,
 )
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.kube.resources import SECRETS
-from cloudloop.settings import Settings, ZvirtSettings
+from cloudloop.settings import Settings
 from tests.fakes import MemoryKube
 
 PASSWORD = "pa55-w0rd-never-logged"
@@ -97,7 +99,7 @@ def test_both_secrets_are_written_once_and_the_password_never_logged(
 
 def test_settings_mask_the_password_and_the_registry_builds_the_driver() -> None:
     full = Settings(provider="zvirt", zvirt=settings())
-    assert PASSWORD not in repr(full) and PASSWORD not in str(full.zvirt.model_dump())
+    assert PASSWORD not in repr(full) and PASSWORD not in str(ZVIRT.section(full).model_dump())
     driver = driver_for(full)
     assert isinstance(driver, ZvirtDriver)
     assert driver.provider == "zvirt"

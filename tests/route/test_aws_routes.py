@@ -10,10 +10,10 @@ from botocore.stub import Stubber
 from pydantic import SecretStr
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.routes import routes_from_tables
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.models import Route
-from cloudloop.settings import AwsSettings
 
 TAGGED = [{"Key": "kubernetes.io/cluster/c", "Value": "owned"}]
 

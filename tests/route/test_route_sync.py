@@ -13,13 +13,14 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.models import Route
 from cloudloop.kube.informer import Informer, Informers, WatchEvent
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
-from cloudloop.settings import AwsSettings, CcmSettings, Settings
+from cloudloop.settings import CcmSettings, Settings
 from starters.context import StarterContext
 from starters.route import RouteSync
 from tests.fakes import MemoryKube

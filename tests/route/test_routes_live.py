@@ -13,7 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import EVENTS, NODES
@@ -41,7 +42,7 @@ def ec2(settings: Settings) -> Any:
     return boto3.client(
         "ec2",
         region_name="us-east-1",
-        endpoint_url=settings.aws.endpoint_url,
+        endpoint_url=AWS.section(settings).endpoint_url,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
@@ -171,7 +172,9 @@ async def test_routes_follow_the_nodes(
             )
 
         # A long period: everything after the first pass must come from node changes.
-        async with route_sync(kube, AwsDriver(settings.aws), cluster, scope, period_s=3600) as sync:
+        async with route_sync(
+            kube, AwsDriver(AWS.section(settings)), cluster, scope, period_s=3600
+        ) as sync:
 
             def first_pass_done() -> dict[str, str] | None:
                 routes = cloud.routes()
@@ -234,7 +237,7 @@ async def test_unreachable_cloud_deletes_nothing(
     cloud.add_route(STALE_CIDR, cloud.instances[1])
     cloud.add_route(OUTSIDE_CIDR, cloud.instances[1])
     name = f"rt-{scope}-dead"
-    dead = settings.aws.model_copy(
+    dead = AWS.section(settings).model_copy(
         update={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1, "timeout_s": 1}
     )
     try:

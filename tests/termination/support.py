@@ -19,6 +19,7 @@ import boto3
 from prometheus_client import REGISTRY
 from temporalio.client import Client
 
+from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, NODES, PDBS, PODS, Resource
 from cloudloop.messages.termination import MANAGED_TAG
@@ -329,7 +330,7 @@ def processor(settings: Settings, kube: Kube, client: Client) -> QueueProcessor:
     return QueueProcessor(
         kube,
         client,
-        AwsTermination(settings.aws, settings.nth),
+        AwsTermination(AWS.section(settings), settings.nth),
         settings.nth,
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,

@@ -14,7 +14,8 @@ import pytest
 from pydantic import SecretStr
 from temporalio.client import Client
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, VOLUME_ATTACHMENTS
@@ -74,7 +75,7 @@ async def test_asg_termination_drains_then_completes_lifecycle(
             config = nth_settings(settings, stack, queue, webhook_url=SecretStr(receiver.url))
             # AWS fails the first completion: retried, the message still waits for it.
             inject_fault(stack.autoscaling_endpoint, "CompleteLifecycleAction", count=1)
-            worker = build_worker(client, config, driver=AwsDriver(config.aws), kube=kube)
+            worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
             async with worker, running(processor(config, kube, client)):
                 aws.send(queue, asg_terminate(asg, hook, instance, token))
                 await eventually(
@@ -155,7 +156,7 @@ async def test_one_interruption_three_kinds_two_replicas_one_drain_with_heartbea
             {
                 "metadata": {"name": attachment},
                 "spec": {
-                    "attacher": "ebs.csi.aws.com",
+                    "attacher": "ebs.AWS.section(csi).com",
                     "nodeName": source,
                     "source": {"persistentVolumeName": f"pv-{attachment}"},
                 },
@@ -174,7 +175,7 @@ async def test_one_interruption_three_kinds_two_replicas_one_drain_with_heartbea
                 webhook_url=SecretStr(receiver.url),
                 wait_for_volume_attachments=True,
             )
-            worker = build_worker(client, config, driver=AwsDriver(config.aws), kube=kube)
+            worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
             replicas = [processor(config, kube, client) for _ in range(2)]
             async with worker, running(*replicas):
                 aws.send(queue, *bodies, *bodies)
@@ -238,7 +239,7 @@ async def test_lifecycle_action_after_a_completed_drain_is_completed(
     try:
         await eventually(lambda: node_ready(kube, source), what="node Ready", timeout=60)
         config = nth_settings(settings, stack, queue)
-        worker = build_worker(client, config, driver=AwsDriver(config.aws), kube=kube)
+        worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
         async with worker, running(processor(config, kube, client)):
             aws.send(queue, spot_itn(instance))
             await eventually(lambda: aws.depth(queue) == 0, timeout=60, what="spot drained")
@@ -268,7 +269,7 @@ async def test_rebalance_recommendation_only_cordons(
         replica_set(kube, namespace, "web", 2, namespace)
         await eventually(lambda: len(running_pods(kube, namespace, source)) == 2, timeout=60)
         config = nth_settings(settings, stack, queue)
-        worker = build_worker(client, config, driver=AwsDriver(config.aws), kube=kube)
+        worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
         async with worker, running(processor(config, kube, client)):
             aws.send(queue, rebalance(instance))
             await eventually(lambda: aws.depth(queue) == 0, timeout=60, what="message deleted")
@@ -293,7 +294,7 @@ async def test_unknown_unmanaged_and_odd_messages_are_deleted(
     kwok_node(kube, unmanaged_dns, "none")
     config = nth_settings(settings, stack, queue)
     nth = processor(config, kube, client)
-    calls = AwsTermination(config.aws, config.nth)
+    calls = AwsTermination(AWS.section(config), config.nth)
     parse_errors = metric("events_error_total", {"event_error_where": "parse"})
     cases = {
         "unknown-instance": spot_itn("i-0123456789abcdef0"),

@@ -16,7 +16,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
@@ -189,7 +190,7 @@ async def test_pdb_that_never_allows_disruption(
         replica_set(kube, namespace, "web", 2, namespace)
         pdb(kube, namespace, "web", max_unavailable=0)
         await eventually(lambda: len(running_pods(kube, namespace, source)) == 2, timeout=60)
-        worker = build_worker(client, config, driver=AwsDriver(config.aws), kube=kube)
+        worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
         async with worker, running(processor(config, kube, client)):
             aws.send(queue, spot_itn(instance))
             await eventually(

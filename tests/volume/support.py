@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.tags import cluster_tag_key
 from cloudloop.settings import Settings
 
@@ -14,7 +15,7 @@ GIB = 1 << 30
 
 
 def ec2_client(settings: Settings) -> Any:
-    return AwsDriver(settings.aws).client("ec2")
+    return AwsDriver(AWS.section(settings)).client("ec2")
 
 
 def unique(prefix: str) -> str:

@@ -17,7 +17,8 @@ from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.tags import cluster_tag_key
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
@@ -60,7 +61,7 @@ def ops(client: Client, settings: Settings) -> VolumeOperations:
 
 
 def make_worker(client: Client, settings: Settings, kube: Kube) -> Worker:
-    return build_worker(client, settings, driver=AwsDriver(settings.aws), kube=kube)
+    return build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
 
 
 @pytest.fixture

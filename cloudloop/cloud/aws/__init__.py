@@ -1,26 +1,34 @@
-"""The AWS driver, one mixin per capability over a shared boto3 base.
+"""AWS: EC2 instances, Classic ELB and NLB load balancers, VPC routes, EBS volumes, discovery.
 
-Every boto3 client counts its calls in ``cloud_api_requests_total`` (botocore event hooks), and
-every botocore failure becomes a :mod:`cloudloop.cloud.errors` class.
+The provider record; the boto3-backed driver is :mod:`cloudloop.cloud.aws.driver` (one mixin per
+capability) and the node termination handler's client :mod:`cloudloop.cloud.aws.termination`.
+
+Rules: importing this package loads no SDK; the factories import their modules when called.
 """
 
 from __future__ import annotations
 
-from cloudloop.cloud.aws.base import PROVIDER, AwsBase, calling, translate
-from cloudloop.cloud.aws.discovery import AwsDiscovery
-from cloudloop.cloud.aws.instances import AwsInstances
-from cloudloop.cloud.aws.loadbalancers import AwsLoadBalancers
-from cloudloop.cloud.aws.routes import AwsRoutes
-from cloudloop.cloud.aws.volumes import AwsVolumes
-from cloudloop.cloud.driver import Capability
+from typing import TYPE_CHECKING
 
-__all__ = ["PROVIDER", "AwsBase", "AwsDriver", "calling", "translate"]
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.provider import Provider
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.aws.termination import AwsTermination
+    from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.settings import NthSettings
 
 
-class AwsDriver(AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes):
-    """AWS through boto3."""
+def _driver(settings: AwsSettings) -> CloudDriver:
+    from cloudloop.cloud.aws.driver import AwsDriver
 
-    capabilities = frozenset(
-        {Capability.INSTANCES, Capability.DISCOVERY, Capability.ROUTES, Capability.LOAD_BALANCERS}
-        | {Capability.VOLUMES}
-    )
+    return AwsDriver(settings)
+
+
+def _termination(settings: AwsSettings, nth: NthSettings) -> AwsTermination:
+    from cloudloop.cloud.aws.termination import AwsTermination
+
+    return AwsTermination(settings, nth)
+
+
+PROVIDER = Provider(name="aws", settings=AwsSettings, driver=_driver, termination=_termination)

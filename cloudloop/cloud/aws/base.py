@@ -1,7 +1,8 @@
 """The AWS driver's base: boto3 session and clients, call counting, error translation.
 
-Every boto3 client the driver makes counts its calls in ``cloud_api_requests_total`` through
-botocore's event hooks, and every botocore failure is translated into a
+Every boto3 client the driver makes counts its HTTP requests in ``cloud_api_requests_total``
+through botocore's event hooks (each page and each SDK retry is one request), with the shared
+outcome vocabulary of :mod:`cloudloop.cloud.calls`; every botocore failure is translated into a
 :mod:`cloudloop.cloud.errors` class, so callers never see a raw SDK exception.
 """
 
@@ -18,11 +19,11 @@ import botocore.exceptions
 import botocore.session
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.calls import count, outcome_for
 from cloudloop.cloud.driver import CloudDriver
-from cloudloop.metrics import CLOUD_API_REQUESTS
-from cloudloop.settings import AwsSettings
 
-PROVIDER = "aws"
+NAME = "aws"
 
 _AUTH_CODES = {
     "AuthFailure",
@@ -42,39 +43,60 @@ _THROTTLE_CODES = {
 }
 
 
-def _count_call(event_name: str = "", http_response: Any = None, **_: Any) -> None:
-    """botocore ``after-call.<service>.<Operation>``: one API call answered (after SDK retries)."""
+def _count_call(
+    event_name: str = "", http_response: Any = None, parsed: Any = None, **_: Any
+) -> None:
+    """botocore ``after-call.<service>.<Operation>``: one HTTP request answered."""
     status = getattr(http_response, "status_code", 0) or 0
-    outcome = "success" if 200 <= status < 300 else ("throttled" if status == 429 else "error")
-    CLOUD_API_REQUESTS.labels(PROVIDER, event_name.rsplit(".", 1)[-1], outcome).inc()
+    if 200 <= status < 300:
+        outcome = "success"
+    else:
+        code = (
+            str(((parsed or {}).get("Error") or {}).get("Code", ""))
+            if isinstance(parsed, dict)
+            else ""
+        )
+        outcome = outcome_for(error_class(code, status))
+    count(NAME, event_name.rsplit(".", 1)[-1], outcome)
 
 
 def _count_error(event_name: str = "", **_: Any) -> None:
-    """botocore ``after-call-error.<service>.<Operation>``: the call got no answer at all."""
-    CLOUD_API_REQUESTS.labels(PROVIDER, event_name.rsplit(".", 1)[-1], "unreachable").inc()
+    """botocore ``after-call-error.<service>.<Operation>``: the request got no answer at all."""
+    count(NAME, event_name.rsplit(".", 1)[-1], "unreachable")
 
 
-def translate(operation: str, exc: Exception) -> errors.CloudError:
+def error_class(code: str, status: int) -> type[errors.CloudError]:
+    """The contract's error class for an AWS error code and HTTP status."""
+    if code in _AUTH_CODES:
+        return errors.CloudAuthFailed
+    if code in _THROTTLE_CODES or status == 429:
+        return errors.CloudThrottled
+    if code.endswith("NotFound"):
+        return errors.NotFound
+    if code.endswith("AlreadyExists") or code.endswith(".Duplicate"):
+        return errors.AlreadyExists
+    if 400 <= status < 500:
+        return errors.InvalidRequest
+    return errors.CloudError
+
+
+def translate(operation: str, exc: BaseException) -> errors.CloudError:
     """Map a botocore exception onto the contract's error classes."""
     if isinstance(
         exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError
     ):
-        return errors.CloudAuthFailed(PROVIDER, operation, "no usable credentials")
+        return errors.CloudAuthFailed(NAME, operation, "no usable credentials")
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         message = str(exc.response.get("Error", {}).get("Message", code))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        if code in _AUTH_CODES:
-            return errors.CloudAuthFailed(PROVIDER, operation, f"{code}: {message}")
-        if code in _THROTTLE_CODES:
-            return errors.CloudThrottled(PROVIDER, operation, f"{code}: {message}")
-        if code.endswith(".NotFound") or code.endswith("NotFound"):
-            return errors.NotFound(PROVIDER, operation, f"{code}: {message}")
-        if code.endswith("AlreadyExists") or code.endswith(".Duplicate"):
-            return errors.AlreadyExists(PROVIDER, operation, f"{code}: {message}")
-        if 400 <= status < 500:
-            return errors.InvalidRequest(PROVIDER, operation, f"{code}: {message}")
-        return errors.CloudError(PROVIDER, operation, f"{code or status}: {message}")
+        kind = error_class(code, status)
+        detail = (
+            f"{code}: {message}"
+            if kind is not errors.CloudError
+            else f"{code or status}: {message}"
+        )
+        return kind(NAME, operation, detail)
     if isinstance(
         exc,
         botocore.exceptions.EndpointConnectionError
@@ -82,14 +104,15 @@ def translate(operation: str, exc: Exception) -> errors.CloudError:
         | botocore.exceptions.ConnectTimeoutError
         | botocore.exceptions.ReadTimeoutError,
     ):
-        return errors.CloudUnreachable(PROVIDER, operation, type(exc).__name__)
+        return errors.CloudUnreachable(NAME, operation, type(exc).__name__)
     if isinstance(exc, botocore.exceptions.BotoCoreError):
-        return errors.CloudError(PROVIDER, operation, type(exc).__name__)
-    return errors.CloudError(PROVIDER, operation, f"{type(exc).__name__}: {exc}")
+        return errors.CloudError(NAME, operation, type(exc).__name__)
+    return errors.CloudError(NAME, operation, f"{type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager
 def calling(operation: str) -> Iterator[None]:
+    """Translate a boto3 failure; the requests themselves are counted by the botocore hooks."""
     try:
         yield
     except errors.CloudError:
@@ -101,7 +124,7 @@ def calling(operation: str) -> Iterator[None]:
 class AwsBase(CloudDriver):
     """Session and lazily made boto3 clients, shared across threads (boto3 clients are)."""
 
-    provider = PROVIDER
+    provider = NAME
 
     def __init__(self, settings: AwsSettings) -> None:
         self.settings = settings

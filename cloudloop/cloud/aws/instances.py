@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import PROVIDER, AwsBase, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 
 #: DescribeInstances filter values per request: one request per 500 nodes, not one per node.
 DESCRIBE_BATCH = 500
@@ -27,12 +27,12 @@ class AwsInstances(AwsBase):
         """``aws:///<az>/<id>`` or ``aws://<az>/<id>`` or a bare ``i-…`` ID → the instance ID."""
         if not provider_id.startswith("aws://") and not provider_id.startswith("i-"):
             raise errors.InvalidRequest(
-                PROVIDER, "ParseProviderID", f"not an AWS providerID: {provider_id!r}"
+                NAME, "ParseProviderID", f"not an AWS providerID: {provider_id!r}"
             )
         instance_id = provider_id.rstrip("/").rsplit("/", 1)[-1]
         if not instance_id.startswith("i-"):
             raise errors.InvalidRequest(
-                PROVIDER, "ParseProviderID", f"no instance ID in {provider_id!r}"
+                NAME, "ParseProviderID", f"no instance ID in {provider_id!r}"
             )
         return instance_id
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws.base import PROVIDER
+from cloudloop.cloud.aws.base import NAME
 
 PREFIX = "service.beta.kubernetes.io/aws-load-balancer-"
 TYPE = PREFIX + "type"
@@ -78,16 +78,14 @@ class AwsLoadBalancerOptions:
 
 
 def invalid(message: str) -> errors.InvalidRequest:
-    return errors.InvalidRequest(PROVIDER, _OPERATION, message)
+    return errors.InvalidRequest(NAME, _OPERATION, message)
 
 
 def parse_annotations(annotations: Mapping[str, str]) -> AwsLoadBalancerOptions:
     """Every supported ``aws-load-balancer-*`` annotation, checked; see the module docstring."""
     raw_type = annotations.get(TYPE, "").strip().lower()
     if raw_type in HANDLED_ELSEWHERE:
-        raise errors.NotSupported(
-            PROVIDER, f"load balancers of type {raw_type!r} (handled elsewhere)"
-        )
+        raise errors.NotSupported(NAME, f"load balancers of type {raw_type!r} (handled elsewhere)")
     if raw_type not in ("", LoadBalancerKind.NLB):
         raise invalid(f"{TYPE}: unknown type {raw_type!r} (use nlb, or omit it for a Classic ELB)")
     kind = LoadBalancerKind.NLB if raw_type == LoadBalancerKind.NLB else LoadBalancerKind.CLASSIC

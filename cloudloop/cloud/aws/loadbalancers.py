@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import PROVIDER, AwsBase, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.lb_annotations import (
     TRAFFIC_PORT,
     AwsLoadBalancerOptions,
@@ -351,7 +351,7 @@ class AwsLoadBalancers(AwsBase):
             chosen = choose_subnets(tagged, spec.cluster, internal=options.internal)
             if not chosen:
                 raise errors.CloudError(
-                    PROVIDER,
+                    NAME,
                     "DescribeSubnets",
                     f"could not find any suitable subnets for creating the ELB (tag subnets "
                     f"with {cluster_tag_key(spec.cluster)})",
@@ -633,7 +633,7 @@ class AwsLoadBalancers(AwsBase):
             except errors.CloudError as exc:
                 if _error_code(exc) == "DependencyViolation":  # ELB interfaces still detaching
                     raise errors.CloudError(
-                        PROVIDER, "DeleteSecurityGroup", f"{group['GroupId']} still in use"
+                        NAME, "DeleteSecurityGroup", f"{group['GroupId']} still in use"
                     ) from exc
                 raise
 
@@ -808,7 +808,7 @@ class AwsLoadBalancers(AwsBase):
     ) -> None:
         existing = self._describe_classic(spec.name)
         if existing is None:
-            raise errors.NotFound(PROVIDER, "DescribeLoadBalancers", f"no ELB {spec.name}")
+            raise errors.NotFound(NAME, "DescribeLoadBalancers", f"no ELB {spec.name}")
         _, backend, _ = self._elb_security_groups(
             spec, str(existing.get("VPCId", "")), {}, own=False
         )
@@ -1026,14 +1026,14 @@ class AwsLoadBalancers(AwsBase):
     ) -> None:
         existing = self._describe_nlb(spec.name)
         if existing is None:
-            raise errors.NotFound(PROVIDER, "DescribeLoadBalancersV2", f"no NLB {spec.name}")
+            raise errors.NotFound(NAME, "DescribeLoadBalancersV2", f"no NLB {spec.name}")
         attached = self._attached_target_groups(str(existing["LoadBalancerArn"]))
         by_port: dict[int, dict[str, Any]] = {}
         for port in spec.ports:
             group = attached.get(target_group_name(spec, port))
             if group is None:
                 raise errors.NotFound(
-                    PROVIDER,
+                    NAME,
                     "DescribeTargetGroups",
                     f"{spec.name}: no target group for {port.port}",
                 )
@@ -1093,6 +1093,6 @@ class AwsLoadBalancers(AwsBase):
             except errors.CloudError as exc:
                 if _error_code(exc) == "ResourceInUse":  # the listeners are still going away
                     raise errors.CloudError(
-                        PROVIDER, "DeleteTargetGroup", f"{group_arn} still in use"
+                        NAME, "DeleteTargetGroup", f"{group_arn} still in use"
                     ) from exc
                 raise

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import PROVIDER, AwsBase, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
 
 BLACKHOLE = "blackhole"
@@ -88,7 +88,7 @@ class AwsRoutes(AwsBase):
                 break
         if not tables:
             raise errors.NotFound(
-                PROVIDER, "DescribeRouteTables", f"no route table is tagged for cluster {cluster}"
+                NAME, "DescribeRouteTables", f"no route table is tagged for cluster {cluster}"
             )
         with self._route_tables_lock:
             self._route_table_ids()[cluster] = [str(t["RouteTableId"]) for t in tables]
@@ -113,7 +113,7 @@ class AwsRoutes(AwsBase):
     def create_route(self, cluster: str, route: models.Route) -> None:
         if not route.target_instance_id:
             raise errors.InvalidRequest(
-                PROVIDER, "CreateRoute", f"route {route.destination_cidr} has no target instance"
+                NAME, "CreateRoute", f"route {route.destination_cidr} has no target instance"
             )
         ec2 = self.client("ec2")
         with calling("ModifyInstanceAttribute"):

@@ -10,14 +10,14 @@ client's read timeout covers the long poll; the Auto Scaling client may use its 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
-from cloudloop.messages.termination import LifecycleAction
-from cloudloop.settings import AwsSettings, NthSettings
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.termination import InstanceInfo, LifecycleAction, QueueMessage
+from cloudloop.settings import NthSettings
 
 #: AWS's answer to a lifecycle call whose action was completed or expired.
 NO_ACTIVE_ACTION = "No active Lifecycle Action"
@@ -25,37 +25,16 @@ NO_ACTIVE_ACTION = "No active Lifecycle Action"
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 
 
-@dataclass(frozen=True)
-class QueueMessage:
-    message_id: str
-    receipt_handle: str
-    body: str
-    receive_count: int = 1
-
-
-@dataclass(frozen=True)
-class InstanceInfo:
-    id: str
-    state: str
-    private_dns_name: str = ""
-    launch_time: datetime | None = None
-    zone: str = ""
-    instance_type: str = ""
-    tags: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def provider_id(self) -> str:
-        return f"aws:///{self.zone}/{self.id}"
-
-
 def to_instance_info(raw: dict[str, Any]) -> InstanceInfo:
     launch = raw.get("LaunchTime")
+    zone = raw.get("Placement", {}).get("AvailabilityZone", "") or ""
     return InstanceInfo(
         id=raw["InstanceId"],
+        provider_id=f"aws:///{zone}/{raw['InstanceId']}",
         state=str(raw.get("State", {}).get("Name", "")),
         private_dns_name=raw.get("PrivateDnsName", "") or "",
         launch_time=launch if isinstance(launch, datetime) else None,
-        zone=raw.get("Placement", {}).get("AvailabilityZone", "") or "",
+        zone=zone,
         instance_type=raw.get("InstanceType", "") or "",
         tags={t["Key"]: t.get("Value", "") for t in raw.get("Tags", []) or []},
     )

@@ -20,7 +20,7 @@ from typing import Any
 import botocore.exceptions
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import PROVIDER, AwsBase, translate
+from cloudloop.cloud.aws.base import NAME, AwsBase, translate
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 
 #: Tag holding the CSI volume name (the PV name), as the EBS CSI driver sets it.
@@ -69,7 +69,7 @@ def ebs_calling(operation: str) -> Iterator[None]:
         code = _error_code(exc)
         if code in _CODE_ERRORS:
             message = str(exc.response.get("Error", {}).get("Message", code))
-            raise _CODE_ERRORS[code](PROVIDER, operation, f"{code}: {message}") from exc
+            raise _CODE_ERRORS[code](NAME, operation, f"{code}: {message}") from exc
         raise translate(operation, exc) from exc
     except Exception as exc:
         raise translate(operation, exc) from exc
@@ -127,7 +127,7 @@ class DeviceAllocator:
                     self._held.setdefault(instance_id, {})[name] = float("inf")
                     return name
         raise errors.ResourceExhausted(
-            PROVIDER,
+            NAME,
             "AttachVolume",
             f"no free device name on instance {instance_id} ({len(self.names)} in use)",
         )
@@ -166,17 +166,17 @@ class AwsVolumes(AwsBase):
 
     def get_volume(self, volume_id: str) -> models.Volume:
         if not is_volume_id(volume_id):
-            raise errors.NotFound(PROVIDER, "DescribeVolumes", f"no volume {volume_id!r}")
+            raise errors.NotFound(NAME, "DescribeVolumes", f"no volume {volume_id!r}")
         with ebs_calling("DescribeVolumes"):
             answer = self.client("ec2").describe_volumes(VolumeIds=[volume_id])
         volumes = answer.get("Volumes", [])
         if not volumes or volumes[0].get("State") == "deleted":
-            raise errors.NotFound(PROVIDER, "DescribeVolumes", f"no volume {volume_id!r}")
+            raise errors.NotFound(NAME, "DescribeVolumes", f"no volume {volume_id!r}")
         return self.to_volume(volumes[0])
 
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
         if not spec.zone:
-            raise errors.InvalidRequest(PROVIDER, "CreateVolume", "an EBS volume needs a zone")
+            raise errors.InvalidRequest(NAME, "CreateVolume", "an EBS volume needs a zone")
         tags = {
             **spec.tags,
             CSI_NAME_TAG: spec.name,
@@ -203,7 +203,7 @@ class AwsVolumes(AwsBase):
 
     def delete_volume(self, volume_id: str) -> None:
         if not is_volume_id(volume_id):
-            raise errors.NotFound(PROVIDER, "DeleteVolume", f"no volume {volume_id!r}")
+            raise errors.NotFound(NAME, "DeleteVolume", f"no volume {volume_id!r}")
         with ebs_calling("DeleteVolume"):
             self.client("ec2").delete_volume(VolumeId=volume_id)
 
@@ -216,7 +216,7 @@ class AwsVolumes(AwsBase):
                 zone = str(instance.get("Placement", {}).get("AvailabilityZone", ""))
                 if volume.zone and zone and volume.zone != zone:
                     raise errors.FailedPrecondition(
-                        PROVIDER,
+                        NAME,
                         "AttachVolume",
                         f"volume {volume.id} is in zone {volume.zone}, "
                         f"instance {instance_id} in zone {zone}",
@@ -257,12 +257,12 @@ class AwsVolumes(AwsBase):
                 state=str(answer.get("State", "attaching")),
             )
         raise errors.CloudError(
-            PROVIDER, "AttachVolume", f"device names on {instance_id} kept colliding: {excluded}"
+            NAME, "AttachVolume", f"device names on {instance_id} kept colliding: {excluded}"
         )
 
     def detach_volume(self, volume_id: str, instance_id: str) -> None:
         if not is_volume_id(volume_id):
-            raise errors.NotFound(PROVIDER, "DetachVolume", f"no volume {volume_id!r}")
+            raise errors.NotFound(NAME, "DetachVolume", f"no volume {volume_id!r}")
         try:
             with ebs_calling("DetachVolume"):
                 self.client("ec2").detach_volume(VolumeId=volume_id, InstanceId=instance_id)
@@ -273,14 +273,14 @@ class AwsVolumes(AwsBase):
 
     def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
         if not is_volume_id(volume_id):
-            raise errors.NotFound(PROVIDER, "ModifyVolume", f"no volume {volume_id!r}")
+            raise errors.NotFound(NAME, "ModifyVolume", f"no volume {volume_id!r}")
         with ebs_calling("ModifyVolume"):
             answer = self.client("ec2").modify_volume(VolumeId=volume_id, Size=size_gib)
         return self._to_modification(answer["VolumeModification"])
 
     def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
         if not is_volume_id(volume_id):
-            raise errors.NotFound(PROVIDER, "DescribeVolumesModifications", f"no {volume_id!r}")
+            raise errors.NotFound(NAME, "DescribeVolumesModifications", f"no {volume_id!r}")
         try:
             with ebs_calling("DescribeVolumesModifications"):
                 answer = self.client("ec2").describe_volumes_modifications(VolumeIds=[volume_id])
@@ -306,7 +306,7 @@ class AwsVolumes(AwsBase):
                 for raw in reservation.get("Instances", []):
                     if raw.get("State", {}).get("Name") not in _GONE_INSTANCE_STATES:
                         return dict(raw)
-        raise errors.NotFound(PROVIDER, "DescribeInstances", f"no instance {instance_id!r}")
+        raise errors.NotFound(NAME, "DescribeInstances", f"no instance {instance_id!r}")
 
     @staticmethod
     def to_volume(raw: dict[str, Any]) -> models.Volume:

@@ -1,21 +1,39 @@
-"""The DVP driver: VMs, disks and cloud-init Secrets in one namespace of the parent DVP cluster.
+"""DVP (Deckhouse Virtualization Platform): VMs and disks in a namespace of the parent cluster.
 
-One mixin per capability over a shared base (parent-cluster client, call counting, error
-translation): machines for Cluster API, instances for node sync, discovery.
+The provider record; the driver (:mod:`cloudloop.cloud.dvp.driver`) talks to the parent
+cluster's ``virtualization.deckhouse.io`` API: Cluster API machines, node sync, discovery.
+
+Rules: importing this package loads no SDK; the factories import their modules when called.
 """
 
 from __future__ import annotations
 
-from cloudloop.cloud.driver import Capability
-from cloudloop.cloud.dvp.base import PROVIDER, PROVIDER_ID_PREFIX, DvpBase
-from cloudloop.cloud.dvp.discovery import DvpDiscovery
-from cloudloop.cloud.dvp.instances import DvpInstances
-from cloudloop.cloud.dvp.machines import DvpMachines
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["PROVIDER", "PROVIDER_ID_PREFIX", "DvpBase", "DvpDriver"]
+from cloudloop.cloud.dvp.capi import INFRA_KINDS
+from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.provider import Provider
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.driver import CloudDriver
 
 
-class DvpDriver(DvpMachines, DvpInstances, DvpDiscovery):
-    """DVP through the parent cluster's Kubernetes API (``virtualization.deckhouse.io``)."""
+def _driver(settings: DvpSettings) -> CloudDriver:
+    from cloudloop.cloud.dvp.driver import DvpDriver
 
-    capabilities = frozenset({Capability.MACHINES, Capability.INSTANCES, Capability.DISCOVERY})
+    return DvpDriver(settings)
+
+
+def _registration(settings: DvpSettings) -> list[dict[str, Any]]:
+    from cloudloop.cloud.dvp.registration import registration_secrets
+
+    return registration_secrets(settings)
+
+
+PROVIDER = Provider(
+    name="dvp",
+    settings=DvpSettings,
+    driver=_driver,
+    infra_kinds=INFRA_KINDS,
+    registration=_registration,
+)

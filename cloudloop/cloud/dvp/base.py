@@ -20,15 +20,15 @@ import yaml
 from kubernetes import client, config
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.calls import cloud_call
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp.resources import CLUSTER_UUID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import Resource
-from cloudloop.metrics import CLOUD_API_REQUESTS
-from cloudloop.settings import DvpSettings
 
-PROVIDER = "dvp"
+NAME = "dvp"
 PROVIDER_ID_PREFIX = "dvp://"
 REGION = "default"
 DEFAULT_ZONES = ("default",)
@@ -37,24 +37,24 @@ T = TypeVar("T")
 DeleteResult = Literal["gone", "deleting"]
 
 
-def translate(operation: str, exc: Exception) -> errors.CloudError:
+def translate(operation: str, exc: BaseException) -> errors.CloudError:
     """Map a parent-cluster failure onto the contract's error classes."""
     if isinstance(exc, KubeError):
         message = str(exc)
         if exc.status in (401, 403):
-            return errors.CloudAuthFailed(PROVIDER, operation, message)
+            return errors.CloudAuthFailed(NAME, operation, message)
         if exc.status == 404:
-            return errors.NotFound(PROVIDER, operation, message)
+            return errors.NotFound(NAME, operation, message)
         if exc.status == 409 and exc.reason == "AlreadyExists":
-            return errors.AlreadyExists(PROVIDER, operation, message)
+            return errors.AlreadyExists(NAME, operation, message)
         if exc.status == 429:
-            return errors.CloudThrottled(PROVIDER, operation, message)
+            return errors.CloudThrottled(NAME, operation, message)
         if exc.status in (400, 422):
-            return errors.InvalidRequest(PROVIDER, operation, message)
-        return errors.CloudError(PROVIDER, operation, message)
+            return errors.InvalidRequest(NAME, operation, message)
+        return errors.CloudError(NAME, operation, message)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
-        return errors.CloudUnreachable(PROVIDER, operation, f"{type(exc).__name__}: {exc}")
-    return errors.CloudError(PROVIDER, operation, f"{type(exc).__name__}: {exc}")
+        return errors.CloudUnreachable(NAME, operation, f"{type(exc).__name__}: {exc}")
+    return errors.CloudError(NAME, operation, f"{type(exc).__name__}: {exc}")
 
 
 def parent_api_client(settings: DvpSettings) -> client.ApiClient:
@@ -65,7 +65,7 @@ def parent_api_client(settings: DvpSettings) -> client.ApiClient:
             document = yaml.safe_load(raw)
         except (binascii.Error, yaml.YAMLError) as exc:
             raise errors.CloudAuthFailed(
-                PROVIDER, "Connect", f"the base64 kubeconfig is unreadable ({type(exc).__name__})"
+                NAME, "Connect", f"the base64 kubeconfig is unreadable ({type(exc).__name__})"
             ) from None
         configuration = client.Configuration()
         config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
@@ -76,14 +76,14 @@ def parent_api_client(settings: DvpSettings) -> client.ApiClient:
     if settings.kubeconfig is not None:
         return api_client(settings.kubeconfig)
     raise errors.CloudAuthFailed(
-        PROVIDER, "Connect", "no parent cluster configured: set dvp.kubeconfig or the base64 one"
+        NAME, "Connect", "no parent cluster configured: set dvp.kubeconfig or the base64 one"
     )
 
 
 class DvpBase(CloudDriver):
     """The parent cluster's client (made on first use) and counted, translated calls."""
 
-    provider = PROVIDER
+    provider = NAME
 
     def __init__(self, settings: DvpSettings, *, kube: Kube | None = None) -> None:
         self.settings = settings
@@ -95,7 +95,7 @@ class DvpBase(CloudDriver):
     @property
     def namespace(self) -> str:
         if not self.settings.namespace:
-            raise errors.InvalidRequest(PROVIDER, "Configure", "dvp.namespace is not set")
+            raise errors.InvalidRequest(NAME, "Configure", "dvp.namespace is not set")
         return self.settings.namespace
 
     @property
@@ -125,24 +125,11 @@ class DvpBase(CloudDriver):
         *,
         found: Callable[[T], bool] = lambda _: True,
     ) -> T:
-        """Run one API request; count it by outcome (``found`` tells a positive "not found"
-        answer from a success); translate its failure."""
-        try:
+        """Run one API request through :func:`cloud_call` (``found`` tells a positive "not
+        found" answer from a success)."""
+        with cloud_call(NAME, operation, translate) as call:
             result = request()
-        except KubeError as exc:
-            outcome = (
-                "not_found" if exc.not_found else ("throttled" if exc.status == 429 else "error")
-            )
-            CLOUD_API_REQUESTS.labels(PROVIDER, operation, outcome).inc()
-            raise translate(operation, exc) from exc
-        except errors.CloudError:
-            raise
-        except Exception as exc:
-            CLOUD_API_REQUESTS.labels(PROVIDER, operation, "unreachable").inc()
-            raise translate(operation, exc) from exc
-        CLOUD_API_REQUESTS.labels(
-            PROVIDER, operation, "success" if found(result) else "not_found"
-        ).inc()
+            call.found = found(result)
         return result
 
     def get(self, resource: Resource, name: str) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.dvp import resources as r
-from cloudloop.cloud.dvp.base import PROVIDER, PROVIDER_ID_PREFIX, DvpBase
+from cloudloop.cloud.dvp.base import NAME, PROVIDER_ID_PREFIX, DvpBase
 from cloudloop.cloud.dvp.machines import vm_state
 
 
@@ -47,13 +47,11 @@ class DvpInstances(DvpBase):
         """``dvp://<vm-name>`` (or ``dvp:///<vm-name>``) → the VM name."""
         if not provider_id.startswith(PROVIDER_ID_PREFIX):
             raise errors.InvalidRequest(
-                PROVIDER, "ParseProviderID", f"not a DVP providerID: {provider_id!r}"
+                NAME, "ParseProviderID", f"not a DVP providerID: {provider_id!r}"
             )
         name = provider_id[len(PROVIDER_ID_PREFIX) :].strip("/")
         if not name or "/" in name:
-            raise errors.InvalidRequest(
-                PROVIDER, "ParseProviderID", f"no VM name in {provider_id!r}"
-            )
+            raise errors.InvalidRequest(NAME, "ParseProviderID", f"no VM name in {provider_id!r}")
         return name
 
     def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:

@@ -15,7 +15,7 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.dvp import resources as r
-from cloudloop.cloud.dvp.base import PROVIDER, PROVIDER_ID_PREFIX, DvpBase
+from cloudloop.cloud.dvp.base import NAME, PROVIDER_ID_PREFIX, DvpBase
 from cloudloop.cloud.dvp.spec import DeckhouseMachineSpec, parse_spec
 from cloudloop.kube.resources import Resource
 
@@ -176,11 +176,11 @@ class DvpMachines(DvpBase):
         image = vm.boot_disk_image_ref
         if not self.exists(r.IMAGE_RESOURCES[image.kind], image.name):
             raise errors.InvalidRequest(
-                PROVIDER, "CreateVirtualMachine", f"{image.kind} {image.name!r} does not exist"
+                NAME, "CreateVirtualMachine", f"{image.kind} {image.name!r} does not exist"
             )
         if not self.exists(r.VIRTUAL_MACHINE_CLASSES, vm.vm_class_name):
             raise errors.InvalidRequest(
-                PROVIDER,
+                NAME,
                 "CreateVirtualMachine",
                 f"VirtualMachineClass {vm.vm_class_name!r} does not exist",
             )
@@ -200,7 +200,7 @@ class DvpMachines(DvpBase):
             existing = self.get(resource, name)
         if existing is None or not self._owned(existing, spec):
             raise errors.AlreadyExists(
-                PROVIDER,
+                NAME,
                 f"Create{resource.kind}",
                 f"{resource.kind} {name!r} exists and belongs to another machine",
             )
@@ -214,13 +214,13 @@ class DvpMachines(DvpBase):
             vm = self._create_or_adopt(r.VIRTUAL_MACHINES, self._vm_body(spec, vm_spec), spec)
         elif not self._owned(vm, spec):
             raise errors.AlreadyExists(
-                PROVIDER,
+                NAME,
                 "CreateVirtualMachine",
                 f"VirtualMachine {spec.name!r} exists and belongs to another machine",
             )
         if vm["metadata"].get("deletionTimestamp"):
             raise errors.CloudError(
-                PROVIDER, "CreateVirtualMachine", f"VirtualMachine {spec.name!r} is being deleted"
+                NAME, "CreateVirtualMachine", f"VirtualMachine {spec.name!r} is being deleted"
             )
         owner = owner_reference(vm)
         secret = self._secret_body(spec, user_data, owner)

@@ -10,9 +10,10 @@ import base64
 import json
 from typing import Any
 
-from cloudloop.cloud.dvp.base import DEFAULT_ZONES, PROVIDER, REGION
-from cloudloop.rules.machine import DVP, INFRA_GROUP
-from cloudloop.settings import DvpSettings
+from cloudloop.cloud.capi import INFRA_GROUP
+from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, REGION
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP
+from cloudloop.cloud.dvp.settings import DvpSettings
 
 SECRET_NAME = "d8-node-manager-cloud-provider"
 NAMESPACE = "kube-system"
@@ -31,7 +32,7 @@ def registration_values(settings: DvpSettings) -> dict[str, str]:
     if settings.additional_vm_labels:
         dvp["additionalVMLabels"] = settings.additional_vm_labels
     values = {
-        "type": PROVIDER,
+        "type": NAME,
         "region": REGION,
         "zones": json.dumps(settings.zones or list(DEFAULT_ZONES), separators=(",", ":")),
         "instanceClassAPIVersion": "v1alpha1",
@@ -40,7 +41,7 @@ def registration_values(settings: DvpSettings) -> dict[str, str]:
         "capiClusterKind": DVP.cluster.kind,
         "capiClusterAPIVersion": infra_api_version,
         "capiClusterAPIGroup": INFRA_GROUP,
-        "capiClusterName": PROVIDER,
+        "capiClusterName": NAME,
         "capiMachineTemplateKind": DVP.template.kind,
         "capiMachineTemplateAPIVersion": infra_api_version,
         "capiMachineTemplateAPIGroup": INFRA_GROUP,
@@ -56,7 +57,7 @@ def registration_secrets(settings: DvpSettings) -> list[dict[str, Any]]:
     data = registration_values(settings)
     labels = {
         REGISTRATION_LABEL: "",
-        PROVIDER_NAME_LABEL: PROVIDER,
+        PROVIDER_NAME_LABEL: NAME,
         "app.kubernetes.io/managed-by": "cloudloop",
     }
     return [
@@ -65,5 +66,5 @@ def registration_secrets(settings: DvpSettings) -> list[dict[str, Any]]:
             "type": "Opaque",
             "data": data,
         }
-        for name in (SECRET_NAME, f"{SECRET_NAME}-{PROVIDER}")
+        for name in (SECRET_NAME, f"{SECRET_NAME}-{NAME}")
     ]

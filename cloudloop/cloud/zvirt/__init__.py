@@ -1,31 +1,39 @@
-"""The zVirt (oVirt Engine) driver, through the official SDK ``ovirtsdk4``.
+"""zVirt (oVirt Engine): Cluster API machines from templates, node sync and discovery.
 
-Machines for Cluster API (capz's steps), instances for node sync (batched searches) and the
-storage-domain discovery data. Every SDK request is counted in
-``cloud_api_requests_total{provider="zvirt"}`` and every SDK failure becomes a
-:mod:`cloudloop.cloud.errors` class. Tests run it against :mod:`devstack.ovirt_emulator`.
+The provider record; the driver (:mod:`cloudloop.cloud.zvirt.driver`) goes through the official
+SDK ``ovirtsdk4``; tests run it against the dev stack's oVirt Engine emulator.
+
+Rules: importing this package loads no SDK; the factories import their modules when called.
 """
 
 from __future__ import annotations
 
-from cloudloop.cloud.driver import Capability
-from cloudloop.cloud.zvirt.base import ZvirtBase, translate
-from cloudloop.cloud.zvirt.discovery import ZvirtDiscovery
-from cloudloop.cloud.zvirt.instances import ZvirtInstances
-from cloudloop.cloud.zvirt.machines import ZvirtMachines
-from cloudloop.cloud.zvirt.mapping import PROVIDER, ZvirtMachineSpec, parse_machine_spec
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "PROVIDER",
-    "ZvirtBase",
-    "ZvirtDriver",
-    "ZvirtMachineSpec",
-    "parse_machine_spec",
-    "translate",
-]
+from cloudloop.cloud.provider import Provider
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.driver import CloudDriver
 
 
-class ZvirtDriver(ZvirtMachines, ZvirtInstances, ZvirtDiscovery):
-    """zVirt / oVirt Engine through ``ovirtsdk4``; no load balancers, routes or volumes (yet)."""
+def _driver(settings: ZvirtSettings) -> CloudDriver:
+    from cloudloop.cloud.zvirt.driver import ZvirtDriver
 
-    capabilities = frozenset({Capability.INSTANCES, Capability.MACHINES, Capability.DISCOVERY})
+    return ZvirtDriver(settings)
+
+
+def _registration(settings: ZvirtSettings) -> list[dict[str, Any]]:
+    from cloudloop.cloud.zvirt.registration import registration_secrets
+
+    return registration_secrets(settings)
+
+
+PROVIDER = Provider(
+    name="zvirt",
+    settings=ZvirtSettings,
+    driver=_driver,
+    infra_kinds=INFRA_KINDS,
+    registration=_registration,
+)

@@ -19,9 +19,10 @@ import ovirtsdk4 as sdk
 import ovirtsdk4.types as sdk_types
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.calls import cloud_call
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.zvirt.mapping import (
-    PROVIDER,
+    NAME,
     AttachmentView,
     DeviceView,
     DiskView,
@@ -29,8 +30,7 @@ from cloudloop.cloud.zvirt.mapping import (
     StorageDomainView,
     VmView,
 )
-from cloudloop.metrics import CLOUD_API_REQUESTS
-from cloudloop.settings import ZvirtSettings
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,39 +49,29 @@ def translate(operation: str, exc: BaseException) -> errors.CloudError:
     """
     message = str(exc).strip() or type(exc).__name__
     if isinstance(exc, sdk.AuthError):
-        return errors.CloudAuthFailed(PROVIDER, operation, message)
+        return errors.CloudAuthFailed(NAME, operation, message)
     if isinstance(exc, sdk.ConnectionError | sdk.TimeoutError):
-        return errors.CloudUnreachable(PROVIDER, operation, message)
+        return errors.CloudUnreachable(NAME, operation, message)
     if isinstance(exc, sdk.NotFoundError):
-        return errors.NotFound(PROVIDER, operation, message)
+        return errors.NotFound(NAME, operation, message)
     if isinstance(exc, sdk.Error):
         code = exc.code
         if code is None:
             if _TRANSPORT_MESSAGES.search(message):
-                return errors.CloudUnreachable(PROVIDER, operation, message)
-            return errors.CloudError(PROVIDER, operation, message)
+                return errors.CloudUnreachable(NAME, operation, message)
+            return errors.CloudError(NAME, operation, message)
         if code in (401, 403):
-            return errors.CloudAuthFailed(PROVIDER, operation, message)
+            return errors.CloudAuthFailed(NAME, operation, message)
         if code == 429:
-            return errors.CloudThrottled(PROVIDER, operation, message)
+            return errors.CloudThrottled(NAME, operation, message)
         if code in _UNREACHABLE_CODES:
-            return errors.CloudUnreachable(PROVIDER, operation, message)
+            return errors.CloudUnreachable(NAME, operation, message)
         if code == 409:  # the engine's validation refused it for now (locked, running...)
-            return errors.CloudError(PROVIDER, operation, message)
+            return errors.CloudError(NAME, operation, message)
         if 400 <= code < 500:
-            return errors.InvalidRequest(PROVIDER, operation, message)
-        return errors.CloudError(PROVIDER, operation, message)
-    return errors.CloudError(PROVIDER, operation, f"{type(exc).__name__}: {message}")
-
-
-def _outcome(error: errors.CloudError | None) -> str:
-    if error is None:
-        return "success"
-    if isinstance(error, errors.CloudUnreachable):
-        return "unreachable"
-    if isinstance(error, errors.CloudThrottled):
-        return "throttled"
-    return "error"
+            return errors.InvalidRequest(NAME, operation, message)
+        return errors.CloudError(NAME, operation, message)
+    return errors.CloudError(NAME, operation, f"{type(exc).__name__}: {message}")
 
 
 def is_conflict(error: errors.CloudError) -> bool:
@@ -99,7 +89,7 @@ class ZvirtBase(CloudDriver):
     file is read again).
     """
 
-    provider = PROVIDER
+    provider = NAME
 
     def __init__(self, settings: ZvirtSettings) -> None:
         self.settings = settings
@@ -110,19 +100,19 @@ class ZvirtBase(CloudDriver):
     def _connect(self) -> Any:
         settings = self.settings
         if not settings.api_url:
-            raise errors.InvalidRequest(PROVIDER, "Connect", "zvirt.api_url is not set")
+            raise errors.InvalidRequest(NAME, "Connect", "zvirt.api_url is not set")
         ca_file = None
         if settings.ca_bundle is not None and not settings.insecure:
             if not settings.ca_bundle.exists():
                 raise errors.InvalidRequest(
-                    PROVIDER, "Connect", f"CA bundle {settings.ca_bundle} does not exist"
+                    NAME, "Connect", f"CA bundle {settings.ca_bundle} does not exist"
                 )
             ca_file = str(settings.ca_bundle)
         try:
             password = settings.password_value()
         except OSError as exc:
             raise errors.CloudAuthFailed(
-                PROVIDER, "Connect", f"cannot read the password file: {exc.strerror}"
+                NAME, "Connect", f"cannot read the password file: {exc.strerror}"
             ) from None
         return sdk.Connection(
             url=settings.api_url,
@@ -170,19 +160,15 @@ class ZvirtBase(CloudDriver):
         and its failure translated into a :mod:`cloudloop.cloud.errors` class.
         """
         connection = self._acquire()
-        error: errors.CloudError | None = None
+        broken = False
         try:
-            return request(connection.system_service())
-        except errors.CloudError as exc:
-            error = exc
+            with cloud_call(NAME, operation, translate):
+                return request(connection.system_service())
+        except (errors.CloudUnreachable, errors.CloudAuthFailed):
+            broken = True
             raise
-        except Exception as exc:
-            error = translate(operation, exc)
-            raise error from exc
         finally:
-            broken = isinstance(error, errors.CloudUnreachable | errors.CloudAuthFailed)
             self._release(connection, broken=broken)
-            CLOUD_API_REQUESTS.labels(PROVIDER, operation, _outcome(error)).inc()
 
     def wait_until(
         self,
@@ -198,7 +184,7 @@ class ZvirtBase(CloudDriver):
             if done(value):
                 return value
             if time.monotonic() >= deadline:
-                raise errors.CloudError(PROVIDER, what, "still waiting; the next call resumes")
+                raise errors.CloudError(NAME, what, "still waiting; the next call resumes")
             time.sleep(self.settings.poll_interval_s)
 
     def deadline(self) -> float:

@@ -9,7 +9,7 @@ from cloudloop.cloud.zvirt.base import ZvirtBase, storage_domain_view
 from cloudloop.cloud.zvirt.mapping import (
     DISCOVERY_API_VERSION,
     DISCOVERY_KIND,
-    PROVIDER,
+    NAME,
     REGION,
     ZONE,
     StorageDomainView,
@@ -25,11 +25,11 @@ class ZvirtDiscovery(ZvirtBase):
 
     def instance_types(self) -> list[models.InstanceType]:
         """zVirt has no instance types (Deckhouse's discoverer returns none)."""
-        raise errors.NotSupported(PROVIDER, "instance_types")
+        raise errors.NotSupported(NAME, "instance_types")
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
         """Deckhouse's zVirt discoverer does not report disks (no orphaned-disk check)."""
-        raise errors.NotSupported(PROVIDER, "list_cluster_disks")
+        raise errors.NotSupported(NAME, "list_cluster_disks")
 
     def list_storage_domains(self) -> list[StorageDomainView]:
         def listing(api: Any) -> list[StorageDomainView]:

@@ -25,7 +25,7 @@ from cloudloop.cloud.zvirt.base import (
     vm_view,
 )
 from cloudloop.cloud.zvirt.mapping import (
-    PROVIDER,
+    NAME,
     AttachmentView,
     DiskView,
     VmView,
@@ -92,7 +92,7 @@ class ZvirtMachines(ZvirtBase):
         vm = self.find_vm(name)
         if vm is not None and owner_uid(vm.description) != spec.machine_uid:
             raise errors.AlreadyExists(
-                PROVIDER,
+                NAME,
                 "CreateMachine",
                 f"VM {name} ({vm.id}) exists but belongs to "
                 f"{owner_uid(vm.description) or 'something cloudloop did not create'}",
@@ -118,7 +118,7 @@ class ZvirtMachines(ZvirtBase):
     def _add_vm(self, spec: models.MachineSpec, machine: ZvirtMachineSpec) -> VmView:
         cluster_id = self.settings.cluster_id
         if not cluster_id:
-            raise errors.InvalidRequest(PROVIDER, "CreateMachine", "zvirt.cluster_id is not set")
+            raise errors.InvalidRequest(NAME, "CreateMachine", "zvirt.cluster_id is not set")
         template_id = self._template_id(machine.template)
         self._check_vnic_profile(machine.vnic_profile_id)
         memory = machine.memory_bytes
@@ -143,7 +143,7 @@ class ZvirtMachines(ZvirtBase):
                 "AddVm", lambda api: vm_view(api.vms_service().add(definition, clone=True))
             )
         except errors.NotFound as exc:  # the cluster (or template) named in the request
-            raise errors.InvalidRequest(PROVIDER, "AddVm", exc.message) from exc
+            raise errors.InvalidRequest(NAME, "AddVm", exc.message) from exc
         except errors.CloudError as exc:
             if not is_conflict(exc):
                 raise
@@ -167,7 +167,7 @@ class ZvirtMachines(ZvirtBase):
 
         matches = self.call("ListTemplates", search)
         if not matches:
-            raise errors.InvalidRequest(PROVIDER, "CreateMachine", f"no template named {name!r}")
+            raise errors.InvalidRequest(NAME, "CreateMachine", f"no template named {name!r}")
         return max(matches, key=lambda match: match[1])[0]  # the latest template version
 
     def _check_vnic_profile(self, profile_id: str) -> None:
@@ -178,7 +178,7 @@ class ZvirtMachines(ZvirtBase):
             )
         except errors.NotFound:
             raise errors.InvalidRequest(
-                PROVIDER, "CreateMachine", f"no vNIC profile {profile_id}"
+                NAME, "CreateMachine", f"no vNIC profile {profile_id}"
             ) from None
 
     def _prepare_boot_disk(self, vm_id: str, machine: ZvirtMachineSpec, deadline: float) -> None:
@@ -186,7 +186,7 @@ class ZvirtMachines(ZvirtBase):
         boot = next((a for a in self._attachments(vm_id) if a.bootable and a.active), None)
         if boot is None:
             raise errors.InvalidRequest(
-                PROVIDER,
+                NAME,
                 "CreateMachine",
                 f"template {machine.template!r} gave the VM no active bootable disk",
             )

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cloudloop.cloud import errors, models
 
-PROVIDER = "zvirt"
+NAME = "zvirt"
 PROVIDER_ID_PREFIX = "zvirt://"
 #: oVirt/zVirt has no regions or zones; Deckhouse mocks one of each.
 ZONE = "default"
@@ -80,10 +80,10 @@ def parse_machine_spec(provider_spec: Mapping[str, Any]) -> ZvirtMachineSpec:
             f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
             for error in exc.errors()
         )
-        raise errors.InvalidRequest(PROVIDER, "ValidateMachineSpec", problems) from None
+        raise errors.InvalidRequest(NAME, "ValidateMachineSpec", problems) from None
     if not is_uuid(spec.vnic_profile_id):
         raise errors.InvalidRequest(
-            PROVIDER, "ValidateMachineSpec", f"vnicProfileID: not a UUID: {spec.vnic_profile_id!r}"
+            NAME, "ValidateMachineSpec", f"vnicProfileID: not a UUID: {spec.vnic_profile_id!r}"
         )
     return spec
 
@@ -97,9 +97,7 @@ def nic_name_of(provider_spec: Mapping[str, Any]) -> str:
 def check_vm_name(name: str) -> str:
     """A VM name the engine accepts and the search language can look up exactly."""
     if not _SEARCHABLE_NAME.match(name):
-        raise errors.InvalidRequest(
-            PROVIDER, "ValidateMachineSpec", f"not a usable VM name: {name!r}"
-        )
+        raise errors.InvalidRequest(NAME, "ValidateMachineSpec", f"not a usable VM name: {name!r}")
     return name
 
 
@@ -121,10 +119,10 @@ def cloud_init_script(user_data: bytes) -> str:
         script = user_data.decode("utf-8")
     except UnicodeDecodeError:
         raise errors.InvalidRequest(
-            PROVIDER, "CreateMachine", "bootstrap data is not UTF-8 text (cloud-init expected)"
+            NAME, "CreateMachine", "bootstrap data is not UTF-8 text (cloud-init expected)"
         ) from None
     if "\x00" in script:
-        raise errors.InvalidRequest(PROVIDER, "CreateMachine", "bootstrap data contains NUL")
+        raise errors.InvalidRequest(NAME, "CreateMachine", "bootstrap data contains NUL")
     return script
 
 
@@ -151,9 +149,7 @@ def vm_id_from_provider_id(value: str) -> str:
     vm_id = value[len(PROVIDER_ID_PREFIX) :] if value.startswith(PROVIDER_ID_PREFIX) else value
     vm_id = vm_id.strip("/").lower()
     if not is_uuid(vm_id):
-        raise errors.InvalidRequest(
-            PROVIDER, "ParseProviderID", f"not a zVirt providerID: {value!r}"
-        )
+        raise errors.InvalidRequest(NAME, "ParseProviderID", f"not a zVirt providerID: {value!r}")
     return vm_id
 
 

@@ -13,11 +13,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from cloudloop.cloud.zvirt.mapping import PROVIDER, REGION, ZONE
+from cloudloop.cloud.capi import INFRA_GROUP
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT
+from cloudloop.cloud.zvirt.mapping import NAME, REGION, ZONE
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SECRETS
-from cloudloop.rules.machine import INFRA_GROUP, ZVIRT
-from cloudloop.settings import ZvirtSettings
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def registration_values(settings: ZvirtSettings, zones: Sequence[str] = (ZONE,))
         "clusterID": settings.cluster_id,
     }
     values = {
-        "type": PROVIDER,
+        "type": NAME,
         "region": REGION,
         "zones": _json(list(zones) or [ZONE]),
         "instanceClassAPIVersion": "v1",
@@ -56,7 +57,7 @@ def registration_values(settings: ZvirtSettings, zones: Sequence[str] = (ZONE,))
         "machineClassKind": "",
         "capiClusterKind": ZVIRT.cluster.kind,
         "capiClusterAPIVersion": infra_api_version,
-        "capiClusterName": PROVIDER,
+        "capiClusterName": NAME,
         "capiMachineTemplateKind": ZVIRT.template.kind,
         "capiMachineTemplateAPIVersion": infra_api_version,
         "sshPublicKey": settings.ssh_public_key,
@@ -72,7 +73,7 @@ def registration_secrets(
     data = registration_values(settings, zones)
     labels = {
         REGISTRATION_LABEL: "",
-        PROVIDER_NAME_LABEL: PROVIDER,
+        PROVIDER_NAME_LABEL: NAME,
         "app.kubernetes.io/managed-by": "cloudloop",
     }
     return [
@@ -81,7 +82,7 @@ def registration_secrets(
             "type": "Opaque",
             "data": dict(data),
         }
-        for name in (SECRET_NAME, f"{SECRET_NAME}-{PROVIDER}")
+        for name in (SECRET_NAME, f"{SECRET_NAME}-{NAME}")
     ]
 
 

@@ -1,0 +1,20 @@
+"""The AWS driver, one mixin per capability over a shared boto3 base.
+
+Every boto3 client counts its calls in ``cloud_api_requests_total`` (botocore event hooks), and
+every botocore failure becomes a :mod:`cloudloop.cloud.errors` class.
+"""
+
+from __future__ import annotations
+
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling, translate
+from cloudloop.cloud.aws.discovery import AwsDiscovery
+from cloudloop.cloud.aws.instances import AwsInstances
+from cloudloop.cloud.aws.loadbalancers import AwsLoadBalancers
+from cloudloop.cloud.aws.routes import AwsRoutes
+from cloudloop.cloud.aws.volumes import AwsVolumes
+
+__all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
+
+
+class AwsDriver(AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes):
+    """AWS through boto3."""

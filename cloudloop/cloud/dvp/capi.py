@@ -1,0 +1,19 @@
+"""The Cluster API kinds of DVP: DeckhouseCluster, DeckhouseMachine, DeckhouseMachineTemplate.
+
+Served by the CRDs in ``deploy/crds``; the finalizer and version are Deckhouse's.
+"""
+
+from __future__ import annotations
+
+from cloudloop.cloud.capi import INFRA_GROUP, InfraKinds
+from cloudloop.kube.resources import Resource
+
+INFRA_KINDS = InfraKinds(
+    provider="dvp",
+    machine=Resource(INFRA_GROUP, "v1alpha1", "deckhousemachines", "DeckhouseMachine"),
+    cluster=Resource(INFRA_GROUP, "v1alpha1", "deckhouseclusters", "DeckhouseCluster"),
+    template=Resource(
+        INFRA_GROUP, "v1alpha1", "deckhousemachinetemplates", "DeckhouseMachineTemplate"
+    ),
+    finalizer="deckhousemachine.infrastructure.cluster.x-k8s.io",
+)

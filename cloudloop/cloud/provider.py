@@ -1,0 +1,51 @@
+"""The provider record: everything the product knows about one cloud, declared in its package.
+
+Each ``cloudloop/cloud/<name>/__init__.py`` declares one :class:`Provider`; the registry lists
+them, and the controllers, workers and settings read them instead of naming a cloud.
+
+Rules:
+- A record imports nothing heavy: the driver factory imports the SDK-backed driver module
+  lazily, so listing providers (settings, CLI) never loads boto3, ovirtsdk4 or pyVmomi.
+- ``name`` is the ``provider`` setting's value and the name of the settings section
+  (``CLOUDLOOP_<NAME>__*``); ``settings`` is that section's model.
+- Optional parts are ``None`` when the cloud has none: Cluster API kinds, the node manager's
+  registration Secrets, the termination handler's client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.capi import InfraKinds
+    from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.settings import NthSettings, Settings
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Provider(Generic[S]):
+    """One cloud: its name, settings section, driver and optional parts."""
+
+    name: str
+    settings: type[S]
+    #: Builds the driver from this provider's settings section (imports it lazily).
+    driver: Callable[[S], CloudDriver]
+    #: The Cluster API infrastructure kinds this cloud provides, if any.
+    infra_kinds: InfraKinds | None = None
+    #: The node manager's registration Secrets (``d8-node-manager-cloud-provider``), if any.
+    registration: Callable[[S], list[dict[str, Any]]] | None = None
+    #: The node termination handler's client (queue, instances, lifecycle actions), if any.
+    termination: Callable[[S, NthSettings], Any] | None = None
+
+    def section(self, settings: Settings) -> S:
+        """This provider's section of ``settings``."""
+        return cast(S, getattr(settings, self.name))
+
+    def make_driver(self, settings: Settings) -> CloudDriver:
+        return self.driver(self.section(settings))

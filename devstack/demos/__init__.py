@@ -1,0 +1,43 @@
+"""The demos of ``cloudloop dev --provider <name>``: one module per cloud the dev stack emulates.
+
+A demo adds its emulator to the stack options, seeds a cloud and a cluster (returning the settings
+the worker and starter run with), and names what to look at in the banner.
+
+Rules: one :class:`Demo` class per module, one line in :data:`DEMOS`; demos run only in devstack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from cloudloop.kube.api import Kube
+from cloudloop.settings import Settings
+from devstack.demos.aws import AwsDemo
+from devstack.local import LocalStack, StackOptions
+
+
+class Demo(Protocol):
+    name: str
+
+    def stack_options(self, options: StackOptions) -> StackOptions:
+        """The stack options with this demo's emulators added."""
+        ...
+
+    def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
+        """Seed the cloud and the cluster; the settings the processes run with."""
+        ...
+
+    def endpoints(self, stack: LocalStack) -> list[str]:
+        """Banner lines: where the emulated cloud answers."""
+        ...
+
+    def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
+        """Banner lines: what to run to watch the demo."""
+        ...
+
+
+DEMOS: dict[str, Callable[[], Demo]] = {
+    "aws": AwsDemo,
+}

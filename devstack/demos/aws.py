@@ -1,0 +1,194 @@
+"""The AWS demo of ``cloudloop dev``: moto's EC2, ELB and SQS with kwok Nodes for the instances.
+
+A VPC with cluster-tagged subnets and route table, two instances whose Nodes node sync
+initializes and routes sync gives pod routes, an LB Service, a CloudProbe and an SQS queue that
+``cloudloop inject spot-interruption`` feeds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.client import api_client
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
+from cloudloop.rules.node import UNINITIALIZED_TAINT
+from cloudloop.settings import Settings
+from devstack.aws_network import create_cluster_network
+from devstack.demos.common import DEPLOYMENTS
+from devstack.kube import KWOK_NODE_ANNOTATION
+from devstack.local import LocalStack, StackOptions
+
+DEMO_NODES = 2
+
+
+class AwsDemo:
+    """moto is always part of the stack; the demo adds the NTH queue to the settings."""
+
+    name = "aws"
+
+    def stack_options(self, options: StackOptions) -> StackOptions:
+        return options
+
+    def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
+        queue = AwsDriver(AWS.section(settings)).client("sqs").create_queue(QueueName=DEMO_QUEUE)
+        settings = settings.model_copy(
+            update={"nth": settings.nth.model_copy(update={"queue_url": queue["QueueUrl"]})}
+        )
+        (stack.state_dir / DEMO_FILE).write_text(json.dumps({"queue_url": queue["QueueUrl"]}))
+        _seed_cloud_and_cluster(kube, settings)
+        return settings
+
+    def endpoints(self, stack: LocalStack) -> list[str]:
+        return [f"  moto (AWS)  : {stack.moto_endpoint}"]
+
+    def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
+        return [
+            f"  {kubectl} get services demo-web   # EXTERNAL-IP: the ELB's hostname",
+            f"  {kubectl} get cloudprobes -o wide",
+            f"  cloudloop inject spot-interruption --state-dir {stack.state_dir}"
+            "   # then: kubectl get nodes,pods -o wide",
+            f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"CloudloopKind='CloudProbe'\"",
+        ]
+
+
+def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> None:
+    """The demo, in a fresh moto cloud and cluster:
+
+    - a VPC with cluster-tagged subnets, a route table and a node security group;
+    - EC2 instances with kwok Nodes for them, left to node sync to initialize (providerID,
+      zone/instance-type labels, addresses) and to routes (their pod CIDRs);
+    - a ``type: LoadBalancer`` Service, which gets a Classic ELB through its workflow;
+    - a CloudProbe.
+    """
+    ec2 = AwsDriver(AWS.section(settings)).client("ec2")
+    network = create_cluster_network(ec2, settings.cluster_name, route_table=True)
+    launched = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=DEMO_NODES,
+        MaxCount=DEMO_NODES,
+        InstanceType="m5.large",
+        SubnetId=network.subnet_ids[0],
+        SecurityGroupIds=[network.node_group_id],
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    *network.owned_tags,
+                    {"Key": settings.nth.managed_tag, "Value": "true"},
+                ],
+            }
+        ],
+    )
+    for instance in launched["Instances"]:
+        name = instance["PrivateDnsName"]  # what a kubelet on EC2 names its Node
+        kube.create(
+            NODES,
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                    "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
+                },
+                "spec": {
+                    "taints": [
+                        {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
+                    ]
+                },
+            },
+        )
+    kube.create(
+        DEPLOYMENTS,
+        {
+            "metadata": {"name": "demo-web", "namespace": "default"},
+            "spec": {
+                "replicas": 4,
+                "selector": {"matchLabels": {"app": "demo-web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "demo-web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+                },
+            },
+        },
+        "default",
+    )
+    kube.create(
+        SERVICES,
+        {
+            "metadata": {"name": "demo-web", "namespace": "default"},
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": "demo-web"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            },
+        },
+        "default",
+    )
+    try:
+        kube.create(
+            CLOUD_PROBES,
+            {"metadata": {"name": "aws", "namespace": "default"}, "spec": {"provider": "aws"}},
+            "default",
+        )
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
+DEMO_QUEUE = "cloudloop-dev-interruptions"
+DEMO_FILE = "demo.json"
+
+
+def spot_interruption_message(instance_id: str, event_id: str) -> str:
+    """An EventBridge "EC2 Spot Instance Interruption Warning", as AWS sends it to SQS."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id,
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [f"arn:aws:ec2:us-east-1a:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+        }
+    )
+
+
+def inject_spot_interruption(state_dir: Path, node: str | None) -> str:
+    """Send a Spot interruption for ``node`` (default: the first demo node) to the demo's queue;
+    return what to look for."""
+    demo = json.loads((state_dir / DEMO_FILE).read_text())
+    stack = json.loads((state_dir / "stack.json").read_text())
+    kube = Kube(api_client(stack["kubeconfigs"]["main"]))
+    nodes = kube.list(NODES, labelSelector="cloudloop.io/demo=true")["items"]
+    chosen = next((n for n in nodes if node in (None, n["metadata"]["name"])), None)
+    if chosen is None or not chosen["spec"].get("providerID"):
+        raise RuntimeError(f"no initialized demo node {node or ''} (is `cloudloop dev` up?)")
+    instance_id = chosen["spec"]["providerID"].rsplit("/", 1)[-1]
+    aws = AwsSettings(
+        endpoint_url=stack["moto_endpoint"],
+        region="us-east-1",
+        access_key_id=SecretStr("testing"),
+        secret_access_key=SecretStr("testing"),
+    )
+    AwsDriver(aws).client("sqs").send_message(
+        QueueUrl=demo["queue_url"],
+        MessageBody=spot_interruption_message(instance_id, str(uuid.uuid4())),
+    )
+    return (
+        f"Spot interruption sent for {chosen['metadata']['name']} ({instance_id}); watch "
+        f"the drain: temporal workflow list --address {stack['temporal_address']} "
+        "--query \"WorkflowType='DrainNode'\""
+    )
