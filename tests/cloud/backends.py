@@ -1,0 +1,303 @@
+"""One real test backend per provider, for the conformance suite.
+
+A :class:`Backend` hands the suite a driver against the cloud's test backend (moto, the DVP
+parent cluster with its simulator, the oVirt Engine emulator), one against an endpoint that does
+not answer, one with wrong credentials, and the calls each declared capability is proved with.
+
+Rules: a new cloud joins the suite with one ``Backend`` builder in :data:`BACKENDS` (built
+lazily, so a run that selects one provider starts only its backend); every call below goes
+through the driver, never around it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sized
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import SecretStr
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.dvp.driver import DvpDriver
+from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.zvirt.driver import ZvirtDriver
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
+from devstack.aws_network import create_cluster_network
+from devstack.local import LocalStack, StackOptions
+from devstack.machine_fixtures import dvp_machine_spec
+from devstack.ovirt_emulator import OvirtEmulatorOptions
+from devstack.ovirt_emulator.engine import Delays
+from devstack.process import ManagedProcess, free_port, http_ok
+
+Call = Callable[[CloudDriver], object]
+
+#: A port nobody listens on: every request is refused at once.
+DEAD = f"127.0.0.1:{free_port()}"
+
+
+@dataclass
+class Backend:
+    name: str
+    driver: Callable[[], CloudDriver]
+    unreachable: Callable[[], CloudDriver]
+    wrong_credentials: Callable[[], CloudDriver]
+    #: A cheap read every configured driver of this cloud can make (the reachability probe).
+    probe: Call
+    #: Per declared capability: a call that must succeed against the backend.
+    proves: dict[Capability, Call] = field(default_factory=dict)
+    #: Per declared capability: a lookup of something that does not exist; it must answer
+    #: absence (``None``, empty, or ``NotFound``), never a different error.
+    unknown: dict[Capability, Call] = field(default_factory=dict)
+
+
+# -- AWS: moto, and a second moto that checks credentials (IAM auth on) ---------------------
+def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 3) -> AwsSettings:
+    return AwsSettings(
+        endpoint_url=endpoint,
+        region="us-east-1",
+        access_key_id=SecretStr(key),
+        secret_access_key=SecretStr("testing"),
+        timeout_s=timeout_s,
+        max_attempts=1,
+    )
+
+
+def _aws_instance(driver: CloudDriver) -> str:
+    ec2 = driver.client("ec2")  # type: ignore[attr-defined]
+    launched = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)
+    return str(launched["Instances"][0]["InstanceId"])
+
+
+def _aws_instances(driver: CloudDriver) -> object:
+    instance_id = _aws_instance(driver)
+    listing = driver.list_instances([instance_id])
+    assert instance_id in listing.found
+    return listing
+
+
+def _aws_routes(driver: CloudDriver, cluster: str) -> object:
+    create_cluster_network(driver.client("ec2"), cluster, route_table=True)  # type: ignore[attr-defined]
+    return driver.list_routes(cluster)
+
+
+@pytest.fixture(scope="session")
+def authenticating_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto with IAM authentication on: unknown access keys get ``AuthFailure``."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    script = str(Path(sys.executable).parent / "moto_server")
+    process = ManagedProcess(
+        "moto-iam",
+        [script, "-H", "127.0.0.1", "-p", str(port)],
+        log_dir=tmp_path_factory.mktemp("moto-iam"),
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+        ready=lambda: http_ok(f"{endpoint}/moto-api/data.json"),
+    )
+    process.start()
+    try:
+        yield endpoint
+    finally:
+        process.stop()
+
+
+def aws_backend(request: pytest.FixtureRequest) -> Backend:
+    stack: LocalStack = request.getfixturevalue("stack")
+    checking: str = request.getfixturevalue("authenticating_moto")
+    cluster = f"conformance-{uuid.uuid4().hex[:6]}"
+    return Backend(
+        name="aws",
+        driver=lambda: AwsDriver(_aws_settings(stack.moto_endpoint)),
+        unreachable=lambda: AwsDriver(_aws_settings(f"http://{DEAD}")),
+        # moto's IAM check is slow on its first request: a timeout is not the answer we want.
+        wrong_credentials=lambda: AwsDriver(
+            _aws_settings(checking, key="AKIAWRONGWRONGWRONG", timeout_s=30)
+        ),
+        probe=lambda d: d.zones(),
+        proves={
+            Capability.INSTANCES: _aws_instances,
+            Capability.DISCOVERY: lambda d: d.discovery_data(),
+            Capability.ROUTES: lambda d: _aws_routes(d, cluster),
+            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
+            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", cluster),
+        },
+        unknown={
+            Capability.INSTANCES: lambda d: d.list_instances(["i-0123456789abcdef0"]).found,
+            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
+            Capability.VOLUMES: lambda d: d.get_volume("vol-0123456789abcdef0"),
+        },
+    )
+
+
+# -- DVP: the parent cluster (a real kube-apiserver) with the simulator ---------------------
+def _kubeconfig_with_token(kubeconfig: Path, token: str) -> str:
+    """The same cluster and CA, but a user that presents only ``token``."""
+    document: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
+    for user in document.get("users", []):
+        user["user"] = {"token": token}
+    return base64.b64encode(yaml.safe_dump(document).encode()).decode()
+
+
+def _kubeconfig_at(kubeconfig: Path, server: str) -> str:
+    document: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
+    for cluster in document.get("clusters", []):
+        cluster["cluster"]["server"] = server
+    return base64.b64encode(yaml.safe_dump(document).encode()).decode()
+
+
+def dvp_backend(request: pytest.FixtureRequest) -> Backend:
+    from devstack.dvp_simulator import DvpParent
+
+    parent: DvpParent = request.getfixturevalue("dvp_parent")
+    namespace = parent.new_namespace("conformance")
+
+    def settings(**overrides: Any) -> DvpSettings:
+        values: dict[str, Any] = {
+            "kubeconfig": parent.kubeconfig,
+            "kubeconfig_base64": None,
+            "namespace": namespace,
+            "cluster_uuid": "conformance",
+            "timeout_s": 3,
+        }
+        values.update(overrides)
+        return DvpSettings(**values)
+
+    def machine(name: str) -> models.MachineSpec:
+        return models.MachineSpec(
+            name=name,
+            namespace="default",
+            cluster="conformance",
+            machine_uid=str(uuid.uuid4()),
+            provider_spec=dvp_machine_spec(),
+        )
+
+    return Backend(
+        name="dvp",
+        driver=lambda: DvpDriver(settings()),
+        unreachable=lambda: DvpDriver(
+            settings(
+                kubeconfig=None,
+                kubeconfig_base64=SecretStr(_kubeconfig_at(parent.kubeconfig, f"https://{DEAD}")),
+            )
+        ),
+        wrong_credentials=lambda: DvpDriver(
+            settings(
+                kubeconfig=None,
+                kubeconfig_base64=SecretStr(
+                    _kubeconfig_with_token(parent.kubeconfig, "not-a-valid-token")
+                ),
+            )
+        ),
+        probe=lambda d: d.list_instances(["probe"]),
+        proves={
+            Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]),
+            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
+            Capability.DISCOVERY: lambda d: d.discovery_data(),
+        },
+        unknown={
+            Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]).found,
+            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
+        },
+    )
+
+
+# -- zVirt: the oVirt Engine emulator, through ovirtsdk4 -------------------------------------
+@pytest.fixture(scope="session")
+def ovirt_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    fast = Delays(
+        clone_s=0.3, boot_s=0.3, guest_ip_s=0.2, shutdown_s=0.2, disk_resize_s=0.1, remove_s=0.1
+    )
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("conformance-ovirt"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            ovirt_emulator=OvirtEmulatorOptions(password="conformance-pw", delays=fast),
+        )
+    )
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
+    local: LocalStack = request.getfixturevalue("ovirt_engine")
+    assert local.ovirt is not None
+    endpoint = local.ovirt
+
+    def settings(**overrides: Any) -> ZvirtSettings:
+        values: dict[str, Any] = {
+            "api_url": endpoint.api_url,
+            "username": endpoint.username,
+            "password": SecretStr(endpoint.password),
+            "ca_bundle": endpoint.ca_file,
+            "cluster_id": endpoint.cluster_id,
+            "timeout_s": 3,
+            "wait_timeout_s": 10,
+            "poll_interval_s": 0.05,
+        }
+        values.update(overrides)
+        return ZvirtSettings(**values)
+
+    def machine(name: str) -> models.MachineSpec:
+        return models.MachineSpec(
+            name=name,
+            namespace="default",
+            cluster="conformance",
+            machine_uid=str(uuid.uuid4()),
+            provider_spec={
+                "template": endpoint.template,
+                "vnicProfileID": endpoint.vnic_profile_id,
+                "memory": 2048,
+                "rootDiskSizeGb": 20,
+            },
+        )
+
+    return Backend(
+        name="zvirt",
+        driver=lambda: ZvirtDriver(settings()),
+        unreachable=lambda: ZvirtDriver(
+            settings(api_url=f"https://{DEAD}/ovirt-engine/api", ca_bundle=None, insecure=True)
+        ),
+        wrong_credentials=lambda: ZvirtDriver(settings(password=SecretStr("wrong-password"))),
+        probe=lambda d: d.list_instances(["00000000-0000-0000-0000-000000000001"]),
+        proves={
+            Capability.INSTANCES: lambda d: d.find_instances_by_name(["absent-vm"]),
+            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
+            Capability.DISCOVERY: lambda d: d.discovery_data(),
+        },
+        unknown={
+            Capability.INSTANCES: lambda d: (
+                d.list_instances(["00000000-0000-0000-0000-00000000abcd"]).found
+            ),
+            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
+        },
+    )
+
+
+#: provider → how to build its backend (one line per cloud).
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Backend]] = {
+    "aws": aws_backend,
+    "dvp": dvp_backend,
+    "zvirt": zvirt_backend,
+}
+
+
+def is_absence(answer: object) -> bool:
+    """``None`` or an empty collection: the cloud said "none" without an error."""
+    return answer is None or (isinstance(answer, Sized) and len(answer) == 0)
+
+
+__all__ = ["BACKENDS", "Backend", "errors", "is_absence"]
