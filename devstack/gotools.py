@@ -29,6 +29,8 @@ ETCD_VERSION = "v3.6.4"
 KWOK_VERSION = "v0.8.0"
 #: Cluster API core: v1.12 is the newest release on k8s 0.34 libraries (management cluster 1.34).
 CLUSTER_API_VERSION = "v1.12.5"
+#: vcsim: v0.46.3 is the last govmomi whose root module holds the command (see gotools/govmomi).
+GOVMOMI_VERSION = "v0.46.3"
 
 _K8S_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
@@ -76,6 +78,7 @@ TOOLS: dict[str, GoTool] = {
         GoTool("kubectl", "kubernetes", "k8s.io/kubernetes/cmd/kubectl", K8S_VERSION, _K8S_LDFLAGS),
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION),
         GoTool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION),
+        GoTool("vcsim", "govmomi", "github.com/vmware/govmomi/vcsim", GOVMOMI_VERSION),
         GoTool(
             "cluster-api-manager",
             "cluster-api",

@@ -31,6 +31,7 @@ from devstack.process import (
     stop_all,
     tcp_open,
 )
+from devstack.vcsim import VcsimEndpoint, VcsimOptions, vcsim_process
 
 
 def _script(name: str) -> str:
@@ -60,6 +61,8 @@ class StackOptions:
     autoscaling_ext: bool = False
     #: The oVirt/zVirt Engine emulator (:mod:`.ovirt_emulator`); ``None`` leaves it out.
     ovirt_emulator: OvirtEmulatorOptions | None = None
+    #: vcsim, govmomi's vCenter simulator (:mod:`.vcsim`); ``None`` leaves it out.
+    vcsim: VcsimOptions | None = None
 
 
 @dataclass
@@ -77,6 +80,9 @@ class LocalStack:
     ovirt_process: ManagedProcess | None = None
     #: Where the oVirt emulator answers (``api_url``, ``admin_url``, ``ca_file``), when started.
     ovirt: OvirtEmulatorEndpoint | None = None
+    vcsim_process: ManagedProcess | None = None
+    #: Where vcsim answers (``url``, credentials, ``ca_file``), when started.
+    vcsim: VcsimEndpoint | None = None
     started_in_s: float = 0.0
 
     @property
@@ -91,7 +97,10 @@ class LocalStack:
     def start(self) -> LocalStack:
         started = time.monotonic()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        binaries = gotools.ensure_built(required_tools(self.options.kube))
+        tools = required_tools(self.options.kube)
+        if self.options.vcsim is not None:
+            tools = [*tools, "vcsim"]
+        binaries = gotools.ensure_built(tools)
         logs = self.state_dir / "logs"
         try:
             if self.options.temporal:
@@ -110,6 +119,11 @@ class LocalStack:
                     self._start_autoscaling_ext(logs)
             if self.options.ovirt_emulator is not None:
                 self._start_ovirt_emulator(self.options.ovirt_emulator, logs)
+            if self.options.vcsim is not None:
+                self.vcsim_process, self.vcsim = vcsim_process(
+                    binaries["vcsim"], self.options.vcsim, self.state_dir / "vcsim", logs
+                )
+                self.vcsim_process.start()
             for kube_options in self.options.kube:
                 plane = KubeControlPlane(kube_options, self.state_dir / "kube")
                 self.clusters[kube_options.name] = plane
@@ -119,6 +133,7 @@ class LocalStack:
                 self.moto_process,
                 self.autoscaling_ext_process,
                 self.ovirt_process,
+                self.vcsim_process,
             ):
                 if process is not None:
                     process.wait_ready(60)
@@ -134,7 +149,7 @@ class LocalStack:
     def stop(self) -> None:
         processes = [p for plane in self.clusters.values() for p in reversed(plane.processes)]
         processes += [p for p in (self.moto_process, self.temporal_process) if p is not None]
-        processes += [p for p in (self.ovirt_process,) if p is not None]
+        processes += [p for p in (self.ovirt_process, self.vcsim_process) if p is not None]
         if self.autoscaling_ext_process is not None:
             processes.insert(0, self.autoscaling_ext_process)
         stop_all(processes)
@@ -209,6 +224,7 @@ class LocalStack:
             "moto_endpoint": self.moto_endpoint,
             "autoscaling_endpoint": self.autoscaling_endpoint,
             "ovirt_api_url": self.ovirt.api_url if self.ovirt else "",
+            "vcsim_url": self.vcsim.url if self.vcsim else "",
             "kubeconfigs": {name: str(p.kubeconfig) for name, p in self.clusters.items()},
             "started_in_s": round(self.started_in_s, 2),
         }
