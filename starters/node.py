@@ -126,17 +126,23 @@ class NodeSync:
                 result.failed.add(name)
         if by_id:
             try:
-                found = self.driver.list_instances(list(by_id)).found
+                listing = self.driver.list_instances(list(by_id))
                 for instance_id, name in by_id.items():
-                    result.instances[name] = found.get(instance_id)
+                    if instance_id in listing.undecided:
+                        result.failed.add(name)
+                    else:
+                        result.instances[name] = listing.found.get(instance_id)
             except CloudError as exc:
                 log.warning("instance lookup by ID failed, acting on no node: %s", exc)
                 result.failed.update(by_id.values())
         if by_name:
             try:
-                found = self.driver.find_instances_by_name(by_name).found
+                listing = self.driver.find_instances_by_name(by_name)
                 for name in by_name:
-                    result.instances[name] = found.get(name)
+                    if name in listing.undecided:
+                        result.failed.add(name)
+                    else:
+                        result.instances[name] = listing.found.get(name)
             except CloudError as exc:
                 log.warning("instance lookup by name failed, acting on no node: %s", exc)
                 result.failed.update(by_name)

@@ -53,6 +53,9 @@ class InstanceListing(BaseModel):
 
     found: dict[str, Instance] = Field(default_factory=dict)
     requests: int = 0
+    #: Keys the cloud could not decide about (e.g. a by-name lookup that cannot prove absence,
+    #: a VM whose guest reports no address yet): callers act on none of them.
+    undecided: list[str] = Field(default_factory=list)
 
 
 class Zone(BaseModel):

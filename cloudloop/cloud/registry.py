@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cloudloop.cloud import aws, dvp, zvirt
+from cloudloop.cloud import aws, dvp, vsphere, zvirt
 from cloudloop.cloud.errors import NotSupported
 from cloudloop.cloud.provider import Provider
 
@@ -27,6 +27,7 @@ PROVIDERS: dict[str, Provider[Any]] = {
         aws.PROVIDER,
         dvp.PROVIDER,
         zvirt.PROVIDER,
+        vsphere.PROVIDER,
     )
 }
 #: The ``provider`` setting when none is given.

@@ -1,5 +1,37 @@
-"""The vSphere provider: vCenter through pyvmomi (SOAP) and the tagging REST service.
+"""vSphere: node sync, discovery and first-class-disk volumes over one vCenter.
 
-Node sync, discovery and first-class-disk volumes; tested against vcsim from govmomi.
-Only light imports here: the SDK is imported when a driver is built.
+The provider record; the driver (:mod:`cloudloop.cloud.vsphere.driver`) talks SOAP through
+pyvmomi and tags through the legacy ``/rest`` paths; tests run it against vcsim.
+
+Rules: importing this package loads no SDK; the factories import their modules when called.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cloudloop.cloud.provider import Provider
+from cloudloop.cloud.vsphere.settings import VsphereSettings
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.driver import CloudDriver
+
+
+def _driver(settings: VsphereSettings) -> CloudDriver:
+    from cloudloop.cloud.vsphere.driver import VsphereDriver
+
+    return VsphereDriver(settings)
+
+
+def _registration(settings: VsphereSettings) -> list[dict[str, Any]]:
+    from cloudloop.cloud.vsphere.registration import registration_secrets
+
+    return registration_secrets(settings)
+
+
+PROVIDER = Provider(
+    name="vsphere",
+    settings=VsphereSettings,
+    driver=_driver,
+    registration=_registration,
+)

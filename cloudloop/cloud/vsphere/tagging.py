@@ -230,11 +230,14 @@ class TaggingClient:
             associable_types=tuple(value.get("associable_types") or ()),
         )
 
-    def tags_in_category(self, category_id: str) -> list[Tag]:
+    def tag_ids_in_category(self, category_id: str) -> list[str]:
         ids = self._request(
             "POST", f"/tagging/tag/id:{category_id}", params={"~action": "list-tags-for-category"}
         )
-        return [self.get_tag(str(i)) for i in ids or []]
+        return [str(i) for i in ids or []]
+
+    def tags_in_category(self, category_id: str) -> list[Tag]:
+        return [self.get_tag(i) for i in self.tag_ids_in_category(category_id)]
 
     def get_tag(self, tag_id: str) -> Tag:
         value = self._request("GET", f"/tagging/tag/id:{tag_id}")

@@ -12,9 +12,11 @@ from typing import Any
 import pyVim.connect as _connect
 import pyVmomi as _pyvmomi
 import pyVmomi.SoapAdapter as _soap
+from pyVmomi import pbm as _pbm
 
 vim: Any = _pyvmomi.vim
 vmodl: Any = _pyvmomi.vmodl
+pbm: Any = _pbm
 SoapStubAdapter: Any = _soap.SoapStubAdapter
 smart_connect: Any = _connect.SmartConnect
 disconnect: Any = _connect.Disconnect

@@ -1,0 +1,146 @@
+"""vSphere instances for node sync: one inventory read and one tag listing per pass, any size.
+
+``list_instances`` and ``find_instances_by_name`` both answer from :meth:`VsphereBase.inventory`
+(one property-collector retrieval) and :meth:`VsphereBase.tags_by_object` (one association call).
+
+Rules (cloud-provider-vsphere ``instances.go``, ``nodemanager.go``):
+- By ID: the BIOS UUID as given, else its byte-swapped SMBIOS form. A UUID no VM has is absent
+  (the read succeeded, so absence is positive); any vCenter error raises (nothing is deleted).
+- By name: ``guest.hostName`` (DNS) first, else a guest IP equal to the name, else the VM name.
+  A by-name miss or an ambiguous match is *undecided*, never absent: upstream deleted fresh
+  nodes whose VMware Tools had not reported yet (#381), so only a UUID lookup may prove absence.
+- A powered-on VM whose guest reports no usable address yet is undecided (the node stays
+  uninitialized, as upstream's ``DiscoverNode`` fails); a powered-off one is returned (so the
+  shutdown taint applies) with what addresses it has.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Sequence
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.vsphere.base import VsphereBase
+from cloudloop.cloud.vsphere.mapping import (
+    PROVIDER,
+    PROVIDER_ID_PREFIX,
+    AddressError,
+    Inventory,
+    VmProps,
+    instance_state,
+    instance_type,
+    is_uuid,
+    node_addresses,
+    provider_id,
+    swap_uuid_bytes,
+    zone_for,
+)
+
+log = logging.getLogger(__name__)
+
+
+class VsphereInstances(VsphereBase):
+    def instance_id_from_provider_id(self, provider_id: str) -> str:
+        """``vsphere://<uuid>`` → the lower-case UUID; anything else is not this cloud's."""
+        if not provider_id.startswith(PROVIDER_ID_PREFIX):
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"{provider_id!r} is not a vsphere:// providerID"
+            )
+        uuid = provider_id[len(PROVIDER_ID_PREFIX) :].strip("/").lower()
+        if not is_uuid(uuid):
+            raise errors.InvalidRequest(
+                PROVIDER, "ParseProviderID", f"{provider_id!r} has no BIOS UUID"
+            )
+        return uuid
+
+    def _snapshot(self) -> tuple[Inventory, dict[str, list[tuple[str, str]]], int]:
+        conn = self.connection()
+        inventory = self.inventory()
+        tags = self.tags_by_object([conn.region_category, conn.zone_category])
+        return inventory, tags, 2
+
+    def _in_scope(self, inventory: Inventory, vm: VmProps) -> bool:
+        datacenters = self.connection().datacenters
+        return not datacenters or inventory.datacenter_of(vm.moref) in datacenters
+
+    def _instance(
+        self,
+        inventory: Inventory,
+        tags: dict[str, list[tuple[str, str]]],
+        vm: VmProps,
+    ) -> models.Instance | None:
+        """The instance of ``vm``; ``None`` when it is powered on but its guest gives no
+        usable address yet (undecided)."""
+        conn = self.connection()
+        state = instance_state(vm.power_state)
+        try:
+            addresses = node_addresses(vm, conn.nodes, conn.ip_families)
+        except AddressError as exc:
+            if state is models.InstanceState.RUNNING:
+                log.info("vsphere: VM %s (%s) not discoverable yet: %s", vm.name, vm.uuid, exc)
+                return None
+            addresses = []
+        region, zone = zone_for(inventory, vm, tags, conn.region_category, conn.zone_category)
+        return models.Instance(
+            id=vm.uuid,
+            provider_id=provider_id(vm.uuid),
+            name=vm.name,
+            state=state,
+            instance_type=instance_type(vm.num_cpu, vm.memory_mb, vm.guest_id),
+            zone=zone,
+            region=region,
+            private_dns_name=vm.hostname,
+            addresses=addresses,
+        )
+
+    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
+        listing = models.InstanceListing()
+        wanted = [i.lower() for i in ids]
+        if not wanted:
+            return listing
+        inventory, tags, listing.requests = self._snapshot()
+        by_uuid = {vm.uuid: vm for vm in inventory.vms.values() if self._in_scope(inventory, vm)}
+        for key in wanted:
+            vm = by_uuid.get(key) or by_uuid.get(swap_uuid_bytes(key)) if is_uuid(key) else None
+            if vm is None:
+                continue
+            instance = self._instance(inventory, tags, vm)
+            if instance is None:
+                listing.undecided.append(key)
+            else:
+                listing.found[key] = instance
+        return listing
+
+    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
+        listing = models.InstanceListing()
+        if not names:
+            return listing
+        inventory, tags, listing.requests = self._snapshot()
+        vms = [vm for vm in inventory.vms.values() if self._in_scope(inventory, vm)]
+        for name in names:
+            match = _match_by_name(vms, name)
+            instance = self._instance(inventory, tags, match) if match is not None else None
+            if instance is None:
+                listing.undecided.append(name)
+            else:
+                listing.found[name] = instance
+        return listing
+
+
+def _match_by_name(vms: list[VmProps], name: str) -> VmProps | None:
+    """DNS (``guest.hostName``), then IP, then VM name; ``None`` when none or several match."""
+    lowered = name.lower()
+    by_dns = [vm for vm in vms if vm.hostname.lower() == lowered]
+    if by_dns:
+        return by_dns[0] if len(by_dns) == 1 else None
+    try:
+        ip = str(ipaddress.ip_address(name))
+    except ValueError:
+        ip = ""
+    if ip:
+        by_ip = [vm for vm in vms if any(ip in nic.ips for nic in vm.nics)]
+        if by_ip:
+            return by_ip[0] if len(by_ip) == 1 else None
+    by_name = [vm for vm in vms if vm.name == name]
+    return by_name[0] if len(by_name) == 1 else None

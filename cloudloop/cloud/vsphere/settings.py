@@ -1,0 +1,208 @@
+"""vSphere settings: upstream's ``vsphere.conf`` and credentials Secret, or Deckhouse's fields.
+
+:class:`VsphereSettings` is the provider's settings section; :func:`resolve` turns it into one
+:class:`Connection` (where vCenter is, how to trust it, how to log in, tag categories, address
+rules), reading files at use so a rotated Secret is picked up at the next login.
+
+Rules:
+- Sources, weakest first: ``config_file`` (YAML or INI ``vsphere.conf``), upstream's
+  ``VSPHERE_*`` environment, then the Deckhouse ``VsphereClusterConfiguration`` fields set here
+  (``server``, ``username``, ``password``/``password_file``, ``insecure``, ``ca_bundle``,
+  ``region_tag_category``...). Credentials: an explicit password, else the mounted
+  credentials Secret (``credentials_dir`` or ``secretsDirectory``), else the config's own.
+- TLS: a CA file or a thumbprint verifies vCenter; ``insecure`` skips verification only when
+  asked; with none of them the system trust store is used. A CA bundle with ``insecure`` is
+  refused (Deckhouse's rule).
+- One vCenter: a configuration naming more than one is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, SecretStr
+
+from cloudloop.cloud.vsphere.config import (
+    CloudConfig,
+    ConfigError,
+    NodesConfig,
+    VcenterConfig,
+    apply_env,
+    parse_cloud_config,
+    read_credentials,
+)
+
+DEFAULT_REGION_CATEGORY = "k8s-region"
+DEFAULT_ZONE_CATEGORY = "k8s-zone"
+
+
+class VsphereSettings(BaseModel):
+    """vCenter access and the CPI's options (``CLOUDLOOP_VSPHERE__*``)."""
+
+    #: Upstream ``vsphere.conf`` (YAML or INI), e.g. the ``vsphere-cloud-config`` ConfigMap.
+    config_file: Path | None = None
+    #: The mounted credentials Secret (``<server>.username``/``<server>.password`` files).
+    credentials_dir: Path | None = None
+    # -- Deckhouse VsphereClusterConfiguration.provider (each wins over the config file) --------
+    #: vCenter host (``host`` or ``host:port``).
+    server: str = ""
+    username: str = ""
+    password: SecretStr | None = None
+    #: A file holding the password (mounted from a Secret); wins over ``password``.
+    password_file: Path | None = None
+    insecure: bool = False
+    #: PEM CA bundle of vCenter (Deckhouse ``caBundle``; upstream ``caFile``).
+    ca_bundle: Path | None = None
+    #: vCenter certificate thumbprint (SHA-1 ``AB:CD:...`` or SHA-256).
+    thumbprint: str = ""
+    #: Datacenters to look in (empty: all; upstream ``datacenters``).
+    datacenters: list[str] = []
+    # -- Deckhouse cluster fields ----------------------------------------------------------------
+    #: Tag category whose tag on the Datacenter names the region (upstream ``labels.region``).
+    region_tag_category: str = ""
+    #: Tag category whose tags on clusters/hosts/VMs/datastores name zones (``labels.zone``).
+    zone_tag_category: str = ""
+    #: The region (Deckhouse ``region``: a tag of ``region_tag_category`` on one Datacenter).
+    region: str = ""
+    #: Zones the cluster uses (Deckhouse ``zones``); empty: every zone tag found.
+    zones: list[str] = []
+    vm_folder_path: str = ""
+    base_resource_pool: str = ""
+    internal_network_names: list[str] = []
+    external_network_names: list[str] = []
+    internal_network_cidr: str = ""
+    #: Storage policy for new disks (Deckhouse ``storagePolicyID``).
+    storage_policy_id: str = ""
+    #: Datastore new volumes go to when the request names no zone (default: the first zoned).
+    default_datastore: str = ""
+    ssh_public_key: str = ""
+    #: Tag category of the cluster tag on first-class disks (the volume's cluster identity).
+    cluster_tag_category: str = "cloudloop-cluster"
+    # -- behaviour ---------------------------------------------------------------------------------
+    #: Per-request timeout; a vCenter that does not answer is an error, never "not found".
+    timeout_s: float = 30.0
+    #: How long one driver call waits for a vCenter task before it returns a retryable error.
+    wait_timeout_s: float = 120.0
+    poll_interval_s: float = 0.2
+    #: A cached inventory older than this is read again (the node-sync pass reads it anyway).
+    tag_cache_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Everything a driver needs to reach one vCenter, resolved from the settings."""
+
+    host: str
+    port: int
+    credentials: Callable[[], tuple[str, str]] = field(repr=False)
+    insecure: bool = False
+    ca_file: Path | None = None
+    thumbprint: str = ""
+    datacenters: tuple[str, ...] = ()
+    region_category: str = DEFAULT_REGION_CATEGORY
+    zone_category: str = DEFAULT_ZONE_CATEGORY
+    nodes: NodesConfig = field(default_factory=NodesConfig)
+    ip_families: tuple[str, ...] = ("ipv4",)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"https://{host}:{self.port}"
+
+
+def _load_config(settings: VsphereSettings) -> CloudConfig:
+    text = settings.config_file.read_text() if settings.config_file is not None else ""
+    config = parse_cloud_config(text) if text.strip() else CloudConfig()
+    return apply_env(config)
+
+
+def _split_server(server: str) -> tuple[str, int | None]:
+    if server.startswith("["):
+        host, _, rest = server[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else None
+    if server.count(":") == 1:
+        host, port = server.split(":")
+        return host, int(port)
+    return server, None
+
+
+def resolve(settings: VsphereSettings) -> Connection:
+    """The one vCenter to talk to; :class:`ConfigError` when the settings do not name one."""
+    config = _load_config(settings)
+    if len(config.vcenters) > 1:
+        raise ConfigError("more than one vCenter is configured; cloudloop supports one")
+    vc = config.vcenters[0] if config.vcenters else VcenterConfig(server="")
+    host, port = vc.server, vc.port
+    if settings.server:
+        host, explicit_port = _split_server(settings.server)
+        port = explicit_port or port
+    if not host:
+        raise ConfigError("no vCenter: set server or a vsphere.conf with a vcenter entry")
+    if settings.ca_bundle is not None and settings.insecure:
+        raise ConfigError("caBundle and insecure exclude each other")
+    secrets_dir = settings.credentials_dir or (
+        Path(config.secrets_directory) if config.secrets_directory else None
+    )
+    explicit = settings.password_file is not None or settings.password is not None
+    if vc.secret_name and secrets_dir is None and not explicit:
+        raise ConfigError(
+            f"secretName {vc.secret_namespace}/{vc.secret_name}: mount the Secret and set "
+            "credentials_dir (secrets are read from files)"
+        )
+    username_setting, config_user = settings.username, vc.user
+    password_setting, password_file = settings.password, settings.password_file
+    config_password = vc.password
+    secret_key = host  # upstream looks the Secret up by the entry's server
+
+    def credentials() -> tuple[str, str]:
+        if password_file is not None:
+            return username_setting or config_user, password_file.read_text().strip()
+        if password_setting is not None:
+            return username_setting or config_user, password_setting.get_secret_value()
+        if secrets_dir is not None:
+            found = read_credentials(secrets_dir, secret_key)
+            if found is None:
+                raise ConfigError(f"the credentials Secret has no entry for {secret_key}")
+            return found
+        if config_user and config_password:
+            return config_user, config_password
+        raise ConfigError("no vCenter credentials configured")
+
+    ca_file = settings.ca_bundle or (Path(vc.ca_file) if vc.ca_file else None)
+    nodes = config.nodes
+    if settings.internal_network_names or settings.external_network_names:
+        nodes = NodesConfig(
+            internal_subnets=nodes.internal_subnets
+            or ((settings.internal_network_cidr,) if settings.internal_network_cidr else ()),
+            external_subnets=nodes.external_subnets,
+            exclude_internal_subnets=nodes.exclude_internal_subnets,
+            exclude_external_subnets=nodes.exclude_external_subnets,
+            internal_network_names=tuple(settings.internal_network_names),
+            external_network_names=tuple(settings.external_network_names),
+        )
+    elif settings.internal_network_cidr and not nodes.internal_subnets:
+        nodes = NodesConfig(
+            internal_subnets=(settings.internal_network_cidr,),
+            external_subnets=nodes.external_subnets,
+            exclude_internal_subnets=nodes.exclude_internal_subnets,
+            exclude_external_subnets=nodes.exclude_external_subnets,
+            internal_network_names=nodes.internal_network_names,
+            external_network_names=nodes.external_network_names,
+        )
+    return Connection(
+        host=host,
+        port=port,
+        credentials=credentials,
+        insecure=settings.insecure or (vc.insecure and not settings.ca_bundle),
+        ca_file=ca_file,
+        thumbprint=settings.thumbprint or vc.thumbprint,
+        datacenters=tuple(settings.datacenters) or vc.datacenters,
+        region_category=settings.region_tag_category
+        or config.region_category
+        or DEFAULT_REGION_CATEGORY,
+        zone_category=settings.zone_tag_category or config.zone_category or DEFAULT_ZONE_CATEGORY,
+        nodes=nodes,
+        ip_families=vc.ip_family,
+    )
