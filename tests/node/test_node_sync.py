@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.driver import CloudDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES
@@ -67,7 +68,7 @@ def ccm_settings(settings: Settings, scope: str) -> Settings:
 
 @contextlib.asynccontextmanager
 async def node_sync(
-    kube: Kube, settings: Settings, driver: AwsDriver | None = None
+    kube: Kube, settings: Settings, driver: CloudDriver | None = None
 ) -> AsyncIterator[NodeSync]:
     informers = Informers(kube)
     sync = NodeSync(

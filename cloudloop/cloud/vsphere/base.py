@@ -333,7 +333,18 @@ class VsphereBase(CloudDriver):
         """Every VM (leaf paths) and every ancestor (name, parent) in one retrieval."""
 
         def read(si: Any) -> list[Any]:
-            view = self._container_view(si)
+            try:
+                return retrieve(si, self._container_view(si))
+            except vmodl.fault.ManagedObjectNotFound as exc:
+                if getattr(exc.obj, "_moId", None) != getattr(self._view, "_moId", ""):
+                    raise
+                # The view went with its session (logged out, expired): make a new one; a
+                # session that is gone fails CreateContainerView with NotAuthenticated.
+                with self._lock:
+                    self._view = None
+                return retrieve(si, self._container_view(si))
+
+        def retrieve(si: Any, view: Any) -> list[Any]:
             prop_set = [PC.PropertySpec(type=vim.VirtualMachine, pathSet=VM_PATHS)]
             prop_set += [
                 PC.PropertySpec(type=getattr(vim, t), pathSet=["name", "parent"])

@@ -1,0 +1,268 @@
+"""The vSphere driver's instances against vcsim, and NodeSync with it on the real stack:
+lookups by UUID (both byte orders), DNS name, IP; zones from tags at every ancestor level; one
+inventory read and one tag listing per pass; session re-established; a vCenter outage deletes
+no Node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from cloudloop.cloud import errors
+from cloudloop.cloud.vsphere.driver import VsphereDriver
+from cloudloop.cloud.vsphere.mapping import swap_uuid_bytes
+from cloudloop.cloud.vsphere.settings import VsphereSettings
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import NODES
+from cloudloop.rules import node as rules
+from cloudloop.settings import Settings
+from devstack.local import LocalStack, StackOptions
+from devstack.vcsim import VcsimEndpoint, VcsimOptions
+from devstack.vcsim_inventory import (
+    Inventory,
+    NodeVm,
+    Tags,
+    ZoneLayout,
+    connect,
+    disconnect,
+    find,
+    seed,
+    tagging_client,
+)
+from tests.helpers import eventually
+from tests.node.test_node_sync import cleanup, make_node, node_sync, node_when, set_ready
+from tests.vcsim_fixtures import seeded, vcsim
+
+__all__ = ["seeded", "vcsim"]
+
+pytestmark = pytest.mark.stack
+
+UNKNOWN_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def vsphere_settings(endpoint: VcsimEndpoint, **extra: Any) -> VsphereSettings:
+    return VsphereSettings(
+        server=endpoint.server,
+        username=endpoint.username,
+        password=endpoint.password,
+        ca_bundle=endpoint.ca_file,
+        timeout_s=5,
+        **extra,
+    )
+
+
+@pytest.fixture
+def driver(vcsim: VcsimEndpoint) -> Iterator[VsphereDriver]:
+    made = VsphereDriver(vsphere_settings(vcsim))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def calls() -> dict[str, float]:
+    counted: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        if metric.name != "cloud_api_requests":
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_total") and sample.labels.get("provider") == "vsphere":
+                op = sample.labels["operation"]
+                counted[op] = counted.get(op, 0.0) + sample.value
+    return counted
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+def test_list_instances_by_uuid(seeded: Inventory, driver: VsphereDriver) -> None:
+    a, b = seeded.vms["node-a"], seeded.vms["node-b"]
+    listing = driver.list_instances([a.uuid, swap_uuid_bytes(b.uuid), UNKNOWN_UUID])
+    assert set(listing.found) == {a.uuid, swap_uuid_bytes(b.uuid)}
+    node_a = listing.found[a.uuid]
+    assert node_a.provider_id == f"vsphere://{a.uuid}"
+    assert node_a.instance_type == "vsphere-vm.cpu-2.mem-4gb.os-ubuntu"
+    assert (node_a.region, node_a.zone) == ("region-a", "zone-a")
+    assert listing.found[swap_uuid_bytes(b.uuid)].zone == "zone-b"
+    assert [(x.type, x.address) for x in node_a.addresses] == [
+        ("Hostname", "node-a"),
+        ("InternalIP", "10.0.1.10"),
+        ("ExternalIP", "10.0.1.10"),
+    ]
+    assert node_a.state.value == "running"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("node-a", "node-a", id="dns-name"),
+        pytest.param("10.0.2.10", "node-b", id="ip"),
+        pytest.param("no-such-node", None, id="miss-is-undecided"),
+    ],
+)
+def test_find_by_name(
+    seeded: Inventory, driver: VsphereDriver, name: str, expected: str | None
+) -> None:
+    listing = driver.find_instances_by_name([name])
+    if expected is None:
+        assert listing.found == {} and listing.undecided == [name]
+    else:
+        assert listing.found[name].id == seeded.vms[expected].uuid
+
+
+def test_one_read_and_one_tag_listing_per_pass(seeded: Inventory, driver: VsphereDriver) -> None:
+    ids = [vm.uuid for vm in seeded.vms.values()]
+    driver.list_instances(ids)  # warm: login, container view, tag names
+    before = calls()
+    listing = driver.list_instances(ids)
+    assert delta(before, calls()) == {"RetrieveProperties": 1.0, "ListAttachedObjects": 1.0}
+    assert listing.requests == 2
+
+
+def test_session_is_reestablished(seeded: Inventory, driver: VsphereDriver) -> None:
+    ids = [seeded.vms["node-a"].uuid]
+    driver.list_instances(ids)
+    driver._si.content.sessionManager.Logout()  # the session ends on the vCenter side
+    assert set(driver.list_instances(ids).found) == set(ids)
+
+
+def test_wrong_password_is_auth_failed(vcsim: VcsimEndpoint) -> None:
+    bad = VsphereDriver(vsphere_settings(vcsim).model_copy(update={"username": "intruder"}))
+    with pytest.raises(errors.CloudAuthFailed):
+        bad.list_instances([UNKNOWN_UUID])
+
+
+@pytest.mark.parametrize("level", ["datacenter", "cluster", "host", "vm"])
+def test_zone_from_tags_at_every_level(seeded: Inventory, vcsim: VcsimEndpoint, level: str) -> None:
+    """A fresh zone category per level: the tag on that level alone gives node-a its zone."""
+    category = f"zone-at-{level}"
+    path = {
+        "datacenter": "DC0",
+        "cluster": "DC0/host/DC0_C0",
+        "host": "DC0/host/DC0_C0/DC0_C0_H0",
+        "vm": "DC0/vm/node-a",
+    }[level]
+    si = connect(vcsim)
+    client = tagging_client(vcsim)
+    try:
+        Tags(client).attach(category, f"z-{level}", [find(si, path)])
+    finally:
+        client.logout()
+        disconnect(si)
+    scoped = VsphereDriver(vsphere_settings(vcsim, zone_tag_category=category))
+    try:
+        uuid = seeded.vms["node-a"].uuid
+        instance = scoped.list_instances([uuid]).found[uuid]
+        assert (instance.region, instance.zone) == ("region-a", f"z-{level}")
+    finally:
+        scoped.close()
+
+
+# -- NodeSync on the real stack -----------------------------------------------------------------
+@pytest.fixture
+def vsphere_ccm(settings: Settings, vcsim: VcsimEndpoint, scope: str) -> Settings:
+    ccm = settings.ccm.model_copy(
+        update={
+            "node_selector": f"cloudloop-test={scope}",
+            "node_monitor_period_s": 0.5,
+            "node_status_update_frequency_s": 1.0,
+        }
+    )
+    return settings.model_copy(
+        update={"ccm": ccm, "provider": "vsphere", "vsphere": vsphere_settings(vcsim)}
+    )
+
+
+@pytest.fixture
+def scope() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:10]
+
+
+async def test_node_sync_initializes_with_zone_labels(
+    seeded: Inventory, kube: Kube, vsphere_ccm: Settings, scope: str
+) -> None:
+    """Nodes named after the guests' DNS names (kubelet on vSphere sets no providerID)."""
+    driver = VsphereDriver(vsphere_ccm.vsphere)
+    try:
+        for name in ("node-a", "node-b"):
+            make_node(kube, name, scope)
+        async with node_sync(kube, vsphere_ccm, driver):
+            for name, zone in (("node-a", "zone-a"), ("node-b", "zone-b")):
+                node = await eventually(
+                    node_when(kube, name, lambda n: not rules.needs_init(n)),
+                    what=f"{name} initialized",
+                )
+                labels = node["metadata"]["labels"]
+                assert labels["topology.kubernetes.io/zone"] == zone
+                assert labels["failure-domain.beta.kubernetes.io/zone"] == zone
+                assert labels["topology.kubernetes.io/region"] == "region-a"
+                assert labels["failure-domain.beta.kubernetes.io/region"] == "region-a"
+                assert labels["node.kubernetes.io/instance-type"] == (
+                    "vsphere-vm.cpu-2.mem-4gb.os-ubuntu"
+                )
+                assert node["spec"]["providerID"] == seeded.vms[name].provider_id
+                assert {"type": "InternalIP", "address": seeded.vms[name].ip} in node["status"][
+                    "addresses"
+                ]
+    finally:
+        cleanup(kube, scope)
+        driver.close()
+
+
+async def test_vcenter_outage_deletes_no_node(
+    kube: Kube, settings: Settings, scope: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A destroyed VM's NotReady node goes; while vCenter is down, no NotReady node does."""
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("vcsim-outage"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            vcsim=VcsimOptions(),
+        )
+    )
+    local.start()
+    try:
+        assert local.vcsim is not None
+        inventory = seed(
+            local.vcsim,
+            [NodeVm("out-a", "10.0.3.10"), NodeVm("out-b", "10.0.3.11", power_on=False)],
+            ZoneLayout(),
+        )
+        ccm = settings.ccm.model_copy(
+            update={"node_selector": f"cloudloop-test={scope}", "node_monitor_period_s": 0.3}
+        )
+        sync_settings = settings.model_copy(update={"ccm": ccm})
+        driver = VsphereDriver(vsphere_settings(local.vcsim))
+        names = {}
+        for key, vm in inventory.vms.items():
+            names[key] = f"{key}-{scope}"
+            make_node(kube, names[key], scope, tainted=False, provider_id=vm.provider_id)
+            set_ready(kube, names[key], "False")
+        si = connect(local.vcsim)
+        try:  # out-b is powered off: destroy it, its node must go
+            from devstack.vcsim_inventory import wait_task
+
+            wait_task(si, find(si, "DC0/vm/out-b").Destroy_Task())
+        finally:
+            disconnect(si)
+        async with node_sync(kube, sync_settings, driver) as sync:
+            await eventually(
+                lambda: kube.get(NODES, names["out-b"]) is None, what="the gone VM's node deleted"
+            )
+            assert local.vcsim_process is not None
+            local.vcsim_process.stop()  # vCenter down
+            passes = sync.passes
+            await eventually(lambda: sync.passes >= passes + 5, what="passes during the outage")
+            assert kube.get(NODES, names["out-a"]) is not None  # fail closed
+        driver.close()
+    finally:
+        cleanup(kube, scope)
+        local.stop()
