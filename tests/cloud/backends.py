@@ -30,6 +30,8 @@ from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.vsphere.driver import VsphereDriver
+from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from devstack.aws_network import create_cluster_network
@@ -287,11 +289,73 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
     )
 
 
+# -- vSphere: vcsim (govmomi), through pyvmomi and the tagging REST paths -------------------
+@pytest.fixture(scope="session")
+def vcsim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    from devstack.vcsim import VcsimOptions
+    from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
+
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("conformance-vcsim"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            vcsim=VcsimOptions(password="conformance-pw"),
+        )
+    )
+    local.start()
+    try:
+        assert local.vcsim is not None
+        seed(local.vcsim, [NodeVm("conformance-a", "10.9.0.10")], ZoneLayout())
+        yield local
+    finally:
+        local.stop()
+
+
+def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
+    local: LocalStack = request.getfixturevalue("vcsim_server")
+    assert local.vcsim is not None
+    endpoint = local.vcsim
+
+    def settings(**overrides: Any) -> VsphereSettings:
+        values: dict[str, Any] = {
+            "server": endpoint.server,
+            "username": endpoint.username,
+            "password": SecretStr(endpoint.password),
+            "ca_bundle": endpoint.ca_file,
+            "timeout_s": 3,
+            "wait_timeout_s": 10,
+            "poll_interval_s": 0.05,
+        }
+        values.update(overrides)
+        return VsphereSettings(**values)
+
+    unknown_uuid = "00000000-0000-0000-0000-00000000abcd"
+    return Backend(
+        name="vsphere",
+        driver=lambda: VsphereDriver(settings()),
+        unreachable=lambda: VsphereDriver(settings(server=DEAD, ca_bundle=None, insecure=True)),
+        wrong_credentials=lambda: VsphereDriver(settings(password=SecretStr("wrong-password"))),
+        probe=lambda d: d.list_instances([unknown_uuid]),
+        proves={
+            Capability.INSTANCES: lambda d: d.find_instances_by_name(["conformance-a"]),
+            Capability.DISCOVERY: lambda d: d.discovery_data(),
+            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
+        },
+        unknown={
+            Capability.INSTANCES: lambda d: d.list_instances([unknown_uuid]).found,
+            Capability.VOLUMES: lambda d: d.get_volume("datastore-1:00000000-abcd"),
+        },
+    )
+
+
 #: provider → how to build its backend (one line per cloud).
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Backend]] = {
     "aws": aws_backend,
     "dvp": dvp_backend,
     "zvirt": zvirt_backend,
+    "vsphere": vsphere_backend,
 }
 
 

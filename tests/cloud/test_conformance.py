@@ -26,9 +26,14 @@ from tests.cloud.backends import (
     authenticating_moto,
     is_absence,
     ovirt_engine,
+    vcsim_server,
 )
 
-__all__ = ["authenticating_moto", "ovirt_engine"]  # session fixtures the backends use
+__all__ = [
+    "authenticating_moto",
+    "ovirt_engine",
+    "vcsim_server",
+]  # session fixtures the backends use
 
 pytestmark = pytest.mark.stack
 

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.mapping import swap_uuid_bytes
 from cloudloop.cloud.vsphere.settings import VsphereSettings
@@ -188,7 +189,7 @@ async def test_node_sync_initializes_with_zone_labels(
     seeded: Inventory, kube: Kube, vsphere_ccm: Settings, scope: str
 ) -> None:
     """Nodes named after the guests' DNS names (kubelet on vSphere sets no providerID)."""
-    driver = VsphereDriver(vsphere_ccm.vsphere)
+    driver = VsphereDriver(VSPHERE.section(vsphere_ccm))
     try:
         for name in ("node-a", "node-b"):
             make_node(kube, name, scope)

@@ -6,8 +6,8 @@ VM and its ancestors in one property-collector retrieval; :meth:`VsphereBase.tag
 answers "which region/zone tags hang where" with one tag-association call per pass.
 
 Rules:
-- Every SOAP and REST request is counted in ``cloud_api_requests_total{provider="vsphere"}`` and
-  every failure becomes a :mod:`cloudloop.cloud.errors` class (:func:`translate`). Only
+- Every SOAP and REST request goes through ``cloud_call`` (counted in
+  ``cloud_api_requests_total{provider="vsphere"}``, failures translated by :func:`translate`). Only
   ``ManagedObjectNotFound``/``NotFound``/HTTP 404 mean absent; ``InvalidLogin`` is "credentials
   rejected", never "not found".
 - ``NotAuthenticated`` (an expired or terminated session) logs in again once and repeats the call;
@@ -32,13 +32,13 @@ from typing import Any, TypeVar
 import requests
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.calls import cloud_call
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.vsphere.config import ConfigError
 from cloudloop.cloud.vsphere.mapping import PROVIDER, Entity, GuestNic, Inventory, VmProps
 from cloudloop.cloud.vsphere.settings import Connection, VsphereSettings, resolve
 from cloudloop.cloud.vsphere.tagging import Category, Tag, TaggingClient, TaggingHTTPError
 from cloudloop.cloud.vsphere.vmomi import PC, disconnect, smart_connect, vim, vmodl
-from cloudloop.metrics import CLOUD_API_REQUESTS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,18 +66,6 @@ ENTITY_TYPES = (
     "Folder",
     "Datacenter",
 )
-
-
-def _outcome(error: errors.CloudError | None) -> str:
-    if error is None:
-        return "success"
-    return {
-        errors.NotFound: "not_found",
-        errors.CloudThrottled: "throttled",
-        errors.CloudUnreachable: "unreachable",
-        errors.CloudAuthFailed: "auth_failed",
-        errors.InvalidRequest: "invalid",
-    }.get(type(error), "error")
 
 
 def _fault_name(exc: BaseException) -> str:
@@ -240,16 +228,9 @@ class VsphereBase(CloudDriver):
 
     # -- calls -----------------------------------------------------------------------------------
     def _counted(self, operation: str, request: Callable[[], T]) -> T:
-        error: errors.CloudError | None = None
-        try:
+        """One request, counted and translated by :func:`~cloudloop.cloud.calls.cloud_call`."""
+        with cloud_call(PROVIDER, operation, translate):
             return request()
-        except Exception as exc:
-            error = translate(operation, exc)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            CLOUD_API_REQUESTS.labels(PROVIDER, operation, _outcome(error)).inc()
 
     def call(self, operation: str, request: Callable[[Any], T]) -> T:
         """One SOAP request on the kept session (``request(service_instance)``), counted and

@@ -145,7 +145,7 @@ class VsphereDiscovery(VsphereBase):
             stub = SoapStubAdapter(
                 host=conn.host,
                 port=conn.port,
-                path="/pbm/sdk",
+                path="/pbm",
                 version="pbm.version.version11",
                 sslContext=self._ssl_context(conn),
                 thumbprint=conn.thumbprint.replace(":", "").lower() or None,

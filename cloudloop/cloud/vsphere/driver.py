@@ -7,10 +7,9 @@ neither; upstream's CPI implements none) and no Cluster API machines yet.
 
 from __future__ import annotations
 
-from cloudloop.cloud.driver import Capability
 from cloudloop.cloud.vsphere.instances import VsphereInstances
 from cloudloop.cloud.vsphere.volumes import VsphereVolumes
 
 
 class VsphereDriver(VsphereInstances, VsphereVolumes):
-    capabilities = frozenset({Capability.INSTANCES, Capability.DISCOVERY, Capability.VOLUMES})
+    """Capabilities (derived): instances, discovery, volumes."""
