@@ -15,6 +15,7 @@ from bench.node import node_figures
 from bench.probe import probe_overhead
 from bench.termination import termination_figures
 from bench.volume import volume_figures
+from bench.vsphere import vsphere_figures
 
 BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,
@@ -23,4 +24,5 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "termination": termination_figures,
     "volumes": volume_figures,
     "machines": machine_figures,
+    "vsphere": vsphere_figures,
 }
