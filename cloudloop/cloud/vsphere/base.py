@@ -147,6 +147,7 @@ class VsphereBase(CloudDriver):
         self._tag_names: dict[str, tuple[str, str]] = {}  # tag id → (category, tag)
         self._category_ids: dict[str, str] = {}  # category name → id
         self._tags_read_at = 0.0
+        self._last_snapshot: tuple[float, Inventory, dict[str, list[tuple[str, str]]]] | None = None
 
     # -- configuration -------------------------------------------------------------------------
     def connection(self) -> Connection:

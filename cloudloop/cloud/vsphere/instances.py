@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from collections.abc import Sequence
 
 from cloudloop.cloud import errors, models
@@ -54,10 +55,23 @@ class VsphereInstances(VsphereBase):
             )
         return uuid
 
-    def _snapshot(self) -> tuple[Inventory, dict[str, list[tuple[str, str]]], int]:
+    def _snapshot(
+        self, *, reuse: bool = False
+    ) -> tuple[Inventory, dict[str, list[tuple[str, str]]], int]:
+        """The inventory and its zone tags: read fresh (2 round trips), or with ``reuse`` a
+        read younger than ``name_lookup_reuse_s`` (by-name lookups never prove absence, so a
+        slightly old answer can only delay an init, never delete a node)."""
+        cached = self._last_snapshot
+        if (
+            reuse
+            and cached is not None
+            and time.monotonic() - cached[0] < (self.settings.name_lookup_reuse_s)
+        ):
+            return cached[1], cached[2], 0
         conn = self.connection()
         inventory = self.inventory()
         tags = self.tags_by_object([conn.region_category, conn.zone_category])
+        self._last_snapshot = (time.monotonic(), inventory, tags)
         return inventory, tags, 2
 
     def _in_scope(self, inventory: Inventory, vm: VmProps) -> bool:
@@ -116,7 +130,7 @@ class VsphereInstances(VsphereBase):
         listing = models.InstanceListing()
         if not names:
             return listing
-        inventory, tags, listing.requests = self._snapshot()
+        inventory, tags, listing.requests = self._snapshot(reuse=True)
         vms = [vm for vm in inventory.vms.values() if self._in_scope(inventory, vm)]
         for name in names:
             match = _match_by_name(vms, name)
