@@ -15,8 +15,14 @@ import base64
 import json
 from typing import Any
 
+from cloudloop.cloud.vsphere.config import ConfigError
 from cloudloop.cloud.vsphere.mapping import PROVIDER
-from cloudloop.cloud.vsphere.settings import VsphereSettings, resolve
+from cloudloop.cloud.vsphere.settings import (
+    DEFAULT_REGION_CATEGORY,
+    DEFAULT_ZONE_CATEGORY,
+    VsphereSettings,
+    resolve,
+)
 
 SECRET_NAME = "d8-node-manager-cloud-provider"
 NAMESPACE = "kube-system"
@@ -35,15 +41,28 @@ def _json(value: object) -> str:
 
 def registration_values(settings: VsphereSettings) -> dict[str, str]:
     """The Secret's ``data`` (base64 values)."""
-    conn = resolve(settings)
-    username, password = conn.credentials()
+    try:
+        conn = resolve(settings)
+        username, password = conn.credentials()
+        host = conn.host if conn.port == 443 else f"{conn.host}:{conn.port}"
+        insecure, region_category, zone_category = (
+            conn.insecure,
+            conn.region_category,
+            conn.zone_category,
+        )
+    except (ConfigError, OSError):  # not configured (yet): publish what the settings say
+        host, username = settings.server, settings.username
+        password = settings.password.get_secret_value() if settings.password else ""
+        insecure = settings.insecure
+        region_category = settings.region_tag_category or DEFAULT_REGION_CATEGORY
+        zone_category = settings.zone_tag_category or DEFAULT_ZONE_CATEGORY
     vsphere = {
-        "host": conn.host if conn.port == 443 else f"{conn.host}:{conn.port}",
+        "host": host,
         "username": username,
         "password": password,
-        "insecure": conn.insecure,
-        "regionTagCategory": conn.region_category,
-        "zoneTagCategory": conn.zone_category,
+        "insecure": insecure,
+        "regionTagCategory": region_category,
+        "zoneTagCategory": zone_category,
         "region": settings.region,
         "vmFolderPath": settings.vm_folder_path,
         "sshKey": settings.ssh_public_key,
