@@ -26,6 +26,13 @@ WORKFLOWS_STARTED = Counter(
     ["workflow"],
 )
 
+# -- the starters' work queues (upstream client-go workqueue names) ---------------------------
+WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Keys waiting in a starter's work queue.", ["name"])
+WORKQUEUE_ADDS = Counter("workqueue_adds", "Keys added to a starter's work queue.", ["name"])
+WORKQUEUE_RETRIES = Counter(
+    "workqueue_retries", "Keys queued again after a failed reconcile (with backoff).", ["name"]
+)
+
 # -- cloud data discoverer (names and labels as Deckhouse's cloud-data-discoverer) ----------
 DISCOVERY_CLOUD_REQUEST_ERROR = Gauge(
     "cloud_data_discovery_cloud_request_error",

@@ -7,11 +7,11 @@ annotations, the LB node set) and sends it to the Service's :class:`LoadBalancer
 when it differs from what it sent last. A Service with the finalizer that is being deleted or no
 longer wants an LB gets ``tear_down``; the workflow deletes the LB and removes the finalizer.
 
-Work is keyed by Service (one sync per key at a time, ``concurrent_service_syncs`` at once,
-failures retried with backoff). A Node change that alters the LB node set (added, deleted,
-exclusion label or taint, providerID, labels) re-syncs every LB Service; the workflows then
-update their backends only. Nothing is sent before both informers have listed, so a restart
-never sends an empty node set.
+Work is keyed by Service in the starters' work queue (one sync per key at a time,
+``concurrent_service_syncs`` at once, failures retried with per-key backoff). A Node change that
+alters the LB node set (added, deleted, exclusion label or taint, providerID, labels) re-syncs
+every LB Service; the workflows then update their backends only. Nothing is sent before both
+informers have listed, so a restart never sends an empty node set.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import asyncio
 import logging
 
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDReusePolicy
 
 from cloudloop import searchattrs
 from cloudloop.cloud.driver import Capability
@@ -28,6 +28,7 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
+from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
     ApplyRequest,
@@ -39,6 +40,7 @@ from cloudloop.messages.loadbalancer import (
     workflow_id,
 )
 from cloudloop.rules import loadbalancer as rules
+from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
 from workflows.loadbalancer import LoadBalancerWorkflow
 
@@ -71,11 +73,7 @@ class ServiceStarter:
         self.concurrency = max(1, concurrency)
         self.history_limit = history_limit
         self.signals_sent = 0
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._active: set[str] = set()
-        self._dirty: set[str] = set()
-        self._backoff: dict[str, float] = {}
+        self.queue = WorkQueue("service", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         #: Service key → (uid, signal, desired state) last sent.
         self._sent: dict[str, tuple[str, str, DesiredLoadBalancer | None]] = {}
         self._node_view: dict[str, LoadBalancerNode | None] = {}
@@ -105,6 +103,7 @@ class ServiceStarter:
         )
 
     def stop(self) -> None:
+        self.queue.shut_down()
         self._stopped.set()
 
     async def run(self) -> None:
@@ -113,7 +112,9 @@ class ServiceStarter:
         tasks = [
             asyncio.create_task(self._watch_services()),
             asyncio.create_task(self._watch_nodes()),
-            *(asyncio.create_task(self._worker()) for _ in range(self.concurrency)),
+            asyncio.create_task(
+                self.queue.run(self.sync, workers=self.concurrency, before=self._synced)
+            ),
         ]
         try:
             await self._stopped.wait()
@@ -122,34 +123,13 @@ class ServiceStarter:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    # -- queue -----------------------------------------------------------------------------
     def enqueue(self, key: str) -> None:
-        if key in self._active:
-            self._dirty.add(key)  # synced again once the running sync ends
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+        self.queue.add(key)
 
-    async def _worker(self) -> None:
-        while not (self.services.synced.is_set() and self.nodes.synced.is_set()):
-            await asyncio.sleep(0.05)
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._active.add(key)
-            try:
-                await self.sync(key)
-                self._backoff.pop(key, None)
-            except Exception:
-                delay = min(self._backoff.get(key, RETRY_MIN_S / 2) * 2, RETRY_MAX_S)
-                self._backoff[key] = delay
-                log.exception("Service %s: sync failed; retrying in %.1fs", key, delay)
-                asyncio.get_running_loop().call_later(delay, self.enqueue, key)
-            finally:
-                self._active.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.enqueue(key)
+    async def _synced(self) -> None:
+        """Both informers listed: a restart never sends an empty node set."""
+        await self.services.wait_synced()
+        await self.nodes.wait_synced()
 
     # -- watches ---------------------------------------------------------------------------
     async def _watch_services(self) -> None:
@@ -219,15 +199,16 @@ class ServiceStarter:
     async def _send(self, ref: ObjectRef, signal: str, request: ApplyRequest | None) -> None:
         """Signal-with-start the Service's workflow (joining the running one, if any)."""
         target = LoadBalancerTarget(service=ref, cluster=self.cluster, provider=self.provider)
-        await self.client.start_workflow(
+        await signal_with_start(
+            self.client,
             LoadBalancerWorkflow.run,
             LoadBalancerState(target=target, history_limit=self.history_limit),
+            kind="LoadBalancer",
             id=workflow_id(ref),
             task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            start_signal=signal,
-            start_signal_args=[request] if request is not None else [],
+            reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            signal=signal,
+            signal_args=[request] if request is not None else [],
             search_attributes=searchattrs.for_object(
                 cluster=self.cluster,
                 provider=self.provider,

@@ -3,7 +3,8 @@
 - **init**: Nodes with the ``uninitialized`` taint are collected for a short window and looked
   up in one batched call (by providerID, else by node name); each then gets its addresses, the
   zone/region/instance-type labels, ``spec.providerID`` and the taint removed, and a ``Synced``
-  Event. Failures keep the taint and retry with backoff.
+  Event. Nodes wait in the starters' work queue; failures keep the taint and retry with
+  per-node backoff (one ``FailedToInitializeNode`` Warning per failure streak).
 - **lifecycle** (every ``--node-monitor-period``): NotReady nodes are looked up in one batched
   call; a node is deleted only when the cloud answered without error that its instance does not
   exist (terminated counts as gone); a stopped instance gets the shutdown taint, removed again
@@ -15,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -29,6 +29,7 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
+from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.rules import node as rules
 from cloudloop.settings import CcmSettings
 from starters.context import StarterContext
@@ -57,9 +58,7 @@ class NodeSync:
         self.driver = driver
         self.informer = informer
         self.settings = settings
-        self._pending: dict[str, float] = {}  # node name → not-before (monotonic)
-        self._backoff: dict[str, float] = {}
-        self._wake = asyncio.Event()
+        self.queue = WorkQueue("node-init", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         self._stopped = asyncio.Event()
         self.passes = 0
 
@@ -77,6 +76,7 @@ class NodeSync:
         return cls(context.kube, context.driver, informer, ccm)
 
     def stop(self) -> None:
+        self.queue.shut_down()
         self._stopped.set()
 
     async def run(self) -> None:
@@ -153,41 +153,27 @@ class NodeSync:
         async for event in self.informer.events():
             name = event.object["metadata"]["name"]
             if event.type != "DELETED" and rules.needs_init(event.object):
-                if name not in self._pending:
-                    self._pending[name] = 0.0
-                    self._wake.set()
+                if not self.queue.tracked(name):  # a node backing off waits for its retry
+                    self.queue.add(name)
             else:
-                self._pending.pop(name, None)
-                self._backoff.pop(name, None)
+                self.queue.discard(name)
 
     async def _init_worker(self) -> None:
         while True:
-            due = [n for n, t in self._pending.items() if t <= time.monotonic()]
-            if not due:
-                self._wake.clear()
-                later = list(self._pending.values())
-                timeout = max(0.05, min(later) - time.monotonic()) if later else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                continue
-            await self._gather_burst()
-            await self.initialize([n for n, t in self._pending.items() if t <= time.monotonic()])
-
-    async def _gather_burst(self) -> None:
-        """Wait while nodes keep arriving (idle window), at most ``INIT_BATCH_MAX_S``."""
-        deadline = time.monotonic() + INIT_BATCH_MAX_S
-        seen = len(self._pending)
-        while time.monotonic() < deadline:
-            await asyncio.sleep(self.settings.init_batch_window_s)
-            if len(self._pending) == seen:
-                return
-            seen = len(self._pending)
+            names = await self.queue.get_batch(
+                window_s=self.settings.init_batch_window_s, max_wait_s=INIT_BATCH_MAX_S
+            )
+            try:
+                await self.initialize(names)
+            finally:
+                for name in names:
+                    self.queue.done(name)
 
     async def initialize(self, names: list[str]) -> None:
         nodes = [self.informer.store[n] for n in names if n in self.informer.store]
         nodes = [n for n in nodes if rules.needs_init(n)]
         for name in set(names) - {n["metadata"]["name"] for n in nodes}:
-            self._pending.pop(name, None)
+            self.queue.discard(name)
         if not nodes:
             return
         lookup = await asyncio.to_thread(self.lookup, nodes)
@@ -203,8 +189,7 @@ class NodeSync:
                     if instance is None:
                         raise rules.InitError("no instance found in the cloud for this node")
                     await asyncio.to_thread(self._initialize_node, name, instance)
-                    self._pending.pop(name, None)
-                    self._backoff.pop(name, None)
+                    self.queue.forget(name)
                 except (rules.InitError, KubeError, CloudError) as exc:
                     self._retry_later(node, str(exc))
 
@@ -212,12 +197,9 @@ class NodeSync:
 
     def _retry_later(self, node: dict[str, Any], reason: str) -> None:
         name = node["metadata"]["name"]
-        delay = min(RETRY_MAX_S, self._backoff.get(name, RETRY_MIN_S / 2) * 2)
-        self._backoff[name] = delay
-        if name in self._pending:
-            self._pending[name] = time.monotonic() + delay
+        delay = self.queue.retry(name)
         log.warning("node %s not initialized: %s; retrying in %.0fs", name, reason, delay)
-        if delay <= RETRY_MIN_S:  # one Event per failure streak, not per retry
+        if self.queue.failures(name) == 1:  # one Event per failure streak, not per retry
             record_event(
                 self.kube,
                 ObjectRef.of(NODES, node),

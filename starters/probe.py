@@ -1,25 +1,29 @@
 """Watches ``CloudProbe`` objects and starts one :class:`CloudProbeWorkflow` per generation.
 
-The workflow ID comes from the object's identity and generation, started with conflict policy
-``USE_EXISTING`` and reuse policy ``ALLOW_DUPLICATE_FAILED_ONLY``: a repeated event, a relist or a
-second starter replica joins the running workflow or finds the finished one, never a second run.
+Events queue the object's key in the starters' work queue; a worker reads the object from the
+informer's store and starts its workflow. The workflow ID comes from the object's identity and
+generation, started with conflict policy ``USE_EXISTING`` and reuse policy
+``ALLOW_DUPLICATE_FAILED_ONLY``: a repeated event, a relist or a second starter replica joins the
+running workflow or finds the finished one, never a second run. A failed start (Temporal
+unreachable) is retried with per-key backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from cloudloop import searchattrs
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informer, WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
+from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.messages.probe import ProbeInput
-from cloudloop.metrics import WORKFLOWS_STARTED
+from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
 from workflows.probe import CloudProbeWorkflow, workflow_id
 
@@ -47,15 +51,20 @@ class CloudProbeStarter:
         self.task_queue = task_queue
         self.cluster = cluster
         self.informer = Informer(kube, CLOUD_PROBES, namespace=namespace)
+        self.queue = WorkQueue("cloudprobe")
 
     async def run(self) -> None:
-        async for event in self.informer.events():
-            try:
-                await self.handle(event)
-            except Exception:  # one bad object never stops the watch
-                log.exception("CloudProbe %s: could not handle %s", event.key, event.type)
+        worker = asyncio.create_task(self.queue.run(self.reconcile))
+        try:
+            async for event in self.informer.events():
+                self.queue.add(event.key)
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
 
     def stop(self) -> None:
+        self.queue.shut_down()
         self.informer.stop()
 
     @staticmethod
@@ -66,10 +75,17 @@ class CloudProbeStarter:
         observed = (obj.get("status") or {}).get("observedGeneration")
         return bool(observed != meta.get("generation"))
 
+    async def reconcile(self, key: str) -> str | None:
+        """Start (or join) the probe workflow of the object ``key`` as the store has it."""
+        obj = self.informer.store.get(key)
+        return None if obj is None else await self.start(obj)
+
     async def handle(self, event: WatchEvent) -> str | None:
         """Start (or join) the probe workflow for this event; return its ID, if any."""
-        obj = event.object
-        if event.type == "DELETED" or not self.wants_probe(obj):
+        return None if event.type == "DELETED" else await self.start(event.object)
+
+    async def start(self, obj: dict[str, Any]) -> str | None:
+        if not self.wants_probe(obj):
             return None
         ref = ObjectRef.of(CLOUD_PROBES, obj)
         input = ProbeInput(
@@ -79,23 +95,21 @@ class CloudProbeStarter:
             cluster=self.cluster,
         )
         wf_id = workflow_id(input)
-        try:
-            await self.client.start_workflow(
-                CloudProbeWorkflow.run,
-                input,
-                id=wf_id,
-                task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                search_attributes=searchattrs.for_object(
-                    cluster=self.cluster,
-                    provider=input.provider,
-                    kind=ref.kind,
-                    namespace=ref.namespace,
-                    name=ref.name,
-                ),
-            )
-            WORKFLOWS_STARTED.labels("CloudProbe").inc()
-        except WorkflowAlreadyStartedError:
+        started = await signal_with_start(
+            self.client,
+            CloudProbeWorkflow.run,
+            input,
+            kind="CloudProbe",
+            id=wf_id,
+            task_queue=self.task_queue,
+            search_attributes=searchattrs.for_object(
+                cluster=self.cluster,
+                provider=input.provider,
+                kind=ref.kind,
+                namespace=ref.namespace,
+                name=ref.name,
+            ),
+        )
+        if started is None:
             log.debug("CloudProbe %s: workflow %s already ran", ref.key, wf_id)
         return wf_id

@@ -24,12 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.common import (
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.common import TypedSearchAttributes
 
 from cloudloop import searchattrs
 from cloudloop.cloud.errors import CloudError
@@ -49,10 +44,10 @@ from cloudloop.metrics import (
     NTH_SQS_MESSAGES,
     NTH_TAGGED_INSTANCES,
     NTH_TAGGED_NODES,
-    WORKFLOWS_STARTED,
 )
 from cloudloop.rules.termination import MalformedMessage, parse_message
 from cloudloop.settings import NthSettings
+from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
 from workflows.termination import (
     DRAIN_SIGNAL,
@@ -327,26 +322,23 @@ class QueueProcessor:
         attributes = searchattrs.for_object(
             cluster=self.cluster, provider=self.provider, kind="Node", namespace="", name=node
         )
-        try:
-            handle = await self.client.start_workflow(
-                DrainNodeWorkflow.run,
-                input,
-                id=wf_id,
-                task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                start_signal=DRAIN_SIGNAL,
-                start_signal_args=[event],
-                search_attributes=attributes,
-            )
-        except WorkflowAlreadyStartedError:
+        start = await signal_with_start(
+            self.client,
+            DrainNodeWorkflow.run,
+            input,
+            kind="DrainNode",
+            id=wf_id,
+            task_queue=self.task_queue,
+            signal=DRAIN_SIGNAL,
+            signal_args=[event],
+            search_attributes=attributes,
+        )
+        if start is None:
             # Only a successful run blocks a new one: this interruption was handled already.
             if event.lifecycle is None or await self._completed_by(wf_id, event.lifecycle.token):
                 return Dispatch(note=f"{event.event_id}: {wf_id} already completed")
             return await self._complete_late_lifecycle(event, node, attributes)
-        if _started(handle):
-            WORKFLOWS_STARTED.labels("DrainNode").inc()
-        return Dispatch(handle=handle, note=f"{event.event_id} → {wf_id}")
+        return Dispatch(handle=start.handle, note=f"{event.event_id} → {wf_id}")
 
     async def _completed_by(self, wf_id: str, token: str) -> bool:
         """Whether the completed drain ``wf_id`` completed the lifecycle action ``token``."""
@@ -362,19 +354,18 @@ class QueueProcessor:
     ) -> Dispatch:
         assert event.lifecycle is not None
         wf_id = lifecycle_workflow_id(event.lifecycle)
-        try:
-            handle = await self.client.start_workflow(
-                CompleteLifecycleWorkflow.run,
-                LifecycleInput(node=node, cluster=self.cluster, action=event.lifecycle),
-                id=wf_id,
-                task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                search_attributes=attributes,
-            )
-        except WorkflowAlreadyStartedError:
+        start = await signal_with_start(
+            self.client,
+            CompleteLifecycleWorkflow.run,
+            LifecycleInput(node=node, cluster=self.cluster, action=event.lifecycle),
+            kind="CompleteLifecycle",
+            id=wf_id,
+            task_queue=self.task_queue,
+            search_attributes=attributes,
+        )
+        if start is None:
             return Dispatch(note=f"{event.event_id}: lifecycle action already completed")
-        return Dispatch(handle=handle, note=f"{event.event_id}: drained before; → {wf_id}")
+        return Dispatch(handle=start.handle, note=f"{event.event_id}: drained before; → {wf_id}")
 
     # -- gauges ----------------------------------------------------------------------------
     def refresh_tagged_metrics(self) -> tuple[int, int]:
@@ -399,9 +390,3 @@ class QueueProcessor:
                 NTH_EVENTS_ERROR.labels("tagged-metrics").inc()
                 log.warning("tagged node metrics not refreshed: %s", exc)
             await asyncio.sleep(self.nth.tagged_metrics_interval_s)
-
-
-def _started(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether signal-with-start started a run (``False``: it joined a running one)."""
-    response = getattr(handle, "_start_workflow_response", None)
-    return bool(getattr(response, "started", True))
