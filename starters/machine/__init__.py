@@ -1,0 +1,12 @@
+"""Cluster API machines: the starter, its two reconcilers and ``cloudloop retry machine``.
+
+- :mod:`.starter` — :class:`MachineStarter`: the informers, the work queue and the key routing.
+- :mod:`.infra_machine` — InfraMachine → signal-with-start of its ``MachineWorkflow``.
+- :mod:`.infra_cluster` — InfraCluster → ready and provisioned (nothing to create in the cloud).
+- :mod:`.retry` — :func:`request_retry`, the command's side.
+"""
+
+from starters.machine.retry import request_retry
+from starters.machine.starter import MachineStarter
+
+__all__ = ["MachineStarter", "request_retry"]
