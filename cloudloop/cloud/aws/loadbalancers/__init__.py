@@ -1,0 +1,115 @@
+"""AWS load balancers for Services: a Classic ELB by default, an NLB with ``type: nlb``.
+
+Every resource made carries the cluster and Service identity as tags, and every step looks for
+what exists (by name or by those tags) before creating anything, so a call retried after a crash
+adopts what the interrupted one made. All annotations are parsed and every read happens before
+the first write, so an invalid annotation changes nothing in the cloud.
+
+The parts, one module each: :mod:`.naming` (names, tags, pure choices), :mod:`.security_groups`
+(groups and tagged rules), :mod:`.parts` (subnets, target instances), :mod:`.classic` (Classic
+ELB) and :mod:`.nlb` (NLB). This module holds the contract's four operations.
+"""
+
+from __future__ import annotations
+
+from cloudloop.cloud import models
+from cloudloop.cloud.aws.base import calling
+from cloudloop.cloud.aws.lb_annotations import LoadBalancerKind, parse_annotations
+from cloudloop.cloud.aws.loadbalancers.classic import (
+    AwsClassicLoadBalancers,
+    classic_health_check,
+)
+from cloudloop.cloud.aws.loadbalancers.naming import (
+    ANYWHERE,
+    LOAD_BALANCER_TAG,
+    RULE_ROLE_TAG,
+    SECURITY_GROUP_ROLE_TAG,
+    SERVICE_NAME_TAG,
+    SERVICE_UID_TAG,
+    aws_tags,
+    backend_security_group_name,
+    check_ports,
+    choose_subnets,
+    identity_tags,
+    load_balancer_tags,
+    security_group_name,
+    target_group_name,
+    target_instance_ids,
+)
+from cloudloop.cloud.aws.loadbalancers.nlb import AwsNetworkLoadBalancers, nlb_health_check
+from cloudloop.cloud.aws.loadbalancers.parts import DESCRIBE_BATCH, Network
+from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
+
+__all__ = [
+    "ANYWHERE",
+    "DESCRIBE_BATCH",
+    "LOAD_BALANCER_TAG",
+    "RULE_ROLE_TAG",
+    "SECURITY_GROUP_ROLE_TAG",
+    "SERVICE_NAME_TAG",
+    "SERVICE_UID_TAG",
+    "AwsLoadBalancers",
+    "Network",
+    "Rule",
+    "aws_tags",
+    "backend_security_group_name",
+    "check_ports",
+    "choose_subnets",
+    "classic_health_check",
+    "identity_tags",
+    "load_balancer_tags",
+    "nlb_health_check",
+    "security_group_name",
+    "target_group_name",
+    "target_instance_ids",
+]
+
+
+class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
+    # -- contract --------------------------------------------------------------------------
+    def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
+        options = parse_annotations(spec.annotations)
+        check_ports(spec, options.kind)
+        if options.kind is LoadBalancerKind.NLB:
+            return self._ensure_nlb(spec, options)
+        return self._ensure_classic(spec, options)
+
+    def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
+        """Register/deregister instances and fix the node rules; ``NotFound`` without an LB."""
+        options = parse_annotations(spec.annotations)
+        check_ports(spec, options.kind)
+        instances = self._live_instances(target_instance_ids(spec, options))
+        if options.kind is LoadBalancerKind.NLB:
+            self._update_nlb_backends(spec, options, instances)
+        else:
+            self._update_classic_backends(spec, options, instances)
+
+    def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
+        classic = self._describe_classic(name)
+        if classic is not None:
+            return models.LoadBalancerStatus(name=name, hostname=str(classic.get("DNSName", "")))
+        nlb = self._describe_nlb(name)
+        if nlb is not None:
+            return models.LoadBalancerStatus(name=name, hostname=str(nlb.get("DNSName", "")))
+        return None
+
+    def delete_load_balancer(self, name: str) -> None:
+        """Delete the LB of either type, its target groups, tagged rules and own security group.
+
+        Each part is found by itself (name or tags), so a delete retried after a crash finishes
+        whatever the interrupted one left; nothing left is not an error. A Classic ELB's rules
+        live in its own group and go with it; an NLB's node-port rules are looked up in the
+        groups of its targets, and by tag when no LB is left to say where they are.
+        """
+        classic = self._describe_classic(name)
+        if classic is not None:
+            with calling("DeleteLoadBalancer"):
+                self.client("elb").delete_load_balancer(LoadBalancerName=name)
+        nlb = self._describe_nlb(name)
+        target_groups = self._target_security_groups(nlb) if nlb is not None else []
+        self._delete_nlb(name, nlb)
+        if nlb is not None or classic is None:
+            # Without targets (or without any LB: an interrupted delete) only the tags tell.
+            where = self._rules_in(target_groups, name) if target_groups else None
+            self._revoke(where if where is not None else self._existing_rules(name))
+        self._delete_own_security_groups(name)

@@ -1,0 +1,350 @@
+"""Network Load Balancers for Services (``aws-load-balancer-type: nlb``), as cloud-provider-aws.
+
+One target group per port (``k8s-<ns>-<name>-<hash>``, hashed over UID, port, node port and
+protocol, so a changed port gets a new group and a retry finds the old), one TCP/UDP listener per
+port, instances registered at the node port, and node-port rules on the nodes' security group
+from the source ranges (plus the NLB subnets, for health checks, when the source ranges are
+restricted). A delete removes the NLB, then every target group it used or tagged for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.aws.base import NAME, calling
+from cloudloop.cloud.aws.lb_annotations import (
+    TRAFFIC_PORT,
+    AwsLoadBalancerOptions,
+    HealthCheckOptions,
+    invalid,
+)
+from cloudloop.cloud.aws.loadbalancers.naming import (
+    ANYWHERE,
+    LOAD_BALANCER_TAG,
+    aws_tags,
+    error_code,
+    load_balancer_tags,
+    target_group_name,
+    target_instance_ids,
+)
+from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts
+from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
+from cloudloop.cloud.aws.tags import tag_dict
+
+log = logging.getLogger(__name__)
+
+
+def nlb_health_check(spec: models.LoadBalancerSpec, hc: HealthCheckOptions) -> dict[str, Any]:
+    """Target-group health-check settings (cloud-provider-aws NLB defaults)."""
+    local = spec.external_traffic_policy == "Local" and spec.health_check_node_port > 0
+    protocol = hc.protocol or ("HTTP" if local else "TCP")
+    port = hc.port or (str(spec.health_check_node_port) if local else TRAFFIC_PORT)
+    interval = hc.interval_s or (10 if local else 30)
+    timeout = hc.timeout_s or (6 if local else 10)
+    if timeout >= interval:
+        raise invalid(f"health check timeout {timeout}s must be shorter than interval {interval}s")
+    settings: dict[str, Any] = {
+        "HealthCheckProtocol": protocol,
+        "HealthCheckPort": port,
+        "HealthCheckIntervalSeconds": interval,
+        "HealthCheckTimeoutSeconds": timeout,
+        "HealthyThresholdCount": hc.healthy_threshold or (2 if local else 3),
+        "UnhealthyThresholdCount": hc.unhealthy_threshold or (2 if local else 3),
+    }
+    if protocol in ("HTTP", "HTTPS"):
+        settings["HealthCheckPath"] = hc.path or ("/healthz" if local else "/")
+    return settings
+
+
+class AwsNetworkLoadBalancers(LoadBalancerParts):
+    def _describe_nlb(self, name: str) -> dict[str, Any] | None:
+        try:
+            with calling("DescribeLoadBalancersV2"):
+                found = self.client("elbv2").describe_load_balancers(Names=[name])
+        except errors.NotFound:
+            return None
+        balancers = [lb for lb in found.get("LoadBalancers", []) if lb.get("Type") == "network"]
+        return dict(balancers[0]) if balancers else None
+
+    def _ensure_nlb(
+        self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
+    ) -> models.LoadBalancerStatus:
+        v2 = self.client("elbv2")
+        health_check = nlb_health_check(spec, options.health_check)
+        tags = load_balancer_tags(spec, options)
+        scheme = "internal" if options.internal else "internet-facing"
+        network = self._network(spec, options)
+        instances = self._live_instances(target_instance_ids(spec, options))
+        existing = self._describe_nlb(spec.name)
+        classic = self._describe_classic(spec.name) if existing is None else None
+        # -- reads done; from here on the cloud changes ------------------------------------
+        if classic is not None:  # the type changed: the Classic ELB and its group go
+            with calling("DeleteLoadBalancer"):
+                self.client("elb").delete_load_balancer(LoadBalancerName=spec.name)
+        if existing is not None and existing.get("Scheme") != scheme:
+            log.info("%s: scheme changes to %s; recreating the NLB", spec.name, scheme)
+            self._delete_nlb(spec.name, existing)
+            existing = None
+        node_groups = self._node_security_groups(spec.cluster, instances)
+        if classic is not None:  # the old ELB's rules, wherever they are
+            self._revoke(self._existing_rules(spec.name))
+        rules = self._rules_in(node_groups, spec.name)
+
+        created = existing is None
+        if existing is None:
+            with calling("CreateLoadBalancerV2"):
+                existing = v2.create_load_balancer(
+                    Name=spec.name,
+                    Subnets=network.subnet_ids,
+                    Scheme=scheme,
+                    Type="network",
+                    Tags=aws_tags(tags),
+                )["LoadBalancers"][0]
+        else:
+            self._sync_nlb_tags(str(existing["LoadBalancerArn"]), tags)
+        arn = str(existing["LoadBalancerArn"])
+
+        current_groups = {} if created else self._attached_target_groups(arn)
+        groups: dict[int, dict[str, Any]] = {}  # service port → target group
+        new_groups: set[str] = set()  # ARNs created by this call (no targets yet)
+        for port in spec.ports:
+            name = target_group_name(spec, port)
+            group = current_groups.get(name)
+            if group is None:
+                group, made = self._target_group(
+                    spec, port, network.vpc_id, health_check, tags, name
+                )
+                if made:
+                    new_groups.add(str(group["TargetGroupArn"]))
+            if any(group.get(k) != v for k, v in health_check.items()):
+                with calling("ModifyTargetGroup"):
+                    v2.modify_target_group(TargetGroupArn=group["TargetGroupArn"], **health_check)
+            groups[port.port] = group
+        self._sync_listeners(spec, arn, groups, created=created)
+        wanted_names = {str(g["TargetGroupName"]) for g in groups.values()}
+        for name, group in current_groups.items():
+            if name not in wanted_names:
+                with calling("DeleteTargetGroup"):
+                    v2.delete_target_group(TargetGroupArn=group["TargetGroupArn"])
+        self._register_nlb(groups, set(instances), new_groups)
+        self._sync_rules(spec, self._nlb_rules(spec, node_groups, network.cidrs), rules)
+        if classic is not None:  # its rules are revoked now, so its group can go too
+            try:
+                self._delete_own_security_groups(spec.name)
+            except errors.CloudError as exc:
+                log.warning("%s: old ELB security group left for the delete: %s", spec.name, exc)
+        return models.LoadBalancerStatus(name=spec.name, hostname=str(existing.get("DNSName", "")))
+
+    def _sync_nlb_tags(self, arn: str, tags: dict[str, str]) -> None:
+        v2 = self.client("elbv2")
+        with calling("DescribeTagsV2"):
+            described = v2.describe_tags(ResourceArns=[arn]).get("TagDescriptions", [])
+        current = tag_dict(described[0].get("Tags")) if described else {}
+        missing = {k: v for k, v in tags.items() if current.get(k) != v}
+        if missing:
+            with calling("AddTagsV2"):
+                v2.add_tags(ResourceArns=[arn], Tags=aws_tags(missing))
+
+    def _attached_target_groups(self, arn: str) -> dict[str, dict[str, Any]]:
+        try:
+            with calling("DescribeTargetGroups"):
+                found = self.client("elbv2").describe_target_groups(LoadBalancerArn=arn)
+        except errors.NotFound:  # moto's answer for an NLB without target groups
+            return {}
+        return {str(g["TargetGroupName"]): dict(g) for g in found.get("TargetGroups", [])}
+
+    def _target_group(
+        self,
+        spec: models.LoadBalancerSpec,
+        port: models.LoadBalancerPort,
+        vpc_id: str,
+        health_check: dict[str, Any],
+        tags: dict[str, str],
+        name: str,
+    ) -> tuple[dict[str, Any], bool]:
+        """Create the port's target group (``True``), or adopt one an interrupted call made."""
+        v2 = self.client("elbv2")
+        try:
+            with calling("CreateTargetGroup"):
+                created = dict(
+                    v2.create_target_group(
+                        Name=name,
+                        Protocol=port.protocol.upper(),
+                        Port=port.node_port,
+                        VpcId=vpc_id,
+                        TargetType="instance",
+                        Tags=aws_tags(tags),
+                        **health_check,
+                    )["TargetGroups"][0]
+                )
+            return created, True
+        except errors.CloudError as exc:
+            if error_code(exc) != "DuplicateTargetGroupName":
+                raise
+        with calling("DescribeTargetGroups"):
+            return dict(v2.describe_target_groups(Names=[name])["TargetGroups"][0]), False
+
+    def _sync_listeners(
+        self,
+        spec: models.LoadBalancerSpec,
+        arn: str,
+        groups: dict[int, dict[str, Any]],
+        *,
+        created: bool,
+    ) -> None:
+        v2 = self.client("elbv2")
+        current: dict[int, dict[str, Any]] = {}
+        if not created:
+            with calling("DescribeListeners"):
+                found = v2.describe_listeners(LoadBalancerArn=arn).get("Listeners", [])
+            current = {int(listener["Port"]): listener for listener in found}
+        for port in spec.ports:
+            group_arn = str(groups[port.port]["TargetGroupArn"])
+            actions = [{"Type": "forward", "TargetGroupArn": group_arn}]
+            listener = current.get(port.port)
+            if listener is None:
+                with calling("CreateListener"):
+                    v2.create_listener(
+                        LoadBalancerArn=arn,
+                        Protocol=port.protocol.upper(),
+                        Port=port.port,
+                        DefaultActions=actions,
+                    )
+                continue
+            targets = [a.get("TargetGroupArn") for a in listener.get("DefaultActions", [])]
+            if targets != [group_arn] or listener.get("Protocol") != port.protocol.upper():
+                with calling("ModifyListener"):
+                    v2.modify_listener(
+                        ListenerArn=listener["ListenerArn"],
+                        Protocol=port.protocol.upper(),
+                        Port=port.port,
+                        DefaultActions=actions,
+                    )
+        wanted_ports = {p.port for p in spec.ports}
+        for port_number, listener in current.items():
+            if port_number not in wanted_ports:
+                with calling("DeleteListener"):
+                    v2.delete_listener(ListenerArn=listener["ListenerArn"])
+
+    def _register_nlb(
+        self, groups: dict[int, dict[str, Any]], wanted: set[str], new_groups: set[str]
+    ) -> None:
+        v2 = self.client("elbv2")
+        for group in groups.values():
+            group_arn = str(group["TargetGroupArn"])
+            current: set[str] = set()
+            if group_arn not in new_groups:
+                with calling("DescribeTargetHealth"):
+                    health = v2.describe_target_health(TargetGroupArn=group_arn)
+                current = {
+                    str(d["Target"]["Id"]) for d in health.get("TargetHealthDescriptions", [])
+                }
+            add, remove = sorted(wanted - current), sorted(current - wanted)
+            if add:
+                with calling("RegisterTargets"):
+                    v2.register_targets(TargetGroupArn=group_arn, Targets=[{"Id": i} for i in add])
+            if remove:
+                with calling("DeregisterTargets"):
+                    v2.deregister_targets(
+                        TargetGroupArn=group_arn, Targets=[{"Id": i} for i in remove]
+                    )
+
+    def _nlb_rules(
+        self, spec: models.LoadBalancerSpec, node_groups: list[str], cidrs: list[str]
+    ) -> set[Rule]:
+        """Node-port rules on the nodes' groups: clients from the source ranges, and the NLB's
+        subnets for health checks when the source ranges do not already cover them."""
+        sources = spec.source_ranges or [ANYWHERE]
+        health = [] if ANYWHERE in sources else cidrs
+        rules: set[Rule] = set()
+        for group in node_groups:
+            for port in spec.ports:
+                protocol = port.protocol.lower()
+                for cidr in [*sources, *health]:
+                    rules.add(Rule(group, protocol, port.node_port, port.node_port, cidr=cidr))
+            if health and spec.external_traffic_policy == "Local" and spec.health_check_node_port:
+                hc_port = spec.health_check_node_port
+                for cidr in health:
+                    rules.add(Rule(group, "tcp", hc_port, hc_port, cidr=cidr))
+        return rules
+
+    def _update_nlb_backends(
+        self,
+        spec: models.LoadBalancerSpec,
+        options: AwsLoadBalancerOptions,
+        instances: dict[str, list[str]],
+    ) -> None:
+        existing = self._describe_nlb(spec.name)
+        if existing is None:
+            raise errors.NotFound(NAME, "DescribeLoadBalancersV2", f"no NLB {spec.name}")
+        attached = self._attached_target_groups(str(existing["LoadBalancerArn"]))
+        by_port: dict[int, dict[str, Any]] = {}
+        for port in spec.ports:
+            group = attached.get(target_group_name(spec, port))
+            if group is None:
+                raise errors.NotFound(
+                    NAME,
+                    "DescribeTargetGroups",
+                    f"{spec.name}: no target group for {port.port}",
+                )
+            by_port[port.port] = group
+        self._register_nlb(by_port, set(instances), set())
+        cidrs: list[str] = []
+        if spec.source_ranges and ANYWHERE not in spec.source_ranges:
+            subnet_ids = [z["SubnetId"] for z in existing.get("AvailabilityZones", [])]
+            with calling("DescribeSubnets"):
+                subnets = self.client("ec2").describe_subnets(SubnetIds=subnet_ids)["Subnets"]
+            cidrs = sorted({str(s["CidrBlock"]) for s in subnets})
+        node_groups = self._node_security_groups(spec.cluster, instances)
+        self._sync_rules(
+            spec,
+            self._nlb_rules(spec, node_groups, cidrs),
+            self._rules_in(node_groups, spec.name),
+            scope=lambda r: r.role == "node",
+        )
+
+    def _target_security_groups(self, nlb: dict[str, Any]) -> list[str]:
+        """The security groups of the instances behind ``nlb`` (where its node rules are)."""
+        v2 = self.client("elbv2")
+        targets: set[str] = set()
+        for group in self._attached_target_groups(str(nlb["LoadBalancerArn"])).values():
+            with calling("DescribeTargetHealth"):
+                health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
+            targets |= {str(d["Target"]["Id"]) for d in health.get("TargetHealthDescriptions", [])}
+        instances = self._live_instances(sorted(targets))
+        return sorted({g for groups in instances.values() for g in groups})
+
+    def _delete_nlb(self, name: str, existing: dict[str, Any] | None) -> None:
+        """Delete the NLB, then its target groups: those it uses and any tagged for it."""
+        v2 = self.client("elbv2")
+        group_arns: set[str] = set()
+        if existing is not None:
+            arn = str(existing["LoadBalancerArn"])
+            group_arns |= {
+                str(g["TargetGroupArn"]) for g in self._attached_target_groups(arn).values()
+            }
+            with calling("DeleteLoadBalancerV2"):
+                v2.delete_load_balancer(LoadBalancerArn=arn)
+        paginator = self.client("resourcegroupstaggingapi").get_paginator("get_resources")
+        with calling("GetResources"):
+            for page in paginator.paginate(
+                TagFilters=[{"Key": LOAD_BALANCER_TAG, "Values": [name]}],
+                ResourceTypeFilters=["elasticloadbalancing:targetgroup"],
+            ):
+                group_arns |= {
+                    str(r["ResourceARN"]) for r in page.get("ResourceTagMappingList", [])
+                }
+        for group_arn in sorted(group_arns):
+            try:
+                with calling("DeleteTargetGroup"):
+                    v2.delete_target_group(TargetGroupArn=group_arn)
+            except errors.NotFound:
+                pass
+            except errors.CloudError as exc:
+                if error_code(exc) == "ResourceInUse":  # the listeners are still going away
+                    raise errors.CloudError(
+                        NAME, "DeleteTargetGroup", f"{group_arn} still in use"
+                    ) from exc
+                raise

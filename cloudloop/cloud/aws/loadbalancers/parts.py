@@ -1,0 +1,122 @@
+"""What both kinds of AWS load balancer share: their subnets and their target instances.
+
+The subnets come from ``service.beta.kubernetes.io/aws-load-balancer-subnets`` (IDs or Name tags)
+or, as cloud-provider-aws picks them, one cluster-tagged subnet per zone preferring the scheme's
+role tag. Target instances are looked up in batches of ``DESCRIBE_BATCH`` filter values (AWS
+allows 200 per filter); terminated and shutting-down instances are left out. Each kind's module
+implements the lookups the other needs when a Service changes type (``_describe_classic``,
+``_describe_nlb``, ``_delete_nlb``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.aws.base import NAME, calling
+from cloudloop.cloud.aws.lb_annotations import AwsLoadBalancerOptions, invalid
+from cloudloop.cloud.aws.loadbalancers.naming import choose_subnets
+from cloudloop.cloud.aws.loadbalancers.security_groups import LoadBalancerSecurityGroups
+from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
+
+log = logging.getLogger(__name__)
+
+#: Filter values per DescribeInstances request (AWS allows 200).
+DESCRIBE_BATCH = 200
+
+
+@dataclass
+class Network:
+    vpc_id: str
+    subnet_ids: list[str]
+    cidrs: list[str]
+
+
+class LoadBalancerParts(LoadBalancerSecurityGroups):
+    # -- implemented by the Classic and NLB modules (a type change removes the other kind) ---
+    def _describe_classic(self, name: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _describe_nlb(self, name: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _delete_nlb(self, name: str, existing: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------------
+    def _network(self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions) -> Network:
+        ec2 = self.client("ec2")
+        paginator = ec2.get_paginator("describe_subnets")
+
+        def describe(filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            with calling("DescribeSubnets"):
+                return [s for page in paginator.paginate(Filters=filters) for s in page["Subnets"]]
+
+        if options.subnets:
+            ids = [s for s in options.subnets if s.startswith("subnet-")]
+            names = [s for s in options.subnets if not s.startswith("subnet-")]
+            chosen: list[dict[str, Any]] = []
+            if ids:
+                chosen += describe([{"Name": "subnet-id", "Values": ids}])
+            if names:
+                chosen += describe([{"Name": "tag:Name", "Values": names}])
+            known = {str(s["SubnetId"]) for s in chosen} | {
+                tag_dict(s.get("Tags")).get("Name", "") for s in chosen
+            }
+            missing = [s for s in options.subnets if s not in known]
+            if missing:
+                raise invalid(f"subnets not found: {', '.join(missing)}")
+        else:
+            # One filter on the current tag key (the legacy ``KubernetesCluster`` tag would cost a
+            # second call on every ensure; ``-subnets`` covers such clusters).
+            tagged = describe([{"Name": "tag-key", "Values": [cluster_tag_key(spec.cluster)]}])
+            chosen = choose_subnets(tagged, spec.cluster, internal=options.internal)
+            if not chosen:
+                raise errors.CloudError(
+                    NAME,
+                    "DescribeSubnets",
+                    f"could not find any suitable subnets for creating the ELB (tag subnets "
+                    f"with {cluster_tag_key(spec.cluster)})",
+                )
+        vpcs = {str(s["VpcId"]) for s in chosen}
+        if len(vpcs) != 1:
+            raise invalid(
+                f"the load balancer's subnets span several VPCs ({', '.join(sorted(vpcs))})"
+            )
+        unique = {str(s["SubnetId"]): s for s in chosen}
+        return Network(
+            vpc_id=vpcs.pop(),
+            subnet_ids=sorted(unique),
+            cidrs=sorted({str(s.get("CidrBlock", "")) for s in unique.values()} - {""}),
+        )
+
+    def _live_instances(self, instance_ids: list[str]) -> dict[str, list[str]]:
+        """Instance → its security groups, for the given instances that exist (not terminated)."""
+        found: dict[str, list[str]] = {}
+        ec2 = self.client("ec2")
+        for start in range(0, len(instance_ids), DESCRIBE_BATCH):
+            chunk = instance_ids[start : start + DESCRIBE_BATCH]
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": chunk}]}
+                if token:
+                    kwargs["NextToken"] = token
+                with calling("DescribeInstances"):
+                    page = ec2.describe_instances(**kwargs)
+                for reservation in page.get("Reservations", []):
+                    for raw in reservation.get("Instances", []):
+                        state = raw.get("State", {}).get("Name", "")
+                        if state in ("terminated", "shutting-down"):
+                            continue
+                        found[str(raw["InstanceId"])] = sorted(
+                            str(g["GroupId"]) for g in raw.get("SecurityGroups", []) or []
+                        )
+                token = page.get("NextToken")
+                if not token:
+                    break
+        missing = set(instance_ids) - set(found)
+        if missing:
+            log.warning("instances not found or terminated, not registered: %s", sorted(missing))
+        return found
