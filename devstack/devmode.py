@@ -64,7 +64,7 @@ def _banner(stack: LocalStack, kubectl: Path, demo: Demo) -> str:
     return "\n".join(
         [
             "",
-            f"cloudloop dev ({demo.name}) is up (stack started in {stack.started_in_s:.1f}s). "
+            f"cloudloop dev is up ({demo.name}; stack started in {stack.started_in_s:.1f}s). "
             "Ctrl-C stops everything.",
             f"  Temporal UI : {stack.temporal_ui_url}/namespaces/default/workflows",
             f"  Temporal    : {stack.temporal_address}",

@@ -156,7 +156,7 @@ async def test_one_interruption_three_kinds_two_replicas_one_drain_with_heartbea
             {
                 "metadata": {"name": attachment},
                 "spec": {
-                    "attacher": "ebs.AWS.section(csi).com",
+                    "attacher": "ebs.csi.aws.com",
                     "nodeName": source,
                     "source": {"persistentVolumeName": f"pv-{attachment}"},
                 },
