@@ -1,0 +1,1 @@
+"""Tests of the workflows alone: time-skipping server, fake activities, replayed histories."""

