@@ -297,7 +297,7 @@ async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
         await apply(handle, desired(*[f"n{i}" for i in range(1, count + 1)]))
         await wf.script.called(UPDATE, count - 1)
 
-    latest = wf.client.get_workflow_handle(handle.id)
+    latest = wf.client.get_workflow_handle_for(LoadBalancerWorkflow.run, handle.id)
 
     async def new_run() -> bool:
         return (await latest.describe()).run_id != first_run
