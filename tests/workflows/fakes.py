@@ -95,7 +95,9 @@ class FakeProbe(Fakes):
 
 class FakeLoadBalancer(Fakes):
     @activity.defn(name=LoadBalancerActivity.ENSURE)
-    async def ensure_load_balancer(self, input: EnsureLoadBalancerInput) -> EnsureLoadBalancerResult:
+    async def ensure_load_balancer(
+        self, input: EnsureLoadBalancerInput
+    ) -> EnsureLoadBalancerResult:
         return await self.script.answer(
             LoadBalancerActivity.ENSURE, input, EnsureLoadBalancerResult
         )

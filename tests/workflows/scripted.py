@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -155,5 +156,6 @@ class Script:
 
 
 def gaps(calls: list[Call]) -> list[float]:
-    """Seconds (server time) between consecutive calls."""
-    return [(b.at - a.at).total_seconds() for a, b in zip(calls, calls[1:], strict=False)]
+    """Seconds (server time) between consecutive calls: the retry interval, plus the real time
+    the attempt took (the server's clock runs in real time while an activity is in flight)."""
+    return [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(calls)]

@@ -37,6 +37,7 @@ from cloudloop.messages.loadbalancer import (
 )
 from tests.helpers import eventually_async
 from tests.workflows.conftest import Harness, running
+from tests.workflows.histories import record
 from tests.workflows.scripted import Gate, Script, fail, gaps
 from workflows.loadbalancer import LoadBalancerWorkflow
 
@@ -119,6 +120,7 @@ async def test_apply_ensures_then_tear_down_deletes_and_completes(wf: Harness) -
 
     result = await tear_down(wf, handle)
     assert result.deleted
+    await record(handle, "LoadBalancer")
     assert wf.script.names().count(ENSURE) == 1
     assert reasons(wf.script) == ["DeletingLoadBalancer", "DeletedLoadBalancer"]
     assert all(workflow_id(state().target.service) in e.message for e in wf.script.inputs(EVENT))
@@ -210,7 +212,7 @@ async def test_transient_failures_back_off_5s_doubling_and_recover(wf: Harness) 
     await wf.env.sleep(timedelta(seconds=60))
     calls = await wf.script.called(ENSURE, 10)
     firsts = [c for c in calls if c.attempt == 1]
-    assert [round(g) for g in gaps(firsts)] == [8, 13, 23]  # 3 s of retries + 5, 10, 20 s
+    assert gaps(firsts) == pytest.approx([8, 13, 23], abs=1)  # 3 s of retries + 5, 10, 20 s
     assert reasons(wf.script) == ["SyncLoadBalancerFailed"] * 3
     assert (await current(handle)).applied == desired("n1")
     await tear_down(wf, handle)
@@ -277,7 +279,7 @@ async def test_a_failed_delete_is_retried_after_the_backoff(wf: Harness) -> None
     await handle.signal(LoadBalancerSignal.TEAR_DOWN)
     assert (await handle.result()).deleted
     deletes = wf.script.of(DELETE)
-    assert [round(g) for g in gaps(deletes)] == [5]
+    assert gaps(deletes) == pytest.approx([5], abs=1)
     assert "SyncLoadBalancerFailed" in reasons(wf.script)
 
 
@@ -292,7 +294,7 @@ async def test_a_service_gone_during_ensure_tears_the_lb_down(wf: Harness) -> No
 async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
     wf.script.on(ENSURE, INGRESS).on(UPDATE, None)
     handle = await start(wf, desired("n1"), limit=40)
-    first_run = (await handle.describe()).run_id
+    first_run: str = (await handle.describe()).run_id
     for count in range(2, 8):  # node-set changes until the history passes its limit
         await apply(handle, desired(*[f"n{i}" for i in range(1, count + 1)]))
         await wf.script.called(UPDATE, count - 1)
@@ -300,7 +302,8 @@ async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
     latest = wf.client.get_workflow_handle_for(LoadBalancerWorkflow.run, handle.id)
 
     async def new_run() -> bool:
-        return (await latest.describe()).run_id != first_run
+        run_id: str = (await latest.describe()).run_id
+        return run_id != first_run
 
     await eventually_async(new_run, timeout=10, what="a new run")
     history = await wf.client.get_workflow_handle(handle.id, run_id=first_run).fetch_history()

@@ -36,6 +36,7 @@ from cloudloop.messages.machine import (
 from cloudloop.rules import machine as capi
 from tests.helpers import eventually_async
 from tests.workflows.conftest import Harness, running
+from tests.workflows.histories import record
 from tests.workflows.scripted import Gate, Script, fail, gaps
 from workflows.machine import MachineWorkflow
 
@@ -48,7 +49,9 @@ RUNNING = Machine(
     phase="Running",
     addresses=[NodeAddress(type="InternalIP", address="10.0.0.5")],
 )
-STARTING = Machine(id="vm-1", provider_id="dvp://vm-1", state=InstanceState.PENDING, phase="Starting")
+STARTING = Machine(
+    id="vm-1", provider_id="dvp://vm-1", state=InstanceState.PENDING, phase="Starting"
+)
 UP = ObserveMachineResult(machine=RUNNING, reason=capi.REASON_VM_RUNNING)
 BOOTING = ObserveMachineResult(machine=STARTING, reason=capi.REASON_VM_NOT_READY)
 GONE = ObserveMachineResult(machine=None, reason=capi.REASON_VM_ERROR)
@@ -128,9 +131,7 @@ def reports(script: Script) -> list[ReportMachineInput]:
 
 
 def vm_reasons(script: Script) -> list[str]:
-    return [
-        c.reason for r in reports(script) for c in r.conditions if c.type == capi.VM_READY
-    ]
+    return [c.reason for r in reports(script) for c in r.conditions if c.type == capi.VM_READY]
 
 
 async def test_provisions_reports_and_deletes_with_the_finalizer_last(wf: Harness) -> None:
@@ -145,6 +146,7 @@ async def test_provisions_reports_and_deletes_with_the_finalizer_last(wf: Harnes
 
     result = await delete(wf, handle)
     assert (result.attempts, result.provider_id) == (1, "dvp://vm-1")
+    await record(handle, "Machine")
     assert wf.script.names()[-2:] == [DELETE, UNFINALIZE]
     assert vm_reasons(wf.script)[-1] == capi.REASON_DELETING
 
@@ -237,8 +239,12 @@ async def test_a_transient_failure_is_retried_after_the_backoff(wf: Harness) -> 
 
 async def test_a_failing_vm_is_a_retryable_failure(wf: Harness) -> None:
     degraded = Machine(
-        id="vm-1", provider_id="dvp://vm-1", state=InstanceState.PENDING, phase="Degraded",
-        failed=True, message="disk provisioning failed",
+        id="vm-1",
+        provider_id="dvp://vm-1",
+        state=InstanceState.PENDING,
+        phase="Degraded",
+        failed=True,
+        message="disk provisioning failed",
     )
     wf.script.on(CREATE, ObserveMachineResult(machine=degraded, reason=capi.REASON_VM_FAILED), UP)
     handle = await start(wf)
@@ -252,7 +258,7 @@ async def test_a_failing_vm_is_a_retryable_failure(wf: Harness) -> None:
 async def test_deleting_during_provisioning_cancels_the_create_first(wf: Harness) -> None:
     gate = Gate(UP)
     wf.script.on(CREATE, gate)
-    # The SDK sends heartbeats (and so learns of a cancel) every 0.8 × the heartbeat timeout.
+    # The SDK sends heartbeats (and so learns of a cancel) every 0.8 x the heartbeat timeout.
     handle = await start(wf, machine_input(timings={"heartbeat_timeout_s": 0.5}))
     await gate.entered.wait()
     result = await delete(wf, handle)
@@ -284,7 +290,7 @@ async def test_a_failed_delete_is_retried_and_the_finalizer_stays_until_it_works
     await wf.script.called(DELETE)
     assert wf.script.of(UNFINALIZE) == []
     await handle.result()
-    assert [round(g) for g in gaps(wf.script.of(DELETE))] == [10]  # retry_backoff_s
+    assert gaps(wf.script.of(DELETE)) == pytest.approx([10], abs=1)  # retry_backoff_s
     assert wf.script.names()[-1] == UNFINALIZE
 
 
@@ -300,12 +306,13 @@ async def test_continues_as_new_carrying_the_provisioned_vm(
     wf.script.on(CREATE, UP).on(OBSERVE, UP)
     handle = await start(wf, machine_input(timings={"refresh_interval_s": 60}))
     await phase_is(handle, "Provisioned")
-    first_run = (await handle.describe()).run_id
+    first_run: str = (await handle.describe()).run_id
     latest = wf.client.get_workflow_handle_for(MachineWorkflow.run, handle.id)
 
     async def new_run() -> bool:
         await wf.env.sleep(timedelta(seconds=60))
-        return (await latest.describe()).run_id != first_run
+        run_id: str = (await latest.describe()).run_id
+        return run_id != first_run
 
     await eventually_async(new_run, timeout=10, what="a new run")
     carried = await phase_is(latest, "Provisioned")

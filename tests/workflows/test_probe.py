@@ -19,6 +19,7 @@ from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
 from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
 from cloudloop.messages.probe import ProbeActivity, ProbeInput, ZoneList
 from tests.workflows.conftest import Harness, running
+from tests.workflows.histories import record
 from tests.workflows.scripted import Script, fail, gaps, stall
 from workflows.probe import CloudProbeWorkflow, workflow_id
 
@@ -45,7 +46,9 @@ async def wf(env: WorkflowEnvironment, script: Script) -> AsyncIterator[Harness]
 async def test_zones_make_the_probe_ready(wf: Harness) -> None:
     wf.script.on(ProbeActivity.DISCOVER_ZONES, ZONES)
     input = probe_input()
-    result = await wf.execute(CloudProbeWorkflow.run, input, id=workflow_id(input))
+    handle = await wf.start(CloudProbeWorkflow.run, input, id=workflow_id(input))
+    result = await handle.result()
+    await record(handle, "CloudProbe")
 
     assert result.ok and result.zones == ["us-east-1a", "us-east-1b"]
     [patch] = wf.script.inputs(KubeActivity.PATCH_STATUS)
@@ -83,7 +86,10 @@ async def test_zones_make_the_probe_ready(wf: Harness) -> None:
         ),
         pytest.param(
             [fail("CloudUnreachable"), fail("CloudUnreachable"), ZONES],
-            3, "CloudReachable", id="retried-then-answered"),
+            3,
+            "CloudReachable",
+            id="retried-then-answered",
+        ),
     ],
 )
 async def test_cloud_failures_become_a_condition(
@@ -113,9 +119,7 @@ async def test_a_cloud_that_never_answers_times_out(
     async with running(own_env, script, [CloudProbeWorkflow]) as wf:
         handle = await wf.start(CloudProbeWorkflow.run, probe_input())
         # Start-to-close: 60 s; the retry comes 1 s (then 2 s) later.
-        result = await wf.result_past(
-            handle, ProbeActivity.DISCOVER_ZONES, timedelta(seconds=60.5)
-        )
+        result = await wf.result_past(handle, ProbeActivity.DISCOVER_ZONES, timedelta(seconds=60.5))
     assert [c.attempt for c in wf.script.of(ProbeActivity.DISCOVER_ZONES)] == [1, 2, 3]
     assert not result.ok and result.reason == "CloudError"
     assert "timeout" in result.message.lower()
@@ -127,7 +131,7 @@ async def test_retries_back_off_as_the_policy_says(wf: Harness) -> None:
     wf.script.on(ProbeActivity.DISCOVER_ZONES, fail("CloudThrottled"))
     await wf.execute(CloudProbeWorkflow.run, probe_input())
     # CLOUD_RETRY: 1 s, doubling, at most 5 s (server time between attempts).
-    assert [round(g) for g in gaps(wf.script.of(ProbeActivity.DISCOVER_ZONES))] == [1, 2]
+    assert gaps(wf.script.of(ProbeActivity.DISCOVER_ZONES)) == pytest.approx([1, 2], abs=1)
 
 
 async def test_a_failing_status_write_is_retried_until_it_lands(wf: Harness) -> None:

@@ -1,0 +1,38 @@
+"""Replay the committed history of every workflow type against today's workflow code.
+
+A change that would make a running workflow take another path than its history says (a new
+activity, a removed timer, another order) fails here instead of in a cluster, where the load
+balancer and machine workflows live as long as their objects. How to re-record an intended change,
+and when to guard it with ``workflow.patched`` instead: ``histories/README.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.workflows.histories import ALL_WORKFLOWS, recorded
+
+
+def workflow_type(workflow: type) -> str:
+    name: str = getattr(workflow, "__temporal_workflow_definition").name
+    return name
+
+
+def test_every_workflow_type_has_a_recorded_history() -> None:
+    types = {name.split(".", 1)[0] for name in recorded()}
+    assert types == {workflow_type(w) for w in ALL_WORKFLOWS}
+
+
+@pytest.mark.parametrize(
+    ("name", "path"), [pytest.param(n, p, id=n) for n, p in recorded().items()]
+)
+async def test_history_replays(name: str, path: Path) -> None:
+    history = WorkflowHistory.from_json(name.split(".", 1)[0], path.read_text())
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{name}: {result.replay_failure}"
