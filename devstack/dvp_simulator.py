@@ -8,6 +8,10 @@ Secret, starts, runs and gets an IP address (Stopped under ``runPolicy: AlwaysOf
 attachment becomes Attached. Protection finalizers hold a deleted VM until it has stopped and a
 deleted disk until no VM uses it. Any step can be held (:meth:`DvpSimulator.hold`) so fault tests
 can stop the world at a chosen point. Test stack only: the product never imports this.
+
+Resource names (group, version, plural, scope) come from the CRDs the parent serves
+(:func:`devstack.dvp.served_resources`), never from the driver's constants, so a typo in either is
+caught (``tests/devstack/test_dvp_crds.py`` compares them).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from cloudloop.kube.conditions import now_rfc3339
 from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import Resource
-from devstack.dvp import VIRTUALIZATION_CRDS
+from devstack.dvp import VIRTUALIZATION_CRDS, served_resources
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 
@@ -40,6 +44,16 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 VM_FINALIZER = "virtualization.deckhouse.io/vm-protection"
 DISK_FINALIZER = "virtualization.deckhouse.io/vd-protection"
 ATTACHMENT_FINALIZER = "virtualization.deckhouse.io/vmbda-protection"
+
+#: What the parent serves, by kind, read from its CRDs (not from the driver's constants).
+SERVED = served_resources()
+VIRTUAL_MACHINES = SERVED["VirtualMachine"]
+VIRTUAL_DISKS = SERVED["VirtualDisk"]
+VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS = SERVED["VirtualMachineBlockDeviceAttachment"]
+VIRTUAL_MACHINE_CLASSES = SERVED["VirtualMachineClass"]
+CLUSTER_VIRTUAL_IMAGES = SERVED["ClusterVirtualImage"]
+#: Kinds a disk's ``dataSource.objectRef`` may name (DVP's image sources).
+IMAGE_KINDS = ("VirtualImage", "ClusterVirtualImage", "VirtualDiskSnapshot")
 
 #: Steps :meth:`DvpSimulator.hold` can stop.
 DISK_READY = "disk-ready"
@@ -83,9 +97,9 @@ class DvpSimulator:
         # Writes go out side by side (as DVP's controllers work in parallel), one at a time
         # per object: the next step waits until the watch shows the previous one.
         self._writes = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dvp-simulator")
-        self.vms = Informer(self.kube, r.VIRTUAL_MACHINES)
-        self.disks = Informer(self.kube, r.VIRTUAL_DISKS)
-        self.attachments = Informer(self.kube, r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS)
+        self.vms = Informer(self.kube, VIRTUAL_MACHINES)
+        self.disks = Informer(self.kube, VIRTUAL_DISKS)
+        self.attachments = Informer(self.kube, VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS)
         self.secrets = Informer(
             self.kube, r.SECRETS, field_selector=f"type={r.CLOUD_INIT_SECRET_TYPE}"
         )
@@ -234,16 +248,14 @@ class DvpSimulator:
         if meta.get("deletionTimestamp"):
             used = any(_uses_disk(vm, meta.get("namespace"), name) for vm in vms)
             if not used and not self._held(DISK_DELETE, name):
-                self._release(r.VIRTUAL_DISKS, disk, DISK_FINALIZER)
+                self._release(VIRTUAL_DISKS, disk, DISK_FINALIZER)
             return
-        if self._protect(r.VIRTUAL_DISKS, disk, DISK_FINALIZER):
+        if self._protect(VIRTUAL_DISKS, disk, DISK_FINALIZER):
             return
         phase = status.get("phase")
         if not phase:
             if self._once(disk, "provisioning"):
-                self._patch_status(
-                    r.VIRTUAL_DISKS, disk, {"phase": "Provisioning", "progress": "0%"}
-                )
+                self._patch_status(VIRTUAL_DISKS, disk, {"phase": "Provisioning", "progress": "0%"})
             return
         if (
             phase != "Provisioning"
@@ -276,7 +288,7 @@ class DvpSimulator:
             }
         try:
             self.kube.patch(
-                r.VIRTUAL_DISKS,
+                VIRTUAL_DISKS,
                 meta["name"],
                 {"metadata": {"uid": meta["uid"]}, "status": status},
                 meta.get("namespace"),
@@ -290,7 +302,8 @@ class DvpSimulator:
         ref = source.get("objectRef") or {}
         if source.get("type") != "ObjectRef" or not ref:
             return ""
-        resource = r.IMAGE_RESOURCES.get(str(ref.get("kind")))
+        kind = str(ref.get("kind"))
+        resource = SERVED.get(kind) if kind in IMAGE_KINDS else None
         if resource is None:
             return f"unknown image kind {ref.get('kind')!r}"
         namespace = disk["metadata"].get("namespace") if resource.namespaced else None
@@ -310,15 +323,15 @@ class DvpSimulator:
                 return
             if phase != "Terminating":
                 if self._once(vm, "terminating"):
-                    self._patch_status(r.VIRTUAL_MACHINES, vm, {"phase": "Terminating"})
+                    self._patch_status(VIRTUAL_MACHINES, vm, {"phase": "Terminating"})
             elif self._elapsed(vm, "Terminating") >= self.timings.vm_stop_s:
-                self._release(r.VIRTUAL_MACHINES, vm, VM_FINALIZER)
+                self._release(VIRTUAL_MACHINES, vm, VM_FINALIZER)
             return
-        if self._protect(r.VIRTUAL_MACHINES, vm, VM_FINALIZER):
+        if self._protect(VIRTUAL_MACHINES, vm, VM_FINALIZER):
             return
         if not phase:
             if self._once(vm, "pending"):
-                self._patch_status(r.VIRTUAL_MACHINES, vm, {"phase": "Pending"})
+                self._patch_status(VIRTUAL_MACHINES, vm, {"phase": "Pending"})
             return
         if phase == "Pending":
             waiting = self._vm_waits_for(vm, disks, secrets)
@@ -333,7 +346,7 @@ class DvpSimulator:
                 )
                 if current.get("message") != waiting and self._once(vm, "waiting"):
                     self._patch_status(
-                        r.VIRTUAL_MACHINES,
+                        VIRTUAL_MACHINES,
                         vm,
                         {
                             "conditions": [
@@ -346,7 +359,7 @@ class DvpSimulator:
                 return
             if self._once(vm, "starting"):
                 self._patch_status(
-                    r.VIRTUAL_MACHINES,
+                    VIRTUAL_MACHINES,
                     vm,
                     {
                         "phase": "Starting",
@@ -360,11 +373,11 @@ class DvpSimulator:
             if self._held(VM_RUNNING, name) or not self._once(vm, "running"):
                 return
             if spec.get("runPolicy") == "AlwaysOff":
-                self._patch_status(r.VIRTUAL_MACHINES, vm, {"phase": "Stopped"})
+                self._patch_status(VIRTUAL_MACHINES, vm, {"phase": "Stopped"})
                 return
             refs = spec.get("blockDeviceRefs") or []
             self._patch_status(
-                r.VIRTUAL_MACHINES,
+                VIRTUAL_MACHINES,
                 vm,
                 {
                     "phase": "Running",
@@ -414,16 +427,16 @@ class DvpSimulator:
         meta = attachment["metadata"]
         if meta.get("deletionTimestamp"):
             self._release(
-                r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, ATTACHMENT_FINALIZER
+                VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, ATTACHMENT_FINALIZER
             )
             return
         if self._protect(
-            r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, ATTACHMENT_FINALIZER
+            VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, ATTACHMENT_FINALIZER
         ):
             return
         if not (attachment.get("status") or {}).get("phase") and self._once(attachment, "attach"):
             self._patch_status(
-                r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, {"phase": "Attached"}
+                VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, {"phase": "Attached"}
             )
 
 
@@ -462,13 +475,13 @@ def install_parent(kube: Kube) -> None:
     ]
     seeds.append(
         (
-            r.VIRTUAL_MACHINE_CLASSES,
+            VIRTUAL_MACHINE_CLASSES,
             {"metadata": {"name": VM_CLASS}, "spec": {"cpu": {"type": "Host"}}},
         )
     )
     seeds.append(
         (
-            r.CLUSTER_VIRTUAL_IMAGES,
+            CLUSTER_VIRTUAL_IMAGES,
             {
                 "metadata": {"name": CLUSTER_IMAGE},
                 "spec": {"dataSource": {"type": "HTTP", "http": {"url": "https://example/u.img"}}},
@@ -482,7 +495,7 @@ def install_parent(kube: Kube) -> None:
             if not exc.conflict:
                 raise
     kube.patch(
-        r.CLUSTER_VIRTUAL_IMAGES,
+        CLUSTER_VIRTUAL_IMAGES,
         CLUSTER_IMAGE,
         {"status": {"phase": "Ready"}},
         subresource="status",
