@@ -7,22 +7,21 @@ test gets a fresh task queue, a fresh :class:`~tests.workflows.scripted.Script` 
 runs the product's workflows with the fake activities of :mod:`tests.workflows.fakes`.
 
 The server's clock jumps ahead whenever the test waits for a result (``handle.result()``) or
-calls ``env.sleep``; it stands still while an activity runs, so a test whose activity never
-answers (:func:`~tests.workflows.scripted.stall`) moves it (:meth:`Harness.result_past`), on a
-server of its own (``own_env``).
+calls ``env.sleep``; it stands still while an activity runs. Attempts that never answer are not
+scripted here: the test server then holds the clock, and moving it past their timeouts
+(``env.sleep`` while awaiting the result) deadlocks when the next attempt is dispatched before
+the sleep ends, so timeouts of stalled attempts are left to the stack tests.
 Workflows still open when a test ends are terminated.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +57,8 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture
 async def own_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A test server of this test's own (starts in ~0.2 s), for tests whose attempts stall.
-
-    Moving a clock that a stalled attempt holds (:meth:`Harness.result_past`) works on a fresh
-    server; on the shared one it can wait for real time after earlier tests.
-    """
+    """A test server of this test's own (starts in ~0.2 s), for a test that leaves an activity
+    in flight on the server (a cancelled run's eviction): it would hold the shared clock."""
     environment = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter, test_server_existing_path=find_test_server()
     )
@@ -99,33 +95,6 @@ class Harness:
     async def execute(self, run: Any, arg: Any, *, id: str = "", **options: Any) -> Any:
         handle = await self.start(run, arg, id=id, **options)
         return await handle.result()
-
-    async def result_past(
-        self, handle: WorkflowHandle[Any, Any], name: str, timeout: timedelta
-    ) -> Any:
-        """The result of a workflow whose ``name`` attempts never answer: whenever an attempt
-        starts, the clock moves by ``timeout`` (just past that attempt's timeout).
-
-        The server counts a stalled attempt in flight and stops skipping time; ``env.sleep``
-        moves the clock only while the test also waits for the result, and a sleep must end
-        before the next attempt is dispatched (else that attempt holds the clock and the sleep
-        never ends): so one sleep per attempt, shorter than timeout + retry interval.
-        """
-        result = asyncio.ensure_future(handle.result())
-        attempt = 0
-        try:
-            while not result.done():
-                attempt += 1
-                started = asyncio.ensure_future(self.script.called(name, attempt, timeout=60))
-                await asyncio.wait({result, started}, return_when=asyncio.FIRST_COMPLETED)
-                if started.done():
-                    started.result()
-                    await self.env.sleep(timeout)
-                else:
-                    started.cancel()
-            return await result
-        finally:
-            result.cancel()
 
     async def close(self) -> None:
         for handle in self.handles:

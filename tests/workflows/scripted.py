@@ -8,8 +8,8 @@ under the product's stable names and answer through a script.
 
 Rules: a call nobody scripted fails the activity with a non-retryable ``Unscripted`` error, so a
 workflow that takes an unexpected branch is a failing test, never a hang. Timers and timeouts run
-on the test server's clock, which stands still while an activity runs: a test whose step
-stalls (:func:`stall`) moves it itself; a :class:`Gate` heartbeats, so cancellation reaches it.
+on the test server's clock, which stands still while an activity runs; a :class:`Gate`
+heartbeats, so cancellation reaches it.
 """
 
 from __future__ import annotations
@@ -49,15 +49,6 @@ class Call:
 def fail(kind: str, message: str = "", *, non_retryable: bool = False) -> ApplicationError:
     """The error a driver's ``CloudError`` of ``kind`` becomes (see ``activities/errors.py``)."""
     return ApplicationError(message or f"scripted {kind}", type=kind, non_retryable=non_retryable)
-
-
-async def stall(call: Call) -> Any:
-    """A step that never answers and ignores its cancellation (a stuck SDK call).
-
-    The server counts the attempt in flight and stops skipping time, so the test moves the clock
-    past the timeouts itself (``Harness.result_past``).
-    """
-    await asyncio.Event().wait()
 
 
 @dataclass
