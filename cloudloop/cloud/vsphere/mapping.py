@@ -6,12 +6,16 @@ Everything here works on plain data read in one property-collector retrieval
 Rules (cloud-provider-vsphere ``nodemanager.go``, ``zones.go``, ``util.go``):
 - providerID ``vsphere://<lower-case BIOS UUID>``; kubelet's ``systemUUID`` may have the first
   three groups byte-swapped, so a lookup also tries :func:`swap_uuid_bytes`.
-- Addresses: ``Hostname`` from ``guest.hostName``; NICs with ``deviceConfigId == -1`` dropped;
-  loopback/unspecified/link-local dropped; per IP family, after the exclude CIDRs: the first
-  subnet match, else the first VM-network-name match (case-insensitive), else the first address
-  as both InternalIP and ExternalIP. Departs from upstream: IPs named in cloud-init
-  ``guestinfo.metadata`` are not moved to the front (reading ``extraConfig`` would cost a large
-  property per VM in the batched read).
+- Addresses (upstream ``DiscoverNode``/``discoverIPs``): ``Hostname`` from ``guest.hostName``
+  (required, as are guest NICs); NICs with ``deviceConfigId == -1`` dropped; when both network
+  names are set the VM must be on one of them; unparsable, unspecified, loopback and link-local
+  (unicast and multicast) IPs dropped; then per IP family, after the exclude CIDRs (internal and
+  external apart): per configured subnet in order its first IP, else the first IP on a
+  configured VM network (case-insensitive; Deckhouse's comma-separated lists accepted), else
+  the first IP of each pool as both InternalIP and ExternalIP; a family with no address fails.
+  Addresses are published as VMware Tools reported them. Departs from upstream: IPs named in
+  cloud-init ``guestinfo.metadata`` are not moved to the front (reading ``extraConfig`` would
+  cost a large property per VM in the batched read).
 - Zones: both categories must be configured; chains tried in order — the VM's host and its
   ancestors, the resource pool and its ancestors, the VM and its folders — each walked upward
   from the object itself; a chain counts only if it yields both a region and a zone; the nearest
@@ -37,84 +41,105 @@ DISCOVERY_KIND = "VsphereCloudDiscoveryData"
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
-#: ``guestId`` → the OS shorthand of the instance type (upstream ``GuestOSLookup``, common IDs).
+
+def _guest_ids(short: str, *guest_ids: str) -> dict[str, str]:
+    return dict.fromkeys(guest_ids, short)
+
+
+def _pair(stem: str, short: str | None = None) -> dict[str, str]:
+    """``<stem>Guest`` and ``<stem>_64Guest`` (VMware's 32/64-bit pair) → ``short``."""
+    return _guest_ids(short or stem, f"{stem}Guest", f"{stem}_64Guest")
+
+
+#: ``guestId`` → the OS shorthand of the instance type: the same answers as upstream's
+#: ``GuestOSLookup`` (cloud-provider-vsphere ``types.go``), quirks included (``centos64Guest`` →
+#: ``centos64``, ``sles64Guest`` → ``sles64``, mixed-case ``oracleLinux6``); any other ID (newer
+#: ones such as ``debian11_64Guest`` or ``other4xLinux64Guest``) gives ``unknown`` there too.
 GUEST_OS: dict[str, str] = {
-    "otherGuest": "other",
-    "otherGuest64": "other",
-    "other24xLinuxGuest": "linux",
-    "other24xLinux64Guest": "linux",
-    "other26xLinuxGuest": "linux",
-    "other26xLinux64Guest": "linux",
-    "other3xLinuxGuest": "linux",
-    "other3xLinux64Guest": "linux",
-    "otherLinuxGuest": "linux",
-    "otherLinux64Guest": "linux",
-    "genericLinuxGuest": "linux",
-    "ubuntuGuest": "ubuntu",
-    "ubuntu64Guest": "ubuntu",
-    "debian6Guest": "debian6",
-    "debian6_64Guest": "debian6",
-    "debian7Guest": "debian7",
-    "debian7_64Guest": "debian7",
-    "debian8Guest": "debian8",
-    "debian8_64Guest": "debian8",
-    "debian9Guest": "debian9",
-    "debian9_64Guest": "debian9",
-    "debian10Guest": "debian10",
-    "debian10_64Guest": "debian10",
-    "debian11Guest": "debian11",
-    "debian11_64Guest": "debian11",
-    "debian12Guest": "debian12",
-    "debian12_64Guest": "debian12",
-    "centosGuest": "centos",
-    "centos64Guest": "centos",
-    "centos6Guest": "centos6",
-    "centos6_64Guest": "centos6",
-    "centos7Guest": "centos7",
-    "centos7_64Guest": "centos7",
-    "centos8_64Guest": "centos8",
-    "centos9_64Guest": "centos9",
-    "rhel5Guest": "rhel5",
-    "rhel5_64Guest": "rhel5",
-    "rhel6Guest": "rhel6",
-    "rhel6_64Guest": "rhel6",
-    "rhel7Guest": "rhel7",
-    "rhel7_64Guest": "rhel7",
-    "rhel8_64Guest": "rhel8",
-    "rhel9_64Guest": "rhel9",
-    "oracleLinuxGuest": "oraclelinux",
-    "oracleLinux64Guest": "oraclelinux",
-    "oracleLinux6Guest": "oraclelinux6",
-    "oracleLinux6_64Guest": "oraclelinux6",
-    "oracleLinux7Guest": "oraclelinux7",
-    "oracleLinux7_64Guest": "oraclelinux7",
-    "oracleLinux8_64Guest": "oraclelinux8",
-    "oracleLinux9_64Guest": "oraclelinux9",
-    "sles11Guest": "sles11",
-    "sles11_64Guest": "sles11",
-    "sles12Guest": "sles12",
-    "sles12_64Guest": "sles12",
-    "sles15_64Guest": "sles15",
-    "fedoraGuest": "fedora",
-    "fedora64Guest": "fedora",
-    "coreos64Guest": "coreos",
-    "vmwarePhoton64Guest": "photon",
-    "asianux8_64Guest": "asianux8",
-    "freebsd11Guest": "freebsd11",
-    "freebsd11_64Guest": "freebsd11",
-    "freebsd12Guest": "freebsd12",
-    "freebsd12_64Guest": "freebsd12",
-    "windows7Guest": "windows7",
-    "windows7_64Guest": "windows7",
-    "windows7Server64Guest": "windows2008r2",
-    "windows8Guest": "windows8",
-    "windows8_64Guest": "windows8",
-    "windows8Server64Guest": "windows2012",
-    "windows9Guest": "windows10",
-    "windows9_64Guest": "windows10",
-    "windows9Server64Guest": "windows2016",
-    "windows2019srv_64Guest": "windows2019",
-    "windows2019srvNext_64Guest": "windows2022",
+    **_pair("asianux3"),
+    **_pair("asianux4"),
+    **_guest_ids("asianux5", "asianux5_64Guest"),
+    **_guest_ids("asianux7", "asianux7_64Guest"),
+    **_guest_ids("centos", "centosGuest"),
+    **_guest_ids("centos64", "centos64Guest"),
+    **_pair("centos6"),
+    **_pair("centos7"),
+    **_guest_ids("coreos", "coreos64Guest"),
+    **_guest_ids(
+        "darwin",
+        "darwinGuest",
+        "darwin64Guest",
+        "darwin10Guest",
+        "darwin10_64Guest",
+        "darwin11Guest",
+        "darwin11_64Guest",
+        *(f"darwin{n}_64Guest" for n in range(12, 17)),
+    ),
+    **{k: v for n in range(4, 11) for k, v in _pair(f"debian{n}").items()},
+    **_guest_ids("dos", "dosGuest"),
+    **_guest_ids("eComStation", "eComStationGuest"),
+    **_guest_ids("eComStation2", "eComStation2Guest"),
+    **_guest_ids("fedora", "fedoraGuest", "fedora64Guest"),
+    **_guest_ids("freebsd", "freebsdGuest", "freebsd64Guest"),
+    **_guest_ids("linux", "genericLinuxGuest", "otherLinuxGuest", "otherLinux64Guest"),
+    **_guest_ids(
+        "linux",
+        *(f"other{v}Linux{b}Guest" for v in ("24x", "26x", "3x") for b in ("", "64")),
+    ),
+    **_guest_ids("mandrake", "mandrakeGuest"),
+    **_guest_ids("mandriva", "mandrivaGuest", "mandriva64Guest"),
+    **{f"netware{n}Guest": f"netware{n}" for n in (4, 5, 6)},
+    **_guest_ids("nld9", "nld9Guest"),
+    **_guest_ids("oes", "oesGuest"),
+    **{f"openServer{n}Guest": f"openServer{n}" for n in (5, 6)},
+    **_guest_ids("opensuse", "opensuseGuest", "opensuse64Guest"),
+    **_guest_ids("oracleLinux", "oracleLinuxGuest", "oracleLinux64Guest"),
+    **_pair("oracleLinux6"),
+    **_pair("oracleLinux7"),
+    **_guest_ids("os2", "os2Guest"),
+    **_guest_ids("other", "otherGuest", "otherGuest64"),
+    **_guest_ids("rhel", "redhatGuest"),
+    **_guest_ids("rhel2", "rhel2Guest"),
+    **{k: v for n in range(3, 8) for k, v in _pair(f"rhel{n}").items()},
+    **{f"rhel{n}_64Guest": f"rhel{n}" for n in (8, 9, 10)},
+    **_guest_ids("sjds", "sjdsGuest"),
+    **_pair("sles10"),
+    **_pair("sles11"),
+    **_pair("sles12"),
+    **_guest_ids("sles", "slesGuest"),
+    **_guest_ids("sles64", "sles64Guest"),
+    **_pair("solaris10"),
+    **_guest_ids("solaris11", "solaris11_64Guest"),
+    **{f"solaris{n}Guest": f"solaris{n}" for n in (6, 7, 8, 9)},
+    **_guest_ids("suse", "suseGuest", "suse64Guest"),
+    **_guest_ids("turbolinux", "turboLinuxGuest", "turboLinux64Guest"),
+    **_guest_ids("ubuntu", "ubuntuGuest", "ubuntu64Guest"),
+    **_guest_ids("unixware7", "unixWare7Guest"),
+    **_guest_ids("vmkernel", "vmkernelGuest"),
+    **{f"vmkernel{n}Guest": f"vmkernel{n}" for n in ("5", "6", "65")},
+    **_guest_ids("photon", "vmwarePhoton64Guest"),
+    **_guest_ids("win2000advserv", "win2000AdvServGuest"),
+    **_guest_ids("win2000pro", "win2000ProGuest"),
+    **_guest_ids("win2000serv", "win2000ServGuest"),
+    **{f"win{n}Guest": f"win{n}" for n in ("31", "95", "98")},
+    **_pair("windows7", "win7"),
+    **_guest_ids("win7server", "windows7Server64Guest"),
+    **_pair("windows8", "win8"),
+    **_guest_ids("win8server", "windows8Server64Guest"),
+    **_pair("windows9", "win10"),
+    **_guest_ids("win10server", "windows9Server64Guest"),
+    **_guest_ids("windowshyperv", "windowsHyperVGuest"),
+    **_guest_ids("winlonghorn", "winLonghornGuest", "winLonghorn64Guest"),
+    **_guest_ids("winme", "winMeGuest"),
+    **_guest_ids("winnetbusiness", "winNetBusinessGuest"),
+    **_guest_ids("winnetdatacenter", "winNetDatacenterGuest", "winNetDatacenter64Guest"),
+    **_guest_ids("winnetenterprise", "winNetEnterpriseGuest", "winNetEnterprise64Guest"),
+    **_guest_ids("winnetstandard", "winNetStandardGuest", "winNetStandard64Guest"),
+    **_guest_ids("winnetweb", "winNetWebGuest"),
+    **_guest_ids("winnt", "winNTGuest"),
+    **_guest_ids("winvista", "winVistaGuest", "winVista64Guest"),
+    **_guest_ids("winxphome", "winXPHomeGuest"),
+    **_guest_ids("winxppro", "winXPProGuest", "winXPPro64Guest"),
 }
 
 
@@ -236,13 +261,19 @@ def zone_for(
 
 
 # -- addresses -------------------------------------------------------------------------------
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
 @dataclass(frozen=True)
 class _Candidate:
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+    address: str  # as VMware Tools reported it (upstream publishes the reported string)
+    ip: IP  # IPv4-mapped IPv6 addresses are IPv4 here, as Go's ``To4`` sees them
     network: str
 
 
-def _networks(cidrs: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+def _networks(cidrs: Iterable[str]) -> list[Network]:
+    """The CIDRs (checked when the configuration was read; a bad one is skipped here)."""
     found = []
     for cidr in cidrs:
         try:
@@ -252,15 +283,73 @@ def _networks(cidrs: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IP
     return found
 
 
-def _in(
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
-    networks: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
-) -> bool:
-    return any(ip.version == n.version and ip in n for n in networks)
+def _in(ip: IP, network: Network) -> bool:
+    return ip.version == network.version and ip in network
+
+
+def _parse_ip(raw: str) -> IP | None:
+    """An IP as Go's ``net.ParseIP`` reads it (no zone suffix), IPv4-mapped made IPv4."""
+    try:
+        ip = ipaddress.ip_address(raw.strip())
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _local_only(ip: IP) -> bool:
+    """Upstream's ``ErrOnLocalOnlyIPAddr``: unspecified, loopback, link-local uni/multicast."""
+    link_local_multicast = (
+        ip in ipaddress.ip_network("224.0.0.0/24")
+        if ip.version == 4
+        else ip.is_multicast and (int(ip) >> 112) & 0xF == 2
+    )
+    return ip.is_unspecified or ip.is_loopback or ip.is_link_local or link_local_multicast
 
 
 class AddressError(ValueError):
     """No suitable address: discovery of the node fails (it stays uninitialized)."""
+
+
+def _first_in_subnets(
+    candidates: Sequence[_Candidate], subnets: Sequence[Network]
+) -> _Candidate | None:
+    """Subnets in their configured order, each answered by its first candidate."""
+    for subnet in subnets:
+        match = next((c for c in candidates if _in(c.ip, subnet)), None)
+        if match is not None:
+            return match
+    return None
+
+
+def _first_on_network(candidates: Sequence[_Candidate], names: Sequence[str]) -> _Candidate | None:
+    """The first candidate on one of the networks ``names`` (case-insensitive)."""
+    wanted = {n.lower() for n in names}
+    return next((c for c in candidates if c.network.lower() in wanted), None)
+
+
+def select_ips(
+    candidates: Sequence[_Candidate], version: int, nodes: NodesConfig
+) -> tuple[_Candidate | None, _Candidate | None]:
+    """Upstream's ``discoverIPs`` for one IP family: ``(internal, external)``."""
+    family = [c for c in candidates if c.ip.version == version]
+    exclude_internal = _networks(nodes.exclude_internal_subnets)
+    exclude_external = _networks(nodes.exclude_external_subnets)
+    internal_pool = [c for c in family if not any(_in(c.ip, n) for n in exclude_internal)]
+    external_pool = [c for c in family if not any(_in(c.ip, n) for n in exclude_external)]
+    if not internal_pool and not external_pool:
+        return None, None
+    internal = _first_in_subnets(internal_pool, _networks(nodes.internal_subnets))
+    external = _first_in_subnets(external_pool, _networks(nodes.external_subnets))
+    if internal is None and nodes.internal_network_names:
+        internal = _first_on_network(internal_pool, nodes.internal_network_names)
+    if external is None and nodes.external_network_names:
+        external = _first_on_network(external_pool, nodes.external_network_names)
+    if internal is None and external is None:  # the legacy default: the first of each pool
+        internal = internal_pool[0] if internal_pool else None
+        external = external_pool[0] if external_pool else None
+    return internal, external
 
 
 def node_addresses(
@@ -269,6 +358,8 @@ def node_addresses(
     """Upstream's ``DiscoverNode`` address selection (see the module rules)."""
     if not vm.hostname:
         raise AddressError("VMware Tools report no guest host name")
+    if not vm.nics:
+        raise AddressError("VMware Tools report no guest NICs")
     addresses: list[models.NodeAddress] = []
 
     def add(kind: str, address: str) -> None:
@@ -277,50 +368,27 @@ def node_addresses(
 
     add("Hostname", vm.hostname)
     nics = [n for n in vm.nics if n.device_config_id != -1]
-    internal_names = [n.lower() for n in nodes.internal_network_names]
-    external_names = [n.lower() for n in nodes.external_network_names]
     present = {n.network.lower() for n in nics}
-    if (
-        internal_names
-        and external_names
-        and not (present & set(internal_names))
-        and not (present & set(external_names))
-    ):
+    internal_names = {n.lower() for n in nodes.internal_network_names}
+    external_names = {n.lower() for n in nodes.external_network_names}
+    if internal_names and external_names and not present & (internal_names | external_names):
         raise AddressError("the VM has neither the internal nor the external VM network")
-    candidates: list[_Candidate] = []
+    candidates = []
     for nic in nics:
         for raw in nic.ips:
-            try:
-                ip = ipaddress.ip_address(raw.split("%")[0])
-            except ValueError:
-                continue
-            if ip.is_loopback or ip.is_unspecified or ip.is_link_local:
-                continue
-            candidates.append(_Candidate(ip, nic.network))
-    internal_subnets = _networks(nodes.internal_subnets)
-    external_subnets = _networks(nodes.external_subnets)
-    exclude_internal = _networks(nodes.exclude_internal_subnets)
-    exclude_external = _networks(nodes.exclude_external_subnets)
+            ip = _parse_ip(raw)
+            if ip is not None and not _local_only(ip):
+                candidates.append(_Candidate(raw.strip(), ip, nic.network))
+    if not candidates:
+        raise AddressError("no guest IP left after dropping local-only addresses")
     for family in ip_families:
-        version = 6 if family == "ipv6" else 4
-        matches = [c for c in candidates if c.ip.version == version]
-        internal_pool = [c for c in matches if not _in(c.ip, exclude_internal)]
-        external_pool = [c for c in matches if not _in(c.ip, exclude_external)]
-        internal = next((c for c in internal_pool if _in(c.ip, internal_subnets)), None)
-        external = next((c for c in external_pool if _in(c.ip, external_subnets)), None)
-        if internal is None and internal_names:
-            internal = next((c for c in internal_pool if c.network.lower() in internal_names), None)
-        if external is None and external_names:
-            external = next((c for c in external_pool if c.network.lower() in external_names), None)
+        internal, external = select_ips(candidates, 6 if family == "ipv6" else 4, nodes)
         if internal is None and external is None:
-            default = internal_pool[0] if internal_pool else None
-            internal = external = default
-        if internal is not None:
-            add("InternalIP", str(internal.ip))
-        if external is not None:
-            add("ExternalIP", str(external.ip))
-        if vm.nics and internal is None and external is None:
             raise AddressError(f"no suitable {family} address on the VM")
+        if internal is not None:
+            add("InternalIP", internal.address)
+        if external is not None:
+            add("ExternalIP", external.address)
     return addresses
 
 

@@ -8,18 +8,25 @@ Rules:
 - Sources, weakest first: ``config_file`` (YAML or INI ``vsphere.conf``), upstream's
   ``VSPHERE_*`` environment, then the Deckhouse ``VsphereClusterConfiguration`` fields set here
   (``server``, ``username``, ``password``/``password_file``, ``insecure``, ``ca_bundle``,
-  ``region_tag_category``...). Credentials: an explicit password, else the mounted
-  credentials Secret (``credentials_dir`` or ``secretsDirectory``), else the config's own.
+  ``region_tag_category``, network names...); a Deckhouse field set wins over the file.
+- Credentials, first that applies: ``password_file``, ``password`` (with ``username`` or the
+  file's ``user``), the mounted Secret in ``credentials_dir``, the file's ``secretsDirectory``,
+  the file's named Secret mounted at ``/etc/cloud/secrets`` (upstream's default directory; a
+  named Secret that is not mounted is refused with a message saying so), the file's
+  ``user``/``password``, then ``/etc/cloud/secrets`` if it exists. Departs from upstream, which
+  reads a named Secret from the API and tries the file's password before the Secret.
 - TLS: a CA file or a thumbprint verifies vCenter; ``insecure`` skips verification only when
   asked; with none of them the system trust store is used. A CA bundle with ``insecure`` is
   refused (Deckhouse's rule).
-- One vCenter: a configuration naming more than one is refused with a clear error.
+- One vCenter: a configuration naming more than one host is refused with a clear error.
+- Tag categories default to ``k8s-region``/``k8s-zone`` (Deckhouse's defaults; upstream resolves
+  no zones unless both are configured).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import BaseModel, SecretStr
@@ -36,6 +43,8 @@ from cloudloop.cloud.vsphere.config import (
 
 DEFAULT_REGION_CATEGORY = "k8s-region"
 DEFAULT_ZONE_CATEGORY = "k8s-zone"
+#: Upstream's default ``secretsDirectory``: used when it exists and nothing else is set.
+DEFAULT_SECRETS_DIR = Path("/etc/cloud/secrets")
 
 
 class VsphereSettings(BaseModel):
@@ -117,24 +126,44 @@ class Connection:
 
 def _load_config(settings: VsphereSettings) -> CloudConfig:
     text = settings.config_file.read_text() if settings.config_file is not None else ""
-    config = parse_cloud_config(text) if text.strip() else CloudConfig()
-    return apply_env(config)
+    config = parse_cloud_config(text, require_credentials=False) if text.strip() else CloudConfig()
+    return apply_env(config, require_credentials=False)
 
 
 def _split_server(server: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address."""
     if server.startswith("["):
         host, _, rest = server[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else None
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
     if server.count(":") == 1:
         host, port = server.split(":")
+        if not port.isdigit():
+            raise ConfigError(f"server: {server!r} has no valid port")
         return host, int(port)
     return server, None
 
 
-def resolve(settings: VsphereSettings) -> Connection:
+def _nodes(settings: VsphereSettings, config: NodesConfig) -> NodesConfig:
+    """Deckhouse's network names replace the file's; its internal CIDR fills an unset one."""
+    nodes = config
+    if settings.internal_network_names or settings.external_network_names:
+        nodes = replace(
+            nodes,
+            internal_network_names=tuple(settings.internal_network_names),
+            external_network_names=tuple(settings.external_network_names),
+        )
+    if settings.internal_network_cidr and not nodes.internal_subnets:
+        nodes = replace(nodes, internal_subnets=(settings.internal_network_cidr,))
+    return nodes
+
+
+def resolve(
+    settings: VsphereSettings, *, default_secrets_dir: Path = DEFAULT_SECRETS_DIR
+) -> Connection:
     """The one vCenter to talk to; :class:`ConfigError` when the settings do not name one."""
     config = _load_config(settings)
-    if len(config.vcenters) > 1:
+    servers = {(vc.server, vc.port) for vc in config.vcenters}
+    if len(servers) > 1:
         raise ConfigError("more than one vCenter is configured; cloudloop supports one")
     vc = config.vcenters[0] if config.vcenters else VcenterConfig(server="")
     host, port = vc.server, vc.port
@@ -145,15 +174,20 @@ def resolve(settings: VsphereSettings) -> Connection:
         raise ConfigError("no vCenter: set server or a vsphere.conf with a vcenter entry")
     if settings.ca_bundle is not None and settings.insecure:
         raise ConfigError("caBundle and insecure exclude each other")
-    secrets_dir = settings.credentials_dir or (
-        Path(config.secrets_directory) if config.secrets_directory else None
-    )
+    source = config.credential_source(vc)
+    secrets_dir: Path | None = settings.credentials_dir
+    if secrets_dir is None and source == "directory":
+        secrets_dir = Path(config.secrets_directory)
     explicit = settings.password_file is not None or settings.password is not None
-    if vc.secret_name and secrets_dir is None and not explicit:
-        raise ConfigError(
-            f"secretName {vc.secret_namespace}/{vc.secret_name}: mount the Secret and set "
-            "credentials_dir (secrets are read from files)"
-        )
+    if secrets_dir is None and source == "secret" and not explicit:
+        if not default_secrets_dir.is_dir():
+            namespace = vc.secret_namespace or config.secret_namespace
+            name = vc.secret_name or config.secret_name
+            raise ConfigError(
+                f"secretName {namespace}/{name}: mount the Secret at {default_secrets_dir} or "
+                "set credentials_dir (secrets are read from files)"
+            )
+        secrets_dir = default_secrets_dir
     username_setting, config_user = settings.username, vc.user
     password_setting, password_file = settings.password, settings.password_file
     config_password = vc.password
@@ -171,41 +205,24 @@ def resolve(settings: VsphereSettings) -> Connection:
             return found
         if config_user and config_password:
             return config_user, config_password
+        if default_secrets_dir.is_dir():  # upstream's default secretsDirectory, if mounted
+            found = read_credentials(default_secrets_dir, secret_key)
+            if found is not None:
+                return found
         raise ConfigError("no vCenter credentials configured")
 
-    ca_file = settings.ca_bundle or (Path(vc.ca_file) if vc.ca_file else None)
-    nodes = config.nodes
-    if settings.internal_network_names or settings.external_network_names:
-        nodes = NodesConfig(
-            internal_subnets=nodes.internal_subnets
-            or ((settings.internal_network_cidr,) if settings.internal_network_cidr else ()),
-            external_subnets=nodes.external_subnets,
-            exclude_internal_subnets=nodes.exclude_internal_subnets,
-            exclude_external_subnets=nodes.exclude_external_subnets,
-            internal_network_names=tuple(settings.internal_network_names),
-            external_network_names=tuple(settings.external_network_names),
-        )
-    elif settings.internal_network_cidr and not nodes.internal_subnets:
-        nodes = NodesConfig(
-            internal_subnets=(settings.internal_network_cidr,),
-            external_subnets=nodes.external_subnets,
-            exclude_internal_subnets=nodes.exclude_internal_subnets,
-            exclude_external_subnets=nodes.exclude_external_subnets,
-            internal_network_names=nodes.internal_network_names,
-            external_network_names=nodes.external_network_names,
-        )
     return Connection(
         host=host,
         port=port,
         credentials=credentials,
-        insecure=settings.insecure or (vc.insecure and not settings.ca_bundle),
-        ca_file=ca_file,
+        insecure=settings.insecure or (vc.insecure and settings.ca_bundle is None),
+        ca_file=settings.ca_bundle or (Path(vc.ca_file) if vc.ca_file else None),
         thumbprint=settings.thumbprint or vc.thumbprint,
         datacenters=tuple(settings.datacenters) or vc.datacenters,
         region_category=settings.region_tag_category
         or config.region_category
         or DEFAULT_REGION_CATEGORY,
         zone_category=settings.zone_tag_category or config.zone_category or DEFAULT_ZONE_CATEGORY,
-        nodes=nodes,
+        nodes=_nodes(settings, config.nodes),
         ip_families=vc.ip_family,
     )
