@@ -12,7 +12,9 @@ Rules:
   deletes the others).
 - **Attach** is idempotent: an FCD whose consumer is already the VM is returned as attached; one
   consumed by another VM is :class:`FailedPrecondition` (single-node access). A worker killed
-  mid-attach finds the attachment on retry, so exactly one exists.
+  mid-attach finds the attachment on retry, so exactly one exists; when the killed worker's
+  ``attachDisk``/``detachDisk`` task is still running on the VM (its ``recentTask``), the retry
+  waits for it and reads the disk again instead of issuing a second task. Detach likewise.
 - **Delete** refuses an attached FCD (:class:`FailedPrecondition`); a missing one is
   :class:`NotFound`. **Extend** waits for its task; the modification is then ``completed``.
 - **Topology**: a volume's zone is its datastore's zone tag; a create for a zone uses the first
@@ -31,11 +33,13 @@ from typing import Any
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.vsphere.discovery import DatastoreView, VsphereDiscovery
 from cloudloop.cloud.vsphere.mapping import PROVIDER
-from cloudloop.cloud.vsphere.vmomi import vim
+from cloudloop.cloud.vsphere.vmomi import PC, vim
 
 log = logging.getLogger(__name__)
 
 MB_PER_GIB = 1024
+#: The VM tasks that change which disks it consumes (``TaskInfo.descriptionId``).
+DISK_TASKS = frozenset({"VirtualMachine.attachDisk", "VirtualMachine.detachDisk"})
 
 
 def volume_id(datastore: str, disk_id: str) -> str:
@@ -226,19 +230,79 @@ class VsphereVolumes(VsphereDiscovery):
         )
         self.wait_task("DeleteVStorageObject", task)
 
+    def _disk_tasks_in_flight(self, vm_moref: str) -> list[str]:
+        """The VM's queued or running attach/detach tasks (from ``recentTask``, in one read)."""
+
+        def read(si: Any) -> list[Any]:
+            spec = PC.FilterSpec(
+                objectSet=[
+                    PC.ObjectSpec(
+                        obj=vim.VirtualMachine(vm_moref, si._stub),
+                        skip=True,
+                        selectSet=[
+                            PC.TraversalSpec(
+                                name="recent",
+                                type=vim.VirtualMachine,
+                                path="recentTask",
+                                skip=False,
+                            )
+                        ],
+                    )
+                ],
+                propSet=[
+                    PC.PropertySpec(type=vim.Task, pathSet=["info.descriptionId", "info.state"])
+                ],
+            )
+            return list(si.content.propertyCollector.RetrieveContents([spec]) or [])
+
+        running = []
+        for obj in self.call("RetrieveRecentTasks", read):
+            props = {p.name: p.val for p in obj.propSet}
+            if props.get("info.descriptionId") in DISK_TASKS and str(props.get("info.state")) in (
+                "queued",
+                "running",
+            ):
+                running.append(str(obj.obj._moId))
+        return running
+
+    def _settle(self, vm_moref: str) -> bool:
+        """Wait for the VM's in-flight attach/detach tasks (a killed worker's); ``True`` when
+        there were any (their outcome is then read from the disk, whatever it was)."""
+        pending = self._disk_tasks_in_flight(vm_moref)
+        for task in pending:
+            log.info("vsphere: waiting for disk task %s on VM %s", task, vm_moref)
+            try:
+                self.wait_task("DiskTaskInFlight", task)
+            except errors.NotFound:
+                continue  # the task aged out of vCenter's memory
+            except errors.CloudError as exc:
+                if not exc.retryable:
+                    continue  # it failed; the disk says what is left to do
+                raise
+        return bool(pending)
+
+    def _refuse_other_consumer(self, current: models.Volume) -> None:
+        if current.attachments:
+            raise errors.FailedPrecondition(
+                PROVIDER,
+                "AttachDisk",
+                f"volume {current.id} is attached to {current.attachments[0].instance_id}",
+            )
+
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
         datastore, disk = parse_volume_id(volume.id)
         current = self.get_volume(volume.id)
         mine = next((a for a in current.attachments if a.instance_id == instance_id), None)
         if mine is not None:
             return mine
-        if current.attachments:
-            raise errors.FailedPrecondition(
-                PROVIDER,
-                "AttachDisk",
-                f"volume {volume.id} is attached to {current.attachments[0].instance_id}",
-            )
+        self._refuse_other_consumer(current)
         vm = self._vm(instance_id)
+        if self._settle(vm._moId):
+            current = self.get_volume(volume.id)
+            mine = next((a for a in current.attachments if a.instance_id == instance_id), None)
+            if mine is not None:
+                return mine
+            self._refuse_other_consumer(current)
         task = self.call(
             "AttachDisk",
             lambda si: str(
@@ -260,6 +324,8 @@ class VsphereVolumes(VsphereDiscovery):
         if instance_id not in current.attached_to:
             return
         vm = self._vm(instance_id)
+        if self._settle(vm._moId) and instance_id not in self.get_volume(volume_id).attached_to:
+            return
         task = self.call(
             "DetachDisk",
             lambda si: str(

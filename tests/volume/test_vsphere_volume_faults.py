@@ -1,0 +1,228 @@
+"""The vSphere attach survives a worker SIGKILLed mid-operation: exactly one attachment.
+
+A real ``cloudloop worker`` for vSphere (``tests.volume.vsphere_fault_worker``) stops dead right
+after ``AttachDisk_Task`` was issued to vcsim and is killed; a fresh worker on the same task
+queue must finish the attach without a second ``attachDisk`` task on the VM. Two moments:
+- *answered*: the task finished before the kill (the worker never heard): the retry finds the
+  disk's consumer;
+- *in flight*: vcsim holds the task for :data:`TASK_DELAY_S` (``-method-delay``), longer than it
+  takes Temporal to give the activity to the new worker, which must wait for the running task
+  instead of issuing another one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from cloudloop.cloud import models
+from cloudloop.cloud.vsphere.driver import VsphereDriver
+from cloudloop.cloud.vsphere.settings import VsphereSettings
+from cloudloop.cloud.vsphere.vmomi import PC, vim
+from cloudloop.csi.operations import VolumeOperations
+from cloudloop.messages.volume import AttachVolumeRequest, Code
+from cloudloop.net import free_port
+from cloudloop.settings import Settings
+from devstack.local import LocalStack, StackOptions
+from devstack.vcsim import VcsimEndpoint, VcsimOptions
+from devstack.vcsim_inventory import Inventory, VmRecord, ZoneLayout, connect, disconnect, seed
+from tests.helpers import eventually
+from tests.platform.test_processes import process_env
+from tests.vcsim_fixtures import NODES, seeded, vcsim
+
+__all__ = ["seeded", "vcsim"]
+
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
+
+REPO = Path(__file__).resolve().parents[2]
+#: How long the slow vcsim holds an attach task: beyond the activity's heartbeat timeout (10 s)
+#: plus a worker start, so the retry meets the task still running.
+TASK_DELAY_S = 30
+RECOVERY_S = 120
+
+WorkerFactory = Callable[..., tuple[subprocess.Popen[bytes], Path, Path]]
+
+
+@pytest.fixture(scope="module")
+def slow_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
+    """A vcsim whose attach tasks run for :data:`TASK_DELAY_S` (reads are not blocked)."""
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("slow-vcsim"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            vcsim=VcsimOptions(
+                method_delays=(("AttachDisk", TASK_DELAY_S * 1000), ("LockHandoff", 0))
+            ),
+        )
+    )
+    local.start()
+    try:
+        assert local.vcsim is not None
+        yield local.vcsim
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_seeded(slow_vcsim: VcsimEndpoint) -> Inventory:
+    return seed(slow_vcsim, NODES, ZoneLayout())
+
+
+def vsphere_settings(endpoint: VcsimEndpoint) -> VsphereSettings:
+    return VsphereSettings(
+        server=endpoint.server,
+        username=endpoint.username,
+        password=endpoint.password,
+        ca_bundle=endpoint.ca_file,
+        poll_interval_s=0.1,
+    )
+
+
+@pytest.fixture
+def start_worker(settings: Settings, stack: LocalStack, tmp_path: Path) -> Iterator[WorkerFactory]:
+    """``cloudloop worker`` processes for vSphere on the test's task queue; ``fault_after``
+    makes one stop dead after that driver call."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        endpoint: VcsimEndpoint, fault_after: str | None = None
+    ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+        index = len(started)
+        password = tmp_path / "vcenter-password"
+        password.write_text(endpoint.password)
+        env = {
+            **process_env(settings, stack, free_port(), tmp_path),
+            "CLOUDLOOP_PROVIDER": "vsphere",
+            "CLOUDLOOP_VSPHERE__SERVER": endpoint.server,
+            "CLOUDLOOP_VSPHERE__USERNAME": endpoint.username,
+            "CLOUDLOOP_VSPHERE__PASSWORD_FILE": str(password),
+            "CLOUDLOOP_VSPHERE__CA_BUNDLE": str(endpoint.ca_file),
+            "CLOUDLOOP_VSPHERE__POLL_INTERVAL_S": "0.1",
+        }
+        marker = tmp_path / f"fault-{index}"
+        log = tmp_path / f"worker-{index}.log"
+        if fault_after:
+            env.update(VSPHERE_FAULT_AFTER=fault_after, VSPHERE_FAULT_MARKER=str(marker))
+            command = [sys.executable, "-m", "tests.volume.vsphere_fault_worker"]
+        else:
+            command = [sys.executable, "-m", "cloudloop.cli", "worker"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+            )
+        started.append(proc)
+        return proc, marker, log
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
+    proc.wait(timeout=10)
+
+
+def attach_tasks(endpoint: VcsimEndpoint, vm: VmRecord) -> list[str]:
+    """The states of every ``attachDisk`` task vcsim ran on ``vm`` (its ``recentTask``)."""
+    si = connect(endpoint)
+    try:
+        spec = PC.FilterSpec(
+            objectSet=[
+                PC.ObjectSpec(
+                    obj=vim.VirtualMachine(vm.moref, si._stub),
+                    skip=True,
+                    selectSet=[
+                        PC.TraversalSpec(
+                            name="recent", type=vim.VirtualMachine, path="recentTask", skip=False
+                        )
+                    ],
+                )
+            ],
+            propSet=[PC.PropertySpec(type=vim.Task, pathSet=["info.descriptionId", "info.state"])],
+        )
+        found = si.content.propertyCollector.RetrieveContents([spec]) or []
+        tasks = [{p.name: p.val for p in obj.propSet} for obj in found]
+        return [
+            str(t["info.state"])
+            for t in tasks
+            if t.get("info.descriptionId") == "VirtualMachine.attachDisk"
+        ]
+    finally:
+        disconnect(si)
+
+
+async def last_activity_attempt(client: Client, workflow_id: str) -> int:
+    attempts = [
+        event.activity_task_started_event_attributes.attempt
+        async for event in client.get_workflow_handle(workflow_id).fetch_history_events()
+        if event.HasField("activity_task_started_event_attributes")
+    ]
+    return attempts[-1]
+
+
+@pytest.mark.parametrize("moment", ["answered", "in-flight"])
+async def test_worker_killed_during_attach(
+    request: pytest.FixtureRequest,
+    start_worker: WorkerFactory,
+    client: Client,
+    settings: Settings,
+    moment: str,
+) -> None:
+    in_flight = moment == "in-flight"
+    endpoint: VcsimEndpoint = request.getfixturevalue("slow_vcsim" if in_flight else "vcsim")
+    inventory: Inventory = request.getfixturevalue("slow_seeded" if in_flight else "seeded")
+    node = inventory.vms["node-a"]
+    driver = VsphereDriver(vsphere_settings(endpoint))
+    ops = VolumeOperations(
+        client,
+        task_queue=settings.temporal.task_queue,
+        cluster=settings.cluster_name,
+        provider="vsphere",
+    )
+    try:
+        volume = await asyncio.to_thread(
+            driver.create_volume,
+            models.VolumeSpec(
+                name=f"pvc-kill-{moment}", size_gib=1, zone="zone-a", cluster=settings.cluster_name
+            ),
+        )
+        first, marker, _ = start_worker(endpoint, fault_after="AttachDisk")
+        attach = asyncio.create_task(
+            ops.attach(AttachVolumeRequest(volume_id=volume.id, node_id=node.provider_id))
+        )
+        await eventually(marker.exists, timeout=60, what="AttachDisk issued by the first worker")
+        if not in_flight:
+
+            def attached() -> bool:
+                return driver.get_volume(volume.id).attached_to == [node.uuid]
+
+            await eventually(attached, what="the attach task finished")
+        else:
+            assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["running"]
+        kill(first)
+
+        _, _, second_log = start_worker(endpoint)
+        result = await asyncio.wait_for(attach, RECOVERY_S)
+        assert result.code is Code.OK, result.message
+        final = await asyncio.to_thread(driver.get_volume, volume.id)
+        assert final.attached_to == [node.uuid]
+        assert [(a.instance_id, a.state) for a in final.attachments] == [(node.uuid, "attached")]
+        assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["success"]
+        assert await last_activity_attempt(client, result.workflow_id) >= 2
+        if in_flight:  # the retry met the running task and waited for it
+            assert "waiting for disk task" in second_log.read_text()
+        await asyncio.to_thread(driver.detach_volume, volume.id, node.uuid)
+        await asyncio.to_thread(driver.delete_volume, volume.id)
+    finally:
+        driver.close()
