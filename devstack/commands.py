@@ -53,6 +53,7 @@ def register(group: click.Group) -> None:
                 temporal_port=temporal_port,
                 ui_port=ui_port,
                 fresh=not keep_state,
+                provider=provider,
             )
         )
 

@@ -15,6 +15,7 @@ from typing import Protocol
 from cloudloop.kube.api import Kube
 from cloudloop.settings import Settings
 from devstack.demos.aws import AwsDemo
+from devstack.demos.vsphere import VsphereDemo
 from devstack.local import LocalStack, StackOptions
 
 
@@ -40,4 +41,5 @@ class Demo(Protocol):
 
 DEMOS: dict[str, Callable[[], Demo]] = {
     "aws": AwsDemo,
+    "vsphere": VsphereDemo,
 }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -171,6 +174,109 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
         while not (cordoned() and f"drain/{node}/" in drains()):
             assert time.monotonic() < deadline + 60, log_path.read_text()
             time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        code = proc.wait(timeout=60)
+    assert code == 0, log_path.read_text()
+    assert "every process of the stack has exited" in log_path.read_text()
+    assert processes_mentioning(str(state)) == []
+
+
+def test_dev_vsphere_demo(tmp_path: Path) -> None:
+    """``cloudloop dev --provider vsphere``: vcsim VMs in two tagged zones become initialized
+    Nodes with zone labels, and the demo disk is created and attached through the workflows."""
+    from cloudloop.cloud.vsphere.driver import VsphereDriver
+    from cloudloop.cloud.vsphere.settings import VsphereSettings
+
+    state = tmp_path / "dev-state"
+    log_path = tmp_path / "dev.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cloudloop.cli",
+                "dev",
+                "--provider",
+                "vsphere",
+                "--state-dir",
+                str(state),
+                "--temporal-port",
+                str(free_port()),
+                "--ui-port",
+                str(free_port()),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "cloudloop dev is up (vsphere" not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        kubeconfig = state / "kube" / "main" / "admin.kubeconfig"
+        kubectl = [str(gotools.binary_path("kubectl")), "--kubeconfig", str(kubeconfig)]
+
+        def initialized() -> dict[str, tuple[str, ...]]:
+            out = subprocess.run(
+                [*kubectl, "get", "nodes", "-l", "cloudloop.io/demo=true", "-o", "json"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            found: dict[str, tuple[str, ...]] = {}
+            for node in json.loads(out)["items"]:
+                labels = node["metadata"]["labels"]
+                if node["spec"].get("providerID") and not node["spec"].get("taints"):
+                    found[node["metadata"]["name"]] = (
+                        node["spec"]["providerID"],
+                        labels.get("topology.kubernetes.io/zone", ""),
+                        labels.get("failure-domain.beta.kubernetes.io/zone", ""),
+                        labels.get("topology.kubernetes.io/region", ""),
+                        labels.get("node.kubernetes.io/instance-type", ""),
+                    )
+            return found
+
+        while len(initialized()) < 2:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        nodes = initialized()
+        shape = "vsphere-vm.cpu-2.mem-4gb.os-ubuntu"
+        assert {n: v[1:] for n, v in nodes.items()} == {
+            "demo-node-a": ("zone-a", "zone-a", "region-a", shape),
+            "demo-node-b": ("zone-b", "zone-b", "region-a", shape),
+        }
+        assert all(v[0].startswith("vsphere://") for v in nodes.values())
+
+        demo_file = state / "vsphere-demo.json"
+        while not demo_file.exists():
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        demo = json.loads(demo_file.read_text())
+        assert "error" not in demo, demo
+        assert (demo["zone"], demo["attached_to"]) == ("zone-a", nodes["demo-node-a"][0])
+
+        # The disk, read back from vcsim: in zone-a, consumed by demo-node-a's VM only.
+        server = json.loads((state / "stack.json").read_text())["vcsim_url"]
+        host, port = server.removeprefix("https://").rsplit(":", 1)
+        fingerprint = hashlib.sha1(
+            ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate((host, int(port))))
+        ).hexdigest()
+        driver = VsphereDriver(
+            VsphereSettings(
+                server=f"{host}:{port}",
+                username="k8s-admin",
+                password_file=state / "vcsim" / "password",
+                thumbprint=fingerprint,
+            )
+        )
+        try:
+            disk = driver.get_volume(demo["volume_id"])
+        finally:
+            driver.close()
+        uuid = nodes["demo-node-a"][0].removeprefix("vsphere://")
+        assert (disk.zone, disk.attached_to, disk.name) == ("zone-a", [uuid], "demo-disk")
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)

@@ -118,3 +118,15 @@ def test_unknown_volume_is_not_found(
 ) -> None:
     with pytest.raises(errors.NotFound):
         driver.get_volume(volume_id)
+
+
+def test_zone_reads_then_region_reads_on_one_driver(
+    seeded: Inventory, driver: VsphereDriver
+) -> None:
+    """A zone-only tag read (volumes) must not hide the region tags from a later region read
+    (the volume create asks for zones after looking the disk up)."""
+    stores = {d.moref: d.name for d in driver.datastores()}
+    zones = {stores[m]: z for m, z in driver.datastore_zones().items() if m in stores}
+    assert zones == {"LocalDS_0": ["zone-a"], "LocalDS_1": ["zone-b"]}
+    assert [z.name for z in driver.zones()] == ["zone-a", "zone-b"]
+    assert {z.region for z in driver.zones()} == {"region-a"}

@@ -145,6 +145,7 @@ class VsphereBase(CloudDriver):
         self._tagging: TaggingClient | None = None
         self._connection: Connection | None = None
         self._tag_names: dict[str, tuple[str, str]] = {}  # tag id → (category, tag)
+        self._tag_categories: frozenset[str] = frozenset()  # what _tag_names covers
         self._category_ids: dict[str, str] = {}  # category name → id
         self._tags_read_at = 0.0
         self._last_snapshot: tuple[float, Inventory, dict[str, list[tuple[str, str]]]] | None = None
@@ -357,13 +358,14 @@ class VsphereBase(CloudDriver):
         return _inventory_from(self.call("RetrieveProperties", read))
 
     # -- tags ----------------------------------------------------------------------------------
-    def _refresh_tags(self, categories: list[str]) -> None:
+    def _refresh_tags(self, categories: frozenset[str]) -> None:
+        """Read the names of every tag in ``categories`` (a category vCenter lacks has none)."""
         if any(c not in self._category_ids for c in categories):
             listed: list[Category] = self.tag_call("ListCategories", TaggingClient.list_categories)
             for found in listed:
                 self._category_ids[found.name] = found.id
         names: dict[str, tuple[str, str]] = {}
-        for name in categories:
+        for name in sorted(categories):
             category_id = self._category_ids.get(name)
             if category_id is None:
                 continue
@@ -380,17 +382,18 @@ class VsphereBase(CloudDriver):
                     known = (name, tag.name)
                 names[tag_id] = known
         self._tag_names = names
+        self._tag_categories = categories
         self._tags_read_at = time.monotonic()
 
     def tags_by_object(self, categories: list[str]) -> dict[str, list[tuple[str, str]]]:
         """``moref → [(category, tag)]`` for the tags of ``categories``: one association call
-        per pass (tag names are cached for ``tag_cache_s``)."""
+        per pass (tag names are cached for ``tag_cache_s``, for every category asked so far)."""
         wanted = [c for c in categories if c]
         if not wanted:
             return {}
         stale = time.monotonic() - self._tags_read_at > self.settings.tag_cache_s
-        if stale or any(c not in self._category_ids for c in wanted):
-            self._refresh_tags(wanted)
+        if stale or not set(wanted) <= self._tag_categories:
+            self._refresh_tags(self._tag_categories | frozenset(wanted))
         tag_ids = [t for t, (c, _) in self._tag_names.items() if c in wanted]
         if not tag_ids:
             return {}
