@@ -54,7 +54,13 @@ async def vsphere_figures(ctx: BenchContext) -> dict[str, float]:
             temporal=False,
             moto=False,
             kube=(),
-            vcsim=VcsimOptions(clusters=2, hosts_per_cluster=2, vms=FLEET // 2, standalone_hosts=0),
+            vcsim=VcsimOptions(
+                clusters=2,
+                hosts_per_cluster=2,
+                vms=FLEET // 2,
+                standalone_hosts=0,
+                ready_timeout_s=300,
+            ),
         )
     )
     await asyncio.to_thread(local.start)

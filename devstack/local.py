@@ -133,10 +133,11 @@ class LocalStack:
                 self.moto_process,
                 self.autoscaling_ext_process,
                 self.ovirt_process,
-                self.vcsim_process,
             ):
                 if process is not None:
                     process.wait_ready(60)
+            if self.vcsim_process is not None and self.options.vcsim is not None:
+                self.vcsim_process.wait_ready(self.options.vcsim.ready_timeout_s)
             for plane in self.clusters.values():
                 plane.wait_ready()
         except BaseException:

@@ -44,6 +44,9 @@ class VcsimOptions:
     portgroups: int = 0
     #: ``method:milliseconds`` pairs vcsim delays (``-method-delay``), for fault tests.
     method_delays: tuple[tuple[str, int], ...] = ()
+    #: vcsim builds its whole inventory before it answers: 1,000 VMs take ~45 s on a busy
+    #: 2-core machine, so large inventories need more than the stack's usual minute.
+    ready_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from devstack.vcsim_inventory import (
     NodeVm,
     Tags,
     ZoneLayout,
+    clone_node_vm,
     connect,
     disconnect,
     find,
@@ -113,6 +114,26 @@ def test_find_by_name(
         assert listing.found == {} and listing.undecided == [name]
     else:
         assert listing.found[name].id == seeded.vms[expected].uuid
+
+
+def test_by_name_reuses_a_young_read_that_answers_every_name(
+    seeded: Inventory, driver: VsphereDriver, vcsim: VcsimEndpoint
+) -> None:
+    """An init burst reads vCenter once; a VM the cached read does not know costs one fresh
+    read at once (its node does not wait for the cache to age)."""
+    assert driver.find_instances_by_name(["node-a"]).requests == 2
+    again = driver.find_instances_by_name(["node-a", "10.0.2.10"])
+    assert again.requests == 0 and set(again.found) == {"node-a", "10.0.2.10"}
+    si = connect(vcsim)
+    try:
+        late = clone_node_vm(si, NodeVm("node-late", "10.0.1.77", cluster="DC0_C0"))
+    finally:
+        disconnect(si)
+    fresh = driver.find_instances_by_name(["node-a", "node-late"])
+    assert fresh.requests == 2 and fresh.found["node-late"].id == late.uuid
+    assert fresh.found["node-late"].zone == "zone-a"
+    miss = driver.find_instances_by_name(["no-such-node"])
+    assert miss.requests == 2 and miss.undecided == ["no-such-node"]
 
 
 def test_one_read_and_one_tag_listing_per_pass(seeded: Inventory, driver: VsphereDriver) -> None:

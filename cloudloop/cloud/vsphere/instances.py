@@ -9,6 +9,9 @@ Rules (cloud-provider-vsphere ``instances.go``, ``nodemanager.go``):
 - By name: ``guest.hostName`` (DNS) first, else a guest IP equal to the name, else the VM name.
   A by-name miss or an ambiguous match is *undecided*, never absent: upstream deleted fresh
   nodes whose VMware Tools had not reported yet (#381), so only a UUID lookup may prove absence.
+- By-name lookups (node init bursts) answer from a read up to ``name_lookup_reuse_s`` old when
+  it resolves every name; a name it leaves undecided (a VM made, or a guest reporting, since)
+  costs one fresh read. Lookups by ID always read afresh (they may prove absence).
 - A powered-on VM whose guest reports no usable address yet is undecided (the node stays
   uninitialized, as upstream's ``DiscoverNode`` fails); a powered-off one is returned (so the
   shutdown taint applies) with what addresses it has.
@@ -127,10 +130,18 @@ class VsphereInstances(VsphereBase):
         return listing
 
     def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
-        listing = models.InstanceListing()
         if not names:
-            return listing
-        inventory, tags, listing.requests = self._snapshot(reuse=True)
+            return models.InstanceListing()
+        listing = self._by_name(names, reuse=True)
+        if listing.undecided and listing.requests == 0:
+            # The young cached read does not answer every name (a VM made or reporting since):
+            # read afresh rather than leave a node waiting for the cache to age.
+            listing = self._by_name(names, reuse=False)
+        return listing
+
+    def _by_name(self, names: Sequence[str], *, reuse: bool) -> models.InstanceListing:
+        listing = models.InstanceListing()
+        inventory, tags, listing.requests = self._snapshot(reuse=reuse)
         vms = [vm for vm in inventory.vms.values() if self._in_scope(inventory, vm)]
         for name in names:
             match = _match_by_name(vms, name)

@@ -97,9 +97,10 @@ class VsphereSettings(BaseModel):
     poll_interval_s: float = 0.2
     #: A cached inventory older than this is read again (the node-sync pass reads it anyway).
     tag_cache_s: float = 300.0
-    #: By-name lookups (node init) reuse an inventory read this young; lookups by providerID
-    #: (lifecycle, the only ones that can prove absence) always read afresh.
-    name_lookup_reuse_s: float = 3.0
+    #: By-name lookups (node init) reuse an inventory read this young when it answers every
+    #: name (else they read afresh); lookups by providerID (lifecycle, the only ones that can
+    #: prove absence) always read afresh.
+    name_lookup_reuse_s: float = 30.0
 
 
 @dataclass(frozen=True)
