@@ -41,9 +41,9 @@ __all__ = ["seeded", "vcsim"]
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 REPO = Path(__file__).resolve().parents[2]
-#: How long the slow vcsim holds an attach task: beyond the activity's heartbeat timeout (10 s)
-#: plus a worker start, so the retry meets the task still running.
-TASK_DELAY_S = 30
+#: How long the slow vcsim holds an attach task: well beyond the activity's heartbeat timeout
+#: (10 s) plus a worker start on a busy machine, so the retry meets the task still running.
+TASK_DELAY_S = 60
 RECOVERY_S = 120
 
 WorkerFactory = Callable[..., tuple[subprocess.Popen[bytes], Path, Path]]
@@ -221,7 +221,7 @@ async def test_worker_killed_during_attach(
         assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["success"]
         assert await last_activity_attempt(client, result.workflow_id) >= 2
         if in_flight:  # the retry met the running task and waited for it
-            assert "waiting for disk task" in second_log.read_text()
+            assert "waiting for disk task" in second_log.read_text(), second_log.read_text()
         await asyncio.to_thread(driver.detach_volume, volume.id, node.uuid)
         await asyncio.to_thread(driver.delete_volume, volume.id)
     finally:
