@@ -63,7 +63,7 @@ class Backend:
 
 
 # -- AWS: moto, and a second moto that checks credentials (IAM auth on) ---------------------
-def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 3) -> AwsSettings:
+def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 30) -> AwsSettings:
     return AwsSettings(
         endpoint_url=endpoint,
         region="us-east-1",
@@ -119,11 +119,10 @@ def aws_backend(request: pytest.FixtureRequest) -> Backend:
     return Backend(
         name="aws",
         driver=lambda: AwsDriver(_aws_settings(stack.moto_endpoint)),
+        # A dead port is refused at once; the generous read timeout is for a loaded machine,
+        # where moto can take seconds to answer (a timeout is not the answer being tested).
         unreachable=lambda: AwsDriver(_aws_settings(f"http://{DEAD}")),
-        # moto's IAM check is slow on its first request: a timeout is not the answer we want.
-        wrong_credentials=lambda: AwsDriver(
-            _aws_settings(checking, key="AKIAWRONGWRONGWRONG", timeout_s=30)
-        ),
+        wrong_credentials=lambda: AwsDriver(_aws_settings(checking, key="AKIAWRONGWRONGWRONG")),
         probe=lambda d: d.zones(),
         proves={
             Capability.INSTANCES: _aws_instances,
@@ -168,7 +167,7 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
             "kubeconfig_base64": None,
             "namespace": namespace,
             "cluster_uuid": "conformance",
-            "timeout_s": 3,
+            "timeout_s": 30,
         }
         values.update(overrides)
         return DvpSettings(**values)
@@ -246,7 +245,7 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
             "password": SecretStr(endpoint.password),
             "ca_bundle": endpoint.ca_file,
             "cluster_id": endpoint.cluster_id,
-            "timeout_s": 3,
+            "timeout_s": 30,
             "wait_timeout_s": 10,
             "poll_interval_s": 0.05,
         }
@@ -324,7 +323,7 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
             "username": endpoint.username,
             "password": SecretStr(endpoint.password),
             "ca_bundle": endpoint.ca_file,
-            "timeout_s": 3,
+            "timeout_s": 30,
             "wait_timeout_s": 10,
             "poll_interval_s": 0.05,
         }
