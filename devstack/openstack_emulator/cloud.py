@@ -1,0 +1,237 @@
+"""The emulated cloud's core: one lock, a clock, timed transitions, request records and faults.
+
+Every resource is kept as its API representation (a JSON-ready dict) in a named table; the
+service modules (:mod:`.identity`, :mod:`.compute`, :mod:`.network`, :mod:`.loadbalancer`,
+:mod:`.volume`, :mod:`.image`) create, change and render them.
+
+Rules: status changes that take time in a real cloud (a server building, an Octavia LB leaving
+``PENDING_*``, a Cinder volume attaching) are scheduled transitions applied when the state is
+next touched, so delays are exact and nothing runs in the background. Transitions of a kind can
+be held (a resource "stuck" in ``PENDING_*``), slowed, or made to fail (``ERROR``) from the admin
+API; requests can be refused per service (down, 503, 5xx) or one by one (next N matching).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+Resource = dict[str, Any]
+
+#: Fixed identities of the seed, so tests and ``cloudloop dev`` can name them in settings.
+_SEED_NAMESPACE = uuid.UUID("0c9b1f0e-7c55-4f7e-9a3c-3f6b0d1e2a77")
+
+SERVICES = ("identity", "compute", "network", "load-balancer", "block-storage", "image")
+
+
+def seed_id(kind: str, name: str) -> str:
+    return str(uuid.uuid5(_SEED_NAMESPACE, f"{kind}/{name}"))
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def iso_now() -> str:
+    """Timestamps as the APIs write them (``2024-01-02T03:04:05Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiFault(Exception):
+    """An answer other than success. ``kind`` names the fault in the service's error body
+    (Nova ``itemNotFound``, Neutron ``NetworkNotFound``, ...); the service picks a default."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.headers = headers or {}
+
+
+def not_found(what: str, key: str) -> ApiFault:
+    return ApiFault(404, f"{what} {key} could not be found.")
+
+
+def bad_request(message: str) -> ApiFault:
+    return ApiFault(400, message)
+
+
+def conflict(message: str) -> ApiFault:
+    return ApiFault(409, message)
+
+
+@dataclass(frozen=True)
+class Delays:
+    """Seconds each simulated step takes (small in tests; configurable, and from the admin API)."""
+
+    server_build_s: float = 0.3
+    server_power_s: float = 0.1
+    server_delete_s: float = 0.1
+    lb_create_s: float = 0.5
+    lb_update_s: float = 0.2
+    lb_delete_s: float = 0.2
+    volume_create_s: float = 0.1
+    volume_attach_s: float = 0.2
+    volume_detach_s: float = 0.2
+    volume_extend_s: float = 0.1
+    volume_delete_s: float = 0.1
+
+    def with_changes(self, changes: dict[str, float]) -> Delays:
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise ValueError(f"unknown delays: {sorted(unknown)}")
+        return Delays(**{**{name: getattr(self, name) for name in known}, **changes})
+
+
+@dataclass
+class RequestRecord:
+    service: str
+    method: str
+    route: str
+    path: str
+    query: str
+    status: int
+    user_agent: str
+    microversion: str = ""
+
+
+@dataclass
+class InjectedFault:
+    """Answer the next ``count`` requests matching ``service``/``method``/``route`` (a regex over
+    the route label, e.g. ``/v2/lbaas/loadbalancers``) with ``status`` (``count`` < 0: always)."""
+
+    service: str
+    status: int
+    method: str = ""
+    route: str = ""
+    count: int = 1
+    message: str = "Injected fault"
+    retry_after_s: int | None = None
+    #: Sleep this long before answering (a slow API; ``status`` 0 answers normally after it).
+    latency_s: float = 0.0
+
+    def matches(self, service: str, method: str, route: str) -> bool:
+        return (
+            self.service == service
+            and (not self.method or self.method == method)
+            and (not self.route or re.search(self.route, route) is not None)
+        )
+
+
+@dataclass(order=True)
+class _Transition:
+    at: float
+    seq: int
+    kind: str = field(compare=False)
+    apply: Callable[[], None] = field(compare=False)
+
+
+class Cloud:
+    """Tables of resources, transitions and faults; every access holds :attr:`lock`."""
+
+    def __init__(
+        self,
+        *,
+        delays: Delays | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.delays = delays or Delays()
+        self.clock = clock
+        self.lock = threading.RLock()
+        self._seq = itertools.count()
+        self.reset_core()
+
+    def reset_core(self) -> None:
+        with self.lock:
+            self.tables: dict[str, dict[str, Resource]] = {}
+            self._transitions: list[_Transition] = []
+            self.held: set[str] = set()
+            #: Kinds whose next transition ends in ERROR (e.g. ``loadbalancer``), with a count.
+            self.fail_next: Counter[str] = Counter()
+            self.faults: list[InjectedFault] = []
+            self.service_modes: dict[str, str] = {name: "up" for name in SERVICES}
+            self.request_counts: Counter[str] = Counter()
+            self.user_agents: Counter[str] = Counter()
+            self.recent: deque[RequestRecord] = deque(maxlen=5000)
+
+    # -- tables ----------------------------------------------------------------------------
+    def table(self, name: str) -> dict[str, Resource]:
+        return self.tables.setdefault(name, {})
+
+    def get(self, table: str, resource_id: str, what: str) -> Resource:
+        found = self.table(table).get(resource_id)
+        if found is None:
+            raise not_found(what, resource_id)
+        return found
+
+    # -- transitions -----------------------------------------------------------------------
+    def later(self, kind: str, delay_s: float, apply: Callable[[], None]) -> None:
+        """Apply ``apply`` once ``delay_s`` has passed (and ``kind`` is not held)."""
+        heapq.heappush(
+            self._transitions,
+            _Transition(self.clock() + max(delay_s, 0.0), next(self._seq), kind, apply),
+        )
+
+    def take_failure(self, kind: str) -> bool:
+        """Whether this transition of ``kind`` must end in ERROR (consumes one injected failure)."""
+        if self.fail_next[kind] > 0:
+            self.fail_next[kind] -= 1
+            return True
+        return False
+
+    def advance(self) -> None:
+        """Apply every due transition whose kind is not held, in time order."""
+        now = self.clock()
+        kept: list[_Transition] = []
+        while self._transitions and self._transitions[0].at <= now:
+            due = heapq.heappop(self._transitions)
+            if due.kind in self.held:
+                kept.append(due)
+                continue
+            due.apply()
+        for item in kept:
+            heapq.heappush(self._transitions, item)
+
+    def pending_transitions(self) -> list[str]:
+        return sorted(t.kind for t in self._transitions)
+
+    # -- requests and faults ---------------------------------------------------------------
+    def record(self, entry: RequestRecord) -> None:
+        with self.lock:
+            self.request_counts[f"{entry.method} {entry.service} {entry.route}"] += 1
+            self.user_agents[entry.user_agent] += 1
+            self.recent.append(entry)
+
+    def clear_requests(self) -> None:
+        with self.lock:
+            self.request_counts.clear()
+            self.user_agents.clear()
+            self.recent.clear()
+
+    def injected(self, service: str, method: str, route: str) -> InjectedFault | None:
+        """The injected fault this request meets, consuming one of its count."""
+        with self.lock:
+            for fault in self.faults:
+                if fault.count != 0 and fault.matches(service, method, route):
+                    if fault.count > 0:
+                        fault.count -= 1
+                    self.faults = [f for f in self.faults if f.count != 0]
+                    return fault
+        return None
