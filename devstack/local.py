@@ -18,6 +18,8 @@ from pathlib import Path
 from cloudloop import searchattrs
 from devstack import gotools
 from devstack.kube import KubeControlPlane, KubeOptions, required_tools
+from devstack.openstack_emulator import OpenStackEmulatorEndpoint, OpenStackEmulatorOptions
+from devstack.openstack_emulator import emulator_process as openstack_emulator_process
 from devstack.ovirt_emulator import (
     OvirtEmulatorEndpoint,
     OvirtEmulatorOptions,
@@ -63,6 +65,8 @@ class StackOptions:
     ovirt_emulator: OvirtEmulatorOptions | None = None
     #: vcsim, govmomi's vCenter simulator (:mod:`.vcsim`); ``None`` leaves it out.
     vcsim: VcsimOptions | None = None
+    #: The OpenStack API emulator (:mod:`.openstack_emulator`); ``None`` leaves it out.
+    openstack_emulator: OpenStackEmulatorOptions | None = None
 
 
 @dataclass
@@ -83,6 +87,9 @@ class LocalStack:
     vcsim_process: ManagedProcess | None = None
     #: Where vcsim answers (``url``, credentials, ``ca_file``), when started.
     vcsim: VcsimEndpoint | None = None
+    openstack_process: ManagedProcess | None = None
+    #: Where the OpenStack emulator answers (``auth_url``, ``admin_url``), when started.
+    openstack: OpenStackEmulatorEndpoint | None = None
     started_in_s: float = 0.0
 
     @property
@@ -124,6 +131,11 @@ class LocalStack:
                     binaries["vcsim"], self.options.vcsim, self.state_dir / "vcsim", logs
                 )
                 self.vcsim_process.start()
+            if self.options.openstack_emulator is not None:
+                self.openstack_process, self.openstack = openstack_emulator_process(
+                    self.options.openstack_emulator, self.state_dir / "openstack", logs
+                )
+                self.openstack_process.start()
             for kube_options in self.options.kube:
                 plane = KubeControlPlane(kube_options, self.state_dir / "kube")
                 self.clusters[kube_options.name] = plane
@@ -133,6 +145,7 @@ class LocalStack:
                 self.moto_process,
                 self.autoscaling_ext_process,
                 self.ovirt_process,
+                self.openstack_process,
             ):
                 if process is not None:
                     process.wait_ready(60)
@@ -150,7 +163,11 @@ class LocalStack:
     def stop(self) -> None:
         processes = [p for plane in self.clusters.values() for p in reversed(plane.processes)]
         processes += [p for p in (self.moto_process, self.temporal_process) if p is not None]
-        processes += [p for p in (self.ovirt_process, self.vcsim_process) if p is not None]
+        processes += [
+            p
+            for p in (self.ovirt_process, self.vcsim_process, self.openstack_process)
+            if p is not None
+        ]
         if self.autoscaling_ext_process is not None:
             processes.insert(0, self.autoscaling_ext_process)
         stop_all(processes)
@@ -226,6 +243,7 @@ class LocalStack:
             "autoscaling_endpoint": self.autoscaling_endpoint,
             "ovirt_api_url": self.ovirt.api_url if self.ovirt else "",
             "vcsim_url": self.vcsim.url if self.vcsim else "",
+            "openstack_auth_url": self.openstack.auth_url if self.openstack else "",
             "kubeconfigs": {name: str(p.kubeconfig) for name, p in self.clusters.items()},
             "started_in_s": round(self.started_in_s, 2),
         }

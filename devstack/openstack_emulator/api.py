@@ -94,7 +94,9 @@ class Route:
     public: bool = False  # no token needed (version documents, token issue)
 
 
-_UUID = re.compile(r"/[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+_UUID = re.compile(
+    r"/[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+)
 _NUMERIC = re.compile(r"/\d+(?=/|$)")
 ID = r"([^/]+)"
 
@@ -118,9 +120,7 @@ class Service:
 
     def __init__(self, cloud: Cloud) -> None:
         self.cloud = cloud
-        self._compiled = [
-            (route, re.compile(f"^{route.pattern}/?$")) for route in self.routes()
-        ]
+        self._compiled = [(route, re.compile(f"^{route.pattern}/?$")) for route in self.routes()]
 
     def routes(self) -> list[Route]:
         raise NotImplementedError

@@ -1,6 +1,6 @@
 """Nova v2.1: servers, flavors, availability zones, metadata, tags, volume attachments.
 
-Follows the Compute API reference with microversions 2.1–2.96 (``OpenStack-API-Version:
+Follows the Compute API reference with microversions 2.1 to 2.96 (``OpenStack-API-Version:
 compute 2.x`` or ``X-OpenStack-Nova-API-Version``): the server's ``flavor`` is ``{id, links}``
 before 2.47 and the embedded flavor (``original_name``, ``vcpus``, ...) from 2.47, ``tags`` in
 the body from 2.26. A created server is ``BUILD`` until ``server_build_s`` has passed, then
@@ -116,7 +116,10 @@ class Compute(Service):
             "updated": "2013-07-23T11:33:21Z",
             "links": [{"rel": "self", "href": f"{request.base_url}/v2.1/"}],
             "media-types": [
-                {"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2.1"}
+                {
+                    "base": "application/json",
+                    "type": "application/vnd.openstack.compute+json;version=2.1",
+                }
             ],
         }
 
@@ -160,7 +163,9 @@ class Compute(Service):
 
     def _flavors(self, request: Request, detail: bool) -> Reply:
         items = sorted(self.cloud.table("flavors").values(), key=lambda f: str(f["id"]))
-        page, links = self.page(request, items, "flavors", link_path="/v2.1/flavors" + ("/detail" if detail else ""))
+        page, links = self.page(
+            request, items, "flavors", link_path="/v2.1/flavors" + ("/detail" if detail else "")
+        )
         body: dict[str, Any] = {"flavors": [self._render_flavor(request, f, detail) for f in page]}
         if links:
             body["flavors_links"] = links
@@ -187,7 +192,11 @@ class Compute(Service):
                     {
                         "zoneName": zone,
                         "zoneState": {"available": True},
-                        "hosts": {f"compute-{zone}": {"nova-compute": {"available": True, "active": True}}} if detail else None,
+                        "hosts": {
+                            f"compute-{zone}": {"nova-compute": {"available": True, "active": True}}
+                        }
+                        if detail
+                        else None,
                     }
                     for zone in self.zones
                 ]
@@ -195,14 +204,31 @@ class Compute(Service):
         )
 
     def list_keypairs(self, request: Request) -> Reply:
-        return Reply(200, {"keypairs": [{"keypair": {k: v for k, v in kp.items()}} for kp in self.cloud.table("keypairs").values()]})
+        return Reply(
+            200,
+            {
+                "keypairs": [
+                    {"keypair": {k: v for k, v in kp.items()}}
+                    for kp in self.cloud.table("keypairs").values()
+                ]
+            },
+        )
 
     def create_keypair(self, request: Request) -> Reply:
         body = request.json_body("keypair")
         name = str(body.get("name") or "")
         if not name or name in self.cloud.table("keypairs"):
-            raise conflict(f"Key pair '{name}' already exists.") if name else bad_request("name is required")
-        keypair = {"name": name, "public_key": str(body.get("public_key") or "ssh-ed25519 AAAA emulated"), "fingerprint": "00:00", "type": "ssh"}
+            raise (
+                conflict(f"Key pair '{name}' already exists.")
+                if name
+                else bad_request("name is required")
+            )
+        keypair = {
+            "name": name,
+            "public_key": str(body.get("public_key") or "ssh-ed25519 AAAA emulated"),
+            "fingerprint": "00:00",
+            "type": "ssh",
+        }
         self.cloud.table("keypairs")[name] = keypair
         return Reply(200, {"keypair": keypair})
 
@@ -213,12 +239,27 @@ class Compute(Service):
             raise nova_fault(404, f"Instance {server_id} could not be found.")
         return found
 
-    def _addresses(self, server: Resource) -> dict[str, list[dict[str, Any]]]:
+    def port_index(self) -> dict[str, list[Resource]]:
+        """Ports by ``device_id`` (one pass, for rendering many servers)."""
+        index: dict[str, list[Resource]] = {}
+        for port in self.cloud.table("ports").values():
+            if port["device_id"]:
+                index.setdefault(port["device_id"], []).append(port)
+        return index
+
+    def _addresses(
+        self, server: Resource, ports: dict[str, list[Resource]] | None = None
+    ) -> dict[str, list[dict[str, Any]]]:
         addresses: dict[str, list[dict[str, Any]]] = {}
         if server["status"] == "BUILD":
             return addresses
         networks = self.cloud.table("networks")
-        for port in self.network.ports_of(server["id"]):
+        mine = (
+            ports.get(server["id"], [])
+            if ports is not None
+            else self.network.ports_of(server["id"])
+        )
+        for port in mine:
             network = networks.get(port["network_id"])
             entries = addresses.setdefault(network["name"] if network else port["network_id"], [])
             for ip in port["fixed_ips"]:
@@ -241,7 +282,9 @@ class Compute(Service):
                 )
         return addresses
 
-    def render_server(self, request: Request, server: Resource) -> Resource:
+    def render_server(
+        self, request: Request, server: Resource, ports: dict[str, list[Resource]] | None = None
+    ) -> Resource:
         base = request.base_url
         flavor = self.cloud.table("flavors").get(server["_flavor_id"]) or {}
         if request.at_least(2, 47):
@@ -278,7 +321,7 @@ class Compute(Service):
             "flavor": flavor_body,
             "created": server["created"],
             "updated": server["updated"],
-            "addresses": self._addresses(server),
+            "addresses": self._addresses(server, ports),
             "accessIPv4": server["accessIPv4"],
             "accessIPv6": server["accessIPv6"],
             "links": [
@@ -296,7 +339,10 @@ class Compute(Service):
             "OS-EXT-STS:vm_state": vm_state,
             "OS-EXT-STS:power_state": power_state,
             "os-extended-volumes:volumes_attached": [
-                {"id": volume_id, **({"delete_on_termination": False} if request.at_least(2, 3) else {})}
+                {
+                    "id": volume_id,
+                    **({"delete_on_termination": False} if request.at_least(2, 3) else {}),
+                }
                 for volume_id in self.volumes.attached_to(server["id"])
             ],
         }
@@ -326,6 +372,7 @@ class Compute(Service):
         uuids = set(request.args("uuid"))
         ip = request.arg("ip")
         ip_pattern = re.compile(ip) if ip else None
+        ports = self.port_index() if ip_pattern is not None else None
         found: list[Resource] = []
         for server in self.cloud.table("servers").values():
             if pattern is not None and pattern.search(server["name"]) is None:
@@ -340,7 +387,7 @@ class Compute(Service):
                 continue
             if ip_pattern is not None and not any(
                 ip_pattern.search(a["addr"])
-                for entries in self._addresses(server).values()
+                for entries in self._addresses(server, ports).values()
                 for a in entries
             ):
                 continue
@@ -352,8 +399,9 @@ class Compute(Service):
         servers = self._filtered(request)
         path = "/v2.1/servers" + ("/detail" if detail else "")
         page, links = self.page(request, servers, "servers", link_path=path)
+        ports = self.port_index() if detail else None
         rendered = [
-            self.render_server(request, s)
+            self.render_server(request, s, ports)
             if detail
             else {
                 "id": s["id"],
@@ -378,7 +426,12 @@ class Compute(Service):
 
     def create_server(self, request: Request) -> Reply:
         body = request.json_body("server")
-        server = self.build_server(request.project_id, request.token.user_id if request.token else "", body, microversion=request.microversion or (2, 1))
+        server = self.build_server(
+            request.project_id,
+            request.token.user_id if request.token else "",
+            body,
+            microversion=request.microversion or (2, 1),
+        )
         reply = {
             "id": server["id"],
             "links": [{"rel": "self", "href": f"{request.base_url}/v2.1/servers/{server['id']}"}],
@@ -388,7 +441,15 @@ class Compute(Service):
         }
         return Reply(202, {"server": reply})
 
-    def build_server(self, project_id: str, user_id: str, body: dict[str, Any], *, microversion: tuple[int, int] = (2, 96), build_s: float | None = None) -> Resource:
+    def build_server(
+        self,
+        project_id: str,
+        user_id: str,
+        body: dict[str, Any],
+        *,
+        microversion: tuple[int, int] = (2, 96),
+        build_s: float | None = None,
+    ) -> Resource:
         """Validate a create request, allocate the ports and schedule ``BUILD → ACTIVE``."""
         name = body.get("name")
         if not isinstance(name, str) or not name.strip() or len(name) > 255:
@@ -404,7 +465,7 @@ class Compute(Service):
             raise bad_request("Missing imageRef attribute")
         zone = str(body.get("availability_zone") or self.zones[0]).split(":", 1)[0]
         if zone not in self.zones:
-            raise bad_request(f"The requested availability zone is not available")
+            raise bad_request("The requested availability zone is not available")
         tags = body.get("tags") or []
         if tags and microversion < (2, 52):
             raise bad_request("Additional properties are not allowed ('tags' was unexpected)")
@@ -419,7 +480,7 @@ class Compute(Service):
                 raise bad_request("User data needs to be valid base 64.") from None
         key_name = body.get("key_name")
         if key_name and key_name not in self.cloud.table("keypairs"):
-            raise bad_request(f"Invalid key_name provided.")
+            raise bad_request("Invalid key_name provided.")
         groups = [str(g.get("name")) for g in body.get("security_groups") or [{"name": "default"}]]
         server_id = new_id()
         now = iso_now()
@@ -459,11 +520,20 @@ class Compute(Service):
             if server_id not in self.cloud.table("servers"):
                 return
             if self.cloud.take_failure("server"):
-                server.update(status="ERROR", _task_state=None, _fault="No valid host was found. There are not enough hosts available.")
+                server.update(
+                    status="ERROR",
+                    _task_state=None,
+                    _fault="No valid host was found. There are not enough hosts available.",
+                )
                 return
-            server.update(status="ACTIVE", _task_state=None, _launched_at=iso_now(), updated=iso_now())
+            server.update(
+                status="ACTIVE", _task_state=None, _launched_at=iso_now(), updated=iso_now()
+            )
             for port in self.network.ports_of(server_id):
-                port.update(status="ACTIVE", **{"binding:host_id": f"compute-{zone}", "binding:vif_type": "ovs"})
+                port.update(
+                    status="ACTIVE",
+                    **{"binding:host_id": f"compute-{zone}", "binding:vif_type": "ovs"},
+                )
 
         if delay <= 0:
             built()
@@ -471,19 +541,36 @@ class Compute(Service):
             self.cloud.later("server", delay, built)
         return server
 
-    def _server_ports(self, project_id: str, server: Resource, networks: Any, groups: list[str]) -> list[Resource]:
+    def _server_ports(
+        self, project_id: str, server: Resource, networks: Any, groups: list[str]
+    ) -> list[Resource]:
         group_ids = []
         for name in groups:
-            group = next((g for g in self.cloud.table("security_groups").values() if name in (g["name"], g["id"])), None)
+            group = next(
+                (
+                    g
+                    for g in self.cloud.table("security_groups").values()
+                    if name in (g["name"], g["id"])
+                ),
+                None,
+            )
             if group is None:
                 raise bad_request(f"Security group {name} not found for project {project_id}.")
             group_ids.append(group["id"])
         if networks == "none":
             return []
         if networks == "auto" or networks is None:
-            candidates = [n for n in self.cloud.table("networks").values() if not n["router:external"] and n["subnets"]]
+            candidates = [
+                n
+                for n in self.cloud.table("networks").values()
+                if not n["router:external"] and n["subnets"]
+            ]
             if len(candidates) != 1:
-                raise conflict("Multiple possible networks found, use a Network ID to be more specific." if candidates else "Unable to automatically allocate a network for project")
+                raise conflict(
+                    "Multiple possible networks found, use a Network ID to be more specific."
+                    if candidates
+                    else "Unable to automatically allocate a network for project"
+                )
             networks = [{"uuid": candidates[0]["id"]}]
         if not isinstance(networks, list):
             raise bad_request("Invalid input for field/attribute networks.")
@@ -552,15 +639,24 @@ class Compute(Service):
         delay = self.cloud.delays.server_power_s
         if action == "os-stop":
             if server["status"] != "ACTIVE" or server["_task_state"]:
-                raise conflict(f"Cannot 'stop' instance {server_id} while it is in vm_state {_VM_STATE.get(server['status'], ('?',))[0]}")
+                raise conflict(
+                    f"Cannot 'stop' instance {server_id} while it is in vm_state "
+                    f"{_VM_STATE.get(server['status'], ('?',))[0]}"
+                )
             self._power(server, "powering-off", "SHUTOFF", delay)
         elif action == "os-start":
             if server["status"] != "SHUTOFF" or server["_task_state"]:
-                raise conflict(f"Cannot 'start' instance {server_id} while it is in vm_state {_VM_STATE.get(server['status'], ('?',))[0]}")
+                raise conflict(
+                    f"Cannot 'start' instance {server_id} while it is in vm_state "
+                    f"{_VM_STATE.get(server['status'], ('?',))[0]}"
+                )
             self._power(server, "powering-on", "ACTIVE", delay)
         elif action == "reboot":
             if server["status"] not in ("ACTIVE", "SHUTOFF"):
-                raise conflict(f"Cannot 'reboot' instance {server_id} while it is in vm_state {_VM_STATE.get(server['status'], ('?',))[0]}")
+                raise conflict(
+                    f"Cannot 'reboot' instance {server_id} while it is in vm_state "
+                    f"{_VM_STATE.get(server['status'], ('?',))[0]}"
+                )
             self._power(server, "rebooting", "ACTIVE", delay)
         else:
             raise bad_request(f"There is no such action: {action}")
@@ -579,7 +675,10 @@ class Compute(Service):
     @staticmethod
     def _metadata_body(request: Request, key: str = "metadata") -> dict[str, str]:
         body = request.json_body().get(key)
-        if not isinstance(body, dict) or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 255 and len(v) <= 255 for k, v in body.items()):
+        if not isinstance(body, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 255 and len(v) <= 255
+            for k, v in body.items()
+        ):
             raise bad_request(f"Malformed request body: {key}")
         return body
 
@@ -651,7 +750,11 @@ class Compute(Service):
             raise bad_request(f"Invalid tag: {tag}")
         created = tag not in server["tags"]
         server["tags"] = sorted({*server["tags"], tag})
-        return Reply(201 if created else 204, None, {"Location": f"{request.base_url}/v2.1/servers/{server_id}/tags/{tag}"})
+        return Reply(
+            201 if created else 204,
+            None,
+            {"Location": f"{request.base_url}/v2.1/servers/{server_id}/tags/{tag}"},
+        )
 
     def remove_tag(self, request: Request, server_id: str, tag: str) -> Reply:
         self._tags_supported(request)
@@ -681,33 +784,50 @@ class Compute(Service):
 
     def list_attachments(self, request: Request, server_id: str) -> Reply:
         self.server(server_id)
-        found = [self._render_attachment(request, a) for a in self.volumes.attachments_of(server_id)]
+        found = [
+            self._render_attachment(request, a) for a in self.volumes.attachments_of(server_id)
+        ]
         return Reply(200, {"volumeAttachments": found})
 
     def show_attachment(self, request: Request, server_id: str, volume_id: str) -> Reply:
         self.server(server_id)
         for attachment in self.volumes.attachments_of(server_id):
             if attachment["volume_id"] == volume_id:
-                return Reply(200, {"volumeAttachment": self._render_attachment(request, attachment)})
+                return Reply(
+                    200, {"volumeAttachment": self._render_attachment(request, attachment)}
+                )
         raise nova_fault(404, f"Volume {volume_id} is not attached to server {server_id}")
 
     def attach_volume(self, request: Request, server_id: str) -> Reply:
         server = self.server(server_id)
         body = request.json_body("volumeAttachment")
         volume_id = str(body.get("volumeId") or "")
-        if server["status"] not in ("ACTIVE", "SHUTOFF", "PAUSED", "SUSPENDED") or server["_task_state"]:
-            raise conflict(f"Cannot 'attach_volume' instance {server_id} while it is in vm_state {_VM_STATE.get(server['status'], ('?',))[0]}")
+        if (
+            server["status"] not in ("ACTIVE", "SHUTOFF", "PAUSED", "SUSPENDED")
+            or server["_task_state"]
+        ):
+            raise conflict(
+                f"Cannot 'attach_volume' instance {server_id} while it is "
+                f"in vm_state {_VM_STATE.get(server['status'], ('?',))[0]}"
+            )
         used = {a["device"] for a in self.volumes.attachments_of(server_id)}
         device = str(body.get("device") or "")
         if not device or device in used:
-            device = next(f"/dev/vd{chr(c)}" for c in range(ord("b"), ord("z") + 1) if f"/dev/vd{chr(c)}" not in used)
+            device = next(
+                f"/dev/vd{chr(c)}"
+                for c in range(ord("b"), ord("z") + 1)
+                if f"/dev/vd{chr(c)}" not in used
+            )
         attachment = self.volumes.begin_attach(volume_id, server, device)
         return Reply(200, {"volumeAttachment": self._render_attachment(request, attachment)})
 
     def detach_volume(self, request: Request, server_id: str, volume_id: str) -> Reply:
         server = self.server(server_id)
         if server["_task_state"]:
-            raise conflict(f"Cannot 'detach_volume' instance {server_id} while it is in task_state {server['_task_state']}")
+            raise conflict(
+                f"Cannot 'detach_volume' instance {server_id} while it is "
+                f"in task_state {server['_task_state']}"
+            )
         self.volumes.begin_detach(volume_id, server_id)
         return Reply(202)
 

@@ -162,9 +162,7 @@ class Identity(Service):
             token = self._new_token(methods=("token",), app_credential_id="")
         else:
             raise _unauthorized(f"Unsupported authentication methods: {methods}")
-        return Reply(
-            201, {"token": self._render_token(token)}, {"X-Subject-Token": token.id}
-        )
+        return Reply(201, {"token": self._render_token(token)}, {"X-Subject-Token": token.id})
 
     def _password_token(self, password: dict[str, Any], scope: Any) -> Token:
         user = password.get("user") or {}
@@ -267,7 +265,9 @@ class Identity(Service):
         }
         entries: list[dict[str, Any]] = []
         for service_type, name in names.items():
-            root = self.endpoints.get("block-storage" if service_type == "volumev3" else service_type)
+            root = self.endpoints.get(
+                "block-storage" if service_type == "volumev3" else service_type
+            )
             if root is None:
                 continue
             url = {
@@ -395,7 +395,9 @@ class Identity(Service):
             description=str(body.get("description") or ""),
             unrestricted=bool(body.get("unrestricted", False)),
         )
-        return Reply(201, {"application_credential": {**self._public(credential), "secret": secret}})
+        return Reply(
+            201, {"application_credential": {**self._public(credential), "secret": secret}}
+        )
 
     def get_app_credential(self, request: Request, user_id: str, credential_id: str) -> Reply:
         self._own_user(request, user_id)

@@ -53,7 +53,11 @@ class Image(Service):
             items.append(image)
         items.sort(key=lambda i: (i["created_at"], i["id"]), reverse=True)
         page, links = self.page(request, items, "images", link_path="/v2/images")
-        body: dict[str, Any] = {"images": page, "first": "/v2/images", "schema": "/v2/schemas/images"}
+        body: dict[str, Any] = {
+            "images": page,
+            "first": "/v2/images",
+            "schema": "/v2/schemas/images",
+        }
         if links:
             body["next"] = links[0]["href"].removeprefix(request.base_url)
         return Reply(200, body)

@@ -32,7 +32,11 @@ if TYPE_CHECKING:
     from devstack.openstack_emulator.network import Network
 
 API_VERSIONS = tuple(f"v2.{minor}" for minor in range(28))
-PROVIDERS = {"amphora": "Amphora driver.", "octavia": "Amphora driver.", "ovn": "OVN provider driver."}
+PROVIDERS = {
+    "amphora": "Amphora driver.",
+    "octavia": "Amphora driver.",
+    "ovn": "OVN provider driver.",
+}
 LISTENER_PROTOCOLS = ("HTTP", "HTTPS", "TCP", "UDP", "TERMINATED_HTTPS", "SCTP", "PROMETHEUS")
 POOL_PROTOCOLS = ("HTTP", "HTTPS", "TCP", "UDP", "PROXY", "PROXYV2", "SCTP")
 ALGORITHMS = ("ROUND_ROBIN", "LEAST_CONNECTIONS", "SOURCE_IP", "SOURCE_IP_PORT")
@@ -86,12 +90,26 @@ class LoadBalancing(Service):
 
     def reset(self, zones: tuple[str, ...]) -> None:
         flavors = self.cloud.table("lb_flavors")
-        for name, description in (("amphora-single", "Single amphora"), ("amphora-ha", "Active/standby")):
+        for name, description in (
+            ("amphora-single", "Single amphora"),
+            ("amphora-ha", "Active/standby"),
+        ):
             flavor_id = seed_id("lb-flavor", name)
-            flavors[flavor_id] = {"id": flavor_id, "name": name, "description": description, "enabled": True, "flavor_profile_id": seed_id("lb-flavor-profile", name)}
+            flavors[flavor_id] = {
+                "id": flavor_id,
+                "name": name,
+                "description": description,
+                "enabled": True,
+                "flavor_profile_id": seed_id("lb-flavor-profile", name),
+            }
         azs = self.cloud.table("lb_availability_zones")
         for zone in zones:
-            azs[zone] = {"name": zone, "description": f"Octavia zone {zone}", "enabled": True, "availability_zone_profile_id": seed_id("lb-az-profile", zone)}
+            azs[zone] = {
+                "name": zone,
+                "description": f"Octavia zone {zone}",
+                "enabled": True,
+                "availability_zone_profile_id": seed_id("lb-az-profile", zone),
+            }
 
     def fault_body(self, fault: ApiFault) -> Any:
         return {
@@ -199,7 +217,9 @@ class LoadBalancing(Service):
         body = _public(pool)
         body["loadbalancers"] = [{"id": pool["_lb_id"]}]
         body["listeners"] = [
-            {"id": x["id"]} for x in self._listeners_of(pool["_lb_id"]) if x["_default_pool_id"] == pool["id"]
+            {"id": x["id"]}
+            for x in self._listeners_of(pool["_lb_id"])
+            if x["_default_pool_id"] == pool["id"]
         ]
         body["members"] = [{"id": m["id"]} for m in self._members_of(pool["id"])]
         body["healthmonitor_id"] = pool["_monitor_id"]
@@ -222,9 +242,13 @@ class LoadBalancing(Service):
         }
         return renderers[kind](item)
 
-    def _list(self, request: Request, kind: str, items: list[Resource], fields: tuple[str, ...], path: str) -> Reply:
+    def _list(
+        self, request: Request, kind: str, items: list[Resource], fields: tuple[str, ...], path: str
+    ) -> Reply:
         rendered = [self._render(kind, x) for x in items if x["provisioning_status"] != "DELETED"]
-        rendered = [x for x in rendered if match_filters(x, request, fields) and match_tags(x, request)]
+        rendered = [
+            x for x in rendered if match_filters(x, request, fields) and match_tags(x, request)
+        ]
         lb_id = request.arg("loadbalancer_id")
         if lb_id is not None and kind != "loadbalancers":
             rendered = [x for x in rendered if {"id": lb_id} in x.get("loadbalancers", [])]
@@ -255,7 +279,9 @@ class LoadBalancing(Service):
         """LB → ``PENDING_UPDATE`` and ``changed`` → ``pending``; after ``lb_update_s`` both are
         ``ACTIVE`` (or ``ERROR`` on an injected failure) and ``finish(failed)`` applies the rest."""
         self._mutable(lb)
-        listeners = [x for x in self._listeners_of(lb["id"]) if x["provisioning_status"] == "ACTIVE"]
+        listeners = [
+            x for x in self._listeners_of(lb["id"]) if x["provisioning_status"] == "ACTIVE"
+        ]
         self._stamp(lb, "PENDING_UPDATE")
         for item in changed:
             self._stamp(item, pending)
@@ -315,8 +341,29 @@ class LoadBalancing(Service):
 
     # -- load balancers --------------------------------------------------------------------
     def list_loadbalancers(self, request: Request) -> Reply:
-        fields = ("id", "name", "description", "provisioning_status", "operating_status", "vip_address", "vip_port_id", "vip_subnet_id", "vip_network_id", "provider", "flavor_id", "availability_zone", "project_id", "admin_state_up")
-        return self._list(request, "loadbalancers", list(self.cloud.table("lb_loadbalancers").values()), fields, request.path)
+        fields = (
+            "id",
+            "name",
+            "description",
+            "provisioning_status",
+            "operating_status",
+            "vip_address",
+            "vip_port_id",
+            "vip_subnet_id",
+            "vip_network_id",
+            "provider",
+            "flavor_id",
+            "availability_zone",
+            "project_id",
+            "admin_state_up",
+        )
+        return self._list(
+            request,
+            "loadbalancers",
+            list(self.cloud.table("lb_loadbalancers").values()),
+            fields,
+            request.path,
+        )
 
     def show_loadbalancer(self, request: Request, lb_id: str) -> Reply:
         return Reply(200, {"loadbalancer": self.render_lb(self._get("loadbalancers", lb_id))})
@@ -328,7 +375,9 @@ class LoadBalancing(Service):
             raise invalid(f"Provider '{provider}' is not enabled.")
         if body.get("flavor_id") and body["flavor_id"] not in self.cloud.table("lb_flavors"):
             raise invalid("Invalid flavor_id.")
-        if body.get("availability_zone") and body["availability_zone"] not in self.cloud.table("lb_availability_zones"):
+        if body.get("availability_zone") and body["availability_zone"] not in self.cloud.table(
+            "lb_availability_zones"
+        ):
             raise invalid("Invalid availability zone.")
         listeners = body.pop("listeners", None) or []
         pools = body.pop("pools", None) or []
@@ -347,7 +396,11 @@ class LoadBalancing(Service):
             additional_vips=[],
         )
         lb["_owns_vip"] = not body.get("vip_port_id")
-        vip.update(name=vip["name"] or f"octavia-lb-{lb['id']}", device_id=f"lb-{lb['id']}", device_owner="Octavia")
+        vip.update(
+            name=vip["name"] or f"octavia-lb-{lb['id']}",
+            device_id=f"lb-{lb['id']}",
+            device_owner="Octavia",
+        )
         created: list[Resource] = []
         try:
             self.cloud.table("lb_loadbalancers")[lb["id"]] = lb
@@ -393,7 +446,9 @@ class LoadBalancing(Service):
         body["pools"] = [self.render_pool(p) for p in self._pools_of(lb["id"])]
         return body
 
-    def _populate_pool(self, request: Request, lb: Resource, pool: Resource, body: dict[str, Any]) -> list[Resource]:
+    def _populate_pool(
+        self, request: Request, lb: Resource, pool: Resource, body: dict[str, Any]
+    ) -> list[Resource]:
         made = [pool]
         for member_body in body.get("members") or []:
             made.append(self._new_member(request, lb, pool, dict(member_body)))
@@ -433,7 +488,10 @@ class LoadBalancing(Service):
             return network.create_port(request.project_id, port_body)
         except ApiFault as fault:
             if fault.status == 409:
-                raise ApiFault(409, f"IP address {body.get('vip_address')} already allocated in subnet {subnet_id}") from None
+                raise ApiFault(
+                    409,
+                    f"IP address {body.get('vip_address')} already allocated in subnet {subnet_id}",
+                ) from None
             raise
 
     def update_loadbalancer(self, request: Request, lb_id: str) -> Reply:
@@ -502,7 +560,13 @@ class LoadBalancing(Service):
         lb = self._get("loadbalancers", lb_id)
 
         def status(item: Resource, **extra: Any) -> Resource:
-            return {"id": item["id"], "name": item["name"], "provisioning_status": item["provisioning_status"], "operating_status": item["operating_status"], **extra}
+            return {
+                "id": item["id"],
+                "name": item["name"],
+                "provisioning_status": item["provisioning_status"],
+                "operating_status": item["operating_status"],
+                **extra,
+            }
 
         listeners = []
         for listener in self._listeners_of(lb_id):
@@ -511,7 +575,10 @@ class LoadBalancing(Service):
                 if pool["id"] != listener["_default_pool_id"]:
                     continue
                 extra: dict[str, Any] = {
-                    "members": [status(m, address=m["address"], protocol_port=m["protocol_port"]) for m in self._members_of(pool["id"])]
+                    "members": [
+                        status(m, address=m["address"], protocol_port=m["protocol_port"])
+                        for m in self._members_of(pool["id"])
+                    ]
                 }
                 if pool["_monitor_id"]:
                     monitor = self.cloud.table("lb_healthmonitors")[pool["_monitor_id"]]
@@ -522,11 +589,27 @@ class LoadBalancing(Service):
 
     def stats(self, request: Request, lb_id: str) -> Reply:
         self._get("loadbalancers", lb_id)
-        return Reply(200, {"stats": {"active_connections": 0, "bytes_in": 0, "bytes_out": 0, "request_errors": 0, "total_connections": 0}})
+        return Reply(
+            200,
+            {
+                "stats": {
+                    "active_connections": 0,
+                    "bytes_in": 0,
+                    "bytes_out": 0,
+                    "request_errors": 0,
+                    "total_connections": 0,
+                }
+            },
+        )
 
     # -- listeners -------------------------------------------------------------------------
     def _listener_fields(self, body: dict[str, Any], protocol: str) -> None:
-        for name in ("timeout_client_data", "timeout_member_connect", "timeout_member_data", "timeout_tcp_inspect"):
+        for name in (
+            "timeout_client_data",
+            "timeout_member_connect",
+            "timeout_member_data",
+            "timeout_tcp_inspect",
+        ):
             value = body.get(name)
             if value is not None and (not isinstance(value, int) or not 0 <= value <= _TIMEOUT_MAX):
                 raise invalid(f"Invalid input for field/attribute {name}. Value: '{value}'.")
@@ -535,19 +618,30 @@ class LoadBalancing(Service):
             raise invalid(f"Invalid input for field/attribute connection_limit. Value: '{limit}'.")
         headers = body.get("insert_headers")
         if headers and protocol not in ("HTTP", "TERMINATED_HTTPS"):
-            raise invalid(f"The following headers may not be used with the {protocol} protocol: {sorted(headers)}")
+            raise invalid(
+                f"The following headers may not be used with the {protocol} "
+                f"protocol: {sorted(headers)}"
+            )
         for cidr in body.get("allowed_cidrs") or []:
             try:
                 ipaddress.ip_network(str(cidr), strict=True)
             except ValueError:
-                raise invalid(f"Invalid input for field/attribute allowed_cidrs. Value: '{cidr}'.") from None
+                raise invalid(
+                    f"Invalid input for field/attribute allowed_cidrs. Value: '{cidr}'."
+                ) from None
         if protocol == "TERMINATED_HTTPS" and not body.get("default_tls_container_ref"):
-            raise invalid("An SNI or default certificate container reference must be provided for TERMINATED_HTTPS listeners.")
+            raise invalid(
+                "An SNI or default certificate container reference must "
+                "be provided for TERMINATED_HTTPS listeners."
+            )
 
     def _new_listener(self, request: Request, lb: Resource, body: dict[str, Any]) -> Resource:
         protocol = str(body.get("protocol") or "")
         if protocol not in LISTENER_PROTOCOLS:
-            raise invalid(f"Invalid input for field/attribute protocol. Value: '{protocol}'. Value should be one of: {', '.join(LISTENER_PROTOCOLS)}")
+            raise invalid(
+                f"Invalid input for field/attribute protocol. Value: '{protocol}'. "
+                f"Value should be one of: {', '.join(LISTENER_PROTOCOLS)}"
+            )
         port = body.get("protocol_port")
         if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
             raise invalid(f"Invalid input for field/attribute protocol_port. Value: '{port}'.")
@@ -556,7 +650,10 @@ class LoadBalancing(Service):
         for other in self._listeners_of(lb["id"]):
             other_family = "UDP" if other["protocol"] in ("UDP", "SCTP") else "TCP"
             if other["protocol_port"] == port and other_family == family:
-                raise octavia_fault(409, f"Another Listener on this Load Balancer is already using protocol_port {port}")
+                raise octavia_fault(
+                    409,
+                    f"Another Listener on this Load Balancer is already using protocol_port {port}",
+                )
         listener = self._common(
             request,
             body,
@@ -585,8 +682,26 @@ class LoadBalancing(Service):
         return listener
 
     def list_listeners(self, request: Request) -> Reply:
-        fields = ("id", "name", "description", "protocol", "protocol_port", "provisioning_status", "operating_status", "default_pool_id", "project_id", "admin_state_up", "connection_limit")
-        return self._list(request, "listeners", list(self.cloud.table("lb_listeners").values()), fields, request.path)
+        fields = (
+            "id",
+            "name",
+            "description",
+            "protocol",
+            "protocol_port",
+            "provisioning_status",
+            "operating_status",
+            "default_pool_id",
+            "project_id",
+            "admin_state_up",
+            "connection_limit",
+        )
+        return self._list(
+            request,
+            "listeners",
+            list(self.cloud.table("lb_listeners").values()),
+            fields,
+            request.path,
+        )
 
     def show_listener(self, request: Request, listener_id: str) -> Reply:
         return Reply(200, {"listener": self.render_listener(self._get("listeners", listener_id))})
@@ -600,7 +715,9 @@ class LoadBalancing(Service):
         if default_pool_id:
             pool = self._get("pools", str(default_pool_id))
             listener["_default_pool_id"] = pool["id"]
-        self._change(lb, [listener], "PENDING_CREATE", lambda failed: self._settle([listener], failed))
+        self._change(
+            lb, [listener], "PENDING_CREATE", lambda failed: self._settle([listener], failed)
+        )
         return Reply(201, {"listener": self.render_listener(listener)})
 
     def update_listener(self, request: Request, listener_id: str) -> Reply:
@@ -614,9 +731,15 @@ class LoadBalancing(Service):
         default_pool_id = body.pop("default_pool_id", listener["_default_pool_id"])
         if default_pool_id:
             self._get("pools", str(default_pool_id))
-        self._change(lb, [listener], "PENDING_UPDATE", lambda failed: self._settle([listener], failed))
+        self._change(
+            lb, [listener], "PENDING_UPDATE", lambda failed: self._settle([listener], failed)
+        )
         for key, value in body.items():
-            if key in listener and not key.startswith("_") and key not in ("id", "provisioning_status", "operating_status"):
+            if (
+                key in listener
+                and not key.startswith("_")
+                and key not in ("id", "provisioning_status", "operating_status")
+            ):
                 listener[key] = value
         listener["_default_pool_id"] = default_pool_id
         return Reply(200, {"listener": self.render_listener(listener)})
@@ -635,7 +758,9 @@ class LoadBalancing(Service):
         return Reply(204)
 
     # -- pools -----------------------------------------------------------------------------
-    def _new_pool(self, request: Request, lb: Resource, body: dict[str, Any], listener: Resource | None) -> Resource:
+    def _new_pool(
+        self, request: Request, lb: Resource, body: dict[str, Any], listener: Resource | None
+    ) -> Resource:
         protocol = str(body.get("protocol") or "")
         if protocol not in POOL_PROTOCOLS:
             raise invalid(f"Invalid input for field/attribute protocol. Value: '{protocol}'.")
@@ -643,15 +768,28 @@ class LoadBalancing(Service):
         if algorithm not in ALGORITHMS:
             raise invalid(f"Invalid input for field/attribute lb_algorithm. Value: '{algorithm}'.")
         if lb["provider"] == "ovn" and algorithm != "SOURCE_IP_PORT":
-            raise invalid(f"Provider 'ovn' does not support a requested option: OVN provider does not support {algorithm} algorithm")
+            raise invalid(
+                "Provider 'ovn' does not support a requested option: OVN "
+                f"provider does not support {algorithm} algorithm"
+            )
         if lb["provider"] != "ovn" and algorithm == "SOURCE_IP_PORT":
-            raise invalid(f"Provider '{lb['provider']}' does not support a requested option: SOURCE_IP_PORT")
+            raise invalid(
+                f"Provider '{lb['provider']}' does not support a requested option: SOURCE_IP_PORT"
+            )
         persistence = body.get("session_persistence")
-        if persistence is not None and (not isinstance(persistence, dict) or persistence.get("type") not in ("SOURCE_IP", "HTTP_COOKIE", "APP_COOKIE")):
-            raise invalid(f"Invalid input for field/attribute session_persistence. Value: '{persistence}'.")
+        if persistence is not None and (
+            not isinstance(persistence, dict)
+            or persistence.get("type") not in ("SOURCE_IP", "HTTP_COOKIE", "APP_COOKIE")
+        ):
+            raise invalid(
+                f"Invalid input for field/attribute session_persistence. Value: '{persistence}'."
+            )
         if listener is not None:
             if protocol not in _POOL_FOR_LISTENER.get(listener["protocol"], ()):
-                raise invalid(f"The pool protocol '{protocol}' is invalid while the listener protocol is '{listener['protocol']}'.")
+                raise invalid(
+                    f"The pool protocol '{protocol}' is invalid while the listener "
+                    f"protocol is '{listener['protocol']}'."
+                )
             if listener["_default_pool_id"]:
                 raise octavia_fault(409, f"Listener {listener['id']} already has a default pool")
         pool = self._common(
@@ -676,8 +814,21 @@ class LoadBalancing(Service):
         return pool
 
     def list_pools(self, request: Request) -> Reply:
-        fields = ("id", "name", "description", "protocol", "lb_algorithm", "provisioning_status", "operating_status", "healthmonitor_id", "project_id", "admin_state_up")
-        return self._list(request, "pools", list(self.cloud.table("lb_pools").values()), fields, request.path)
+        fields = (
+            "id",
+            "name",
+            "description",
+            "protocol",
+            "lb_algorithm",
+            "provisioning_status",
+            "operating_status",
+            "healthmonitor_id",
+            "project_id",
+            "admin_state_up",
+        )
+        return self._list(
+            request, "pools", list(self.cloud.table("lb_pools").values()), fields, request.path
+        )
 
     def show_pool(self, request: Request, pool_id: str) -> Reply:
         return Reply(200, {"pool": self.render_pool(self._get("pools", pool_id))})
@@ -698,7 +849,9 @@ class LoadBalancing(Service):
         members = body.pop("members", None)
         monitor = body.pop("healthmonitor", None)
         pool = self._new_pool(request, lb, body, listener)
-        made = self._populate_pool(request, lb, pool, {"members": members, "healthmonitor": monitor})
+        made = self._populate_pool(
+            request, lb, pool, {"members": members, "healthmonitor": monitor}
+        )
         self._change(lb, made, "PENDING_CREATE", lambda failed: self._settle(made, failed))
         return Reply(201, {"pool": self.render_pool(pool)})
 
@@ -710,10 +863,16 @@ class LoadBalancing(Service):
         if forbidden:
             raise invalid(f"Attributes {sorted(forbidden)} cannot be updated.")
         if "lb_algorithm" in body and body["lb_algorithm"] not in ALGORITHMS:
-            raise invalid(f"Invalid input for field/attribute lb_algorithm. Value: '{body['lb_algorithm']}'.")
+            raise invalid(
+                f"Invalid input for field/attribute lb_algorithm. Value: '{body['lb_algorithm']}'."
+            )
         self._change(lb, [pool], "PENDING_UPDATE", lambda failed: self._settle([pool], failed))
         for key, value in body.items():
-            if key in pool and not key.startswith("_") and key not in ("id", "provisioning_status", "operating_status"):
+            if (
+                key in pool
+                and not key.startswith("_")
+                and key not in ("id", "provisioning_status", "operating_status")
+            ):
                 pool[key] = value
         return Reply(200, {"pool": self.render_pool(pool)})
 
@@ -735,13 +894,19 @@ class LoadBalancing(Service):
         try:
             ipaddress.ip_address(str(body.get("address")))
         except ValueError:
-            raise invalid(f"Invalid input for field/attribute address. Value: '{body.get('address')}'.") from None
+            raise invalid(
+                f"Invalid input for field/attribute address. Value: '{body.get('address')}'."
+            ) from None
         port = body.get("protocol_port")
         if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
             raise invalid(f"Invalid input for field/attribute protocol_port. Value: '{port}'.")
         monitor_port = body.get("monitor_port")
-        if monitor_port is not None and (not isinstance(monitor_port, int) or not 1 <= monitor_port <= 65535):
-            raise invalid(f"Invalid input for field/attribute monitor_port. Value: '{monitor_port}'.")
+        if monitor_port is not None and (
+            not isinstance(monitor_port, int) or not 1 <= monitor_port <= 65535
+        ):
+            raise invalid(
+                f"Invalid input for field/attribute monitor_port. Value: '{monitor_port}'."
+            )
         weight = body.get("weight")
         if weight is not None and (not isinstance(weight, int) or not 0 <= weight <= 256):
             raise invalid(f"Invalid input for field/attribute weight. Value: '{weight}'.")
@@ -749,11 +914,22 @@ class LoadBalancing(Service):
         if subnet_id and subnet_id not in self.cloud.table("subnets"):
             raise invalid(f"Subnet {subnet_id} not found.")
 
-    def _new_member(self, request: Request, lb: Resource, pool: Resource, body: dict[str, Any]) -> Resource:
+    def _new_member(
+        self, request: Request, lb: Resource, pool: Resource, body: dict[str, Any]
+    ) -> Resource:
         self._member_fields(body)
         for other in self._members_of(pool["id"]):
-            if other["address"] == body["address"] and other["protocol_port"] == body["protocol_port"]:
-                raise octavia_fault(409, f"Another member on this pool is already using ip address {body['address']} on protocol_port {body['protocol_port']}")
+            if (
+                other["address"] == body["address"]
+                and other["protocol_port"] == body["protocol_port"]
+            ):
+                raise octavia_fault(
+                    409,
+                    (
+                        "Another member on this pool is already using ip address "
+                        f"{body['address']} on protocol_port {body['protocol_port']}"
+                    ),
+                )
         member = self._common(
             request,
             body,
@@ -773,9 +949,24 @@ class LoadBalancing(Service):
 
     def list_members(self, request: Request, pool_id: str) -> Reply:
         self._get("pools", pool_id)
-        fields = ("id", "name", "address", "protocol_port", "subnet_id", "weight", "provisioning_status", "operating_status", "monitor_port", "project_id", "admin_state_up", "backup")
+        fields = (
+            "id",
+            "name",
+            "address",
+            "protocol_port",
+            "subnet_id",
+            "weight",
+            "provisioning_status",
+            "operating_status",
+            "monitor_port",
+            "project_id",
+            "admin_state_up",
+            "backup",
+        )
         members = [self.render_member(m) for m in self._members_of(pool_id)]
-        members = [m for m in members if match_filters(m, request, fields) and match_tags(m, request)]
+        members = [
+            m for m in members if match_filters(m, request, fields) and match_tags(m, request)
+        ]
         members.sort(key=lambda m: (m["created_at"], m["id"]))
         page, links = self.page(request, members, "members", link_path=request.path)
         body: dict[str, Any] = {"members": page}
@@ -791,7 +982,12 @@ class LoadBalancing(Service):
         lb = self._lb_of(pool)
         self._mutable(lb)
         member = self._new_member(request, lb, pool, dict(request.json_body("member")))
-        self._change(lb, [pool, member], "PENDING_UPDATE", lambda failed: self._settle([pool, member], failed))
+        self._change(
+            lb,
+            [pool, member],
+            "PENDING_UPDATE",
+            lambda failed: self._settle([pool, member], failed),
+        )
         self._stamp(member, "PENDING_CREATE")
         return Reply(201, {"member": self.render_member(member)})
 
@@ -805,7 +1001,11 @@ class LoadBalancing(Service):
             raise invalid(f"Attributes {sorted(forbidden)} cannot be updated.")
         self._change(lb, [member], "PENDING_UPDATE", lambda failed: self._settle([member], failed))
         for key, value in body.items():
-            if key in member and not key.startswith("_") and key not in ("id", "provisioning_status", "operating_status"):
+            if (
+                key in member
+                and not key.startswith("_")
+                and key not in ("id", "provisioning_status", "operating_status")
+            ):
                 member[key] = value
         return Reply(200, {"member": self.render_member(member)})
 
@@ -839,7 +1039,13 @@ class LoadBalancing(Service):
             self._member_fields(body)
             key = (str(body["address"]), int(body["protocol_port"]))
             if key in seen:
-                raise octavia_fault(409, f"Another member on this pool is already using ip address {key[0]} on protocol_port {key[1]}")
+                raise octavia_fault(
+                    409,
+                    (
+                        "Another member on this pool is already using ip address "
+                        f"{key[0]} on protocol_port {key[1]}"
+                    ),
+                )
             seen.add(key)
         existing = {(m["address"], m["protocol_port"]): m for m in self._members_of(pool_id)}
         created: list[Resource] = []
@@ -847,7 +1053,11 @@ class LoadBalancing(Service):
         for body in wanted:
             key = (str(body["address"]), int(body["protocol_port"]))
             if key in existing:
-                changes = {k: v for k, v in body.items() if k not in ("address", "protocol_port", "subnet_id", "id")}
+                changes = {
+                    k: v
+                    for k, v in body.items()
+                    if k not in ("address", "protocol_port", "subnet_id", "id")
+                }
                 updated.append((existing[key], changes))
             else:
                 created.append(self._new_member(request, lb, pool, dict(body)))
@@ -864,9 +1074,9 @@ class LoadBalancing(Service):
             self._stamp(member, "PENDING_CREATE")
         for member, changes in updated:
             self._stamp(member, "PENDING_UPDATE")
-            for key, value in changes.items():
-                if key in member and not key.startswith("_"):
-                    member[key] = value
+            for field, value in changes.items():
+                if field in member and not field.startswith("_"):
+                    member[field] = value
         for member in deleted:
             self._stamp(member, "PENDING_DELETE")
         return Reply(202)
@@ -877,22 +1087,39 @@ class LoadBalancing(Service):
             value = body.get(name)
             if value is None and not creating:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name != "delay" else 0):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or value < (1 if name != "delay" else 0)
+            ):
                 raise invalid(f"Invalid input for field/attribute {name}. Value: '{value}'.")
         if body.get("max_retries") is not None and not 1 <= body["max_retries"] <= 10:
-            raise invalid(f"Invalid input for field/attribute max_retries. Value: '{body['max_retries']}'.")
+            raise invalid(
+                f"Invalid input for field/attribute max_retries. Value: '{body['max_retries']}'."
+            )
         down = body.get("max_retries_down")
         if down is not None and (not isinstance(down, int) or not 1 <= down <= 10):
             raise invalid(f"Invalid input for field/attribute max_retries_down. Value: '{down}'.")
-        if body.get("delay") is not None and body.get("timeout") is not None and body["timeout"] > body["delay"]:
-            raise invalid("The request timeout value must be less than or equal to the delay value.")
+        if (
+            body.get("delay") is not None
+            and body.get("timeout") is not None
+            and body["timeout"] > body["delay"]
+        ):
+            raise invalid(
+                "The request timeout value must be less than or equal to the delay value."
+            )
 
-    def _new_monitor(self, request: Request, lb: Resource, pool: Resource, body: dict[str, Any]) -> Resource:
+    def _new_monitor(
+        self, request: Request, lb: Resource, pool: Resource, body: dict[str, Any]
+    ) -> Resource:
         kind = str(body.get("type") or "")
         if kind not in MONITOR_TYPES:
             raise invalid(f"Invalid input for field/attribute type. Value: '{kind}'.")
         if kind == "UDP-CONNECT" and pool["protocol"] != "UDP":
-            raise invalid("The associated pool protocol is not UDP, so a UDP-CONNECT health monitor is not supported.")
+            raise invalid(
+                "The associated pool protocol is not UDP, so a UDP-CONNECT "
+                "health monitor is not supported."
+            )
         self._monitor_fields(body, creating=True)
         if pool["_monitor_id"]:
             raise octavia_fault(409, f"Pool {pool['id']} already has a health monitor")
@@ -918,7 +1145,18 @@ class LoadBalancing(Service):
         return monitor
 
     def list_monitors(self, request: Request) -> Reply:
-        fields = ("id", "name", "type", "delay", "timeout", "max_retries", "provisioning_status", "operating_status", "project_id", "admin_state_up")
+        fields = (
+            "id",
+            "name",
+            "type",
+            "delay",
+            "timeout",
+            "max_retries",
+            "provisioning_status",
+            "operating_status",
+            "project_id",
+            "admin_state_up",
+        )
         monitors = list(self.cloud.table("lb_healthmonitors").values())
         pool_id = request.arg("pool_id")
         if pool_id is not None:
@@ -926,7 +1164,9 @@ class LoadBalancing(Service):
         return self._list(request, "healthmonitors", monitors, fields, request.path)
 
     def show_monitor(self, request: Request, monitor_id: str) -> Reply:
-        return Reply(200, {"healthmonitor": self.render_monitor(self._get("healthmonitors", monitor_id))})
+        return Reply(
+            200, {"healthmonitor": self.render_monitor(self._get("healthmonitors", monitor_id))}
+        )
 
     def create_monitor(self, request: Request) -> Reply:
         body = dict(request.json_body("healthmonitor"))
@@ -934,7 +1174,12 @@ class LoadBalancing(Service):
         lb = self._lb_of(pool)
         self._mutable(lb)
         monitor = self._new_monitor(request, lb, pool, body)
-        self._change(lb, [monitor], "PENDING_CREATE", lambda failed: self._settle([monitor, *self._members_of(pool["id"])], failed))
+        self._change(
+            lb,
+            [monitor],
+            "PENDING_CREATE",
+            lambda failed: self._settle([monitor, *self._members_of(pool["id"])], failed),
+        )
         return Reply(201, {"healthmonitor": self.render_monitor(monitor)})
 
     def update_monitor(self, request: Request, monitor_id: str) -> Reply:
@@ -946,7 +1191,9 @@ class LoadBalancing(Service):
             raise invalid(f"Attributes {sorted(forbidden)} cannot be updated.")
         merged = {**{k: monitor[k] for k in ("delay", "timeout", "max_retries")}, **body}
         self._monitor_fields(merged, creating=False)
-        self._change(lb, [monitor], "PENDING_UPDATE", lambda failed: self._settle([monitor], failed))
+        self._change(
+            lb, [monitor], "PENDING_UPDATE", lambda failed: self._settle([monitor], failed)
+        )
         for key, value in body.items():
             if key in monitor and not key.startswith("_"):
                 monitor[key] = value
@@ -981,10 +1228,14 @@ class LoadBalancing(Service):
         return Reply(200, {"flavor": found})
 
     def list_availability_zones(self, request: Request) -> Reply:
-        return Reply(200, {"availability_zones": list(self.cloud.table("lb_availability_zones").values())})
+        return Reply(
+            200, {"availability_zones": list(self.cloud.table("lb_availability_zones").values())}
+        )
 
     def list_providers(self, request: Request) -> Reply:
-        return Reply(200, {"providers": [{"name": n, "description": d} for n, d in PROVIDERS.items()]})
+        return Reply(
+            200, {"providers": [{"name": n, "description": d} for n, d in PROVIDERS.items()]}
+        )
 
     # -- admin -----------------------------------------------------------------------------
     def force_status(self, ref: str, status: str) -> Resource:

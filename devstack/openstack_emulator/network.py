@@ -13,6 +13,7 @@ address pairs need port security.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import random
 from collections.abc import Callable
 from typing import Any
@@ -68,7 +69,14 @@ COLLECTIONS = {
 
 _UPDATABLE = {
     "networks": {"name", "description", "admin_state_up", "shared", "mtu", "port_security_enabled"},
-    "subnets": {"name", "description", "dns_nameservers", "host_routes", "gateway_ip", "enable_dhcp"},
+    "subnets": {
+        "name",
+        "description",
+        "dns_nameservers",
+        "host_routes",
+        "gateway_ip",
+        "enable_dhcp",
+    },
     "ports": {
         "name",
         "description",
@@ -132,7 +140,7 @@ class Network(Service):
         ]
         for path in COLLECTIONS:
             routes += [
-                Route("GET", f"/v2.0/({path})", self.list),
+                Route("GET", f"/v2.0/({path})", self.list_items),
                 Route("POST", f"/v2.0/({path})", self.create),
                 Route("GET", f"/v2.0/({path})/{ID}", self.show),
                 Route("PUT", f"/v2.0/({path})/{ID}", self.update),
@@ -183,7 +191,9 @@ class Network(Service):
         for known, name in EXTENSIONS:
             if known == alias:
                 return Reply(200, {"extension": self._extension(known, name)})
-        raise neutron_fault(404, "ExtensionNotFound", f"Extension with alias {alias} does not exist")
+        raise neutron_fault(
+            404, "ExtensionNotFound", f"Extension with alias {alias} does not exist"
+        )
 
     @staticmethod
     def _extension(alias: str, name: str) -> dict[str, Any]:
@@ -204,10 +214,12 @@ class Network(Service):
         if found is None:
             singular, _, kind = COLLECTIONS[path]
             label = singular.replace("_", " ")
-            raise neutron_fault(404, f"{kind}NotFound", f"{label.capitalize()} {resource_id} could not be found.")
+            raise neutron_fault(
+                404, f"{kind}NotFound", f"{label.capitalize()} {resource_id} could not be found."
+            )
         return found
 
-    def list(self, request: Request, path: str) -> Reply:
+    def list_items(self, request: Request, path: str) -> Reply:
         items = [item for item in self._table(path).values() if self._matches(item, request)]
         page, links = self.page(request, items, path, link_path=f"/v2.0/{path}")
         fields = request.args("fields")
@@ -251,7 +263,10 @@ class Network(Service):
 
     def show(self, request: Request, path: str, resource_id: str) -> Reply:
         singular = COLLECTIONS[path][0]
-        return Reply(200, {singular: self._fields(render(self.find(path, resource_id)), request.args("fields"))})
+        return Reply(
+            200,
+            {singular: self._fields(render(self.find(path, resource_id)), request.args("fields"))},
+        )
 
     def create(self, request: Request, path: str) -> Reply:
         singular = COLLECTIONS[path][0]
@@ -259,7 +274,9 @@ class Network(Service):
         if f"{singular}s" in body and isinstance(body[f"{singular}s"], list):  # bulk create
             made = [self._create(request, path, dict(one)) for one in body[f"{singular}s"]]
             return Reply(201, {path.replace("-", "_"): [render(m) for m in made]})
-        return Reply(201, {singular: render(self._create(request, path, dict(request.json_body(singular))))})
+        return Reply(
+            201, {singular: render(self._create(request, path, dict(request.json_body(singular))))}
+        )
 
     def _create(self, request: Request, path: str, body: dict[str, Any]) -> Resource:
         creators: dict[str, Callable[[str, dict[str, Any]], Resource]] = {
@@ -295,7 +312,14 @@ class Network(Service):
         item = self.find(path, resource_id)
         if path == "networks":
             if any(p["network_id"] == resource_id for p in self.cloud.table("ports").values()):
-                raise neutron_fault(409, "NetworkInUse", f"Unable to complete operation on network {resource_id}. There are one or more ports still in use on the network.")
+                raise neutron_fault(
+                    409,
+                    "NetworkInUse",
+                    (
+                        f"Unable to complete operation on network {resource_id}. "
+                        "There are one or more ports still in use on the network."
+                    ),
+                )
             for subnet_id in item["subnets"]:
                 self.cloud.table("subnets").pop(subnet_id, None)
         elif path == "subnets":
@@ -305,7 +329,14 @@ class Network(Service):
                 for ip in p["fixed_ips"]
             )
             if in_use:
-                raise neutron_fault(409, "SubnetInUse", f"Unable to complete operation on subnet {resource_id}: One or more ports have an IP allocation from this subnet.")
+                raise neutron_fault(
+                    409,
+                    "SubnetInUse",
+                    (
+                        f"Unable to complete operation on subnet {resource_id}: One "
+                        "or more ports have an IP allocation from this subnet."
+                    ),
+                )
             network = self.cloud.table("networks").get(item["network_id"])
             if network is not None:
                 network["subnets"].remove(resource_id)
@@ -316,9 +347,14 @@ class Network(Service):
             if any(p["device_id"] == resource_id for p in self.cloud.table("ports").values()):
                 raise neutron_fault(409, "RouterInUse", f"Router {resource_id} still has ports")
         elif path == "security-groups":
-            in_use = any(resource_id in (p.get("security_groups") or []) for p in self.cloud.table("ports").values())
+            in_use = any(
+                resource_id in (p.get("security_groups") or [])
+                for p in self.cloud.table("ports").values()
+            )
             if in_use:
-                raise neutron_fault(409, "SecurityGroupInUse", f"Security Group {resource_id} in use.")
+                raise neutron_fault(
+                    409, "SecurityGroupInUse", f"Security Group {resource_id} in use."
+                )
             for rule_id in [r["id"] for r in item["security_group_rules"]]:
                 self.cloud.table("security_group_rules").pop(rule_id, None)
         elif path == "security-group-rules":
@@ -349,7 +385,9 @@ class Network(Service):
 
     def has_tag(self, request: Request, path: str, resource_id: str, tag: str) -> Reply:
         if tag not in self.find(path, resource_id)["tags"]:
-            raise neutron_fault(404, "TagNotFound", f"Tag {tag} could not be found for {path} {resource_id}.")
+            raise neutron_fault(
+                404, "TagNotFound", f"Tag {tag} could not be found for {path} {resource_id}."
+            )
         return Reply(204)
 
     def add_tag(self, request: Request, path: str, resource_id: str, tag: str) -> Reply:
@@ -362,7 +400,9 @@ class Network(Service):
     def remove_tag(self, request: Request, path: str, resource_id: str, tag: str) -> Reply:
         item = self.find(path, resource_id)
         if tag not in item["tags"]:
-            raise neutron_fault(404, "TagNotFound", f"Tag {tag} could not be found for {path} {resource_id}.")
+            raise neutron_fault(
+                404, "TagNotFound", f"Tag {tag} could not be found for {path} {resource_id}."
+            )
         item["tags"] = [t for t in item["tags"] if t != tag]
         return Reply(204)
 
@@ -452,18 +492,36 @@ class Network(Service):
         network = ipaddress.ip_network(subnet["cidr"])
         if wanted is not None:
             if ipaddress.ip_address(wanted) not in network:
-                raise bad_request(f"IP address {wanted} is not a valid IP for the specified subnet.")
+                raise bad_request(
+                    f"IP address {wanted} is not a valid IP for the specified subnet."
+                )
             if wanted in used:
-                raise neutron_fault(409, "IpAddressAlreadyAllocated", f"IP address {wanted} already allocated in subnet {subnet['id']}")
+                raise neutron_fault(
+                    409,
+                    "IpAddressAlreadyAllocated",
+                    f"IP address {wanted} already allocated in subnet {subnet['id']}",
+                )
             return wanted
+        if subnet["gateway_ip"]:
+            used.add(subnet["gateway_ip"])
+        # Scan from just after the last allocation (as Neutron's IPAM does not, but the result
+        # is the same set of free addresses and a thousand ports stay cheap to make).
+        cursor = int(subnet.get("_cursor", 0))
+        ranges: list[range] = []
         for pool in subnet["allocation_pools"]:
             start = int(ipaddress.ip_address(pool["start"]))
             end = int(ipaddress.ip_address(pool["end"]))
-            for value in range(start, end + 1):
-                candidate = str(ipaddress.ip_address(value))
-                if candidate not in used and candidate != subnet["gateway_ip"]:
-                    return candidate
-        raise neutron_fault(409, "IpAddressGenerationFailure", f"No more IP addresses available on network {subnet['network_id']}.")
+            ranges += [range(max(start, cursor + 1), end + 1), range(start, min(cursor, end) + 1)]
+        for value in itertools.chain.from_iterable(ranges):
+            candidate = str(ipaddress.ip_address(value))
+            if candidate not in used:
+                subnet["_cursor"] = value
+                return candidate
+        raise neutron_fault(
+            409,
+            "IpAddressGenerationFailure",
+            f"No more IP addresses available on network {subnet['network_id']}.",
+        )
 
     def create_port(self, project_id: str, body: dict[str, Any]) -> Resource:
         network = self.find("networks", str(body.get("network_id", "")))
@@ -476,8 +534,17 @@ class Network(Service):
                     subnet_id = self._subnet_for_ip(network, entry.get("ip_address"))
                 subnet = self.find("subnets", subnet_id)
                 if subnet["network_id"] != network["id"]:
-                    raise bad_request(f"Invalid input for operation: Failed to create port on network {network['id']}, because fixed_ips included invalid subnet {subnet_id}.")
-                fixed_ips.append({"subnet_id": subnet_id, "ip_address": self._allocate(subnet, entry.get("ip_address"))})
+                    raise bad_request(
+                        "Invalid input for operation: Failed to create port on network "
+                        f"{network['id']}, because fixed_ips included invalid subnet "
+                        f"{subnet_id}."
+                    )
+                fixed_ips.append(
+                    {
+                        "subnet_id": subnet_id,
+                        "ip_address": self._allocate(subnet, entry.get("ip_address")),
+                    }
+                )
         else:
             for subnet_id in network["subnets"]:
                 subnet = self.cloud.table("subnets")[subnet_id]
@@ -488,7 +555,11 @@ class Network(Service):
         default_groups = [] if not security else [self.default_security_group(project_id)["id"]]
         pairs = body.get("allowed_address_pairs") or []
         if pairs and not security:
-            raise neutron_fault(409, "AddressPairAndPortSecurityRequired", "Port Security must be enabled in order to have allowed address pairs on a port.")
+            raise neutron_fault(
+                409,
+                "AddressPairAndPortSecurityRequired",
+                "Port Security must be enabled in order to have allowed address pairs on a port.",
+            )
         item = self._standard(
             project_id,
             body,
@@ -516,9 +587,13 @@ class Network(Service):
     def _subnet_for_ip(self, network: Resource, address: str | None) -> str:
         for subnet_id in network["subnets"]:
             subnet = self.cloud.table("subnets")[subnet_id]
-            if address is None or ipaddress.ip_address(address) in ipaddress.ip_network(subnet["cidr"]):
+            if address is None or ipaddress.ip_address(address) in ipaddress.ip_network(
+                subnet["cidr"]
+            ):
                 return str(subnet_id)
-        raise bad_request(f"IP address {address} is not a valid IP for any subnet on network {network['id']}.")
+        raise bad_request(
+            f"IP address {address} is not a valid IP for any subnet on network {network['id']}."
+        )
 
     @staticmethod
     def _pair(port: Resource, pair: Any) -> dict[str, str]:
@@ -527,28 +602,60 @@ class Network(Service):
         try:
             ipaddress.ip_network(str(pair["ip_address"]), strict=False)
         except ValueError:
-            raise bad_request(f"Invalid input for ip_address: '{pair['ip_address']}' is not a valid IP address") from None
-        return {"ip_address": str(pair["ip_address"]), "mac_address": str(pair.get("mac_address") or port["mac_address"])}
+            raise bad_request(
+                f"Invalid input for ip_address: '{pair['ip_address']}' is not a valid IP address"
+            ) from None
+        return {
+            "ip_address": str(pair["ip_address"]),
+            "mac_address": str(pair.get("mac_address") or port["mac_address"]),
+        }
 
     def _update_port(self, port: Resource, changes: dict[str, Any]) -> None:
         security = changes.get("port_security_enabled", port["port_security_enabled"])
         if "allowed_address_pairs" in changes:
             pairs = changes.pop("allowed_address_pairs") or []
             if pairs and not security:
-                raise neutron_fault(409, "AddressPairAndPortSecurityRequired", "Port Security must be enabled in order to have allowed address pairs on a port.")
+                raise neutron_fault(
+                    409,
+                    "AddressPairAndPortSecurityRequired",
+                    (
+                        "Port Security must be enabled in order to have allowed "
+                        "address pairs on a port."
+                    ),
+                )
             seen = [self._pair(port, p) for p in pairs]
             if len({(p["ip_address"], p["mac_address"]) for p in seen}) != len(seen):
                 raise bad_request("Request contains duplicate address pair")
             port["allowed_address_pairs"] = seen
         if not security and (port["allowed_address_pairs"] or changes.get("security_groups")):
-            raise neutron_fault(409, "PortSecurityAndIPRequiredForSecurityGroups", "Port security must be enabled and port must have an IP address in order to use security groups.")
+            raise neutron_fault(
+                409,
+                "PortSecurityAndIPRequiredForSecurityGroups",
+                (
+                    "Port security must be enabled and port must have an IP "
+                    "address in order to use security groups."
+                ),
+            )
         if "fixed_ips" in changes:
             network = self.find("networks", port["network_id"])
             fixed: list[dict[str, str]] = []
             for entry in changes.pop("fixed_ips") or []:
-                subnet_id = entry.get("subnet_id") or self._subnet_for_ip(network, entry.get("ip_address"))
-                current = next((ip for ip in port["fixed_ips"] if ip["ip_address"] == entry.get("ip_address")), None)
-                fixed.append(current or {"subnet_id": subnet_id, "ip_address": self._allocate(self.find("subnets", subnet_id), entry.get("ip_address"))})
+                subnet_id = entry.get("subnet_id") or self._subnet_for_ip(
+                    network, entry.get("ip_address")
+                )
+                current = next(
+                    (ip for ip in port["fixed_ips"] if ip["ip_address"] == entry.get("ip_address")),
+                    None,
+                )
+                fixed.append(
+                    current
+                    or {
+                        "subnet_id": subnet_id,
+                        "ip_address": self._allocate(
+                            self.find("subnets", subnet_id), entry.get("ip_address")
+                        ),
+                    }
+                )
             port["fixed_ips"] = fixed
         port.update(changes)
 
@@ -562,7 +669,9 @@ class Network(Service):
         for group in self.cloud.table("security_groups").values():
             if group["name"] == "default" and group["project_id"] == project_id:
                 return group
-        group = self.create_security_group(project_id, {"name": "default", "description": "Default security group"})
+        group = self.create_security_group(
+            project_id, {"name": "default", "description": "Default security group"}
+        )
         return group
 
     def create_security_group(self, project_id: str, body: dict[str, Any]) -> Resource:
@@ -570,7 +679,10 @@ class Network(Service):
         item["security_group_rules"] = []
         self.cloud.table("security_groups")[item["id"]] = item
         for ethertype in ("IPv4", "IPv6"):
-            self.create_rule(project_id, {"security_group_id": item["id"], "direction": "egress", "ethertype": ethertype})
+            self.create_rule(
+                project_id,
+                {"security_group_id": item["id"], "direction": "egress", "ethertype": ethertype},
+            )
         return item
 
     def create_rule(self, project_id: str, body: dict[str, Any]) -> Resource:
@@ -595,10 +707,22 @@ class Network(Service):
             remote_group_id=None,
             remote_address_group_id=None,
         )
-        key = ("direction", "ethertype", "protocol", "port_range_min", "port_range_max", "remote_ip_prefix", "remote_group_id")
+        key = (
+            "direction",
+            "ethertype",
+            "protocol",
+            "port_range_min",
+            "port_range_max",
+            "remote_ip_prefix",
+            "remote_group_id",
+        )
         for existing in group["security_group_rules"]:
             if all(existing.get(k) == item.get(k) for k in key):
-                raise neutron_fault(409, "SecurityGroupRuleExists", f"Security group rule already exists. Rule id is {existing['id']}.")
+                raise neutron_fault(
+                    409,
+                    "SecurityGroupRuleExists",
+                    f"Security group rule already exists. Rule id is {existing['id']}.",
+                )
         item.pop("name", None)
         item.pop("tags", None)
         item["tags"] = []
@@ -610,15 +734,21 @@ class Network(Service):
     def create_floating_ip(self, project_id: str, body: dict[str, Any]) -> Resource:
         network = self.find("networks", str(body.get("floating_network_id", "")))
         if not network["router:external"]:
-            raise bad_request(f"Bad floatingip request: Network {network['id']} is not a valid external network.")
+            raise bad_request(
+                f"Bad floatingip request: Network {network['id']} is not a valid external network."
+            )
         subnet_ids = [body["subnet_id"]] if body.get("subnet_id") else list(network["subnets"])
         address: str | None = None
         chosen = ""
         for subnet_id in subnet_ids:
             subnet = self.find("subnets", subnet_id)
             if subnet["network_id"] != network["id"]:
-                raise bad_request(f"Bad floatingip request: subnet {subnet_id} is not on network {network['id']}.")
-            if body.get("floating_ip_address") and ipaddress.ip_address(body["floating_ip_address"]) not in ipaddress.ip_network(subnet["cidr"]):
+                raise bad_request(
+                    f"Bad floatingip request: subnet {subnet_id} is not on network {network['id']}."
+                )
+            if body.get("floating_ip_address") and ipaddress.ip_address(
+                body["floating_ip_address"]
+            ) not in ipaddress.ip_network(subnet["cidr"]):
                 continue
             try:
                 address = self._allocate(subnet, body.get("floating_ip_address"))
@@ -629,10 +759,18 @@ class Network(Service):
             chosen = subnet_id
             break
         if address is None:
-            raise neutron_fault(409, "IpAddressGenerationFailure", f"No more IP addresses available on network {network['id']}.")
+            raise neutron_fault(
+                409,
+                "IpAddressGenerationFailure",
+                f"No more IP addresses available on network {network['id']}.",
+            )
         item = self._standard(
             project_id,
-            {k: v for k, v in body.items() if k not in ("subnet_id", "port_id", "fixed_ip_address")},
+            {
+                k: v
+                for k, v in body.items()
+                if k not in ("subnet_id", "port_id", "fixed_ip_address")
+            },
             floating_ip_address=address,
             floating_network_id=network["id"],
             port_id=None,
@@ -670,13 +808,37 @@ class Network(Service):
         v4 = [ip for ip in port["fixed_ips"] if ipaddress.ip_address(ip["ip_address"]).version == 4]
         chosen = next((ip for ip in v4 if fixed_ip in (None, ip["ip_address"])), None)
         if chosen is None:
-            raise bad_request(f"Bad floatingip request: Port {port_id} does not have fixed ip {fixed_ip}.")
+            raise bad_request(
+                f"Bad floatingip request: Port {port_id} does not have fixed ip {fixed_ip}."
+            )
         for other in self.cloud.table("floatingips").values():
-            if other["id"] != fip["id"] and other["port_id"] == port_id and other["fixed_ip_address"] == chosen["ip_address"] and other["floating_network_id"] == fip["floating_network_id"]:
-                raise neutron_fault(409, "FloatingIPPortAlreadyAssociated", f"Cannot associate floating IP {fip['floating_ip_address']} ({fip['id']}) with port {port_id} using fixed IP {chosen['ip_address']}, as that fixed IP already has a floating IP on external network {fip['floating_network_id']}.")
+            if (
+                other["id"] != fip["id"]
+                and other["port_id"] == port_id
+                and other["fixed_ip_address"] == chosen["ip_address"]
+                and other["floating_network_id"] == fip["floating_network_id"]
+            ):
+                raise neutron_fault(
+                    409,
+                    "FloatingIPPortAlreadyAssociated",
+                    (
+                        f"Cannot associate floating IP {fip['floating_ip_address']} "
+                        f"({fip['id']}) with port {port_id} using fixed IP {chosen['ip_address']}, "
+                        "as that fixed IP already has a floating IP on external "
+                        f"network {fip['floating_network_id']}."
+                    ),
+                )
         router = self._router_between(chosen["subnet_id"], fip["floating_network_id"])
         if router is None:
-            raise neutron_fault(404, "ExternalGatewayForFloatingIPNotFound", f"External network {fip['floating_network_id']} is not reachable from subnet {chosen['subnet_id']}.  Therefore, cannot associate Port {port_id} with a Floating IP.")
+            raise neutron_fault(
+                404,
+                "ExternalGatewayForFloatingIPNotFound",
+                (
+                    f"External network {fip['floating_network_id']} is not reachable "
+                    f"from subnet {chosen['subnet_id']}.  Therefore, cannot associate "
+                    f"Port {port_id} with a Floating IP."
+                ),
+            )
         fip.update(
             port_id=port_id,
             fixed_ip_address=chosen["ip_address"],
@@ -695,7 +857,9 @@ class Network(Service):
 
     @staticmethod
     def _disassociate(fip: Resource) -> None:
-        fip.update(port_id=None, fixed_ip_address=None, router_id=None, status="DOWN", port_details=None)
+        fip.update(
+            port_id=None, fixed_ip_address=None, router_id=None, status="DOWN", port_details=None
+        )
 
     def _router_between(self, subnet_id: str, external_network_id: str) -> Resource | None:
         for router in self.cloud.table("routers").values():
@@ -741,12 +905,16 @@ class Network(Service):
             return
         network = self.find("networks", str(gateway.get("network_id", "")))
         if not network["router:external"]:
-            raise bad_request(f"Bad router request: Network {network['id']} is not an external network.")
+            raise bad_request(
+                f"Bad router request: Network {network['id']} is not an external network."
+            )
         subnet = self.find("subnets", network["subnets"][0])
         router["external_gateway_info"] = {
             "network_id": network["id"],
             "enable_snat": gateway.get("enable_snat", True),
-            "external_fixed_ips": [{"subnet_id": subnet["id"], "ip_address": self._allocate(subnet)}],
+            "external_fixed_ips": [
+                {"subnet_id": subnet["id"], "ip_address": self._allocate(subnet)}
+            ],
         }
 
     def _update_router(self, router: Resource, changes: dict[str, Any]) -> None:
@@ -784,12 +952,23 @@ class Network(Service):
             except ValueError as exc:
                 raise bad_request(f"Invalid input for routes: {exc}") from None
             if not any(nexthop in subnet for subnet in connected):
-                raise neutron_fault(400, "InvalidRoutes", f"Invalid format for routes: {route}, the nexthop is not connected with router")
+                raise neutron_fault(
+                    400,
+                    "InvalidRoutes",
+                    f"Invalid format for routes: {route}, the nexthop is not connected with router",
+                )
             entry = {"destination": str(destination), "nexthop": str(nexthop)}
             if entry not in seen:
                 seen.append(entry)
         if len(seen) > self.max_routes:
-            raise neutron_fault(400, "RoutesExhausted", f"Unable to complete operation for {router['id']}. The number of routes exceeds the maximum {self.max_routes}.")
+            raise neutron_fault(
+                400,
+                "RoutesExhausted",
+                (
+                    f"Unable to complete operation for {router['id']}. The number "
+                    f"of routes exceeds the maximum {self.max_routes}."
+                ),
+            )
         return seen
 
     def _routes_body(self, request: Request) -> list[dict[str, str]]:
@@ -814,7 +993,14 @@ class Network(Service):
         normal = []
         for route in removed:
             try:
-                normal.append({"destination": str(ipaddress.ip_network(str(route.get("destination")), strict=False)), "nexthop": str(ipaddress.ip_address(str(route.get("nexthop"))))})
+                normal.append(
+                    {
+                        "destination": str(
+                            ipaddress.ip_network(str(route.get("destination")), strict=False)
+                        ),
+                        "nexthop": str(ipaddress.ip_address(str(route.get("nexthop")))),
+                    }
+                )
             except ValueError as exc:
                 raise bad_request(f"Invalid input for routes: {exc}") from None
         router["routes"] = [r for r in router["routes"] if r not in normal]
@@ -831,16 +1017,41 @@ class Network(Service):
         else:
             subnet = self.find("subnets", str(body.get("subnet_id", "")))
             for existing in self.cloud.table("ports").values():
-                if existing["device_id"] == router_id and any(ip["subnet_id"] == subnet["id"] for ip in existing["fixed_ips"]):
-                    raise bad_request(f"Bad router request: Router already has a port on subnet {subnet['id']}.")
+                if existing["device_id"] == router_id and any(
+                    ip["subnet_id"] == subnet["id"] for ip in existing["fixed_ips"]
+                ):
+                    raise bad_request(
+                        f"Bad router request: Router already has a port on subnet {subnet['id']}."
+                    )
             port = self.create_port(
                 request.project_id,
-                {"network_id": subnet["network_id"], "fixed_ips": [{"subnet_id": subnet["id"], "ip_address": subnet["gateway_ip"]}]},
+                {
+                    "network_id": subnet["network_id"],
+                    "fixed_ips": [{"subnet_id": subnet["id"], "ip_address": subnet["gateway_ip"]}],
+                },
             )
-        port.update(device_id=router_id, device_owner="network:router_interface", status="ACTIVE", port_security_enabled=False, security_groups=[])
+        port.update(
+            device_id=router_id,
+            device_owner="network:router_interface",
+            status="ACTIVE",
+            port_security_enabled=False,
+            security_groups=[],
+        )
         self._touch(router)
         subnet_id = port["fixed_ips"][0]["subnet_id"]
-        return Reply(200, {"id": router_id, "tenant_id": router["project_id"], "project_id": router["project_id"], "port_id": port["id"], "subnet_id": subnet_id, "subnet_ids": [subnet_id], "network_id": port["network_id"], "tags": []})
+        return Reply(
+            200,
+            {
+                "id": router_id,
+                "tenant_id": router["project_id"],
+                "project_id": router["project_id"],
+                "port_id": port["id"],
+                "subnet_id": subnet_id,
+                "subnet_ids": [subnet_id],
+                "network_id": port["network_id"],
+                "tags": [],
+            },
+        )
 
     def remove_interface(self, request: Request, router_id: str) -> Reply:
         router = self.find("routers", router_id)
@@ -848,12 +1059,30 @@ class Network(Service):
         for port in list(self.cloud.table("ports").values()):
             if port["device_id"] != router_id or port["device_owner"] != "network:router_interface":
                 continue
-            if port["id"] == body.get("port_id") or any(ip["subnet_id"] == body.get("subnet_id") for ip in port["fixed_ips"]):
+            if port["id"] == body.get("port_id") or any(
+                ip["subnet_id"] == body.get("subnet_id") for ip in port["fixed_ips"]
+            ):
                 subnet_id = port["fixed_ips"][0]["subnet_id"]
                 self.delete_port(port["id"])
                 self._touch(router)
-                return Reply(200, {"id": router_id, "port_id": port["id"], "subnet_id": subnet_id, "subnet_ids": [subnet_id], "network_id": port["network_id"], "tenant_id": router["project_id"], "project_id": router["project_id"], "tags": []})
-        raise neutron_fault(404, "RouterInterfaceNotFoundForSubnet", f"Router {router_id} has no interface on subnet {body.get('subnet_id')}")
+                return Reply(
+                    200,
+                    {
+                        "id": router_id,
+                        "port_id": port["id"],
+                        "subnet_id": subnet_id,
+                        "subnet_ids": [subnet_id],
+                        "network_id": port["network_id"],
+                        "tenant_id": router["project_id"],
+                        "project_id": router["project_id"],
+                        "tags": [],
+                    },
+                )
+        raise neutron_fault(
+            404,
+            "RouterInterfaceNotFoundForSubnet",
+            f"Router {router_id} has no interface on subnet {body.get('subnet_id')}",
+        )
 
     # -- helpers for the other services ----------------------------------------------------
     def ports_of(self, device_id: str) -> list[Resource]:

@@ -112,13 +112,23 @@ class ServiceServer:
                 status, reply_headers, payload = 503, {"Content-Type": "text/html"}, _HTML_503
                 return status, reply_headers, payload
             if mode == "500":
-                raise ApiFault(500, "The server has either erred or is incapable of performing the requested operation.")
+                raise ApiFault(
+                    500,
+                    (
+                        "The server has either erred or is incapable of performing "
+                        "the requested operation."
+                    ),
+                )
             fault = cloud.injected(self.name, method, label)
             if fault is not None:
                 if fault.latency_s:
                     time.sleep(fault.latency_s)
                 if fault.status:
-                    extra = {"Retry-After": str(fault.retry_after_s)} if fault.retry_after_s is not None else {}
+                    extra = (
+                        {"Retry-After": str(fault.retry_after_s)}
+                        if fault.retry_after_s is not None
+                        else {}
+                    )
                     raise ApiFault(fault.status, fault.message, headers=extra)
             route, groups = service.match(method, path)
             request = Request(
@@ -366,6 +376,8 @@ class AdminServer:
                     code, answer = 200, admin.handle(self.command, parts.path, query, payload)
                 except KeyError as exc:
                     code, answer = 404, {"error": f"not found: {exc}"}
+                except ApiFault as exc:
+                    code, answer = exc.status, {"error": exc.message}
                 except (ValueError, TypeError) as exc:
                     code, answer = 400, {"error": str(exc)}
                 body = json.dumps(answer).encode()

@@ -34,7 +34,7 @@ PUBLIC_NETWORK = "public"
 PUBLIC_CIDR = "172.24.4.0/24"
 PRIVATE_NETWORK = "private"
 PRIVATE_SUBNET = "private-subnet"
-PRIVATE_CIDR = "10.0.0.0/24"
+PRIVATE_CIDR = "10.0.0.0/16"  # room for a thousand-node cluster
 ROUTER = "router1"
 #: devstack's flavors: name → (id, vcpus, ram MiB, disk GiB, ephemeral GiB).
 FLAVORS = {
@@ -85,7 +85,9 @@ class Seed:
 class OpenStack:
     """All services over one state; the server and the admin API call into this."""
 
-    def __init__(self, options: EmulatorOptions, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, options: EmulatorOptions, *, clock: Callable[[], float] | None = None
+    ) -> None:
         self.options = options
         self.cloud = Cloud(delays=options.delays, **({"clock": clock} if clock else {}))
         self.seed = Seed(project_id=options.identity.project_id)
@@ -127,17 +129,33 @@ class OpenStack:
         net = self.network
         with self.cloud.lock:
             net.default_security_group(project)
-            public = net.create_network(project, {"name": PUBLIC_NETWORK, "router:external": True, "shared": True})
+            public = net.create_network(
+                project, {"name": PUBLIC_NETWORK, "router:external": True, "shared": True}
+            )
             self._rekey("networks", public, self.seed.public_network_id)
             self._seed_subnet(public, "public-subnet", PUBLIC_CIDR, self.seed.public_subnet_id)
             private = net.create_network(project, {"name": PRIVATE_NETWORK})
             self._rekey("networks", private, self.seed.private_network_id)
             self._seed_subnet(private, PRIVATE_SUBNET, PRIVATE_CIDR, self.seed.private_subnet_id)
-            router = net.create_router(project, {"name": ROUTER, "external_gateway_info": {"network_id": public["id"]}})
+            router = net.create_router(
+                project, {"name": ROUTER, "external_gateway_info": {"network_id": public["id"]}}
+            )
             self._rekey("routers", router, self.seed.router_id)
             subnet = self.cloud.table("subnets")[self.seed.private_subnet_id]
-            port = net.create_port(project, {"network_id": private["id"], "fixed_ips": [{"subnet_id": subnet["id"], "ip_address": subnet["gateway_ip"]}]})
-            port.update(device_id=router["id"], device_owner="network:router_interface", status="ACTIVE", port_security_enabled=False, security_groups=[])
+            port = net.create_port(
+                project,
+                {
+                    "network_id": private["id"],
+                    "fixed_ips": [{"subnet_id": subnet["id"], "ip_address": subnet["gateway_ip"]}],
+                },
+            )
+            port.update(
+                device_id=router["id"],
+                device_owner="network:router_interface",
+                status="ACTIVE",
+                port_security_enabled=False,
+                security_groups=[],
+            )
             flavors = self.cloud.table("flavors")
             for name, (flavor_id, vcpus, ram, disk, ephemeral) in FLAVORS.items():
                 flavors[flavor_id] = {
@@ -198,7 +216,9 @@ class OpenStack:
         rows[new_id] = item
 
     def _seed_subnet(self, network: Resource, name: str, cidr: str, subnet_id: str) -> Resource:
-        subnet = self.network.create_subnet(self.seed.project_id, {"network_id": network["id"], "name": name, "cidr": cidr})
+        subnet = self.network.create_subnet(
+            self.seed.project_id, {"network_id": network["id"], "name": name, "cidr": cidr}
+        )
         network["subnets"].remove(subnet["id"])
         self._rekey("subnets", subnet, subnet_id)
         network["subnets"].append(subnet_id)
@@ -225,7 +245,11 @@ class OpenStack:
         """Create ``count`` servers that are ``ACTIVE`` at once (benchmarks, big clusters)."""
         with self.cloud.lock:
             flavor_id = FLAVORS[flavor][0] if flavor in FLAVORS else flavor
-            network_id = next(n["id"] for n in self.cloud.table("networks").values() if network in (n["name"], n["id"]))
+            network_id = next(
+                n["id"]
+                for n in self.cloud.table("networks").values()
+                if network in (n["name"], n["id"])
+            )
             zones = zones or list(self.options.zones)
             made = []
             for index in range(start, start + count):
@@ -311,7 +335,20 @@ class OpenStack:
 
             def rows(name: str) -> list[Resource]:
                 return [
-                    {k: v for k, v in row.items() if not k.startswith("_") or k in ("_lb_id", "_pool_id", "_default_pool_id", "_monitor_id", "_az", "_flavor_id")}
+                    {
+                        k: v
+                        for k, v in row.items()
+                        if not k.startswith("_")
+                        or k
+                        in (
+                            "_lb_id",
+                            "_pool_id",
+                            "_default_pool_id",
+                            "_monitor_id",
+                            "_az",
+                            "_flavor_id",
+                        )
+                    }
                     for row in tables.get(name, {}).values()
                 ]
 

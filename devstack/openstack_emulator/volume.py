@@ -1,6 +1,6 @@
 """Cinder v3: volumes, volume types, availability zones, actions, quota; attachments via Nova.
 
-Follows the Block Storage API v3 reference (microversions 3.0–3.70 in ``OpenStack-API-Version:
+Follows the Block Storage API v3 reference (microversions 3.0 to 3.70 in ``OpenStack-API-Version:
 volume 3.x``) under ``/v3/{project_id}``. A volume is ``creating`` for ``volume_create_s``, then
 ``available``; a Nova attach makes it ``reserved`` at once, ``attaching`` halfway and ``in-use``
 after ``volume_attach_s`` (only then is it in ``attachments``); a detach makes it ``detaching``
@@ -43,7 +43,9 @@ class BlockStorage(Service):
     max_version = MAX_VERSION
     max_limit = 1000
 
-    def __init__(self, cloud: Cloud, *, zones: tuple[str, ...], gigabytes_quota: int, volumes_quota: int) -> None:
+    def __init__(
+        self, cloud: Cloud, *, zones: tuple[str, ...], gigabytes_quota: int, volumes_quota: int
+    ) -> None:
         self.zones = zones
         self.gigabytes_quota = gigabytes_quota
         self.volumes_quota = volumes_quota
@@ -81,7 +83,12 @@ class BlockStorage(Service):
             "min_version": "3.0",
             "updated": "2023-08-31T00:00:00Z",
             "links": [{"rel": "self", "href": f"{request.base_url}/v3/"}],
-            "media-types": [{"base": "application/json", "type": "application/vnd.openstack.volume+json;version=3"}],
+            "media-types": [
+                {
+                    "base": "application/json",
+                    "type": "application/vnd.openstack.volume+json;version=3",
+                }
+            ],
         }
 
     def versions(self, request: Request) -> Reply:
@@ -102,7 +109,9 @@ class BlockStorage(Service):
         return found
 
     def render(self, request: Request, volume: Resource, detail: bool = True) -> Resource:
-        base = f"{request.base_url}/v3/{volume['os-vol-tenant-attr:tenant_id']}/volumes/{volume['id']}"
+        base = (
+            f"{request.base_url}/v3/{volume['os-vol-tenant-attr:tenant_id']}/volumes/{volume['id']}"
+        )
         links = [{"rel": "self", "href": base}, {"rel": "bookmark", "href": base}]
         if not detail:
             return {"id": volume["id"], "name": volume["name"], "links": links}
@@ -174,7 +183,9 @@ class BlockStorage(Service):
         if isinstance(size, str) and size.isdigit():
             size = int(size)
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise bad_request(f"Invalid input for field/attribute size. Value: {size}. {size!r} is not valid")
+            raise bad_request(
+                f"Invalid input for field/attribute size. Value: {size}. {size!r} is not valid"
+            )
         zone = body.get("availability_zone") or self.zones[0]
         if zone not in self.zones:
             raise bad_request(f"Invalid input received: Availability zone '{zone}' is invalid.")
@@ -185,17 +196,30 @@ class BlockStorage(Service):
         if body.get("source_volid"):
             source = self.volume(str(body["source_volid"]))
             if size < source["size"]:
-                raise bad_request("Invalid input received: Volume size must not be less than the source volume size.")
+                raise bad_request(
+                    "Invalid input received: Volume size must not be less than "
+                    "the source volume size."
+                )
         volumes = self.cloud.table("volumes")
         used = sum(v["size"] for v in volumes.values())
         if used + size > self.gigabytes_quota:
             raise ApiFault(
                 413,
-                f"VolumeSizeExceedsAvailableQuota: Requested volume or snapshot exceeds allowed gigabytes quota. Requested {size}G, quota is {self.gigabytes_quota}G and {used}G has been consumed.",
+                (
+                    "VolumeSizeExceedsAvailableQuota: Requested volume or snapshot "
+                    f"exceeds allowed gigabytes quota. Requested {size}G, quota "
+                    f"is {self.gigabytes_quota}G and {used}G has been consumed."
+                ),
                 headers={"Retry-After": "0"},
             )
         if len(volumes) >= self.volumes_quota:
-            raise ApiFault(413, f"VolumeLimitExceeded: Maximum number of volumes allowed ({self.volumes_quota}) exceeded for quota 'volumes'.")
+            raise ApiFault(
+                413,
+                (
+                    "VolumeLimitExceeded: Maximum number of volumes allowed "
+                    f"({self.volumes_quota}) exceeded for quota 'volumes'."
+                ),
+            )
         now = iso_now()
         volume: Resource = {
             "id": new_id(),
@@ -223,7 +247,11 @@ class BlockStorage(Service):
             "provider_id": None,
             "_type_id": volume_type["id"],
             "_seq": len(volumes),
-            "_hints": dict(body.get("scheduler_hints") or request.json_body().get("OS-SCH-HNT:scheduler_hints") or {}),
+            "_hints": dict(
+                body.get("scheduler_hints")
+                or request.json_body().get("OS-SCH-HNT:scheduler_hints")
+                or {}
+            ),
         }
         volumes[volume["id"]] = volume
 
@@ -258,7 +286,11 @@ class BlockStorage(Service):
         volume = self.volume(volume_id)
         if volume["status"] == "deleting":
             return Reply(202)
-        if volume["status"] not in _DELETABLE or volume["attachments"] or volume.get("_pending_attach"):
+        if (
+            volume["status"] not in _DELETABLE
+            or volume["attachments"]
+            or volume.get("_pending_attach")
+        ):
             raise bad_request(
                 "Invalid volume: Volume status must be available or error or error_restoring or "
                 "error_extending or error_managing and must not be migrating, attached, belong to "
@@ -301,7 +333,11 @@ class BlockStorage(Service):
             self._attached(volume, server_id, str(args.get("mountpoint") or "/dev/vdb"), new_id())
         elif action == "os-detach":
             attachment_id = args.get("attachment_id")
-            volume["attachments"] = [a for a in volume["attachments"] if attachment_id and a["attachment_id"] != attachment_id]
+            volume["attachments"] = [
+                a
+                for a in volume["attachments"]
+                if attachment_id and a["attachment_id"] != attachment_id
+            ]
             self._set_status(volume, "in-use" if volume["attachments"] else "available")
         elif action == "os-reset_status":
             if "status" in args:
@@ -309,7 +345,9 @@ class BlockStorage(Service):
             if args.get("attach_status") == "detached":
                 volume["attachments"] = []
         elif action == "os-set_bootable":
-            volume["bootable"] = "true" if args.get("bootable") in (True, "true", "True") else "false"
+            volume["bootable"] = (
+                "true" if args.get("bootable") in (True, "true", "True") else "false"
+            )
         elif action == "os-update_readonly_flag":
             volume["metadata"]["readonly"] = str(bool(args.get("readonly"))).lower()
         else:
@@ -319,7 +357,10 @@ class BlockStorage(Service):
     @staticmethod
     def _require(volume: Resource, statuses: tuple[str, ...], verb: str) -> None:
         if volume["status"] not in statuses:
-            raise bad_request(f"Invalid volume: Volume status must be {' or '.join(statuses)} to {verb}, but current status is: {volume['status']}.")
+            raise bad_request(
+                f"Invalid volume: Volume status must be {' or '.join(statuses)} "
+                f"to {verb}, but current status is: {volume['status']}."
+            )
 
     def _extend(self, request: Request, volume: Resource, args: dict[str, Any]) -> None:
         new_size = args.get("new_size")
@@ -330,12 +371,26 @@ class BlockStorage(Service):
         previous = volume["status"]
         allowed = ("available", "in-use") if request.at_least(3, 42) else ("available",)
         if previous not in allowed:
-            raise bad_request(f"Invalid volume: Volume status must be {' or '.join(repr(s) for s in allowed)} to extend, currently {previous}.")
+            raise bad_request(
+                f"Invalid volume: Volume status must be {' or '.join(repr(s) for s in allowed)} "
+                f"to extend, currently {previous}."
+            )
         if new_size <= volume["size"]:
-            raise bad_request(f"Invalid input received: New size for extend must be greater than current size. (current: {volume['size']}, extended: {new_size}).")
+            raise bad_request(
+                "Invalid input received: New size for extend must be greater "
+                f"than current size. (current: {volume['size']}, extended: "
+                f"{new_size})."
+            )
         used = sum(v["size"] for v in self.cloud.table("volumes").values())
         if used + new_size - volume["size"] > self.gigabytes_quota:
-            raise ApiFault(413, f"VolumeSizeExceedsAvailableQuota: Requested volume or snapshot exceeds allowed gigabytes quota. Requested {new_size - volume['size']}G, quota is {self.gigabytes_quota}G and {used}G has been consumed.")
+            raise ApiFault(
+                413,
+                (
+                    "VolumeSizeExceedsAvailableQuota: Requested volume or snapshot "
+                    f"exceeds allowed gigabytes quota. Requested {new_size - volume['size']}G, "
+                    f"quota is {self.gigabytes_quota}G and {used}G has been consumed."
+                ),
+            )
         self._set_status(volume, "extending")
 
         def extended() -> None:
@@ -367,11 +422,21 @@ class BlockStorage(Service):
         volume = self.cloud.table("volumes").get(volume_id)
         if volume is None:
             raise ApiFault(404, f"Volume {volume_id} could not be found.")
-        if any(a["server_id"] == server["id"] for a in volume["attachments"]) or (volume.get("_pending_attach") or {}).get("server_id") == server["id"]:
-            raise ApiFault(409, f"Volume {volume_id} is already attached to instance {server['id']}.")
-        attachable = volume["status"] == "available" or (volume["multiattach"] and volume["status"] == "in-use")
+        if (
+            any(a["server_id"] == server["id"] for a in volume["attachments"])
+            or (volume.get("_pending_attach") or {}).get("server_id") == server["id"]
+        ):
+            raise ApiFault(
+                409, f"Volume {volume_id} is already attached to instance {server['id']}."
+            )
+        attachable = volume["status"] == "available" or (
+            volume["multiattach"] and volume["status"] == "in-use"
+        )
         if not attachable:
-            raise bad_request(f"Invalid volume: volume {volume_id} status must be available or downloading to reserve, but the current status is {volume['status']}.")
+            raise bad_request(
+                f"Invalid volume: volume {volume_id} status must be available "
+                f"or downloading to reserve, but the current status is {volume['status']}."
+            )
         previous = volume["status"]
         attachment: Resource = {
             "id": volume_id,
@@ -427,12 +492,20 @@ class BlockStorage(Service):
         attachment = next((a for a in volume["attachments"] if a["server_id"] == server_id), None)
         if attachment is None:
             if (volume.get("_pending_attach") or {}).get("server_id") == server_id:
-                raise bad_request(f"Invalid volume: Unable to detach volume. Volume status must be 'in-use' and attach_status must be 'attached' to detach.")
+                raise bad_request(
+                    "Invalid volume: Unable to detach volume. Volume status "
+                    "must be 'in-use' and attach_status must be 'attached' to "
+                    "detach."
+                )
             raise ApiFault(404, f"volume_id not found: {volume_id}")
         if volume["status"] == "detaching":
             return
         if volume["status"] != "in-use":
-            raise bad_request(f"Invalid volume: Unable to detach volume. Volume status must be 'in-use' and attach_status must be 'attached' to detach.")
+            raise bad_request(
+                "Invalid volume: Unable to detach volume. Volume status "
+                "must be 'in-use' and attach_status must be 'attached' to "
+                "detach."
+            )
         self._set_status(volume, "detaching")
 
         def detached() -> None:
@@ -448,7 +521,10 @@ class BlockStorage(Service):
             if (volume.get("_pending_attach") or {}).get("server_id") == server_id:
                 volume.pop("_pending_attach")
             kept = [a for a in volume["attachments"] if a["server_id"] != server_id]
-            if len(kept) != len(volume["attachments"]) or volume["status"] in ("reserved", "attaching"):
+            if len(kept) != len(volume["attachments"]) or volume["status"] in (
+                "reserved",
+                "attaching",
+            ):
                 volume["attachments"] = kept
                 self._set_status(volume, "in-use" if kept else "available")
 
@@ -514,7 +590,14 @@ class BlockStorage(Service):
 
     def list_zones(self, request: Request, project_id: str) -> Reply:
         self._project(request, project_id)
-        return Reply(200, {"availabilityZoneInfo": [{"zoneName": z, "zoneState": {"available": True}} for z in self.zones]})
+        return Reply(
+            200,
+            {
+                "availabilityZoneInfo": [
+                    {"zoneName": z, "zoneState": {"available": True}} for z in self.zones
+                ]
+            },
+        )
 
     def limits(self, request: Request, project_id: str) -> Reply:
         self._project(request, project_id)
