@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cloudloop.cloud import aws, dvp, vsphere, zvirt
+from cloudloop.cloud import aws, dvp, openstack, vsphere, zvirt
 from cloudloop.cloud.errors import NotSupported
 from cloudloop.cloud.provider import Provider
 
@@ -26,6 +26,7 @@ PROVIDERS: dict[str, Provider[Any]] = {
     for p in (
         aws.PROVIDER,
         dvp.PROVIDER,
+        openstack.PROVIDER,
         zvirt.PROVIDER,
         vsphere.PROVIDER,
     )

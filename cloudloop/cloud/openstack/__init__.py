@@ -1,0 +1,38 @@
+"""OpenStack: node sync, Octavia load balancers, router routes, discovery and Cinder volumes.
+
+The provider record; the driver (:mod:`cloudloop.cloud.openstack.driver`) goes through the
+official SDK ``openstacksdk``; its settings read upstream's ``cloud.conf`` and Deckhouse's
+``OpenStackClusterConfiguration``; tests run it against the dev stack's OpenStack emulator.
+
+Rules: importing this package loads no SDK; the factories import their modules when called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cloudloop.cloud.openstack.settings import OpenStackSettings
+from cloudloop.cloud.provider import Provider
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.driver import CloudDriver
+
+
+def _driver(settings: OpenStackSettings) -> CloudDriver:
+    from cloudloop.cloud.openstack.driver import OpenStackDriver
+
+    return OpenStackDriver(settings)
+
+
+def _registration(settings: OpenStackSettings) -> list[dict[str, Any]]:
+    from cloudloop.cloud.openstack.registration import registration_secrets
+
+    return registration_secrets(settings)
+
+
+PROVIDER = Provider(
+    name="openstack",
+    settings=OpenStackSettings,
+    driver=_driver,
+    registration=_registration,
+)

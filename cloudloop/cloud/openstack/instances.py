@@ -1,0 +1,104 @@
+"""OpenStack instances for node sync: one paged server list per pass, one regex lookup by name.
+
+``list_instances`` reads the project's servers once (``GET /servers/detail``, Nova's pages of
+up to 1000, at microversion 2.47 so the flavor is embedded: no flavor GET per node) and keeps
+the requested IDs; an ID absent from a complete, error-free listing does not exist.
+``find_instances_by_name`` asks Nova once per batch with ``name=^(a|b|...)$`` (Nova's name filter
+is a regex; upstream asks ``^name$`` per node). Two servers with one node name is an error for the
+whole batch (upstream errors too), never a guess. A cloud without 2.47 gets one flavor list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.openstack.base import NAME, OpenStackBase, status_of
+from cloudloop.cloud.openstack.servers import (
+    name_regex,
+    server_id_from_provider_id,
+    to_instance,
+)
+
+#: Names per regex lookup (keeps the URL well under common 8 KiB limits).
+NAME_BATCH = 100
+
+
+class OpenStackInstances(OpenStackBase):
+    def instance_id_from_provider_id(self, provider_id: str) -> str:
+        return server_id_from_provider_id(provider_id, self.settings.connection.region)
+
+    def _servers(self, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        microversion = self.settings.compute_microversion
+        try:
+            return self.list_all(
+                "ListServers",
+                "compute",
+                "/servers/detail",
+                "servers",
+                params=params,
+                microversion=microversion,
+            )
+        except errors.InvalidRequest as exc:
+            if exc.__cause__ is None or status_of(exc.__cause__) != 406:
+                raise
+            return self.list_all(
+                "ListServers", "compute", "/servers/detail", "servers", params=params
+            )
+
+    def _flavor_names(self, servers: list[dict[str, Any]]) -> dict[str, str]:
+        """Flavor ID → name, read only when a server carries no embedded flavor (< 2.47)."""
+        if all((s.get("flavor") or {}).get("original_name") for s in servers):
+            return {}
+        flavors = self.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
+        return {str(f["id"]): str(f.get("name") or f["id"]) for f in flavors}
+
+    def _to_instances(self, servers: list[dict[str, Any]]) -> list[models.Instance]:
+        settings = self.settings
+        names = self._flavor_names(servers)
+        return [
+            to_instance(
+                server,
+                region=settings.connection.region,
+                regional=settings.regional_provider_id,
+                networking=settings.networking,
+                flavor_names=names,
+            )
+            for server in servers
+        ]
+
+    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
+        listing = models.InstanceListing()
+        wanted = set(ids)
+        if not wanted:
+            return listing
+        servers = self._servers()
+        listing.requests = max(1, (len(servers) // 1000) + 1)
+        for instance in self._to_instances([s for s in servers if s.get("id") in wanted]):
+            listing.found[instance.id] = instance
+        return listing
+
+    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
+        listing = models.InstanceListing()
+        unique = list(dict.fromkeys(n for n in names if n))
+        for start in range(0, len(unique), NAME_BATCH):
+            batch = unique[start : start + NAME_BATCH]
+            servers = [
+                s for s in self._servers({"name": name_regex(batch)}) if s.get("name") in batch
+            ]
+            listing.requests += 1
+            seen: dict[str, str] = {}
+            for server in servers:
+                name = str(server["name"])
+                if name in seen:
+                    raise errors.InvalidRequest(
+                        NAME,
+                        "ListServers",
+                        f"more than one server is named {name!r} "
+                        f"({seen[name]}, {server['id']}); set the node's providerID",
+                    )
+                seen[name] = str(server["id"])
+            for instance in self._to_instances(servers):
+                listing.found[instance.name] = instance
+        return listing

@@ -1,0 +1,86 @@
+"""The node manager's registration Secret for OpenStack (Deckhouse ``templates/registration.yaml``).
+
+``kube-system/d8-node-manager-cloud-provider`` (and the copy ``...-openstack``) tells the node
+manager to use ``OpenStackInstanceClass``/``OpenStackMachineClass`` and hands it the connection
+(``openstack`` key: ``connection``, ``internalNetworkNames``, ``externalNetworkNames``,
+``instances``, ``podNetworkMode``), key for key as Deckhouse renders it. The ``openstack`` key
+holds the password: it is a Secret, but it is never logged. Every value is base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from cloudloop.cloud.openstack.config import resolve
+from cloudloop.cloud.openstack.settings import OpenStackSettings
+
+NAME = "openstack"
+SECRET_NAME = "d8-node-manager-cloud-provider"
+NAMESPACE = "kube-system"
+REGISTRATION_LABEL = "cloud-provider.deckhouse.io/registration"
+PROVIDER_NAME_LABEL = "cloud-provider.deckhouse.io/name"
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def _json(value: object) -> str:
+    """JSON as Helm's ``toJson`` writes it: compact, keys sorted."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def registration_values(raw: OpenStackSettings) -> dict[str, str]:
+    """The Secret's ``data`` (base64 values)."""
+    settings = resolve(raw)
+    c = settings.connection
+    connection: dict[str, Any] = {
+        "authURL": c.auth_url,
+        "username": c.username,
+        "password": c.password_value(),
+        "domainName": c.domain_name or c.user_domain_name,
+        "region": c.region,
+    }
+    if c.tenant_id:
+        connection["tenantID"] = c.tenant_id
+    elif c.tenant_name:
+        connection["tenantName"] = c.tenant_name
+    if c.ca_file is not None and c.ca_file.exists():
+        connection["caCert"] = c.ca_file.read_text()
+    openstack: dict[str, Any] = {
+        "connection": connection,
+        "internalNetworkNames": list(settings.networking.internal_network_names),
+        "podNetworkMode": settings.pod_network_mode,
+    }
+    if settings.networking.public_network_names:
+        openstack["externalNetworkNames"] = list(settings.networking.public_network_names)
+    if settings.instances:
+        openstack["instances"] = dict(settings.instances)
+    values = {
+        "type": NAME,
+        "zones": _json(list(settings.zones)),
+        "instanceClassKind": "OpenStackInstanceClass",
+        "machineClassKind": "OpenStackMachineClass",
+        "openstack": _json(openstack),
+    }
+    return {key: _b64(value) for key, value in values.items()}
+
+
+def registration_secrets(settings: OpenStackSettings) -> list[dict[str, Any]]:
+    """Both Secrets (the generic name and the ``-openstack`` copy) with Deckhouse's labels."""
+    data = registration_values(settings)
+    labels = {
+        REGISTRATION_LABEL: "",
+        PROVIDER_NAME_LABEL: NAME,
+        "app.kubernetes.io/managed-by": "cloudloop",
+    }
+    return [
+        {
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": dict(labels)},
+            "type": "Opaque",
+            "data": dict(data),
+        }
+        for name in (SECRET_NAME, f"{SECRET_NAME}-{NAME}")
+    ]
