@@ -30,6 +30,8 @@ from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
@@ -349,11 +351,54 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
     )
 
 
+# -- OpenStack: the OpenStack API emulator, through openstacksdk ---------------------------
+@pytest.fixture(scope="session")
+def openstack_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    from tests.openstack.support import emulator_stack
+
+    yield from emulator_stack(tmp_path_factory.mktemp("conformance-openstack"))
+
+
+def openstack_backend(request: pytest.FixtureRequest) -> Backend:
+    from devstack.openstack_emulator import OpenStackEmulatorAdmin
+    from tests.openstack.support import openstack_settings
+
+    local: LocalStack = request.getfixturevalue("openstack_cloud")
+    assert local.openstack is not None
+    endpoint = local.openstack
+    [server] = OpenStackEmulatorAdmin(endpoint.admin_url).seed_servers(1, prefix="conformance")
+
+    def settings(**connection: Any) -> OpenStackSettings:
+        return openstack_settings(endpoint, request_timeout_s=3, **connection)
+
+    unknown = "00000000-0000-0000-0000-00000000abcd"
+    return Backend(
+        name="openstack",
+        driver=lambda: OpenStackDriver(settings()),
+        unreachable=lambda: OpenStackDriver(settings(auth_url=f"http://{DEAD}/v3")),
+        wrong_credentials=lambda: OpenStackDriver(settings(password=SecretStr("wrong-password"))),
+        probe=lambda d: d.zones(),
+        proves={
+            Capability.INSTANCES: lambda d: d.list_instances([server["id"]]).found[server["id"]],
+            Capability.DISCOVERY: lambda d: d.discovery_data(),
+            Capability.ROUTES: lambda d: d.list_routes("conformance"),
+            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
+            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
+        },
+        unknown={
+            Capability.INSTANCES: lambda d: d.list_instances([unknown]).found,
+            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
+            Capability.VOLUMES: lambda d: d.get_volume(unknown),
+        },
+    )
+
+
 #: provider → how to build its backend (one line per cloud).
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Backend]] = {
     "aws": aws_backend,
     "dvp": dvp_backend,
     "zvirt": zvirt_backend,
+    "openstack": openstack_backend,
     "vsphere": vsphere_backend,
 }
 

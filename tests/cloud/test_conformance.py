@@ -25,12 +25,14 @@ from tests.cloud.backends import (
     Backend,
     authenticating_moto,
     is_absence,
+    openstack_cloud,
     ovirt_engine,
     vcsim_server,
 )
 
 __all__ = [
     "authenticating_moto",
+    "openstack_cloud",
     "ovirt_engine",
     "vcsim_server",
 ]  # session fixtures the backends use

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import openstack
+from pydantic import SecretStr
 
+from cloudloop.cloud.openstack.settings import ConnectionSettings, OpenStackSettings, RouteSettings
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import Delays, OpenStackEmulatorEndpoint, OpenStackEmulatorOptions
 
@@ -80,3 +82,29 @@ def eventually(check: Callable[[], T | None], *, timeout: float = 10.0, every: f
             return last
         time.sleep(every)
     raise AssertionError(f"not reached within {timeout}s (last: {last!r})")
+
+
+def openstack_settings(
+    endpoint: OpenStackEmulatorEndpoint, *, router: bool = True, **overrides: Any
+) -> OpenStackSettings:
+    """The driver's settings for the emulator: password login, the seed's router for routes,
+    quick polling. ``overrides`` set top-level fields or (by name) ``connection`` fields."""
+    connection_fields = set(ConnectionSettings.model_fields)
+    connection: dict[str, Any] = {
+        "auth_url": endpoint.auth_url,
+        "username": endpoint.username,
+        "password": SecretStr(endpoint.password),
+        "tenant_name": endpoint.project,
+        "domain_name": endpoint.user_domain,
+        "region": endpoint.region,
+    }
+    connection.update({k: v for k, v in overrides.items() if k in connection_fields})
+    values: dict[str, Any] = {
+        "connection": ConnectionSettings(**connection),
+        "route": RouteSettings(router_id=endpoint.seed.router_id if router else ""),
+        "poll_interval_s": 0.05,
+        "wait_timeout_s": 30,
+        "request_timeout_s": 10,
+    }
+    values.update({k: v for k, v in overrides.items() if k not in connection_fields})
+    return OpenStackSettings(**values)

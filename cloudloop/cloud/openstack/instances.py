@@ -4,22 +4,26 @@
 up to 1000, at microversion 2.47 so the flavor is embedded: no flavor GET per node) and keeps
 the requested IDs; an ID absent from a complete, error-free listing does not exist.
 ``find_instances_by_name`` asks Nova once per batch with ``name=^(a|b|...)$`` (Nova's name filter
-is a regex; upstream asks ``^name$`` per node). Two servers with one node name is an error for the
-whole batch (upstream errors too), never a guess. A cloud without 2.47 gets one flavor list.
+is a regex; upstream asks ``^name$`` per node). A name no server has, or two servers have, is
+undecided (upstream answers an error, not "does not exist"), so node sync never deletes on it.
+A cloud without microversion 2.47 costs one flavor list more.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.openstack.base import NAME, OpenStackBase, status_of
+from cloudloop.cloud.openstack.base import OpenStackBase, status_of
 from cloudloop.cloud.openstack.servers import (
     name_regex,
     server_id_from_provider_id,
     to_instance,
 )
+
+log = logging.getLogger(__name__)
 
 #: Names per regex lookup (keeps the URL well under common 8 KiB limits).
 NAME_BATCH = 100
@@ -80,6 +84,8 @@ class OpenStackInstances(OpenStackBase):
         return listing
 
     def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
+        """Servers named like the nodes; a miss or two servers with one name is *undecided*
+        (upstream: a by-name miss is an error, not "does not exist"), never absent."""
         listing = models.InstanceListing()
         unique = list(dict.fromkeys(n for n in names if n))
         for start in range(0, len(unique), NAME_BATCH):
@@ -88,17 +94,21 @@ class OpenStackInstances(OpenStackBase):
                 s for s in self._servers({"name": name_regex(batch)}) if s.get("name") in batch
             ]
             listing.requests += 1
-            seen: dict[str, str] = {}
+            by_name: dict[str, list[dict[str, Any]]] = {}
             for server in servers:
-                name = str(server["name"])
-                if name in seen:
-                    raise errors.InvalidRequest(
-                        NAME,
-                        "ListServers",
-                        f"more than one server is named {name!r} "
-                        f"({seen[name]}, {server['id']}); set the node's providerID",
-                    )
-                seen[name] = str(server["id"])
-            for instance in self._to_instances(servers):
+                by_name.setdefault(str(server["name"]), []).append(server)
+            for name in batch:
+                matches = by_name.get(name, [])
+                if len(matches) != 1:
+                    if matches:
+                        log.warning(
+                            "%d servers are named %r (%s); set the node's providerID",
+                            len(matches),
+                            name,
+                            ", ".join(str(m["id"]) for m in matches),
+                        )
+                    listing.undecided.append(name)
+            unique_servers = [m[0] for m in by_name.values() if len(m) == 1]
+            for instance in self._to_instances(unique_servers):
                 listing.found[instance.name] = instance
         return listing
