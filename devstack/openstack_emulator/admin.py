@@ -113,6 +113,18 @@ class OpenStackEmulatorAdmin:
         """Freeze transitions of ``kind`` (e.g. a load balancer stuck in ``PENDING_UPDATE``)."""
         self._call("POST", "/hold", {"kind": kind, "hold": True})
 
+    def hold_after(self, service: str, kind: str, *, method: str = "", route: str = "") -> None:
+        """Hold ``kind`` once a matching request succeeded (e.g. ``load-balancer``,
+        ``loadbalancer``, ``POST``, ``/lbaas/pools$``): the resource stays ``PENDING_*``."""
+        self._call(
+            "POST",
+            "/hold-after",
+            {"service": service, "kind": kind, "method": method, "route": route},
+        )
+
+    def held(self) -> list[str]:
+        return list(self.state()["held"])
+
     def release(self, kind: str) -> None:
         self._call("POST", "/hold", {"kind": kind, "hold": False})
 

@@ -135,6 +135,25 @@ class InjectedFault:
         )
 
 
+@dataclass
+class HoldTrigger:
+    """Hold transitions of ``kind`` once a request matching ``service``/``method``/``route`` (a
+    regex over the route label) has been answered: e.g. freeze an LB in ``PENDING_UPDATE``
+    right after ``POST /v2/lbaas/pools``, with no race against the client's next write."""
+
+    service: str
+    kind: str
+    method: str = ""
+    route: str = ""
+
+    def matches(self, service: str, method: str, route: str) -> bool:
+        return (
+            self.service == service
+            and (not self.method or self.method == method)
+            and (not self.route or re.search(self.route, route) is not None)
+        )
+
+
 @dataclass(order=True)
 class _Transition:
     at: float
@@ -166,6 +185,7 @@ class Cloud:
             #: Kinds whose next transition ends in ERROR (e.g. ``loadbalancer``), with a count.
             self.fail_next: Counter[str] = Counter()
             self.faults: list[InjectedFault] = []
+            self.hold_triggers: list[HoldTrigger] = []
             self.service_modes: dict[str, str] = {name: "up" for name in SERVICES}
             self.request_counts: Counter[str] = Counter()
             self.user_agents: Counter[str] = Counter()
@@ -224,6 +244,16 @@ class Cloud:
             self.request_counts.clear()
             self.user_agents.clear()
             self.recent.clear()
+
+    def answered(self, service: str, method: str, route: str, status: int) -> None:
+        """A request was answered: arm the holds it triggers (successful writes only)."""
+        if status >= 400:
+            return
+        with self.lock:
+            fired = [t for t in self.hold_triggers if t.matches(service, method, route)]
+            for trigger in fired:
+                self.held.add(trigger.kind)
+            self.hold_triggers = [t for t in self.hold_triggers if t not in fired]
 
     def injected(self, service: str, method: str, route: str) -> InjectedFault | None:
         """The injected fault this request meets, consuming one of its count."""

@@ -22,7 +22,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from devstack.openstack_emulator.api import Reply, Request, Service, dumps, route_label
-from devstack.openstack_emulator.cloud import ApiFault, InjectedFault, RequestRecord
+from devstack.openstack_emulator.cloud import (
+    ApiFault,
+    HoldTrigger,
+    InjectedFault,
+    RequestRecord,
+)
 from devstack.openstack_emulator.state import OpenStack
 
 SERVICE_MODES = ("up", "refuse", "503", "500")
@@ -156,6 +161,7 @@ class ServiceServer:
             with cloud.lock:
                 cloud.advance()
                 reply: Reply = route.handler(request, *groups)
+                cloud.answered(self.name, method, label, reply.status)
             status = reply.status
             reply_headers = {**reply.headers}
             if reply.body is not None:
@@ -325,6 +331,13 @@ class AdminServer:
             return openstack.set_delays({k: float(v) for k, v in payload.items()}).__dict__
         if method == "POST" and path == "/hold":
             return {"held": openstack.hold(str(payload["kind"]), bool(payload.get("hold", True)))}
+        if method == "POST" and path == "/hold-after":
+            known = {f.name for f in fields(HoldTrigger)}
+            with cloud.lock:
+                cloud.hold_triggers.append(
+                    HoldTrigger(**{k: v for k, v in payload.items() if k in known})
+                )
+            return {}
         if method == "POST" and path == "/fail-next":
             openstack.fail_next(str(payload["kind"]), int(payload.get("count", 1)))
             return {}

@@ -325,6 +325,7 @@ class OpenStack:
             self.cloud.faults.clear()
             self.cloud.fail_next.clear()
             self.cloud.held.clear()
+            self.cloud.hold_triggers.clear()
 
     # -- snapshot --------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

@@ -1,0 +1,223 @@
+"""OpenStack node sync against the emulator: the driver's instances and NodeSync on the real stack.
+
+One paged server list per pass (however many nodes), the embedded flavor as instance type, the
+AZ as zone, floating IPs as ExternalIP, by-name misses undecided; NodeSync initializes Nodes,
+taints SHUTOFF servers, deletes Nodes only of servers Nova positively lists no more, and deletes
+nothing while Nova is down.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cloudloop.cloud import errors, models
+from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.cloud.openstack.settings import NetworkingSettings
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import NODES
+from cloudloop.rules import node as rules
+from cloudloop.settings import Settings
+from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
+from tests.helpers import eventually
+from tests.node.test_node_sync import cleanup, make_node, node_sync, node_when, scope, set_ready
+from tests.openstack.support import connect, openstack_settings
+
+__all__ = ["scope"]
+
+pytestmark = pytest.mark.stack
+
+SERVERS_ROUTE = "GET compute /v2.1/servers/detail"
+
+
+def server_lists(admin: OpenStackEmulatorAdmin) -> int:
+    return admin.request_counts().get(SERVERS_ROUTE, 0)
+
+
+def test_one_paged_list_answers_any_number_of_ids(
+    driver: OpenStackDriver, admin: OpenStackEmulatorAdmin
+) -> None:
+    made = admin.seed_servers(5, prefix="node", zones=["nova-b"], flavor="m1.medium")
+    ids = [m["id"] for m in made]
+    driver.list_instances(ids[:1])  # logs in
+    admin.clear_requests()
+    listing = driver.list_instances([*ids, "00000000-0000-0000-0000-000000000000"])
+    assert set(listing.found) == set(ids)
+    assert server_lists(admin) == 1 and sum(admin.request_counts().values()) == 1
+    instance = listing.found[ids[0]]
+    assert instance.provider_id == f"openstack:///{ids[0]}"
+    assert (instance.zone, instance.region, instance.instance_type) == (
+        "nova-b",
+        "RegionOne",
+        "m1.medium",
+    )
+    assert instance.state is models.InstanceState.RUNNING
+    assert [a.type for a in instance.addresses] == ["InternalIP"]
+
+
+def test_floating_ip_is_external_and_networks_select_internal(
+    endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin
+) -> None:
+    [made] = admin.seed_servers(1, prefix="fip")
+    sdk = connect(endpoint)
+    [port] = sdk.network.ports(device_id=made["id"])
+    public = sdk.network.find_network("public")
+    fip = sdk.network.create_ip(floating_network_id=public.id, port_id=port.id)
+    driver = OpenStackDriver(
+        openstack_settings(
+            endpoint, networking=NetworkingSettings(internal_network_names=["private"])
+        )
+    )
+    try:
+        instance = driver.list_instances([made["id"]]).found[made["id"]]
+        assert [(a.type, a.address) for a in instance.addresses] == [
+            ("InternalIP", port.fixed_ips[0]["ip_address"]),
+            ("ExternalIP", fip.floating_ip_address),
+        ]
+    finally:
+        driver.close()
+
+
+def test_by_name_misses_and_duplicates_are_undecided(
+    driver: OpenStackDriver, admin: OpenStackEmulatorAdmin
+) -> None:
+    admin.seed_servers(2, prefix="dup")  # dup-0, dup-1
+    admin.seed_servers(1, prefix="dup", start=1)  # a second dup-1
+    admin.clear_requests()
+    listing = driver.find_instances_by_name(["dup-0", "dup-1", "nowhere"])
+    assert set(listing.found) == {"dup-0"}
+    assert sorted(listing.undecided) == ["dup-1", "nowhere"]
+    assert server_lists(admin) == 1  # one regex lookup for the batch
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        pytest.param("SHUTOFF", models.InstanceState.STOPPED, id="shutoff"),
+        pytest.param("DELETED", models.InstanceState.TERMINATED, id="deleted"),
+        pytest.param("ERROR", models.InstanceState.UNKNOWN, id="error"),
+    ],
+)
+def test_server_states(
+    driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, status: str, state: models.InstanceState
+) -> None:
+    [made] = admin.seed_servers(1, prefix="state")
+    admin.set_server_status(made["id"], status)
+    assert driver.list_instances([made["id"]]).found[made["id"]].state is state
+
+
+@pytest.mark.parametrize("mode", ["refuse", "503"])
+def test_nova_down_is_an_error_not_absence(
+    driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, mode: str
+) -> None:
+    [made] = admin.seed_servers(1, prefix="down")
+    driver.list_instances([made["id"]])
+    admin.service_down("compute", mode)
+    try:
+        with pytest.raises(errors.CloudUnreachable):
+            driver.list_instances([made["id"]])
+    finally:
+        admin.service_up("compute")
+    assert made["id"] in driver.list_instances([made["id"]]).found
+
+
+# -- NodeSync on the real stack ------------------------------------------------------------
+@pytest.fixture
+def ccm_settings(os_settings: Settings, scope: str) -> Settings:
+    ccm = os_settings.ccm.model_copy(
+        update={
+            "node_selector": f"cloudloop-test={scope}",
+            "node_monitor_period_s": 0.5,
+            "node_status_update_frequency_s": 1.0,
+            "concurrent_node_syncs": 4,
+        }
+    )
+    return os_settings.model_copy(update={"ccm": ccm})
+
+
+def node_driver(settings: Settings) -> OpenStackDriver:
+    from cloudloop.cloud.openstack import PROVIDER
+
+    return OpenStackDriver(PROVIDER.section(settings))
+
+
+async def test_node_sync_initializes_nodes_named_like_servers(
+    kube: Kube, ccm_settings: Settings, admin: OpenStackEmulatorAdmin, scope: str
+) -> None:
+    made = admin.seed_servers(3, prefix=f"init-{scope}", flavor="m1.large")
+    driver = node_driver(ccm_settings)
+    try:
+        for server in made:
+            make_node(kube, server["name"], scope)
+        async with node_sync(kube, ccm_settings, driver):
+            for server in made:
+                node = await eventually(
+                    node_when(kube, server["name"], lambda n: not rules.needs_init(n)),
+                    what=f"{server['name']} initialized",
+                )
+                assert node["spec"]["providerID"] == f"openstack:///{server['id']}"
+                labels = node["metadata"]["labels"]
+                assert labels["node.kubernetes.io/instance-type"] == "m1.large"
+                assert labels["topology.kubernetes.io/region"] == "RegionOne"
+                assert labels["topology.kubernetes.io/zone"] in ("nova", "nova-b")
+                assert any(a["type"] == "InternalIP" for a in node["status"]["addresses"])
+    finally:
+        cleanup(kube, scope)
+        driver.close()
+
+
+async def test_lifecycle_taints_shutoff_deletes_gone_and_fails_closed(
+    kube: Kube, ccm_settings: Settings, admin: OpenStackEmulatorAdmin, scope: str
+) -> None:
+    made = {s["name"]: s for s in admin.seed_servers(3, prefix=f"life-{scope}")}
+    names = sorted(made)
+    driver = node_driver(ccm_settings)
+    try:
+        for name in names:
+            make_node(
+                kube, name, scope, tainted=False, provider_id=f"openstack:///{made[name]['id']}"
+            )
+            set_ready(kube, name, "False")
+        stopped, gone, kept = names
+        admin.set_server_status(stopped, "SHUTOFF")
+        async with node_sync(kube, ccm_settings, driver) as sync:
+            await eventually(
+                node_when(kube, stopped, lambda n: rules.has_taint(n, rules.SHUTDOWN_TAINT)),
+                what="the SHUTOFF server's node tainted",
+            )
+            admin.service_down("compute")  # Nova down: nothing may be deleted meanwhile
+            admin.set_server_status(made[gone]["id"], "DELETED")  # Nova lists it as DELETED
+            passes = sync.passes
+            await eventually(lambda: sync.passes >= passes + 4, what="passes while Nova is down")
+            assert kube.get(NODES, gone) is not None
+            admin.service_up("compute")
+            await eventually(
+                lambda: kube.get(NODES, gone) is None, what="the gone server's node deleted"
+            )
+            assert kube.get(NODES, kept) is not None and kube.get(NODES, stopped) is not None
+    finally:
+        admin.service_up("compute")
+        cleanup(kube, scope)
+        driver.close()
+
+
+async def test_a_server_deleted_through_nova_takes_its_node(
+    kube: Kube,
+    ccm_settings: Settings,
+    admin: OpenStackEmulatorAdmin,
+    endpoint: OpenStackEmulatorEndpoint,
+    scope: str,
+) -> None:
+    [made] = admin.seed_servers(1, prefix=f"del-{scope}")
+    driver = node_driver(ccm_settings)
+    try:
+        make_node(
+            kube, made["name"], scope, tainted=False, provider_id=f"openstack:///{made['id']}"
+        )
+        set_ready(kube, made["name"], "False")
+        async with node_sync(kube, ccm_settings, driver):
+            sdk = connect(endpoint)
+            sdk.compute.delete_server(made["id"])
+            await eventually(lambda: kube.get(NODES, made["name"]) is None, what="node deleted")
+    finally:
+        cleanup(kube, scope)
+        driver.close()
