@@ -370,6 +370,7 @@ class OpenStack:
                 "volumes": rows("volumes"),
                 "service_modes": dict(self.cloud.service_modes),
                 "held": sorted(self.cloud.held),
+                "faults": [dict(f.__dict__) for f in self.cloud.faults],
                 "pending_transitions": self.cloud.pending_transitions(),
                 "request_counts": dict(self.cloud.request_counts),
                 "user_agents": dict(self.cloud.user_agents),

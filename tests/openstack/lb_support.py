@@ -1,0 +1,116 @@
+"""What the OpenStack load-balancer stack tests share: Nodes for seeded servers, a worker
+process configured by a ``cloud.conf`` (as Deckhouse mounts it), and the Octavia state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import NODES
+from cloudloop.net import free_port
+from cloudloop.settings import Settings
+from devstack.local import LocalStack
+from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> list[str]:
+    for server in servers:
+        kube.create(
+            NODES,
+            {
+                "metadata": {"name": server["name"], "labels": {"cloudloop-test": scope}},
+                "spec": {"providerID": f"openstack:///{server['id']}"},
+            },
+        )
+    return [s["name"] for s in servers]
+
+
+def delete_nodes(kube: Kube, scope: str) -> None:
+    for node in kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]:
+        kube.delete(NODES, node["metadata"]["name"])
+
+
+def cloud_conf(endpoint: OpenStackEmulatorEndpoint, *, serial: bool = False) -> str:
+    """A ``cloud.conf`` for the emulator, the way Deckhouse renders one."""
+    return "\n".join(
+        [
+            "[Global]",
+            f'auth-url = "{endpoint.auth_url}"',
+            f'username = "{endpoint.username}"',
+            f'password = "{endpoint.password}"',
+            f'tenant-name = "{endpoint.project}"',
+            f'domain-name = "{endpoint.user_domain}"',
+            f'region = "{endpoint.region}"',
+            "[LoadBalancer]",
+            'create-monitor = "true"',
+            'monitor-delay = "2s"',
+            'monitor-timeout = "1s"',
+            f"provider-requires-serial-api-calls = {'true' if serial else 'false'}",
+            "[Route]",
+            f"router-id = {endpoint.seed.router_id}",
+            "",
+        ]
+    )
+
+
+def worker_process(
+    settings: Settings, stack: LocalStack, conf: Path, log: Path
+) -> subprocess.Popen[bytes]:
+    """``cloudloop worker`` for the OpenStack provider, configured by ``conf`` only."""
+    env = {
+        **os.environ,
+        "CLOUDLOOP_PROVIDER": "openstack",
+        "CLOUDLOOP_CLUSTER_NAME": settings.cluster_name,
+        "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
+        "CLOUDLOOP_METRICS_PORT": str(free_port()),
+        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
+        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
+        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "5",
+        "CLOUDLOOP_OPENSTACK__CLOUD_CONFIG_FILE": str(conf),
+        "CLOUDLOOP_OPENSTACK__POLL_INTERVAL_S": "0.1",
+    }
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cloudloop.cli", "worker"],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def octavia(admin: OpenStackEmulatorAdmin) -> dict[str, list[dict[str, Any]]]:
+    state = admin.state()
+    keys = ("loadbalancers", "listeners", "pools", "members", "healthmonitors", "floatingips")
+    return {k: state[k] for k in keys}
+
+
+def exactly_one_of_everything(
+    admin: OpenStackEmulatorAdmin, *, ports: int, nodes: int, monitors: bool = True
+) -> dict[str, Any]:
+    """One LB (ACTIVE), one listener and one pool per port, the node set per pool, one monitor
+    per pool, one floating IP on the VIP port: what every fault test ends with."""
+    o = octavia(admin)
+    assert len(o["loadbalancers"]) == 1, o["loadbalancers"]
+    [lb] = o["loadbalancers"]
+    assert lb["provisioning_status"] == "ACTIVE"
+    assert len(o["listeners"]) == ports, o["listeners"]
+    assert len({(x["protocol"], x["protocol_port"]) for x in o["listeners"]}) == ports
+    assert len(o["pools"]) == ports, o["pools"]
+    assert len(o["members"]) == ports * nodes, o["members"]
+    for pool in o["pools"]:
+        members = [m for m in o["members"] if m["_pool_id"] == pool["id"]]
+        assert len({(m["address"], m["protocol_port"]) for m in members}) == nodes
+    if monitors:
+        assert len(o["healthmonitors"]) == ports
+    assert len(o["floatingips"]) == 1, o["floatingips"]
+    [fip] = o["floatingips"]
+    assert fip["port_id"] == lb["vip_port_id"]
+    return {"lb": lb, "fip": fip}

@@ -1,0 +1,258 @@
+"""OpenStack load-balancer fault tests: the worker process SIGKILLed during each ``PENDING_*`` wait.
+
+The emulator holds Octavia's transitions right after the step's request succeeded (the LB stays
+``PENDING_CREATE``/``PENDING_UPDATE``/``PENDING_DELETE`` while the activity polls, heartbeating);
+the worker is killed there, the hold released and a new worker started. It must converge to
+exactly one LB, one listener and one pool per port, the node set as members, one monitor per
+pool and one floating IP (after a delete: nothing, and the Service gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import SERVICES
+from cloudloop.settings import Settings
+from devstack.local import LocalStack
+from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
+from tests.helpers import eventually
+from tests.loadbalancer.support import ingress, make_service, new_scope, service_starter
+from tests.openstack.lb_support import (
+    cloud_conf,
+    delete_nodes,
+    exactly_one_of_everything,
+    make_nodes,
+    octavia,
+    worker_process,
+)
+
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
+
+#: A killed worker's activity is retried after its heartbeat timeout (10 s); room for more.
+RECOVERY_S = 120
+LB = "load-balancer"
+KIND = "loadbalancer"
+P = "loadbalancer.openstack.org/"
+
+Workers = Callable[[], subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def scope() -> str:
+    return new_scope()
+
+
+@pytest.fixture
+def lb_config(os_settings: Settings, scope: str) -> Settings:
+    ccm = os_settings.ccm.model_copy(update={"node_selector": f"cloudloop-test={scope}"})
+    return os_settings.model_copy(update={"cluster_name": f"fault-{scope}", "ccm": ccm})
+
+
+@pytest.fixture
+def servers(admin: OpenStackEmulatorAdmin, scope: str) -> list[dict[str, str]]:
+    return admin.seed_servers(2, prefix=f"f-{scope}")
+
+
+@pytest.fixture
+def nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> Iterator[list[str]]:
+    yield make_nodes(kube, servers, scope)
+    delete_nodes(kube, scope)
+
+
+def start_workers(
+    lb_config: Settings,
+    stack: LocalStack,
+    endpoint: OpenStackEmulatorEndpoint,
+    tmp_path: Path,
+    *,
+    serial: bool,
+) -> tuple[Workers, list[subprocess.Popen[bytes]]]:
+    conf = tmp_path / "cloud.conf"
+    conf.write_text(cloud_conf(endpoint, serial=serial))
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = worker_process(lb_config, stack, conf, tmp_path / f"worker-{len(started)}.log")
+        started.append(proc)
+        return proc
+
+    return start, started
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()  # SIGKILL: no graceful shutdown, the activity dies in its wait
+    proc.wait(timeout=10)
+
+
+def held(admin: OpenStackEmulatorAdmin) -> bool:
+    return KIND in admin.held()
+
+
+def lb_status(admin: OpenStackEmulatorAdmin) -> str:
+    found = octavia(admin)["loadbalancers"]
+    return str(found[0]["provisioning_status"]) if found else ""
+
+
+@pytest.mark.parametrize(
+    ("serial", "method", "route", "pending"),
+    [
+        pytest.param(
+            False, "POST", r"/lbaas/loadbalancers$", "PENDING_CREATE", id="create-populated"
+        ),
+        pytest.param(True, "POST", r"/lbaas/loadbalancers$", "PENDING_CREATE", id="create-bare"),
+        pytest.param(True, "POST", r"/lbaas/listeners$", "PENDING_UPDATE", id="listener"),
+        pytest.param(True, "POST", r"/lbaas/pools$", "PENDING_UPDATE", id="pool"),
+        pytest.param(True, "POST", r"/lbaas/pools/\{id\}/members$", "PENDING_UPDATE", id="member"),
+        pytest.param(True, "POST", r"/lbaas/healthmonitors$", "PENDING_UPDATE", id="monitor"),
+        pytest.param(False, "POST", r"/floatingips$", "", id="floating-ip-in-flight"),
+    ],
+)
+async def test_worker_killed_in_an_ensure_wait_converges(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    stack: LocalStack,
+    endpoint: OpenStackEmulatorEndpoint,
+    admin: OpenStackEmulatorAdmin,
+    namespace: str,
+    nodes: list[str],
+    tmp_path: Path,
+    serial: bool,
+    method: str,
+    route: str,
+    pending: str,
+) -> None:
+    start, started = start_workers(lb_config, stack, endpoint, tmp_path, serial=serial)
+    if pending:
+        admin.hold_after(LB, KIND, method=method, route=route)
+    else:  # the floating IP is no wait: its request is answered only after the worker died
+        admin.inject("network", 0, method=method, route=route, latency_s=20)
+    try:
+        faulty = start()
+        async with service_starter(kube, client, lb_config, namespace):
+            await asyncio.to_thread(
+                make_service,
+                kube,
+                namespace,
+                "web",
+                annotations={P + "enable-health-monitor": "true"},
+                ports=(80, 443),
+            )
+            if pending:
+                await eventually(
+                    lambda: held(admin), timeout=90, what=f"the hold after {method} {route}"
+                )
+                assert lb_status(admin) == pending
+            else:
+                await eventually(
+                    lambda: not admin.state()["faults"], timeout=90, what="the FIP request sent"
+                )
+            await asyncio.sleep(1)  # the activity is polling (or blocked) now
+            kill(faulty)
+            admin.release(KIND)
+            start()
+            addresses = await eventually(
+                lambda: ingress(kube, namespace, "web"), timeout=RECOVERY_S, what="ingress"
+            )
+            made = exactly_one_of_everything(admin, ports=2, nodes=len(nodes))
+            assert addresses == [made["fip"]["floating_ip_address"]]
+            # (A delete after a killed worker is its own test below.)
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                kill(proc)
+
+
+async def test_worker_killed_in_the_member_update_wait_converges(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    stack: LocalStack,
+    endpoint: OpenStackEmulatorEndpoint,
+    admin: OpenStackEmulatorAdmin,
+    namespace: str,
+    nodes: list[str],
+    scope: str,
+    tmp_path: Path,
+) -> None:
+    start, started = start_workers(lb_config, stack, endpoint, tmp_path, serial=False)
+    try:
+        faulty = start()
+        async with service_starter(kube, client, lb_config, namespace):
+            await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
+            await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
+            admin.hold_after(LB, KIND, method="PUT", route=r"/lbaas/pools/\{id\}/members$")
+            [extra] = admin.seed_servers(1, prefix=f"f-{scope}", start=len(nodes))
+            await asyncio.to_thread(make_nodes, kube, [extra], scope)
+            await eventually(lambda: held(admin), timeout=90, what="the member update held")
+            assert lb_status(admin) == "PENDING_UPDATE"
+            await asyncio.sleep(1)
+            kill(faulty)
+            admin.release(KIND)
+            start()
+            await eventually(
+                lambda: (
+                    len(octavia(admin)["members"]) == 2 * (len(nodes) + 1)
+                    and lb_status(admin) == "ACTIVE"
+                ),
+                timeout=RECOVERY_S,
+                what="the node set as members",
+            )
+            exactly_one_of_everything(admin, ports=2, nodes=len(nodes) + 1, monitors=True)
+            await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+            await eventually(
+                lambda: kube.get(SERVICES, "web", namespace) is None,
+                timeout=RECOVERY_S,
+                what="deleted",
+            )
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                kill(proc)
+
+
+async def test_worker_killed_in_the_delete_wait_converges(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    stack: LocalStack,
+    endpoint: OpenStackEmulatorEndpoint,
+    admin: OpenStackEmulatorAdmin,
+    namespace: str,
+    nodes: list[str],
+    tmp_path: Path,
+) -> None:
+    start, started = start_workers(lb_config, stack, endpoint, tmp_path, serial=False)
+    try:
+        faulty = start()
+        async with service_starter(kube, client, lb_config, namespace):
+            await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
+            await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
+            admin.hold_after(LB, KIND, method="DELETE", route=r"/lbaas/loadbalancers/\{id\}$")
+            await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+            await eventually(lambda: held(admin), timeout=90, what="the delete held")
+            assert lb_status(admin) == "PENDING_DELETE"
+            assert octavia(admin)["floatingips"] == []  # released before the LB delete
+            await asyncio.sleep(1)
+            kill(faulty)
+            assert kube.get(SERVICES, "web", namespace) is not None  # the finalizer holds it
+            admin.release(KIND)
+            start()
+            await eventually(
+                lambda: kube.get(SERVICES, "web", namespace) is None,
+                timeout=RECOVERY_S,
+                what="deleted",
+            )
+            left = octavia(admin)
+            assert not any(left[k] for k in left), left
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                kill(proc)

@@ -1,0 +1,119 @@
+"""Service ``type: LoadBalancer`` → Octavia, on the real stack: starter, per-Service workflow,
+worker and the OpenStack driver against the emulator. The ingress is the floating IP; a node
+joining updates the members in one batch; deleting the Service leaves nothing behind; an invalid
+annotation gives a Warning and writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from cloudloop.cloud.openstack import PROVIDER as OPENSTACK
+from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import SERVICES
+from cloudloop.settings import Settings
+from devstack.openstack_emulator import OpenStackEmulatorAdmin
+from tests.helpers import eventually
+from tests.loadbalancer.support import events, ingress, make_service, new_scope, service_starter
+from tests.openstack.lb_support import delete_nodes, exactly_one_of_everything, make_nodes, octavia
+from workers.main import build_worker
+
+pytestmark = pytest.mark.stack
+
+P = "loadbalancer.openstack.org/"
+
+
+@pytest.fixture
+def scope() -> str:
+    return new_scope()
+
+
+@pytest.fixture
+def lb_config(os_settings: Settings, scope: str) -> Settings:
+    ccm = os_settings.ccm.model_copy(update={"node_selector": f"cloudloop-test={scope}"})
+    return os_settings.model_copy(update={"cluster_name": f"lb-{scope}", "ccm": ccm})
+
+
+@pytest.fixture
+def servers(admin: OpenStackEmulatorAdmin, scope: str) -> list[dict[str, str]]:
+    return admin.seed_servers(2, prefix=f"wf-{scope}")
+
+
+@pytest.fixture
+def nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> Iterator[list[str]]:
+    yield make_nodes(kube, servers, scope)
+    delete_nodes(kube, scope)
+
+
+@pytest.fixture
+async def worker(client: Client, lb_config: Settings, kube: Kube) -> AsyncIterator[Worker]:
+    driver = OpenStackDriver(OPENSTACK.section(lb_config))
+    async with build_worker(client, lb_config, driver=driver, kube=kube) as running:
+        yield running
+    driver.close()
+
+
+async def test_ensure_update_and_delete(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    namespace: str,
+    admin: OpenStackEmulatorAdmin,
+    nodes: list[str],
+    worker: Worker,
+    scope: str,
+) -> None:
+    annotations = {P + "enable-health-monitor": "true"}
+    async with service_starter(kube, client, lb_config, namespace):
+        await asyncio.to_thread(
+            make_service, kube, namespace, "web", annotations=annotations, ports=(80, 443)
+        )
+        found = await eventually(
+            lambda: ingress(kube, namespace, "web"), timeout=60, what="ingress"
+        )
+        made = exactly_one_of_everything(admin, ports=2, nodes=2)
+        assert found == [made["fip"]["floating_ip_address"]]
+        assert made["lb"]["name"] == f"kube_service_lb-{scope}_{namespace}_web"
+        assert events(kube, namespace, "web", "EnsuredLoadBalancer")
+
+        [extra] = admin.seed_servers(1, prefix=f"wf-{scope}", start=2)
+        await asyncio.to_thread(make_nodes, kube, [extra], scope)
+        await eventually(
+            lambda: len(octavia(admin)["members"]) == 6, timeout=60, what="the new node a member"
+        )
+        exactly_one_of_everything(admin, ports=2, nodes=3)
+
+        await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+        await eventually(
+            lambda: kube.get(SERVICES, "web", namespace) is None, timeout=60, what="deleted"
+        )
+        left = octavia(admin)
+        assert not any(left[k] for k in left), left
+
+
+async def test_invalid_annotation_warns_and_writes_nothing(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    namespace: str,
+    admin: OpenStackEmulatorAdmin,
+    nodes: list[str],
+    worker: Worker,
+) -> None:
+    async with service_starter(kube, client, lb_config, namespace):
+        await asyncio.to_thread(
+            make_service, kube, namespace, "bad", annotations={P + "keep-floatingip": "maybe"}
+        )
+        [warning] = await eventually(
+            lambda: events(kube, namespace, "bad", "SyncLoadBalancerFailed"),
+            timeout=60,
+            what="warning",
+        )
+        assert "keep-floatingip" in warning["message"]
+        assert octavia(admin)["loadbalancers"] == []
+        await asyncio.to_thread(kube.delete, SERVICES, "bad", namespace)
