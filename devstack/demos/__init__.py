@@ -15,6 +15,7 @@ from typing import Protocol
 from cloudloop.kube.api import Kube
 from cloudloop.settings import Settings
 from devstack.demos.aws import AwsDemo
+from devstack.demos.openstack import OpenStackDemo
 from devstack.demos.vsphere import VsphereDemo
 from devstack.local import LocalStack, StackOptions
 
@@ -41,5 +42,6 @@ class Demo(Protocol):
 
 DEMOS: dict[str, Callable[[], Demo]] = {
     "aws": AwsDemo,
+    "openstack": OpenStackDemo,
     "vsphere": VsphereDemo,
 }

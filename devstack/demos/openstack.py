@@ -1,0 +1,202 @@
+"""The OpenStack demo of ``cloudloop dev --provider openstack``: the OpenStack API emulator with
+two Nova servers whose kwok Nodes node sync initializes, pod routes on the router, an LB
+Service whose Octavia LB gets a floating IP, and a CloudProbe.
+
+The product is configured the way Deckhouse does it: a ``cloud.conf`` (written into the state
+folder, its password included) named by ``cloudloop.openstack.cloud_config_file``. The emulator's
+Octavia and Nova take a few seconds per step, so ``PENDING_CREATE`` and ``BUILD`` show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import openstack
+
+from cloudloop.cloud.openstack.settings import OpenStackSettings
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
+from cloudloop.rules.node import UNINITIALIZED_TAINT
+from cloudloop.settings import Settings
+from devstack.demos.common import DEPLOYMENTS
+from devstack.kube import KWOK_NODE_ANNOTATION
+from devstack.local import LocalStack, StackOptions
+from devstack.openstack_emulator import (
+    PRIVATE_NETWORK,
+    PUBLIC_NETWORK,
+    Delays,
+    OpenStackEmulatorEndpoint,
+    OpenStackEmulatorOptions,
+)
+
+DEMO_SERVERS = (("demo-node-0", "nova"), ("demo-node-1", "nova-b"))
+#: Slow enough to watch the states in the Temporal UI and through the SDK.
+DEMO_DELAYS = Delays(server_build_s=2, lb_create_s=4, lb_update_s=1.5, lb_delete_s=2)
+
+
+def cloud_conf(endpoint: OpenStackEmulatorEndpoint) -> str:
+    """``cloud.conf`` as Deckhouse renders it for cloud-controller-manager."""
+    return "\n".join(
+        [
+            "[Global]",
+            f'auth-url = "{endpoint.auth_url}"',
+            f'domain-name = "{endpoint.user_domain}"',
+            f'tenant-name = "{endpoint.project}"',
+            f'username = "{endpoint.username}"',
+            f'password = "{endpoint.password}"',
+            f'region = "{endpoint.region}"',
+            "[Networking]",
+            f'public-network-name = "{PUBLIC_NETWORK}"',
+            f'internal-network-name = "{PRIVATE_NETWORK}"',
+            "ipv6-support-disabled = true",
+            "[LoadBalancer]",
+            'create-monitor = "true"',
+            'monitor-delay = "2s"',
+            'monitor-timeout = "1s"',
+            f'subnet-id = "{endpoint.seed.private_subnet_id}"',
+            f'floating-network-id = "{endpoint.seed.public_network_id}"',
+            "[Route]",
+            f"router-id = {endpoint.seed.router_id}",
+            "[BlockStorage]",
+            "rescan-on-resize = true",
+            "",
+        ]
+    )
+
+
+class OpenStackDemo:
+    name = "openstack"
+
+    def stack_options(self, options: StackOptions) -> StackOptions:
+        return dataclasses.replace(
+            options,
+            openstack_emulator=OpenStackEmulatorOptions(
+                password="dev-openstack", delays=DEMO_DELAYS
+            ),
+        )
+
+    def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
+        endpoint = stack.openstack
+        assert endpoint is not None
+        conf = stack.state_dir / "openstack" / "cloud.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.touch(mode=0o600)
+        conf.write_text(cloud_conf(endpoint))
+        _seed_servers(endpoint)
+        _seed_cluster(kube)
+        return settings.model_copy(
+            update={
+                "provider": self.name,
+                "openstack": OpenStackSettings(
+                    cloud_config_file=conf, zones=[z for _, z in DEMO_SERVERS]
+                ),
+            }
+        )
+
+    def endpoints(self, stack: LocalStack) -> list[str]:
+        assert stack.openstack is not None
+        return [
+            f"  OpenStack   : {stack.openstack.auth_url} (Keystone; user "
+            f"{stack.openstack.username}, project {stack.openstack.project})",
+            f"  emulator    : {stack.openstack.admin_url}/state (admin API: state, faults)",
+            f"  cloud.conf  : {stack.state_dir / 'openstack' / 'cloud.conf'}",
+        ]
+
+    def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
+        assert stack.openstack is not None
+        return [
+            f"  {kubectl} get services demo-web   # EXTERNAL-IP: the Octavia LB's floating IP",
+            f"  {kubectl} get nodes -o custom-columns=NAME:.metadata.name,"
+            "PROVIDER:.spec.providerID,PODCIDR:.spec.podCIDR",
+            f"  curl -s {stack.openstack.admin_url}/state | python3 -m json.tool | less"
+            "   # servers, loadbalancers, routers[].routes",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"CloudloopKind='Service'\"",
+        ]
+
+
+def _seed_servers(endpoint: OpenStackEmulatorEndpoint) -> None:
+    """Two servers through openstacksdk, as a user (or Deckhouse's node manager) makes them."""
+    connect: Any = openstack.connect
+    sdk: Any = connect(**endpoint.connect_kwargs())
+    try:
+        network = sdk.network.find_network(PRIVATE_NETWORK)
+        image = sdk.image.find_image("ubuntu-22.04")
+        for name, zone in DEMO_SERVERS:
+            server = sdk.compute.create_server(
+                name=name,
+                flavor_id="3",  # m1.medium
+                image_id=image.id,
+                networks=[{"uuid": network.id}],
+                availability_zone=zone,
+                metadata={"cluster": "dev"},
+            )
+            sdk.compute.wait_for_server(server, wait=60, interval=0.5)
+    finally:
+        sdk.close()
+
+
+def _seed_cluster(kube: Kube) -> None:
+    """kwok Nodes named like the servers (no providerID: node sync finds them by name), a
+    Deployment, its LB Service and a CloudProbe."""
+    for name, _ in DEMO_SERVERS:
+        kube.create(
+            NODES,
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                    "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
+                },
+                "spec": {
+                    "taints": [
+                        {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
+                    ]
+                },
+            },
+        )
+    kube.create(
+        DEPLOYMENTS,
+        {
+            "metadata": {"name": "demo-web", "namespace": "default"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "demo-web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "demo-web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+                },
+            },
+        },
+        "default",
+    )
+    kube.create(
+        SERVICES,
+        {
+            "metadata": {
+                "name": "demo-web",
+                "namespace": "default",
+                "annotations": {"loadbalancer.openstack.org/enable-health-monitor": "true"},
+            },
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": "demo-web"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            },
+        },
+        "default",
+    )
+    try:
+        kube.create(
+            CLOUD_PROBES,
+            {
+                "metadata": {"name": "openstack", "namespace": "default"},
+                "spec": {"provider": "openstack"},
+            },
+            "default",
+        )
+    except KubeError as exc:
+        if not exc.conflict:
+            raise

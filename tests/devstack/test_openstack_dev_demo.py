@@ -1,0 +1,103 @@
+"""``cloudloop dev --provider openstack`` as a user runs it: the emulator's servers become
+initialized Nodes with pod routes on the router, the LB Service gets its floating IP, the
+CloudProbe answers, and Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cloudloop.net import free_port
+from devstack import gotools
+
+pytestmark = pytest.mark.stack
+
+DEADLINE_S = 180
+
+
+def test_dev_openstack_demo(tmp_path: Path) -> None:
+    state = tmp_path / "dev-state"
+    log_path = tmp_path / "dev.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cloudloop.cli",
+                "dev",
+                "--provider",
+                "openstack",
+                "--state-dir",
+                str(state),
+                "--temporal-port",
+                str(free_port()),
+                "--ui-port",
+                str(free_port()),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + DEADLINE_S
+
+    def wait_for(check: object, what: str) -> None:
+        assert callable(check)
+        while not check():
+            assert proc.poll() is None, log_path.read_text()[-5000:]
+            assert time.monotonic() < deadline, f"{what}\n{log_path.read_text()[-5000:]}"
+            time.sleep(0.5)
+
+    try:
+        wait_for(lambda: "(openstack) is up" in log_path.read_text(), "the banner")
+        banner = log_path.read_text()
+        assert "cloud.conf" in banner and "/v3 (Keystone" in banner
+        kubectl = [
+            str(gotools.binary_path("kubectl")),
+            "--kubeconfig",
+            str(state / "kube" / "main" / "admin.kubeconfig"),
+        ]
+
+        def get(*args: str) -> str:
+            return subprocess.run([*kubectl, "get", *args], capture_output=True, text=True).stdout
+
+        zones = "jsonpath={.items[*].metadata.labels.topology\\.kubernetes\\.io/zone}"
+        wait_for(
+            lambda: (
+                sorted(get("nodes", "-l", "cloudloop.io/demo=true", "-o", zones).split())
+                == ["nova", "nova-b"]
+            ),
+            "nodes initialized",
+        )
+        ip = "jsonpath={.status.loadBalancer.ingress[0].ip}"
+        wait_for(
+            lambda: get("service", "demo-web", "-o", ip).startswith("172.24.4."), "the floating IP"
+        )
+        ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+        wait_for(lambda: get("cloudprobe", "openstack", "-o", ready) == "True", "the probe")
+
+        admin_url = next(
+            line.split(": ", 1)[1].split("/state")[0]
+            for line in banner.splitlines()
+            if "emulator    :" in line
+        )
+
+        def routed() -> bool:
+            with urllib.request.urlopen(f"{admin_url}/state", timeout=5) as response:
+                routers = json.loads(response.read())["routers"]
+            return sum(len(r["routes"]) for r in routers) == 2
+
+        wait_for(routed, "two pod routes on router1")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert "every process of the stack has exited" in log_path.read_text()
