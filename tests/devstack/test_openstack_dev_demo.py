@@ -54,7 +54,7 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
             time.sleep(0.5)
 
     try:
-        wait_for(lambda: "(openstack) is up" in log_path.read_text(), "the banner")
+        wait_for(lambda: "cloudloop dev is up (openstack" in log_path.read_text(), "the banner")
         banner = log_path.read_text()
         assert "cloud.conf" in banner and "/v3 (Keystone" in banner
         kubectl = [
