@@ -12,6 +12,7 @@ from bench.context import BenchContext
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
+from bench.openstack import openstack_figures
 from bench.probe import probe_overhead
 from bench.termination import termination_figures
 from bench.volume import volume_figures
@@ -25,4 +26,5 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "volumes": volume_figures,
     "machines": machine_figures,
     "vsphere": vsphere_figures,
+    "openstack": openstack_figures,
 }

@@ -269,6 +269,7 @@ def match_filters(item: Resource, request: Request, names: Iterable[str]) -> boo
         value = item.get(name)
         if isinstance(value, bool):
             value = "true" if value else "false"
+            wanted = [{"1": "true", "0": "false"}.get(w.lower(), w.lower()) for w in wanted]
         if str(value) not in wanted and not (value is None and "" in wanted):
             return False
     return True

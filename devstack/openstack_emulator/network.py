@@ -248,8 +248,9 @@ class Network(Service):
                     return False
                 continue
             value = item.get(name)
-            if isinstance(value, bool):
+            if isinstance(value, bool):  # Neutron reads booleans as True/true/1 alike
                 value = "true" if value else "false"
+                wanted = [{"1": "true", "0": "false"}.get(w.lower(), w.lower()) for w in wanted]
             elif value is None:
                 value = ""
             if str(value) not in wanted:
