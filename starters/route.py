@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cloudloop.cloud.driver import Capability, CloudDriver
-from cloudloop.cloud.errors import CloudError, CloudThrottled
+from cloudloop.cloud.errors import CloudError, CloudThrottled, NotSupported
 from cloudloop.cloud.models import Route
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.conditions import now_rfc3339
@@ -195,6 +195,10 @@ class RouteSync:
         nodes = list(self.informer.store.values())
         try:
             routes = await self._call(self.driver.list_routes, self.cluster)
+        except NotSupported as exc:  # the cloud's configuration offers no routes (upstream
+            log.info("route controller off: %s", exc)  # Routes() is false): stop quietly
+            self.stop()
+            return None
         except CloudError as exc:
             self.failed_passes += 1
             log.warning("routes: cannot list the routes, changing nothing this pass: %s", exc)

@@ -384,15 +384,23 @@ def test_serial_api_calls_make_the_children_one_by_one(
         serial.close()
 
 
-def test_a_disabled_lb_section_offers_no_load_balancers(
+def test_a_disabled_lb_section_leaves_services_alone(
     endpoint: OpenStackEmulatorEndpoint,
+    admin: OpenStackEmulatorAdmin,
+    servers: list[dict[str, str]],
 ) -> None:
-    from cloudloop.cloud.driver import Capability
-
+    """``[LoadBalancer] enabled = false`` (upstream ``LoadBalancer()`` false): ensure answers
+    NotSupported (the workflow's "handled elsewhere"), lookups find nothing, delete is a no-op."""
     off = OpenStackDriver(
-        openstack_settings(
-            endpoint, load_balancer=LoadBalancerSettings(enabled=False), router=False
-        )
+        openstack_settings(endpoint, load_balancer=LoadBalancerSettings(enabled=False))
     )
-    assert not off.supports(Capability.LOAD_BALANCERS) and not off.supports(Capability.ROUTES)
-    assert off.supports(Capability.INSTANCES)
+    try:
+        with pytest.raises(errors.NotSupported):
+            off.ensure_load_balancer(lb_spec(servers))
+        with pytest.raises(errors.NotSupported):
+            off.update_load_balancer_backends(lb_spec(servers))
+        assert off.get_load_balancer(NAME) is None
+        off.delete_load_balancer(NAME)
+        assert world(admin)["loadbalancers"] == []
+    finally:
+        off.close()

@@ -116,14 +116,22 @@ def test_a_failed_port_update_removes_the_route_again(
     assert routes(admin, endpoint) == {}
 
 
-def test_routes_need_a_router(endpoint: OpenStackEmulatorEndpoint) -> None:
-    from cloudloop.cloud.driver import Capability
+async def test_without_a_router_the_route_loop_turns_itself_off(
+    kube: Kube, endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin
+) -> None:
+    """No ``[Route] router-id`` (upstream ``Routes()`` false): NotSupported, and RouteSync stops."""
     from tests.openstack.support import openstack_settings
 
     no_router = OpenStackDriver(openstack_settings(endpoint, router=False))
-    assert not no_router.supports(Capability.ROUTES)
-    with pytest.raises(errors.NotSupported):
-        no_router.list_routes("c")
+    try:
+        with pytest.raises(errors.NotSupported):
+            no_router.list_routes("c")
+        scope = uuid.uuid4().hex[:10]
+        async with route_sync(kube, no_router, scope) as sync:
+            await eventually(lambda: sync._stopped.is_set(), what="the loop stopped")
+            assert sync.passes == 0 and sync.failed_passes == 0
+    finally:
+        no_router.close()
 
 
 # -- RouteSync on the real stack ---------------------------------------------------------------

@@ -5,13 +5,14 @@ volumes, one mixin per capability over :mod:`cloudloop.cloud.openstack.base`. Ev
 counted in ``cloud_api_requests_total{provider="openstack"}`` and every failure becomes a
 :mod:`cloudloop.cloud.errors` class. Tests run it against :mod:`devstack.openstack_emulator`.
 
-Rules: like upstream's ``LoadBalancer()`` and ``Routes()``, load balancers are offered only with
-``[LoadBalancer] enabled`` and routes only with ``[Route] router-id`` (:meth:`supports`).
+Rules: the capabilities are the contract's (derived from the mixins). As upstream's
+``LoadBalancer()`` and ``Routes()``, a configuration without ``[LoadBalancer] enabled`` or
+``[Route] router-id`` answers ``NotSupported`` at run time: the LB workflow then leaves the
+Service alone, the route loop turns itself off.
 """
 
 from __future__ import annotations
 
-from cloudloop.cloud.driver import Capability
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase, translate
 from cloudloop.cloud.openstack.discovery import OpenStackDiscovery
 from cloudloop.cloud.openstack.loadbalancers import OpenStackLoadBalancers
@@ -25,10 +26,3 @@ class OpenStackDriver(
     OpenStackLoadBalancers, OpenStackRoutes, OpenStackDiscovery, OpenStackVolumes
 ):
     """OpenStack through openstacksdk."""
-
-    def supports(self, capability: Capability) -> bool:
-        if capability is Capability.LOAD_BALANCERS and not self.settings.load_balancer.enabled:
-            return False
-        if capability is Capability.ROUTES and not self.settings.route.router_id:
-            return False
-        return super().supports(capability)

@@ -401,7 +401,19 @@ class OpenStackLoadBalancers(OpenStackInstances):
         return body
 
     # -- the contract ----------------------------------------------------------------------
+    def _enabled(self, operation: str) -> bool:
+        """``[LoadBalancer] enabled`` (upstream's ``LoadBalancer()``); ``operation`` names the
+        caller for the log."""
+        if not self.settings.load_balancer.enabled:
+            log.debug("%s: load balancers are off in [LoadBalancer]", operation)
+        return bool(self.settings.load_balancer.enabled)
+
+    def _disabled(self) -> errors.NotSupported:
+        return errors.NotSupported(NAME, "load_balancers ([LoadBalancer] enabled = false)")
+
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
+        if not self._enabled("EnsureLoadBalancer"):
+            raise self._disabled()
         plan = self._plan(spec)
         lb = self._find(spec.name, plan.name)
         if plan.options.load_balancer_id and (
@@ -706,6 +718,8 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     # -- backends, lookup, delete ----------------------------------------------------------
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
+        if not self._enabled("UpdateLoadBalancer"):
+            raise self._disabled()
         options = parse_options(spec, self.settings.load_balancer)
         lb = self._find(spec.name, upstream_name(spec))
         if lb is None:
@@ -764,6 +778,8 @@ class OpenStackLoadBalancers(OpenStackInstances):
             self._sync_members(plan, lb["id"], pool["id"], plan.members_for(port))
 
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
+        if not self._enabled("GetLoadBalancer"):
+            return None  # nothing was made while load balancers are off
         lb = self._find(name)
         if lb is None:
             return None
@@ -772,6 +788,8 @@ class OpenStackLoadBalancers(OpenStackInstances):
         return models.LoadBalancerStatus(name=str(lb.get("name") or name), ip=address)
 
     def delete_load_balancer(self, name: str) -> None:
+        if not self._enabled("DeleteLoadBalancer"):
+            return  # nothing was made while load balancers are off
         lb = self._find(name)
         if lb is None:
             return
