@@ -379,3 +379,12 @@ def test_injected_volume_failures(conn: Sdk, admin: OpenStackEmulatorAdmin) -> N
     good = wait_volume(conn, conn.block_storage.create_volume(name="pv-ok", size=1).id, "available")
     conn.block_storage.extend_volume(good, 5)
     wait_volume(conn, good.id, "error_extending")
+
+
+def test_slow_transitions_from_the_admin_api(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
+    admin.set_delays(lb_create_s=1.5)
+    lb = conn.load_balancer.create_load_balancer(name="slow", vip_subnet_id=subnet_id(conn))
+    started = time.monotonic()
+    active(conn, lb.id)
+    assert time.monotonic() - started >= 1.2
+    assert admin.set_delays()["lb_create_s"] == 1.5

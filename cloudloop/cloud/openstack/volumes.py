@@ -29,6 +29,9 @@ from cloudloop.cloud.openstack.base import NAME, OpenStackBase, status_of
 from cloudloop.cloud.openstack.discovery import CLUSTER_METADATA
 
 DESCRIPTION = "Created by OpenStack Cinder CSI driver"
+#: Upstream's CSI driver name and topology key (a volume's zone is its Cinder AZ).
+CSI_DRIVER = "cinder.csi.openstack.org"
+TOPOLOGY_KEY = "topology.cinder.csi.openstack.org/zone"
 EXTEND_MICROVERSION = "3.42"
 _ATTACHMENT_STATE = {
     "reserved": "attaching",
