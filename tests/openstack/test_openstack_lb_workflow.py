@@ -83,9 +83,14 @@ async def test_ensure_update_and_delete(
 
         [extra] = admin.seed_servers(1, prefix=f"wf-{scope}", start=2)
         await asyncio.to_thread(make_nodes, kube, [extra], scope)
-        await eventually(
-            lambda: len(octavia(admin)["members"]) == 6, timeout=60, what="the new node a member"
-        )
+
+        def updated() -> bool:
+            now = octavia(admin)
+            return len(now["members"]) == 6 and all(
+                lb["provisioning_status"] == "ACTIVE" for lb in now["loadbalancers"]
+            )
+
+        await eventually(updated, timeout=60, what="the new node a member, the LB ACTIVE")
         exactly_one_of_everything(admin, ports=2, nodes=3)
 
         await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
