@@ -369,7 +369,7 @@ def openstack_backend(request: pytest.FixtureRequest) -> Backend:
     [server] = OpenStackEmulatorAdmin(endpoint.admin_url).seed_servers(1, prefix="conformance")
 
     def settings(**connection: Any) -> OpenStackSettings:
-        return openstack_settings(endpoint, request_timeout_s=3, **connection)
+        return openstack_settings(endpoint, request_timeout_s=30, **connection)
 
     unknown = "00000000-0000-0000-0000-00000000abcd"
     return Backend(
