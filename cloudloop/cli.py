@@ -1,4 +1,4 @@
-"""The ``cloudloop`` command: ``worker``, ``starter`` and ``retry``, plus the commands of plugins.
+"""The ``cloudloop`` command: ``worker``, ``starter``, ``retry`` and ``nodegroup``, plus plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
 group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
@@ -122,6 +122,84 @@ def retry_machine(target: str) -> None:
         click.echo(asyncio.run(request_retry(Settings(), namespace, name)))
     except LookupError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.group()
+def nodegroup() -> None:
+    """Node groups from InstanceClasses (Cluster API MachineDeployments)."""
+
+
+@nodegroup.command("render")
+@click.option(
+    "--instance-class",
+    "instance_class_file",
+    type=click.File("r"),
+    required=True,
+    help="The DVPInstanceClass / ZvirtInstanceClass as YAML ('-': stdin).",
+)
+@click.option("--name", required=True, help="The node group's name.")
+@click.option("--cluster", required=True, help="The Cluster API Cluster the machines join.")
+@click.option("--namespace", "-n", default="default", show_default=True)
+@click.option("--zones", default="default", show_default=True, help="Comma-separated zones.")
+@click.option("--replicas", type=click.IntRange(min=0), help="Machines per zone (unset: keep).")
+@click.option("--bootstrap-secret", help="The bootstrap data Secret every machine uses.")
+@click.option("--bootstrap-config-template", help="A KubeadmConfigTemplate name instead.")
+@click.option("--cluster-uuid", default="", help="Mixed into the names (Deckhouse's cluster UUID).")
+def nodegroup_render(
+    instance_class_file: Any,
+    name: str,
+    cluster: str,
+    namespace: str,
+    zones: str,
+    replicas: int | None,
+    bootstrap_secret: str | None,
+    bootstrap_config_template: str | None,
+    cluster_uuid: str,
+) -> None:
+    """Print a MachineDeployment and its InfraMachineTemplate per zone, rendered from an
+    InstanceClass by its provider's template.yaml; apply them, then ``kubectl scale``."""
+    import yaml
+
+    from cloudloop.cloud.registry import PROVIDERS
+    from cloudloop.nodegroup.contract import ContractError
+    from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+
+    if bool(bootstrap_secret) == bool(bootstrap_config_template):
+        raise click.UsageError("give one of --bootstrap-secret and --bootstrap-config-template")
+    instance_class = yaml.safe_load(instance_class_file)
+    if not isinstance(instance_class, dict):
+        raise click.BadParameter("not a Kubernetes object", param_hint="--instance-class")
+    kind = str(instance_class.get("kind") or "")
+    provider = next(
+        (
+            p
+            for p in PROVIDERS.values()
+            if p.node_templates is not None and p.node_templates.instance_class.kind == kind
+        ),
+        None,
+    )
+    if provider is None or provider.node_templates is None or provider.infra_kinds is None:
+        raise click.BadParameter(
+            f"no provider renders {kind or 'this kind'}", param_hint="--instance-class"
+        )
+    group = NodeGroup(
+        name=name,
+        instance_class=instance_class,
+        cluster=cluster,
+        namespace=namespace,
+        bootstrap=Bootstrap(
+            data_secret_name=bootstrap_secret or "",
+            config_template_name=bootstrap_config_template or "",
+        ),
+        replicas=replicas,
+        zones=tuple(z.strip() for z in zones.split(",") if z.strip()),
+        cluster_uuid=cluster_uuid,
+    )
+    try:
+        objects = render_node_group(group, provider.infra_kinds, provider.node_templates)
+    except ContractError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
 
 
 def _load_plugins() -> None:

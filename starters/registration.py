@@ -1,7 +1,8 @@
 """CloudProviderRegistration: the node manager's registration Secrets for the configured provider.
 
 Deckhouse's node manager reads ``kube-system/d8-node-manager-cloud-provider`` (and the copy
-``...-<provider>``) to learn the provider's InstanceClass and Cluster API kinds. This loop writes
+``...-<provider>``) to learn the provider's InstanceClass and Cluster API kinds, and
+``d8-cloud-provider-<provider>-capi`` for its machine-template contract. This loop writes
 them at start and again every ``interval_s`` when someone changed them; an unchanged Secret is not
 written.
 """
@@ -63,7 +64,10 @@ class CloudProviderRegistration:
         if build is None:
             return None
         section = provider.section(context.settings)
-        return cls(context.kube, lambda: build(section))
+        templates = provider.node_templates
+        # The machine-template contract travels beside the registration (Deckhouse's channel).
+        extra = [templates.secret()] if templates is not None else []
+        return cls(context.kube, lambda: build(section) + extra)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -9,7 +9,8 @@ Rules:
 - ``name`` is the ``provider`` setting's value and the name of the settings section
   (``CLOUDLOOP_<NAME>__*``); ``settings`` is that section's model.
 - Optional parts are ``None`` when the cloud has none: Cluster API kinds, the node manager's
-  registration Secrets, the termination handler's client.
+  registration Secrets, node-group templates (InstanceClass kind and machine-template contract),
+  the termination handler's client.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from cloudloop.cloud.capi import InfraKinds
+    from cloudloop.cloud.capi import InfraKinds, NodeTemplates
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.settings import NthSettings, Settings
 
@@ -42,6 +43,10 @@ class Provider(Generic[S]):
     registration: Callable[[S], list[dict[str, Any]]] | None = None
     #: The node termination handler's client (queue, instances, lifecycle actions), if any.
     termination: Callable[[S, NthSettings], Any] | None = None
+    #: Node groups from InstanceClasses: the InstanceClass kind and the ``template.yaml``
+    #: turning one into this cloud's InfraMachineTemplate (published beside the registration
+    #: Secret, rendered by ``cloudloop nodegroup render``), if the cloud has Cluster API nodes.
+    node_templates: NodeTemplates | None = None
 
     def section(self, settings: Settings) -> S:
         """This provider's section of ``settings``."""

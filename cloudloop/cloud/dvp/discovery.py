@@ -1,9 +1,19 @@
 """DVP discovery: the zones announced for the cluster and the parent's StorageClasses as
-``volumeTypes`` of ``DVPCloudProviderDiscoveryData`` (Deckhouse's DVP cloud-data-discoverer)."""
+``volumeTypes`` of ``DVPCloudProviderDiscoveryData`` (Deckhouse's DVP cloud-data-discoverer), and
+the cluster's disks no VM uses, for the orphaned-disk check.
+
+Orphaned disks: VirtualDisks labelled for this cluster (``deckhouse.io/managed-by``,
+``dvp.deckhouse.io/cluster-uuid``) that no VM of the namespace references (``blockDeviceRefs``) or
+has attached (``status.attachedToVirtualMachines``) and that are not being deleted; the discoverer
+then drops those a PersistentVolume references (a detached CSI volume is not orphaned). A machine's
+boot and additional disks therefore count only once their VM is gone. Two LISTs per check.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 from cloudloop.cloud import models
 from cloudloop.cloud.dvp import resources as r
@@ -35,6 +45,34 @@ class DvpDiscovery(DvpBase):
         names = self.settings.zones or list(DEFAULT_ZONES)
         return [models.Zone(name=name, region=REGION) for name in names]
 
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
+        """The cluster's VirtualDisks no VM uses (``cluster`` is implied by the settings'
+        cluster UUID, which labels every disk this cluster made)."""
+        selector = self.cluster_selector()
+        disks = self.list_objects(r.VIRTUAL_DISKS, label_selector=selector)
+        used: set[str] = set()
+        for vm in self.list_objects(r.VIRTUAL_MACHINES):
+            for ref in (vm.get("spec") or {}).get("blockDeviceRefs") or []:
+                if ref.get("kind") == "VirtualDisk":
+                    used.add(str(ref.get("name")))
+        found: list[models.Disk] = []
+        for disk in disks:
+            meta, status = disk["metadata"], disk.get("status") or {}
+            attached = status.get("attachedToVirtualMachines") or []
+            if meta.get("deletionTimestamp") or meta["name"] in used or attached:
+                continue
+            claim = (disk.get("spec") or {}).get("persistentVolumeClaim") or {}
+            found.append(
+                models.Disk(
+                    id=str(meta["name"]),
+                    name=str(meta["name"]),
+                    size_gib=_gib(status.get("capacity") or claim.get("size")),
+                    state=str(status.get("phase") or ""),
+                    tags=dict(meta.get("labels") or {}),
+                )
+            )
+        return found
+
     def discovery_data(self) -> models.DiscoveryData:
         classes = self.list_objects(r.STORAGE_CLASSES)
         names = [str(sc["metadata"]["name"]) for sc in classes]
@@ -44,3 +82,12 @@ class DvpDiscovery(DvpBase):
             kind=DISCOVERY_KIND,
             extra={"volumeTypes": volume_types(names)},
         )
+
+
+def _gib(size: Any) -> int:
+    """A quantity in whole GiB (rounded up); 0 when unknown."""
+    try:
+        value = parse_quantity(size) if size else 0  # type: ignore[no-untyped-call]
+    except ValueError:
+        return 0
+    return int(-(-value // 2**30))

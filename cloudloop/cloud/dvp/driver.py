@@ -1,7 +1,8 @@
 """The DVP driver: VMs, disks and cloud-init Secrets in one namespace of the parent DVP cluster.
 
 One mixin per capability over a shared base (parent-cluster client, call counting, error
-translation): machines for Cluster API, instances for node sync, discovery.
+translation): machines for Cluster API, instances for node sync, load balancers (parent Services
+fed by EndpointSlices), discovery.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from cloudloop.cloud.dvp.base import NAME, PROVIDER_ID_PREFIX, DvpBase
 from cloudloop.cloud.dvp.discovery import DvpDiscovery
 from cloudloop.cloud.dvp.instances import DvpInstances
+from cloudloop.cloud.dvp.loadbalancers import DvpLoadBalancers
 from cloudloop.cloud.dvp.machines import DvpMachines
 
 __all__ = ["NAME", "PROVIDER_ID_PREFIX", "DvpBase", "DvpDriver"]
 
 
-class DvpDriver(DvpMachines, DvpInstances, DvpDiscovery):
+class DvpDriver(DvpMachines, DvpInstances, DvpLoadBalancers, DvpDiscovery):
     """DVP through the parent cluster's Kubernetes API (``virtualization.deckhouse.io``)."""

@@ -3,6 +3,12 @@
 A Node's providerID is ``dvp://<vm-name>``; a Node is matched by name through the VM's
 ``dvp.deckhouse.io/hostname`` label (as Deckhouse's CCM does). A VM missing from the answer
 positively does not exist; a Stopped VM is a shut-down instance.
+
+Zones: DVP has none of its own; Deckhouse announces the configured ones (``default`` when none).
+A VM's zone is where it is placed: its ``nodeSelector`` (or required node affinity) on
+``topology.kubernetes.io/zone``; a VM not pinned to a zone is in the single configured zone. Only
+zones discovery reports are written (a pin to another zone, or no pin among several zones, gives
+no zone label rather than a guess); the region is ``default``.
 """
 
 from __future__ import annotations
@@ -12,11 +18,30 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.dvp import resources as r
-from cloudloop.cloud.dvp.base import NAME, PROVIDER_ID_PREFIX, DvpBase
+from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, PROVIDER_ID_PREFIX, REGION, DvpBase
 from cloudloop.cloud.dvp.machines import vm_state
 
 
-def vm_instance(vm: dict[str, Any]) -> models.Instance:
+def vm_zone(vm: dict[str, Any], zones: Sequence[str]) -> str:
+    """The zone ``vm`` is placed in, if it is one of ``zones`` (see the module rules)."""
+    spec = vm.get("spec") or {}
+    pinned = {str((spec.get("nodeSelector") or {}).get(r.ZONE_LABEL) or "")} - {""}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            values = expression.get("values") or []
+            is_zone = expression.get("key") == r.ZONE_LABEL and expression.get("operator") == "In"
+            if is_zone and len(values) == 1:
+                pinned.add(str(values[0]))
+    if len(pinned) == 1:
+        zone = pinned.pop()
+        return zone if zone in zones else ""
+    return zones[0] if len(zones) == 1 and not pinned else ""
+
+
+def vm_instance(vm: dict[str, Any], zones: Sequence[str] = DEFAULT_ZONES) -> models.Instance:
     """The Instance of a VM; addresses in Deckhouse's CCM order (ExternalIP, InternalIP,
     Hostname)."""
     meta = vm["metadata"]
@@ -37,6 +62,8 @@ def vm_instance(vm: dict[str, Any]) -> models.Instance:
         name=meta["name"],
         state=state,
         private_dns_name=hostname,
+        zone=vm_zone(vm, zones),
+        region=REGION,
         addresses=addresses,
         tags=dict(labels),
     )
@@ -70,8 +97,9 @@ class DvpInstances(DvpBase):
         vms, listing.requests = self.list_object_pages(
             r.VIRTUAL_MACHINES, label_selector=self.cluster_selector()
         )
+        zones = self.settings.zones or list(DEFAULT_ZONES)
         for vm in vms:
-            instance = vm_instance(vm)
+            instance = vm_instance(vm, zones)
             if key(instance) in wanted:
                 listing.found[key(instance)] = instance
         return listing

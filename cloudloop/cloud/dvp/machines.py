@@ -15,7 +15,7 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.dvp import resources as r
-from cloudloop.cloud.dvp.base import NAME, PROVIDER_ID_PREFIX, DvpBase
+from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, PROVIDER_ID_PREFIX, DvpBase
 from cloudloop.cloud.dvp.spec import DeckhouseMachineSpec, parse_spec
 from cloudloop.kube.resources import Resource
 
@@ -84,6 +84,19 @@ class DvpMachines(DvpBase):
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return labels.get(r.MACHINE_UID_LABEL) == spec.machine_uid
 
+    def zone_selector(self, spec: models.MachineSpec) -> dict[str, str]:
+        """The machine's failure domain as a parent-node selector (only for configured zones:
+        with none configured, DVP's single ``default`` zone places nothing)."""
+        zone = spec.failure_domain
+        if not zone or (not self.settings.zones and zone in DEFAULT_ZONES):
+            return {}
+        if zone not in self.settings.zones:
+            known = ", ".join(self.settings.zones or DEFAULT_ZONES)
+            raise errors.InvalidRequest(
+                NAME, "CreateVirtualMachine", f"zone {zone!r} is not a configured zone ({known})"
+            )
+        return {r.ZONE_LABEL: zone}
+
     def _vm_body(self, spec: models.MachineSpec, vm: DeckhouseMachineSpec) -> dict[str, Any]:
         disks = [r.boot_disk_name(spec.name)] + [
             r.additional_disk_name(spec.name, i) for i in range(len(vm.additional_disks))
@@ -91,13 +104,29 @@ class DvpMachines(DvpBase):
         migration = vm.live_migration_policy or (
             "PreferForced" if spec.control_plane else "PreferSafe"
         )
-        return {
-            "metadata": {
-                "name": spec.name,
-                "namespace": self.namespace,
-                "labels": {**self.settings.additional_vm_labels, **self._labels(spec)},
+        placement: dict[str, Any] = {}
+        node_selector = {**vm.node_selector, **self.zone_selector(spec)}
+        if node_selector:
+            placement["nodeSelector"] = node_selector
+        if vm.tolerations:
+            placement["tolerations"] = vm.tolerations
+        if vm.priority_class_name:
+            placement["priorityClassName"] = vm.priority_class_name
+        metadata: dict[str, Any] = {
+            "name": spec.name,
+            "namespace": self.namespace,
+            "labels": {
+                **vm.additional_labels,
+                **self.settings.additional_vm_labels,
+                **self._labels(spec),
             },
+        }
+        if vm.additional_annotations:
+            metadata["annotations"] = dict(vm.additional_annotations)
+        return {
+            "metadata": metadata,
             "spec": {
+                **placement,
                 "virtualMachineClassName": vm.vm_class_name,
                 "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.cpu_fraction},
                 "memory": {"size": vm.memory},

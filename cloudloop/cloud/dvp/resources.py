@@ -27,6 +27,8 @@ VIRTUAL_MACHINE_CLASSES = Resource(
 )
 STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False)
 SECRETS = Resource("", "v1", "secrets", "Secret")
+SERVICES = Resource("", "v1", "services", "Service")
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 
 #: ``bootDiskImageRef.kind`` → the resource holding the image.
 IMAGE_RESOURCES = {
@@ -46,6 +48,8 @@ HOSTNAME_LABEL = "dvp.deckhouse.io/hostname"
 DISK_NAME_LABEL = "virtualDiskName"
 ATTACHMENT_DISK_LABEL = "virtualMachineDiskName"
 ATTACHMENT_MACHINE_LABEL = "virtualMachineName"
+#: The parent node label that places a VM in a zone (and tells a VM's zone back).
+ZONE_LABEL = "topology.kubernetes.io/zone"
 #: The InfraMachine UID a VM, disk or Secret was created for: a retried create adopts by it.
 MACHINE_UID_LABEL = "cloudloop.io/machine-uid"
 

@@ -40,3 +40,6 @@ class DvpSettings(BaseModel):
     additional_vm_labels: dict[str, str] = Field(default_factory=dict)
     #: ``sshPublicKey`` of the registration Secret.
     ssh_public_key: str = ""
+    #: How long one ensure waits for the parent cluster to give a load balancer its address
+    #: before it returns a retryable error (Deckhouse polls up to 5 minutes).
+    lb_ingress_timeout_s: float = 60.0

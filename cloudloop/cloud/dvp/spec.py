@@ -68,6 +68,14 @@ class DeckhouseMachineSpec(_Spec):
     live_migration_policy: LIVE_MIGRATION_POLICIES | None = Field(
         default=None, alias="liveMigrationPolicy"
     )
+    # Placement and metadata of the VM (cloudloop's extension, from the DVPInstanceClass).
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    priority_class_name: str = Field(default="", alias="priorityClassName")
+    additional_labels: dict[str, str] = Field(default_factory=dict, alias="additionalLabels")
+    additional_annotations: dict[str, str] = Field(
+        default_factory=dict, alias="additionalAnnotations"
+    )
 
     _quantities = field_validator("memory", "root_disk_size", mode="before")(quantity)
 

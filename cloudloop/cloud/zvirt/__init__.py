@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud.provider import Provider
-from cloudloop.cloud.zvirt.capi import INFRA_KINDS
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
 if TYPE_CHECKING:
@@ -36,4 +36,5 @@ PROVIDER = Provider(
     driver=_driver,
     infra_kinds=INFRA_KINDS,
     registration=_registration,
+    node_templates=NODE_TEMPLATES,
 )
