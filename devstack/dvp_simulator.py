@@ -35,6 +35,7 @@ from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import Resource
 from devstack.dvp import VIRTUALIZATION_CRDS, served_resources
+from devstack.dvp_loadbalancer import ParentLoadBalancers
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 
@@ -510,6 +511,8 @@ class DvpParent:
     kube: Kube
     simulator: DvpSimulator
     stack: LocalStack | None = None
+    #: The parent's load-balancer controller (assigns Services their ingress address).
+    load_balancers: ParentLoadBalancers | None = None
 
     @classmethod
     def start(cls, state_dir: Path, *, timings: SimulatorTimings | None = None) -> DvpParent:
@@ -538,7 +541,14 @@ class DvpParent:
         kube = Kube(api_client(kubeconfig, qps_pool=64))
         install_parent(kube)
         simulator = DvpSimulator(kube, timings or SimulatorTimings()).start()
-        return cls(kubeconfig=kubeconfig, kube=kube, simulator=simulator, stack=stack)
+        load_balancers = ParentLoadBalancers(kube).start()
+        return cls(
+            kubeconfig=kubeconfig,
+            kube=kube,
+            simulator=simulator,
+            stack=stack,
+            load_balancers=load_balancers,
+        )
 
     def new_namespace(self, prefix: str = "dvp") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -547,5 +557,7 @@ class DvpParent:
 
     def stop(self) -> None:
         self.simulator.stop()
+        if self.load_balancers is not None:
+            self.load_balancers.stop()
         if self.stack is not None:
             self.stack.stop()

@@ -1,0 +1,258 @@
+"""The machine-template contract: the Go-template sandbox, strict parsing, rendering each
+provider's shipped template.yaml, rollout digests and the MachineDeployment renderer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
+from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
+from cloudloop.nodegroup.contract import Contract, ContractError, RenderContext
+from cloudloop.nodegroup.gotemplate import Template, TemplateError
+from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+
+
+@pytest.mark.parametrize(
+    ("source", "data", "expected"),
+    [
+        ("a {{ .x }} b", {"x": 1}, "a 1 b"),
+        ("a {{- .x -}} b", {"x": "y"}, "ayb"),
+        ("{{ .x | quote }}", {"x": 'he said "hi"'}, '"he said \\"hi\\""'),
+        ("{{ .n | int }}", {"n": 4.0}, "4"),
+        ("{{ .n }}", {"n": 4.0}, "4"),
+        ("{{ if .a }}yes{{ else }}no{{ end }}", {"a": 0}, "no"),
+        ("{{ if .a }}1{{ else if .b }}2{{ else }}3{{ end }}", {"a": "", "b": [1]}, "2"),
+        ('{{ get .m "k" | default "d" }}', {"m": {}}, "d"),
+        ('{{ hasKey .m "k" }}', {"m": {"k": None}}, "true"),
+        ("{{ range $i, $v := .l }}{{ $i }}={{ $v }};{{ end }}", {"l": ["a", "b"]}, "0=a;1=b;"),
+        ("{{ range .l }}[{{ . }}]{{ else }}none{{ end }}", {"l": []}, "none"),
+        ("{{ with .m }}{{ .k }}{{ end }}", {"m": {"k": "v"}}, "v"),
+        ("{{ $x := .a }}{{ range .l }}{{ $x }}{{ end }}", {"a": "z", "l": [1, 2]}, "zz"),
+        ("{{ range $d := .l }}{{ $.top }}{{ $d.n }}{{ end }}", {"top": "t", "l": [{"n": 1}]}, "t1"),
+        ("{{ .m | toJson }}", {"m": {"b": 1, "a": "x"}}, '{"a":"x","b":1}'),
+        ('{{ (get .m "k").v }}', {"m": {"k": {"v": 7}}}, "7"),
+        ('{{ printf "%s-%d" .a .b }}', {"a": "x", "b": 3.0}, "x-3"),
+        ("{{/* a comment */}}ok", {}, "ok"),
+        ('{{ eq .a "x" }} {{ ne .a "x" }}', {"a": "x"}, "true false"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None,
+)
+def test_go_template_semantics(source: str, data: dict[str, Any], expected: str) -> None:
+    assert Template.parse(source).render(data) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "data", "message"),
+    [
+        ("{{ .missing }}", {}, "no entry for key 'missing'"),
+        ("{{ .a.b }}", {"a": "s"}, "nil pointer"),
+        ("{{ now }}", {}, 'function "now" not defined'),
+        ('{{ env "HOME" }}', {}, 'function "env" not defined'),
+        ("{{ if .a }}x", {"a": 1}, "unclosed"),
+        ("{{ end }}", {}, "unexpected {{end}}"),
+        ('{{ fail "no image" }}', {}, "no image"),
+        ('{{ required "need x" .x }}', {"x": ""}, "need x"),
+        ('{{ include "x" . }}', {}, 'function "include" not defined'),
+    ],
+    ids=[
+        "missing-key",
+        "through-scalar",
+        "clock",
+        "env",
+        "unclosed",
+        "stray-end",
+        "fail",
+        "required",
+        "include",
+    ],
+)
+def test_go_template_errors(source: str, data: dict[str, Any], message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        Template.parse(source).render(data)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rolloutFields: [a]\ntemplate: |\n  kind: X\n", "unsupported"),
+        ("version: v3\nrolloutFields: [a]\ntemplate: |\n  kind: X\n", "unsupported"),
+        ("version: v2\nrolloutFields: [a]\ntemplate: ''\n", "empty template"),
+        ("version: v2\ntemplate: |\n  kind: X\n", "recreate machines"),
+        ("version: v2\nrolloutFields: [a, a]\ntemplate: |\n  kind: X\n", "duplicate"),
+        ("version: v2\nrolloutFields: ['a..b']\ntemplate: |\n  kind: X\n", "malformed"),
+        ("version: v2\nrolloutFields: [a]\nrolloutField: [b]\ntemplate: |\n  kind: X\n", "unknown"),
+        ("version: v2\nrolloutFields: [a]\ntemplate: |\n  kind: {{ now }}\n", "now"),
+        (
+            "version: v2\nrolloutFields: [a]\nmachineDeployment:\n  additionalFields:\n"
+            "    infrastructureRef.name: x\ntemplate: |\n  kind: X\n",
+            "belongs to the renderer",
+        ),
+    ],
+    ids=[
+        "no-version",
+        "future",
+        "empty",
+        "no-rollout",
+        "dup",
+        "path",
+        "unknown-key",
+        "now",
+        "owned-field",
+    ],
+)
+def test_contract_parsing_is_strict(text: str, message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        Contract.parse(text)
+
+
+def test_rendered_metadata_is_rejected() -> None:
+    contract = Contract.parse(
+        "version: v2\nrolloutFields: [a]\ntemplate: |\n  apiVersion: v1\n  kind: X\n"
+        "  metadata: {name: x}\n  spec: {}\n"
+    )
+    with pytest.raises(ContractError, match="must not set metadata"):
+        contract.render(RenderContext(instance_class={}, zone="z", node_group="g"))
+
+
+DVP_CLASS: dict[str, Any] = {
+    "virtualMachine": {
+        "cpu": {"cores": 2, "coreFraction": "50%"},
+        "memory": {"size": "4Gi"},
+        "virtualMachineClassName": "generic",
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    },
+    "rootDisk": {
+        "size": "20Gi",
+        "storageClass": "linstor-thin-r1",
+        "image": {"kind": "ClusterVirtualImage", "name": "ubuntu-24-04"},
+    },
+    "additionalDisks": [{"size": "10Gi"}],
+}
+ZVIRT_CLASS: dict[str, Any] = {
+    "numCPUs": 4,
+    "memory": 8192,
+    "template": "debian-12",
+    "vnicProfileID": "0000000a-000a-000a-000a-000000000398",
+}
+
+
+def test_dvp_template_renders_a_deckhouse_machine_template() -> None:
+    contract = Contract.parse(DVP_TEMPLATES.contract_text())
+    obj = contract.render(RenderContext(instance_class=DVP_CLASS, zone="z1", node_group="g"))
+    assert (obj["apiVersion"], obj["kind"]) == (
+        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "DeckhouseMachineTemplate",
+    )
+    assert obj["spec"]["template"]["spec"] == {
+        "vmClassName": "generic",
+        "rootDiskStorageClass": "linstor-thin-r1",
+        "cpu": {"cores": 2, "cpuFraction": "50%"},
+        "memory": "4Gi",
+        "rootDiskSize": "20Gi",
+        "additionalDisks": [{"size": "10Gi", "storageClass": "linstor-thin-r1"}],
+        "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": "ubuntu-24-04"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    }
+    context = RenderContext(instance_class=DVP_CLASS, zone="z1", node_group="g")
+    assert contract.machine_deployment_fields(context) == {"failureDomain": "z1"}
+
+
+def test_zvirt_template_renders_capz_fields_with_defaults() -> None:
+    contract = Contract.parse(ZVIRT_TEMPLATES.contract_text())
+    obj = contract.render(RenderContext(instance_class=ZVIRT_CLASS, zone="default", node_group="g"))
+    assert obj["kind"] == "ZvirtMachineTemplate"
+    assert obj["spec"]["template"]["spec"] == {
+        "template": "debian-12",
+        "vnicProfileID": "0000000a-000a-000a-000a-000000000398",
+        "cpu": {"sockets": 1, "cores": 4, "threads": 1},
+        "memory": 8192,
+        "rootDiskSizeGb": 50,
+        "nicName": "nic1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "rolls"),
+    [
+        (lambda c: c["virtualMachine"]["cpu"].update(cores=4), True),
+        (lambda c: c["virtualMachine"]["cpu"].update(cores=2.0), False),
+        (lambda c: c["rootDisk"]["image"].update(name="other"), True),
+        (lambda c: c["virtualMachine"].update(priorityClassName="high"), False),
+        (lambda c: c.update(etcdDisk={"size": "10Gi"}), False),
+        (lambda c: c["additionalDisks"].append({"size": "1Gi"}), True),
+    ],
+    ids=["cores", "same-number", "image", "placement", "etcd", "disks"],
+)
+def test_rollout_digest_changes_only_with_rollout_fields(change: Any, rolls: bool) -> None:
+    import copy
+
+    contract = Contract.parse(DVP_TEMPLATES.contract_text())
+    changed = copy.deepcopy(DVP_CLASS)
+    change(changed)
+    before = contract.rollout_digest(DVP_CLASS, "z", "uuid")
+    assert (contract.rollout_digest(changed, "z", "uuid") != before) is rolls
+    assert bool(contract.changes(DVP_CLASS, changed)) is rolls
+
+
+@pytest.mark.parametrize(
+    ("kinds", "templates", "spec", "kind"),
+    [
+        (DVP_KINDS, DVP_TEMPLATES, DVP_CLASS, "DVPInstanceClass"),
+        (ZVIRT_KINDS, ZVIRT_TEMPLATES, ZVIRT_CLASS, "ZvirtInstanceClass"),
+    ],
+    ids=["dvp", "zvirt"],
+)
+def test_node_group_renders_a_machine_deployment_per_zone(
+    kinds: Any, templates: Any, spec: dict[str, Any], kind: str
+) -> None:
+    group = NodeGroup(
+        name="workers",
+        instance_class={"kind": kind, "metadata": {"name": "w"}, "spec": spec},
+        cluster="c1",
+        namespace="ns",
+        bootstrap=Bootstrap(data_secret_name="boot"),
+        zones=("a", "b"),
+        replicas=3,
+    )
+    objects = render_node_group(group, kinds, templates)
+    assert [o["kind"] for o in objects] == [kinds.template.kind, "MachineDeployment"] * 2
+    template, deployment = objects[0], objects[1]
+    assert deployment["spec"]["replicas"] == 3
+    ref = deployment["spec"]["template"]["spec"]["infrastructureRef"]
+    assert ref == {
+        "apiGroup": kinds.template.group,
+        "kind": kinds.template.kind,
+        "name": template["metadata"]["name"],
+    }
+    assert deployment["spec"]["template"]["spec"]["bootstrap"] == {"dataSecretName": "boot"}
+    names = {o["metadata"]["name"] for o in objects}
+    assert len(names) == 4  # one template and one deployment per zone
+    yaml.safe_dump_all(objects)  # printable
+
+
+def test_wrong_instance_class_kind_is_refused() -> None:
+    group = NodeGroup(
+        name="g",
+        instance_class={"kind": "ZvirtInstanceClass", "spec": ZVIRT_CLASS},
+        cluster="c",
+        namespace="n",
+        bootstrap=Bootstrap(data_secret_name="b"),
+    )
+    with pytest.raises(ContractError, match="not a DVPInstanceClass"):
+        render_node_group(group, DVP_KINDS, DVP_TEMPLATES)
+
+
+def test_templates_secret_is_where_the_node_manager_reads_it() -> None:
+    secret = DVP_TEMPLATES.secret()
+    assert secret["metadata"]["name"] == "d8-cloud-provider-dvp-capi"
+    assert secret["metadata"]["namespace"] == "kube-system"
+    assert (
+        secret["metadata"]["labels"]["cloud-provider.deckhouse.io/ephemeral-nodes-templates"]
+        == "capi"
+    )
+    assert "template.yaml" in secret["data"]
