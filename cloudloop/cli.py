@@ -145,6 +145,8 @@ def nodegroup() -> None:
 @click.option("--bootstrap-secret", help="The bootstrap data Secret every machine uses.")
 @click.option("--bootstrap-config-template", help="A KubeadmConfigTemplate name instead.")
 @click.option("--cluster-uuid", default="", help="Mixed into the names (Deckhouse's cluster UUID).")
+@click.option("--max-surge", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--max-unavailable", type=click.IntRange(min=0), default=0, show_default=True)
 def nodegroup_render(
     instance_class_file: Any,
     name: str,
@@ -155,6 +157,8 @@ def nodegroup_render(
     bootstrap_secret: str | None,
     bootstrap_config_template: str | None,
     cluster_uuid: str,
+    max_surge: int,
+    max_unavailable: int,
 ) -> None:
     """Print a MachineDeployment and its InfraMachineTemplate per zone, rendered from an
     InstanceClass by its provider's template.yaml; apply them, then ``kubectl scale``."""
@@ -164,6 +168,8 @@ def nodegroup_render(
     from cloudloop.nodegroup.contract import ContractError
     from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 
+    if max_surge == 0 and max_unavailable == 0:
+        raise click.UsageError("--max-surge and --max-unavailable cannot both be 0")
     if bool(bootstrap_secret) == bool(bootstrap_config_template):
         raise click.UsageError("give one of --bootstrap-secret and --bootstrap-config-template")
     instance_class = yaml.safe_load(instance_class_file)
@@ -194,6 +200,8 @@ def nodegroup_render(
         replicas=replicas,
         zones=tuple(z.strip() for z in zones.split(",") if z.strip()),
         cluster_uuid=cluster_uuid,
+        max_surge=max_surge,
+        max_unavailable=max_unavailable,
     )
     try:
         objects = render_node_group(group, provider.infra_kinds, provider.node_templates)

@@ -12,7 +12,9 @@ Rules (Deckhouse's node manager):
   while any other change keeps the name and reaches machines with the next rollout.
 - The template carries the InstanceClass snapshot (``node.deckhouse.io/applied-instance-class``)
   and the labels ``node-group`` and ``cluster.x-k8s.io/cluster-name``.
-- Rolling update: ``maxSurge`` 1, ``maxUnavailable`` 0 (Deckhouse's defaults per zone).
+- Rolling update: ``maxSurge`` 1, ``maxUnavailable`` 0 by default (Deckhouse's per zone). CAPI
+  removes an old machine only once a new one is Available (its Node ready), so a group whose
+  machines never join (no workload cluster) needs ``maxUnavailable`` ≥ 1 to roll.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ class NodeGroup:
     zones: tuple[str, ...] = (DEFAULT_ZONE,)
     cluster_uuid: str = ""
     provider_values: dict[str, Any] = field(default_factory=dict)
+    #: Rolling update per zone (Deckhouse ``maxSurgePerZone``/``maxUnavailablePerZone``).
+    max_surge: int = 1
+    max_unavailable: int = 0
 
 
 def short_hash(*parts: str) -> str:
@@ -173,7 +178,10 @@ def _machine_deployment(
             "rollout": {
                 "strategy": {
                     "type": "RollingUpdate",
-                    "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                    "rollingUpdate": {
+                        "maxSurge": group.max_surge,
+                        "maxUnavailable": group.max_unavailable,
+                    },
                 }
             },
             "template": {"metadata": {"labels": dict(selector)}, "spec": machine_spec},

@@ -1,0 +1,473 @@
+"""Node groups from InstanceClasses with the real Cluster API manager, on DVP and on zVirt.
+
+The user's path without Deckhouse: an InstanceClass in the cluster, ``cloudloop nodegroup render``
+turns it into a MachineDeployment and its InfraMachineTemplate, ``kubectl apply`` and
+``kubectl scale`` do the rest. The group goes 0 → 3 (the worker process is SIGKILLed while the
+machines are being made, and a new one takes over) → 1 → a changed InstanceClass rolls it (a new
+template, the machine replaced) → 0. A watcher samples the cloud all along: every VM, disk and
+cloud-init object is created once and removed once, each Machine gets its VM and our providerID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.client import Client
+
+from cloudloop.cloud.dvp import resources as dvp
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
+from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
+from cloudloop.kube.api import Kube
+from cloudloop.rules import machine as capi
+from devstack import gotools
+from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
+from devstack.local import LocalStack
+from starters.machine import MachineStarter
+from tests.helpers import eventually
+from tests.machine import capi_objects
+from tests.machine.dvp_machines import TEST_TIMINGS
+from tests.machine.test_capi_contract import (  # noqa: F401  (module fixtures)
+    contract_client,
+    contract_kube,
+    contract_namespace,
+    contract_stack,
+    infra_kind,
+    ovirt_stack,
+)
+from tests.machine.test_machine_faults import WorkerProcess
+
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
+
+TIMEOUT = 180.0
+CLOUD_INIT = "#cloud-config\nruncmd: [echo node-group]\n"
+GROUP = "workers"
+DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+CLONED_FROM = "cluster.x-k8s.io/cloned-from-name"
+
+
+# -- what the cloud held, sampled ----------------------------------------------------------------
+@dataclass
+class Tally:
+    """Every cloud object (kind → id → name) seen while the group scaled, and those gone."""
+
+    seen: dict[str, dict[str, str]] = field(default_factory=dict)
+    gone: dict[str, set[str]] = field(default_factory=dict)
+    machines: set[str] = field(default_factory=set)
+
+    def record(self, snapshot: dict[str, dict[str, str]], machines: set[str]) -> None:
+        self.machines |= machines
+        for kind, objects in snapshot.items():
+            seen = self.seen.setdefault(kind, {})
+            seen.update(objects)
+            self.gone.setdefault(kind, set()).update(set(seen) - set(objects))
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.seen.get(kind, {}).values())
+
+
+class Sampler:
+    """Samples the cloud and the CAPI Machines every 50 ms in a thread."""
+
+    def __init__(
+        self, snapshot: Callable[[], dict[str, dict[str, str]]], machines: Callable[[], set[str]]
+    ) -> None:
+        self.snapshot, self.machines = snapshot, machines
+        self.tally = Tally()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sampler")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            with contextlib.suppress(Exception):
+                self.tally.record(self.snapshot(), self.machines())
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.tally.record(self.snapshot(), self.machines())
+
+
+# -- the clouds ----------------------------------------------------------------------------------
+@dataclass
+class Cloud:
+    name: str
+    kinds: capi.InfraKinds
+    instance_class: dict[str, Any]
+    #: The InstanceClass changed in a rollout field, and what the new VMs must show for it.
+    change: Callable[[dict[str, Any]], None]
+    vm_shows_change: Callable[[str], bool]
+    env: dict[str, str]
+    snapshot: Callable[[], dict[str, dict[str, str]]]
+    provider_id: Callable[[str], str]
+    #: The cloud's own create/delete request counts, if it keeps them (kind → (created, removed)).
+    requests: Callable[[], dict[str, tuple[int, int]]] = lambda: {}
+    #: Kinds every machine has exactly one of (name suffixes per machine for DVP).
+    per_machine: dict[str, Callable[[str], str]] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def dvp_cloud(parent: DvpParent) -> Iterator[Cloud]:
+    namespace = parent.new_namespace("ng")
+    cluster_uuid = str(uuid.uuid4())
+
+    def snapshot() -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        for kind, resource in (
+            ("vms", dvp.VIRTUAL_MACHINES),
+            ("disks", dvp.VIRTUAL_DISKS),
+            ("secrets", dvp.SECRETS),
+        ):
+            items = parent.kube.list(resource, namespace, labelSelector=dvp.MACHINE_UID_LABEL)
+            found[kind] = {
+                i["metadata"]["uid"]: i["metadata"]["name"] for i in items.get("items", [])
+            }
+        return found
+
+    def vm_cores(name: str) -> int:
+        vm = parent.kube.get(dvp.VIRTUAL_MACHINES, name, namespace) or {}
+        return int(((vm.get("spec") or {}).get("cpu") or {}).get("cores") or 0)
+
+    yield Cloud(
+        name="dvp",
+        kinds=DVP_KINDS,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1alpha1",
+            "kind": DVP_TEMPLATES.instance_class.kind,
+            "metadata": {"name": f"ng-{uuid.uuid4().hex[:6]}"},
+            "spec": {
+                "virtualMachine": {
+                    "cpu": {"cores": 2, "coreFraction": "50%"},
+                    "memory": {"size": "2Gi"},
+                    "virtualMachineClassName": VM_CLASS,
+                },
+                "rootDisk": {
+                    "size": "10Gi",
+                    "storageClass": "linstor-thin-r1",
+                    "image": {"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE},
+                },
+            },
+        },
+        change=lambda spec: spec["virtualMachine"]["cpu"].update(cores=3),
+        vm_shows_change=lambda name: vm_cores(name) == 3,
+        env={
+            "CLOUDLOOP_PROVIDER": "dvp",
+            "CLOUDLOOP_DVP__KUBECONFIG": str(parent.kubeconfig),
+            "CLOUDLOOP_DVP__NAMESPACE": namespace,
+            "CLOUDLOOP_DVP__CLUSTER_UUID": cluster_uuid,
+        },
+        snapshot=snapshot,
+        provider_id=lambda name: f"dvp://{name}",
+        per_machine={
+            "vms": lambda m: m,
+            "disks": lambda m: f"{m}-boot",
+            "secrets": lambda m: f"cloud-init-{m}",
+        },
+    )
+
+
+@contextlib.contextmanager
+def zvirt_cloud(ovirt: LocalStack) -> Iterator[Cloud]:
+    from devstack.ovirt_emulator import OvirtEmulatorAdmin
+
+    endpoint = ovirt.ovirt
+    assert endpoint is not None
+    admin = OvirtEmulatorAdmin(endpoint.admin_url)
+    seed_disks = {d["id"] for d in admin.disks() if d.get("attached_to") is None}
+
+    def snapshot() -> dict[str, dict[str, str]]:
+        state = admin.state()
+        return {
+            "vms": {vm["id"]: vm["name"] for vm in state["vms"]},
+            "disks": {d["id"]: d["name"] for d in state["disks"] if d["id"] not in seed_disks},
+        }
+
+    def requests() -> dict[str, tuple[int, int]]:
+        counts = admin.request_counts()
+        created = sum(n for k, n in counts.items() if k.startswith("POST ") and k.endswith("/vms"))
+        removed = sum(
+            n
+            for k, n in counts.items()
+            if k.startswith("DELETE ") and k.rstrip("}").endswith("/vms/{id")
+        )
+        return {"vms": (created, removed)}
+
+    def provider_id(name: str) -> str:
+        vm = admin.vm(name)
+        return f"zvirt://{vm['id']}" if vm else ""
+
+    def cores(name: str) -> int:
+        return int(((admin.vm(name) or {}).get("cpu") or {}).get("cores") or 0)
+
+    before = admin.request_counts()
+    baseline = {k: v for k, v in before.items()}
+
+    def requests_since() -> dict[str, tuple[int, int]]:
+        now = requests()
+        old_created = sum(
+            n for k, n in baseline.items() if k.startswith("POST ") and k.endswith("/vms")
+        )
+        old_removed = sum(
+            n
+            for k, n in baseline.items()
+            if k.startswith("DELETE ") and k.rstrip("}").endswith("/vms/{id")
+        )
+        created, removed = now["vms"]
+        return {"vms": (created - old_created, removed - old_removed)}
+
+    yield Cloud(
+        name="zvirt",
+        kinds=ZVIRT_KINDS,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1",
+            "kind": ZVIRT_TEMPLATES.instance_class.kind,
+            "metadata": {"name": f"ng-{uuid.uuid4().hex[:6]}"},
+            "spec": {
+                "numCPUs": 2,
+                "memory": 2048,
+                "template": endpoint.template,
+                "vnicProfileID": endpoint.vnic_profile_id,
+                "rootDiskSizeGb": 20,
+            },
+        },
+        change=lambda spec: spec.update(numCPUs=3),
+        vm_shows_change=lambda name: cores(name) == 3,
+        env={
+            "CLOUDLOOP_PROVIDER": "zvirt",
+            "CLOUDLOOP_ZVIRT__API_URL": endpoint.api_url,
+            "CLOUDLOOP_ZVIRT__USERNAME": endpoint.username,
+            "CLOUDLOOP_ZVIRT__PASSWORD": endpoint.password,
+            "CLOUDLOOP_ZVIRT__CA_BUNDLE": str(endpoint.ca_file),
+            "CLOUDLOOP_ZVIRT__CLUSTER_ID": endpoint.cluster_id,
+            "CLOUDLOOP_ZVIRT__TIMEOUT_S": "5",
+            "CLOUDLOOP_ZVIRT__WAIT_TIMEOUT_S": "20",
+            "CLOUDLOOP_ZVIRT__POLL_INTERVAL_S": "0.05",
+            "CLOUDLOOP_ZVIRT__SHUTDOWN_TIMEOUT_S": "2",
+        },
+        snapshot=snapshot,
+        provider_id=provider_id,
+        requests=requests_since,
+        per_machine={"vms": lambda m: m},
+    )
+
+
+# -- the rig -------------------------------------------------------------------------------------
+@dataclass
+class Group:
+    """One node group in one namespace: rendering, kubectl, the CAPI objects, the worker."""
+
+    kube: Kube
+    stack: LocalStack
+    namespace: str
+    cloud: Cloud
+    worker: WorkerProcess
+    workdir: Path
+    deployment: str = ""
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            [str(gotools.binary_path("kubectl")), f"--kubeconfig={self.stack.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def render_and_apply(self, replicas: int | None = None) -> list[dict[str, Any]]:
+        """``cloudloop nodegroup render`` on the InstanceClass in the cluster, then apply."""
+        ic = self.kubectl(
+            "get",
+            self.cloud.instance_class["kind"].lower(),
+            self.cloud.instance_class["metadata"]["name"],
+            "-o",
+            "yaml",
+        )
+        path = self.workdir / "instance-class.yaml"
+        path.write_text(ic)
+        args = [
+            sys.executable, "-m", "cloudloop.cli", "nodegroup", "render",
+            f"--instance-class={path}", f"--name={GROUP}", "--cluster=c1",
+            f"--namespace={self.namespace}", "--bootstrap-secret=ng-boot",
+            # No workload cluster: machines never become Available, so an old one must be able
+            # to go before its replacement is up.
+            "--max-surge=0", "--max-unavailable=1",
+        ]  # fmt: skip
+        if replicas is not None:
+            args.append(f"--replicas={replicas}")
+        rendered = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+        assert rendered.returncode == 0, rendered.stderr
+        objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
+        self.kubectl("apply", "-f", "-", stdin=rendered.stdout)
+        self.deployment = next(
+            o["metadata"]["name"] for o in objects if o["kind"] == "MachineDeployment"
+        )
+        return objects
+
+    def scale(self, replicas: int) -> None:
+        self.kubectl("scale", "-n", self.namespace, f"machinedeployment/{self.deployment}",
+                     f"--replicas={replicas}")  # fmt: skip
+
+    def machines(self) -> list[dict[str, Any]]:
+        found = self.kube.list(
+            capi.MACHINES, self.namespace, labelSelector=f"{DEPLOYMENT_LABEL}={self.deployment}"
+        )
+        return list(found.get("items", []))
+
+    def machine_names(self) -> set[str]:
+        return {m["metadata"]["name"] for m in self.machines()}
+
+    def provisioned(self, count: int) -> list[dict[str, Any]] | None:
+        machines = self.machines()
+        ready = [
+            m
+            for m in machines
+            if (m.get("status") or {}).get("phase") in capi_objects.PROVISIONED_PHASES
+            and (m.get("spec") or {}).get("providerID")
+            and not m["metadata"].get("deletionTimestamp")
+        ]
+        return ready if len(machines) == count and len(ready) == count else None
+
+    def cloned_from(self, machine: dict[str, Any]) -> str:
+        infra = self.kube.get(self.cloud.kinds.machine, machine["metadata"]["name"], self.namespace)
+        return str(((infra or {}).get("metadata") or {}).get("annotations", {}).get(CLONED_FROM))
+
+
+@pytest.fixture(params=["dvp", "zvirt"])
+async def group(
+    request: pytest.FixtureRequest,
+    contract_stack: LocalStack,  # noqa: F811
+    contract_kube: Kube,  # noqa: F811
+    contract_client: Client,  # noqa: F811
+    contract_namespace: str,  # noqa: F811
+    tmp_path: Path,
+) -> AsyncIterator[Group]:
+    with contextlib.ExitStack() as exit_stack:
+        if request.param == "dvp":
+            cloud = exit_stack.enter_context(dvp_cloud(request.getfixturevalue("dvp_parent")))
+        else:
+            cloud = exit_stack.enter_context(zvirt_cloud(request.getfixturevalue("ovirt_stack")))
+        task_queue = f"ng-{uuid.uuid4().hex[:8]}"
+        env = {
+            **os.environ,
+            **cloud.env,
+            "CLOUDLOOP_CLUSTER_NAME": "nodegroups",
+            "CLOUDLOOP_KUBECONFIG": str(contract_stack.kubeconfig),
+            "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+            "CLOUDLOOP_TEMPORAL__ADDRESS": contract_stack.temporal_address,
+            "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
+            "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        }
+        worker = WorkerProcess(env, tmp_path)
+        await asyncio.to_thread(worker.start)
+        exit_stack.callback(worker.stop)
+        starter = MachineStarter(
+            contract_kube,
+            contract_client,
+            kinds=cloud.kinds,
+            task_queue=task_queue,
+            cluster="nodegroups",
+            namespace=contract_namespace,
+            timings=TEST_TIMINGS,
+        )
+        task = asyncio.create_task(starter.run())
+        try:
+            yield Group(contract_kube, contract_stack, contract_namespace, cloud, worker, tmp_path)
+        finally:
+            starter.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_node_group_scales_rolls_and_survives_a_killed_worker(group: Group) -> None:
+    kube, ns, cloud = group.kube, group.namespace, group.cloud
+    with capi_objects.explained(kube, ns, group.stack):
+        await asyncio.to_thread(capi_objects.bootstrap_secret, kube, ns, "ng-boot", CLOUD_INIT)
+        infra_cluster = infra_kind(cloud.kinds.cluster.kind)
+        await asyncio.to_thread(capi_objects.cluster, kube, ns, "c1", infra_cluster, {})
+        group.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(cloud.instance_class))
+        first = await asyncio.to_thread(group.render_and_apply, 0)
+        first_template = next(o for o in first if o["kind"] == cloud.kinds.template.kind)
+
+        with Sampler(cloud.snapshot, group.machine_names) as sampler:
+            # 0 → 3, the worker SIGKILLed once the first VM exists.
+            await asyncio.to_thread(group.scale, 3)
+            await eventually(
+                lambda: sampler.tally.seen.get("vms") or None, timeout=TIMEOUT, what="a first VM"
+            )
+            await asyncio.to_thread(group.worker.kill)
+            await asyncio.to_thread(group.worker.start)
+            three = await eventually(
+                lambda: group.provisioned(3), timeout=TIMEOUT, what="3 machines provisioned"
+            )
+            for machine in three:
+                name = machine["metadata"]["name"]
+                expected = await asyncio.to_thread(cloud.provider_id, name)
+                assert machine["spec"]["providerID"] == expected, machine["metadata"]["name"]
+                assert group.cloned_from(machine) == first_template["metadata"]["name"]
+
+            # 3 → 1 → the InstanceClass changes: a new template, the machine replaced.
+            await asyncio.to_thread(group.scale, 1)
+            (kept,) = await eventually(
+                lambda: group.provisioned(1), timeout=TIMEOUT, what="1 machine left"
+            )
+            changed = copy.deepcopy(cloud.instance_class)
+            cloud.change(changed["spec"])
+            group.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(changed))
+            second = await asyncio.to_thread(group.render_and_apply)
+            second_template = next(o for o in second if o["kind"] == cloud.kinds.template.kind)
+            assert second_template["metadata"]["name"] != first_template["metadata"]["name"]
+
+            def rolled() -> dict[str, Any] | None:
+                ready = group.provisioned(1)
+                if not ready or ready[0]["metadata"]["name"] == kept["metadata"]["name"]:
+                    return None
+                return ready[0]
+
+            replacement = await eventually(rolled, timeout=TIMEOUT, what="the group rolled")
+            assert group.cloned_from(replacement) == second_template["metadata"]["name"]
+            assert await asyncio.to_thread(cloud.vm_shows_change, replacement["metadata"]["name"])
+
+            # → 0: everything goes.
+            await asyncio.to_thread(group.scale, 0)
+            await eventually(
+                lambda: not group.machines() or None, timeout=TIMEOUT, what="no machines"
+            )
+            await eventually(
+                lambda: not any(cloud.snapshot().values()) or None,
+                timeout=TIMEOUT,
+                what="nothing left in the cloud",
+            )
+
+        tally = sampler.tally
+        machines = tally.machines
+        assert len(machines) == 4, machines  # 3 scaled up, 1 replacement
+        for kind, name_of in cloud.per_machine.items():
+            # Exactly one object of each kind per machine: one ID per name, never a second one.
+            assert tally.names(kind) == sorted(name_of(m) for m in machines), (kind, tally)
+        for kind, seen in tally.seen.items():
+            assert tally.gone[kind] == set(seen), (kind, tally)  # each removed
+        if cloud.name == "zvirt":
+            assert len(tally.seen["disks"]) == len(machines), tally  # one boot disk each
+        for kind, (created, removed) in cloud.requests().items():
+            assert (created, removed) == (len(machines), len(machines)), (kind, created, removed)
