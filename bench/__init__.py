@@ -13,6 +13,7 @@ from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
 from bench.openstack import openstack_figures
+from bench.nodegroup import nodegroup_figures
 from bench.probe import probe_overhead
 from bench.termination import termination_figures
 from bench.volume import volume_figures
@@ -27,4 +28,5 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "machines": machine_figures,
     "vsphere": vsphere_figures,
     "openstack": openstack_figures,
+    "nodegroups": nodegroup_figures,
 }

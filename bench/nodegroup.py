@@ -1,0 +1,403 @@
+"""Node groups and the DVP load balancer.
+
+- ``nodegroup_scale_0_to_10_wall_s_<provider>`` (dvp, zvirt): a MachineDeployment rendered from
+  an InstanceClass (``render_node_group``, what ``cloudloop nodegroup render`` prints) with 0
+  replicas, then scaled to 10 → all 10 CAPI Machines ``Provisioned`` with a providerID. The real
+  Cluster API manager on its own control plane, our machine starter and worker in this process;
+  the DVP parent cluster with its simulator, or the oVirt Engine emulator (delays of the contract
+  test). Report only.
+- ``dvp_lb_ensure_median_s``: median over ``LB_SAMPLES`` Services ``type: LoadBalancer`` (2 ports,
+  3 node VMs) of Service created → ``status.loadBalancer.ingress`` seen by a watch, through the
+  starter → ``LoadBalancer`` workflow → ``lb.ensure`` (parent Service, EndpointSlice, wait for the
+  parent's address, status patch). The parent's LB controller (``devstack.dvp_loadbalancer``)
+  assigns addresses ~50 ms after it sees a Service.
+- ``dvp_lb_direct_median_s``: ``DvpDriver.ensure_load_balancer`` on the same spec, directly
+  (samples alternate with the ones above).
+- ``dvp_lb_ensure_overhead_ratio``: the first over the second (goal ≤ 1.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from bench.context import BenchContext
+from cloudloop.cloud.dvp import resources as dvp
+from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
+from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
+from cloudloop.cloud.dvp.driver import DvpDriver
+from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.models import LoadBalancerPort
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
+from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
+from cloudloop.cloud.zvirt.driver import ZvirtDriver
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
+from cloudloop.kube.api import Kube
+from cloudloop.kube.client import api_client
+from cloudloop.kube.crds import apply_crds
+from cloudloop.kube.informer import Informers
+from cloudloop.kube.resources import NODES, SECRETS, SERVICES, ObjectRef, Resource
+from cloudloop.messages.loadbalancer import (
+    DesiredLoadBalancer,
+    LoadBalancerNode,
+    LoadBalancerTarget,
+)
+from cloudloop.messages.machine import MachineTimings, PollSchedule
+from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+from cloudloop.rules import machine as capi
+from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
+from devstack.kube import CAPI, KubeOptions
+from devstack.local import LocalStack, StackOptions
+from starters.loadbalancer import ServiceStarter
+from starters.machine import MachineStarter
+from workers.main import build_worker
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+MACHINE_DEPLOYMENTS = Resource(
+    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
+)
+GROUP_SIZE = 10
+LB_SAMPLES = 10
+TIMINGS = MachineTimings(poll=PollSchedule(initial_s=0.05, factor=1.5, max_s=0.5))
+
+
+def _create(kube: Kube, resource: Resource, body: dict[str, Any], namespace: str | None) -> Any:
+    return kube.create(resource, body, namespace)
+
+
+@contextlib.contextmanager
+def _capi_plane() -> Iterator[LocalStack]:
+    with tempfile.TemporaryDirectory(prefix="cloudloop-bench-capi-") as state:
+        plane = LocalStack(
+            StackOptions(
+                state_dir=Path(state),
+                temporal=False,
+                moto=False,
+                kube=(KubeOptions(name="capi", components=(CAPI,)),),
+            )
+        )
+        with plane:
+            apply_crds(Kube(api_client(plane.kubeconfig)))
+            yield plane
+
+
+async def _scale_group(
+    ctx: BenchContext,
+    plane: LocalStack,
+    driver: Any,
+    kinds: Any,
+    templates: Any,
+    spec: dict[str, Any],
+) -> float:
+    kube = Kube(api_client(plane.kubeconfig, qps_pool=32))
+    namespace = f"ng-{uuid.uuid4().hex[:6]}"
+    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    kube.create(
+        SECRETS,
+        {"metadata": {"name": "boot"}, "data": {"value": "I2Nsb3VkLWNvbmZpZwo="}},
+        namespace,
+    )
+    kube.create(kinds.cluster, {"metadata": {"name": "c1"}, "spec": {}}, namespace)
+    kube.create(
+        capi.CLUSTERS,
+        {
+            "metadata": {"name": "c1"},
+            "spec": {
+                "infrastructureRef": {
+                    "apiGroup": kinds.cluster.group,
+                    "kind": kinds.cluster.kind,
+                    "name": "c1",
+                }
+            },
+        },
+        namespace,
+    )
+    group = NodeGroup(
+        name="bench",
+        instance_class={
+            "kind": templates.instance_class.kind,
+            "metadata": {"name": "b"},
+            "spec": spec,
+        },
+        cluster="c1",
+        namespace=namespace,
+        bootstrap=Bootstrap(data_secret_name="boot"),
+        replicas=0,
+    )
+    objects = render_node_group(group, kinds, templates)
+    template, deployment = objects[0], objects[1]
+    kube.create(kinds.template, template, namespace)
+    kube.create(MACHINE_DEPLOYMENTS, deployment, namespace)
+    name = deployment["metadata"]["name"]
+    task_queue = f"bench-ng-{uuid.uuid4().hex[:6]}"
+    settings = ctx.settings.model_copy(
+        update={"temporal": ctx.settings.temporal.model_copy(update={"task_queue": task_queue})}
+    )
+    worker = build_worker(ctx.client, settings, driver=driver, kube=kube, task_queue=task_queue)
+    starter = MachineStarter(
+        kube,
+        ctx.client,
+        kinds=kinds,
+        task_queue=task_queue,
+        cluster="bench",
+        namespace=namespace,
+        timings=TIMINGS,
+    )
+
+    def provisioned() -> int:
+        items = kube.list(
+            capi.MACHINES, namespace, labelSelector=f"cluster.x-k8s.io/deployment-name={name}"
+        ).get("items", [])
+        return sum(
+            1
+            for m in items
+            if (m.get("status") or {}).get("phase") in ("Provisioned", "Running")
+            and (m.get("spec") or {}).get("providerID")
+        )
+
+    async with worker:
+        task = asyncio.create_task(starter.run())
+        await asyncio.sleep(1.0)  # informers synced
+        started = time.monotonic()
+        kube.patch(MACHINE_DEPLOYMENTS, name, {"spec": {"replicas": GROUP_SIZE}}, namespace)
+        while await asyncio.to_thread(provisioned) < GROUP_SIZE:
+            await asyncio.sleep(0.1)
+        wall = time.monotonic() - started
+        kube.patch(MACHINE_DEPLOYMENTS, name, {"spec": {"replicas": 0}}, namespace)
+        deadline = time.monotonic() + 300
+        while kube.list(capi.MACHINES, namespace).get("items") and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        starter.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return wall
+
+
+async def nodegroup_figures(ctx: BenchContext) -> dict[str, float]:
+    from devstack.ovirt_emulator import Delays, OvirtEmulatorOptions
+
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="cloudloop-bench-parent-") as state:
+        parent = DvpParent.start(Path(state))
+        try:
+            figures.update(await _dvp_lb(ctx, parent))
+            with _capi_plane() as plane:
+                namespace = parent.new_namespace("bench-ng")
+                driver = DvpDriver(
+                    DvpSettings(
+                        kubeconfig=parent.kubeconfig,
+                        namespace=namespace,
+                        cluster_uuid=str(uuid.uuid4()),
+                    )
+                )
+                figures["nodegroup_scale_0_to_10_wall_s_dvp"] = await _scale_group(
+                    ctx,
+                    plane,
+                    driver,
+                    DVP_KINDS,
+                    DVP_TEMPLATES,
+                    {
+                        "virtualMachine": {
+                            "cpu": {"cores": 2},
+                            "memory": {"size": "2Gi"},
+                            "virtualMachineClassName": VM_CLASS,
+                        },
+                        "rootDisk": {
+                            "size": "10Gi",
+                            "storageClass": "linstor-thin-r1",
+                            "image": {"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE},
+                        },
+                    },
+                )
+                fast = Delays(
+                    clone_s=0.3, boot_s=0.3, guest_ip_s=0.2, shutdown_s=0.2, disk_resize_s=0.1,
+                    remove_s=0.1,
+                )  # fmt: skip
+                with tempfile.TemporaryDirectory(prefix="cloudloop-bench-ovirt-") as ostate:
+                    ovirt = LocalStack(
+                        StackOptions(
+                            state_dir=Path(ostate),
+                            temporal=False,
+                            moto=False,
+                            kube=(),
+                            ovirt_emulator=OvirtEmulatorOptions(password="bench", delays=fast),
+                        )
+                    )
+                    with ovirt:
+                        endpoint = ovirt.ovirt
+                        assert endpoint is not None
+                        zdriver = ZvirtDriver(
+                            ZvirtSettings(
+                                api_url=endpoint.api_url,
+                                username=endpoint.username,
+                                password=SecretStr(endpoint.password),
+                                ca_bundle=endpoint.ca_file,
+                                cluster_id=endpoint.cluster_id,
+                                poll_interval_s=0.05,
+                                shutdown_timeout_s=2,
+                            )
+                        )
+                        figures["nodegroup_scale_0_to_10_wall_s_zvirt"] = await _scale_group(
+                            ctx,
+                            plane,
+                            zdriver,
+                            ZVIRT_KINDS,
+                            ZVIRT_TEMPLATES,
+                            {
+                                "numCPUs": 2,
+                                "memory": 2048,
+                                "template": endpoint.template,
+                                "vnicProfileID": endpoint.vnic_profile_id,
+                                "rootDiskSizeGb": 20,
+                            },
+                        )
+                        zdriver.close()
+        finally:
+            parent.stop()
+    return figures
+
+
+# -- the DVP load balancer -------------------------------------------------------------------
+async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
+    kube = ctx.kube
+    scope = uuid.uuid4().hex[:8]
+    parent_namespace = parent.new_namespace("bench-lb")
+    driver = DvpDriver(
+        DvpSettings(
+            kubeconfig=parent.kubeconfig,
+            namespace=parent_namespace,
+            cluster_uuid=str(uuid.uuid4()),
+        )
+    )
+    vms = [f"bench-lb-{scope}-{i}" for i in range(3)]
+    for name in vms:
+        parent.kube.create(
+            dvp.VIRTUAL_MACHINES,
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {**driver.cluster_labels(), dvp.HOSTNAME_LABEL: name},
+                },
+                "spec": {
+                    "virtualMachineClassName": VM_CLASS,
+                    "cpu": {"cores": 1},
+                    "memory": {"size": "1Gi"},
+                    "blockDeviceRefs": [{"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE}],
+                },
+            },
+            parent_namespace,
+        )
+        kube.create(
+            NODES,
+            {
+                "metadata": {"name": name, "labels": {"cloudloop-bench-dvp-lb": scope}},
+                "spec": {"providerID": f"dvp://{name}"},
+            },
+        )
+    namespace = f"bench-dvp-lb-{scope}"
+    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    ccm = ctx.settings.ccm.model_copy(update={"node_selector": f"cloudloop-bench-dvp-lb={scope}"})
+    settings = ctx.settings.model_copy(
+        update={
+            "provider": "dvp",
+            "cluster_name": f"bench-dvp-lb-{scope}",
+            "ccm": ccm,
+            "temporal": ctx.settings.temporal.model_copy(update={"task_queue": f"bdl-{scope}"}),
+        }
+    )
+    informers = Informers(kube)
+    starter = ServiceStarter(
+        kube,
+        ctx.client,
+        services=informers.get(SERVICES, namespace=namespace),
+        nodes=informers.get(NODES, label_selector=ccm.node_selector),
+        task_queue=settings.temporal.task_queue,
+        cluster=settings.cluster_name,
+        provider="dvp",
+        concurrency=4,
+    )
+    worker = build_worker(ctx.client, settings, driver=driver, kube=kube)
+    from activities.loadbalancer import LoadBalancerActivities
+
+    lb_activities = LoadBalancerActivities(driver, kube)
+    nodes = [LoadBalancerNode(name=n, provider_id=f"dvp://{n}") for n in vms]
+    store = starter.services.store
+
+    def service(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": name},
+                "ports": [
+                    {"name": "http", "port": 80, "protocol": "TCP"},
+                    {"name": "https", "port": 443, "protocol": "TCP"},
+                ],
+            },
+        }
+
+    def direct(label: str) -> None:
+        desired = DesiredLoadBalancer(
+            ports=[
+                LoadBalancerPort(name="http", port=80, node_port=30080),
+                LoadBalancerPort(name="https", port=443, node_port=30443),
+            ],
+            nodes=nodes,
+        )
+        ref = ObjectRef(
+            plural="services",
+            kind="Service",
+            namespace=namespace,
+            name=label,
+            uid=str(uuid.uuid4()),
+        )
+        target = LoadBalancerTarget(service=ref, cluster=settings.cluster_name, provider="dvp")
+        driver.ensure_load_balancer(lb_activities.spec(target, desired))
+
+    async def ingress(name: str) -> None:
+        key = f"{namespace}/{name}"
+        while not (((store.get(key) or {}).get("status") or {}).get("loadBalancer") or {}).get(
+            "ingress"
+        ):
+            await asyncio.sleep(0.002)
+
+    workflow_s: list[float] = []
+    direct_s: list[float] = []
+    async with worker:
+        task = asyncio.create_task(starter.run())
+        await asyncio.to_thread(direct, "warmup")
+        await asyncio.to_thread(_create, kube, SERVICES, service("warmup"), namespace)
+        await ingress("warmup")
+        for i in range(LB_SAMPLES):
+            started = time.monotonic()
+            await asyncio.to_thread(_create, kube, SERVICES, service(f"s{i}"), namespace)
+            await ingress(f"s{i}")
+            workflow_s.append(time.monotonic() - started)
+            started = time.monotonic()
+            await asyncio.to_thread(direct, f"d{i}")
+            direct_s.append(time.monotonic() - started)
+        for key in list(store):
+            kube.delete(SERVICES, key.partition("/")[2], namespace)
+        deadline = time.monotonic() + 120
+        while store and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        starter.stop()
+        informers.stop()
+        await task
+    for name in vms:
+        kube.delete(NODES, name)
+    workflow_median, direct_median = statistics.median(workflow_s), statistics.median(direct_s)
+    return {
+        "dvp_lb_ensure_median_s": workflow_median,
+        "dvp_lb_direct_median_s": direct_median,
+        "dvp_lb_ensure_overhead_ratio": workflow_median / direct_median,
+    }
