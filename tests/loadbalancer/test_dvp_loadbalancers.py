@@ -13,6 +13,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
@@ -105,11 +106,9 @@ async def world(
     )
     names = [f"lb-{scope}-{i}" for i in range(3)]
     await asyncio.to_thread(make_vms, dvp_parent, parent_namespace, driver.cluster_labels(), names)
+    world = DvpWorld(dvp_parent, parent_namespace, driver, names, names)
     for name in names:
-        await eventually(
-            lambda name=name: DvpWorld(dvp_parent, parent_namespace, driver, [], []).vm_ip(name),
-            what=f"VM {name} running with an IP",
-        )
+        await eventually(partial(world.vm_ip, name), what=f"VM {name} running with an IP")
     for name in names:
         await asyncio.to_thread(
             kube.create,
@@ -120,7 +119,6 @@ async def world(
             },
         )
     config = lb_settings(settings, scope).model_copy(update={"provider": "dvp"})
-    world = DvpWorld(dvp_parent, parent_namespace, driver, names, names)
     worker = build_worker(client, config, driver=driver, kube=kube)
     try:
         async with worker, service_starter(kube, client, config, namespace):
