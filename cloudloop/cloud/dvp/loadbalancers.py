@@ -13,13 +13,14 @@ Rules:
   label is someone else's and is never changed or deleted (``AlreadyExists``).
 - The parent Service has no selector: ports map ``port`` to the child's ``nodePort``, the slice
   (``kubernetes.io/service-name``, managed by ``cloudloop.io``) lists each backend VM's IP with
-  ``ready`` = VM Running; VMs without an IP are left out. Annotations, ``externalTrafficPolicy``,
-  ``loadBalancerIP``, ``loadBalancerClass`` and ``externalIPs`` are copied as Deckhouse does.
+  ``ready`` = VM Running; VMs without an IP are left out. Annotations (the parent's LB controller
+  reads its own there), ``externalTrafficPolicy`` and ``loadBalancerSourceRanges`` are copied.
 - Ensure waits (polling, bounded by ``lb_ingress_timeout_s``) for the parent's address, as
   Deckhouse polls; without one it raises a retryable error, so the workflow backs off and asks
   again. Delete removes the slice and the Service and is idempotent.
-- Departure: Deckhouse probes ``healthCheckNodePort`` of each VM for ``Local`` traffic policy;
-  here every backend VM that runs is listed (the parent's kube-proxy does not probe either).
+- Departures: Deckhouse probes ``healthCheckNodePort`` of each VM for ``Local`` traffic policy;
+  here every backend VM that runs is listed. ``loadBalancerIP``, ``loadBalancerClass`` and
+  ``externalIPs`` of the child are not copied (the provider-neutral spec does not carry them).
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def _parent_ports(spec: models.LoadBalancerSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _same(current: dict[str, Any], key: str, value: Any) -> bool:
+    """The parent's field already has the wanted value (absent, null and empty are the same;
+    the server adds ``nodePort`` to ports, which is not compared)."""
+    have = current.get(key)
+    if key == "ports":
+        have = [{k: v for k, v in p.items() if k != "nodePort"} for p in have or []]
+    return (have or None) == (value or None)
+
+
 def ingress_of(service: dict[str, Any]) -> models.LoadBalancerStatus | None:
     """The parent Service's first ingress (IP or hostname), if it has one yet."""
     name = service["metadata"]["name"]
@@ -78,14 +88,12 @@ class DvpLoadBalancers(DvpBase):
         }
 
     def _service_spec(self, spec: models.LoadBalancerSpec) -> dict[str, Any]:
-        body: dict[str, Any] = {
+        return {
             "type": "LoadBalancer",
             "ports": _parent_ports(spec),
             "externalTrafficPolicy": spec.external_traffic_policy or "Cluster",
+            "loadBalancerSourceRanges": list(spec.source_ranges) or None,
         }
-        if spec.source_ranges:
-            body["loadBalancerSourceRanges"] = list(spec.source_ranges)
-        return body
 
     def _slice_body(
         self, spec: models.LoadBalancerSpec, vms: dict[str, dict[str, Any]]
@@ -201,6 +209,7 @@ class DvpLoadBalancers(DvpBase):
         wanted = self._service_spec(spec)
         service = self._service(spec)
         if service is None:
+            wanted = {k: v for k, v in wanted.items() if v is not None}
             created = self.create(
                 r.SERVICES,
                 {
@@ -216,7 +225,7 @@ class DvpLoadBalancers(DvpBase):
             service = created if created is not None else self._service(spec)
             if service is None:
                 raise errors.CloudError(NAME, "CreateService", "Service vanished; retry")
-        elif any((service.get("spec") or {}).get(k) != v for k, v in wanted.items()) or (
+        elif any(not _same(service.get("spec") or {}, k, v) for k, v in wanted.items()) or (
             (service["metadata"].get("annotations") or {}) != annotations
         ):
             current = service["metadata"].get("annotations") or {}
