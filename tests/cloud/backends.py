@@ -205,10 +205,12 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
             Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]),
             Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
             Capability.DISCOVERY: lambda d: d.discovery_data(),
+            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
         },
         unknown={
             Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]).found,
             Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
+            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
         },
     )
 
