@@ -67,10 +67,11 @@ def machine(failure_domain: str) -> MachineSpec:
     [
         ([], "", {}),
         ([], "default", {}),
+        (["default"], "default", {}),
         (["a", "b"], "b", {ZONE: "b"}),
         (["a", "b"], "", {}),
     ],
-    ids=["none", "default-zone", "configured", "no-failure-domain"],
+    ids=["none", "default-zone", "default-configured", "configured", "no-failure-domain"],
 )
 def test_failure_domain_places_the_vm(
     zones: list[str], failure_domain: str, selector: dict[str, str]

@@ -86,9 +86,10 @@ class DvpMachines(DvpBase):
 
     def zone_selector(self, spec: models.MachineSpec) -> dict[str, str]:
         """The machine's failure domain as a parent-node selector (only for configured zones:
-        with none configured, DVP's single ``default`` zone places nothing)."""
+        DVP's mock ``default`` zone, configured or not, places nothing)."""
         zone = spec.failure_domain
-        if not zone or (not self.settings.zones and zone in DEFAULT_ZONES):
+        mock_only = self.settings.zones in ([], list(DEFAULT_ZONES))
+        if not zone or (mock_only and zone in DEFAULT_ZONES):
             return {}
         if zone not in self.settings.zones:
             known = ", ".join(self.settings.zones or DEFAULT_ZONES)
