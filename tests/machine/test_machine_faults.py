@@ -38,9 +38,10 @@ CONVERGE_TIMEOUT = 120.0
 class WorkerProcess:
     """``python -m cloudloop.cli worker`` with the DVP driver; killed with SIGKILL, restarted."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, env: dict[str, str], log_dir: Path, *, ready_timeout_s: float = 60) -> None:
         self.env = env
         self.log_dir = log_dir
+        self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -55,7 +56,7 @@ class WorkerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + self.ready_timeout_s
         while not _worker_ready(port):
             assert self.proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()

@@ -378,7 +378,8 @@ async def group(
             "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
             "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
         }
-        worker = WorkerProcess(env, tmp_path)
+        # A loaded 2-core machine can take over a minute to import and start a worker.
+        worker = WorkerProcess(env, tmp_path, ready_timeout_s=180)
         await asyncio.to_thread(worker.start)
         exit_stack.callback(worker.stop)
         starter = MachineStarter(
