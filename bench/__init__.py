@@ -12,8 +12,8 @@ from bench.context import BenchContext
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
-from bench.openstack import openstack_figures
 from bench.nodegroup import nodegroup_figures
+from bench.openstack import openstack_figures
 from bench.probe import probe_overhead
 from bench.termination import termination_figures
 from bench.volume import volume_figures
