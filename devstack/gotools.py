@@ -31,6 +31,11 @@ KWOK_VERSION = "v0.8.0"
 CLUSTER_API_VERSION = "v1.12.5"
 #: vcsim: v0.46.3 is the last govmomi whose root module holds the command (see gotools/govmomi).
 GOVMOMI_VERSION = "v0.46.3"
+#: The CSI sidecars and csi-sanity (all on CSI spec v1.13.0; sidecars on k8s 0.36/0.37 libraries).
+CSI_SANITY_VERSION = "v5.6.0"
+CSI_PROVISIONER_VERSION = "v6.4.0"
+CSI_ATTACHER_VERSION = "v4.13.0"
+CSI_RESIZER_VERSION = "v2.3.0"
 
 _K8S_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
@@ -79,6 +84,34 @@ TOOLS: dict[str, GoTool] = {
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION),
         GoTool("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION),
         GoTool("vcsim", "govmomi", "github.com/vmware/govmomi/vcsim", GOVMOMI_VERSION),
+        GoTool(
+            "csi-sanity",
+            "csi-test",
+            "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity",
+            CSI_SANITY_VERSION,
+            (f"-X main.VERSION={CSI_SANITY_VERSION}",),
+        ),
+        GoTool(
+            "csi-provisioner",
+            "external-provisioner",
+            "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner",
+            CSI_PROVISIONER_VERSION,
+            (f"-X main.version={CSI_PROVISIONER_VERSION}",),
+        ),
+        GoTool(
+            "csi-attacher",
+            "external-attacher",
+            "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher",
+            CSI_ATTACHER_VERSION,
+            (f"-X main.version={CSI_ATTACHER_VERSION}",),
+        ),
+        GoTool(
+            "csi-resizer",
+            "external-resizer",
+            "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer",
+            CSI_RESIZER_VERSION,
+            (f"-X main.version={CSI_RESIZER_VERSION}",),
+        ),
         GoTool(
             "cluster-api-manager",
             "cluster-api",
