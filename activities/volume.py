@@ -22,18 +22,23 @@ from temporalio.exceptions import CancelledError
 from activities.cloud import cloud_errors
 from cloudloop.cloud import errors
 from cloudloop.cloud.driver import CloudDriver
-from cloudloop.cloud.models import Attachment, Volume, VolumeSpec
+from cloudloop.cloud.models import Attachment, SnapshotSpec, Volume, VolumeSpec
 from cloudloop.messages.volume import (
     AttachResult,
     AttachVolumeInput,
+    CreateSnapshotInput,
     CreateVolumeInput,
     CreateVolumeResult,
+    DeleteSnapshotInput,
     DeleteVolumeInput,
     DeleteVolumeResult,
     DetachResult,
     DetachVolumeInput,
     ExpandResult,
     ExpandVolumeInput,
+    ReadVolumesInput,
+    ReadVolumesResult,
+    SnapshotResult,
     VolumeActivity,
 )
 from cloudloop.rules.volume import choose_zone, incompatibility
@@ -130,6 +135,8 @@ class VolumeActivities:
                 if reason:
                     raise errors.AlreadyExists(self.driver.provider, "CreateVolume", reason)
             if volume is None:
+                if input.snapshot_id:  # CSI: a missing source is NOT_FOUND, before any create
+                    self.driver.get_snapshot(input.snapshot_id)
                 volume = self._create(input, progress)
             progress["volume_id"] = volume.id
             volume_id = volume.id
@@ -170,6 +177,8 @@ class VolumeActivities:
             tags=input.tags,
             cluster=input.cluster,
             client_token=_client_token(),
+            parameters=input.parameters,
+            snapshot_id=input.snapshot_id,
         )
 
     def _usable(self, volume_id: str) -> Volume | None:
@@ -248,9 +257,10 @@ class VolumeActivities:
                 lambda: self._attached(volume.id, instance_id),
                 progress,
             )
-            return AttachResult(
-                device=attached.device, publish_context={"devicePath": attached.device}
-            )
+            context = {"devicePath": attached.device} if attached.device else {}
+            if attached.serial:
+                context["serial"] = attached.serial
+            return AttachResult(device=attached.device, publish_context=context)
 
     def _attached(self, volume_id: str, instance_id: str) -> Attachment | None:
         mine = _attachment_to(self.driver.get_volume(volume_id), instance_id)
@@ -346,5 +356,76 @@ class VolumeActivities:
             return modification.target_size_gib
         return None
 
+    # -- reads ---------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.READ)
+    def read(self, input: ReadVolumesInput) -> ReadVolumesResult:
+        """One read, no change: the volume, the cluster's volumes, capacity or snapshots."""
+        with cloud_errors():
+            self._check_provider(input.provider)
+            if input.kind == "volume":
+                return ReadVolumesResult(volumes=[self.driver.get_volume(input.volume_id)])
+            if input.kind == "volumes":
+                return ReadVolumesResult(volumes=self.driver.list_volumes(input.cluster))
+            if input.kind == "capacity":
+                return ReadVolumesResult(
+                    capacity_bytes=self.driver.volume_capacity(input.parameters)
+                )
+            return ReadVolumesResult(snapshots=self.driver.list_snapshots(input.cluster))
+
+    # -- snapshots -------------------------------------------------------------------------
+    @activity.defn(name=VolumeActivity.CREATE_SNAPSHOT)
+    def create_snapshot(self, input: CreateSnapshotInput) -> SnapshotResult:
+        """Find the snapshot taken for the name or start one; never waits for it to complete
+        (CSI: ``ready_to_use`` false, the caller asks again)."""
+        with cloud_errors(), _alive({}):
+            self._check_provider(input.provider)
+            found = self.driver.find_snapshot(input.name, input.cluster)
+            if found is not None:
+                if found.source_volume_id != input.source_volume_id:
+                    raise errors.AlreadyExists(
+                        self.driver.provider,
+                        "CreateSnapshot",
+                        f"snapshot {input.name!r} exists as {found.id} of volume "
+                        f"{found.source_volume_id}, not {input.source_volume_id}",
+                    )
+                return SnapshotResult(snapshot=found)
+            self.driver.get_volume(input.source_volume_id)  # NOT_FOUND for a missing source
+            made = self.driver.create_snapshot(
+                SnapshotSpec(
+                    name=input.name,
+                    source_volume_id=input.source_volume_id,
+                    cluster=input.cluster,
+                    tags=input.tags,
+                    client_token=_client_token(),
+                )
+            )
+            activity.logger.info(
+                "snapshot %s of %s for %s", made.id, made.source_volume_id, input.name
+            )
+            oldest = self.driver.find_snapshot(input.name, input.cluster)
+            if oldest is not None and oldest.id != made.id:  # a racing attempt made one too
+                with contextlib.suppress(errors.NotFound):
+                    self.driver.delete_snapshot(made.id)
+                return SnapshotResult(snapshot=oldest)
+            return SnapshotResult(snapshot=made)
+
+    @activity.defn(name=VolumeActivity.DELETE_SNAPSHOT)
+    def delete_snapshot(self, input: DeleteSnapshotInput) -> SnapshotResult:
+        with cloud_errors(), _alive({}):
+            self._check_provider(input.provider)
+            try:
+                self.driver.delete_snapshot(input.snapshot_id)
+            except errors.NotFound:
+                return SnapshotResult(message=f"snapshot {input.snapshot_id} does not exist")
+            return SnapshotResult(message=f"snapshot {input.snapshot_id} deleted")
+
     def all(self) -> list[object]:
-        return [self.create, self.delete, self.attach, self.detach, self.expand]
+        activities: list[object] = [
+            self.create,
+            self.delete,
+            self.attach,
+            self.detach,
+            self.expand,
+            self.read,
+        ]
+        return [*activities, self.create_snapshot, self.delete_snapshot]

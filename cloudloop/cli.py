@@ -1,4 +1,5 @@
-"""The ``cloudloop`` command: ``worker``, ``starter``, ``retry`` and ``nodegroup``, plus plugins.
+"""The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
+``retry`` and ``nodegroup``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
 group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
@@ -98,6 +99,33 @@ def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
     }
     update = {renames.get(k, k): v for k, v in flags.items() if v is not None}
     return settings.model_copy(update={"ccm": settings.ccm.model_copy(update=update)})
+
+
+@main.command("csi-controller")
+@click.option("--endpoint", help="CSI endpoint, unix:///path [csi.endpoint].")
+def csi_controller(endpoint: str | None) -> None:
+    """Serve the CSI Identity and Controller services (through the volume workflows)."""
+    from cloudloop.csi.server import run_controller
+
+    settings = Settings()
+    if endpoint:
+        settings = settings.model_copy(
+            update={"csi": settings.csi.model_copy(update={"endpoint": endpoint})}
+        )
+    asyncio.run(run_controller(settings))
+
+
+@main.command("csi-node")
+@click.option("--endpoint", help="CSI endpoint, unix:///path [csi.endpoint].")
+@click.option("--node-name", help="This node's Kubernetes name [csi.node_name, NODE_NAME].")
+def csi_node(endpoint: str | None, node_name: str | None) -> None:
+    """Serve the CSI Identity and Node services (format, mount, expand on this node)."""
+    from cloudloop.csi.server import run_node
+
+    settings = Settings()
+    update = {k: v for k, v in (("endpoint", endpoint), ("node_name", node_name)) if v}
+    settings = settings.model_copy(update={"csi": settings.csi.model_copy(update=update)})
+    asyncio.run(run_node(settings))
 
 
 @main.group()

@@ -160,6 +160,38 @@ class NthSettings(BaseModel):
     tagged_metrics_interval_s: float = 60.0
 
 
+class CsiSettings(BaseModel):
+    """The CSI driver (``cloudloop csi-controller``, ``cloudloop csi-node``)."""
+
+    #: The CSI driver name (``CSIDriver`` object, StorageClass ``provisioner``).
+    driver_name: str = "csi.cloudloop.io"
+    #: Where the gRPC service listens (``unix:///path``).
+    endpoint: str = "unix:///csi/csi.sock"
+    #: This node's Kubernetes name (the DaemonSet passes ``spec.nodeName``).
+    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    #: The node's CSI node ID (the cloud's instance ID); from the Node's providerID when empty.
+    node_id: str = ""
+    #: The node's zone; from its ``topology.kubernetes.io/zone`` label when empty.
+    zone: str = ""
+    #: ``max_volumes_per_node`` (0: the cloud's default).
+    max_volumes_per_node: int = 0
+    #: ``block``: real devices, mkfs and mount; ``directory``: a folder per volume bind-mounted
+    #: (for csi-sanity on machines without the attached disks).
+    mounter: Literal["block", "directory"] = "block"
+    #: Folders of the ``directory`` mounter.
+    directory_root: Path = Path("/var/lib/cloudloop-csi/volumes")
+    #: Where disks appear by serial (``/dev/disk/by-id``).
+    device_dir: Path = Path("/dev/disk/by-id")
+    #: How long NodeStage waits for the attached disk to appear.
+    device_wait_s: float = 30.0
+    default_fs_type: Literal["ext4", "xfs"] = "ext4"
+    #: Reconcile the cloud's StorageClasses from the discovery data (leader-elected).
+    storage_classes: bool = True
+    #: The default StorageClass by name ("": the cloud's own default; "-": none).
+    default_storage_class: str = ""
+    storage_class_interval_s: float = 60.0
+
+
 class CoreSettings(BaseSettings):
     """Everything a worker or starter process needs to know, but the providers' sections."""
 
@@ -181,6 +213,7 @@ class CoreSettings(BaseSettings):
     ccm: CcmSettings = CcmSettings()
     discovery: DiscoverySettings = DiscoverySettings()
     nth: NthSettings = NthSettings()
+    csi: CsiSettings = Field(default_factory=CsiSettings)
 
     @field_validator("provider")
     @classmethod

@@ -27,14 +27,19 @@ with workflow.unsafe.imports_passed_through():
         AttachResult,
         AttachVolumeInput,
         Code,
+        CreateSnapshotInput,
         CreateVolumeInput,
         CreateVolumeResult,
+        DeleteSnapshotInput,
         DeleteVolumeInput,
         DeleteVolumeResult,
         DetachResult,
         DetachVolumeInput,
         ExpandResult,
         ExpandVolumeInput,
+        ReadVolumesInput,
+        ReadVolumesResult,
+        SnapshotResult,
         VolumeActivity,
         VolumeInput,
         VolumeResult,
@@ -66,6 +71,19 @@ def volume_workflow_id(volume_id: str) -> str:
     return f"volume/{volume_id}"
 
 
+def snapshot_create_workflow_id(name: str) -> str:
+    return f"snapshot-create/{name}"
+
+
+def snapshot_workflow_id(snapshot_id: str) -> str:
+    return f"snapshot/{snapshot_id}"
+
+
+def read_workflow_id(kind: str, token: str) -> str:
+    """Reads take no lock and have no identity of their own: ``volume-read/<kind>/<token>``."""
+    return f"volume-read/{kind}/{token}"
+
+
 def operation_name(kind: str, volume: str, node: str | None = None) -> str:
     """The operation's own name: ``attach/<volume>/<node>``, ``expand/<volume>``, ..."""
     return f"{kind}/{volume}/{node}" if node is not None else f"{kind}/{volume}"
@@ -79,15 +97,25 @@ def _root_application_error(err: BaseException | None) -> ApplicationError | Non
     return None
 
 
-async def run_volume_activity(name: str, input: VolumeInput, result_type: type[R]) -> R:
+#: A read answers within this or not at all (the caller asks again).
+READ_TIMEOUT = timedelta(seconds=30)
+
+
+async def run_volume_activity(
+    name: str,
+    input: VolumeInput,
+    result_type: type[R],
+    *,
+    timeout: timedelta = OPERATION_TIMEOUT,
+) -> R:
     """Run the operation's activity; a failure becomes a result with its CSI code."""
     try:
         result: R = await workflow.execute_activity(
             name,
             input,
             result_type=result_type,
-            start_to_close_timeout=ATTEMPT_TIMEOUT,
-            schedule_to_close_timeout=OPERATION_TIMEOUT,
+            start_to_close_timeout=min(ATTEMPT_TIMEOUT, timeout),
+            schedule_to_close_timeout=timeout,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=CLOUD_RETRY,
         )
@@ -139,10 +167,36 @@ class ExpandVolumeWorkflow:
         return await run_volume_activity(VolumeActivity.EXPAND, input, ExpandResult)
 
 
+@workflow.defn(name=VolumeWorkflow.READ)
+class ReadVolumesWorkflow:
+    @workflow.run
+    async def run(self, input: ReadVolumesInput) -> ReadVolumesResult:
+        return await run_volume_activity(
+            VolumeActivity.READ, input, ReadVolumesResult, timeout=READ_TIMEOUT
+        )
+
+
+@workflow.defn(name=VolumeWorkflow.CREATE_SNAPSHOT)
+class CreateSnapshotWorkflow:
+    @workflow.run
+    async def run(self, input: CreateSnapshotInput) -> SnapshotResult:
+        return await run_volume_activity(VolumeActivity.CREATE_SNAPSHOT, input, SnapshotResult)
+
+
+@workflow.defn(name=VolumeWorkflow.DELETE_SNAPSHOT)
+class DeleteSnapshotWorkflow:
+    @workflow.run
+    async def run(self, input: DeleteSnapshotInput) -> SnapshotResult:
+        return await run_volume_activity(VolumeActivity.DELETE_SNAPSHOT, input, SnapshotResult)
+
+
 VOLUME_WORKFLOWS: list[type] = [
     CreateVolumeWorkflow,
     DeleteVolumeWorkflow,
     AttachVolumeWorkflow,
     DetachVolumeWorkflow,
     ExpandVolumeWorkflow,
+    ReadVolumesWorkflow,
+    CreateSnapshotWorkflow,
+    DeleteSnapshotWorkflow,
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from cloudloop.cloud import models
 from cloudloop.cloud.errors import NotSupported
@@ -29,6 +29,7 @@ class Capability(StrEnum):
     MACHINES = "machines"
     LOAD_BALANCERS = "load_balancers"
     VOLUMES = "volumes"
+    SNAPSHOTS = "snapshots"
     ROUTES = "routes"
     DISCOVERY = "discovery"
 
@@ -58,8 +59,20 @@ CAPABILITY_OPERATIONS: dict[Capability, tuple[tuple[str, ...], tuple[str, ...]]]
             "attach_volume",
             "detach_volume",
             "expand_volume",
+            "list_volumes",
+            "storage_classes",
         ),
-        ("get_volume_modification",),
+        ("get_volume_modification", "volume_capacity"),
+    ),
+    Capability.SNAPSHOTS: (
+        (
+            "find_snapshot",
+            "get_snapshot",
+            "create_snapshot",
+            "delete_snapshot",
+            "list_snapshots",
+        ),
+        (),
     ),
     Capability.ROUTES: (("list_routes", "create_route", "delete_route"), ()),
     Capability.DISCOVERY: (("zones", "discovery_data"), ("instance_types", "list_cluster_disks")),
@@ -176,6 +189,45 @@ class CloudDriver:
     def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
         """The volume's latest size change, if it ever had one."""
         raise self._unsupported(Capability.VOLUMES)
+
+    def list_volumes(self, cluster: str) -> list[models.Volume]:
+        """Every live volume ``cluster`` created (with its attachments), for CSI ListVolumes."""
+        raise self._unsupported(Capability.VOLUMES)
+
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
+        """The StorageClasses this cloud offers, from the discovery document (no cloud call)."""
+        raise self._unsupported(Capability.VOLUMES)
+
+    #: Volumes live in one zone and attach only there (CSI accessibility constraints).
+    zonal_volumes: bool = False
+    #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
+    max_volumes_per_node: int = 0
+
+    def volume_capacity(self, parameters: dict[str, str]) -> int:
+        """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
+        clouds that can say implement it."""
+        raise NotSupported(self.provider, "volume_capacity")
+
+    # -- snapshots (CSI) -------------------------------------------------------------------
+    def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None:
+        """The live snapshot ``cluster`` took for ``name`` (tag lookup), if there is one."""
+        raise self._unsupported(Capability.SNAPSHOTS)
+
+    def get_snapshot(self, snapshot_id: str) -> models.Snapshot:
+        """``NotFound`` also for a malformed ID."""
+        raise self._unsupported(Capability.SNAPSHOTS)
+
+    def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot:
+        """Start a snapshot tagged for ``spec.cluster`` and ``spec.name``; it may be pending."""
+        raise self._unsupported(Capability.SNAPSHOTS)
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """``NotFound`` when it does not exist."""
+        raise self._unsupported(Capability.SNAPSHOTS)
+
+    def list_snapshots(self, cluster: str) -> list[models.Snapshot]:
+        """Every live snapshot ``cluster`` took."""
+        raise self._unsupported(Capability.SNAPSHOTS)
 
     # -- routes ----------------------------------------------------------------------------
     def list_routes(self, cluster: str) -> list[models.Route]:

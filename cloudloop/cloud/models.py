@@ -142,6 +142,11 @@ class VolumeSpec(BaseModel):
     cluster: str = ""
     #: Idempotency token for the cloud's create call (AWS ``ClientToken``, at most 64 chars).
     client_token: str = ""
+    #: The StorageClass parameters, as given; the driver reads its own (EBS ``type``, ``iops``,
+    #: DVP ``dvpStorageClass``, zVirt ``storageDomain``) and refuses bad ones (InvalidRequest).
+    parameters: dict[str, str] = Field(default_factory=dict)
+    #: Fill the new volume from this snapshot (a CSI ``VolumeContentSource``).
+    snapshot_id: str = ""
 
 
 class Volume(BaseModel):
@@ -163,6 +168,42 @@ class Attachment(BaseModel):
     device: str = ""
     #: ``attaching`` | ``attached`` | ``detaching`` | ``detached`` (AWS attachment states).
     state: str = ""
+    #: The disk's serial as the guest sees it (``/dev/disk/by-id/*<serial>``): what the node
+    #: plugin finds the device by (EBS NVMe: the volume ID without dash; virtio: the disk's).
+    serial: str = ""
+
+
+class SnapshotSpec(BaseModel):
+    name: str
+    source_volume_id: str
+    cluster: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
+    client_token: str = ""
+
+
+class Snapshot(BaseModel):
+    id: str
+    source_volume_id: str
+    size_gib: int = 0
+    #: ``pending`` | ``completed`` | ``error``.
+    state: str = ""
+    #: When the cloud took it (seconds since the epoch).
+    created_at: float = 0.0
+    #: The name it was created for (AWS: the ``CSIVolumeSnapshotName`` tag).
+    name: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "completed"
+
+
+class StorageClassSpec(BaseModel):
+    """One StorageClass a cloud offers for its volumes (from its discovery data)."""
+
+    name: str
+    parameters: dict[str, str] = Field(default_factory=dict)
+    #: The cloud's own default among its classes (a setting may choose another).
+    default: bool = False
 
 
 class VolumeModification(BaseModel):

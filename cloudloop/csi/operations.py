@@ -19,6 +19,7 @@ detach, attach again).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
@@ -31,9 +32,13 @@ from cloudloop.messages.volume import (
     AttachVolumeInput,
     AttachVolumeRequest,
     Code,
+    CreateSnapshotInput,
+    CreateSnapshotRequest,
     CreateVolumeInput,
     CreateVolumeRequest,
     CreateVolumeResult,
+    DeleteSnapshotInput,
+    DeleteSnapshotRequest,
     DeleteVolumeInput,
     DeleteVolumeRequest,
     DeleteVolumeResult,
@@ -43,13 +48,24 @@ from cloudloop.messages.volume import (
     ExpandResult,
     ExpandVolumeInput,
     ExpandVolumeRequest,
+    ReadKind,
+    ReadVolumesInput,
+    ReadVolumesResult,
+    SnapshotResult,
     VolumeInput,
     VolumeResult,
     VolumeWorkflow,
 )
 from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
 from cloudloop.settings import Settings
-from workflows.volume import create_workflow_id, operation_name, volume_workflow_id
+from workflows.volume import (
+    create_workflow_id,
+    operation_name,
+    read_workflow_id,
+    snapshot_create_workflow_id,
+    snapshot_workflow_id,
+    volume_workflow_id,
+)
 
 R = TypeVar("R", bound=VolumeResult)
 
@@ -91,6 +107,8 @@ class VolumeOperations:
             volume_type=request.volume_type,
             topology=request.topology,
             tags=request.tags,
+            parameters=request.parameters,
+            snapshot_id=request.snapshot_id,
         )
         return await self._run(
             VolumeWorkflow.CREATE,
@@ -192,6 +210,101 @@ class VolumeOperations:
             result_type=ExpandResult,
             timeout=timeout,
         )
+
+    async def create_snapshot(
+        self, request: CreateSnapshotRequest, *, timeout: float | None = None
+    ) -> SnapshotResult:
+        try:
+            check_request(request)
+        except RequestRejected as err:
+            return SnapshotResult(code=err.code, message=err.message)
+        input = CreateSnapshotInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            name=request.name,
+            source_volume_id=request.source_volume_id,
+            tags=request.tags,
+        )
+        workflow_id = snapshot_create_workflow_id(request.name)
+        return await self._run(
+            VolumeWorkflow.CREATE_SNAPSHOT,
+            input,
+            workflow_id=workflow_id,
+            operation=workflow_id,
+            subject=request.name,
+            result_type=SnapshotResult,
+            timeout=timeout,
+        )
+
+    async def delete_snapshot(
+        self, request: DeleteSnapshotRequest, *, timeout: float | None = None
+    ) -> SnapshotResult:
+        try:
+            check_request(request)
+        except RequestRejected as err:
+            return SnapshotResult(code=err.code, message=err.message)
+        input = DeleteSnapshotInput(
+            cluster=self.cluster, provider=self.provider, snapshot_id=request.snapshot_id
+        )
+        return await self._run(
+            VolumeWorkflow.DELETE_SNAPSHOT,
+            input,
+            workflow_id=snapshot_workflow_id(request.snapshot_id),
+            operation=operation_name("snapshot-delete", request.snapshot_id),
+            subject=request.snapshot_id,
+            result_type=SnapshotResult,
+            timeout=timeout,
+        )
+
+    async def read(
+        self,
+        kind: ReadKind,
+        *,
+        volume_id: str = "",
+        parameters: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ReadVolumesResult:
+        """A read (one volume, the cluster's volumes, capacity, snapshots) through a short
+        workflow: the worker holds the cloud credentials, this process never does. Reads take
+        no per-volume lock, so they run beside a pending operation."""
+        input = ReadVolumesInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            kind=kind,
+            volume_id=volume_id,
+            parameters=parameters or {},
+        )
+        workflow_id = read_workflow_id(kind, uuid.uuid4().hex)
+        handle = await self.client.start_workflow(
+            VolumeWorkflow.READ,
+            input,
+            id=workflow_id,
+            task_queue=self.task_queue,
+            result_type=ReadVolumesResult,
+            search_attributes=searchattrs.for_object(
+                cluster=self.cluster,
+                provider=self.provider,
+                kind=VOLUME_KIND,
+                namespace="",
+                name=volume_id or kind,
+            ),
+            static_summary=f"read {kind} {volume_id}".strip(),
+            request_eager_start=True,
+        )
+        try:
+            return await asyncio.wait_for(handle.result(), timeout)
+        except TimeoutError:
+            return ReadVolumesResult(
+                code=Code.DEADLINE_EXCEEDED,
+                message=f"read {kind} still running (workflow {workflow_id})",
+                workflow_id=workflow_id,
+            )
+        except WorkflowFailureError as err:
+            return ReadVolumesResult(
+                code=Code.INTERNAL,
+                message=f"read {kind} failed (workflow {workflow_id}): {err.cause or err}",
+                workflow_id=workflow_id,
+            )
 
     async def _run(
         self,

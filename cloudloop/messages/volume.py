@@ -9,10 +9,11 @@ gRPC layer turns into a status, never a workflow failure.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cloudloop.cloud.models import Volume
+from cloudloop.cloud.models import Snapshot, Volume
 
 
 class VolumeActivity:
@@ -21,6 +22,9 @@ class VolumeActivity:
     ATTACH = "volume.attach"
     DETACH = "volume.detach"
     EXPAND = "volume.expand"
+    READ = "volume.read"
+    CREATE_SNAPSHOT = "snapshot.create"
+    DELETE_SNAPSHOT = "snapshot.delete"
 
 
 class VolumeWorkflow:
@@ -31,6 +35,9 @@ class VolumeWorkflow:
     ATTACH = "AttachVolume"
     DETACH = "DetachVolume"
     EXPAND = "ExpandVolume"
+    READ = "ReadVolumes"
+    CREATE_SNAPSHOT = "CreateSnapshot"
+    DELETE_SNAPSHOT = "DeleteSnapshot"
 
 
 class Code(StrEnum):
@@ -96,6 +103,10 @@ class CreateVolumeRequest(BaseModel):
     topology: Topology = Topology()
     #: Extra tags (e.g. the PVC's namespace and name from ``--extra-create-metadata``).
     tags: dict[str, str] = Field(default_factory=dict)
+    #: The StorageClass parameters the cloud reads (see ``VolumeSpec.parameters``).
+    parameters: dict[str, str] = Field(default_factory=dict)
+    #: Fill the volume from this snapshot.
+    snapshot_id: str = ""
 
 
 class DeleteVolumeRequest(BaseModel):
@@ -121,6 +132,19 @@ class ExpandVolumeRequest(BaseModel):
     capacity: CapacityRange
 
 
+class CreateSnapshotRequest(BaseModel):
+    name: str
+    source_volume_id: str
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class DeleteSnapshotRequest(BaseModel):
+    snapshot_id: str
+
+
+ReadKind = Literal["volume", "volumes", "capacity", "snapshots"]
+
+
 # -- workflow and activity inputs (one model per workflow; the activity takes the same) ------
 class VolumeInput(BaseModel):
     cluster: str
@@ -133,6 +157,8 @@ class CreateVolumeInput(VolumeInput):
     volume_type: str = ""
     topology: Topology = Topology()
     tags: dict[str, str] = Field(default_factory=dict)
+    parameters: dict[str, str] = Field(default_factory=dict)
+    snapshot_id: str = ""
 
 
 class DeleteVolumeInput(VolumeInput):
@@ -153,6 +179,24 @@ class DetachVolumeInput(VolumeInput):
 class ExpandVolumeInput(VolumeInput):
     volume_id: str
     size_gib: int
+
+
+class ReadVolumesInput(VolumeInput):
+    """A read for the CSI controller: one volume, all volumes, free capacity, snapshots."""
+
+    kind: ReadKind
+    volume_id: str = ""
+    parameters: dict[str, str] = Field(default_factory=dict)
+
+
+class CreateSnapshotInput(VolumeInput):
+    name: str
+    source_volume_id: str
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class DeleteSnapshotInput(VolumeInput):
+    snapshot_id: str
 
 
 # -- results ----------------------------------------------------------------------------------
@@ -189,3 +233,13 @@ class ExpandResult(VolumeResult):
     size_gib: int = 0
     #: The node must still grow the filesystem (also when the disk already had the size).
     node_expansion_required: bool = True
+
+
+class ReadVolumesResult(VolumeResult):
+    volumes: list[Volume] = Field(default_factory=list)
+    snapshots: list[Snapshot] = Field(default_factory=list)
+    capacity_bytes: int = 0
+
+
+class SnapshotResult(VolumeResult):
+    snapshot: Snapshot | None = None

@@ -17,8 +17,10 @@ from cloudloop.messages.volume import (
     AttachVolumeRequest,
     CapacityRange,
     Code,
+    CreateSnapshotRequest,
     CreateVolumeInput,
     CreateVolumeRequest,
+    DeleteSnapshotRequest,
     DeleteVolumeRequest,
     DetachVolumeRequest,
     ExpandVolumeRequest,
@@ -98,12 +100,24 @@ def check_request(
     | DeleteVolumeRequest
     | AttachVolumeRequest
     | DetachVolumeRequest
-    | ExpandVolumeRequest,
+    | ExpandVolumeRequest
+    | CreateSnapshotRequest
+    | DeleteSnapshotRequest,
 ) -> None:
     """CSI ``INVALID_ARGUMENT`` checks, made before any workflow starts or cloud call is made."""
     if isinstance(request, CreateVolumeRequest):
         if not request.name:
             raise RequestRejected(Code.INVALID_ARGUMENT, "volume name missing")
+        return
+    if isinstance(request, CreateSnapshotRequest):
+        if not request.name:
+            raise RequestRejected(Code.INVALID_ARGUMENT, "snapshot name missing")
+        if not request.source_volume_id:
+            raise RequestRejected(Code.INVALID_ARGUMENT, "source volume ID missing")
+        return
+    if isinstance(request, DeleteSnapshotRequest):
+        if not request.snapshot_id:
+            raise RequestRejected(Code.INVALID_ARGUMENT, "snapshot ID missing")
         return
     if not request.volume_id:
         raise RequestRejected(Code.INVALID_ARGUMENT, "volume ID missing")

@@ -11,10 +11,13 @@ from cloudloop.cloud.aws.discovery import AwsDiscovery
 from cloudloop.cloud.aws.instances import AwsInstances
 from cloudloop.cloud.aws.loadbalancers import AwsLoadBalancers
 from cloudloop.cloud.aws.routes import AwsRoutes
+from cloudloop.cloud.aws.snapshots import AwsSnapshots
 from cloudloop.cloud.aws.volumes import AwsVolumes
 
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes):
+class AwsDriver(
+    AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes, AwsSnapshots
+):
     """AWS through boto3."""

@@ -28,11 +28,18 @@ CSI_NAME_TAG = "CSIVolumeName"
 #: Tag the EBS CSI driver puts on every volume it creates.
 EBS_CSI_CLUSTER_TAG = "ebs.csi.aws.com/cluster"
 DEFAULT_VOLUME_TYPE = "gp3"
+#: EBS volume types and the StorageClass each gets (aws-ebs-csi-driver's parameters).
+VOLUME_TYPES = ("gp3", "gp2", "io1", "io2", "st1", "sc1", "standard")
+#: StorageClass parameters the driver reads (aws-ebs-csi-driver's names); others are refused.
+PARAMETERS = frozenset({"type", "iops", "iopsPerGB", "throughput", "encrypted", "kmsKeyId"})
+#: Volumes an instance takes when its type is unknown (aws-ebs-csi-driver, Nitro instances).
+DEFAULT_MAX_VOLUMES = 25
 
 #: Device names handed to EBS attachments, ``/dev/xvdba`` .. ``/dev/xvdcz`` (EBS CSI driver).
 DEVICE_NAMES = tuple(f"/dev/xvd{a}{b}" for a in "bc" for b in string.ascii_lowercase)
 
 _VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
+_MAX_IOPS_PER_GIB = {"io1": 50, "io2": 500, "gp3": 500}
 _GONE_STATES = {"deleting", "deleted"}
 _GONE_INSTANCE_STATES = {"shutting-down", "terminated"}
 
@@ -50,6 +57,71 @@ _CODE_ERRORS: dict[str, type[errors.CloudError]] = {
 
 def is_volume_id(volume_id: str) -> bool:
     return bool(_VOLUME_ID.match(volume_id))
+
+
+def nvme_serial(volume_id: str) -> str:
+    """The serial an EBS volume has on a Nitro instance (``/dev/disk/by-id/nvme-Amazon_Elastic_
+    Block_Store_vol0123...``): its ID without the dash."""
+    return volume_id.replace("-", "", 1)
+
+
+def create_arguments(spec: models.VolumeSpec) -> dict[str, Any]:
+    """``CreateVolume`` arguments from the StorageClass parameters (aws-ebs-csi-driver's keys:
+    ``type``, ``iops``, ``iopsPerGB``, ``throughput``, ``encrypted``, ``kmsKeyId``)."""
+    unknown = sorted(set(spec.parameters) - PARAMETERS)
+    if unknown:
+        raise errors.InvalidRequest(NAME, "CreateVolume", f"unknown parameters {unknown}")
+    params = spec.parameters
+    volume_type = spec.volume_type or params.get("type") or DEFAULT_VOLUME_TYPE
+    if volume_type not in VOLUME_TYPES:
+        raise errors.InvalidRequest(NAME, "CreateVolume", f"unknown type {volume_type!r}")
+    kwargs: dict[str, Any] = {"VolumeType": volume_type}
+    try:
+        if params.get("iops"):
+            kwargs["Iops"] = int(params["iops"])
+        elif params.get("iopsPerGB"):
+            per_gib = int(params["iopsPerGB"])
+            kwargs["Iops"] = min(per_gib, _MAX_IOPS_PER_GIB.get(volume_type, per_gib)) * (
+                spec.size_gib
+            )
+        if params.get("throughput"):
+            kwargs["Throughput"] = int(params["throughput"])
+    except ValueError as exc:
+        raise errors.InvalidRequest(NAME, "CreateVolume", f"not a number: {exc}") from None
+    if "Iops" in kwargs and volume_type not in ("io1", "io2", "gp3"):
+        raise errors.InvalidRequest(NAME, "CreateVolume", f"{volume_type} takes no iops")
+    if "Throughput" in kwargs and volume_type != "gp3":
+        raise errors.InvalidRequest(NAME, "CreateVolume", "only gp3 takes a throughput")
+    encrypted = params.get("encrypted", "").lower()
+    if encrypted not in ("", "true", "false"):
+        raise errors.InvalidRequest(NAME, "CreateVolume", f"encrypted={encrypted!r}")
+    if encrypted == "true":
+        kwargs["Encrypted"] = True
+        if params.get("kmsKeyId"):
+            kwargs["KmsKeyId"] = params["kmsKeyId"]
+    if spec.snapshot_id:
+        kwargs["SnapshotId"] = spec.snapshot_id
+    return kwargs
+
+
+def ebs_storage_classes() -> list[models.StorageClassSpec]:
+    """One StorageClass per EBS type, ``gp3`` the default (as Deckhouse's cloud-provider-aws)."""
+    classes = [models.StorageClassSpec(name="gp3", parameters={"type": "gp3"}, default=True)]
+    classes.append(
+        models.StorageClassSpec(
+            name="gp3-encrypted", parameters={"type": "gp3", "encrypted": "true"}
+        )
+    )
+    classes += [
+        models.StorageClassSpec(name=t, parameters={"type": t})
+        for t in VOLUME_TYPES
+        if t not in ("gp3", "io1", "io2")
+    ]
+    classes += [
+        models.StorageClassSpec(name=t, parameters={"type": t, "iopsPerGB": "50"})
+        for t in ("io1", "io2")
+    ]
+    return classes
 
 
 def _error_code(exc: BaseException | None) -> str:
@@ -144,6 +216,27 @@ class AwsVolumes(AwsBase):
 
     #: Shared by every driver of the process: attaches to one instance never pick one name twice.
     devices = DeviceAllocator()
+    zonal_volumes = True
+    max_volumes_per_node = DEFAULT_MAX_VOLUMES
+
+    def list_volumes(self, cluster: str) -> list[models.Volume]:
+        filters = [
+            {"Name": "tag-key", "Values": [cluster_tag_key(cluster)]},
+            {"Name": "tag-key", "Values": [CSI_NAME_TAG]},
+        ]
+        found: list[models.Volume] = []
+        paginator = self.client("ec2").get_paginator("describe_volumes")
+        with ebs_calling("DescribeVolumes"):
+            for page in paginator.paginate(Filters=filters):
+                for raw in page.get("Volumes", []):
+                    tags = tag_dict(raw.get("Tags"))
+                    if raw.get("State") in _GONE_STATES or cluster_tag_key(cluster) not in tags:
+                        continue
+                    found.append(self.to_volume(raw))
+        return sorted(found, key=lambda v: v.id)
+
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
+        return ebs_storage_classes()
 
     # -- volumes ---------------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
@@ -185,9 +278,9 @@ class AwsVolumes(AwsBase):
         if spec.cluster:
             tags[cluster_tag_key(spec.cluster)] = "owned"
         kwargs: dict[str, Any] = {
+            **create_arguments(spec),
             "AvailabilityZone": spec.zone,
             "Size": spec.size_gib,
-            "VolumeType": spec.volume_type or DEFAULT_VOLUME_TYPE,
             "TagSpecifications": [
                 {
                     "ResourceType": "volume",
@@ -228,7 +321,10 @@ class AwsVolumes(AwsBase):
                 for device, mapped_volume in mappings.items():
                     if mapped_volume == volume.id:
                         return models.Attachment(
-                            volume_id=volume.id, instance_id=instance_id, device=device
+                            volume_id=volume.id,
+                            instance_id=instance_id,
+                            device=device,
+                            serial=nvme_serial(volume.id),
                         )
                 device = self.devices.reserve(instance_id, set(mappings) | excluded)
             try:
@@ -255,6 +351,7 @@ class AwsVolumes(AwsBase):
                 instance_id=instance_id,
                 device=str(answer.get("Device", device)),
                 state=str(answer.get("State", "attaching")),
+                serial=nvme_serial(volume.id),
             )
         raise errors.CloudError(
             NAME, "AttachVolume", f"device names on {instance_id} kept colliding: {excluded}"
@@ -318,6 +415,7 @@ class AwsVolumes(AwsBase):
                 instance_id=str(a.get("InstanceId", "")),
                 device=str(a.get("Device", "")),
                 state=str(a.get("State", "")),
+                serial=nvme_serial(volume_id),
             )
             for a in raw.get("Attachments", []) or []
         ]

@@ -1,0 +1,136 @@
+"""What the CSI gRPC surface shares: status codes, access modes, topology and plugin capabilities.
+
+Results of :class:`~cloudloop.csi.operations.VolumeOperations` carry a CSI code whose name is a
+``grpc.StatusCode`` name, so the mapping is one lookup and never invents a code; gRPC status
+details stay empty (the spec's rule), the message says what happened.
+
+Features are derived from the configured cloud's driver class, never listed by hand: zonal
+volumes (``VOLUME_ACCESSIBILITY_CONSTRAINTS``, a ``topology.kubernetes.io/zone`` segment),
+snapshots (``CREATE_DELETE_SNAPSHOT``, ``LIST_SNAPSHOTS``), capacity (``GET_CAPACITY``).
+Departs from aws-ebs-csi-driver: one topology key (the well-known zone label) instead of two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from grpc import aio
+
+from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.csi.v1 import csi_pb2
+from cloudloop.messages.volume import Code
+
+#: The topology segment key of zonal volumes (also the Node label the scheduler matches).
+ZONE_KEY = "topology.kubernetes.io/zone"
+GIB = 1 << 30
+
+Mode = csi_pb2.VolumeCapability.AccessMode
+#: Access modes of a disk attached to one node at a time (CSI single-node modes).
+SINGLE_NODE_MODES = frozenset(
+    {
+        Mode.SINGLE_NODE_WRITER,
+        Mode.SINGLE_NODE_READER_ONLY,
+        Mode.SINGLE_NODE_SINGLE_WRITER,
+        Mode.SINGLE_NODE_MULTI_WRITER,
+    }
+)
+READ_ONLY_MODES = frozenset({Mode.SINGLE_NODE_READER_ONLY, Mode.MULTI_NODE_READER_ONLY})
+
+
+class Refused(Exception):
+    """An RPC answered with a non-OK status (``code`` is a CSI/gRPC code name)."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status_code(code: Code) -> grpc.StatusCode:
+    return grpc.StatusCode[code.value]
+
+
+async def refuse(context: aio.ServicerContext[object, object], error: Refused) -> None:
+    """Abort the RPC with the refusal's code and message (no details)."""
+    await context.abort(status_code(error.code), error.message)
+
+
+def required(value: object, what: str) -> None:
+    if not value:
+        raise Refused(Code.INVALID_ARGUMENT, f"{what} missing")
+
+
+def unsupported_capability(capability: csi_pb2.VolumeCapability) -> str:
+    """Why a capability cannot be served ("" when it can): single-node modes, block or mount."""
+    mode = capability.access_mode.mode
+    if mode not in SINGLE_NODE_MODES:
+        return f"access mode {Mode.Mode.Name(mode)} is not supported (disks attach to one node)"
+    kind = capability.WhichOneof("access_type")
+    if kind not in ("block", "mount"):
+        return "access type must be block or mount"
+    return ""
+
+
+def check_capabilities(capabilities: list[csi_pb2.VolumeCapability]) -> None:
+    required(capabilities, "volume capabilities")
+    for capability in capabilities:
+        reason = unsupported_capability(capability)
+        if reason:
+            raise Refused(Code.INVALID_ARGUMENT, reason)
+
+
+@dataclass(frozen=True)
+class Features:
+    """The CSI features the configured cloud's driver implements."""
+
+    zonal: bool
+    snapshots: bool
+    capacity: bool
+    max_volumes_per_node: int
+
+    @classmethod
+    def of(cls, driver: CloudDriver) -> Features:
+        return cls(
+            zonal=driver.zonal_volumes,
+            snapshots=driver.supports(Capability.SNAPSHOTS),
+            capacity=type(driver).volume_capacity is not CloudDriver.volume_capacity,
+            max_volumes_per_node=driver.max_volumes_per_node,
+        )
+
+    def plugin_capabilities(self) -> list[csi_pb2.PluginCapability]:
+        Service = csi_pb2.PluginCapability.Service
+        services = [Service.CONTROLLER_SERVICE]
+        if self.zonal:
+            services.append(Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)
+        capabilities = [
+            csi_pb2.PluginCapability(service=csi_pb2.PluginCapability.Service(type=s))
+            for s in services
+        ]
+        expansion = csi_pb2.PluginCapability.VolumeExpansion(
+            type=csi_pb2.PluginCapability.VolumeExpansion.ONLINE
+        )
+        capabilities.append(csi_pb2.PluginCapability(volume_expansion=expansion))
+        return capabilities
+
+    def controller_capabilities(self) -> list[csi_pb2.ControllerServiceCapability]:
+        RPC = csi_pb2.ControllerServiceCapability.RPC
+        rpcs = [
+            RPC.CREATE_DELETE_VOLUME,
+            RPC.PUBLISH_UNPUBLISH_VOLUME,
+            RPC.EXPAND_VOLUME,
+            RPC.LIST_VOLUMES,
+            RPC.LIST_VOLUMES_PUBLISHED_NODES,
+        ]
+        if self.snapshots:
+            rpcs += [RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS]
+        if self.capacity:
+            rpcs.append(RPC.GET_CAPACITY)
+        return [
+            csi_pb2.ControllerServiceCapability(rpc=csi_pb2.ControllerServiceCapability.RPC(type=t))
+            for t in rpcs
+        ]
+
+
+def zones_of(topologies: list[csi_pb2.Topology]) -> list[str]:
+    return [t.segments[ZONE_KEY] for t in topologies if t.segments.get(ZONE_KEY)]

@@ -1,0 +1,150 @@
+"""Helpers for the CSI tests: the controller and node services on unix sockets, csi-sanity, and
+a typed gRPC client for the tests' own calls.
+
+The servers run in the test's event loop (``cloudloop.csi.server`` builds them as the
+``cloudloop csi-controller``/``csi-node`` commands do); csi-sanity is the real binary built from
+``github.com/kubernetes-csi/csi-test``. Socket folders live under ``/tmp`` (a unix socket path
+must stay under 108 bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from temporalio.client import Client
+
+from cloudloop.cloud.driver import CloudDriver
+from cloudloop.csi.operations import VolumeOperations
+from cloudloop.csi.server import controller_server, node_server
+from cloudloop.csi.v1 import csi_pb2_grpc
+from cloudloop.settings import CsiSettings, Settings
+from devstack import gotools
+
+GIB = 1 << 30
+
+
+@dataclass
+class CsiSockets:
+    folder: Path
+
+    @property
+    def controller(self) -> str:
+        return f"unix://{self.folder / 'controller.sock'}"
+
+    @property
+    def node(self) -> str:
+        return f"unix://{self.folder / 'node.sock'}"
+
+
+@asynccontextmanager
+async def socket_folder() -> AsyncIterator[CsiSockets]:
+    folder = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
+    try:
+        yield CsiSockets(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def csi_settings(settings: Settings, **update: object) -> Settings:
+    return settings.model_copy(update={"csi": CsiSettings.model_validate(update)})
+
+
+@asynccontextmanager
+async def controller_service(
+    client: Client, settings: Settings, driver: CloudDriver, endpoint: str
+) -> AsyncIterator[None]:
+    server = controller_server(VolumeOperations.from_settings(client, settings), settings, driver)
+    path = endpoint.removeprefix("unix://")
+    server.add_insecure_port(f"unix://{path}")
+    await server.start()
+    try:
+        yield
+    finally:
+        await server.stop(1)
+
+
+@asynccontextmanager
+async def node_service(
+    settings: Settings, driver: CloudDriver, endpoint: str, *, node_id: str, zone: str = ""
+) -> AsyncIterator[None]:
+    server = node_server(settings, driver, node_id, zone)
+    server.add_insecure_port(endpoint)
+    await server.start()
+    try:
+        yield
+    finally:
+        await server.stop(1)
+
+
+@dataclass
+class SanityResult:
+    returncode: int
+    output: str
+
+    @property
+    def summary(self) -> str:
+        found = re.findall(r"Ran \d+ of \d+ Specs.*|\d+ Passed \| \d+ Failed.*", self.output)
+        return " / ".join(found)
+
+    def counts(self) -> dict[str, int]:
+        found = re.search(
+            r"(\d+) Passed \| (\d+) Failed \| (\d+) Pending \| (\d+) Skipped", self.output
+        )
+        if not found:
+            return {}
+        keys = ("passed", "failed", "pending", "skipped")
+        return dict(zip(keys, (int(g) for g in found.groups()), strict=True))
+
+
+async def run_sanity(
+    sockets: CsiSockets, *, extra: tuple[str, ...] = (), timeout: float = 900
+) -> SanityResult:
+    """csi-sanity, controller and node, against the two sockets (1 GiB volumes, grown to 2)."""
+    binary = gotools.ensure_built(["csi-sanity"])["csi-sanity"]
+    work = sockets.folder
+    argv = [
+        str(binary),
+        f"--csi.endpoint={sockets.node}",
+        f"--csi.controllerendpoint={sockets.controller}",
+        f"--csi.mountdir={work / 'mount'}",
+        f"--csi.stagingdir={work / 'staging'}",
+        f"--csi.testvolumesize={GIB}",
+        f"--csi.testvolumeexpandsize={2 * GIB}",
+        "--ginkgo.no-color",
+        *extra,
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        out, _ = await proc.communicate()
+    return SanityResult(proc.returncode or 0, out.decode(errors="replace"))
+
+
+@asynccontextmanager
+async def channel(endpoint: str) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(endpoint) as opened:
+        yield opened
+
+
+def stubs(
+    opened: grpc.aio.Channel,
+) -> tuple[
+    csi_pb2_grpc.IdentityAsyncStub, csi_pb2_grpc.ControllerAsyncStub, csi_pb2_grpc.NodeAsyncStub
+]:
+    return (
+        csi_pb2_grpc.IdentityStub(opened),
+        csi_pb2_grpc.ControllerStub(opened),
+        csi_pb2_grpc.NodeStub(opened),
+    )
