@@ -1,0 +1,69 @@
+"""The real CSI sidecars for the stack: external-provisioner, external-attacher, external-resizer.
+
+Built from their Go modules (``gotools``), run against a control plane's admin kubeconfig and the
+controller's socket, with the flags a Deployment of them uses (leader election off: one of
+each), and the retry intervals shortened so tests see a retry within seconds rather than minutes.
+Each serves metrics on a free port, which is also its readiness check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devstack import gotools
+from devstack.process import ManagedProcess, free_port, http_ok
+
+SIDECARS = ("csi-provisioner", "csi-attacher", "csi-resizer")
+
+
+def _flags(name: str, timeout: str) -> list[str]:
+    if name == "csi-provisioner":
+        return [
+            "--extra-create-metadata",
+            "--feature-gates=Topology=true",
+            f"--timeout={timeout}",
+            "--retry-interval-start=500ms",
+            "--retry-interval-max=5s",
+            "--default-fstype=ext4",
+        ]
+    if name == "csi-attacher":
+        return [
+            f"--timeout={timeout}",
+            "--retry-interval-start=500ms",
+            "--retry-interval-max=5s",
+            "--reconcile-sync=1m",
+        ]
+    return [
+        f"--timeout={timeout}",
+        "--retry-interval-start=500ms",
+        "--retry-interval-max=5s",
+        "--handle-volume-inuse-error=false",
+    ]
+
+
+def sidecar_processes(
+    socket: Path, kubeconfig: Path, log_dir: Path, *, timeout: str = "15s"
+) -> list[ManagedProcess]:
+    """One process per sidecar (not started)."""
+    binaries = gotools.ensure_built(SIDECARS)
+    processes = []
+    for name in SIDECARS:
+        port = free_port()
+        endpoint = f"127.0.0.1:{port}"
+        processes.append(
+            ManagedProcess(
+                name,
+                [
+                    str(binaries[name]),
+                    f"--csi-address={socket}",
+                    f"--kubeconfig={kubeconfig}",
+                    "--leader-election=false",
+                    f"--http-endpoint={endpoint}",
+                    "--v=4",
+                    *_flags(name, timeout),
+                ],
+                log_dir=log_dir,
+                ready=lambda endpoint=endpoint: http_ok(f"http://{endpoint}/metrics"),  # type: ignore[misc]
+            )
+        )
+    return processes
