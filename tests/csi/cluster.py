@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
+from cloudloop.cloud.registry import provider_for
 from cloudloop.csi.objects import CSI_DRIVERS, DRIVER_LABEL, STORAGE_CLASSES
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube, KubeError
@@ -54,11 +57,22 @@ def controller_env(settings: Settings, kubeconfig: Path, endpoint: str) -> dict[
         "CLOUDLOOP_LEADER_ELECTION__NAME": settings.leader_election.name,
         "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": settings.leader_election.namespace,
     }
-    if settings.dvp.kubeconfig is not None:
-        env["CLOUDLOOP_DVP__KUBECONFIG"] = str(settings.dvp.kubeconfig)
-        env["CLOUDLOOP_DVP__NAMESPACE"] = settings.dvp.namespace
-    if settings.zvirt.api_url:
-        env["CLOUDLOOP_ZVIRT__API_URL"] = settings.zvirt.api_url
+    return {**env, **provider_env(settings)}
+
+
+def provider_env(settings: Settings) -> dict[str, str]:
+    """``CLOUDLOOP_<NAME>__<FIELD>`` for every set field of the provider's section."""
+    record = provider_for(settings)
+    section = record.section(settings)
+    env: dict[str, str] = {}
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or value == "" or value == [] or value == {}:
+            continue
+        text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+        env[f"CLOUDLOOP_{record.name.upper()}__{name.upper()}"] = text
     return env
 
 

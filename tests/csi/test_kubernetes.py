@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, STORAGE_CLASSES
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube
@@ -55,7 +56,7 @@ async def test_pvc_pod_resize_delete_on_aws(
 ) -> None:
     settings = deployment_settings(settings, namespace)
     driver_name = settings.csi.driver_name
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     instance_id = await asyncio.to_thread(run_instance, ec2_client(settings), "us-east-1b")
     node = f"csi-{uuid.uuid4().hex[:8]}"
     write_discovery(kube, namespace, {"zones": ["us-east-1a", "us-east-1b"]})

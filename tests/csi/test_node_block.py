@@ -19,9 +19,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
-from cloudloop.settings import AwsSettings, Settings
+from cloudloop.settings import Settings
 from tests.csi.support import channel, csi_settings, node_service, socket_folder
 
 MIB = 1 << 20
@@ -135,7 +137,7 @@ async def node(tmp_path: Path) -> AsyncIterator[tuple[csi_pb2_grpc.NodeAsyncStub
     device_dir = tmp_path / "by-id"
     device_dir.mkdir()
     settings = _settings(tmp_path, device_dir)
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     async with (
         socket_folder() as sockets,
         node_service(settings, driver, sockets.node, node_id="i-0123456789abcdef0", zone="z1"),

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.volumes import create_arguments, ebs_storage_classes, nvme_serial
 from cloudloop.cloud.models import StorageClassSpec, VolumeSpec
 from cloudloop.csi.controller import page, split_parameters
@@ -18,7 +19,6 @@ from cloudloop.csi.objects import DEFAULT_ANNOTATION, default_class, storage_cla
 from cloudloop.csi.spec import Features, Refused, unsupported_capability
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.messages.volume import Code
-from cloudloop.settings import AwsSettings
 
 Mode = csi_pb2.VolumeCapability.AccessMode
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from cloudloop.cloud.aws import AwsDriver
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.settings import Settings
 from tests.csi.support import (
@@ -44,7 +45,7 @@ async def test_csi_sanity_aws(
         directory_root=tmp_path / "volumes",
         storage_classes=False,
     )
-    driver = AwsDriver(settings.aws)
+    driver = AwsDriver(AWS.section(settings))
     node_id = await asyncio.to_thread(run_instance, ec2_client(settings), "us-east-1a")
     async with (
         socket_folder() as sockets,

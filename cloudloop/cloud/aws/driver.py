@@ -17,7 +17,5 @@ from cloudloop.cloud.aws.volumes import AwsVolumes
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(
-    AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes, AwsSnapshots
-):
+class AwsDriver(AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes, AwsSnapshots):
     """AWS through boto3."""
