@@ -5,9 +5,10 @@ The simulator watches VirtualDisks, VirtualMachines and VirtualMachineBlockDevic
 moves them the way DVP does, a little later each: a disk is provisioned from its image (Failed
 when the image does not exist) and becomes Ready; a VM waits for its disks and its cloud-init
 Secret, starts, runs and gets an IP address (Stopped under ``runPolicy: AlwaysOff``); an
-attachment becomes Attached. Protection finalizers hold a deleted VM until it has stopped and a
-deleted disk until no VM uses it. Any step can be held (:meth:`DvpSimulator.hold`) so fault tests
-can stop the world at a chosen point. Test stack only: the product never imports this.
+attachment becomes Attached once its VM exists; a grown disk gets its new capacity. Protection
+finalizers hold a deleted VM until it has stopped and a deleted disk until no VM uses it. Any
+step can be held (:meth:`DvpSimulator.hold`) so fault tests can stop the world at a chosen
+point. Test stack only: the product never imports this.
 
 Resource names (group, version, plural, scope) come from the CRDs the parent serves
 (:func:`devstack.dvp.served_resources`), never from the driver's constants, so a typo in either is
@@ -254,6 +255,9 @@ class DvpSimulator:
         if self._protect(VIRTUAL_DISKS, disk, DISK_FINALIZER):
             return
         phase = status.get("phase")
+        if phase == "Ready":
+            self._resize(disk)
+            return
         if not phase:
             if self._once(disk, "provisioning"):
                 self._patch_status(VIRTUAL_DISKS, disk, {"phase": "Provisioning", "progress": "0%"})
@@ -267,6 +271,19 @@ class DvpSimulator:
             return
         with contextlib.suppress(RuntimeError):  # stopping
             self._writes.submit(self._finish_disk, disk)
+
+    def _resize(self, disk: dict[str, Any]) -> None:
+        """A grown ``spec.persistentVolumeClaim.size`` reaches ``status.capacity`` a little
+        later (DVP resizes the disk's PVC, then the guest sees it)."""
+        claim = (disk.get("spec") or {}).get("persistentVolumeClaim") or {}
+        asked = str(claim.get("size", ""))
+        status = disk.get("status") or {}
+        if not asked or asked == str(status.get("capacity", "")):
+            return
+        if self._elapsed(disk, f"Resizing/{asked}") < self.timings.disk_ready_s:
+            return
+        if self._once(disk, f"resize/{asked}"):
+            self._patch_status(VIRTUAL_DISKS, disk, {"capacity": asked})
 
     def _finish_disk(self, disk: dict[str, Any]) -> None:
         """Ready with the image copied in, or Failed when the image does not exist."""
@@ -425,6 +442,7 @@ class DvpSimulator:
 
     # -- attachments -----------------------------------------------------------------------
     def _attachment(self, attachment: dict[str, Any]) -> None:
+        """Attached once its VM exists; a VM that does not stays ``Pending`` (as DVP waits)."""
         meta = attachment["metadata"]
         if meta.get("deletionTimestamp"):
             self._release(
@@ -435,7 +453,23 @@ class DvpSimulator:
             VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, ATTACHMENT_FINALIZER
         ):
             return
-        if not (attachment.get("status") or {}).get("phase") and self._once(attachment, "attach"):
+        phase = (attachment.get("status") or {}).get("phase")
+        if phase == "Attached":
+            return
+        vm_name = (attachment.get("spec") or {}).get("virtualMachineName")
+        vm_exists = any(
+            vm["metadata"]["name"] == vm_name
+            and vm["metadata"].get("namespace") == meta.get("namespace")
+            and not vm["metadata"].get("deletionTimestamp")
+            for vm in list(self.vms.store.values())
+        )
+        if not vm_exists:
+            if phase != "Pending" and self._once(attachment, "pending"):
+                self._patch_status(
+                    VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, {"phase": "Pending"}
+                )
+            return
+        if self._once(attachment, "attach"):
             self._patch_status(
                 VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, {"phase": "Attached"}
             )

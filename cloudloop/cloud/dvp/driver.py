@@ -2,7 +2,7 @@
 
 One mixin per capability over a shared base (parent-cluster client, call counting, error
 translation): machines for Cluster API, instances for node sync, load balancers (parent Services
-fed by EndpointSlices), discovery.
+fed by EndpointSlices), discovery, volumes for CSI.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from cloudloop.cloud.dvp.discovery import DvpDiscovery
 from cloudloop.cloud.dvp.instances import DvpInstances
 from cloudloop.cloud.dvp.loadbalancers import DvpLoadBalancers
 from cloudloop.cloud.dvp.machines import DvpMachines
+from cloudloop.cloud.dvp.volumes import DvpVolumes
 
 __all__ = ["NAME", "PROVIDER_ID_PREFIX", "DvpBase", "DvpDriver"]
 
 
-class DvpDriver(DvpMachines, DvpInstances, DvpLoadBalancers, DvpDiscovery):
+class DvpDriver(DvpMachines, DvpInstances, DvpLoadBalancers, DvpDiscovery, DvpVolumes):
     """DVP through the parent cluster's Kubernetes API (``virtualization.deckhouse.io``)."""
