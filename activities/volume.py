@@ -220,12 +220,11 @@ class VolumeActivities:
         progress: dict[str, Any] = {"node_id": input.node_id}
         with cloud_errors(), _alive(progress):
             self._check_provider(input.provider)
+            # The CSI node ID is the instance ID (NodeGetInfo); a providerID names it too.
             try:
                 instance_id = self.driver.instance_id_from_provider_id(input.node_id)
-            except errors.InvalidRequest as exc:
-                raise errors.NotFound(
-                    self.driver.provider, "AttachVolume", f"no node {input.node_id!r}"
-                ) from exc
+            except errors.InvalidRequest:
+                instance_id = input.node_id  # the driver answers NotFound for an unknown one
             volume = self.driver.get_volume(input.volume_id)
             mine = _attachment_to(volume, instance_id)
             if mine is not None and mine.state == "detaching":

@@ -132,11 +132,13 @@ def aws_backend(request: pytest.FixtureRequest) -> Backend:
             Capability.ROUTES: lambda d: _aws_routes(d, cluster),
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
             Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", cluster),
+            Capability.SNAPSHOTS: lambda d: d.list_snapshots(cluster),
         },
         unknown={
             Capability.INSTANCES: lambda d: d.list_instances(["i-0123456789abcdef0"]).found,
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
             Capability.VOLUMES: lambda d: d.get_volume("vol-0123456789abcdef0"),
+            Capability.SNAPSHOTS: lambda d: d.get_snapshot("snap-0123456789abcdef0"),
         },
     )
 
@@ -206,11 +208,13 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
             Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
             Capability.DISCOVERY: lambda d: d.discovery_data(),
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
+            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
         },
         unknown={
             Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]).found,
             Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
+            Capability.VOLUMES: lambda d: d.get_volume("absent-disk"),
         },
     )
 

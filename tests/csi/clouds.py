@@ -1,0 +1,155 @@
+"""The clouds the CSI tests run on, one builder each: settings for the driver and the worker, a
+node (an instance the controller can attach to) with its ID and zone, and a way to make more.
+
+AWS is moto (an EC2 instance in ``us-east-1a``); DVP is the parent cluster with its simulator (a
+VirtualMachine made by the driver, node ID its name); zVirt is the oVirt emulator (a VM cloned
+from the seed template, node ID its UUID).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from cloudloop.cloud import models
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.driver import CloudDriver
+from cloudloop.settings import Settings
+from tests.volume.support import ec2_client, run_instance
+
+
+@dataclass
+class CsiCloud:
+    name: str
+    settings: Settings
+    driver: CloudDriver
+    #: Make a new node: (node ID, zone, provider ID).
+    new_node: Callable[[], Awaitable[tuple[str, str, str]]]
+    #: Remove a node's instance (the VM is gone).
+    remove_node: Callable[[str], Awaitable[None]]
+
+
+async def aws_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
+    settings = settings.model_copy(update={"cluster_name": f"csi-{uuid.uuid4().hex[:8]}"})
+    driver = AwsDriver(AWS.section(settings))
+    ec2 = ec2_client(settings)
+
+    async def new_node() -> tuple[str, str, str]:
+        instance = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+        return instance, "us-east-1a", f"aws:///us-east-1a/{instance}"
+
+    async def remove_node(node_id: str) -> None:
+        await asyncio.to_thread(ec2.terminate_instances, InstanceIds=[node_id])
+
+    return CsiCloud("aws", settings, driver, new_node, remove_node)
+
+
+async def dvp_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
+    from cloudloop.cloud.dvp import PROVIDER as DVP
+    from cloudloop.cloud.dvp.driver import DvpDriver
+    from cloudloop.cloud.dvp.settings import DvpSettings
+    from devstack.dvp_simulator import DvpParent
+    from devstack.machine_fixtures import dvp_machine_spec
+
+    parent: DvpParent = request.getfixturevalue("dvp_parent")
+    namespace = await asyncio.to_thread(parent.new_namespace, "csi")
+    section = DvpSettings(
+        kubeconfig=parent.kubeconfig,
+        kubeconfig_base64=None,
+        namespace=namespace,
+        cluster_uuid=f"csi-{uuid.uuid4().hex[:6]}",
+    )
+    settings = settings.model_copy(
+        update={
+            "provider": DVP.name,
+            DVP.name: section,
+            "cluster_name": f"csi-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    driver = DvpDriver(section)
+
+    async def new_node() -> tuple[str, str, str]:
+        name = f"node-{uuid.uuid4().hex[:6]}"
+        spec = models.MachineSpec(
+            name=name,
+            namespace="default",
+            cluster=settings.cluster_name,
+            machine_uid=str(uuid.uuid4()),
+            provider_spec=dvp_machine_spec(),
+        )
+        machine = await asyncio.to_thread(driver.create_machine, spec, b"#cloud-config\n")
+        return machine.id, "", machine.provider_id
+
+    async def remove_node(node_id: str) -> None:
+        from cloudloop.cloud.dvp import resources
+
+        await asyncio.to_thread(driver.delete, resources.VIRTUAL_MACHINES, node_id)
+
+    return CsiCloud(DVP.name, settings, driver, new_node, remove_node)
+
+
+async def zvirt_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
+    from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
+    from cloudloop.cloud.zvirt.driver import ZvirtDriver
+    from cloudloop.cloud.zvirt.settings import ZvirtSettings
+    from devstack.local import LocalStack
+
+    local: LocalStack = request.getfixturevalue("csi_ovirt")
+    assert local.ovirt is not None
+    endpoint = local.ovirt
+    section = ZvirtSettings(
+        api_url=endpoint.api_url,
+        username=endpoint.username,
+        password=SecretStr(endpoint.password),
+        ca_bundle=endpoint.ca_file,
+        cluster_id=endpoint.cluster_id,
+        timeout_s=5,
+        wait_timeout_s=20,
+        poll_interval_s=0.05,
+    )
+    settings = settings.model_copy(
+        update={
+            "provider": ZVIRT.name,
+            ZVIRT.name: section,
+            "cluster_name": f"csi-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    driver = ZvirtDriver(section)
+
+    async def new_node() -> tuple[str, str, str]:
+        spec = models.MachineSpec(
+            name=f"node-{uuid.uuid4().hex[:6]}",
+            namespace="default",
+            cluster=settings.cluster_name,
+            machine_uid=str(uuid.uuid4()),
+            provider_spec={
+                "template": endpoint.template,
+                "vnicProfileID": endpoint.vnic_profile_id,
+                "memory": 2048,
+                "rootDiskSizeGb": 20,
+            },
+        )
+        machine = await asyncio.to_thread(driver.create_machine, spec, b"#cloud-config\n")
+        return machine.id, "", machine.provider_id
+
+    async def remove_node(node_id: str) -> None:
+        def remove(api: Any) -> None:
+            api.vms_service().vm_service(node_id).remove()
+
+        await asyncio.to_thread(driver.call, "RemoveVm", remove)
+
+    return CsiCloud(ZVIRT.name, settings, driver, new_node, remove_node)
+
+
+CLOUDS: dict[str, Callable[[pytest.FixtureRequest, Settings], Awaitable[CsiCloud]]] = {
+    "aws": aws_cloud,
+    "dvp": dvp_cloud,
+    "zvirt": zvirt_cloud,
+}
