@@ -182,6 +182,7 @@ class Disk:
     actual_size: int = 0
     format: str = "cow"
     sparse: bool = True
+    description: str = ""
     #: ``(at, status)`` the disk reaches at monotonic time ``at``.
     pending: tuple[float, str] | None = None
 
@@ -753,14 +754,30 @@ class Engine:
                 raise not_found("Disk", disk_id)
             return disk
 
-    def add_disk(self, name: str, provisioned_size: int, storage_domain_id: str | None) -> Disk:
+    def add_disk(
+        self,
+        name: str,
+        provisioned_size: int,
+        storage_domain_id: str | None,
+        *,
+        description: str = "",
+        sparse: bool = True,
+    ) -> Disk:
         with self._lock:
             domain_id = storage_domain_id or seed_id("storagedomain", SEED_BOOT_DOMAIN)
             if domain_id not in self.storage_domains:
                 raise not_found("StorageDomain", domain_id)
             if provisioned_size <= 0:
                 raise ApiFault(400, "Disk provisioned_size must be positive", "Bad Request")
-            disk = Disk(str(uuid.uuid4()), name, provisioned_size, domain_id)
+            disk = Disk(
+                str(uuid.uuid4()),
+                name,
+                provisioned_size,
+                domain_id,
+                description=description,
+                sparse=sparse,
+                format="cow" if sparse else "raw",
+            )
             self.disks[disk.id] = disk
             return disk
 

@@ -191,6 +191,8 @@ def disk(engine: Engine, item: Disk) -> ET.Element:
     _text(element, "actual_size", item.actual_size)
     _text(element, "alias", item.name)
     _text(element, "content_type", "data")
+    if item.description:
+        _text(element, "description", item.description)
     _text(element, "format", item.format)
     _text(element, "image_id", item.id)
     _text(element, "propagate_errors", False)

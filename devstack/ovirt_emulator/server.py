@@ -266,6 +266,8 @@ def add_disk(engine: Engine, request: Request, _: tuple[str, ...]) -> tuple[int,
         rep.text_of(body, "name") or rep.text_of(body, "alias") or "disk",
         rep.int_of(body, "provisioned_size") or 0,
         rep.ref_of(body, "storage_domains/storage_domain")[0],
+        description=rep.text_of(body, "description") or "",
+        sparse=rep.text_of(body, "sparse") != "false",
     )
     return 201, engine.read(lambda e: rep.disk(e, created))
 

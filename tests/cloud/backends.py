@@ -286,12 +286,14 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
             Capability.INSTANCES: lambda d: d.find_instances_by_name(["absent-vm"]),
             Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
             Capability.DISCOVERY: lambda d: d.discovery_data(),
+            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
         },
         unknown={
             Capability.INSTANCES: lambda d: (
                 d.list_instances(["00000000-0000-0000-0000-00000000abcd"]).found
             ),
             Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
+            Capability.VOLUMES: lambda d: d.get_volume("00000000-0000-0000-0000-00000000abcd"),
         },
     )
 
