@@ -63,7 +63,9 @@ VM_START = "vm-start"
 VM_RUNNING = "vm-running"
 VM_DELETE = "vm-delete"
 DISK_DELETE = "disk-delete"
-STEPS = (DISK_READY, VM_START, VM_RUNNING, VM_DELETE, DISK_DELETE)
+#: A VirtualMachineBlockDeviceAttachment becoming Attached (hotplug).
+ATTACH = "attach"
+STEPS = (DISK_READY, VM_START, VM_RUNNING, VM_DELETE, DISK_DELETE, ATTACH)
 
 #: What the parent offers: StorageClasses, a VM class and a cluster-wide image.
 STORAGE_CLASSES = ("linstor-thin-r1", "linstor-thick-r2", "ceph-rbd")
@@ -468,6 +470,8 @@ class DvpSimulator:
                 self._patch_status(
                     VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, {"phase": "Pending"}
                 )
+            return
+        if self._held(ATTACH, meta["name"]):
             return
         if self._once(attachment, "attach"):
             self._patch_status(

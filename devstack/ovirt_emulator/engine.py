@@ -110,6 +110,10 @@ class Delays:
     shutdown_s: float = 0.2
     disk_resize_s: float = 0.1
     remove_s: float = 0.1
+    #: A new disk stays ``locked`` this long (0: ``ok`` at once).
+    disk_create_s: float = 0.0
+    #: A hotplug (``POST /vms/{id}/diskattachments``) answers this long after it was made.
+    attach_answer_s: float = 0.0
 
 
 @dataclass
@@ -778,6 +782,9 @@ class Engine:
                 sparse=sparse,
                 format="cow" if sparse else "raw",
             )
+            if self.delays.disk_create_s > 0:
+                disk.status = "locked"
+                disk.pending = (self._clock() + self.delays.disk_create_s, "ok")
             self.disks[disk.id] = disk
             return disk
 

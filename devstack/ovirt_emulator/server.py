@@ -17,6 +17,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,6 +168,8 @@ def add_attachment(
         active=rep.bool_of(body, "active") is not False,
         interface=rep.text_of(body, "interface"),
     )
+    if engine.delays.attach_answer_s > 0:  # plugged already; the answer is slow to come
+        time.sleep(engine.delays.attach_answer_s)
     return 201, engine.read(lambda e: rep.disk_attachment(e, attachment))
 
 

@@ -9,6 +9,7 @@ from the seed template, node ID its UUID).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,11 +18,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from cloudloop.cloud import models
+from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.settings import Settings
+from tests.helpers import eventually
 from tests.volume.support import ec2_client, run_instance
 
 
@@ -95,13 +97,15 @@ async def dvp_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCl
     return CsiCloud(DVP.name, settings, driver, new_node, remove_node)
 
 
-async def zvirt_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
+async def zvirt_cloud(
+    request: pytest.FixtureRequest, settings: Settings, *, engine: str = "csi_ovirt"
+) -> CsiCloud:
     from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
     from cloudloop.cloud.zvirt.driver import ZvirtDriver
     from cloudloop.cloud.zvirt.settings import ZvirtSettings
     from devstack.local import LocalStack
 
-    local: LocalStack = request.getfixturevalue("csi_ovirt")
+    local: LocalStack = request.getfixturevalue(engine)
     assert local.ovirt is not None
     endpoint = local.ovirt
     section = ZvirtSettings(
@@ -140,10 +144,23 @@ async def zvirt_cloud(request: pytest.FixtureRequest, settings: Settings) -> Csi
         return machine.id, "", machine.provider_id
 
     async def remove_node(node_id: str) -> None:
-        def remove(api: Any) -> None:
-            api.vms_service().vm_service(node_id).remove()
+        """Power the VM off, remove it, and wait until the engine says it is gone."""
 
-        await asyncio.to_thread(driver.call, "RemoveVm", remove)
+        def vm(api: Any) -> Any:
+            return api.vms_service().vm_service(node_id)
+
+        with contextlib.suppress(errors.CloudError):  # already down
+            await asyncio.to_thread(driver.call, "StopVm", lambda api: vm(api).stop())
+        await asyncio.to_thread(driver.call, "RemoveVm", lambda api: vm(api).remove())
+
+        def gone() -> bool:
+            try:
+                driver.call("GetVm", lambda api: vm(api).get())
+            except errors.NotFound:
+                return True
+            return False
+
+        await eventually(gone, what=f"VM {node_id} removed")
 
     return CsiCloud(ZVIRT.name, settings, driver, new_node, remove_node)
 

@@ -1,0 +1,354 @@
+"""The CSI driver under SIGKILL, on every cloud: the worker and the controller process die in
+the middle of CreateVolume and ControllerPublish, and an attach meets a node whose VM is gone.
+
+- **Worker killed**: the cloud made the change (disk created, attachment made) but the worker
+  never heard: AWS through a proxy holding moto's answer, DVP by the simulator holding the disk
+  (not Ready) or the hotplug (not Attached), zVirt by an engine whose new disks stay locked and
+  whose hotplug answers late. A fresh worker process takes over: one volume, one attachment.
+- **Controller killed**: ``cloudloop csi-controller`` dies while its RPC waits for the workflow
+  (no worker runs yet); the sidecar's retry reaches a new controller process and joins the
+  workflow: one volume, one attachment.
+- **Node gone**: ControllerPublish to an instance that no longer exists is ``NOT_FOUND`` and
+  leaves no attachment behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from cloudloop.csi.spec import ZONE_KEY
+from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
+from cloudloop.kube.api import Kube
+from cloudloop.net import free_port
+from cloudloop.settings import Settings
+from devstack.local import LocalStack, StackOptions
+from devstack.ovirt_emulator import OvirtEmulatorOptions
+from devstack.ovirt_emulator.engine import Delays
+from devstack.process import ManagedProcess, http_ok
+from tests.csi.clouds import CsiCloud, aws_cloud, dvp_cloud, zvirt_cloud
+from tests.csi.cluster import CsiDeployment, controller_env
+from tests.csi.scenario import cloud_volume, live_attachments
+from tests.csi.support import channel, controller_service, csi_settings, socket_folder
+from tests.helpers import eventually, eventually_async
+from tests.holding_proxy import HoldingProxy
+from workers.main import build_worker
+
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
+
+GIB = 1 << 30
+CONVERGE_S = 120.0
+#: zVirt's slow steps: long enough for a kill to land inside them.
+SLOW_STEP_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def slow_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """An oVirt emulator whose new disks stay locked and whose hotplug answers late."""
+    delays = Delays(
+        clone_s=0.2,
+        boot_s=0.2,
+        guest_ip_s=0.1,
+        shutdown_s=0.1,
+        disk_resize_s=0.1,
+        remove_s=0.1,
+        disk_create_s=SLOW_STEP_S,
+        attach_answer_s=SLOW_STEP_S,
+    )
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("csi-slow-ovirt"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            ovirt_emulator=OvirtEmulatorOptions(password="csi-faults", delays=delays),
+        )
+    )
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@dataclass
+class Holds:
+    """How a cloud keeps a change made but unanswered, and what the worker needs for it."""
+
+    worker_env: dict[str, str] = field(default_factory=dict)
+    hold_create: Callable[[], Callable[[], None]] = lambda: lambda: None
+    hold_attach: Callable[[], Callable[[], None]] = lambda: lambda: None
+
+
+@dataclass
+class FaultCloud:
+    cloud: CsiCloud
+    holds: Holds
+
+
+@pytest.fixture(params=["aws", "dvp", "zvirt"])
+async def fault_cloud(
+    request: pytest.FixtureRequest, settings: Settings, stack: LocalStack
+) -> AsyncIterator[FaultCloud]:
+    if request.param == "aws":
+        cloud = await aws_cloud(request, settings)
+        with HoldingProxy(stack.moto_endpoint) as proxy:
+
+            def hold(action: str) -> Callable[[], None]:
+                return proxy.hold(action).release
+
+            yield FaultCloud(
+                cloud,
+                Holds(
+                    worker_env={"CLOUDLOOP_AWS__ENDPOINT_URL": proxy.url},
+                    hold_create=lambda: hold("CreateVolume"),
+                    hold_attach=lambda: hold("AttachVolume"),
+                ),
+            )
+    elif request.param == "dvp":
+        from devstack.dvp_simulator import ATTACH, DISK_READY, DvpParent
+
+        cloud = await dvp_cloud(request, settings)
+        parent: DvpParent = request.getfixturevalue("dvp_parent")
+
+        def simulator_hold(step: str) -> Callable[[], None]:
+            parent.simulator.hold(step)
+            return lambda: parent.simulator.release(step)
+
+        try:
+            yield FaultCloud(
+                cloud,
+                Holds(
+                    hold_create=lambda: simulator_hold(DISK_READY),
+                    hold_attach=lambda: simulator_hold(ATTACH),
+                ),
+            )
+        finally:
+            parent.simulator.release()
+    else:
+        yield FaultCloud(await zvirt_cloud(request, settings, engine="slow_ovirt"), Holds())
+
+
+def worker_process(
+    settings: Settings, stack: LocalStack, extra: dict[str, str], log_dir: Path
+) -> ManagedProcess:
+    """``cloudloop worker`` for the cloud of ``settings`` (what the chart's worker runs)."""
+    port = free_port()
+    env = {
+        **controller_env(settings, stack.kubeconfig, "unix:///unused"),
+        "CLOUDLOOP_METRICS_PORT": str(port),
+        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        **extra,
+    }
+    return ManagedProcess(
+        f"worker-{uuid.uuid4().hex[:6]}",
+        [sys.executable, "-m", "cloudloop.cli", "worker"],
+        log_dir=log_dir,
+        env=env,
+        ready=lambda: http_ok(f"http://127.0.0.1:{port}/readyz"),
+    )
+
+
+def capability() -> csi_pb2.VolumeCapability:
+    return csi_pb2.VolumeCapability(
+        mount=csi_pb2.VolumeCapability.MountVolume(fs_type="ext4"),
+        access_mode=csi_pb2.VolumeCapability.AccessMode(
+            mode=csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+        ),
+    )
+
+
+def create_request(name: str, zone: str) -> csi_pb2.CreateVolumeRequest:
+    request = csi_pb2.CreateVolumeRequest(
+        name=name,
+        capacity_range=csi_pb2.CapacityRange(required_bytes=GIB),
+        volume_capabilities=[capability()],
+    )
+    if zone:
+        request.accessibility_requirements.requisite.add().segments[ZONE_KEY] = zone
+    return request
+
+
+def publish_request(volume_id: str, node_id: str) -> csi_pb2.ControllerPublishVolumeRequest:
+    return csi_pb2.ControllerPublishVolumeRequest(
+        volume_id=volume_id, node_id=node_id, volume_capability=capability()
+    )
+
+
+def volumes_named(cloud: CsiCloud, name: str) -> list[str]:
+    return [v.id for v in cloud.driver.list_volumes(cloud.settings.cluster_name) if v.name == name]
+
+
+async def workflow_running(client: Client, workflow_id: str) -> bool:
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError:
+        return False
+    return description.status is not None and description.status.name == "RUNNING"
+
+
+async def cleanup(controller: csi_pb2_grpc.ControllerAsyncStub, volume_id: str) -> None:
+    with contextlib.suppress(grpc.aio.AioRpcError):
+        await controller.ControllerUnpublishVolume(
+            csi_pb2.ControllerUnpublishVolumeRequest(volume_id=volume_id)
+        )
+        await controller.DeleteVolume(csi_pb2.DeleteVolumeRequest(volume_id=volume_id))
+
+
+async def test_worker_killed_during_create_and_publish(
+    fault_cloud: FaultCloud, client: Client, stack: LocalStack, tmp_path: Path
+) -> None:
+    cloud, holds = fault_cloud.cloud, fault_cloud.holds
+    settings = csi_settings(cloud.settings, storage_classes=False)
+    node_id, zone, _ = await cloud.new_node()
+    workers = [worker_process(settings, stack, holds.worker_env, tmp_path / "logs")]
+    await asyncio.to_thread(workers[0].start)
+    await asyncio.to_thread(workers[0].wait_ready, 60)
+
+    async def replace_worker() -> None:
+        await asyncio.to_thread(workers[-1].kill)  # SIGKILL: no last heartbeat, no cleanup
+        workers.append(worker_process(settings, stack, holds.worker_env, tmp_path / "logs"))
+        await asyncio.to_thread(workers[-1].start)
+        await asyncio.to_thread(workers[-1].wait_ready, 60)
+
+    try:
+        async with (
+            socket_folder() as sockets,
+            controller_service(client, settings, cloud.driver, sockets.controller),
+            channel(sockets.controller) as opened,
+        ):
+            controller = csi_pb2_grpc.ControllerStub(opened)
+            name = f"pvc-{uuid.uuid4()}"
+            release = holds.hold_create()
+            create = asyncio.ensure_future(controller.CreateVolume(create_request(name, zone)))
+            made = await eventually(
+                lambda: volumes_named(cloud, name), what=f"{name} made in the cloud"
+            )
+            await replace_worker()
+            release()
+            response = await asyncio.wait_for(create, CONVERGE_S)
+            volume_id = response.volume.volume_id
+            try:
+                assert [volume_id] == made == await asyncio.to_thread(volumes_named, cloud, name)
+
+                release = holds.hold_attach()
+                publish = asyncio.ensure_future(
+                    controller.ControllerPublishVolume(publish_request(volume_id, node_id))
+                )
+                await eventually(
+                    lambda: live_attachments(cloud_volume(cloud.driver, volume_id)),
+                    what=f"{volume_id} attachment made in the cloud",
+                )
+                await replace_worker()
+                release()
+                await asyncio.wait_for(publish, CONVERGE_S)
+                volume = await asyncio.to_thread(cloud_volume, cloud.driver, volume_id)
+                assert live_attachments(volume) == [node_id], volume
+            finally:
+                await cleanup(controller, volume_id)
+    finally:
+        for worker in workers:
+            await asyncio.to_thread(worker.stop)
+
+
+async def test_controller_killed_during_create_and_publish(
+    fault_cloud: FaultCloud, client: Client, kube: Kube, stack: LocalStack, tmp_path: Path
+) -> None:
+    cloud = fault_cloud.cloud
+    settings = csi_settings(cloud.settings, storage_classes=False)
+    node_id, zone, _ = await cloud.new_node()
+    deployment = CsiDeployment(settings, stack.kubeconfig, tmp_path / "logs")
+    endpoint = f"unix://{deployment.socket}"
+    await asyncio.to_thread(deployment.start_controller)
+    name = f"pvc-{uuid.uuid4()}"
+    volume_id = ""
+    try:
+        # No worker yet: the RPC waits for its workflow when the controller dies.
+        async with channel(endpoint) as opened:
+            create = asyncio.ensure_future(
+                csi_pb2_grpc.ControllerStub(opened).CreateVolume(create_request(name, zone))
+            )
+            await eventually_async(
+                lambda: workflow_running(client, f"volume-create/{name}"), what="create started"
+            )
+            assert deployment.controller is not None
+            await asyncio.to_thread(deployment.controller.kill)
+            with pytest.raises(grpc.aio.AioRpcError) as lost:
+                await create
+            assert lost.value.code() is grpc.StatusCode.UNAVAILABLE
+        await asyncio.to_thread(deployment.start_controller)
+        async with (
+            channel(endpoint) as opened,
+            build_worker(client, settings, driver=cloud.driver, kube=kube),
+        ):
+            response = await csi_pb2_grpc.ControllerStub(opened).CreateVolume(
+                create_request(name, zone)
+            )  # the sidecar's retry: joins the workflow
+        volume_id = response.volume.volume_id
+        assert await asyncio.to_thread(volumes_named, cloud, name) == [volume_id]
+
+        async with channel(endpoint) as opened:
+            publish = asyncio.ensure_future(
+                csi_pb2_grpc.ControllerStub(opened).ControllerPublishVolume(
+                    publish_request(volume_id, node_id)
+                )
+            )
+            await eventually_async(
+                lambda: workflow_running(client, f"volume/{volume_id}"), what="attach started"
+            )
+            await asyncio.to_thread(deployment.controller.kill)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await publish
+        await asyncio.to_thread(deployment.start_controller)
+        async with (
+            channel(endpoint) as opened,
+            build_worker(client, settings, driver=cloud.driver, kube=kube),
+        ):
+            controller = csi_pb2_grpc.ControllerStub(opened)
+            first = await controller.ControllerPublishVolume(publish_request(volume_id, node_id))
+            again = await controller.ControllerPublishVolume(publish_request(volume_id, node_id))
+            assert first.publish_context == again.publish_context
+            volume = await asyncio.to_thread(cloud_volume, cloud.driver, volume_id)
+            assert live_attachments(volume) == [node_id], volume
+            await cleanup(controller, volume_id)
+    finally:
+        await asyncio.to_thread(deployment.stop)
+
+
+async def test_publish_to_a_node_whose_vm_is_gone(
+    fault_cloud: FaultCloud, client: Client, kube: Kube
+) -> None:
+    cloud = fault_cloud.cloud
+    settings = csi_settings(cloud.settings, storage_classes=False)
+    node_id, zone, _ = await cloud.new_node()
+    async with (
+        socket_folder() as sockets,
+        build_worker(client, settings, driver=cloud.driver, kube=kube),
+        controller_service(client, settings, cloud.driver, sockets.controller),
+        channel(sockets.controller) as opened,
+    ):
+        controller = csi_pb2_grpc.ControllerStub(opened)
+        name = f"pvc-{uuid.uuid4()}"
+        volume_id = (await controller.CreateVolume(create_request(name, zone))).volume.volume_id
+        try:
+            await cloud.remove_node(node_id)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await controller.ControllerPublishVolume(publish_request(volume_id, node_id))
+            assert refused.value.code() is grpc.StatusCode.NOT_FOUND, refused.value.details()
+            volume = await asyncio.to_thread(cloud_volume, cloud.driver, volume_id)
+            assert volume is not None and live_attachments(volume) == []
+            assert volume.attachments == [], volume.attachments
+        finally:
+            await cleanup(controller, volume_id)
+        assert await asyncio.to_thread(volumes_named, cloud, name) == []
