@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+
+# The tests fork processes (workers, controllers, sidecars) while gRPC channels are open; grpcio's
+# fork handlers are for fork-without-exec and only get in the way of a fork that execs at once.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import pytest
 
