@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.context import BenchContext
+from bench.csi import csi_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
@@ -29,4 +30,5 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "vsphere": vsphere_figures,
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
+    "csi": csi_figures,
 }

@@ -21,7 +21,7 @@ from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import Volume
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import PERSISTENT_VOLUMES, PODS, VOLUME_ATTACHMENTS
-from tests.csi.cluster import PVCS, delete_pod, pod, pvc
+from devstack.csi_deployment import PVCS, delete_pod, pod, pvc
 from tests.helpers import eventually
 
 GIB = 1 << 30

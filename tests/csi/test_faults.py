@@ -32,12 +32,12 @@ from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
+from devstack.csi_deployment import CsiDeployment, controller_env
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import OvirtEmulatorOptions
 from devstack.ovirt_emulator.engine import Delays
 from devstack.process import ManagedProcess, http_ok
 from tests.csi.clouds import CsiCloud, aws_cloud, dvp_cloud, zvirt_cloud
-from tests.csi.cluster import CsiDeployment, controller_env
 from tests.csi.scenario import cloud_volume, live_attachments
 from tests.csi.support import channel, controller_service, csi_settings, socket_folder
 from tests.helpers import eventually, eventually_async

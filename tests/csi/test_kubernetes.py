@@ -22,8 +22,8 @@ from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, STORAGE_CLASS
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube
 from cloudloop.settings import LeaderElectionSettings, Settings
+from devstack.csi_deployment import CsiDeployment, kwok_node, objects_removed, write_discovery
 from devstack.local import LocalStack
-from tests.csi.cluster import CsiDeployment, kwok_node, objects_removed, write_discovery
 from tests.csi.scenario import detach_resize_delete, provision_and_attach
 from tests.csi.support import csi_settings
 from tests.helpers import eventually

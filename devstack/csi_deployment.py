@@ -1,10 +1,10 @@
-"""The CSI driver inside the stack's Kubernetes: the ``cloudloop csi-controller`` process, the
-real sidecars, a kwok Node with its CSINode, PVCs and Pods, and the waits between them.
+"""The CSI driver inside the stack's Kubernetes: the ``cloudloop csi-controller`` process and the
+real sidecars, a kwok Node with its CSINode, and the PVC and Pod bodies a user would write.
 
-:class:`CsiDeployment` runs what the chart's controller Deployment runs (the controller
-command and the three sidecars, on one socket); the worker runs in the test. Each test gets a
-driver name, a Lease and a discovery namespace of its own, and removes its StorageClasses,
-CSIDriver and CSINode when it ends.
+:class:`CsiDeployment` runs what the chart's controller Deployment runs (the controller command
+and the three sidecars, on one socket); the worker runs beside it (a test, the benchmark). Each
+user gets a driver name, a Lease and a discovery namespace of its own, and removes its
+StorageClasses, CSIDriver and CSINode when it ends. Test stack and benchmarks only.
 """
 
 from __future__ import annotations

@@ -1,0 +1,225 @@
+"""The CSI driver's figures: CreateVolume through gRPC against the same cloud calls made directly,
+and PVCs bound and attached through the real sidecars.
+
+``csi_create_median_s``: median over N volumes of a CreateVolume RPC to the controller (in this
+process) → ``VolumeOperations.create`` → the ``CreateVolume`` workflow and its activity
+(tag lookup, zones, EC2 CreateVolume, duplicate check, read until available) → the response.
+``csi_create_direct_median_s``: the activity's own driver calls, made directly in a thread.
+``csi_create_overhead_ratio``: the two medians divided (goal ≤ 1.3); samples alternate.
+``pvc_bound_median_s``: PVC (``WaitForFirstConsumer``) and its Pod created → PVC ``Bound``,
+through the scheduler, external-provisioner, ``cloudloop csi-controller`` and the workflow.
+``pvc_attach_median_s``: the same start → the VolumeAttachment ``attached`` (attach/detach
+controller, external-attacher, the attach workflow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+
+from bench.context import BenchContext
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.models import VolumeSpec
+from cloudloop.csi.operations import VolumeOperations
+from cloudloop.csi.server import controller_server
+from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
+from cloudloop.kube.resources import PODS, VOLUME_ATTACHMENTS
+from cloudloop.settings import CsiSettings, Settings
+from devstack.csi_deployment import (
+    PVCS,
+    CsiDeployment,
+    kwok_node,
+    objects_removed,
+    pod,
+    pvc,
+    write_discovery,
+)
+from workers.main import build_worker
+
+SAMPLES = 20
+PVC_SAMPLES = 5
+ZONE = "us-east-1a"
+AMI = "ami-12c6146b"
+GIB = 1 << 30
+NAMESPACES_PATH = "/api/v1/namespaces"
+
+
+def create_directly(driver: AwsDriver, name: str, cluster: str) -> str:
+    """What the create activity does, without Temporal."""
+    driver.find_volume(name, cluster)
+    zones = sorted(z.name for z in driver.zones() if z.state == "available")
+    created = driver.create_volume(
+        VolumeSpec(name=name, size_gib=1, zone=zones[0], cluster=cluster, client_token=name)
+    )
+    driver.find_volume(name, cluster)
+    while driver.get_volume(created.id).state not in ("available", "in-use"):
+        time.sleep(0.1)
+    return created.id
+
+
+def _request(name: str) -> csi_pb2.CreateVolumeRequest:
+    return csi_pb2.CreateVolumeRequest(
+        name=name,
+        capacity_range=csi_pb2.CapacityRange(required_bytes=GIB),
+        volume_capabilities=[
+            csi_pb2.VolumeCapability(
+                mount=csi_pb2.VolumeCapability.MountVolume(fs_type="ext4"),
+                access_mode=csi_pb2.VolumeCapability.AccessMode(
+                    mode=csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+                ),
+            )
+        ],
+    )
+
+
+async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]:
+    driver = AwsDriver(AWS.section(settings))
+    server = controller_server(
+        VolumeOperations.from_settings(ctx.client, settings), settings, driver
+    )
+    socket = Path(f"/tmp/cloudloop-bench-csi-{uuid.uuid4().hex[:8]}.sock")
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    through_s: list[float] = []
+    direct_s: list[float] = []
+    try:
+        async with (
+            build_worker(ctx.client, settings, driver=driver, kube=ctx.kube),
+            grpc.aio.insecure_channel(f"unix://{socket}") as channel,
+        ):
+            controller = csi_pb2_grpc.ControllerStub(channel)
+
+            async def through() -> float:
+                started = time.monotonic()
+                await controller.CreateVolume(_request(f"bench-{uuid.uuid4()}"))
+                return time.monotonic() - started
+
+            async def direct() -> float:
+                started = time.monotonic()
+                name = f"bench-{uuid.uuid4()}"
+                await asyncio.to_thread(create_directly, driver, name, settings.cluster_name)
+                return time.monotonic() - started
+
+            await through()  # warm-up: worker caches, boto3 clients, the channel
+            await direct()
+            for _ in range(SAMPLES):
+                through_s.append(await through())
+                direct_s.append(await direct())
+    finally:
+        await server.stop(1)
+        socket.unlink(missing_ok=True)
+    through_median, direct_median = statistics.median(through_s), statistics.median(direct_s)
+    return {
+        "csi_create_median_s": through_median,
+        "csi_create_direct_median_s": direct_median,
+        "csi_create_overhead_ratio": through_median / direct_median,
+    }
+
+
+async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]:
+    kube = ctx.kube
+    driver = AwsDriver(AWS.section(settings))
+    ec2 = driver.client("ec2")
+    instance = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": ZONE}
+    )["Instances"][0]["InstanceId"]
+    namespace = f"bench-csi-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", NAMESPACES_PATH, body={"metadata": {"name": namespace}})
+    settings = settings.model_copy(
+        update={
+            "discovery": settings.discovery.model_copy(update={"namespace": namespace}),
+            "leader_election": settings.leader_election.model_copy(
+                update={"namespace": namespace, "name": "bench-csi"}
+            ),
+        }
+    )
+    driver_name = settings.csi.driver_name
+    node = f"bench-csi-{uuid.uuid4().hex[:6]}"
+    write_discovery(kube, namespace, {"zones": [ZONE]})
+    deployment = CsiDeployment(settings, ctx.stack.kubeconfig, ctx.stack.state_dir / "logs")
+    bound_s: list[float] = []
+    attached_s: list[float] = []
+    with objects_removed(kube, driver_name, node):
+        kwok_node(
+            kube,
+            node,
+            provider_id=f"aws:///{ZONE}/{instance}",
+            zone=ZONE,
+            driver=driver_name,
+            node_id=instance,
+        )
+        async with build_worker(ctx.client, settings, driver=driver, kube=kube):
+            await asyncio.to_thread(deployment.start)
+            try:
+                await _wait(lambda: _storage_class(ctx, "gp3"), 60)
+                for i in range(PVC_SAMPLES):
+                    bound, attached = await _one_pvc(ctx, namespace, node, f"data-{i}")
+                    bound_s.append(bound)
+                    attached_s.append(attached)
+            finally:
+                await asyncio.to_thread(deployment.stop)
+    kube.request("DELETE", f"{NAMESPACES_PATH}/{namespace}")
+    return {
+        "pvc_bound_median_s": statistics.median(bound_s),
+        "pvc_attach_median_s": statistics.median(attached_s),
+    }
+
+
+def _storage_class(ctx: BenchContext, name: str) -> bool:
+    from cloudloop.csi.objects import STORAGE_CLASSES
+
+    return ctx.kube.get(STORAGE_CLASSES, name) is not None
+
+
+async def _wait(check: object, timeout: float) -> float:
+    assert callable(check)
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if await asyncio.to_thread(check):
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"not done within {timeout}s")
+
+
+async def _one_pvc(ctx: BenchContext, namespace: str, node: str, name: str) -> tuple[float, float]:
+    kube = ctx.kube
+    started = time.monotonic()
+    kube.create(PVCS, pvc(name, "gp3", "1Gi"), namespace)
+    kube.create(PODS, pod(f"{name}-app", name, node), namespace)
+
+    def bound() -> bool:
+        claim = kube.get(PVCS, name, namespace) or {}
+        return (claim.get("status") or {}).get("phase") == "Bound"
+
+    await _wait(bound, 120)
+    bound_at = time.monotonic() - started
+    pv = (kube.get(PVCS, name, namespace) or {})["spec"]["volumeName"]
+
+    def attached() -> bool:
+        return any(
+            va["spec"]["source"].get("persistentVolumeName") == pv
+            and (va.get("status") or {}).get("attached")
+            for va in kube.list(VOLUME_ATTACHMENTS)["items"]
+        )
+
+    await _wait(attached, 120)
+    return bound_at, time.monotonic() - started
+
+
+async def csi_figures(ctx: BenchContext) -> dict[str, float]:
+    settings = ctx.settings.model_copy(
+        update={
+            "csi": CsiSettings(driver_name=f"bench-{uuid.uuid4().hex[:6]}.csi.cloudloop.io"),
+            "cluster_name": f"bench-csi-{uuid.uuid4().hex[:6]}",
+            "temporal": ctx.settings.temporal.model_copy(
+                update={"task_queue": f"bench-csi-{uuid.uuid4().hex[:6]}"}
+            ),
+        }
+    )
+    return {**await create_figures(ctx, settings), **await pvc_figures(ctx, settings)}
