@@ -10,6 +10,10 @@ per volume" atomic in Temporal: a second request for the same volume meets the r
 own — equal joins, different is refused as pending (see :mod:`cloudloop.csi.operations`). The
 operation's own name (``attach/<volume>/<node>``, ``detach/<volume>/<node>``, ``expand/<volume>``,
 ``volume-delete/<volume>``) is in the memo and the workflow's summary.
+
+Snapshots run as ``snapshot-create/<name>`` and ``snapshot/<snapshot-id>`` the same way. Reads for
+the CSI controller (one volume, the cluster's volumes, free capacity, snapshots) run as
+``volume-read/<kind>/<random>``: they change nothing, take no lock and time out after 30 s.
 """
 
 from __future__ import annotations

@@ -213,3 +213,66 @@ def test_mountinfo() -> None:
     mounts = parse_mountinfo(text)
     assert mounts["/mnt/with space"].fstype == "ext3"
     assert mounts["/tmp/b"].root == "/tmp/a" and mounts["/tmp/b"].device == "254:0"
+
+
+@pytest.mark.parametrize(
+    ("csi_name", "disk"),
+    [
+        pytest.param("pvc-5f2a9c", "pvc-5f2a9c", id="a-pv-name-is-kept"),
+        pytest.param("Sanity-Upper", None, id="uppercase-is-hashed"),
+        pytest.param("x" * 64, None, id="too-long-is-hashed"),
+    ],
+)
+def test_dvp_disk_names(csi_name: str, disk: str | None) -> None:
+    from cloudloop.cloud.dvp.volumes import disk_name
+
+    made = disk_name(csi_name)
+    assert made == disk if disk else (made.startswith("csi-") and len(made) <= 63)
+    assert disk_name(csi_name) == made  # deterministic: a retried create finds its disk
+
+
+@pytest.mark.parametrize(
+    ("quantity", "size"),
+    [
+        pytest.param("10Gi", 10 << 30, id="gibibytes"),
+        pytest.param("1073741824", 1 << 30, id="bytes"),
+        pytest.param("5G", 5 * 10**9, id="gigabytes"),
+        pytest.param(3 << 30, 3 << 30, id="integer"),
+        pytest.param("lots", 0, id="unreadable"),
+    ],
+)
+def test_dvp_quantities(quantity: object, size: int) -> None:
+    from cloudloop.cloud.dvp.volumes import quantity_bytes
+
+    assert quantity_bytes(quantity) == size
+
+
+def test_dvp_and_zvirt_storage_classes_from_discovery() -> None:
+    from cloudloop.cloud.dvp.driver import DvpDriver
+    from cloudloop.cloud.dvp.settings import DvpSettings
+    from cloudloop.cloud.zvirt.driver import ZvirtDriver
+    from cloudloop.cloud.zvirt.settings import ZvirtSettings
+
+    dvp = DvpDriver(DvpSettings()).storage_classes(
+        {
+            "volumeTypes": [
+                {"name": "ceph-rbd", "isEnabled": True, "IsDefault": True},
+                {"name": "linstor-thin-r1", "isEnabled": True},
+                {"name": "off", "isEnabled": False},
+            ]
+        }
+    )
+    assert [(c.name, c.parameters, c.default) for c in dvp] == [
+        ("ceph-rbd", {"dvpStorageClass": "ceph-rbd"}, True),
+        ("linstor-thin-r1", {"dvpStorageClass": "linstor-thin-r1"}, False),
+    ]
+    zvirt = ZvirtDriver(ZvirtSettings()).storage_classes(
+        {
+            "storageDomains": [
+                {"name": "data-fast", "isEnabled": True, "IsDefault": True},
+                {"name": "data-slow", "isEnabled": False, "IsDefault": False},
+            ]
+        }
+    )
+    assert [(c.name, c.default) for c in zvirt] == [("data-fast", True)]
+    assert zvirt[0].parameters == {"storageDomainName": "data-fast", "thinProvisioning": "true"}
