@@ -39,8 +39,12 @@ class CsiCloud:
 
 
 async def aws_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
-    settings = settings.model_copy(update={"cluster_name": f"csi-{uuid.uuid4().hex[:8]}"})
-    driver = AwsDriver(AWS.section(settings))
+    # A loaded machine answers slowly: a timeout must not pass for the cloud's answer.
+    section = AWS.section(settings).model_copy(update={"timeout_s": 30.0, "max_attempts": 3})
+    settings = settings.model_copy(
+        update={"cluster_name": f"csi-{uuid.uuid4().hex[:8]}", AWS.name: section}
+    )
+    driver = AwsDriver(section)
     ec2 = ec2_client(settings)
 
     async def new_node() -> tuple[str, str, str]:
