@@ -59,10 +59,8 @@ CAPABILITY_OPERATIONS: dict[Capability, tuple[tuple[str, ...], tuple[str, ...]]]
             "attach_volume",
             "detach_volume",
             "expand_volume",
-            "list_volumes",
-            "storage_classes",
         ),
-        ("get_volume_modification", "volume_capacity"),
+        ("get_volume_modification", "list_volumes", "storage_classes", "volume_capacity"),
     ),
     Capability.SNAPSHOTS: (
         (

@@ -313,6 +313,8 @@ class Controller(csi_pb2_grpc.ControllerServicer):
         self, request: csi_pb2.ListVolumesRequest, context: Context
     ) -> csi_pb2.ListVolumesResponse:
         try:
+            if not self.features.list_volumes:
+                raise Refused(Code.UNIMPLEMENTED, "this cloud cannot list its volumes")
             result = self._ok(await self.operations.read("volumes", timeout=self._timeout(context)))
             volumes, next_token = page(result.volumes, request.starting_token, request.max_entries)
         except Refused as error:

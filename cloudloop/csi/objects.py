@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import CloudDriver, overridden
 from cloudloop.cloud.models import StorageClassSpec
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube
@@ -168,7 +168,7 @@ def sync_objects(kube: Kube, settings: Settings, driver: CloudDriver) -> bool:
     csi = settings.csi
     ensure_csi_driver(kube, csi.driver_name)
     document = read_discovery(kube, settings.discovery.namespace)
-    if document is None:
+    if document is None or not overridden(type(driver), "storage_classes"):
         return False
     specs = driver.storage_classes(document)
     zones = [str(z) for z in document.get("zones") or []]

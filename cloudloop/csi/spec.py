@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 from grpc import aio
 
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import Capability, CloudDriver, overridden
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.messages.volume import Code
 
@@ -88,14 +88,16 @@ class Features:
     snapshots: bool
     capacity: bool
     max_volumes_per_node: int
+    list_volumes: bool = True
 
     @classmethod
     def of(cls, driver: CloudDriver) -> Features:
         return cls(
             zonal=driver.zonal_volumes,
             snapshots=driver.supports(Capability.SNAPSHOTS),
-            capacity=type(driver).volume_capacity is not CloudDriver.volume_capacity,
+            capacity=overridden(type(driver), "volume_capacity"),
             max_volumes_per_node=driver.max_volumes_per_node,
+            list_volumes=overridden(type(driver), "list_volumes"),
         )
 
     def plugin_capabilities(self) -> list[csi_pb2.PluginCapability]:
@@ -115,13 +117,9 @@ class Features:
 
     def controller_capabilities(self) -> list[csi_pb2.ControllerServiceCapability]:
         RPC = csi_pb2.ControllerServiceCapability.RPC
-        rpcs = [
-            RPC.CREATE_DELETE_VOLUME,
-            RPC.PUBLISH_UNPUBLISH_VOLUME,
-            RPC.EXPAND_VOLUME,
-            RPC.LIST_VOLUMES,
-            RPC.LIST_VOLUMES_PUBLISHED_NODES,
-        ]
+        rpcs = [RPC.CREATE_DELETE_VOLUME, RPC.PUBLISH_UNPUBLISH_VOLUME, RPC.EXPAND_VOLUME]
+        if self.list_volumes:
+            rpcs += [RPC.LIST_VOLUMES, RPC.LIST_VOLUMES_PUBLISHED_NODES]
         if self.snapshots:
             rpcs += [RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS]
         if self.capacity:
