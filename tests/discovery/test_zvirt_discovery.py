@@ -65,7 +65,12 @@ def test_the_whole_document() -> None:
 def test_zones_and_capabilities_need_no_engine() -> None:
     driver = ZvirtDriver(ZvirtSettings())  # no URL: any engine request would fail
     assert [(z.name, z.region) for z in driver.zones()] == [("default", "default")]
-    assert {c.value for c in driver.capabilities} == {"instances", "machines", "discovery"}
+    assert {c.value for c in driver.capabilities} == {
+        "instances",
+        "machines",
+        "discovery",
+        "volumes",
+    }
     with pytest.raises(errors.NotSupported):
         driver.instance_types()
     with pytest.raises(errors.NotSupported):
