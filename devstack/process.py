@@ -26,13 +26,17 @@ __all__ = ["ManagedProcess", "free_port", "http_ok", "port_is_free", "tcp_open"]
 _PR_SET_PDEATHSIG = 1
 
 
+try:  # loaded here, never in a forked child: dlopen after fork can hang or crash a child of a
+    # parent whose other threads (gRPC's, Temporal's) held the loader's lock at the fork
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:  # not Linux: the process group kill in stop() still applies
+    _LIBC = None
+
+
 def _die_with_parent() -> None:
     os.setsid()
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the process group kill in stop() still applies
-        pass
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def port_is_free(port: int) -> bool:
