@@ -7,12 +7,12 @@ started it dies (``PR_SET_PDEATHSIG``), so neither Ctrl-C nor a crashed test run
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,17 +26,23 @@ __all__ = ["ManagedProcess", "free_port", "http_ok", "port_is_free", "tcp_open"]
 _PR_SET_PDEATHSIG = 1
 
 
-try:  # loaded here, never in a forked child: dlopen after fork can hang or crash a child of a
-    # parent whose other threads (gRPC's, Temporal's) held the loader's lock at the fork
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
-except OSError:  # not Linux: the process group kill in stop() still applies
-    _LIBC = None
+#: Run first in every child: ask for SIGKILL when the parent dies, then become the command.
+#: A separate interpreter does it, never Python code between fork and exec: a parent whose other
+#: threads (gRPC's, Temporal's) hold locks at the fork can crash such a child (dlopen, the
+#: threading module's after-fork hooks), so the fork itself goes without ``preexec_fn``.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    f"    ctypes.CDLL('libc.so.6').prctl({_PR_SET_PDEATHSIG}, signal.SIGKILL)\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
 
 
-def _die_with_parent() -> None:
-    os.setsid()
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _launched(argv: Sequence[str]) -> list[str]:
+    """``argv`` run through :data:`_LAUNCHER` (dies with its parent, in a session of its own)."""
+    return [sys.executable, "-c", _LAUNCHER, *argv]
 
 
 def port_is_free(port: int) -> bool:
@@ -91,13 +97,13 @@ class ManagedProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it until it exits
         try:
             self.popen = subprocess.Popen(
-                self.argv,
+                _launched(self.argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 cwd=self.cwd,
-                preexec_fn=_die_with_parent,
+                start_new_session=True,
             )
         finally:
             log.close()
