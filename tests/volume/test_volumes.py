@@ -177,7 +177,11 @@ async def test_attach_detach_delete_lifecycle(
     assert attached.code is Code.OK, attached.message
     assert attached.workflow_id == f"volume/{volume_id}"
     assert attached.device.startswith("/dev/xvd")
-    assert attached.publish_context == {"devicePath": attached.device}
+    # The node finds the disk by its NVMe serial (the volume ID without dash), else by name.
+    assert attached.publish_context == {
+        "devicePath": attached.device,
+        "serial": volume_id.replace("-", "", 1),
+    }
     (attachment,) = await asyncio.to_thread(attachments, ec2, volume_id)
     assert (attachment["InstanceId"], attachment["Device"], attachment["State"]) == (
         node_a,
