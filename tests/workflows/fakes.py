@@ -52,14 +52,19 @@ from cloudloop.messages.termination import (
 from cloudloop.messages.volume import (
     AttachResult,
     AttachVolumeInput,
+    CreateSnapshotInput,
     CreateVolumeInput,
     CreateVolumeResult,
+    DeleteSnapshotInput,
     DeleteVolumeInput,
     DeleteVolumeResult,
     DetachResult,
     DetachVolumeInput,
     ExpandResult,
     ExpandVolumeInput,
+    ReadVolumesInput,
+    ReadVolumesResult,
+    SnapshotResult,
     VolumeActivity,
 )
 from tests.workflows.scripted import Script
@@ -195,6 +200,18 @@ class FakeVolume(Fakes):
     @activity.defn(name=VolumeActivity.EXPAND)
     async def expand(self, input: ExpandVolumeInput) -> ExpandResult:
         return await self.script.answer(VolumeActivity.EXPAND, input, ExpandResult)
+
+    @activity.defn(name=VolumeActivity.READ)
+    async def read(self, input: ReadVolumesInput) -> ReadVolumesResult:
+        return await self.script.answer(VolumeActivity.READ, input, ReadVolumesResult)
+
+    @activity.defn(name=VolumeActivity.CREATE_SNAPSHOT)
+    async def create_snapshot(self, input: CreateSnapshotInput) -> SnapshotResult:
+        return await self.script.answer(VolumeActivity.CREATE_SNAPSHOT, input, SnapshotResult)
+
+    @activity.defn(name=VolumeActivity.DELETE_SNAPSHOT)
+    async def delete_snapshot(self, input: DeleteSnapshotInput) -> SnapshotResult:
+        return await self.script.answer(VolumeActivity.DELETE_SNAPSHOT, input, SnapshotResult)
 
 
 FAKES: tuple[type[Fakes], ...] = (

@@ -1,4 +1,4 @@
-"""The five volume workflows' branches with fake activities on the time-skipping server.
+"""The volume workflows' branches with fake activities on the time-skipping server.
 
 Each runs one activity and turns every outcome into a result with a CSI code: success (the
 workflow ID filled in), a refusal of each cloud error kind (its code, not retried when
@@ -14,19 +14,24 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from cloudloop.cloud.models import Volume
+from cloudloop.cloud.models import Snapshot, Volume
 from cloudloop.messages.volume import (
     AttachResult,
     AttachVolumeInput,
     Code,
+    CreateSnapshotInput,
     CreateVolumeInput,
     CreateVolumeResult,
+    DeleteSnapshotInput,
     DeleteVolumeInput,
     DeleteVolumeResult,
     DetachResult,
     DetachVolumeInput,
     ExpandResult,
     ExpandVolumeInput,
+    ReadVolumesInput,
+    ReadVolumesResult,
+    SnapshotResult,
     VolumeActivity,
 )
 from tests.workflows.conftest import Harness, running
@@ -36,11 +41,17 @@ from workflows.volume import (
     OPERATION_TIMEOUT,
     VOLUME_WORKFLOWS,
     AttachVolumeWorkflow,
+    CreateSnapshotWorkflow,
     CreateVolumeWorkflow,
+    DeleteSnapshotWorkflow,
     DeleteVolumeWorkflow,
     DetachVolumeWorkflow,
     ExpandVolumeWorkflow,
+    ReadVolumesWorkflow,
     create_workflow_id,
+    read_workflow_id,
+    snapshot_create_workflow_id,
+    snapshot_workflow_id,
     volume_workflow_id,
 )
 
@@ -82,12 +93,42 @@ OPERATIONS = [
         ExpandResult(size_gib=8),
         id="expand",
     ),
+    pytest.param(
+        CreateSnapshotWorkflow.run,
+        VolumeActivity.CREATE_SNAPSHOT,
+        CreateSnapshotInput(name="snap-1", source_volume_id="vol-1", **COMMON),
+        SnapshotResult(snapshot=Snapshot(id="snap-1", source_volume_id="vol-1")),
+        id="create-snapshot",
+    ),
+    pytest.param(
+        DeleteSnapshotWorkflow.run,
+        VolumeActivity.DELETE_SNAPSHOT,
+        DeleteSnapshotInput(snapshot_id="snap-1", **COMMON),
+        SnapshotResult(),
+        id="delete-snapshot",
+    ),
+]
+#: Reads give up after 30 s (READ_TIMEOUT) instead of the operations' 15 min.
+READS = [
+    pytest.param(
+        ReadVolumesWorkflow.run,
+        VolumeActivity.READ,
+        ReadVolumesInput(kind="volumes", **COMMON),
+        ReadVolumesResult(volumes=[Volume(id="vol-1", size_gib=4)]),
+        id="read",
+    ),
 ]
 
 
 def workflow_id_of(input: Any) -> str:
     if isinstance(input, CreateVolumeInput):
         return create_workflow_id(input.name)
+    if isinstance(input, CreateSnapshotInput):
+        return snapshot_create_workflow_id(input.name)
+    if isinstance(input, DeleteSnapshotInput):
+        return snapshot_workflow_id(input.snapshot_id)
+    if isinstance(input, ReadVolumesInput):
+        return read_workflow_id(input.kind, "1")
     return volume_workflow_id(input.volume_id)
 
 
@@ -97,7 +138,7 @@ async def wf(env: WorkflowEnvironment, script: Script) -> AsyncIterator[Harness]
         yield harness
 
 
-@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS + READS)
 async def test_success_carries_the_workflow_id(
     wf: Harness, run: Any, name: str, input: Any, done: Any
 ) -> None:
@@ -110,7 +151,7 @@ async def test_success_carries_the_workflow_id(
     assert call.input == input
 
 
-@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS + READS)
 @pytest.mark.parametrize(
     ("kind", "code"),
     [
@@ -130,7 +171,7 @@ async def test_a_refusal_is_a_result_with_its_code(
     assert len(wf.script.of(name)) == 1  # non-retryable: one attempt
 
 
-@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS + READS)
 async def test_transient_errors_are_retried_with_backoff(
     wf: Harness, run: Any, name: str, input: Any, done: Any
 ) -> None:
