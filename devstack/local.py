@@ -117,7 +117,8 @@ class LocalStack:
                 self.moto_endpoint = f"http://127.0.0.1:{port}"
                 self.moto_process = ManagedProcess(
                     "moto",
-                    [_script("moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                    # moto_server with the ELB behaviour moto lacks (devstack/moto_ext.py)
+                    [sys.executable, "-m", "devstack.moto_ext", "-H", "127.0.0.1", "-p", str(port)],
                     log_dir=logs,
                     ready=lambda: http_ok(f"{self.moto_endpoint}/moto-api/data.json"),
                 )

@@ -1,0 +1,188 @@
+"""moto's server with the load-balancer behaviour AWS has and moto 5 lacks, added in its process.
+
+The local stack starts moto through this module; it changes moto's ELB models where they depart
+from the AWS API reference, and changes nothing else:
+
+- Classic ELB listeners keep their ``InstanceProtocol`` (moto answers with the front-end protocol,
+  so an HTTPS→HTTP listener looked like HTTPS→HTTPS), and a listener added later gets a back-end
+  entry, so ``SetLoadBalancerPoliciesForBackendServer`` on its instance port takes effect (moto
+  only knew the ports of the listeners an ELB was created with).
+- ``DescribeLoadBalancerPolicies`` without ``LoadBalancerName`` lists the predefined SSL
+  negotiation policies (the Classic ELB security policies), and a ``PolicyNames`` filter naming
+  an unknown one is ``PolicyNotFound``, as in AWS.
+- NLB ``SubnetMappings`` are kept: each zone shows its ``LoadBalancerAddresses`` (the Elastic IP's
+  ``AllocationId`` and address, or the ``PrivateIPv4Address``), and an unknown allocation is
+  ``AllocationIdNotFound``.
+
+It patches moto's classes when imported, so it must be the moto server's ``__main__``:
+``python -m devstack.moto_ext -H 127.0.0.1 -p PORT`` (the arguments of ``moto_server``).
+Tested through boto3 in ``tests/devstack/test_moto_ext.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from moto.ec2.models import ec2_backends
+from moto.elb import models as elb_models
+from moto.elb.exceptions import PolicyNotFoundError
+from moto.elb.policies import OtherPolicy
+from moto.elbv2 import models as elbv2_models
+from moto.elbv2.exceptions import ELBClientError
+
+#: The predefined SSL negotiation policies of Classic Load Balancers (AWS documentation,
+#: "Predefined SSL security policies for Classic Load Balancers").
+CLASSIC_SSL_POLICIES = (
+    "ELBSecurityPolicy-TLS-1-2-2017-01",
+    "ELBSecurityPolicy-TLS-1-1-2017-01",
+    "ELBSecurityPolicy-2016-08",
+    "ELBSecurityPolicy-2015-05",
+    "ELBSecurityPolicy-2015-03",
+    "ELBSecurityPolicy-2015-02",
+    "ELBSecurityPolicy-2014-10",
+    "ELBSecurityPolicy-2014-01",
+    "ELBSecurityPolicy-2011-08",
+    "ELBSample-ELBDefaultCipherPolicy",
+    "ELBSample-OpenSSLDefaultCipherPolicy",
+)
+_PATCHED = "_cloudloop_moto_ext"
+
+
+def _port_value(port: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if port.get(key) is not None:
+            return port[key]
+    return None
+
+
+def _keep_instance_protocols(balancer: Any, ports: list[dict[str, Any]]) -> None:
+    """Record each listener's requested ``InstanceProtocol`` and give its port a back end."""
+    wanted = {int(_port_value(p, "LoadBalancerPort", "load_balancer_port")): p for p in ports if p}
+    for listener in balancer.listeners:
+        port = wanted.get(int(listener.load_balancer_port))
+        if port is not None and getattr(listener, "_instance_protocol", None) is None:
+            protocol = _port_value(port, "InstanceProtocol", "instance_protocol")
+            listener._instance_protocol = str(protocol or listener.protocol).upper()
+    known = {int(b.instance_port) for b in balancer.backends}
+    for listener in balancer.listeners:
+        if int(listener.instance_port) not in known:
+            balancer.backends.append(elb_models.FakeBackend(instance_port=listener.instance_port))
+            known.add(int(listener.instance_port))
+
+
+def _patch_classic() -> None:
+    listener_cls: Any = elb_models.FakeListener
+    listener_cls.instance_protocol = property(
+        lambda self: getattr(self, "_instance_protocol", None) or self.protocol
+    )
+    backend_cls: Any = elb_models.ELBBackend
+    create = backend_cls.create_load_balancer
+    add_listeners = backend_cls.create_load_balancer_listeners
+    describe_policies = backend_cls.describe_load_balancer_policies
+
+    def create_load_balancer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        balancer = create(self, *args, **kwargs)
+        ports = kwargs.get("ports") if "ports" in kwargs else args[2]
+        _keep_instance_protocols(balancer, list(ports or []))
+        return balancer
+
+    def create_load_balancer_listeners(self: Any, name: str, ports: list[dict[str, Any]]) -> Any:
+        balancer = add_listeners(self, name, ports)
+        if balancer is not None:
+            _keep_instance_protocols(balancer, list(ports or []))
+        return balancer
+
+    def describe_load_balancer_policies(
+        self: Any, lb_name: str | None, policy_names: list[str]
+    ) -> list[Any]:
+        if lb_name:
+            return list(describe_policies(self, lb_name, policy_names))
+        samples = [
+            OtherPolicy(
+                name,
+                "SSLNegotiationPolicyType",
+                [{"AttributeName": "Reference-Security-Policy", "AttributeValue": name}],
+            )
+            for name in CLASSIC_SSL_POLICIES
+        ]
+        if not policy_names:
+            return samples
+        found = [p for p in samples if p.policy_name in policy_names]
+        if len(found) != len(set(policy_names)):
+            raise PolicyNotFoundError()
+        return found
+
+    backend_cls.create_load_balancer = create_load_balancer
+    backend_cls.create_load_balancer_listeners = create_load_balancer_listeners
+    backend_cls.describe_load_balancer_policies = describe_load_balancer_policies
+
+
+class _Zone:
+    """An NLB zone as AWS describes it: subnet, zone name and the addresses mapped to it."""
+
+    def __init__(self, subnet: Any, mapping: dict[str, Any], address: Any) -> None:
+        self.subnet_id = subnet.id
+        self.zone_name = subnet.availability_zone
+        entry: dict[str, str] = {}
+        if address is not None:
+            entry = {"IpAddress": address.public_ip, "AllocationId": address.allocation_id}
+        if mapping.get("PrivateIPv4Address"):
+            entry["PrivateIPv4Address"] = str(mapping["PrivateIPv4Address"])
+        self.load_balancer_addresses = [entry] if entry else []
+
+
+def _patch_nlb() -> None:
+    backend_cls: Any = elbv2_models.ELBv2Backend
+    balancer_cls: Any = elbv2_models.FakeLoadBalancer
+    create = backend_cls.create_load_balancer
+
+    def create_load_balancer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        mappings = list(kwargs.get("subnet_mappings") or [])
+        allocations = [str(m["AllocationId"]) for m in mappings if m.get("AllocationId")]
+        addresses: dict[str, Any] = {}
+        if allocations:
+            ec2 = ec2_backends[self.account_id][self.region_name]
+            addresses = {a.allocation_id: a for a in ec2.describe_addresses()}
+            unknown = sorted(set(allocations) - set(addresses))
+            if unknown:
+                raise ELBClientError(
+                    "AllocationIdNotFound", f"The specified allocation ID '{unknown[0]}' not found"
+                )
+        balancer = create(self, *args, **kwargs)
+        balancer._subnet_mappings = {
+            str(m["SubnetId"]): (m, addresses.get(str(m.get("AllocationId") or "")))
+            for m in mappings
+        }
+        return balancer
+
+    def availability_zones(self: Any) -> list[Any]:
+        mappings = getattr(self, "_subnet_mappings", {})
+        zones: list[Any] = []
+        for subnet in self.subnets:
+            mapping, address = mappings.get(subnet.id, ({}, None))
+            zones.append(_Zone(subnet, mapping, address))
+        return zones
+
+    backend_cls.create_load_balancer = create_load_balancer
+    balancer_cls.availability_zones = property(availability_zones)
+
+
+def install() -> None:
+    """Patch moto's ELB models (once per process)."""
+    if getattr(elb_models, _PATCHED, False):
+        return
+    _patch_classic()
+    _patch_nlb()
+    setattr(elb_models, _PATCHED, True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    install()
+    from moto.server import main as moto_main
+
+    moto_main(argv if argv is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

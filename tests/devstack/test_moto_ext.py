@@ -1,0 +1,185 @@
+"""The dev stack's moto extension (``devstack/moto_ext.py``), driven only through boto3: Classic
+listeners keep their instance protocol and back-end policies, the predefined SSL policies are
+listed, NLB subnet mappings keep their addresses; and the local stack's moto runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from devstack.local import LocalStack
+from devstack.moto_ext import CLASSIC_SSL_POLICIES, install
+
+REGION = "us-east-1"
+
+
+def _client(service: str, endpoint: str | None = None) -> Any:
+    make: Any = boto3.client
+    return make(
+        service,
+        region_name=REGION,
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    install()
+    with mock_aws():
+        yield
+
+
+def _subnets(ec2: Any) -> list[str]:
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    return [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{REGION}{z}")[
+            "Subnet"
+        ]["SubnetId"]
+        for i, z in ((1, "a"), (2, "b"))
+    ]
+
+
+def _classic(elb: Any, subnet: str, cert: str) -> None:
+    elb.create_load_balancer(
+        LoadBalancerName="lb",
+        Listeners=[
+            {
+                "Protocol": "HTTPS",
+                "LoadBalancerPort": 443,
+                "InstanceProtocol": "HTTP",
+                "InstancePort": 30443,
+                "SSLCertificateId": cert,
+            },
+            {"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080},
+        ],
+        Subnets=[subnet],
+    )
+
+
+def test_classic_listeners_keep_instance_protocol_and_backend_policies(aws: None) -> None:
+    ec2, elb, acm = _client("ec2"), _client("elb"), _client("acm")
+    cert = acm.request_certificate(DomainName="example.com")["CertificateArn"]
+    _classic(elb, _subnets(ec2)[0], cert)
+    elb.create_load_balancer_listeners(
+        LoadBalancerName="lb",
+        Listeners=[
+            {
+                "Protocol": "SSL",
+                "LoadBalancerPort": 8443,
+                "InstanceProtocol": "TCP",
+                "InstancePort": 30843,
+                "SSLCertificateId": cert,
+            }
+        ],
+    )
+    elb.create_load_balancer_policy(
+        LoadBalancerName="lb",
+        PolicyName="proxy",
+        PolicyTypeName="ProxyProtocolPolicyType",
+        PolicyAttributes=[{"AttributeName": "ProxyProtocol", "AttributeValue": "true"}],
+    )
+    elb.set_load_balancer_policies_for_backend_server(
+        LoadBalancerName="lb", InstancePort=30843, PolicyNames=["proxy"]
+    )
+    [described] = elb.describe_load_balancers(LoadBalancerNames=["lb"])["LoadBalancerDescriptions"]
+    protocols = {
+        d["Listener"]["LoadBalancerPort"]: (
+            d["Listener"]["Protocol"],
+            d["Listener"]["InstanceProtocol"],
+        )
+        for d in described["ListenerDescriptions"]
+    }
+    assert protocols == {443: ("HTTPS", "HTTP"), 80: ("TCP", "TCP"), 8443: ("SSL", "TCP")}
+    assert described["BackendServerDescriptions"] == [
+        {"InstancePort": 30843, "PolicyNames": ["proxy"]}
+    ]
+
+
+def test_predefined_ssl_policies(aws: None) -> None:
+    elb = _client("elb")
+    names = [p["PolicyName"] for p in elb.describe_load_balancer_policies()["PolicyDescriptions"]]
+    assert names == list(CLASSIC_SSL_POLICIES)
+    [one] = elb.describe_load_balancer_policies(PolicyNames=["ELBSecurityPolicy-2016-08"])[
+        "PolicyDescriptions"
+    ]
+    assert one["PolicyTypeName"] == "SSLNegotiationPolicyType"
+    with pytest.raises(ClientError) as err:
+        elb.describe_load_balancer_policies(PolicyNames=["ELBSecurityPolicy-1999-01"])
+    assert err.value.response["Error"]["Code"] == "PolicyNotFound"
+
+
+def test_nlb_subnet_mappings_show_their_addresses(aws: None) -> None:
+    ec2, v2 = _client("ec2"), _client("elbv2")
+    first, second = _subnets(ec2)
+    eips = [ec2.allocate_address(Domain="vpc") for _ in range(2)]
+    created = v2.create_load_balancer(
+        Name="public",
+        Type="network",
+        SubnetMappings=[
+            {"SubnetId": s, "AllocationId": e["AllocationId"]}
+            for s, e in zip((first, second), eips, strict=True)
+        ],
+    )["LoadBalancers"][0]
+    [described] = v2.describe_load_balancers(Names=["public"])["LoadBalancers"]
+    for found in (created, described):
+        addresses = {
+            z["SubnetId"]: z["LoadBalancerAddresses"][0] for z in found["AvailabilityZones"]
+        }
+        assert addresses == {
+            s: {"IpAddress": e["PublicIp"], "AllocationId": e["AllocationId"]}
+            for s, e in zip((first, second), eips, strict=True)
+        }
+    internal = v2.create_load_balancer(
+        Name="private",
+        Type="network",
+        Scheme="internal",
+        SubnetMappings=[{"SubnetId": first, "PrivateIPv4Address": "10.0.1.10"}],
+    )["LoadBalancers"][0]
+    assert internal["AvailabilityZones"][0]["LoadBalancerAddresses"] == [
+        {"PrivateIPv4Address": "10.0.1.10"}
+    ]
+    with pytest.raises(ClientError) as err:
+        v2.create_load_balancer(
+            Name="bad",
+            Type="network",
+            SubnetMappings=[{"SubnetId": first, "AllocationId": "eipalloc-0123456789abcdef0"}],
+        )
+    assert err.value.response["Error"]["Code"] == "AllocationIdNotFound"
+
+
+def test_the_local_stack_runs_the_extension(stack: LocalStack) -> None:
+    ec2, elb = _client("ec2", stack.moto_endpoint), _client("elb", stack.moto_endpoint)
+    iam = _client("iam", stack.moto_endpoint)
+    cert = iam.upload_server_certificate(
+        ServerCertificateName=f"moto-ext-{id(stack)}",
+        CertificateBody="-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+        PrivateKey="-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----",
+    )["ServerCertificateMetadata"]["Arn"]
+    name = f"moto-ext-{id(stack) % 100000}"
+    elb.create_load_balancer(
+        LoadBalancerName=name,
+        Listeners=[
+            {
+                "Protocol": "HTTPS",
+                "LoadBalancerPort": 443,
+                "InstanceProtocol": "HTTP",
+                "InstancePort": 30443,
+                "SSLCertificateId": cert,
+            }
+        ],
+        Subnets=[_subnets(ec2)[0]],
+    )
+    try:
+        [described] = elb.describe_load_balancers(LoadBalancerNames=[name])[
+            "LoadBalancerDescriptions"
+        ]
+        assert described["ListenerDescriptions"][0]["Listener"]["InstanceProtocol"] == "HTTP"
+    finally:
+        elb.delete_load_balancer(LoadBalancerName=name)
