@@ -143,7 +143,7 @@ def _patch_nlb() -> None:
         addresses: dict[str, Any] = {}
         if allocations:
             ec2 = ec2_backends[self.account_id][self.region_name]
-            addresses = {a.allocation_id: a for a in ec2.describe_addresses()}
+            addresses = {str(a.allocation_id): a for a in ec2.describe_addresses()}
             unknown = sorted(set(allocations) - set(addresses))
             if unknown:
                 raise ELBClientError(
