@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from cloudloop.cloud import models
 from cloudloop.cloud.aws.base import calling
-from cloudloop.cloud.aws.lb_annotations import LoadBalancerKind, parse_annotations
+from cloudloop.cloud.aws.lb_annotations import (
+    AwsLoadBalancerOptions,
+    LoadBalancerKind,
+    parse_annotations,
+    source_ranges,
+)
 from cloudloop.cloud.aws.loadbalancers.classic import (
     AwsClassicLoadBalancers,
     classic_health_check,
@@ -65,19 +70,28 @@ __all__ = [
 ]
 
 
+def parsed(
+    spec: models.LoadBalancerSpec,
+) -> tuple[models.LoadBalancerSpec, AwsLoadBalancerOptions]:
+    """The Service's options, checked, and its spec with the effective source ranges (the
+    field, else the deprecated annotation)."""
+    options = parse_annotations(spec.annotations, tuple(p.protocol.upper() for p in spec.ports))
+    check_ports(spec, options.kind)
+    ranges = source_ranges(spec.source_ranges, spec.annotations)
+    return spec.model_copy(update={"source_ranges": ranges}), options
+
+
 class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
     # -- contract --------------------------------------------------------------------------
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
-        options = parse_annotations(spec.annotations)
-        check_ports(spec, options.kind)
+        spec, options = parsed(spec)
         if options.kind is LoadBalancerKind.NLB:
             return self._ensure_nlb(spec, options)
         return self._ensure_classic(spec, options)
 
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
         """Register/deregister instances and fix the node rules; ``NotFound`` without an LB."""
-        options = parse_annotations(spec.annotations)
-        check_ports(spec, options.kind)
+        spec, options = parsed(spec)
         instances = self._live_instances(target_instance_ids(spec, options))
         if options.kind is LoadBalancerKind.NLB:
             self._update_nlb_backends(spec, options, instances)

@@ -1,16 +1,20 @@
 """Classic ELBs for Services (the default type), as cloud-provider-aws makes them.
 
-A security group ``k8s-elb-<name>`` opened on the listener ports to ``loadBalancerSourceRanges``
-(unless ``security-groups`` names the groups), TCP listeners to the node ports, a health check
-and the instances registered. Unlike upstream, which adds one rule per ELB to the nodes' group
-(and so stops at that group's rule quota, 60 by default), every ELB also carries the cluster's
-shared backend group ``k8s-traffic-<cluster>`` and each node group admits that group with one
-rule. Every read happens before the first write; a name taken meanwhile is adopted.
+A security group ``k8s-elb-<name>`` opened on the listener ports to the source ranges (unless
+``security-groups`` names the groups), listeners to the node ports (TCP, or SSL/HTTPS/HTTP from
+the TLS annotations: :mod:`.listeners`), the proxy-protocol and SSL-negotiation policies, the
+attributes (:mod:`.attributes`), a health check and the instances registered. Unlike upstream,
+which adds one rule per ELB to the nodes' group (and so stops at that group's rule quota, 60 by
+default), every ELB also carries the cluster's shared backend group ``k8s-traffic-<cluster>`` and
+each node group admits that group with one rule. Every read happens before the first write; a
+name taken meanwhile is adopted. A changed listener is replaced (AWS cannot modify one), a changed
+certificate alone is swapped in place; policies, attributes and the health check change in place.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from cloudloop.cloud import errors, models
@@ -20,6 +24,18 @@ from cloudloop.cloud.aws.lb_annotations import (
     AwsLoadBalancerOptions,
     HealthCheckOptions,
     invalid,
+)
+from cloudloop.cloud.aws.loadbalancers.attributes import (
+    CLASSIC_DEFAULTS,
+    classic_attribute_changes,
+    classic_attributes,
+)
+from cloudloop.cloud.aws.loadbalancers.listeners import (
+    PROXY_PROTOCOL_POLICY,
+    classic_listeners,
+    plan_classic_listeners,
+    secure_ports,
+    ssl_negotiation_policy_name,
 )
 from cloudloop.cloud.aws.loadbalancers.naming import (
     ANYWHERE,
@@ -40,11 +56,15 @@ def _health_check_port(spec: models.LoadBalancerSpec, hc: HealthCheckOptions, de
     return str(spec.ports[0].node_port) if port == TRAFFIC_PORT else port
 
 
-def classic_health_check(spec: models.LoadBalancerSpec, hc: HealthCheckOptions) -> dict[str, Any]:
-    """The ELB ``HealthCheck``: TCP to the first node port, or HTTP ``/healthz`` on the health
-    check node port for ``externalTrafficPolicy: Local``; annotations override each part."""
+def classic_health_check(
+    spec: models.LoadBalancerSpec, hc: HealthCheckOptions, backend_protocol: str | None = None
+) -> dict[str, Any]:
+    """The ELB ``HealthCheck``: TCP (SSL for an ``https``/``ssl`` backend) to the first node
+    port, or HTTP ``/healthz`` on the health check node port for ``externalTrafficPolicy:
+    Local``; annotations override each part."""
     local = spec.external_traffic_policy == "Local" and spec.health_check_node_port > 0
-    protocol = hc.protocol or ("HTTP" if local else "TCP")
+    secure_backend = backend_protocol in ("https", "ssl")
+    protocol = hc.protocol or ("HTTP" if local else "SSL" if secure_backend else "TCP")
     port = _health_check_port(spec, hc, str(spec.health_check_node_port) if local else TRAFFIC_PORT)
     path = ""
     if protocol in ("HTTP", "HTTPS"):
@@ -62,6 +82,48 @@ def classic_health_check(spec: models.LoadBalancerSpec, hc: HealthCheckOptions) 
     }
 
 
+def health_check_changes(current: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    return [f"HealthCheck.{k}" for k, v in wanted.items() if current.get(k) != v]
+
+
+def proxy_protocol_changes(
+    described: dict[str, Any], listeners: list[dict[str, Any]], enabled: bool
+) -> dict[int, list[str]]:
+    """Instance port → back-end policies to set (upstream's proxy-protocol sync: the policy on
+    every listener's port when enabled, off everywhere else)."""
+    backends = {
+        int(b["InstancePort"]): list(b.get("PolicyNames") or [])
+        for b in described.get("BackendServerDescriptions") or []
+    }
+    wanted_ports = {int(lst["InstancePort"]) for lst in listeners}
+    changes: dict[int, list[str]] = {}
+    for port in sorted(wanted_ports):
+        if (PROXY_PROTOCOL_POLICY in backends.get(port, [])) != enabled:
+            changes[port] = [PROXY_PROTOCOL_POLICY] if enabled else []
+    for port, policies in sorted(backends.items()):
+        if port not in wanted_ports and policies:
+            changes[port] = []
+    return changes
+
+
+def listener_policy_changes(
+    described: dict[str, Any],
+    listeners: list[dict[str, Any]],
+    policy: str | None,
+    replaced: Collection[int] = (),
+) -> list[int]:
+    """Secure listener ports whose SSL negotiation policy is not the annotation's (none when the
+    annotation is absent: upstream then leaves the listeners' policies as they are)."""
+    if policy is None:
+        return []
+    name = ssl_negotiation_policy_name(policy)
+    current = {
+        int(d["Listener"]["LoadBalancerPort"]): list(d.get("PolicyNames") or [])
+        for d in described.get("ListenerDescriptions") or []
+    }
+    return [p for p in secure_ports(listeners) if p in replaced or current.get(p) != [name]]
+
+
 class AwsClassicLoadBalancers(LoadBalancerParts):
     def _describe_classic(self, name: str) -> dict[str, Any] | None:
         try:
@@ -72,20 +134,35 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         descriptions = found.get("LoadBalancerDescriptions", [])
         return dict(descriptions[0]) if descriptions else None
 
+    def _classic_attributes(self, name: str) -> dict[str, Any]:
+        with calling("DescribeLoadBalancerAttributes"):
+            found = self.client("elb").describe_load_balancer_attributes(LoadBalancerName=name)
+        return dict(found.get("LoadBalancerAttributes") or {})
+
+    def _check_classic_tls(
+        self, options: AwsLoadBalancerOptions, existing: dict[str, Any] | None
+    ) -> None:
+        tls = options.tls
+        if tls.certificate is not None:
+            in_use = [
+                str(d["Listener"].get("SSLCertificateId") or "")
+                for d in (existing or {}).get("ListenerDescriptions") or []
+            ]
+            self._check_certificate(tls.certificate, in_use)
+        if tls.negotiation_policy is not None:
+            have = ((existing or {}).get("Policies") or {}).get("OtherPolicies") or []
+            if ssl_negotiation_policy_name(tls.negotiation_policy) not in have:
+                self._check_classic_ssl_policy(tls.negotiation_policy)
+
     def _ensure_classic(
         self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
     ) -> models.LoadBalancerStatus:
         elb = self.client("elb")
-        health_check = classic_health_check(spec, options.health_check)
-        listeners = [
-            {
-                "Protocol": "TCP",
-                "LoadBalancerPort": p.port,
-                "InstanceProtocol": "TCP",
-                "InstancePort": p.node_port,
-            }
-            for p in spec.ports
-        ]
+        listeners = classic_listeners(spec, options.tls)
+        health_check = classic_health_check(
+            spec, options.health_check, options.tls.backend_protocol
+        )
+        attributes = classic_attributes(options)
         tags = load_balancer_tags(spec, options)
         scheme = "internal" if options.internal else "internet-facing"
         network = self._network(spec, options)
@@ -93,10 +170,17 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         instances = self._live_instances(target_instance_ids(spec, options))
         existing = self._describe_classic(spec.name)
         nlb = self._describe_nlb(spec.name) if existing is None else None
+        self._check_classic_tls(options, existing)
+        recreate = existing is not None and existing.get("Scheme", "internet-facing") != scheme
+        current_attributes = (
+            CLASSIC_DEFAULTS
+            if existing is None or recreate
+            else self._classic_attributes(spec.name)
+        )
         # -- reads done; from here on the cloud changes ------------------------------------
         if nlb is not None:  # the type changed: the NLB and its target groups go
             self._delete_nlb(spec.name, nlb)
-        if existing is not None and existing.get("Scheme", "internet-facing") != scheme:
+        if existing is not None and recreate:
             log.info("%s: scheme changes to %s; recreating the ELB", spec.name, scheme)
             with calling("DeleteLoadBalancer"):
                 elb.delete_load_balancer(LoadBalancerName=spec.name)
@@ -119,13 +203,21 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                     desired.add(Rule(own, "tcp", port.port, port.port, cidr=cidr, role="client"))
 
         if existing is None:
-            existing = self._create_classic(spec, listeners, network, groups, scheme, tags)
+            existing, replaced = self._create_classic(
+                spec, listeners, network, groups, scheme, tags
+            )
         else:
-            self._update_classic(spec, existing, listeners, network, groups, tags)
+            replaced = self._update_classic(spec, existing, listeners, network, groups, tags)
+        self._sync_classic_policies(spec.name, existing, listeners, options, replaced)
         current_check = existing.get("HealthCheck") or {}
-        if any(current_check.get(k) != v for k, v in health_check.items()):
+        if health_check_changes(current_check, health_check):
             with calling("ConfigureHealthCheck"):
                 elb.configure_health_check(LoadBalancerName=spec.name, HealthCheck=health_check)
+        if classic_attribute_changes(current_attributes, attributes):
+            with calling("ModifyLoadBalancerAttributes"):
+                elb.modify_load_balancer_attributes(
+                    LoadBalancerName=spec.name, LoadBalancerAttributes=attributes
+                )
         self._sync_rules(spec, desired, rules)
         self._open_nodes_to(backend, self._node_security_groups(spec.cluster, instances), spec)
         self._register_classic(spec.name, existing, set(instances))
@@ -139,7 +231,8 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         groups: list[str],
         scheme: str,
         tags: dict[str, str],
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], set[int]]:
+        """Create the ELB: its description so far, and the listener ports made new."""
         kwargs: dict[str, Any] = {
             "LoadBalancerName": spec.name,
             "Listeners": listeners,
@@ -158,9 +251,9 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             found = self._describe_classic(spec.name)  # created meanwhile: adopt it
             if found is None:
                 raise
-            self._update_classic(spec, found, listeners, network, groups, tags)
-            return found
-        return {"DNSName": created.get("DNSName", ""), "Instances": [], "HealthCheck": {}}
+            return found, self._update_classic(spec, found, listeners, network, groups, tags)
+        described = {"DNSName": created.get("DNSName", ""), "Instances": [], "HealthCheck": {}}
+        return described, {int(lst["LoadBalancerPort"]) for lst in listeners}
 
     def _update_classic(
         self,
@@ -170,7 +263,8 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         network: Network,
         groups: list[str],
         tags: dict[str, str],
-    ) -> None:
+    ) -> set[int]:
+        """Bring tags, listeners, subnets and groups in line; the listener ports made new."""
         elb = self.client("elb")
         name = spec.name
         with calling("DescribeTags"):
@@ -181,28 +275,20 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             with calling("AddTags"):
                 elb.add_tags(LoadBalancerNames=[name], Tags=aws_tags(missing_tags))
 
-        def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-            return (
-                str(a.get("Protocol", "")).upper() == str(b["Protocol"]).upper()
-                and int(a.get("InstancePort", 0)) == int(b["InstancePort"])
-                and str(a.get("InstanceProtocol", "")).upper() == str(b["InstanceProtocol"]).upper()
-            )
-
-        current = {
-            int(d["Listener"]["LoadBalancerPort"]): d["Listener"]
-            for d in existing.get("ListenerDescriptions", [])
-        }
-        wanted = {int(listener["LoadBalancerPort"]): listener for listener in listeners}
-        stale = sorted(
-            p for p, lst in current.items() if p not in wanted or not same(lst, wanted[p])
-        )
-        if stale:
+        plan = plan_classic_listeners(existing.get("ListenerDescriptions") or [], listeners)
+        if plan.delete:
             with calling("DeleteLoadBalancerListeners"):
-                elb.delete_load_balancer_listeners(LoadBalancerName=name, LoadBalancerPorts=stale)
-        create = [lst for p, lst in sorted(wanted.items()) if p not in current or p in stale]
-        if create:
+                elb.delete_load_balancer_listeners(
+                    LoadBalancerName=name, LoadBalancerPorts=plan.delete
+                )
+        if plan.create:
             with calling("CreateLoadBalancerListeners"):
-                elb.create_load_balancer_listeners(LoadBalancerName=name, Listeners=create)
+                elb.create_load_balancer_listeners(LoadBalancerName=name, Listeners=plan.create)
+        for port, certificate in sorted(plan.certificates.items()):
+            with calling("SetLoadBalancerListenerSSLCertificate"):
+                elb.set_load_balancer_listener_ssl_certificate(
+                    LoadBalancerName=name, LoadBalancerPort=port, SSLCertificateId=certificate
+                )
 
         subnets = set(existing.get("Subnets", []))
         attach = sorted(set(network.subnet_ids) - subnets)
@@ -217,6 +303,55 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             with calling("ApplySecurityGroupsToLoadBalancer"):
                 elb.apply_security_groups_to_load_balancer(
                     LoadBalancerName=name, SecurityGroups=groups
+                )
+        return {int(lst["LoadBalancerPort"]) for lst in plan.create}
+
+    def _sync_classic_policies(
+        self,
+        name: str,
+        described: dict[str, Any],
+        listeners: list[dict[str, Any]],
+        options: AwsLoadBalancerOptions,
+        replaced: set[int],
+    ) -> None:
+        """Proxy protocol on the back ends, the SSL negotiation policy on the secure listeners
+        (upstream's policies, created once per ELB)."""
+        elb = self.client("elb")
+        have = set(((described.get("Policies") or {}).get("OtherPolicies")) or [])
+        if options.proxy_protocol and PROXY_PROTOCOL_POLICY not in have:
+            with calling("CreateLoadBalancerPolicy"):
+                elb.create_load_balancer_policy(
+                    LoadBalancerName=name,
+                    PolicyName=PROXY_PROTOCOL_POLICY,
+                    PolicyTypeName="ProxyProtocolPolicyType",
+                    PolicyAttributes=[{"AttributeName": "ProxyProtocol", "AttributeValue": "true"}],
+                )
+        for port, policies in proxy_protocol_changes(
+            described, listeners, options.proxy_protocol
+        ).items():
+            with calling("SetLoadBalancerPoliciesForBackendServer"):
+                elb.set_load_balancer_policies_for_backend_server(
+                    LoadBalancerName=name, InstancePort=port, PolicyNames=policies
+                )
+        policy = options.tls.negotiation_policy
+        ports = listener_policy_changes(described, listeners, policy, replaced)
+        if policy is None or not ports:
+            return
+        policy_name = ssl_negotiation_policy_name(policy)
+        if policy_name not in have:
+            with calling("CreateLoadBalancerPolicy"):
+                elb.create_load_balancer_policy(
+                    LoadBalancerName=name,
+                    PolicyName=policy_name,
+                    PolicyTypeName="SSLNegotiationPolicyType",
+                    PolicyAttributes=[
+                        {"AttributeName": "Reference-Security-Policy", "AttributeValue": policy}
+                    ],
+                )
+        for port in ports:
+            with calling("SetLoadBalancerPoliciesOfListener"):
+                elb.set_load_balancer_policies_of_listener(
+                    LoadBalancerName=name, LoadBalancerPort=port, PolicyNames=[policy_name]
                 )
 
     def _register_classic(self, name: str, existing: dict[str, Any], wanted: set[str]) -> None:

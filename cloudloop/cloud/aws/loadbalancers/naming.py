@@ -66,12 +66,16 @@ def backend_security_group_name(cluster: str) -> str:
     return f"k8s-traffic-{cluster}"
 
 
-def target_group_name(spec: models.LoadBalancerSpec, port: models.LoadBalancerPort) -> str:
+def target_group_name(
+    spec: models.LoadBalancerSpec, port: models.LoadBalancerPort, protocol: str | None = None
+) -> str:
     """``k8s-<ns:8>-<name:8>-<hash:10>`` (as cloud-provider-aws), hashed over the Service UID,
-    port, node port and protocol, so a changed port gets a new group and a retry finds the old."""
+    port, node port and the group's protocol (the port's unless ``backend-protocol: ssl`` makes
+    it TLS), so a changed port or protocol gets a new group and a retry finds the old."""
     namespace, _, name = spec.service.partition("/")
+    protocol = (protocol or port.protocol).upper()
     digest = hashlib.sha1(
-        f"{spec.service_uid}/{port.port}/{port.node_port}/{port.protocol.upper()}".encode()
+        f"{spec.service_uid}/{port.port}/{port.node_port}/{protocol}".encode()
     ).hexdigest()
 
     def clean(text: str) -> str:

@@ -1,24 +1,47 @@
 """Network Load Balancers for Services (``aws-load-balancer-type: nlb``), as cloud-provider-aws.
 
-One target group per port (``k8s-<ns>-<name>-<hash>``, hashed over UID, port, node port and
-protocol, so a changed port gets a new group and a retry finds the old), one TCP/UDP listener per
-port, instances registered at the node port, and node-port rules on the nodes' security group
-from the source ranges (plus the NLB subnets, for health checks, when the source ranges are
-restricted). A delete removes the NLB, then every target group it used or tagged for it.
+One target group per port (``k8s-<ns>-<name>-<hash>``, hashed over UID, port, node port and the
+group's protocol, so a changed port gets a new group and a retry finds the old), one listener per
+port (TCP/UDP, or TLS with the certificate and SSL policy: :mod:`.listeners`), instances
+registered at the node port, the NLB and target-group attributes (:mod:`.attributes`), and
+node-port rules on the nodes' security group from the source ranges (plus the NLB subnets, for
+health checks, when the source ranges are restricted). Subnets, Elastic IPs and private
+addresses are fixed when the NLB is made (upstream ignores later changes; so does this, with a
+log line); the IP address type, listeners, health checks and attributes change in place; a
+target group whose protocol changes (``backend-protocol: ssl``) is replaced, as upstream. A
+delete removes the NLB, then every target group it used or tagged for it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, calling
 from cloudloop.cloud.aws.lb_annotations import (
+    EIP_ALLOCATIONS,
+    IP_ADDRESS_TYPE,
+    PRIVATE_IPV4_ADDRESSES,
     TRAFFIC_PORT,
     AwsLoadBalancerOptions,
     HealthCheckOptions,
     invalid,
+)
+from cloudloop.cloud.aws.loadbalancers.attributes import (
+    NLB_DEFAULTS,
+    TARGET_GROUP_DEFAULTS,
+    as_dict,
+    as_list,
+    changed_attributes,
+    nlb_attributes,
+)
+from cloudloop.cloud.aws.loadbalancers.listeners import (
+    NlbPortMapping,
+    nlb_listener_arguments,
+    nlb_listener_differs,
+    nlb_port_mappings,
 )
 from cloudloop.cloud.aws.loadbalancers.naming import (
     ANYWHERE,
@@ -29,7 +52,7 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     target_group_name,
     target_instance_ids,
 )
-from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts
+from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
 
@@ -58,6 +81,60 @@ def nlb_health_check(spec: models.LoadBalancerSpec, hc: HealthCheckOptions) -> d
     return settings
 
 
+def subnet_mappings(network: Network, options: AwsLoadBalancerOptions) -> list[dict[str, str]]:
+    """``SubnetMappings`` for CreateLoadBalancer: Elastic IPs or private addresses paired with
+    the subnets by position (upstream ``createSubnetMappings``), checked one per subnet."""
+    nlb = options.nlb
+    count = len(network.subnet_ids)
+    if nlb.eip_allocations and len(nlb.eip_allocations) != count:
+        raise invalid(
+            f"{EIP_ALLOCATIONS}: Must have same number of EIP AllocationIDs "
+            f"({len(nlb.eip_allocations)}) and SubnetIDs ({count})"
+        )
+    if nlb.private_ipv4_addresses and len(nlb.private_ipv4_addresses) != count:
+        raise invalid(
+            f"{PRIVATE_IPV4_ADDRESSES}: Must have same number of Private IPv4Addresses "
+            f"({len(nlb.private_ipv4_addresses)}) and SubnetIDs ({count})"
+        )
+    mappings: list[dict[str, str]] = []
+    for index, subnet in enumerate(network.subnet_ids):
+        mapping = {"SubnetId": subnet}
+        if nlb.eip_allocations:
+            mapping["AllocationId"] = nlb.eip_allocations[index]
+        if nlb.private_ipv4_addresses:
+            address = nlb.private_ipv4_addresses[index]
+            cidr = network.subnet_cidrs.get(subnet, "")
+            if cidr and not _in_network(address, cidr):
+                raise invalid(f"{PRIVATE_IPV4_ADDRESSES}: {address} is not in {subnet} ({cidr})")
+            mapping["PrivateIPv4Address"] = address
+        mappings.append(mapping)
+    if options.nlb.ip_address_type == "dualstack":
+        missing = [s for s in network.subnet_ids if s not in network.ipv6_subnets]
+        if missing:
+            raise invalid(f"{IP_ADDRESS_TYPE}: dualstack needs IPv6 CIDRs on {', '.join(missing)}")
+    return mappings
+
+
+def _in_network(address: str, cidr: str) -> bool:
+    return ipaddress.IPv4Address(address) in ipaddress.ip_network(cidr, strict=False)
+
+
+def mapping_differences(existing: dict[str, Any], mappings: list[dict[str, str]]) -> list[str]:
+    """How the live NLB's subnets and addresses differ from the annotations (not applied)."""
+    current: dict[str, dict[str, str]] = {}
+    for zone in existing.get("AvailabilityZones") or []:
+        address = (zone.get("LoadBalancerAddresses") or [{}])[0]
+        current[str(zone.get("SubnetId"))] = {
+            k: str(address[k]) for k in ("AllocationId", "PrivateIPv4Address") if address.get(k)
+        }
+    wanted = {m["SubnetId"]: {k: v for k, v in m.items() if k != "SubnetId"} for m in mappings}
+    if set(current) != set(wanted):
+        return [f"subnets {sorted(current)} (wanted {sorted(wanted)})"]
+    return [
+        f"{s}: {current[s]} (wanted {wanted[s]})" for s in sorted(wanted) if current[s] != wanted[s]
+    ]
+
+
 class AwsNetworkLoadBalancers(LoadBalancerParts):
     def _describe_nlb(self, name: str) -> dict[str, Any] | None:
         try:
@@ -68,22 +145,62 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         balancers = [lb for lb in found.get("LoadBalancers", []) if lb.get("Type") == "network"]
         return dict(balancers[0]) if balancers else None
 
+    def _nlb_listeners(self, arn: str) -> dict[int, dict[str, Any]]:
+        with calling("DescribeListeners"):
+            found = (
+                self.client("elbv2").describe_listeners(LoadBalancerArn=arn).get("Listeners", [])
+            )
+        return {int(listener["Port"]): dict(listener) for listener in found}
+
+    def _nlb_attributes(self, arn: str) -> dict[str, str]:
+        with calling("DescribeLoadBalancerAttributesV2"):
+            found = self.client("elbv2").describe_load_balancer_attributes(LoadBalancerArn=arn)
+        return as_dict(found.get("Attributes", []))
+
+    def _check_nlb_tls(
+        self, options: AwsLoadBalancerOptions, listeners: dict[int, dict[str, Any]]
+    ) -> None:
+        tls = options.tls
+        if tls.certificate is not None:
+            in_use = [
+                str(c.get("CertificateArn"))
+                for lst in listeners.values()
+                for c in lst.get("Certificates") or []
+            ]
+            self._check_certificate(tls.certificate, in_use)
+        policy = tls.negotiation_policy
+        if policy is not None and policy not in {
+            lst.get("SslPolicy") for lst in listeners.values()
+        }:
+            self._check_nlb_ssl_policy(policy)
+
     def _ensure_nlb(
         self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
     ) -> models.LoadBalancerStatus:
         v2 = self.client("elbv2")
         health_check = nlb_health_check(spec, options.health_check)
+        mappings = nlb_port_mappings(spec, options.tls)
         tags = load_balancer_tags(spec, options)
         scheme = "internal" if options.internal else "internet-facing"
         network = self._network(spec, options)
+        subnets = subnet_mappings(network, options)
         instances = self._live_instances(target_instance_ids(spec, options))
         existing = self._describe_nlb(spec.name)
         classic = self._describe_classic(spec.name) if existing is None else None
+        recreate = existing is not None and existing.get("Scheme") != scheme
+        keep = existing is not None and not recreate
+        arn = str(existing["LoadBalancerArn"]) if existing is not None else ""
+        current_listeners = self._nlb_listeners(arn) if keep else {}
+        self._check_nlb_tls(options, current_listeners)
+        if not keep and options.nlb.eip_allocations:
+            self._check_allocations(options.nlb.eip_allocations)
+        attributes = nlb_attributes(options)
+        current_attributes = self._nlb_attributes(arn) if keep else dict(NLB_DEFAULTS)
         # -- reads done; from here on the cloud changes ------------------------------------
         if classic is not None:  # the type changed: the Classic ELB and its group go
             with calling("DeleteLoadBalancer"):
                 self.client("elb").delete_load_balancer(LoadBalancerName=spec.name)
-        if existing is not None and existing.get("Scheme") != scheme:
+        if existing is not None and recreate:
             log.info("%s: scheme changes to %s; recreating the NLB", spec.name, scheme)
             self._delete_nlb(spec.name, existing)
             existing = None
@@ -97,32 +214,53 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             with calling("CreateLoadBalancerV2"):
                 existing = v2.create_load_balancer(
                     Name=spec.name,
-                    Subnets=network.subnet_ids,
+                    SubnetMappings=subnets,
                     Scheme=scheme,
                     Type="network",
+                    IpAddressType=options.nlb.ip_address_type,
                     Tags=aws_tags(tags),
                 )["LoadBalancers"][0]
         else:
             self._sync_nlb_tags(str(existing["LoadBalancerArn"]), tags)
+            for difference in mapping_differences(existing, subnets):
+                log.warning(
+                    "%s: subnets and addresses are fixed at creation (as upstream); not "
+                    "applied: %s",
+                    spec.name,
+                    difference,
+                )
+            if existing.get("IpAddressType", "ipv4") != options.nlb.ip_address_type:
+                with calling("SetIpAddressType"):
+                    v2.set_ip_address_type(
+                        LoadBalancerArn=existing["LoadBalancerArn"],
+                        IpAddressType=options.nlb.ip_address_type,
+                    )
         arn = str(existing["LoadBalancerArn"])
+        changed = changed_attributes(current_attributes, attributes)
+        if changed:
+            with calling("ModifyLoadBalancerAttributesV2"):
+                v2.modify_load_balancer_attributes(LoadBalancerArn=arn, Attributes=as_list(changed))
 
         current_groups = {} if created else self._attached_target_groups(arn)
         groups: dict[int, dict[str, Any]] = {}  # service port → target group
         new_groups: set[str] = set()  # ARNs created by this call (no targets yet)
-        for port in spec.ports:
-            name = target_group_name(spec, port)
+        for mapping in mappings:
+            name = target_group_name(spec, mapping.port, mapping.traffic_protocol)
             group = current_groups.get(name)
             if group is None:
                 group, made = self._target_group(
-                    spec, port, network.vpc_id, health_check, tags, name
+                    spec, mapping, network.vpc_id, health_check, tags, name
                 )
                 if made:
                     new_groups.add(str(group["TargetGroupArn"]))
             if any(group.get(k) != v for k, v in health_check.items()):
                 with calling("ModifyTargetGroup"):
                     v2.modify_target_group(TargetGroupArn=group["TargetGroupArn"], **health_check)
-            groups[port.port] = group
-        self._sync_listeners(spec, arn, groups, created=created)
+            self._sync_target_group_attributes(
+                group, options, new=str(group["TargetGroupArn"]) in new_groups
+            )
+            groups[mapping.port.port] = group
+        self._sync_listeners(spec, arn, mappings, groups, current_listeners)
         wanted_names = {str(g["TargetGroupName"]) for g in groups.values()}
         for name, group in current_groups.items():
             if name not in wanted_names:
@@ -136,6 +274,26 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             except errors.CloudError as exc:
                 log.warning("%s: old ELB security group left for the delete: %s", spec.name, exc)
         return models.LoadBalancerStatus(name=spec.name, hostname=str(existing.get("DNSName", "")))
+
+    def _sync_target_group_attributes(
+        self, group: dict[str, Any], options: AwsLoadBalancerOptions, *, new: bool
+    ) -> None:
+        wanted = options.nlb.target_group_attributes
+        if not wanted:
+            return
+        v2 = self.client("elbv2")
+        arn = str(group["TargetGroupArn"])
+        if new:
+            current = dict(TARGET_GROUP_DEFAULTS)
+        else:
+            with calling("DescribeTargetGroupAttributes"):
+                current = as_dict(
+                    v2.describe_target_group_attributes(TargetGroupArn=arn).get("Attributes", [])
+                )
+        changed = changed_attributes(current, wanted)
+        if changed:
+            with calling("ModifyTargetGroupAttributes"):
+                v2.modify_target_group_attributes(TargetGroupArn=arn, Attributes=as_list(changed))
 
     def _sync_nlb_tags(self, arn: str, tags: dict[str, str]) -> None:
         v2 = self.client("elbv2")
@@ -158,7 +316,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
     def _target_group(
         self,
         spec: models.LoadBalancerSpec,
-        port: models.LoadBalancerPort,
+        mapping: NlbPortMapping,
         vpc_id: str,
         health_check: dict[str, Any],
         tags: dict[str, str],
@@ -171,8 +329,8 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 created = dict(
                     v2.create_target_group(
                         Name=name,
-                        Protocol=port.protocol.upper(),
-                        Port=port.node_port,
+                        Protocol=mapping.traffic_protocol,
+                        Port=mapping.port.node_port,
                         VpcId=vpc_id,
                         TargetType="instance",
                         Tags=aws_tags(tags),
@@ -190,39 +348,22 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         self,
         spec: models.LoadBalancerSpec,
         arn: str,
+        mappings: list[NlbPortMapping],
         groups: dict[int, dict[str, Any]],
-        *,
-        created: bool,
+        current: dict[int, dict[str, Any]],
     ) -> None:
         v2 = self.client("elbv2")
-        current: dict[int, dict[str, Any]] = {}
-        if not created:
-            with calling("DescribeListeners"):
-                found = v2.describe_listeners(LoadBalancerArn=arn).get("Listeners", [])
-            current = {int(listener["Port"]): listener for listener in found}
-        for port in spec.ports:
-            group_arn = str(groups[port.port]["TargetGroupArn"])
-            actions = [{"Type": "forward", "TargetGroupArn": group_arn}]
-            listener = current.get(port.port)
+        for mapping in mappings:
+            group_arn = str(groups[mapping.port.port]["TargetGroupArn"])
+            arguments = nlb_listener_arguments(mapping, group_arn)
+            listener = current.get(mapping.port.port)
             if listener is None:
                 with calling("CreateListener"):
-                    v2.create_listener(
-                        LoadBalancerArn=arn,
-                        Protocol=port.protocol.upper(),
-                        Port=port.port,
-                        DefaultActions=actions,
-                    )
-                continue
-            targets = [a.get("TargetGroupArn") for a in listener.get("DefaultActions", [])]
-            if targets != [group_arn] or listener.get("Protocol") != port.protocol.upper():
+                    v2.create_listener(LoadBalancerArn=arn, **arguments)
+            elif nlb_listener_differs(listener, mapping, group_arn):
                 with calling("ModifyListener"):
-                    v2.modify_listener(
-                        ListenerArn=listener["ListenerArn"],
-                        Protocol=port.protocol.upper(),
-                        Port=port.port,
-                        DefaultActions=actions,
-                    )
-        wanted_ports = {p.port for p in spec.ports}
+                    v2.modify_listener(ListenerArn=listener["ListenerArn"], **arguments)
+        wanted_ports = {m.port.port for m in mappings}
         for port_number, listener in current.items():
             if port_number not in wanted_ports:
                 with calling("DeleteListener"):
@@ -281,15 +422,15 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             raise errors.NotFound(NAME, "DescribeLoadBalancersV2", f"no NLB {spec.name}")
         attached = self._attached_target_groups(str(existing["LoadBalancerArn"]))
         by_port: dict[int, dict[str, Any]] = {}
-        for port in spec.ports:
-            group = attached.get(target_group_name(spec, port))
+        for mapping in nlb_port_mappings(spec, options.tls):
+            group = attached.get(target_group_name(spec, mapping.port, mapping.traffic_protocol))
             if group is None:
                 raise errors.NotFound(
                     NAME,
                     "DescribeTargetGroups",
-                    f"{spec.name}: no target group for {port.port}",
+                    f"{spec.name}: no target group for {mapping.port.port}",
                 )
-            by_port[port.port] = group
+            by_port[mapping.port.port] = group
         self._register_nlb(by_port, set(instances), set())
         cidrs: list[str] = []
         if spec.source_ranges and ANYWHERE not in spec.source_ranges:

@@ -11,7 +11,7 @@ implements the lookups the other needs when a Service changes type (``_describe_
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cloudloop.cloud import errors, models
@@ -19,6 +19,7 @@ from cloudloop.cloud.aws.base import NAME, calling
 from cloudloop.cloud.aws.lb_annotations import AwsLoadBalancerOptions, invalid
 from cloudloop.cloud.aws.loadbalancers.naming import choose_subnets
 from cloudloop.cloud.aws.loadbalancers.security_groups import LoadBalancerSecurityGroups
+from cloudloop.cloud.aws.loadbalancers.tls import LoadBalancerChecks
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,16 @@ DESCRIBE_BATCH = 200
 @dataclass
 class Network:
     vpc_id: str
+    #: In the order of the ``subnets`` annotation, else by zone (an NLB pairs them by position
+    #: with ``eip-allocations`` and ``private-ipv4-addresses``).
     subnet_ids: list[str]
     cidrs: list[str]
+    #: Subnet → its IPv4 CIDR, and the subnets with an IPv6 CIDR (``dualstack`` needs one each).
+    subnet_cidrs: dict[str, str] = field(default_factory=dict)
+    ipv6_subnets: frozenset[str] = frozenset()
 
 
-class LoadBalancerParts(LoadBalancerSecurityGroups):
+class LoadBalancerParts(LoadBalancerSecurityGroups, LoadBalancerChecks):
     # -- implemented by the Classic and NLB modules (a type change removes the other kind) ---
     def _describe_classic(self, name: str) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -57,17 +63,19 @@ class LoadBalancerParts(LoadBalancerSecurityGroups):
         if options.subnets:
             ids = [s for s in options.subnets if s.startswith("subnet-")]
             names = [s for s in options.subnets if not s.startswith("subnet-")]
-            chosen: list[dict[str, Any]] = []
+            found: list[dict[str, Any]] = []
             if ids:
-                chosen += describe([{"Name": "subnet-id", "Values": ids}])
+                found += describe([{"Name": "subnet-id", "Values": ids}])
             if names:
-                chosen += describe([{"Name": "tag:Name", "Values": names}])
-            known = {str(s["SubnetId"]) for s in chosen} | {
-                tag_dict(s.get("Tags")).get("Name", "") for s in chosen
-            }
-            missing = [s for s in options.subnets if s not in known]
+                found += describe([{"Name": "tag:Name", "Values": names}])
+            by_key: dict[str, dict[str, Any]] = {}
+            for subnet in found:
+                by_key.setdefault(str(subnet["SubnetId"]), subnet)
+                by_key.setdefault(tag_dict(subnet.get("Tags")).get("Name", ""), subnet)
+            missing = [s for s in options.subnets if s not in by_key]
             if missing:
                 raise invalid(f"subnets not found: {', '.join(missing)}")
+            chosen = [by_key[s] for s in options.subnets]
         else:
             # One filter on the current tag key (the legacy ``KubernetesCluster`` tag would cost a
             # second call on every ensure; ``-subnets`` covers such clusters).
@@ -85,11 +93,20 @@ class LoadBalancerParts(LoadBalancerSecurityGroups):
             raise invalid(
                 f"the load balancer's subnets span several VPCs ({', '.join(sorted(vpcs))})"
             )
-        unique = {str(s["SubnetId"]): s for s in chosen}
+        unique = {str(s["SubnetId"]): s for s in chosen}  # keeps the first, in order
         return Network(
             vpc_id=vpcs.pop(),
-            subnet_ids=sorted(unique),
+            subnet_ids=list(unique),
             cidrs=sorted({str(s.get("CidrBlock", "")) for s in unique.values()} - {""}),
+            subnet_cidrs={k: str(s.get("CidrBlock", "")) for k, s in unique.items()},
+            ipv6_subnets=frozenset(
+                k
+                for k, s in unique.items()
+                if any(
+                    (a.get("Ipv6CidrBlockState") or {}).get("State") == "associated"
+                    for a in s.get("Ipv6CidrBlockAssociationSet") or []
+                )
+            ),
         )
 
     def _live_instances(self, instance_ids: list[str]) -> dict[str, list[str]]:
