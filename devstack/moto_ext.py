@@ -10,6 +10,8 @@ from the AWS API reference, and changes nothing else:
 - ``DescribeLoadBalancerPolicies`` without ``LoadBalancerName`` lists the predefined SSL
   negotiation policies (the Classic ELB security policies), and a ``PolicyNames`` filter naming
   an unknown one is ``PolicyNotFound``, as in AWS.
+- A subnet's IPv6 CIDR association shows ``Ipv6CidrBlockState.State: associated`` (moto nested
+  the state object in itself), which is how a dual-stack NLB's subnets are recognised.
 - NLB ``SubnetMappings`` are kept: each zone shows its ``LoadBalancerAddresses`` (the Elastic IP's
   ``AllocationId`` and address, or the ``PrivateIPv4Address``), and an unknown allocation is
   ``AllocationIdNotFound``.
@@ -25,6 +27,7 @@ import sys
 from typing import Any
 
 from moto.ec2.models import ec2_backends
+from moto.ec2.models import subnets as subnet_models
 from moto.elb import models as elb_models
 from moto.elb.exceptions import PolicyNotFoundError
 from moto.elb.policies import OtherPolicy
@@ -168,12 +171,32 @@ def _patch_nlb() -> None:
     balancer_cls.availability_zones = property(availability_zones)
 
 
+def _patch_subnets() -> None:
+    subnet_cls: Any = subnet_models.Subnet
+
+    def ipv6_cidr_block_association_set(self: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "ipv6CidrBlock": association["ipv6CidrBlock"],
+                "associationId": association["associationId"],
+                "ipv6CidrBlockState": {
+                    "state": association["ipv6CidrBlockState"]["State"],
+                },
+            }
+            for association in self.ipv6_cidr_block_associations.values()
+            if association["ipv6CidrBlockState"]["State"] == "associated"
+        ]
+
+    subnet_cls.ipv6_cidr_block_association_set = property(ipv6_cidr_block_association_set)
+
+
 def install() -> None:
-    """Patch moto's ELB models (once per process)."""
+    """Patch moto's ELB and subnet models (once per process)."""
     if getattr(elb_models, _PATCHED, False):
         return
     _patch_classic()
     _patch_nlb()
+    _patch_subnets()
     setattr(elb_models, _PATCHED, True)
 
 

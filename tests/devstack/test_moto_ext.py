@@ -183,3 +183,13 @@ def test_the_local_stack_runs_the_extension(stack: LocalStack) -> None:
         assert described["ListenerDescriptions"][0]["Listener"]["InstanceProtocol"] == "HTTP"
     finally:
         elb.delete_load_balancer(LoadBalancerName=name)
+
+
+def test_subnet_ipv6_association_state(aws: None) -> None:
+    ec2 = _client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16", AmazonProvidedIpv6CidrBlock=True)["Vpc"]
+    block = vpc["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"].replace("/56", "/64")
+    subnet = ec2.create_subnet(VpcId=vpc["VpcId"], CidrBlock="10.0.1.0/24", Ipv6CidrBlock=block)
+    [described] = ec2.describe_subnets(SubnetIds=[subnet["Subnet"]["SubnetId"]])["Subnets"]
+    [association] = described["Ipv6CidrBlockAssociationSet"]
+    assert association["Ipv6CidrBlockState"] == {"State": "associated"}
