@@ -5,7 +5,10 @@ only when the ingress changed, in one activity, and records its two Normal Event
 activity per ensure instead of four (fewer workflow tasks and round trips on the path from
 "Service created" to "ingress set"). ``lb.delete`` deletes the cloud resources, clears the status
 and removes the cleanup finalizer, in that order, so the finalizer goes only after a successful
-delete. Cloud errors become ``ApplicationError(type=<kind>)`` with the driver's retryability, so
+delete. ``lb.resync`` (drift repair) asks the driver what differs from the applied state; on
+drift it ensures the LB again, fixes the ingress, checks once more and records
+``LoadBalancerDriftRepaired`` (a Warning: someone changed the cloud LB behind the controller)
+naming what was put back; what an ensure cannot put back is only logged. Cloud errors become ``ApplicationError(type=<kind>)`` with the driver's retryability, so
 an invalid annotation (``InvalidRequest``) fails at once and "handled elsewhere" is
 ``NotSupported``. Long cloud calls heartbeat, so a dead worker's attempt is retried quickly.
 """
@@ -38,6 +41,8 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerFound,
     LoadBalancerLookup,
     LoadBalancerTarget,
+    ResyncLoadBalancerInput,
+    ResyncLoadBalancerResult,
     UpdateBackendsInput,
 )
 
@@ -133,6 +138,39 @@ class LoadBalancerActivities:
             self._check_provider(input.target)
             self.driver.update_load_balancer_backends(self.spec(input.target, input.desired))
 
+    @activity.defn(name=LoadBalancerActivity.RESYNC)
+    def resync_load_balancer(self, input: ResyncLoadBalancerInput) -> ResyncLoadBalancerResult:
+        ref = input.target.service
+        with heartbeating(), cloud_errors(), kube_errors():
+            self._check_provider(input.target)
+            spec = self.spec(input.target, input.desired)
+            drift = self.driver.load_balancer_drift(spec)
+            if not drift:
+                return ResyncLoadBalancerResult(ingress=input.current_ingress)
+            log.warning("%s: load balancer drifted: %s", ref.key, "; ".join(drift))
+            status = self.driver.ensure_load_balancer(spec)
+            ingress = [status.hostname or status.ip] if (status.hostname or status.ip) else []
+            if ingress != input.current_ingress and not self._write_ingress(
+                ref, ingress, hostname=bool(status.hostname)
+            ):
+                return ResyncLoadBalancerResult(service_gone=True)
+            remaining = set(self.driver.load_balancer_drift(spec))
+        repaired = [d for d in drift if d not in remaining]
+        if remaining:
+            log.warning("%s: drift an ensure cannot repair: %s", ref.key, sorted(remaining))
+        if repaired:
+            record_event(
+                self.kube,
+                ref,
+                type="Warning",
+                reason="LoadBalancerDriftRepaired",
+                message=(
+                    f"Load balancer changed outside the controller, restored: "
+                    f"{'; '.join(repaired)} (workflow {activity.info().workflow_id})"
+                ),
+            )
+        return ResyncLoadBalancerResult(repaired=repaired, ingress=ingress)
+
     @activity.defn(name=LoadBalancerActivity.GET)
     def get_load_balancer(self, input: LoadBalancerLookup) -> LoadBalancerFound:
         with cloud_errors():
@@ -156,6 +194,7 @@ class LoadBalancerActivities:
         return [
             self.ensure_load_balancer,
             self.update_backends,
+            self.resync_load_balancer,
             self.get_load_balancer,
             self.delete_load_balancer,
         ]

@@ -80,6 +80,9 @@ class CcmSettings(BaseModel):
     init_batch_window_s: float = 0.1
     #: Label selector limiting the Nodes this CCM manages (empty: all Nodes).
     node_selector: str = ""
+    #: Drift repair (not upstream): each load balancer is compared with its Service this often
+    #: while nothing else happens, and put back if it was changed by hand (0: never).
+    load_balancer_resync_period_s: float = 600.0
 
 
 class DiscoverySettings(BaseModel):

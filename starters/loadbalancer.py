@@ -62,6 +62,7 @@ class ServiceStarter:
         provider: str,
         concurrency: int = 1,
         history_limit: int = 0,
+        resync_period_s: float = 600.0,
     ) -> None:
         self.kube = kube
         self.client = client
@@ -72,6 +73,7 @@ class ServiceStarter:
         self.provider = provider
         self.concurrency = max(1, concurrency)
         self.history_limit = history_limit
+        self.resync_period_s = resync_period_s
         self.signals_sent = 0
         self.queue = WorkQueue("service", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         #: Service key → (uid, signal, desired state) last sent.
@@ -100,6 +102,7 @@ class ServiceStarter:
             cluster=context.cluster,
             provider=context.settings.provider,
             concurrency=ccm.concurrent_service_syncs,
+            resync_period_s=ccm.load_balancer_resync_period_s,
         )
 
     def stop(self) -> None:
@@ -193,7 +196,11 @@ class ServiceStarter:
         desired = rules.desired_load_balancer(service, self.lb_nodes())
         if sent is not None and sent[1] == LoadBalancerSignal.APPLY and sent[2] == desired:
             return
-        request = ApplyRequest(desired=desired, observed_ingress=rules.ingress_hostnames(service))
+        request = ApplyRequest(
+            desired=desired,
+            observed_ingress=rules.ingress_hostnames(service),
+            resync_period_s=self.resync_period_s,
+        )
         await self._send(ref, LoadBalancerSignal.APPLY, request)
 
     async def _send(self, ref: ObjectRef, signal: str, request: ApplyRequest | None) -> None:

@@ -13,6 +13,13 @@ change to one LB is serialised and a burst of changes is coalesced into one reco
 - tear-down: ``lb.get``, ``DeletingLoadBalancer`` (if it exists), ``lb.delete`` (cloud, status,
   finalizer), ``DeletedLoadBalancer``; then the workflow completes (unless an ``apply`` came).
 
+- nothing to do for ``resync_period_s`` (drift repair, beyond upstream): ``lb.resync`` compares
+  the cloud LB with the last applied state and, when it drifted (a listener, attribute, policy,
+  registered instance or rule changed or deleted by hand, or the whole LB gone), ensures it again
+  and records ``LoadBalancerDriftRepaired``. The timer exists only while the LB is applied and
+  idle; a run that started before this step was added keeps its old command sequence
+  (``workflow.patched``) until it continues as new.
+
 Invalid annotations (``InvalidRequest``) give a Warning ``SyncLoadBalancerFailed`` and wait for
 the next change; "handled elsewhere" (``NotSupported``) is a silent no-op; other failures give
 the Warning and are retried with the upstream backoff (5 s doubling to 300 s), sooner when a new
@@ -46,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
         LoadBalancerResult,
         LoadBalancerSignal,
         LoadBalancerState,
+        ResyncLoadBalancerInput,
+        ResyncLoadBalancerResult,
         UpdateBackendsInput,
     )
 
@@ -63,6 +72,8 @@ CLOUD_TIMEOUT = timedelta(minutes=5)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 #: Upstream service-controller backoff: 5 s doubling up to 300 s.
 BACKOFF_MIN_S, BACKOFF_MAX_S = 5.0, 300.0
+#: ``workflow.patched`` marker of the drift-repair timer (it added commands to the idle wait).
+DRIFT_REPAIR_PATCH = "lb-drift-repair"
 
 
 def _failure(err: ActivityError) -> tuple[str, str]:
@@ -82,6 +93,8 @@ class LoadBalancerWorkflow:
         self.version = 0  # bumped by every signal
         self.failures = 0
         self.retry_version: int | None = None  # the version whose reconcile failed
+        self.resync_due = False
+        self.resync_off: int | None = None  # the version whose drift check cannot run
         self.events: list[workflow.ActivityHandle[None]] = []
 
     # -- handlers: record only -------------------------------------------------------------
@@ -90,6 +103,8 @@ class LoadBalancerWorkflow:
         if self.state.ingress is None:
             self.state.ingress = list(request.observed_ingress)
         self.state.desired = request.desired
+        if request.resync_period_s is not None:
+            self.state.resync_period_s = request.resync_period_s
         self.state.tear_down = False
         self.version += 1
 
@@ -113,6 +128,9 @@ class LoadBalancerWorkflow:
                     torn_down = await self._delete()
                 elif self._pending():
                     await self._reconcile()
+                elif self.resync_due:
+                    await self._resync()
+            self.resync_due = False
             await self._flush_events()
             if torn_down and self.state.tear_down:
                 break  # deleted, and no apply came meanwhile: done
@@ -148,9 +166,23 @@ class LoadBalancerWorkflow:
                 )
             self.retry_version = None
             return
-        await workflow.wait_condition(
-            lambda: self.state.tear_down or self._pending() or self._continue_as_new_due()
-        )
+
+        def work() -> bool:
+            return self.state.tear_down or self._pending() or self._continue_as_new_due()
+
+        period = self.state.resync_period_s
+        if (
+            self.state.applied is None
+            or period <= 0
+            or self.resync_off == self.version
+            or not workflow.patched(DRIFT_REPAIR_PATCH)
+        ):
+            await workflow.wait_condition(work)
+            return
+        try:
+            await workflow.wait_condition(work, timeout=timedelta(seconds=period))
+        except TimeoutError:
+            self.resync_due = True
 
     def _retry_later(self, version: int) -> None:
         self.failures += 1
@@ -265,6 +297,42 @@ class LoadBalancerWorkflow:
         self._event(
             "Normal", "UpdatedLoadBalancer", f"Updated load balancer with new hosts [{hosts}]"
         )
+
+    async def _resync(self) -> None:
+        """Drift repair: compare the cloud LB with the applied state, put it back if needed."""
+        applied = self.state.applied
+        if applied is None:
+            return
+        try:
+            result = await workflow.execute_activity(
+                LoadBalancerActivity.RESYNC,
+                ResyncLoadBalancerInput(
+                    target=self.state.target,
+                    desired=applied,
+                    current_ingress=self.state.ingress or [],
+                ),
+                result_type=ResyncLoadBalancerResult,
+                start_to_close_timeout=CLOUD_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=CLOUD_RETRY,
+            )
+        except ActivityError as err:
+            kind, message = _failure(err)
+            workflow.logger.warning("drift check failed (%s): %s", kind, message)
+            if kind in ("NotSupported", "InvalidRequest"):  # not until the Service changes
+                self.resync_off = self.version
+            if kind != "NotSupported":
+                self._event(
+                    "Warning",
+                    "SyncLoadBalancerFailed",
+                    f"Error repairing load balancer drift: {message}",
+                )
+            return  # otherwise the next period tries again
+        if result.service_gone:
+            self.state.tear_down = True
+            return
+        if result.repaired:
+            self.state.ingress = result.ingress
 
     async def _delete(self) -> bool:
         version = self.version

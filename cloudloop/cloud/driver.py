@@ -48,7 +48,7 @@ CAPABILITY_OPERATIONS: dict[Capability, tuple[tuple[str, ...], tuple[str, ...]]]
             "get_load_balancer",
             "delete_load_balancer",
         ),
-        (),
+        ("load_balancer_drift",),
     ),
     Capability.VOLUMES: (
         (
@@ -150,6 +150,11 @@ class CloudDriver:
         raise self._unsupported(Capability.LOAD_BALANCERS)
 
     def delete_load_balancer(self, name: str) -> None:
+        raise self._unsupported(Capability.LOAD_BALANCERS)
+
+    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
+        """What of the cloud LB differs from ``spec`` (each a short phrase; empty: in sync),
+        read without changing anything; ``ensure_load_balancer`` puts it back."""
         raise self._unsupported(Capability.LOAD_BALANCERS)
 
     # -- volumes (CSI) ---------------------------------------------------------------------

@@ -25,6 +25,8 @@ class LoadBalancerActivity:
     GET = "lb.get"
     #: Delete every cloud resource, clear the status and remove the finalizer.
     DELETE = "lb.delete"
+    #: Compare the cloud LB with the last applied state; repair it (and the ingress) on drift.
+    RESYNC = "lb.resync"
 
 
 class LoadBalancerSignal:
@@ -76,6 +78,8 @@ class ApplyRequest(BaseModel):
 
     desired: DesiredLoadBalancer
     observed_ingress: list[str] = Field(default_factory=list)
+    #: The drift check's period (``None``: leave the workflow's as it is; 0: no checks).
+    resync_period_s: float | None = None
 
 
 class LoadBalancerTarget(BaseModel):
@@ -106,6 +110,8 @@ class LoadBalancerState(BaseModel):
     finalizer_removed: bool = False
     #: Continue-as-new after this many history events (0: when the server suggests it).
     history_limit: int = 0
+    #: Seconds between drift checks of the applied LB while nothing else happens (0: none).
+    resync_period_s: float = 0.0
 
 
 class EnsureLoadBalancerInput(BaseModel):
@@ -124,6 +130,20 @@ class EnsureLoadBalancerResult(BaseModel):
 class UpdateBackendsInput(BaseModel):
     target: LoadBalancerTarget
     desired: DesiredLoadBalancer
+
+
+class ResyncLoadBalancerInput(BaseModel):
+    target: LoadBalancerTarget
+    desired: DesiredLoadBalancer
+    current_ingress: list[str] = Field(default_factory=list)
+
+
+class ResyncLoadBalancerResult(BaseModel):
+    """What drifted and was put back (empty: the cloud matched), and the ingress after."""
+
+    repaired: list[str] = Field(default_factory=list)
+    ingress: list[str] = Field(default_factory=list)
+    service_gone: bool = False
 
 
 class LoadBalancerLookup(BaseModel):

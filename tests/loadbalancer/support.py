@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -88,6 +90,63 @@ class AwsWorld:
         world.instance_ids = [i["InstanceId"] for i in launched]
         return world
 
+    def enable_ipv6(self) -> None:
+        """Give the VPC an Amazon IPv6 block and each subnet a /64 of it (for dual-stack)."""
+        ec2 = self.client("ec2")
+        vpc = ec2.associate_vpc_cidr_block(VpcId=self.vpc_id, AmazonProvidedIpv6CidrBlock=True)
+        block = vpc["Ipv6CidrBlockAssociation"]["Ipv6CidrBlock"]
+        prefix = block.split("::")[0]
+        for index, subnet in enumerate(self.subnet_ids):
+            ec2.associate_subnet_cidr_block(
+                SubnetId=subnet, Ipv6CidrBlock=f"{prefix[:-1]}{index}::/64"
+            )
+
+    def certificate(self, domain: str = "example.com") -> str:
+        """An issued ACM certificate (imported, self-signed) for ``domain``."""
+        body, key = _self_signed(domain)
+        return str(
+            self.client("acm").import_certificate(Certificate=body, PrivateKey=key)[
+                "CertificateArn"
+            ]
+        )
+
+    def classic_state(self, name: str) -> dict[str, Any]:
+        """Everything the driver sets on a Classic ELB, for before/after comparisons."""
+        elb = self.client("elb")
+        lb = self.classic(name) or {}
+        attributes = elb.describe_load_balancer_attributes(LoadBalancerName=name)[
+            "LoadBalancerAttributes"
+        ]
+        attributes.pop("AdditionalAttributes", None)
+        return {
+            "lb": {k: v for k, v in lb.items() if k != "CreatedTime"},
+            "created": lb.get("CreatedTime"),
+            "attributes": attributes,
+            "rules": sorted(r["SecurityGroupRuleId"] for r in self.rules(name)),
+        }
+
+    def nlb_state(self, name: str) -> dict[str, Any]:
+        """Everything the driver sets on an NLB, for before/after comparisons."""
+        v2 = self.client("elbv2")
+        [nlb] = self.nlbs(name)
+        arn = nlb["LoadBalancerArn"]
+        groups = sorted(self.target_groups(name), key=lambda g: g["TargetGroupName"])
+        return {
+            "lb": nlb,
+            "listeners": sorted(
+                v2.describe_listeners(LoadBalancerArn=arn)["Listeners"], key=lambda lst: lst["Port"]
+            ),
+            "attributes": v2.describe_load_balancer_attributes(LoadBalancerArn=arn)["Attributes"],
+            "groups": groups,
+            "group_attributes": [
+                v2.describe_target_group_attributes(TargetGroupArn=g["TargetGroupArn"])[
+                    "Attributes"
+                ]
+                for g in groups
+            ],
+            "rules": sorted(r["SecurityGroupRuleId"] for r in self.rules(name)),
+        }
+
     def provider_id(self, instance_id: str) -> str:
         return f"aws:///{ZONES[0]}/{instance_id}"
 
@@ -162,6 +221,37 @@ class AwsWorld:
             and not self.rules(name)
             and not self.own_groups(name)
         )
+
+
+@functools.cache
+def _self_signed(domain: str) -> tuple[bytes, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, domain)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return (
+        certificate.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ),
+    )
 
 
 def lb_name(service: dict[str, Any]) -> str:
@@ -258,6 +348,7 @@ async def service_starter(
         provider=settings.provider,
         concurrency=settings.ccm.concurrent_service_syncs,
         history_limit=history_limit,
+        resync_period_s=settings.ccm.load_balancer_resync_period_s,
     )
     task = asyncio.create_task(starter.run())
     try:

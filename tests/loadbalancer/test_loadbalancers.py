@@ -4,7 +4,6 @@ Temporal dev server, moto): the starter, the per-Service workflow and the AWS dr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any
 
@@ -26,53 +25,18 @@ from cloudloop.messages.loadbalancer import (
 )
 from cloudloop.rules.loadbalancer import EXCLUDE_FROM_LB_LABEL
 from cloudloop.settings import Settings
-from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.loadbalancer.support import (
     AwsWorld,
-    delete_nodes,
     events,
     ingress,
     lb_name,
-    lb_settings,
-    make_nodes,
     make_service,
-    new_scope,
     service_starter,
 )
 from workers.main import build_worker
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture
-def scope() -> str:
-    return new_scope()
-
-
-@pytest.fixture
-def lb_config(settings: Settings, scope: str) -> Settings:
-    return lb_settings(settings, scope)
-
-
-@pytest.fixture
-def world(stack: LocalStack, lb_config: Settings) -> AwsWorld:
-    return AwsWorld.create(stack.moto_endpoint, lb_config.cluster_name)
-
-
-@pytest.fixture
-def nodes(kube: Kube, world: AwsWorld, scope: str) -> Iterator[list[str]]:
-    yield make_nodes(kube, world, scope)
-    delete_nodes(kube, scope)
-
-
-@pytest.fixture
-async def running(
-    kube: Kube, client: Client, lb_config: Settings, namespace: str, nodes: list[str]
-) -> AsyncIterator[None]:
-    worker = build_worker(client, lb_config, driver=AwsDriver(AWS.section(lb_config)), kube=kube)
-    async with worker, service_starter(kube, client, lb_config, namespace):
-        yield
 
 
 def service_ref(service: dict[str, Any]) -> ObjectRef:

@@ -5,9 +5,12 @@ what exists (by name or by those tags) before creating anything, so a call retri
 adopts what the interrupted one made. All annotations are parsed and every read happens before
 the first write, so an invalid annotation changes nothing in the cloud.
 
-The parts, one module each: :mod:`.naming` (names, tags, pure choices), :mod:`.security_groups`
-(groups and tagged rules), :mod:`.parts` (subnets, target instances), :mod:`.classic` (Classic
-ELB) and :mod:`.nlb` (NLB). This module holds the contract's four operations.
+The parts, one module each: :mod:`.naming` (names, tags, pure choices), :mod:`.listeners` and
+:mod:`.attributes` (what the annotations ask for, and how the cloud differs: pure),
+:mod:`.security_groups` (groups and tagged rules), :mod:`.tls` (certificate, SSL policy and
+Elastic IP checks before writes), :mod:`.parts` (subnets, target instances), :mod:`.classic`
+(Classic ELB) and :mod:`.nlb` (NLB). This module holds the contract's operations, including the
+drift check of drift repair (reads only; the ensure puts things back).
 """
 
 from __future__ import annotations
@@ -97,6 +100,13 @@ class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
             self._update_nlb_backends(spec, options, instances)
         else:
             self._update_classic_backends(spec, options, instances)
+
+    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
+        """Drift repair's check: reads only; see ``_classic_drift`` and ``_nlb_drift``."""
+        spec, options = parsed(spec)
+        if options.kind is LoadBalancerKind.NLB:
+            return self._nlb_drift(spec, options)
+        return self._classic_drift(spec, options)
 
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
         classic = self._describe_classic(name)

@@ -39,9 +39,12 @@ from cloudloop.cloud.aws.loadbalancers.listeners import (
 )
 from cloudloop.cloud.aws.loadbalancers.naming import (
     ANYWHERE,
+    LOAD_BALANCER_TAG,
     aws_tags,
+    backend_security_group_name,
     error_code,
     load_balancer_tags,
+    security_group_name,
     target_instance_ids,
 )
 from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network
@@ -368,6 +371,114 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                 elb.deregister_instances_from_load_balancer(
                     LoadBalancerName=name, Instances=[{"InstanceId": i} for i in remove]
                 )
+
+    def _classic_drift(
+        self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
+    ) -> list[str]:
+        """What of the ELB differs from ``spec`` (drift repair), read in about five calls:
+        listeners, policies, health check and instances from one describe, the attributes, the
+        groups by name, the target instances, and the rules of the ELB's and nodes' groups."""
+        described = self._describe_classic(spec.name)
+        if described is None:
+            return ["the ELB is missing"]
+        scheme = "internal" if options.internal else "internet-facing"
+        if described.get("Scheme", "internet-facing") != scheme:
+            return [f"the ELB is not {scheme}"]
+        listeners = classic_listeners(spec, options.tls)
+        drift = plan_classic_listeners(
+            described.get("ListenerDescriptions") or [], listeners
+        ).describe()
+        drift += [
+            f"proxy protocol on node port {port}"
+            for port in proxy_protocol_changes(described, listeners, options.proxy_protocol)
+        ]
+        drift += [
+            f"SSL negotiation policy on listener {port}"
+            for port in listener_policy_changes(
+                described, listeners, options.tls.negotiation_policy
+            )
+        ]
+        health_check = classic_health_check(
+            spec, options.health_check, options.tls.backend_protocol
+        )
+        drift += health_check_changes(described.get("HealthCheck") or {}, health_check)
+        drift += classic_attribute_changes(
+            self._classic_attributes(spec.name), classic_attributes(options)
+        )
+        wanted = target_instance_ids(spec, options)
+        instances = self._live_instances(wanted)
+        registered = {str(i["InstanceId"]) for i in described.get("Instances") or []}
+        if registered != set(instances):
+            drift.append("registered instances")
+        drift += self._classic_group_drift(spec, options, described, instances)
+        return drift
+
+    def _classic_group_drift(
+        self,
+        spec: models.LoadBalancerSpec,
+        options: AwsLoadBalancerOptions,
+        described: dict[str, Any],
+        instances: dict[str, list[str]],
+    ) -> list[str]:
+        own_name, backend_name = (
+            security_group_name(spec.name),
+            backend_security_group_name(spec.cluster),
+        )
+        with calling("DescribeSecurityGroups"):
+            found = self.client("ec2").describe_security_groups(
+                Filters=[
+                    {"Name": "group-name", "Values": [own_name, backend_name]},
+                    {"Name": "vpc-id", "Values": [str(described.get("VPCId", ""))]},
+                ]
+            )["SecurityGroups"]
+        ids = {str(g["GroupName"]): str(g["GroupId"]) for g in found}
+        own = "" if options.security_groups else ids.get(own_name, "")
+        backend = ids.get(backend_name, "")
+        if not backend or (not options.security_groups and not own):
+            return ["security group missing"]
+        drift: list[str] = []
+        groups = {*(options.security_groups or [own]), backend, *options.extra_security_groups}
+        if set(described.get("SecurityGroups") or []) != groups:
+            drift.append("security groups attached")
+        node_groups = self._node_security_groups(spec.cluster, instances)
+        with calling("DescribeSecurityGroupRules"):
+            rules = (
+                self.client("ec2")
+                .describe_security_group_rules(
+                    Filters=[
+                        {
+                            "Name": "group-id",
+                            "Values": sorted({*node_groups, *([own] if own else [])}),
+                        }
+                    ]
+                )
+                .get("SecurityGroupRules", [])
+            )
+        opened = {
+            str(r["GroupId"])
+            for r in rules
+            if not r.get("IsEgress")
+            and str(r.get("IpProtocol")) == "-1"
+            and (r.get("ReferencedGroupInfo") or {}).get("GroupId") == backend
+        }
+        if set(node_groups) - opened:
+            drift.append("node security group rules")
+        if own:
+            have = {
+                Rule.of(r)
+                for r in rules
+                if not r.get("IsEgress")
+                and r.get("GroupId") == own
+                and tag_dict(r.get("Tags")).get(LOAD_BALANCER_TAG) == spec.name
+            }
+            want = {
+                Rule(own, "tcp", p.port, p.port, cidr=cidr, role="client")
+                for p in spec.ports
+                for cidr in spec.source_ranges or [ANYWHERE]
+            }
+            if have != want:
+                drift.append("client security group rules")
+        return drift
 
     def _update_classic_backends(
         self,

@@ -135,6 +135,15 @@ def mapping_differences(existing: dict[str, Any], mappings: list[dict[str, str]]
     ]
 
 
+def allocations_of(existing: dict[str, Any] | None) -> set[str]:
+    return {
+        str(address["AllocationId"])
+        for zone in (existing or {}).get("AvailabilityZones") or []
+        for address in zone.get("LoadBalancerAddresses") or []
+        if address.get("AllocationId")
+    }
+
+
 class AwsNetworkLoadBalancers(LoadBalancerParts):
     def _describe_nlb(self, name: str) -> dict[str, Any] | None:
         try:
@@ -192,8 +201,9 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         arn = str(existing["LoadBalancerArn"]) if existing is not None else ""
         current_listeners = self._nlb_listeners(arn) if keep else {}
         self._check_nlb_tls(options, current_listeners)
-        if not keep and options.nlb.eip_allocations:
-            self._check_allocations(options.nlb.eip_allocations)
+        differences = mapping_differences(existing, subnets) if existing and keep else []
+        if options.nlb.eip_allocations and (not keep or differences):
+            self._check_allocations(options.nlb.eip_allocations, allocations_of(existing))
         attributes = nlb_attributes(options)
         current_attributes = self._nlb_attributes(arn) if keep else dict(NLB_DEFAULTS)
         # -- reads done; from here on the cloud changes ------------------------------------
@@ -222,7 +232,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 )["LoadBalancers"][0]
         else:
             self._sync_nlb_tags(str(existing["LoadBalancerArn"]), tags)
-            for difference in mapping_differences(existing, subnets):
+            for difference in differences:
                 log.warning(
                     "%s: subnets and addresses are fixed at creation (as upstream); not "
                     "applied: %s",
@@ -445,6 +455,80 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             self._rules_in(node_groups, spec.name),
             scope=lambda r: r.role == "node",
         )
+
+    def _nlb_drift(
+        self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
+    ) -> list[str]:
+        """What of the NLB differs from ``spec`` (drift repair): the NLB, its attributes and
+        listeners, its target groups (health check, attributes, targets) and the node rules."""
+        existing = self._describe_nlb(spec.name)
+        if existing is None:
+            return ["the NLB is missing"]
+        scheme = "internal" if options.internal else "internet-facing"
+        if existing.get("Scheme") != scheme:
+            return [f"the NLB is not {scheme}"]
+        v2 = self.client("elbv2")
+        arn = str(existing["LoadBalancerArn"])
+        drift: list[str] = []
+        if existing.get("IpAddressType", "ipv4") != options.nlb.ip_address_type:
+            drift.append("IP address type")
+        drift += [
+            f"attribute {k}"
+            for k in changed_attributes(self._nlb_attributes(arn), nlb_attributes(options))
+        ]
+        health_check = nlb_health_check(spec, options.health_check)
+        groups = self._attached_target_groups(arn)
+        listeners = self._nlb_listeners(arn)
+        wanted = target_instance_ids(spec, options)
+        instances: dict[str, list[str]] | None = None
+        for mapping in nlb_port_mappings(spec, options.tls):
+            port = mapping.port.port
+            group = groups.get(target_group_name(spec, mapping.port, mapping.traffic_protocol))
+            if group is None:
+                drift.append(f"target group for {port} missing")
+                continue
+            listener = listeners.get(port)
+            if listener is None:
+                drift.append(f"listener {port} missing")
+            elif nlb_listener_differs(listener, mapping, str(group["TargetGroupArn"])):
+                drift.append(f"listener {port} differs")
+            if any(group.get(k) != v for k, v in health_check.items()):
+                drift.append(f"health check of the target group for {port}")
+            wanted_attributes = options.nlb.target_group_attributes
+            if wanted_attributes:
+                with calling("DescribeTargetGroupAttributes"):
+                    current = as_dict(
+                        v2.describe_target_group_attributes(
+                            TargetGroupArn=group["TargetGroupArn"]
+                        ).get("Attributes", [])
+                    )
+                drift += [
+                    f"target group attribute {k} for {port}"
+                    for k in changed_attributes(current, wanted_attributes)
+                ]
+            with calling("DescribeTargetHealth"):
+                health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
+            registered = {
+                str(d["Target"]["Id"]) for d in health.get("TargetHealthDescriptions", [])
+            }
+            if registered != set(wanted):
+                instances = instances if instances is not None else self._live_instances(wanted)
+                if registered != set(instances):
+                    drift.append(f"targets of the target group for {port}")
+        extra = sorted(set(listeners) - {p.port for p in spec.ports})
+        drift += [f"listener {port} is extra" for port in extra]
+        instances = instances if instances is not None else self._live_instances(wanted)
+        node_groups = self._node_security_groups(spec.cluster, instances)
+        cidrs: list[str] = []
+        if spec.source_ranges and ANYWHERE not in spec.source_ranges:
+            subnet_ids = [z["SubnetId"] for z in existing.get("AvailabilityZones", [])]
+            with calling("DescribeSubnets"):
+                subnets = self.client("ec2").describe_subnets(SubnetIds=subnet_ids)["Subnets"]
+            cidrs = sorted({str(s["CidrBlock"]) for s in subnets})
+        have = set(self._rules_in(node_groups, spec.name))
+        if have != self._nlb_rules(spec, node_groups, cidrs):
+            drift.append("node security group rules")
+        return drift
 
     def _target_security_groups(self, nlb: dict[str, Any]) -> list[str]:
         """The security groups of the instances behind ``nlb`` (where its node rules are)."""

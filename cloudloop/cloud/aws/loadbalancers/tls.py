@@ -77,7 +77,9 @@ class LoadBalancerChecks(AwsBase):
 
         self._refuse_missing(f"{SSL_NEGOTIATION_POLICY}: {policy}", check)
 
-    def _check_allocations(self, allocations: tuple[str, ...]) -> None:
+    def _check_allocations(self, allocations: tuple[str, ...], ours: set[str]) -> None:
+        """The Elastic IPs exist and are free (or already this NLB's: ``ours``)."""
+
         def check() -> str | None:
             with calling("DescribeAddresses"):
                 found: list[dict[str, Any]] = self.client("ec2").describe_addresses(
@@ -86,7 +88,11 @@ class LoadBalancerChecks(AwsBase):
             missing = sorted(set(allocations) - {str(a.get("AllocationId")) for a in found})
             if missing:
                 return f"{EIP_ALLOCATIONS}: {', '.join(missing)} not found"
-            used = sorted(str(a["AllocationId"]) for a in found if a.get("AssociationId"))
+            used = sorted(
+                str(a["AllocationId"])
+                for a in found
+                if a.get("AssociationId") and a["AllocationId"] not in ours
+            )
             if used:
                 return f"{EIP_ALLOCATIONS}: {', '.join(used)} already associated"
             return None
