@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from prometheus_client import REGISTRY
 from temporalio.client import Client
 
@@ -77,10 +78,11 @@ def classic_shape(world: AwsWorld, name: str) -> dict[str, Any] | None:
             for d in lb["ListenerDescriptions"]
         ),
         "backends": sorted(
-            (b["InstancePort"], tuple(b["PolicyNames"])) for b in lb["BackendServerDescriptions"]
+            (b["InstancePort"], tuple(b["PolicyNames"]))
+            for b in lb.get("BackendServerDescriptions") or []
         ),
-        "instances": sorted(i["InstanceId"] for i in lb["Instances"]),
-        "health_check": lb["HealthCheck"],
+        "instances": sorted(i["InstanceId"] for i in lb.get("Instances") or []),
+        "health_check": lb.get("HealthCheck"),
         "groups": sorted(lb["SecurityGroups"]),
         "cross_zone": attributes["CrossZoneLoadBalancing"],
         "idle": attributes["ConnectionSettings"],
@@ -129,8 +131,15 @@ async def restored(
     shape: Any, world: AwsWorld, name: str, wanted: dict[str, Any], what: str
 ) -> float:
     """Seconds until the cloud shows ``wanted`` again (at most a period plus a repair)."""
+
+    def matches() -> bool:
+        try:
+            return bool(shape(world, name) == wanted)
+        except (KeyError, ClientError):  # read in the middle of the repair
+            return False
+
     started = time.monotonic()
-    await eventually(lambda: shape(world, name) == wanted, timeout=PERIOD_S + REPAIR_S, what=what)
+    await eventually(matches, timeout=PERIOD_S + REPAIR_S, what=what)
     return time.monotonic() - started
 
 

@@ -83,9 +83,12 @@ def nlb_attributes(options: AwsLoadBalancerOptions) -> dict[str, str]:
     return wanted
 
 
-def changed_attributes(current: dict[str, str], wanted: dict[str, str]) -> dict[str, str]:
-    """The key=value attributes (NLB or target group) whose value must change."""
-    return {k: v for k, v in wanted.items() if current.get(k) != v}
+def changed_attributes(
+    current: dict[str, str], wanted: dict[str, str], defaults: dict[str, str]
+) -> dict[str, str]:
+    """The key=value attributes (NLB or target group) whose value must change; one the API does
+    not list has its default value."""
+    return {k: v for k, v in wanted.items() if current.get(k, defaults.get(k)) != v}
 
 
 def as_dict(attributes: list[dict[str, Any]]) -> dict[str, str]:

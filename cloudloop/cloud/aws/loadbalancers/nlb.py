@@ -246,7 +246,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                         IpAddressType=options.nlb.ip_address_type,
                     )
         arn = str(existing["LoadBalancerArn"])
-        changed = changed_attributes(current_attributes, attributes)
+        changed = changed_attributes(current_attributes, attributes, NLB_DEFAULTS)
         if changed:
             with calling("ModifyLoadBalancerAttributesV2"):
                 v2.modify_load_balancer_attributes(LoadBalancerArn=arn, Attributes=as_list(changed))
@@ -300,7 +300,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 current = as_dict(
                     v2.describe_target_group_attributes(TargetGroupArn=arn).get("Attributes", [])
                 )
-        changed = changed_attributes(current, wanted)
+        changed = changed_attributes(current, wanted, TARGET_GROUP_DEFAULTS)
         if changed:
             with calling("ModifyTargetGroupAttributes"):
                 v2.modify_target_group_attributes(TargetGroupArn=arn, Attributes=as_list(changed))
@@ -474,7 +474,9 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             drift.append("IP address type")
         drift += [
             f"attribute {k}"
-            for k in changed_attributes(self._nlb_attributes(arn), nlb_attributes(options))
+            for k in changed_attributes(
+                self._nlb_attributes(arn), nlb_attributes(options), NLB_DEFAULTS
+            )
         ]
         health_check = nlb_health_check(spec, options.health_check)
         groups = self._attached_target_groups(arn)
@@ -504,7 +506,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                     )
                 drift += [
                     f"target group attribute {k} for {port}"
-                    for k in changed_attributes(current, wanted_attributes)
+                    for k in changed_attributes(current, wanted_attributes, TARGET_GROUP_DEFAULTS)
                 ]
             with calling("DescribeTargetHealth"):
                 health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
