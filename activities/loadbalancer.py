@@ -8,9 +8,10 @@ and removes the cleanup finalizer, in that order, so the finalizer goes only aft
 delete. ``lb.resync`` (drift repair) asks the driver what differs from the applied state; on
 drift it ensures the LB again, fixes the ingress, checks once more and records
 ``LoadBalancerDriftRepaired`` (a Warning: someone changed the cloud LB behind the controller)
-naming what was put back; what an ensure cannot put back is only logged. Cloud errors become ``ApplicationError(type=<kind>)`` with the driver's retryability, so
-an invalid annotation (``InvalidRequest``) fails at once and "handled elsewhere" is
-``NotSupported``. Long cloud calls heartbeat, so a dead worker's attempt is retried quickly.
+naming what was put back; what an ensure cannot put back is only logged. Cloud errors become
+``ApplicationError(type=<kind>)`` with the driver's retryability, so an invalid annotation
+(``InvalidRequest``) fails at once and "handled elsewhere" is ``NotSupported``. Long cloud calls
+heartbeat, so a dead worker's attempt is retried quickly.
 """
 
 from __future__ import annotations
