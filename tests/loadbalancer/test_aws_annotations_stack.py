@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.kube.api import Kube, KubeError
@@ -594,3 +595,118 @@ def check_ranges_back(world: AwsWorld, name: str) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def _requests(operation: str) -> float:
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name == "cloud_api_requests_total"
+        and sample.labels.get("operation") == operation
+        and sample.labels.get("outcome") == "success"
+    )
+
+
+async def _annotate(
+    kube: Kube, namespace: str, name: str, annotations: dict[str, str | None]
+) -> None:
+    await asyncio.to_thread(
+        kube.patch, SERVICES, name, {"metadata": {"annotations": annotations}}, namespace
+    )
+
+
+async def test_classic_changes_in_place(
+    kube: Kube, namespace: str, world: AwsWorld, nodes: list[str], running: None
+) -> None:
+    """TLS, protocol and attribute annotations added and changed on a live Service change the
+    same ELB: listeners replaced (a certificate alone swapped), never the ELB made again."""
+    first, second = world.certificate("one.example"), world.certificate("two.example")
+    service = await asyncio.to_thread(make_service, kube, namespace, "live", ports=(80, 443))
+    name = lb_name(service)
+    await _ensured(kube, namespace, "live")
+    created = (world.classic(name) or {})["CreatedTime"]
+
+    def shapes() -> dict[int, tuple[str, str, str]]:
+        return {p: shape(d) for p, d in listeners(world, name).items()}
+
+    await _annotate(kube, namespace, "live", {ann.SSL_CERT: first, ann.SSL_PORTS: "443"})
+    await eventually(
+        lambda: shapes() == {80: ("TCP", "TCP", ""), 443: ("SSL", "TCP", first)},
+        what="443 secured",
+    )
+    deletes = _requests("DeleteLoadBalancerListeners")
+    swaps = _requests("SetLoadBalancerListenerSSLCertificate")
+    await _annotate(kube, namespace, "live", {ann.SSL_CERT: second})
+    await eventually(
+        lambda: shapes() == {80: ("TCP", "TCP", ""), 443: ("SSL", "TCP", second)},
+        what="the new certificate",
+    )
+    assert _requests("SetLoadBalancerListenerSSLCertificate") == swaps + 1
+    assert _requests("DeleteLoadBalancerListeners") == deletes
+    await _annotate(
+        kube, namespace, "live", {ann.BACKEND_PROTOCOL: "http", ann.CONNECTION_IDLE_TIMEOUT: "90"}
+    )
+    await eventually(
+        lambda: shapes() == {80: ("HTTP", "HTTP", ""), 443: ("HTTPS", "HTTP", second)},
+        what="HTTP and HTTPS listeners",
+    )
+    await eventually(
+        lambda: classic_attributes(world, name)["ConnectionSettings"] == {"IdleTimeout": 90},
+        what="idle timeout",
+    )
+    await _annotate(kube, namespace, "live", {ann.CONNECTION_IDLE_TIMEOUT: None})
+    await eventually(
+        lambda: classic_attributes(world, name)["ConnectionSettings"] == {"IdleTimeout": 60},
+        what="the default idle timeout back",
+    )
+    assert (world.classic(name) or {})["CreatedTime"] == created
+    assert events(kube, namespace, "live", "SyncLoadBalancerFailed") == []
+    await _delete(kube, namespace, "live")
+    assert world.nothing_left(name)
+
+
+async def test_nlb_changes_in_place(
+    kube: Kube, namespace: str, world: AwsWorld, nodes: list[str], running: None
+) -> None:
+    """On a live NLB a certificate modifies the listener, ``backend-protocol: ssl`` replaces the
+    target group (as upstream), ``dualstack`` is set in place, and Elastic IPs added later are
+    not applied (fixed at creation, as upstream): the NLB is never made again."""
+    world.enable_ipv6()
+    cert = world.certificate()
+    service = await asyncio.to_thread(
+        make_service, kube, namespace, "nlive", annotations={ann.TYPE: "nlb"}, ports=(80, 443)
+    )
+    name = lb_name(service)
+    await _ensured(kube, namespace, "nlive")
+    [nlb] = world.nlbs(name)
+    arns = {p: lst["ListenerArn"] for p, lst in nlb_listeners(world, name).items()}
+    groups = {g["TargetGroupArn"] for g in world.target_groups(name)}
+
+    await _annotate(kube, namespace, "nlive", {ann.SSL_CERT: cert, ann.SSL_PORTS: "443"})
+    await eventually(
+        lambda: nlb_listeners(world, name)[443]["Protocol"] == "TLS", what="a TLS listener"
+    )
+    assert {p: lst["ListenerArn"] for p, lst in nlb_listeners(world, name).items()} == arns
+    assert {g["TargetGroupArn"] for g in world.target_groups(name)} == groups
+
+    await _annotate(kube, namespace, "nlive", {ann.BACKEND_PROTOCOL: "ssl"})
+    await eventually(
+        lambda: sorted(g["Protocol"] for g in world.target_groups(name)) == ["TCP", "TLS"],
+        what="a TLS target group for 443",
+    )
+    now = {g["TargetGroupArn"] for g in world.target_groups(name)}
+    assert len(now & groups) == 1 and len(now) == 2  # 80's kept, 443's replaced
+    assert {p: lst["ListenerArn"] for p, lst in nlb_listeners(world, name).items()} == arns
+
+    await _annotate(kube, namespace, "nlive", {ann.IP_ADDRESS_TYPE: "dualstack"})
+    await eventually(lambda: world.nlbs(name)[0]["IpAddressType"] == "dualstack", what="dualstack")
+    allocations = eips(2)(world)["eips"]
+    await _annotate(kube, namespace, "nlive", {ann.EIP_ALLOCATIONS: allocations})
+    await asyncio.sleep(3)
+    [after] = world.nlbs(name)
+    assert after["LoadBalancerArn"] == nlb["LoadBalancerArn"]
+    assert all(not z["LoadBalancerAddresses"] for z in after["AvailabilityZones"])
+    assert events(kube, namespace, "nlive", "SyncLoadBalancerFailed") == []
+    await _delete(kube, namespace, "nlive")
+    assert world.nothing_left(name)

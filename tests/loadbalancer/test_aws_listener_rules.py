@@ -27,6 +27,12 @@ from cloudloop.cloud.aws.loadbalancers.listeners import (
     nlb_port_mappings,
     plan_classic_listeners,
 )
+from cloudloop.cloud.aws.loadbalancers.nlb import (
+    allocations_of,
+    mapping_differences,
+    subnet_mappings,
+)
+from cloudloop.cloud.aws.loadbalancers.parts import Network
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec
 
 CERT = "arn:aws:acm:us-east-1:123456789012:certificate/0123abcd-0000-0000-0000-000000000000"
@@ -556,3 +562,85 @@ def test_source_ranges(spec_ranges: list[str], annotation: str | None, expected:
 def test_invalid_legacy_source_ranges(value: str) -> None:
     with pytest.raises(errors.InvalidRequest, match="load-balancer-source-ranges"):
         source_ranges([], {ann.LEGACY_SOURCE_RANGES: value})
+
+
+def _network(*cidrs: str, ipv6: bool = False) -> Network:
+    ids = [f"subnet-{i}" for i in range(len(cidrs))]
+    return Network(
+        vpc_id="vpc-1",
+        subnet_ids=ids,
+        cidrs=sorted(cidrs),
+        subnet_cidrs=dict(zip(ids, cidrs, strict=True)),
+        ipv6_subnets=frozenset(ids if ipv6 else ()),
+    )
+
+
+def test_subnet_mappings_pair_addresses_with_subnets() -> None:
+    network = _network("10.0.1.0/24", "10.0.2.0/24")
+    eips = parse_annotations({ann.TYPE: "nlb", ann.EIP_ALLOCATIONS: "eipalloc-0b,eipalloc-0a"})
+    assert subnet_mappings(network, eips) == [
+        {"SubnetId": "subnet-0", "AllocationId": "eipalloc-0b"},
+        {"SubnetId": "subnet-1", "AllocationId": "eipalloc-0a"},
+    ]
+    private = parse_annotations(
+        {ann.TYPE: "nlb", ann.INTERNAL: "true", ann.PRIVATE_IPV4_ADDRESSES: "10.0.1.5,10.0.2.5"}
+    )
+    assert [m["PrivateIPv4Address"] for m in subnet_mappings(network, private)] == [
+        "10.0.1.5",
+        "10.0.2.5",
+    ]
+    assert subnet_mappings(network, parse_annotations({ann.TYPE: "nlb"})) == [
+        {"SubnetId": "subnet-0"},
+        {"SubnetId": "subnet-1"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        pytest.param(
+            {ann.EIP_ALLOCATIONS: "eipalloc-0a"},
+            "Must have same number of EIP AllocationIDs (1) and SubnetIDs (2)",
+            id="one-eip-two-subnets",
+        ),
+        pytest.param(
+            {ann.INTERNAL: "true", ann.PRIVATE_IPV4_ADDRESSES: "10.0.1.5"},
+            "Must have same number of Private IPv4Addresses (1) and SubnetIDs (2)",
+            id="one-address-two-subnets",
+        ),
+        pytest.param(
+            {ann.INTERNAL: "true", ann.PRIVATE_IPV4_ADDRESSES: "10.0.2.5,10.0.1.5"},
+            "10.0.2.5 is not in subnet-0",
+            id="address-in-the-other-subnet",
+        ),
+        pytest.param(
+            {ann.IP_ADDRESS_TYPE: "dualstack"}, "needs IPv6 CIDRs", id="dualstack-v4-only"
+        ),
+    ],
+)
+def test_subnet_mappings_refuse(annotations: dict[str, str], message: str) -> None:
+    options = parse_annotations({ann.TYPE: "nlb", **annotations})
+    with pytest.raises(errors.InvalidRequest) as err:
+        subnet_mappings(_network("10.0.1.0/24", "10.0.2.0/24"), options)
+    assert message in str(err.value)
+
+
+def test_mapping_differences_name_what_is_fixed_at_creation() -> None:
+    existing = {
+        "AvailabilityZones": [
+            {"SubnetId": "subnet-0", "LoadBalancerAddresses": [{"AllocationId": "eipalloc-0a"}]},
+            {"SubnetId": "subnet-1", "LoadBalancerAddresses": [{"AllocationId": "eipalloc-0b"}]},
+        ]
+    }
+    same = [
+        {"SubnetId": "subnet-0", "AllocationId": "eipalloc-0a"},
+        {"SubnetId": "subnet-1", "AllocationId": "eipalloc-0b"},
+    ]
+    assert mapping_differences(existing, same) == []
+    swapped = [
+        {"SubnetId": "subnet-0", "AllocationId": "eipalloc-0b"},
+        {"SubnetId": "subnet-1", "AllocationId": "eipalloc-0a"},
+    ]
+    assert len(mapping_differences(existing, swapped)) == 2
+    assert allocations_of(existing) == {"eipalloc-0a", "eipalloc-0b"}
+    assert "subnets" in mapping_differences(existing, [{"SubnetId": "subnet-9"}])[0]
