@@ -2,7 +2,7 @@
 
 ``before-drift-repair.json`` was recorded with the workflow as it was before drift repair, its
 ``apply`` signals already carrying ``resync_period_s`` (a mixed deployment: new starter, old
-worker): today's code must not add the drift-check timer there (``workflow.patched``).
+worker): today's code replays it (the drift-check timer sits behind ``workflow.patched``).
 ``drift-repair.json`` was recorded with drift repair (two checks, one repairing), so a later
 change to the workflow that breaks running histories fails here. Both are made by
 ``histories/record.py``.
