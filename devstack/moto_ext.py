@@ -7,11 +7,16 @@ from the AWS API reference, and changes nothing else:
   so an HTTPS→HTTP listener looked like HTTPS→HTTPS), and a listener added later gets a back-end
   entry, so ``SetLoadBalancerPoliciesForBackendServer`` on its instance port takes effect (moto
   only knew the ports of the listeners an ELB was created with).
+- ``DeleteLoadBalancerListeners`` with several ports deletes them all (moto kept every listener
+  when given more than one port).
 - ``DescribeLoadBalancerPolicies`` without ``LoadBalancerName`` lists the predefined SSL
   negotiation policies (the Classic ELB security policies), and a ``PolicyNames`` filter naming
   an unknown one is ``PolicyNotFound``, as in AWS.
 - A subnet's IPv6 CIDR association shows ``Ipv6CidrBlockState.State: associated`` (moto nested
   the state object in itself), which is how a dual-stack NLB's subnets are recognised.
+- NLB ``ModifyListener`` accepts the TLS, UDP and TCP_UDP protocols (moto: HTTP, HTTPS, TCP
+  only), checks a TLS listener's certificate as for HTTPS, and a listener that leaves TLS (or
+  HTTPS) drops its certificates and SSL policy, as AWS does.
 - NLB ``SubnetMappings`` are kept: each zone shows its ``LoadBalancerAddresses`` (the Elastic IP's
   ``AllocationId`` and address, or the ``PrivateIPv4Address``), and an unknown allocation is
   ``AllocationIdNotFound``.
@@ -116,8 +121,18 @@ def _patch_classic() -> None:
             raise PolicyNotFoundError()
         return found
 
+    def delete_load_balancer_listeners(self: Any, name: str, ports: list[str]) -> Any:
+        balancer = self.get_load_balancer(name)
+        if balancer:
+            gone = {int(port) for port in ports}
+            balancer.listeners = [
+                lst for lst in balancer.listeners if int(lst.load_balancer_port) not in gone
+            ]
+        return balancer
+
     backend_cls.create_load_balancer = create_load_balancer
     backend_cls.create_load_balancer_listeners = create_load_balancer_listeners
+    backend_cls.delete_load_balancer_listeners = delete_load_balancer_listeners
     backend_cls.describe_load_balancer_policies = describe_load_balancer_policies
 
 
@@ -167,7 +182,50 @@ def _patch_nlb() -> None:
             zones.append(_Zone(subnet, mapping, address))
         return zones
 
+    modify = backend_cls.modify_listener
+    extra = ("TLS", "UDP", "TCP_UDP")
+
+    def modify_listener(
+        self: Any,
+        arn: str,
+        port: str | None = None,
+        protocol: str | None = None,
+        ssl_policy: str | None = None,
+        certificates: list[dict[str, Any]] | None = None,
+        actions: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        listener = modify(
+            self,
+            arn,
+            port,
+            None if protocol in extra else protocol,
+            ssl_policy,
+            certificates if protocol not in extra else [],
+            actions,
+        )
+        if protocol == "TLS":
+            if certificates:
+                default = str(certificates[0]["CertificateArn"])
+                if not self._certificate_exists(certificate_arn=default):
+                    raise ELBClientError("CertificateNotFound", f"Certificate {default} not found")
+                listener.certificate = default
+                listener.certificates = [str(c["CertificateArn"]) for c in certificates]
+            elif not listener.certificates:
+                raise ELBClientError(
+                    "InvalidConfigurationRequest",
+                    "You must provide a list containing exactly one certificate if the listener "
+                    "protocol is TLS.",
+                )
+        if protocol in extra:
+            listener.protocol = protocol
+        if listener.protocol not in ("TLS", "HTTPS"):
+            listener.certificate = None
+            listener.certificates = []
+            listener.ssl_policy = None
+        return listener
+
     backend_cls.create_load_balancer = create_load_balancer
+    backend_cls.modify_listener = modify_listener
     balancer_cls.availability_zones = property(availability_zones)
 
 

@@ -193,3 +193,46 @@ def test_subnet_ipv6_association_state(aws: None) -> None:
     [described] = ec2.describe_subnets(SubnetIds=[subnet["Subnet"]["SubnetId"]])["Subnets"]
     [association] = described["Ipv6CidrBlockAssociationSet"]
     assert association["Ipv6CidrBlockState"] == {"State": "associated"}
+
+
+def test_classic_listeners_deleted_together(aws: None) -> None:
+    ec2, elb, acm = _client("ec2"), _client("elb"), _client("acm")
+    _classic(
+        elb, _subnets(ec2)[0], acm.request_certificate(DomainName="x.example")["CertificateArn"]
+    )
+    elb.delete_load_balancer_listeners(LoadBalancerName="lb", LoadBalancerPorts=[80, 443])
+    [described] = elb.describe_load_balancers(LoadBalancerNames=["lb"])["LoadBalancerDescriptions"]
+    assert described["ListenerDescriptions"] == []
+
+
+def test_nlb_listener_modified_to_tls_and_back(aws: None) -> None:
+    ec2, v2, acm = _client("ec2"), _client("elbv2"), _client("acm")
+    first, second = _subnets(ec2)
+    cert = acm.request_certificate(DomainName="x.example")["CertificateArn"]
+    lb = v2.create_load_balancer(Name="nlb", Type="network", Subnets=[first, second])
+    arn = lb["LoadBalancers"][0]["LoadBalancerArn"]
+    vpc = lb["LoadBalancers"][0]["VpcId"]
+    group = v2.create_target_group(Name="tg", Protocol="TCP", Port=30443, VpcId=vpc)
+    forward = [{"Type": "forward", "TargetGroupArn": group["TargetGroups"][0]["TargetGroupArn"]}]
+    listener = v2.create_listener(
+        LoadBalancerArn=arn, Protocol="TCP", Port=443, DefaultActions=forward
+    )["Listeners"][0]["ListenerArn"]
+    with pytest.raises(ClientError) as err:
+        v2.modify_listener(ListenerArn=listener, Protocol="TLS", DefaultActions=forward)
+    assert err.value.response["Error"]["Code"] == "InvalidConfigurationRequest"
+    v2.modify_listener(
+        ListenerArn=listener,
+        Protocol="TLS",
+        Certificates=[{"CertificateArn": cert}],
+        SslPolicy="ELBSecurityPolicy-TLS13-1-2-2021-06",
+        DefaultActions=forward,
+    )
+    [tls] = v2.describe_listeners(ListenerArns=[listener])["Listeners"]
+    assert (tls["Protocol"], tls["Certificates"], tls["SslPolicy"]) == (
+        "TLS",
+        [{"CertificateArn": cert}],
+        "ELBSecurityPolicy-TLS13-1-2-2021-06",
+    )
+    v2.modify_listener(ListenerArn=listener, Protocol="TCP", DefaultActions=forward)
+    [tcp] = v2.describe_listeners(ListenerArns=[listener])["Listeners"]
+    assert tcp["Protocol"] == "TCP" and not tcp.get("Certificates") and not tcp.get("SslPolicy")
