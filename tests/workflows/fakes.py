@@ -23,6 +23,8 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerActivity,
     LoadBalancerFound,
     LoadBalancerLookup,
+    ResyncLoadBalancerInput,
+    ResyncLoadBalancerResult,
     UpdateBackendsInput,
 )
 from cloudloop.messages.machine import (
@@ -110,6 +112,14 @@ class FakeLoadBalancer(Fakes):
     @activity.defn(name=LoadBalancerActivity.UPDATE_BACKENDS)
     async def update_backends(self, input: UpdateBackendsInput) -> None:
         await self.script.answer(LoadBalancerActivity.UPDATE_BACKENDS, input, type(None))
+
+    @activity.defn(name=LoadBalancerActivity.RESYNC)
+    async def resync_load_balancer(
+        self, input: ResyncLoadBalancerInput
+    ) -> ResyncLoadBalancerResult:
+        return await self.script.answer(
+            LoadBalancerActivity.RESYNC, input, ResyncLoadBalancerResult
+        )
 
     @activity.defn(name=LoadBalancerActivity.GET)
     async def get_load_balancer(self, input: LoadBalancerLookup) -> LoadBalancerFound:

@@ -33,6 +33,8 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerSignal,
     LoadBalancerState,
     LoadBalancerTarget,
+    ResyncLoadBalancerInput,
+    ResyncLoadBalancerResult,
     workflow_id,
 )
 from tests.helpers import eventually_async
@@ -43,6 +45,7 @@ from workflows.loadbalancer import LoadBalancerWorkflow
 
 ENSURE, UPDATE = LoadBalancerActivity.ENSURE, LoadBalancerActivity.UPDATE_BACKENDS
 GET, DELETE = LoadBalancerActivity.GET, LoadBalancerActivity.DELETE
+RESYNC = LoadBalancerActivity.RESYNC
 EVENT = KubeActivity.RECORD_EVENT
 INGRESS = EnsureLoadBalancerResult(ingress=["a1.elb.example"])
 
@@ -317,3 +320,88 @@ async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
     await wf.script.called(UPDATE, 7)
     assert wf.script.names().count(ENSURE) == 1
     await tear_down(wf, latest)
+
+
+# -- drift repair -------------------------------------------------------------------------
+async def start_resyncing(wf: Harness, request: DesiredLoadBalancer, period_s: float) -> Any:
+    initial = state()
+    return await wf.start(
+        LoadBalancerWorkflow.run,
+        initial,
+        id=workflow_id(initial.target.service),
+        start_signal=LoadBalancerSignal.APPLY,
+        start_signal_args=[ApplyRequest(desired=request, resync_period_s=period_s)],
+    )
+
+
+async def test_an_idle_lb_is_checked_every_period_and_repaired(wf: Harness) -> None:
+    in_sync = ResyncLoadBalancerResult(ingress=INGRESS.ingress)
+    repaired = ResyncLoadBalancerResult(repaired=["the ELB is missing"], ingress=["a2.elb"])
+    wf.script.on(ENSURE, INGRESS).on(RESYNC, in_sync, repaired, in_sync)
+    handle = await start_resyncing(wf, desired("n1"), 60)
+    [ensured] = await wf.script.called(ENSURE)
+    await wf.env.sleep(timedelta(seconds=185))
+    checks = await wf.script.called(RESYNC, 3)
+    assert gaps([ensured, *checks]) == pytest.approx([60, 60, 60], abs=2)
+    first = checks[0].input
+    assert isinstance(first, ResyncLoadBalancerInput)
+    assert first.desired == desired("n1") and first.current_ingress == INGRESS.ingress
+    assert checks[2].input.current_ingress == ["a2.elb"]  # the repair's ingress is kept
+    assert (await current(handle)).ingress == ["a2.elb"]
+    assert wf.script.names().count(ENSURE) == 1  # the activity repairs, not the workflow
+    await tear_down(wf, handle)
+    await record(handle, "LoadBalancer.drift-repair")
+
+
+async def test_no_drift_checks_without_a_period_or_while_work_is_pending(wf: Harness) -> None:
+    down = fail("CloudUnreachable", "connection refused")
+    wf.script.on(ENSURE, INGRESS).on(RESYNC, ResyncLoadBalancerResult())
+    handle = await start(wf, desired("n1"))  # no resync_period_s: the state's 0
+    await wf.script.called(ENSURE)
+    await wf.env.sleep(timedelta(seconds=300))
+    assert RESYNC not in wf.script.names()
+    await tear_down(wf, handle)
+
+    wf.script.on(ENSURE, *[down] * 3, INGRESS)  # a failed reconcile backs off, never checks
+    again = await start_resyncing(wf, desired("n2"), 1)
+    await wf.script.called(ENSURE, 5)
+    assert RESYNC not in wf.script.names()
+    await wf.env.sleep(timedelta(seconds=3))
+    await wf.script.called(RESYNC)
+    await tear_down(wf, again)
+
+
+async def test_a_check_refused_or_handled_elsewhere_waits_for_the_service(wf: Harness) -> None:
+    refused = fail("InvalidRequest", "certificate gone", non_retryable=True)
+    elsewhere = fail("NotSupported", "handled elsewhere", non_retryable=True)
+    wf.script.on(ENSURE, INGRESS).on(UPDATE, None)
+    wf.script.on(RESYNC, refused, elsewhere, ResyncLoadBalancerResult())
+    handle = await start_resyncing(wf, desired("n1"), 30)
+    await wf.script.called(ENSURE)
+    await wf.env.sleep(timedelta(seconds=100))
+    assert len(wf.script.of(RESYNC)) == 1
+    assert reasons(wf.script) == ["SyncLoadBalancerFailed"]
+    assert "certificate gone" in wf.script.inputs(EVENT)[0].message
+
+    await handle.signal(
+        LoadBalancerSignal.APPLY, ApplyRequest(desired=desired("n1", "n2"), resync_period_s=30)
+    )
+    await wf.script.called(UPDATE)
+    await wf.env.sleep(timedelta(seconds=100))
+    assert len(wf.script.of(RESYNC)) == 2  # NotSupported: no Event, no more checks
+    assert reasons(wf.script) == ["SyncLoadBalancerFailed", "UpdatedLoadBalancer"]
+    await tear_down(wf, handle)
+
+
+async def test_a_failed_repair_warns_and_the_next_period_tries_again(wf: Harness) -> None:
+    down = fail("CloudUnreachable", "connection refused")
+    repaired = ResyncLoadBalancerResult(repaired=["listener 80 missing"], ingress=INGRESS.ingress)
+    wf.script.on(ENSURE, INGRESS).on(RESYNC, down, down, down, repaired)
+    handle = await start_resyncing(wf, desired("n1"), 60)
+    await wf.script.called(ENSURE)
+    await wf.env.sleep(timedelta(seconds=130))
+    calls = await wf.script.called(RESYNC, 4)
+    assert [c.attempt for c in calls] == [1, 2, 3, 1]
+    assert reasons(wf.script) == ["SyncLoadBalancerFailed"]
+    assert "Error repairing load balancer drift" in wf.script.inputs(EVENT)[0].message
+    await tear_down(wf, handle)
