@@ -12,13 +12,12 @@ change to one LB is serialised and a burst of changes is coalesced into one reco
   ``UpdateLoadBalancerFailed``); an LB found missing is ensured again.
 - tear-down: ``lb.get``, ``DeletingLoadBalancer`` (if it exists), ``lb.delete`` (cloud, status,
   finalizer), ``DeletedLoadBalancer``; then the workflow completes (unless an ``apply`` came).
-
-- nothing to do for ``resync_period_s`` (drift repair, beyond upstream): ``lb.resync`` compares
-  the cloud LB with the last applied state and, when it drifted (a listener, attribute, policy,
-  registered instance or rule changed or deleted by hand, or the whole LB gone), ensures it again
-  and records ``LoadBalancerDriftRepaired``. The timer exists only while the LB is applied and
-  idle; a run that started before this step was added keeps its old command sequence
-  (``workflow.patched``) until it continues as new.
+- nothing else for ``resync_period_s`` seconds (drift repair, beyond upstream): ``lb.resync``
+  compares the cloud LB with the last applied state and, when it drifted (a listener, attribute,
+  policy, registered instance or rule changed or deleted by hand, or the whole LB gone), ensures
+  it again and records ``LoadBalancerDriftRepaired``. The timer exists only while the LB is
+  applied and idle; a run that started before this step was added keeps its old command
+  sequence (``workflow.patched``) until it continues as new.
 
 Invalid annotations (``InvalidRequest``) give a Warning ``SyncLoadBalancerFailed`` and wait for
 the next change; "handled elsewhere" (``NotSupported``) is a silent no-op; other failures give
