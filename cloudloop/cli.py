@@ -31,6 +31,7 @@ def _logging(verbose: bool) -> None:
 
 
 @click.group()
+@click.version_option(package_name="cloudloop", prog_name="cloudloop")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """cloudloop: Kubernetes cloud-provider integration on Temporal workflows."""

@@ -36,6 +36,8 @@ CSI_SANITY_VERSION = "v5.6.0"
 CSI_PROVISIONER_VERSION = "v6.4.0"
 CSI_ATTACHER_VERSION = "v4.13.0"
 CSI_RESIZER_VERSION = "v2.3.0"
+#: Helm renders, lints and validates the chart in the install tests (not needed by the stack).
+HELM_VERSION = "v3.22.0"
 
 _K8S_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
@@ -122,6 +124,13 @@ TOOLS: dict[str, GoTool] = {
                 "-X sigs.k8s.io/cluster-api/version.gitMajor=1",
                 f"-X sigs.k8s.io/cluster-api/version.gitMinor={CLUSTER_API_VERSION.split('.')[1]}",
             ),
+        ),
+        GoTool(
+            "helm",
+            "helm",
+            "helm.sh/helm/v3/cmd/helm",
+            HELM_VERSION,
+            (f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
         ),
     )
 }
