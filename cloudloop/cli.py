@@ -1,30 +1,64 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
-``retry`` and ``nodegroup``, plus the commands of plugins.
+``temporal setup``, ``retry`` and ``nodegroup``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
 group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
 ``inject`` and ``stack`` that way, so the product itself never imports it.
+
+Rules (the upstream cloud-controller-manager's conventions): ``--version``; ``--kubeconfig``
+(in-cluster config when unset); ``--cloud-config`` names a YAML file holding the configured
+provider's settings section (its keys are the ``CLOUDLOOP_<PROVIDER>__*`` names, lower case;
+environment values win over it); ``--leader-elect[=true|false]`` on the starter;
+``--log-format text|json``. A flag wins over the setting it overrides.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.metadata
+import json
 import logging
+import os
 import re
 import sys
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+import yaml
 
 from cloudloop.settings import Settings
 
+F = TypeVar("F", bound=Callable[..., Any])
+LOG_FORMATS = ("text", "json")
 
-def _logging(verbose: bool) -> None:
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg`` (and ``exc``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _logging(verbose: bool, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    )
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
+        level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )
     for noisy in ("urllib3", "botocore", "kubernetes", "leaderelection", "temporalio.activity"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -33,17 +67,87 @@ def _logging(verbose: bool) -> None:
 @click.group()
 @click.version_option(package_name="cloudloop", prog_name="cloudloop")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def main(verbose: bool) -> None:
+@click.option(
+    "--log-format", type=click.Choice(LOG_FORMATS), default="text", help="Log lines [text]."
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: bool, log_format: str) -> None:
     """cloudloop: Kubernetes cloud-provider integration on Temporal workflows."""
-    _logging(verbose)
+    ctx.obj = {"verbose": verbose}
+    _logging(verbose, log_format)
+
+
+def process_options(command: F) -> F:
+    """``--kubeconfig``, ``--cloud-config`` and ``--log-format`` of the long-running processes."""
+
+    @click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Path of a kubeconfig; in-cluster config when unset.",
+    )
+    @click.option(
+        "--cloud-config",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="YAML file with the provider's settings section.",
+    )
+    @click.option(
+        "--log-format", "process_log_format", type=click.Choice(LOG_FORMATS), help="Log lines."
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        kubeconfig: Path | None,
+        cloud_config: Path | None,
+        process_log_format: str | None,
+        **kwargs: Any,
+    ) -> Any:
+        if process_log_format is not None:
+            obj = click.get_current_context().find_root().obj or {}
+            _logging(bool(obj.get("verbose")), process_log_format)
+        settings = with_process_flags(Settings(), kubeconfig=kubeconfig, cloud_config=cloud_config)
+        return command(*args, settings=settings, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def with_process_flags(
+    settings: Settings, *, kubeconfig: Path | None = None, cloud_config: Path | None = None
+) -> Settings:
+    """``settings`` with ``--kubeconfig`` and the ``--cloud-config`` file applied.
+
+    The file fills the provider's section; a field the environment (or the ``CLOUDLOOP_CONFIG``
+    file) set explicitly keeps its value.
+    """
+    update: dict[str, Any] = {}
+    if kubeconfig is not None:
+        update["kubeconfig"] = kubeconfig
+    if cloud_config is not None:
+        from cloudloop.cloud.registry import provider_for
+
+        record = provider_for(settings)
+        loaded = yaml.safe_load(cloud_config.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise click.BadParameter(
+                f"{cloud_config}: expected a mapping of settings", param_hint="--cloud-config"
+            )
+        current = record.section(settings)
+        explicit = current.model_dump(include=current.model_fields_set)
+        try:
+            update[record.name] = record.settings.model_validate({**loaded, **explicit})
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"{cloud_config}: {exc}", param_hint="--cloud-config"
+            ) from None
+    return settings.model_copy(update=update) if update else settings
 
 
 @main.command()
-def worker() -> None:
+@process_options
+def worker(settings: Settings) -> None:
     """Run a Temporal worker (workflows + the configured cloud's activities)."""
     from workers.main import run
 
-    asyncio.run(run(Settings()))
+    asyncio.run(run(settings))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -80,7 +184,16 @@ class Duration(click.ParamType[float]):
 )
 @click.option("--cluster-cidr", help="The pod network CIDR(s), comma-separated.")
 @click.option("--route-reconciliation-period", type=Duration(), help="Route pass period [10s].")
-def starter(**flags: Any) -> None:
+@click.option(
+    "--leader-elect",
+    type=click.BOOL,
+    is_flag=False,
+    flag_value=True,
+    default=None,
+    help="Run only while holding the Lease [true]; --leader-elect=false runs at once.",
+)
+@process_options
+def starter(settings: Settings, leader_elect: bool | None, **flags: Any) -> None:
     """Run the leader-elected watchers that start workflows.
 
     The flags carry the upstream cloud-controller-manager names and defaults; each also has a
@@ -88,7 +201,10 @@ def starter(**flags: Any) -> None:
     """
     from starters.main import run
 
-    asyncio.run(run(with_ccm_flags(Settings(), flags)))
+    if leader_elect is not None:
+        election = settings.leader_election.model_copy(update={"enabled": leader_elect})
+        settings = settings.model_copy(update={"leader_election": election})
+    asyncio.run(run(with_ccm_flags(settings, flags)))
 
 
 def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
@@ -127,6 +243,48 @@ def csi_node(endpoint: str | None, node_name: str | None) -> None:
     update = {k: v for k, v in (("endpoint", endpoint), ("node_name", node_name)) if v}
     settings = settings.model_copy(update={"csi": settings.csi.model_copy(update=update)})
     asyncio.run(run_node(settings))
+
+
+@main.group()
+def temporal() -> None:
+    """Prepare the Temporal namespace cloudloop runs in."""
+
+
+@temporal.command("setup")
+@click.option(
+    "--wait",
+    type=Duration(),
+    default="120s",
+    show_default=True,
+    help="How long to wait for Temporal to answer.",
+)
+def temporal_setup(wait: float) -> None:
+    """Register the namespace's search attributes (idempotent; the chart runs it as a hook Job).
+
+    Uses the operator service of the ``CLOUDLOOP_TEMPORAL__*`` frontend; attributes already
+    registered with the right type are left alone, one registered with another type fails.
+    """
+    from cloudloop.temporal import SearchAttributeConflict, setup_namespace
+
+    code = 0
+    try:
+        added = asyncio.run(setup_namespace(Settings().temporal, wait_s=wait))
+        click.echo(
+            f"search attributes added: {', '.join(added)}"
+            if added
+            else "search attributes: up to date"
+        )
+    except SearchAttributeConflict as exc:
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
+    except (ConnectionError, TimeoutError) as exc:
+        click.echo(f"Error: Temporal did not answer: {exc}", err=True)
+        code = 1
+    # The SDK's core threads may still call into Python while the interpreter finalizes (an
+    # abort at exit, seen here); this one-shot command is done, so leave without finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @main.group()

@@ -33,6 +33,13 @@ WORKQUEUE_RETRIES = Counter(
     "workqueue_retries", "Keys queued again after a failed reconcile (with backoff).", ["name"]
 )
 
+#: Upstream component-base's name: 1 while this process holds the Lease ``name``.
+LEADER = Gauge(
+    "leader_election_master_status",
+    "1 while this process is the leader of the Lease (the starter's), else 0.",
+    ["name"],
+)
+
 # -- cloud data discoverer (names and labels as Deckhouse's cloud-data-discoverer) ----------
 DISCOVERY_CLOUD_REQUEST_ERROR = Gauge(
     "cloud_data_discovery_cloud_request_error",

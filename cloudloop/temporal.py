@@ -6,20 +6,48 @@ deterministic ID, conflict policy ``USE_EXISTING`` (a repeated event or a second
 running workflow), a reuse policy per workflow kind, search attributes, and
 ``cloudloop_workflows_started_total`` counted only when a run was really started (the SDK's
 private ``_start_workflow_response`` is read here and nowhere else).
+
+Also the namespace set-up (``cloudloop temporal setup``) and the guard that names it when the
+server lacks a search attribute.
+
+Rules:
+- Starters connect lazily (:func:`connect` with ``lazy=True``): nothing waits for Temporal at
+  start, so node sync, routes and discovery run while Temporal is unreachable (Temporal may run on
+  nodes this process has to initialize first). Each call then connects, or fails and is retried by
+  its starter's own backoff. A worker needs a connection and retries :func:`connect_with_retry`.
+- :func:`setup_namespace` is idempotent: it adds only the missing search attributes through the
+  operator service; an attribute registered with another type is a conflict, never overwritten.
+- A start refused because a search attribute is not registered logs one ERROR per client naming
+  ``cloudloop temporal setup``, then fails as before (the starter's own retry goes on, quietly).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, TLSConfig, WorkflowHandle
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    StartWorkflowInput,
+    TLSConfig,
+    WorkflowHandle,
+)
 from temporalio.common import (
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -28,12 +56,21 @@ from temporalio.common import (
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from cloudloop import searchattrs
 from cloudloop.metrics import WORKFLOWS_STARTED
 from cloudloop.settings import TemporalSettings
 
 log = logging.getLogger(__name__)
+
+#: The command that registers what a refused start was missing.
+SETUP_COMMAND = "cloudloop temporal setup"
+#: How the server words a start whose search attribute it does not know (dev/SQL and ES visibility).
+_MISSING_ATTRIBUTE = re.compile(
+    r"no mapping defined for search attribute (\w+)|search attribute (\w+) is not defined"
+)
 
 
 def new_runtime(metrics_bind: str | None) -> Runtime:
@@ -58,7 +95,10 @@ def _tls(settings: TemporalSettings) -> TLSConfig | bool:
     )
 
 
-async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None) -> Client:
+async def connect(
+    settings: TemporalSettings, *, runtime: Runtime | None = None, lazy: bool = False
+) -> Client:
+    """A client of ``settings.namespace``; ``lazy`` connects at the first call instead of now."""
     api_key = settings.api_key_file.read_text().strip() if settings.api_key_file else None
     return await Client.connect(
         settings.address,
@@ -67,7 +107,121 @@ async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None)
         runtime=runtime,
         tls=_tls(settings),
         api_key=api_key,
+        interceptors=[SearchAttributeGuard(settings.namespace)],
+        lazy=lazy,
     )
+
+
+async def connect_with_retry(
+    settings: TemporalSettings,
+    *,
+    runtime: Runtime | None = None,
+    stop: asyncio.Event | None = None,
+    max_delay_s: float = 30.0,
+) -> Client | None:
+    """:func:`connect`, retried with backoff (one log line per attempt); ``None`` once stopped."""
+    delay = 1.0
+    while stop is None or not stop.is_set():
+        try:
+            return await connect(settings, runtime=runtime)
+        except RuntimeError as exc:
+            log.warning(
+                "Temporal at %s unreachable (%s); retry in %.0fs", settings.address, exc, delay
+            )
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, max_delay_s)
+    return None
+
+
+def missing_search_attribute(error: BaseException) -> str | None:
+    """The search attribute a refused start named as unknown to the server, if that was why."""
+    if not isinstance(error, RPCError):
+        return None
+    found = _MISSING_ATTRIBUTE.search(error.message)
+    return (found.group(1) or found.group(2)) if found else None
+
+
+class SearchAttributeGuard(Interceptor):
+    """Names ``cloudloop temporal setup`` (once per client) when a start misses an attribute."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        #: The server names one missing attribute per refusal (any of them): one error in all.
+        self.reported = False
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _GuardedOutbound(next, self)
+
+
+class _GuardedOutbound(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, guard: SearchAttributeGuard) -> None:
+        super().__init__(next)
+        self.guard = guard
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
+        try:
+            return await super().start_workflow(input)
+        except RPCError as exc:
+            name = missing_search_attribute(exc)
+            if name is not None and not self.guard.reported:
+                self.guard.reported = True
+                log.error(
+                    "Temporal namespace %r has no search attribute %s, so no workflow can start; "
+                    "register the attributes with `%s` (the Helm chart's hook Job runs it)",
+                    self.guard.namespace,
+                    name,
+                    SETUP_COMMAND,
+                )
+            raise
+
+
+class SearchAttributeConflict(RuntimeError):
+    """A search attribute cloudloop needs is registered with another type."""
+
+
+async def setup_namespace(settings: TemporalSettings, *, wait_s: float = 120.0) -> list[str]:
+    """Register the missing ``Cloudloop*`` search attributes of the namespace; return those added.
+
+    Waits up to ``wait_s`` for the frontend to answer (a hook Job may start before Temporal).
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client = await connect(settings)
+            break
+        except RuntimeError as exc:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(f"{settings.address}: {exc}") from None
+            log.info("waiting for Temporal at %s: %s", settings.address, exc)
+            await asyncio.sleep(2)
+    namespace = settings.namespace
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    known = {**dict(listed.system_attributes), **dict(listed.custom_attributes)}
+    keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+    conflicts = [
+        f"{name} is {IndexedValueType.Name(known[name])}"
+        for name in searchattrs.KEYWORDS
+        if name in known and known[name] != keyword
+    ]
+    if conflicts:
+        raise SearchAttributeConflict(
+            f"namespace {namespace!r}: {'; '.join(conflicts)} (cloudloop needs Keyword)"
+        )
+    missing = [name for name in searchattrs.KEYWORDS if name not in known]
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=namespace, search_attributes=dict.fromkeys(missing, keyword)
+            )
+        )
+        log.info("namespace %r: added search attributes %s", namespace, ", ".join(missing))
+    return missing
 
 
 def make_worker(

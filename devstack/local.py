@@ -57,6 +57,9 @@ class StackOptions:
     #: Fixed ports for ``dev`` (7233 and UI 8233); ``None`` picks free ports and runs headless.
     temporal_port: int | None = None
     temporal_ui_port: int | None = None
+    #: Register the ``Cloudloop*`` search attributes at start (a bare server without them tests
+    #: ``cloudloop temporal setup``).
+    temporal_search_attributes: bool = True
     kube: tuple[KubeOptions, ...] = (KubeOptions(),)
     moto: bool = True
     #: The Auto Scaling lifecycle extension in front of moto (:mod:`.autoscaling_ext`).
@@ -200,8 +203,9 @@ class LocalStack:
             "--dynamic-config-value",
             "frontend.enableExecuteMultiOperation=true",
         ]
-        for name in searchattrs.KEYWORDS:
-            argv += ["--search-attribute", f"{name}=Keyword"]
+        if self.options.temporal_search_attributes:
+            for name in searchattrs.KEYWORDS:
+                argv += ["--search-attribute", f"{name}=Keyword"]
         if self.options.temporal_ui_port:
             argv += ["--ui-port", str(self.options.temporal_ui_port)]
             self.temporal_ui_url = f"http://127.0.0.1:{self.options.temporal_ui_port}"

@@ -76,7 +76,8 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     context = StarterContext(
         settings=settings,
         kube=kube,
-        client=await temporal.connect(settings.temporal),
+        # Lazy: node sync, routes and discovery must not wait for Temporal (no bootstrap deadlock).
+        client=await temporal.connect(settings.temporal, lazy=True),
         driver=driver_for(settings),
         informers=Informers(kube),
     )

@@ -82,7 +82,12 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         settings.metrics_port,
         temporal_metrics_url=f"http://{runtime_bind}/metrics",
     ).start()
-    client = await temporal.connect(settings.temporal, runtime=temporal.new_runtime(runtime_bind))
+    client = await temporal.connect_with_retry(
+        settings.temporal, runtime=temporal.new_runtime(runtime_bind), stop=stop
+    )
+    if client is None:  # stopped before Temporal answered
+        metrics.stop()
+        return
     worker = build_worker(
         client, settings, driver=driver_for(settings), kube=Kube(api_client(settings.kubeconfig))
     )

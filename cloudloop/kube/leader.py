@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from cloudloop.metrics import LEADER
 from cloudloop.settings import LeaderElectionSettings
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,11 @@ async def run_as_leader(
 ) -> None:
     """Run ``body`` while holding the Lease; return when ``body`` returns."""
     if not settings.enabled:
-        await body()
+        LEADER.labels(settings.name).set(1)
+        try:
+            await body()
+        finally:
+            LEADER.labels(settings.name).set(0)
         return
     loop = asyncio.get_running_loop()
     leading, lost = asyncio.Event(), asyncio.Event()
@@ -102,9 +107,11 @@ async def run_as_leader(
     )
     elector.start()
     log.info("waiting for Lease %s/%s as %s", settings.namespace, settings.name, settings.identity)
+    LEADER.labels(settings.name).set(0)
     try:
         await leading.wait()
         log.info("became leader (Lease %s/%s)", settings.namespace, settings.name)
+        LEADER.labels(settings.name).set(1)
         work = asyncio.ensure_future(body())
         lost_wait = asyncio.ensure_future(lost.wait())
         try:
@@ -116,6 +123,7 @@ async def run_as_leader(
             raise LeadershipLost(f"lost Lease {settings.namespace}/{settings.name}")
         await work
     finally:
+        LEADER.labels(settings.name).set(0)
         await asyncio.to_thread(lock.release)
 
 
