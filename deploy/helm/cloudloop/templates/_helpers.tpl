@@ -27,19 +27,34 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* The configured provider's block of `providers` (fails on an unknown provider). */}}
+{{- define "cloudloop.provider" -}}
+{{- $name := required "provider is required (a key of .Values.providers)" .Values.provider }}
+{{- if not (hasKey .Values.providers $name) }}
+{{- fail (printf "provider %q has no block in .Values.providers (known: %s)" $name (keys .Values.providers | sortAlpha | join ", ")) }}
+{{- end }}
+{{- toYaml (index .Values.providers $name) }}
+{{- end }}
+
+{{/* ServiceAccount name of a component: (dict "root" $ "component" "worker"). */}}
 {{- define "cloudloop.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
-{{- default (include "cloudloop.fullname" .) .Values.serviceAccount.name }}
+{{- $values := index .root.Values .component }}
+{{- if $values.serviceAccount.create }}
+{{- default (printf "%s-%s" (include "cloudloop.fullname" .root) .component) $values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- default "default" $values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
 {{- define "cloudloop.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
-{{/* Name of the Secret with cloud credential files, empty if none. */}}
+{{/* Name of the Secret with the cloud's credential files, empty if none. */}}
 {{- define "cloudloop.credentialsSecret" -}}
 {{- if .Values.cloud.credentials.create }}
 {{- printf "%s-credentials" (include "cloudloop.fullname" .) }}
@@ -48,150 +63,209 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* Pod-level settings shared by the worker and starter Deployments. */}}
-{{- define "cloudloop.podSpecCommon" -}}
+{{/* The --cloud-config file: the provider's settings plus the paths of its credential files. */}}
+{{- define "cloudloop.cloudConfig" -}}
+{{- $provider := include "cloudloop.provider" . | fromYaml }}
+{{- $settings := deepCopy (.Values.cloud.settings | default dict) }}
+{{- if include "cloudloop.credentialsSecret" . }}
+{{- range $setting, $key := ($provider.credentialFiles | default dict) }}
+{{- $_ := set $settings $setting (printf "%s/%s" $.Values.cloud.credentials.mountPath $key) }}
+{{- end }}
+{{- end }}
+{{- if $settings }}{{ toYaml $settings }}{{ else }}{}{{ end }}
+{{- end }}
+
+{{/* Where the ConfigMap's files are mounted. */}}
+{{- define "cloudloop.configDir" -}}/etc/cloudloop/config{{- end }}
+
+{{/* Temporal connection env (worker, starter and the set-up Job). */}}
+{{- define "cloudloop.temporalEnv" -}}
+- name: CLOUDLOOP_TEMPORAL__ADDRESS
+  value: {{ .Values.temporal.address | quote }}
+- name: CLOUDLOOP_TEMPORAL__NAMESPACE
+  value: {{ .Values.temporal.namespace | quote }}
+- name: CLOUDLOOP_TEMPORAL__TASK_QUEUE
+  value: {{ .Values.temporal.taskQueue | quote }}
+{{- if .Values.temporal.tls.enabled }}
+- name: CLOUDLOOP_TEMPORAL__TLS__ENABLED
+  value: "true"
+{{- if .Values.temporal.tls.secretName }}
+- name: CLOUDLOOP_TEMPORAL__TLS__CERT_FILE
+  value: /etc/cloudloop/temporal-tls/tls.crt
+- name: CLOUDLOOP_TEMPORAL__TLS__KEY_FILE
+  value: /etc/cloudloop/temporal-tls/tls.key
+- name: CLOUDLOOP_TEMPORAL__TLS__CA_FILE
+  value: /etc/cloudloop/temporal-tls/ca.crt
+{{- end }}
+{{- end }}
+{{- if .Values.temporal.apiKey.secretName }}
+- name: CLOUDLOOP_TEMPORAL__API_KEY_FILE
+  value: /etc/cloudloop/temporal-api-key/{{ .Values.temporal.apiKey.key }}
+{{- end }}
+{{- end }}
+
+{{- define "cloudloop.temporalVolumes" -}}
+{{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
+- name: temporal-tls
+  secret:
+    secretName: {{ .Values.temporal.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- with .Values.temporal.apiKey.secretName }}
+- name: temporal-api-key
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "cloudloop.temporalMounts" -}}
+{{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
+- name: temporal-tls
+  mountPath: /etc/cloudloop/temporal-tls
+  readOnly: true
+{{- end }}
+{{- if .Values.temporal.apiKey.secretName }}
+- name: temporal-api-key
+  mountPath: /etc/cloudloop/temporal-api-key
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The pod spec of a component: (dict "root" $ "component" "worker"). */}}
+{{- define "cloudloop.podSpec" -}}
+{{- $root := .root }}
+{{- $component := .component }}
+{{- $values := index $root.Values $component }}
 serviceAccountName: {{ include "cloudloop.serviceAccountName" . }}
-{{- with .Values.imagePullSecrets }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.priorityClassName }}
+{{- with $root.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
+{{- if $root.Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.nodeSelector }}
+  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+{{- $nodeSelector := deepCopy ($root.Values.nodeSelector | default dict) }}
+{{- if $root.Values.controlPlane }}
+{{- $_ := set $nodeSelector "node-role.kubernetes.io/control-plane" "" }}
+{{- end }}
+{{- with $nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
 affinity:
-  {{- toYaml . | nindent 2 }}
+{{- if $root.Values.affinity }}
+  {{- toYaml $root.Values.affinity | nindent 2 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "cloudloop.selectorLabels" $root | nindent 14 }}
+              app.kubernetes.io/component: {{ $component }}
 {{- end }}
+# The worker drains in-flight activities and the starter releases its Lease (up to 30 s).
+terminationGracePeriodSeconds: 60
+containers:
+  - name: {{ $component }}
+    image: {{ include "cloudloop.image" $root }}
+    imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+    args:
+      - {{ $component }}
+      - --log-format={{ $root.Values.logFormat }}
+      - --cloud-config={{ include "cloudloop.configDir" $root }}/cloud.yaml
+      {{- if eq $component "starter" }}
+      - --leader-elect=true
+      {{- end }}
+      {{- with $values.extraArgs }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    securityContext:
+      {{- toYaml $root.Values.securityContext | nindent 6 }}
+    ports:
+      - name: metrics
+        containerPort: {{ $root.Values.metrics.port }}
+        protocol: TCP
+    livenessProbe:
+      httpGet:
+        path: /healthz
+        port: metrics
+      initialDelaySeconds: 10
+      periodSeconds: 10
+      timeoutSeconds: 5
+      failureThreshold: 3
+    readinessProbe:
+      httpGet:
+        path: /readyz
+        port: metrics
+      periodSeconds: 5
+      timeoutSeconds: 5
+      failureThreshold: 3
+    env:
+      - name: POD_NAME
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.name
+      - name: POD_NAMESPACE
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.namespace
+      - name: CLOUDLOOP_CLUSTER_NAME
+        value: {{ required "clusterName is required" $root.Values.clusterName | quote }}
+      - name: CLOUDLOOP_PROVIDER
+        value: {{ $root.Values.provider | quote }}
+      - name: CLOUDLOOP_CONFIG
+        value: {{ include "cloudloop.configDir" $root }}/config.yaml
+      - name: CLOUDLOOP_METRICS_PORT
+        value: {{ $root.Values.metrics.port | quote }}
+      - name: CLOUDLOOP_METRICS_AUTHORIZATION
+        value: {{ $root.Values.metrics.authorization | quote }}
+      {{- if eq $component "starter" }}
+      - name: CLOUDLOOP_LEADER_ELECTION__NAMESPACE
+        value: {{ $root.Values.starter.leaderElection.namespace | default $root.Release.Namespace | quote }}
+      {{- end }}
+      {{- with include "cloudloop.temporalEnv" $root | trim }}{{ . | nindent 6 }}{{- end }}
+      {{- with $root.Values.extraEnv }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    volumeMounts:
+      - name: tmp
+        mountPath: /tmp
+      - name: config
+        mountPath: {{ include "cloudloop.configDir" $root }}
+        readOnly: true
+      {{- if include "cloudloop.credentialsSecret" $root }}
+      - name: credentials
+        mountPath: {{ $root.Values.cloud.credentials.mountPath }}
+        readOnly: true
+      {{- end }}
+      {{- with include "cloudloop.temporalMounts" $root | trim }}{{ . | nindent 6 }}{{- end }}
+    resources:
+      {{- toYaml $values.resources | nindent 6 }}
 volumes:
   - name: tmp
     emptyDir: {}
   - name: config
     configMap:
-      name: {{ include "cloudloop.fullname" . }}
-{{- with include "cloudloop.credentialsSecret" . }}
+      name: {{ include "cloudloop.fullname" $root }}
+{{- with include "cloudloop.credentialsSecret" $root }}
   - name: credentials
     secret:
       secretName: {{ . }}
       defaultMode: 0440
 {{- end }}
-{{- with .Values.temporal.tls.secretName }}
-  - name: temporal-tls
-    secret:
-      secretName: {{ . }}
-      defaultMode: 0440
-{{- end }}
-{{- end }}
-
-{{/* Pod annotations that roll the pods when config or credentials change. */}}
-{{- define "cloudloop.podAnnotations" -}}
-checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
-{{- if .Values.cloud.credentials.create }}
-checksum/credentials: {{ include (print $.Template.BasePath "/secret-credentials.yaml") . | sha256sum }}
-{{- end }}
-{{- with .Values.podAnnotations }}
-{{ toYaml . }}
-{{- end }}
-{{- end }}
-
-{{/* Container settings shared by the worker and starter (everything but name/args/resources). */}}
-{{- define "cloudloop.containerCommon" -}}
-image: {{ include "cloudloop.image" . }}
-imagePullPolicy: {{ .Values.image.pullPolicy }}
-securityContext:
-  {{- toYaml .Values.securityContext | nindent 2 }}
-ports:
-  - name: metrics
-    containerPort: {{ .Values.metrics.port }}
-    protocol: TCP
-livenessProbe:
-  httpGet:
-    path: /healthz
-    port: metrics
-  initialDelaySeconds: 10
-  periodSeconds: 10
-  timeoutSeconds: 5
-  failureThreshold: 3
-readinessProbe:
-  httpGet:
-    path: /readyz
-    port: metrics
-  periodSeconds: 5
-  timeoutSeconds: 5
-  failureThreshold: 3
-env:
-  - name: POD_NAME
-    valueFrom:
-      fieldRef:
-        fieldPath: metadata.name
-  - name: POD_NAMESPACE
-    valueFrom:
-      fieldRef:
-        fieldPath: metadata.namespace
-  - name: CLOUDLOOP_LEADER_ELECTION__NAMESPACE
-    value: {{ .Values.starter.leaderElection.namespace | default .Release.Namespace | quote }}
-  - name: CLOUDLOOP_TEMPORAL__ADDRESS
-    value: {{ .Values.temporal.address | quote }}
-  - name: CLOUDLOOP_TEMPORAL__NAMESPACE
-    value: {{ .Values.temporal.namespace | quote }}
-  - name: CLOUDLOOP_TEMPORAL__TASK_QUEUE
-    value: {{ .Values.temporal.taskQueue | quote }}
-  {{- if .Values.temporal.tls.secretName }}
-  - name: CLOUDLOOP_TEMPORAL__TLS__CERT_FILE
-    value: /etc/cloudloop/temporal-tls/tls.crt
-  - name: CLOUDLOOP_TEMPORAL__TLS__KEY_FILE
-    value: /etc/cloudloop/temporal-tls/tls.key
-  - name: CLOUDLOOP_TEMPORAL__TLS__CA_FILE
-    value: /etc/cloudloop/temporal-tls/ca.crt
-  {{- end }}
-  - name: CLOUDLOOP_CLUSTER_NAME
-    value: {{ required "clusterName is required" .Values.clusterName | quote }}
-  - name: CLOUDLOOP_PROVIDER
-    value: {{ .Values.provider | quote }}
-  - name: CLOUDLOOP_METRICS_PORT
-    value: {{ .Values.metrics.port | quote }}
-  - name: CLOUDLOOP_CONFIG
-    value: /etc/cloudloop/config/config.yaml
-  {{- if eq .Values.provider "aws" }}
-  {{- with .Values.cloud.aws.region }}
-  - name: CLOUDLOOP_AWS__REGION
-    value: {{ . | quote }}
-  {{- end }}
-  {{- with .Values.cloud.aws.endpointUrl }}
-  - name: CLOUDLOOP_AWS__ENDPOINT_URL
-    value: {{ . | quote }}
-  {{- end }}
-  {{- if include "cloudloop.credentialsSecret" . }}
-  - name: CLOUDLOOP_AWS__CREDENTIALS_FILE
-    value: {{ printf "%s/%s" .Values.cloud.credentials.mountPath .Values.cloud.aws.credentialsFile | quote }}
-  {{- end }}
-  {{- end }}
-  {{- with .Values.extraEnv }}
-  {{- toYaml . | nindent 2 }}
-  {{- end }}
-volumeMounts:
-  - name: tmp
-    mountPath: /tmp
-  - name: config
-    mountPath: /etc/cloudloop/config
-    readOnly: true
-  {{- if include "cloudloop.credentialsSecret" . }}
-  - name: credentials
-    mountPath: {{ .Values.cloud.credentials.mountPath }}
-    readOnly: true
-  {{- end }}
-  {{- if .Values.temporal.tls.secretName }}
-  - name: temporal-tls
-    mountPath: /etc/cloudloop/temporal-tls
-    readOnly: true
-  {{- end }}
+{{- with include "cloudloop.temporalVolumes" $root | trim }}{{ . | nindent 2 }}{{- end }}
 {{- end }}
