@@ -1,0 +1,266 @@
+"""The Helm chart, rendered by the real helm for every provider: what users of a CCM chart expect.
+
+Lint and template per provider values file; then the rendered objects: CRDs, separate
+ServiceAccounts, the taints a cloud controller must tolerate, priority, PDBs, anti-affinity,
+credentials only from Secrets, least-privilege RBAC, monitoring that names real metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+from cloudloop.cloud.registry import PROVIDERS
+from tests.install.chart import CHART, Helm, documents, find, provider_values, render
+
+PROVIDER_NAMES = sorted(provider_values())
+TAINTS = (
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "node-role.kubernetes.io/control-plane",
+    "node.kubernetes.io/not-ready",
+)
+MONITORING = {
+    "monitoring.podMonitor.enabled": "true",
+    "monitoring.prometheusRule.enabled": "true",
+    "monitoring.dashboard.enabled": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="module", params=PROVIDER_NAMES, ids=PROVIDER_NAMES)
+def provider(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def manifests(helm: Helm, provider: str) -> list[dict[str, Any]]:
+    return render(helm, provider, MONITORING)
+
+
+def test_every_registered_provider_has_a_values_file_and_a_chart_block() -> None:
+    chart_values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    assert sorted(PROVIDERS) == PROVIDER_NAMES
+    assert sorted(chart_values["providers"]) == PROVIDER_NAMES
+
+
+def test_helm_lint_passes(helm: Helm, provider: str) -> None:
+    sets = ["--set", "clusterName=lint", "--set", "cloud.credentials.files.x=y"]
+    result = helm.run("lint", "--strict", str(CHART), "-f", str(provider_values()[provider]), *sets)
+
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_chart_ships_the_crds(manifests: list[dict[str, Any]]) -> None:
+    shipped = {
+        doc["metadata"]["name"]
+        for path in sorted((CHART.parent.parent / "crds").glob("*.yaml"))
+        for doc in documents(path.read_text())
+        if doc["kind"] == "CustomResourceDefinition"
+    }
+    rendered = {d["metadata"]["name"] for d in manifests if d["kind"] == "CustomResourceDefinition"}
+
+    assert rendered == shipped
+    assert "cloudprobes.cloudloop.io" in rendered
+    assert (CHART / "values.schema.json").is_file()
+    assert (CHART / "templates" / "NOTES.txt").is_file()
+
+
+@pytest.mark.parametrize("component", ["worker", "starter"])
+def test_pods_run_where_and_how_a_cloud_controller_must(
+    manifests: list[dict[str, Any]], component: str
+) -> None:
+    deployment = find(manifests, "Deployment", f"-{component}")
+    pod = deployment["spec"]["template"]["spec"]
+    account = find(manifests, "ServiceAccount", f"-{component}")
+    pdb = find(manifests, "PodDisruptionBudget", f"-{component}")
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+
+    assert {t["key"] for t in pod["tolerations"]} >= set(TAINTS)
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert (
+        anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == (deployment["spec"]["selector"]["matchLabels"])
+    )
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["containers"][0]["args"][0] == component
+
+
+def test_worker_and_starter_have_their_own_service_accounts(
+    manifests: list[dict[str, Any]],
+) -> None:
+    accounts = {
+        find(manifests, "Deployment", f"-{c}")["spec"]["template"]["spec"]["serviceAccountName"]
+        for c in ("worker", "starter")
+    }
+
+    assert len(accounts) == 2
+
+
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        pytest.param({"hostNetwork": "true"}, {"hostNetwork": True}, id="host-network"),
+        pytest.param(
+            {"controlPlane": "true"},
+            {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
+            id="control-plane",
+        ),
+        pytest.param(
+            {"priorityClassName": "my-class"}, {"priorityClassName": "my-class"}, id="priority"
+        ),
+    ],
+)
+def test_placement_options(helm: Helm, sets: dict[str, str], expected: dict[str, Any]) -> None:
+    pod = find(render(helm, "aws", sets), "Deployment", "-starter")["spec"]["template"]["spec"]
+
+    assert {k: pod.get(k) for k in expected} == expected
+    if "hostNetwork" in expected:
+        assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_credentials_come_from_the_secret_and_never_reach_config_or_env(
+    manifests: list[dict[str, Any]], provider: str
+) -> None:
+    chart_values = yaml.safe_load((CHART / "values.yaml").read_text())
+    files = chart_values["providers"][provider]["credentialFiles"]
+    config = find(manifests, "ConfigMap", "cloudloop")
+    cloud = yaml.safe_load(config["data"]["cloud.yaml"])
+    secret = find(manifests, "Secret", "-credentials")
+    worker = find(manifests, "Deployment", "-worker")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in worker["containers"][0]["volumeMounts"]}
+
+    assert {setting: cloud[setting] for setting in files} == {
+        setting: f"{mounts['credentials']}/{key}" for setting, key in files.items()
+    }
+    assert set(secret["stringData"]) == set(files.values())
+    assert "placeholder" not in json.dumps([config, worker])
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "cloud.settings.password",
+        "cloud.settings.secret_access_key",
+        "config.aws.access_key_id",
+        "config.dvp.kubeconfig_base64",
+    ],
+)
+def test_the_schema_refuses_secrets_in_values(helm: Helm, key: str) -> None:
+    result = helm.template(
+        [provider_values()["aws"]],
+        {"clusterName": "x", "cloud.credentials.files.credentials": "y", key: "s3cr3t"},
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        pytest.param({"provider": "nowhere"}, 'provider "nowhere" has no block', id="unknown"),
+        pytest.param({"clusterName": ""}, "clusterName is required", id="no-cluster-name"),
+    ],
+)
+def test_bad_values_fail_with_a_clear_message(
+    helm: Helm, sets: dict[str, str], message: str
+) -> None:
+    base = {"clusterName": "x", "cloud.credentials.files.credentials": "y"}
+    result = helm.template([provider_values()["aws"]], {**base, **sets}, check=False)
+
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_rbac_is_least_privilege(manifests: list[dict[str, Any]]) -> None:
+    roles = [d for d in manifests if d["kind"] in ("ClusterRole", "Role")]
+    rules = [(d, r) for d in roles for r in d.get("rules") or []]
+
+    for role, rule in rules:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role["metadata"]
+        assert "deletecollection" not in rule["verbs"]
+    # In kube-system only `create` (which RBAC cannot limit by name) goes without resourceNames.
+    for role, rule in rules:
+        if role["kind"] == "Role" and role["metadata"]["namespace"] == "kube-system":
+            assert rule.get("resourceNames") or rule["verbs"] == ["create"], rule
+    # Nothing cluster-wide reads Secrets but the Cluster API bootstrap data, if any.
+    for role, rule in rules:
+        if role["kind"] == "ClusterRole" and "secrets" in rule["resources"]:
+            assert rule["verbs"] == ["get"] and role["metadata"]["name"].endswith("-worker")
+
+
+def test_the_hook_job_registers_the_search_attributes(manifests: list[dict[str, Any]]) -> None:
+    job = find(manifests, "Job", "-temporal-setup")
+    spec = job["spec"]["template"]["spec"]
+
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert spec["containers"][0]["args"][1:3] == ["temporal", "setup"]
+    assert spec["automountServiceAccountToken"] is False
+
+
+def metric_names(expression: str) -> set[str]:
+    """Metric names of a PromQL expression (identifiers followed by ``{`` or ``[``)."""
+    return set(re.findall(r"([a-z_][a-z0-9_]*)\s*[{\[]", expression)) - {"by", "rate"}
+
+
+def project_metrics() -> set[str]:
+    names: set[str] = set()
+    for collector in REGISTRY.collect():
+        names |= {sample.name for sample in collector.samples} | {collector.name}
+    return names | {f"{n}_total" for n in names}
+
+
+def test_alerts_and_dashboard_name_only_metrics_that_exist(
+    manifests: list[dict[str, Any]],
+) -> None:
+    import cloudloop.kube.leader  # noqa: F401  (registers its gauge)
+
+    rule = find(manifests, "PrometheusRule", "cloudloop")
+    alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    dashboard = json.loads(find(manifests, "ConfigMap", "-dashboard")["data"]["cloudloop.json"])
+    panel_exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    known = project_metrics()
+
+    assert set(alerts) == {
+        "CloudloopDrainBlocked",
+        "CloudloopLoadBalancerSyncFailing",
+        "CloudloopCloudUnreachable",
+        "CloudloopNoLeader",
+    }
+    for expression in [*alerts.values(), *panel_exprs]:
+        unknown = {
+            m
+            for m in metric_names(expression)
+            if m not in known and not m.startswith("temporal_") and m not in ("absent", "max")
+        }
+        assert unknown == set(), expression
+    assert find(manifests, "PodMonitor", "cloudloop")["spec"]["podMetricsEndpoints"][0]["port"] == (
+        "metrics"
+    )
+
+
+def test_the_dashboard_file_is_valid_json() -> None:
+    dashboard = json.loads((CHART / "dashboards" / "cloudloop.json").read_text())
+
+    assert dashboard["uid"] == "cloudloop"
+    assert all(p["targets"] for p in dashboard["panels"])
+
+
+def test_provider_values_files_hold_no_secrets() -> None:
+    secret = re.compile(r"(password|secret_access_key|access_key_id|token|api_key)\s*:\s*\S")
+    for path in provider_values().values():
+        assert not secret.search(Path(path).read_text()), path
