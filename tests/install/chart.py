@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -258,10 +259,16 @@ class PodProcess:
         """The argv and environment of the container, with mount paths moved under ``root``."""
         mounts = self._mounts()
 
+        # One pass, longest mount first, only where a path starts: a moved path is not moved again.
+        pattern = re.compile(
+            r"(?<![\w/.-])("
+            + "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
+            + r")(?=/|$|[\s\"'])",
+            re.MULTILINE,
+        )
+
         def relocate(text: str) -> str:
-            for path in sorted(mounts, key=len, reverse=True):
-                text = text.replace(path, str(mounts[path]))
-            return text
+            return pattern.sub(lambda m: str(mounts[m.group(1)]), text)
 
         for target in mounts.values():
             for file in target.iterdir():

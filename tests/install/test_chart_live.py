@@ -1,0 +1,446 @@
+"""The chart against a real kube-apiserver: server-side dry-run, then its processes at work.
+
+A control plane of its own (with Temporal and moto) whose apiserver audits every request of the
+release namespace's ServiceAccounts. Every provider's rendered manifests pass
+``kubectl apply --dry-run=server`` with the CRDs installed. Then the AWS release is applied (RBAC,
+ServiceAccounts, ConfigMap, Secret), and ``cloudloop worker`` and ``cloudloop starter`` run with
+the rendered Deployments' args, env and mounted files, each with a token of its own
+ServiceAccount: new Nodes get initialized, a Service gets its load balancer, and every request the
+two made is one the rendered rules allow (and the apiserver allowed). With Temporal unreachable,
+the starter still initializes new Nodes (no bootstrap deadlock).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cloudloop.kube.api import Kube
+from cloudloop.kube.client import api_client
+from cloudloop.kube.conditions import get_condition
+from cloudloop.kube.crds import apply_crds
+from cloudloop.kube.resources import CLOUD_PROBES, CONFIG_MAPS, NODES, SERVICES, Resource
+from devstack import gotools
+from devstack.kube import KubeOptions
+from devstack.local import LocalStack, StackOptions
+from devstack.process import free_port
+from tests.helpers import eventually
+from tests.install.chart import (
+    Helm,
+    PodProcess,
+    Request,
+    Rules,
+    documents,
+    find,
+    provider_values,
+    render,
+    running,
+)
+from tests.loadbalancer.support import AwsWorld, ingress, make_service
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
+
+NAMESPACE = "cloudloop-install"
+RELEASE = "cl"
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+AUDIT_POLICY = f"""\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts:{NAMESPACE}"]
+  - level: None
+"""
+#: prometheus-operator's kinds, served without a schema: the dry-run checks the chart's objects
+#: reach the API as those kinds, not the operator's validation.
+MONITORING_CRDS = [
+    ("podmonitors", "PodMonitor"),
+    ("prometheusrules", "PrometheusRule"),
+]
+
+
+def key(where: str, rule: dict[str, Any]) -> str:
+    return json.dumps([where, rule], sort_keys=True)
+
+
+def rule(groups: list[str], resources: list[str], verbs: list[str], **extra: Any) -> dict[str, Any]:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs, **extra}
+
+
+#: The AWS release's rules the load-balancer run above does not exercise, and the code that
+#: needs each (its own tests exercise it with the stack's admin credentials).
+NOT_EXERCISED: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "worker": [
+        # activities/termination.py: DrainNode taints and cordons, evicts, waits on PDBs and
+        # VolumeAttachments (aws provider block of values.yaml).
+        ("", rule([""], ["nodes"], ["get", "patch"])),
+        ("", rule([""], ["pods"], ["get", "list"])),
+        ("", rule([""], ["pods/eviction"], ["create"])),
+        ("", rule(["policy"], ["poddisruptionbudgets"], ["list"])),
+        ("", rule(["storage.k8s.io"], ["volumeattachments"], ["list"])),
+    ],
+    "starter": [],
+}
+
+
+@dataclass
+class InstallStack:
+    stack: LocalStack
+    audit_log: Path
+    kube: Kube
+    kubectl: Path
+
+    def apply(self, docs: list[dict[str, Any]], *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                str(self.kubectl),
+                "--kubeconfig",
+                str(self.stack.kubeconfig),
+                "apply",
+                *extra,
+                "-f",
+                "-",
+            ],
+            input="\n---\n".join(yaml.safe_dump(d) for d in docs),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def token_kubeconfig(self, account: str, folder: Path) -> Path:
+        """A kubeconfig holding a fresh token of ``account`` (what the pod would mount)."""
+        token = subprocess.run(
+            [
+                str(self.kubectl),
+                "--kubeconfig",
+                str(self.stack.kubeconfig),
+                "create",
+                "token",
+                account,
+                "-n",
+                NAMESPACE,
+                "--duration=1h",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.strip()
+        admin = yaml.safe_load(self.stack.kubeconfig.read_text())
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": admin["clusters"],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": account,
+                    "context": {"cluster": admin["clusters"][0]["name"], "user": account},
+                }
+            ],
+            "current-context": account,
+        }
+        path = folder / f"{account}.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def requests_of(self, account: str) -> list[tuple[Request, int]]:
+        """Every resource request ``account`` made, with the answer's status code."""
+        user = f"system:serviceaccount:{NAMESPACE}:{account}"
+        found: list[tuple[Request, int]] = []
+        for line in self.audit_log.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            ref = event.get("objectRef")
+            if event.get("user", {}).get("username") != user or not ref:
+                continue
+            request = Request(
+                verb=event["verb"],
+                group=ref.get("apiGroup", ""),
+                resource=ref.get("resource", ""),
+                subresource=ref.get("subresource", ""),
+                namespace=ref.get("namespace", ""),
+                name=ref.get("name", ""),
+            )
+            found.append((request, int(event.get("responseStatus", {}).get("code", 0))))
+        return found
+
+
+@pytest.fixture(scope="module")
+def install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstallStack]:
+    state = tmp_path_factory.mktemp("install-stack")
+    (state / "audit").mkdir()
+    policy = state / "audit" / "policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    audit_log = state / "audit" / "requests.log"
+    stack = LocalStack(
+        StackOptions(
+            state_dir=state,
+            kube=(
+                KubeOptions(
+                    name="install",
+                    extra_apiserver_args=(
+                        f"--audit-policy-file={policy}",
+                        f"--audit-log-path={audit_log}",
+                        "--audit-log-format=json",
+                        "--audit-log-mode=blocking",
+                    ),
+                ),
+            ),
+        )
+    )
+    stack.start()
+    try:
+        kube = Kube(api_client(stack.kubeconfig))
+        apply_crds(kube, [*_monitoring_crds(state)])
+        apply_crds(kube)
+        kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+        kubectl = gotools.ensure_built(["kubectl"])["kubectl"]
+        yield InstallStack(stack, audit_log, kube, kubectl)
+    finally:
+        stack.stop()
+
+
+def _monitoring_crds(folder: Path) -> list[Path]:
+    paths = []
+    for plural, kind in MONITORING_CRDS:
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "scope": "Namespaced",
+                "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        path = folder / f"{plural}.yaml"
+        path.write_text(yaml.safe_dump(crd))
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(tmp_path_factory.mktemp("helm"))
+
+
+@pytest.mark.parametrize("provider", sorted(provider_values()), ids=sorted(provider_values()))
+def test_the_rendered_chart_passes_a_server_side_dry_run(
+    install: InstallStack, helm: Helm, provider: str
+) -> None:
+    docs = render(
+        helm,
+        provider,
+        {
+            "monitoring.podMonitor.enabled": "true",
+            "monitoring.prometheusRule.enabled": "true",
+            "monitoring.dashboard.enabled": "true",
+        },
+        namespace=NAMESPACE,
+        release=RELEASE,
+    )
+
+    result = install.apply(docs, "--dry-run=server")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(docs)
+
+
+# -- the release at work --------------------------------------------------------------------
+@dataclass
+class Release:
+    docs: list[dict[str, Any]]
+    world: AwsWorld
+    folder: Path
+
+    def process(self, install: InstallStack, component: str, **overrides: str) -> PodProcess:
+        deployment = find(self.docs, "Deployment", f"-{component}")
+        account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        root = self.folder / component
+        root.mkdir(exist_ok=True)
+        return PodProcess(
+            deployment,
+            self.docs,
+            root,
+            install.token_kubeconfig(account, self.folder),
+            overrides={"CLOUDLOOP_METRICS_PORT": str(free_port()), **overrides},
+        )
+
+
+def aws_release(install: InstallStack, helm: Helm, folder: Path, cluster: str) -> Release:
+    world = AwsWorld.create(install.stack.moto_endpoint, cluster, instances=2)
+    credentials = folder / "aws-credentials"
+    credentials.write_text(
+        "[default]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+    )
+    docs = documents(
+        helm.template(
+            [provider_values()["aws"]],
+            {
+                "clusterName": cluster,
+                "temporal.address": install.stack.temporal_address,
+                "cloud.settings.region": "us-east-1",
+                "cloud.settings.endpoint_url": install.stack.moto_endpoint,
+                "config.ccm.configure_cloud_routes": "false",
+                "logFormat": "text",
+            },
+            files={"cloud.credentials.files.credentials": credentials},
+            namespace=NAMESPACE,
+            release=RELEASE,
+        ).stdout
+    )
+    applied = [
+        d for d in docs if d["kind"] not in ("Deployment", "Job", "CustomResourceDefinition")
+    ]
+    result = install.apply(applied, "--server-side")
+    assert result.returncode == 0, result.stderr
+    return Release(docs, world, folder)
+
+
+def add_nodes(install: InstallStack, world: AwsWorld, prefix: str) -> list[str]:
+    """Uninitialized Nodes named like the kubelet names them (private DNS names)."""
+    ec2 = world.client("ec2")
+    reservations = ec2.describe_instances(InstanceIds=world.instance_ids)["Reservations"]
+    names = []
+    for instance in [i for r in reservations for i in r["Instances"]]:
+        name = instance["PrivateDnsName"]
+        install.kube.create(
+            NODES,
+            {
+                "metadata": {"name": name, "labels": {"cloudloop-install": prefix}},
+                "spec": {
+                    "taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]
+                },
+            },
+        )
+        names.append(name)
+    return names
+
+
+def initialized(install: InstallStack, names: list[str]) -> bool:
+    nodes = [install.kube.get(NODES, name) or {} for name in names]
+    return all(
+        n.get("spec", {}).get("providerID", "").startswith("aws://")
+        and UNINITIALIZED not in [t["key"] for t in n["spec"].get("taints") or []]
+        for n in nodes
+    )
+
+
+def remove_nodes(install: InstallStack, names: list[str]) -> None:
+    for name in names:
+        install.kube.delete(NODES, name)
+
+
+async def test_the_rendered_processes_initialize_nodes_and_give_a_service_its_load_balancer(
+    install: InstallStack, helm: Helm, tmp_path: Path
+) -> None:
+    cluster = f"install-{uuid.uuid4().hex[:6]}"
+    release = aws_release(install, helm, tmp_path, cluster)
+    worker = release.process(install, "worker")
+    starter = release.process(install, "starter")
+    web = f"web-{uuid.uuid4().hex[:6]}"
+    install.kube.create(NAMESPACES, {"metadata": {"name": web}})
+    names = add_nodes(install, release.world, cluster)
+    try:
+        with running(worker, starter):
+            try:
+                await eventually(lambda: initialized(install, names), timeout=60, what="node init")
+                make_service(install.kube, web, "frontend")
+                probe = {
+                    "metadata": {"name": "zones", "namespace": web},
+                    "spec": {"provider": "aws"},
+                }
+                install.kube.create(CLOUD_PROBES, probe, web)
+                hostname = await eventually(
+                    lambda: ingress(install.kube, web, "frontend"), timeout=120, what="LB ingress"
+                )
+                await eventually(
+                    lambda: get_condition(
+                        install.kube.get(CLOUD_PROBES, "zones", web) or {}, "Ready"
+                    ),
+                    timeout=60,
+                    what="CloudProbe Ready",
+                )
+                await eventually(
+                    lambda: install.kube.get(
+                        CONFIG_MAPS, "d8-cloud-provider-conditions", "kube-system"
+                    ),
+                    timeout=90,
+                    what="discovery's conditions ConfigMap",
+                )
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}\n--- worker:\n{worker.tail()}\n--- starter:\n{starter.tail()}"
+                ) from None
+            assert hostname[0].endswith(".elb.amazonaws.com")
+            install.kube.delete(SERVICES, "frontend", web)
+            await eventually(
+                lambda: install.kube.get(SERVICES, "frontend", web) is None,
+                timeout=120,
+                what="Service deleted (finalizer removed)",
+            )
+    finally:
+        remove_nodes(install, names)
+        install.kube.delete(NAMESPACES, web)
+
+    for component in ("worker", "starter"):
+        account = find(release.docs, "ServiceAccount", f"-{component}")["metadata"]["name"]
+        rules = Rules.bound_to(release.docs, NAMESPACE, account)
+        made = install.requests_of(account)
+        refused = sorted({r for r, code in made if code == 403}, key=str)
+        not_allowed = sorted({r for r, _ in made if not rules.allows(r)}, key=str)
+        used = {key(where, rule) for req, _ in made for where, rule in rules.matching(req)}
+        unused = sorted(
+            key(where, rule) for where, rule in rules.all() if key(where, rule) not in used
+        )
+        assert made, f"no request of {account} in the audit log"
+        assert refused == [], f"{component}: the apiserver refused {refused}"
+        assert not_allowed == [], f"{component}: the rendered rules do not allow {not_allowed}"
+        # A rule this run did not need is one a named feature needs (else it must go).
+        assert unused == sorted(key(*entry) for entry in NOT_EXERCISED[component]), unused
+
+
+async def test_the_starter_initializes_nodes_while_temporal_is_unreachable(
+    install: InstallStack, helm: Helm, tmp_path: Path
+) -> None:
+    cluster = f"boot-{uuid.uuid4().hex[:6]}"
+    release = aws_release(install, helm, tmp_path, cluster)
+    nowhere = f"127.0.0.1:{free_port()}"
+    starter = release.process(install, "starter", CLOUDLOOP_TEMPORAL__ADDRESS=nowhere)
+    names = add_nodes(install, release.world, cluster)
+    try:
+        with running(starter):
+            try:
+                await eventually(lambda: initialized(install, names), timeout=60, what="node init")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n--- starter:\n{starter.tail()}") from None
+            assert starter.process is not None and starter.process.poll() is None
+    finally:
+        remove_nodes(install, names)
