@@ -9,12 +9,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: dev test test-fast bench setup tools lint typecheck unit clean lock
+.PHONY: dev test test-fast bench setup tools lint typecheck unit clean lock lock-runtime
 
 dev: setup
 	$(BIN)/cloudloop dev
 
-test: setup lint typecheck
+test: setup lint typecheck installdeps
 	$(BIN)/pytest -p no:cacheprovider
 
 # Lint, types and every test that needs no stack (pure and time-skipping workflow tests).
@@ -55,6 +55,30 @@ sysdeps:
 	sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
 	echo "installing the build dependencies of ovirt-engine-sdk-python:$$missing"; \
 	$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q --no-install-recommends $$missing
+
+# The install tests' Debian tools: buildah and mmdebstrap build the image without a daemon (over a
+# Debian base made locally), docker-compose validates docker-compose.yml. Like sysdeps: nothing
+# happens when they are present; otherwise only the missing packages are installed with apt-get.
+.PHONY: installdeps
+INSTALL_PACKAGES ?= buildah mmdebstrap docker-compose
+installdeps:
+	@missing=""; for pkg in $(INSTALL_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then echo "install$$missing (the image and compose tests skip without them)"; exit 0; fi; \
+	sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+	echo "installing the install tests' tools:$$missing"; \
+	$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q --no-install-recommends $$missing
+
+# The image's locks: the product's dependencies at the versions of requirements.lock, and the build
+# stage's pip and setuptools, every file hashed (deploy/Dockerfile installs with --require-hashes).
+.PHONY: lock-runtime
+lock-runtime: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml -c requirements.lock --generate-hashes --python-version 3.11 -q \
+		--custom-compile-command "make lock-runtime" -o deploy/requirements-runtime.lock
+	$(BIN)/uv pip compile deploy/build-tools.in --generate-hashes --python-version 3.11 -q \
+		--custom-compile-command "make lock-runtime" -o deploy/requirements-build.lock
 
 # Re-resolve the dependencies of pyproject.toml (with the dev extra) into requirements.lock.
 lock: $(STAMP)
