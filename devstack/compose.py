@@ -1,10 +1,10 @@
 """The dev stack behind ``docker-compose.yml``: a control plane and one cloud's emulator.
 
 ``python -m devstack.compose <provider> --state DIR`` starts what ``cloudloop dev`` starts for that
-cloud but Temporal (its own compose service): a kube-apiserver with etcd, and moto (aws), the
-oVirt Engine emulator (zvirt) or a parent cluster with the DVP simulator (dvp). It writes, for the
-product's containers, ``DIR/kubeconfig`` and ``DIR/cloud.yaml`` (the provider's settings section,
-passed with ``--cloud-config``), then ``DIR/ready``, and runs until SIGTERM.
+cloud but Temporal (its own compose service): a kube-apiserver with etcd, and moto (aws), the oVirt
+Engine emulator (zvirt), vcsim (vsphere) or a parent cluster with the DVP simulator (dvp). It
+writes, for the product's containers, ``DIR/kubeconfig`` and ``DIR/cloud.yaml`` (the provider's
+settings section, passed with ``--cloud-config``), then ``DIR/ready``, and runs until SIGTERM.
 
 Rules: everything listens on loopback, as under ``cloudloop dev`` (the compose services share the
 host's network); the Go binaries come from the Go tools' cache (``CLOUDLOOP_CACHE_DIR``), built by
@@ -97,10 +97,36 @@ def _dvp(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
     return stack, section, stop
 
 
+def _vsphere(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
+    from devstack.vcsim import VcsimOptions
+
+    stack = LocalStack(
+        StackOptions(
+            state_dir=state / "stack",
+            temporal=False,
+            moto=False,
+            kube=(KubeOptions(components=ALL_COMPONENTS),),
+            vcsim=VcsimOptions(),
+        )
+    ).start()
+    assert stack.vcsim is not None
+    password = state / "vsphere-password"
+    password.write_text(stack.vcsim.password)
+    section: dict[str, Any] = {
+        "server": stack.vcsim.server,
+        "username": stack.vcsim.username,
+        "password_file": str(password),
+    }
+    if stack.vcsim.ca_file is not None:
+        section["ca_bundle"] = str(stack.vcsim.ca_file)
+    return stack, section, stack.stop
+
+
 #: The clouds the dev stack can emulate, by provider name.
 CLOUDS: dict[str, Callable[[Path], tuple[LocalStack, dict[str, Any], Callable[[], None]]]] = {
     "aws": _aws,
     "dvp": _dvp,
+    "vsphere": _vsphere,
     "zvirt": _zvirt,
 }
 
