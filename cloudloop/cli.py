@@ -8,7 +8,8 @@ group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev
 Rules (the upstream cloud-controller-manager's conventions): ``--version``; ``--kubeconfig``
 (in-cluster config when unset); ``--cloud-config`` names a YAML file holding the configured
 provider's settings section (its keys are the ``CLOUDLOOP_<PROVIDER>__*`` names, lower case;
-environment values win over it); ``--leader-elect[=true|false]`` on the starter;
+environment values win over it), or the provider's upstream configuration file when the
+provider reads one (its ``config_file`` setting); ``--leader-elect[=true|false]`` on the starter;
 ``--log-format text|json``. A flag wins over the setting it overrides.
 """
 
@@ -125,20 +126,41 @@ def with_process_flags(
         from cloudloop.cloud.registry import provider_for
 
         record = provider_for(settings)
-        loaded = yaml.safe_load(cloud_config.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise click.BadParameter(
-                f"{cloud_config}: expected a mapping of settings", param_hint="--cloud-config"
-            )
-        current = record.section(settings)
-        explicit = current.model_dump(include=current.model_fields_set)
-        try:
-            update[record.name] = record.settings.model_validate({**loaded, **explicit})
-        except ValueError as exc:
-            raise click.BadParameter(
-                f"{cloud_config}: {exc}", param_hint="--cloud-config"
-            ) from None
+        update[record.name] = _cloud_config_section(record, settings, cloud_config)
     return settings.model_copy(update=update) if update else settings
+
+
+#: The settings field a provider reads its upstream configuration file from, if it has one.
+UPSTREAM_CONFIG_FIELD = "config_file"
+
+
+def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
+    """The provider's section with the ``--cloud-config`` file applied.
+
+    A YAML mapping of the section's own fields fills it. Anything else (upstream's own format,
+    e.g. an INI ``vsphere.conf``) goes to the provider's ``config_file`` setting when it has one;
+    otherwise it is refused. A field set explicitly by the environment keeps its value.
+    """
+    fields = set(record.settings.model_fields)
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        loaded = None
+    current = record.section(settings)
+    explicit = current.model_dump(include=current.model_fields_set)
+    if not isinstance(loaded, dict) or not set(loaded) <= fields:
+        if UPSTREAM_CONFIG_FIELD in fields:
+            return current.model_copy(update={UPSTREAM_CONFIG_FIELD: path})
+        unknown = sorted(set(loaded) - fields) if isinstance(loaded, dict) else []
+        raise click.BadParameter(
+            f"{path}: not a mapping of {record.name} settings"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else ""),
+            param_hint="--cloud-config",
+        )
+    try:
+        return record.settings.model_validate({**loaded, **explicit})
+    except ValueError as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--cloud-config") from None
 
 
 @main.command()
