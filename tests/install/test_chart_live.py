@@ -46,7 +46,7 @@ from tests.install.chart import (
 )
 from tests.loadbalancer.support import AwsWorld, ingress, make_service
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 
 NAMESPACE = "cloudloop-install"
 RELEASE = "cl"
@@ -371,7 +371,7 @@ async def test_the_rendered_processes_initialize_nodes_and_give_a_service_its_lo
     try:
         with running(worker, starter):
             try:
-                await eventually(lambda: initialized(install, names), timeout=60, what="node init")
+                await eventually(lambda: initialized(install, names), timeout=120, what="node init")
                 make_service(install.kube, web, "frontend")
                 probe = {
                     "metadata": {"name": "zones", "namespace": web},
@@ -379,20 +379,20 @@ async def test_the_rendered_processes_initialize_nodes_and_give_a_service_its_lo
                 }
                 install.kube.create(CLOUD_PROBES, probe, web)
                 hostname = await eventually(
-                    lambda: ingress(install.kube, web, "frontend"), timeout=120, what="LB ingress"
+                    lambda: ingress(install.kube, web, "frontend"), timeout=240, what="LB ingress"
                 )
                 await eventually(
                     lambda: get_condition(
                         install.kube.get(CLOUD_PROBES, "zones", web) or {}, "Ready"
                     ),
-                    timeout=60,
+                    timeout=120,
                     what="CloudProbe Ready",
                 )
                 await eventually(
                     lambda: install.kube.get(
                         CONFIG_MAPS, "d8-cloud-provider-conditions", "kube-system"
                     ),
-                    timeout=90,
+                    timeout=120,
                     what="discovery's conditions ConfigMap",
                 )
             except AssertionError as exc:
@@ -403,7 +403,7 @@ async def test_the_rendered_processes_initialize_nodes_and_give_a_service_its_lo
             install.kube.delete(SERVICES, "frontend", web)
             await eventually(
                 lambda: install.kube.get(SERVICES, "frontend", web) is None,
-                timeout=120,
+                timeout=240,
                 what="Service deleted (finalizer removed)",
             )
     finally:
@@ -438,7 +438,7 @@ async def test_the_starter_initializes_nodes_while_temporal_is_unreachable(
     try:
         with running(starter):
             try:
-                await eventually(lambda: initialized(install, names), timeout=60, what="node init")
+                await eventually(lambda: initialized(install, names), timeout=120, what="node init")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n--- starter:\n{starter.tail()}") from None
             assert starter.process is not None and starter.process.poll() is None
