@@ -23,6 +23,9 @@ from typing import Any, ClassVar
 from cloudloop.cloud import models
 from cloudloop.cloud.errors import NotSupported
 
+#: The well-known zone label of Nodes (``topology.kubernetes.io/zone``).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
 
 class Capability(StrEnum):
     INSTANCES = "instances"
@@ -205,6 +208,12 @@ class CloudDriver:
     zonal_volumes: bool = False
     #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
     max_volumes_per_node: int = 0
+
+    @property
+    def volume_topology_key(self) -> str:
+        """The CSI topology segment key of a zonal volume's zone (the upstream driver's key;
+        the well-known zone label unless the cloud's driver says another)."""
+        return ZONE_LABEL
 
     def volume_capacity(self, parameters: dict[str, str]) -> int:
         """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only

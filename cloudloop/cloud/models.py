@@ -204,6 +204,8 @@ class StorageClassSpec(BaseModel):
     parameters: dict[str, str] = Field(default_factory=dict)
     #: The cloud's own default among its classes (a setting may choose another).
     default: bool = False
+    #: The zones this class serves (e.g. a datastore's); empty: every discovered zone.
+    zones: list[str] = Field(default_factory=list)
 
 
 class VolumeModification(BaseModel):

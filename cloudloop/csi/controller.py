@@ -27,7 +27,6 @@ from cloudloop.cloud.models import Snapshot, Volume
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.spec import (
     GIB,
-    ZONE_KEY,
     Features,
     Refused,
     check_capabilities,
@@ -138,7 +137,7 @@ class Controller(csi_pb2_grpc.ControllerServicer):
     def _topology(self, volume: Volume) -> list[csi_pb2.Topology]:
         if not self.features.zonal or not volume.zone:
             return []
-        return [csi_pb2.Topology(segments={ZONE_KEY: volume.zone})]
+        return [csi_pb2.Topology(segments={self.features.topology_key: volume.zone})]
 
     def _volume(self, volume: Volume, context: dict[str, str]) -> csi_pb2.Volume:
         return csi_pb2.Volume(
@@ -167,8 +166,8 @@ class Controller(csi_pb2_grpc.ControllerServicer):
                 required(snapshot_id, "source snapshot ID")
             requirements = request.accessibility_requirements
             topology = Topology(
-                requisite=zones_of(list(requirements.requisite)),
-                preferred=zones_of(list(requirements.preferred)),
+                requisite=zones_of(list(requirements.requisite), self.features.topology_key),
+                preferred=zones_of(list(requirements.preferred), self.features.topology_key),
             )
             if not self.features.zonal:
                 topology = Topology()

@@ -4,8 +4,11 @@ The controller's publish context carries ``serial`` (the disk's serial as the gu
 on AWS, ``devicePath`` (the name the attach asked for). A disk is found, in this order:
 
 - in ``/dev/disk/by-id`` under a name ending in ``_<serial>`` (EBS on Nitro:
-  ``nvme-Amazon_Elastic_Block_Store_vol0123...``; virtio-scsi: ``scsi-0QEMU_QEMU_HARDDISK_<id>``)
-  or ``virtio-<serial>`` (virtio-blk keeps 20 characters of it), partitions skipped;
+  ``nvme-Amazon_Elastic_Block_Store_vol0123...``; virtio-scsi: ``scsi-0QEMU_QEMU_HARDDISK_<id>``,
+  also cut to 20 characters), ``virtio-<serial>`` (virtio-blk keeps 20 characters of it: a
+  Cinder volume is ``virtio-<first 20 characters of its ID>``) or ``wwn-0x<serial>`` (a SCSI
+  disk's UUID, lower case without dashes: a vSphere disk with ``disk.EnableUUID``), partitions
+  skipped; the forms cinder-csi and vsphere-csi look for;
 - at ``devicePath`` or its ``/dev/sd*`` twin (Xen instances: ``/dev/xvdba`` ↔ ``/dev/sdba``);
 - in ``/dev/disk/by-id`` under a name ending in the volume ID (Deckhouse's DVP driver).
 
@@ -23,6 +26,11 @@ from pathlib import Path
 VIRTIO_SERIAL_LENGTH = 20
 
 
+def wwn(serial: str) -> str:
+    """A SCSI UUID as udev names it under ``wwn-0x``: lower case, no dashes or spaces."""
+    return serial.replace("-", "").replace(" ", "").lower()
+
+
 def _by_id_entries(device_dir: Path) -> list[str]:
     try:
         return sorted(e for e in os.listdir(device_dir) if "-part" not in e)
@@ -34,8 +42,9 @@ def by_serial(device_dir: Path, serial: str) -> Path | None:
     if not serial:
         return None
     short = serial[:VIRTIO_SERIAL_LENGTH]
+    names = {f"virtio-{short}", f"virtio-{serial}", f"wwn-0x{wwn(serial)}"}
     for entry in _by_id_entries(device_dir):
-        if entry.endswith(f"_{serial}") or entry in (f"virtio-{short}", f"virtio-{serial}"):
+        if entry in names or entry.endswith((f"_{serial}", f"_{short}")):
             return (device_dir / entry).resolve()
     return None
 

@@ -1,12 +1,12 @@
 """The CSI Node service: stage (format and mount), publish (bind), expand, stats, node info.
 
 ``NodeGetInfo`` answers the node's cloud instance ID (the ID the controller attaches to), its
-volume limit and, for zonal clouds, its zone. Every path-changing RPC holds the volume for its
-duration; a second call for the same volume meanwhile is ``ABORTED`` (the kubelet retries), as
-aws-ebs-csi-driver's in-flight check does. Required fields are checked first
-(``INVALID_ARGUMENT``); a path that does not exist is ``NOT_FOUND`` for stats and expansion.
-NodeUnpublish removes the target path it created; NodeUnstage leaves the staging path (the
-kubelet's) in place.
+volume limit and, for zonal clouds, its zone under the cloud's topology key. Every
+path-changing RPC holds the volume for its duration; a second call for the same volume
+meanwhile is ``ABORTED`` (the kubelet retries), as aws-ebs-csi-driver's in-flight check does.
+Required fields are checked first (``INVALID_ARGUMENT``); a path that does not exist is
+``NOT_FOUND`` for stats and expansion. NodeUnpublish removes the target path it created;
+NodeUnstage leaves the staging path (the kubelet's) in place.
 """
 
 from __future__ import annotations
@@ -70,12 +70,14 @@ class Node(csi_pb2_grpc.NodeServicer):
         zone: str = "",
         max_volumes: int = 0,
         default_fs_type: str = "ext4",
+        topology_key: str = ZONE_KEY,
     ) -> None:
         self.mounter = mounter
         self.node_id = node_id
         self.zone = zone
         self.max_volumes = max_volumes
         self.default_fs_type = default_fs_type
+        self.topology_key = topology_key
         self.in_flight = InFlight()
 
     async def _call(self, volume_id: str, step: str, work: object) -> None:
@@ -260,7 +262,7 @@ class Node(csi_pb2_grpc.NodeServicer):
             node_id=self.node_id, max_volumes_per_node=self.max_volumes
         )
         if self.zone:
-            response.accessible_topology.segments[ZONE_KEY] = self.zone
+            response.accessible_topology.segments[self.topology_key] = self.zone
         return response
 
     # -- not offered -----------------------------------------------------------------------

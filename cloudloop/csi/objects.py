@@ -1,10 +1,12 @@
 """The Kubernetes objects of the CSI driver: its ``CSIDriver`` and the cloud's StorageClasses.
 
 StorageClasses come from the configured cloud (``CloudDriver.storage_classes``: EBS types on AWS,
-one per parent StorageClass on DVP, one per storage domain on zVirt) and the discovery document
+one per parent StorageClass on DVP, one per storage domain on zVirt, one per Cinder volume type
+on OpenStack, one per zoned datastore on vSphere) and the discovery document
 the discoverer writes (Secret ``d8-cloud-provider-discovery-data``): every class is
-``WaitForFirstConsumer``, expandable, reclaim ``Delete``, and on zonal clouds limited to the
-discovered zones (``allowedTopologies``). The default is the cloud's own unless
+``WaitForFirstConsumer``, expandable, reclaim ``Delete``, and on zonal clouds limited
+(``allowedTopologies`` under the cloud's topology key) to the zones the class serves (a vSphere
+datastore's), else to every discovered zone. The default is the cloud's own unless
 ``csi.default_storage_class`` names another (``-``: none).
 
 Identity: the classes this driver manages carry ``cloudloop.io/csi-driver=<driver>``; a class of
@@ -76,6 +78,7 @@ def storage_class_objects(
     zones: list[str],
     zonal: bool,
     default: str,
+    topology_key: str = ZONE_KEY,
 ) -> list[dict[str, Any]]:
     objects = []
     for spec in sorted(specs, key=lambda s: s.name):
@@ -91,9 +94,10 @@ def storage_class_objects(
             "allowVolumeExpansion": True,
             "volumeBindingMode": "WaitForFirstConsumer",
         }
-        if zonal and zones:
+        served = spec.zones or zones
+        if zonal and served:
             body["allowedTopologies"] = [
-                {"matchLabelExpressions": [{"key": ZONE_KEY, "values": sorted(zones)}]}
+                {"matchLabelExpressions": [{"key": topology_key, "values": sorted(served)}]}
             ]
         objects.append(body)
     return objects
@@ -178,6 +182,7 @@ def sync_objects(kube: Kube, settings: Settings, driver: CloudDriver) -> bool:
         zones=zones,
         zonal=driver.zonal_volumes,
         default=default_class(specs, csi.default_storage_class),
+        topology_key=driver.volume_topology_key,
     )
     reconcile_storage_classes(kube, csi.driver_name, desired)
     return True

@@ -142,6 +142,7 @@ def node_server(settings: Settings, driver: CloudDriver, node_id: str, zone: str
         zone=zone if driver.zonal_volumes else "",
         max_volumes=csi.max_volumes_per_node or features.max_volumes_per_node,
         default_fs_type=csi.default_fs_type,
+        topology_key=features.topology_key,
     )
     csi_pb2_grpc.add_NodeServicer_to_server(node, server)
     return server

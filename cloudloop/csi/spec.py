@@ -4,10 +4,12 @@ Results of :class:`~cloudloop.csi.operations.VolumeOperations` carry a CSI code 
 ``grpc.StatusCode`` name, so the mapping is one lookup and never invents a code; gRPC status
 details stay empty (the spec's rule), the message says what happened.
 
-Features are derived from the configured cloud's driver class, never listed by hand: zonal
-volumes (``VOLUME_ACCESSIBILITY_CONSTRAINTS``, a ``topology.kubernetes.io/zone`` segment),
-snapshots (``CREATE_DELETE_SNAPSHOT``, ``LIST_SNAPSHOTS``), capacity (``GET_CAPACITY``).
-Departs from aws-ebs-csi-driver: one topology key (the well-known zone label) instead of two.
+Features are derived from the configured cloud's driver, never listed by hand: zonal volumes
+(``VOLUME_ACCESSIBILITY_CONSTRAINTS``, one segment under the cloud's topology key: the upstream
+driver's, e.g. Cinder CSI's ``topology.cinder.csi.openstack.org/zone``, else the well-known
+``topology.kubernetes.io/zone``), snapshots (``CREATE_DELETE_SNAPSHOT``, ``LIST_SNAPSHOTS``),
+capacity (``GET_CAPACITY``). Departs from aws-ebs-csi-driver: one topology key (the well-known
+zone label) instead of two.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from dataclasses import dataclass
 import grpc
 from grpc import aio
 
-from cloudloop.cloud.driver import Capability, CloudDriver, overridden
+from cloudloop.cloud.driver import ZONE_LABEL, Capability, CloudDriver, overridden
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.messages.volume import Code
 
-#: The topology segment key of zonal volumes (also the Node label the scheduler matches).
-ZONE_KEY = "topology.kubernetes.io/zone"
+#: The Node label of its zone, and the topology key of clouds whose driver names no other.
+ZONE_KEY = ZONE_LABEL
 GIB = 1 << 30
 
 Mode = csi_pb2.VolumeCapability.AccessMode
@@ -89,6 +91,8 @@ class Features:
     capacity: bool
     max_volumes_per_node: int
     list_volumes: bool = True
+    #: The key of a zonal volume's topology segment (NodeGetInfo, CreateVolume, StorageClasses).
+    topology_key: str = ZONE_KEY
 
     @classmethod
     def of(cls, driver: CloudDriver) -> Features:
@@ -98,6 +102,7 @@ class Features:
             capacity=overridden(type(driver), "volume_capacity"),
             max_volumes_per_node=driver.max_volumes_per_node,
             list_volumes=overridden(type(driver), "list_volumes"),
+            topology_key=driver.volume_topology_key,
         )
 
     def plugin_capabilities(self) -> list[csi_pb2.PluginCapability]:
@@ -130,5 +135,5 @@ class Features:
         ]
 
 
-def zones_of(topologies: list[csi_pb2.Topology]) -> list[str]:
-    return [t.segments[ZONE_KEY] for t in topologies if t.segments.get(ZONE_KEY)]
+def zones_of(topologies: list[csi_pb2.Topology], key: str = ZONE_KEY) -> list[str]:
+    return [t.segments[key] for t in topologies if t.segments.get(key)]

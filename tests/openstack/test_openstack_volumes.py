@@ -104,7 +104,9 @@ async def test_attach_detach_extend_delete(
 
     attached = await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=a))
     assert attached.code is Code.OK, attached.message
-    assert attached.device == "/dev/vdb" and attached.publish_context == {"devicePath": "/dev/vdb"}
+    assert attached.device == "/dev/vdb"
+    # The guest finds it as virtio-<first 20 characters of the ID> (cinder-csi's serial).
+    assert attached.publish_context == {"devicePath": "/dev/vdb", "serial": volume_id}
     raw = volume(admin, volume_id)
     assert raw is not None and raw["status"] == "in-use" and raw["attachments"][0]["server_id"] == a
     again = await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=f"openstack:///{a}"))

@@ -130,3 +130,104 @@ def test_zone_reads_then_region_reads_on_one_driver(
     assert zones == {"LocalDS_0": ["zone-a"], "LocalDS_1": ["zone-b"]}
     assert [z.name for z in driver.zones()] == ["zone-a", "zone-b"]
     assert {z.region for z in driver.zones()} == {"region-a"}
+
+
+def _add_disk_device(vcsim: VcsimEndpoint, vm_name: str, volume: models.Volume) -> str:
+    """What vCenter does on ``AttachDisk_Task`` and vcsim does not: a virtual disk device on the
+    VM backed by the FCD's file and naming it (``vDiskId``). Returns its ``backing.uuid``."""
+    from cloudloop.cloud.vsphere.vmomi import vim
+
+    datastore, disk = volume.id.split(":", 1)
+    si = connect(vcsim)
+    try:
+        manager = vim.vslm.vcenter.VStorageObjectManager("VStorageObjectManager", si._stub)
+        obj = manager.RetrieveVStorageObject(
+            vim.vslm.ID(id=disk), vim.Datastore(datastore, si._stub)
+        )
+        vm = find(si, f"DC0/vm/{vm_name}")
+        controller = next(
+            d
+            for d in vm.config.hardware.device
+            if isinstance(d, vim.vm.device.VirtualSCSIController)
+        )
+        device = vim.vm.device.VirtualDisk(
+            key=-101,
+            controllerKey=controller.key,
+            unitNumber=9,
+            capacityInKB=int(obj.config.capacityInMB) * 1024,
+            vDiskId=vim.vslm.ID(id=disk),
+            backing=vim.vm.device.VirtualDisk.FlatVer2BackingInfo(
+                fileName=obj.config.backing.filePath, diskMode="persistent"
+            ),
+        )
+        change = vim.vm.device.VirtualDeviceSpec(operation="add", device=device)
+        wait_task(si, vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(deviceChange=[change])))
+        added = next(
+            d
+            for d in find(si, f"DC0/vm/{vm_name}").config.hardware.device
+            if isinstance(d, vim.vm.device.VirtualDisk)
+            and d.vDiskId is not None
+            and d.vDiskId.id == disk
+        )
+        return str(added.backing.uuid)
+    finally:
+        disconnect(si)
+
+
+def test_attachment_serial_is_the_disks_scsi_uuid(
+    seeded: Inventory, driver: VsphereDriver, vcsim: VcsimEndpoint
+) -> None:
+    """The node finds the disk as ``wwn-0x<backing.uuid>`` (vsphere-csi): the attachment's
+    serial is read from the VM's disk device for the FCD."""
+    node = seeded.vms["node-a"]
+    created = driver.create_volume(
+        models.VolumeSpec(name="pvc-serial", size_gib=1, zone="zone-a", cluster=CLUSTER)
+    )
+    try:
+        attached = driver.attach_volume(created, node.uuid)
+        assert (attached.instance_id, attached.serial) == (node.uuid, "")  # vcsim: no device
+        uuid = _add_disk_device(vcsim, node.name, created)
+        [attachment] = driver.get_volume(created.id).attachments
+        assert attachment.serial == uuid.replace("-", "").lower() and attachment.serial
+        assert driver.attach_volume(created, node.uuid) == attachment
+    finally:
+        driver.detach_volume(created.id, node.uuid)
+        driver.delete_volume(created.id)
+
+
+def test_list_capacity_and_parameters(seeded: Inventory, driver: VsphereDriver) -> None:
+    stores = {d.name: d for d in driver.datastores()}
+    zone_b = stores["LocalDS_1"]
+    assert zone_b.free_bytes > 0
+    assert driver.volume_capacity({"DatastoreURL": zone_b.url}) == zone_b.free_bytes
+    with pytest.raises(errors.InvalidRequest):
+        driver.volume_capacity({"datastoreurl": "ds:///nowhere/"})
+    created = driver.create_volume(
+        models.VolumeSpec(
+            name="pvc-by-url",
+            size_gib=1,
+            cluster="list-test",
+            parameters={"datastoreURL": zone_b.url},
+        )
+    )
+    try:
+        assert created.zone == "zone-b" and created.id.startswith(f"{zone_b.moref}:")
+        assert [v.id for v in driver.list_volumes("list-test")] == [created.id]
+        assert driver.list_volumes("no-such-cluster") == []
+        with pytest.raises(errors.ResourceExhausted):  # the datastore serves zone-b only
+            driver.create_volume(
+                models.VolumeSpec(
+                    name="pvc-wrong-zone",
+                    size_gib=1,
+                    zone="zone-a",
+                    parameters={"DatastoreURL": zone_b.url},
+                )
+            )
+        with pytest.raises(errors.InvalidRequest):
+            driver.create_volume(
+                models.VolumeSpec(
+                    name="pvc-no-policy", size_gib=1, parameters={"StoragePolicyName": "none"}
+                )
+            )
+    finally:
+        driver.delete_volume(created.id)

@@ -16,6 +16,15 @@ As upstream ``cinder-csi`` (``controllerserver.go``, ``openstack_volumes.go``):
   ``ignore-volume-microversion``); ``extending`` is a modification in progress and
   ``error_extending`` a failed one. An extend already running for an unknown target (a worker
   died) is ``OperationPending``: the caller asks again once it ended.
+
+For the CSI driver, as cinder-csi: StorageClass parameters ``type`` (the volume type) and
+``availability`` (an AZ that wins over the topology's; other keys are refused), one StorageClass
+per Cinder volume type of the discovery data (named as Deckhouse names them, ``__DEFAULT__``
+the default), the topology key ``topology.cinder.csi.openstack.org/zone`` (the volume's AZ),
+``[BlockStorage] node-volume-attach-limit`` volumes per node, and the guest finding the disk by
+its serial, the volume ID (``/dev/disk/by-id/virtio-<first 20 characters>``). No snapshots (the
+emulator has none) and no GetCapacity: Cinder tells a project its quota, not its backends' free
+space (upstream answers neither).
 """
 
 from __future__ import annotations
@@ -27,12 +36,20 @@ from typing import Any
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase, status_of
 from cloudloop.cloud.openstack.discovery import CLUSTER_METADATA
+from cloudloop.cloud.openstack.settings import OpenStackSettings
 
 DESCRIPTION = "Created by OpenStack Cinder CSI driver"
 #: Upstream's CSI driver name and topology key (a volume's zone is its Cinder AZ).
 CSI_DRIVER = "cinder.csi.openstack.org"
 TOPOLOGY_KEY = "topology.cinder.csi.openstack.org/zone"
 EXTEND_MICROVERSION = "3.42"
+#: StorageClass parameters cinder-csi reads: the volume type and an AZ that wins over topology.
+TYPE_PARAMETER = "type"
+AVAILABILITY_PARAMETER = "availability"
+#: Cinder's default volume type (since Train), the default StorageClass when offered.
+DEFAULT_VOLUME_TYPE = "__DEFAULT__"
+#: cinder-csi's ceiling on ``node-volume-attach-limit``.
+MAX_ATTACH_LIMIT = 256
 _ATTACHMENT_STATE = {
     "reserved": "attaching",
     "attaching": "attaching",
@@ -42,9 +59,26 @@ _ATTACHMENT_STATE = {
 _BUSY = ("reserved", "attaching", "in-use", "detaching")
 
 
+def storage_class_name(volume_type: str) -> str:
+    """A StorageClass name for a volume type, as Deckhouse makes it: only letters, digits, ``-``
+    and ``.`` kept, trimmed of ``-``/``.`` (lower-cased here, as Kubernetes requires)."""
+    kept = "".join(c for c in volume_type if c.isascii() and (c.isalnum() or c in "-."))
+    return kept.strip("-.").lower()
+
+
 class OpenStackVolumes(OpenStackBase):
     _expanding: dict[str, int] = {}
     _expanding_lock = threading.Lock()
+    zonal_volumes = True
+
+    def __init__(self, settings: OpenStackSettings) -> None:
+        super().__init__(settings)
+        limit = self.settings.block_storage.node_volume_attach_limit
+        self.max_volumes_per_node = min(limit, MAX_ATTACH_LIMIT) if limit > 0 else MAX_ATTACH_LIMIT
+
+    @property
+    def volume_topology_key(self) -> str:
+        return TOPOLOGY_KEY
 
     def _to_volume(self, raw: dict[str, Any]) -> models.Volume:
         status = str(raw.get("status") or "")
@@ -55,6 +89,7 @@ class OpenStackVolumes(OpenStackBase):
                 instance_id=str(a.get("server_id") or ""),
                 device=str(a.get("device") or ""),
                 state=state,
+                serial=str(raw["id"]),
             )
             for a in raw.get("attachments") or []
             if a.get("server_id")
@@ -99,7 +134,44 @@ class OpenStackVolumes(OpenStackBase):
     def get_volume(self, volume_id: str) -> models.Volume:
         return self._to_volume(self._raw_volume(volume_id))
 
+    def list_volumes(self, cluster: str) -> list[models.Volume]:
+        found = self.list_all(
+            "ListVolumes",
+            "block_storage",
+            "/volumes/detail",
+            "volumes",
+            params={"metadata": json.dumps({CLUSTER_METADATA: cluster})},
+        )
+        live = [
+            self._to_volume(v)
+            for v in found
+            if (v.get("metadata") or {}).get(CLUSTER_METADATA) == cluster
+            and v.get("status") not in ("deleting", "error_deleting")
+        ]
+        return sorted(live, key=lambda v: v.id)
+
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
+        """One per volume type of the discovery data's ``volumeTypes`` (Deckhouse's
+        ``discover_volume_types``); ``__DEFAULT__``'s class is the default, else the first."""
+        specs: dict[str, models.StorageClassSpec] = {}
+        types = sorted(str(t.get("name") or "") for t in discovery.get("volumeTypes") or [])
+        for volume_type in types:
+            name = storage_class_name(volume_type)
+            if name and name not in specs:
+                specs[name] = models.StorageClassSpec(
+                    name=name,
+                    parameters={TYPE_PARAMETER: volume_type},
+                    default=volume_type == DEFAULT_VOLUME_TYPE,
+                )
+        classes = sorted(specs.values(), key=lambda c: c.name)
+        if classes and not any(c.default for c in classes):
+            classes[0] = classes[0].model_copy(update={"default": True})
+        return classes
+
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
+        unknown = sorted(set(spec.parameters) - {TYPE_PARAMETER, AVAILABILITY_PARAMETER})
+        if unknown:
+            raise errors.InvalidRequest(NAME, "CreateVolume", f"unknown parameters {unknown}")
         metadata = {str(k): str(v)[:255] for k, v in spec.tags.items()}
         if spec.cluster:
             metadata[CLUSTER_METADATA] = spec.cluster
@@ -109,10 +181,12 @@ class OpenStackVolumes(OpenStackBase):
             "description": DESCRIPTION,
             "metadata": metadata,
         }
-        if spec.zone and not self.settings.block_storage.ignore_volume_az:
-            body["availability_zone"] = spec.zone
-        if spec.volume_type:
-            body["volume_type"] = spec.volume_type
+        zone = spec.parameters.get(AVAILABILITY_PARAMETER) or spec.zone
+        if zone and not self.settings.block_storage.ignore_volume_az:
+            body["availability_zone"] = zone
+        volume_type = spec.volume_type or spec.parameters.get(TYPE_PARAMETER, "")
+        if volume_type:
+            body["volume_type"] = volume_type
         try:
             created = self.request(
                 "CreateVolume", "block_storage", "POST", "/volumes", json={"volume": body}
@@ -155,6 +229,7 @@ class OpenStackVolumes(OpenStackBase):
                     instance_id=instance_id,
                     device=str(existing.get("device") or ""),
                     state=state,
+                    serial=volume.id,
                 )
         try:
             made = self.request(
@@ -172,6 +247,7 @@ class OpenStackVolumes(OpenStackBase):
             instance_id=instance_id,
             device=str(attachment.get("device") or ""),
             state="attaching",
+            serial=volume.id,
         )
 
     def detach_volume(self, volume_id: str, instance_id: str) -> None:

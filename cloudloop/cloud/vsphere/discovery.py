@@ -32,6 +32,8 @@ class DatastoreView:
     url: str
     type: str
     parent: str
+    #: ``summary.freeSpace`` (bytes).
+    free_bytes: int = 0
 
 
 class VsphereDiscovery(VsphereBase):
@@ -59,7 +61,13 @@ class VsphereDiscovery(VsphereBase):
                     propSet=[
                         PC.PropertySpec(
                             type=vim.Datastore,
-                            pathSet=["name", "summary.url", "summary.type", "parent"],
+                            pathSet=[
+                                "name",
+                                "summary.url",
+                                "summary.type",
+                                "summary.freeSpace",
+                                "parent",
+                            ],
                         )
                     ],
                 )
@@ -77,6 +85,7 @@ class VsphereDiscovery(VsphereBase):
                         url=str(props.get("summary.url", "")),
                         type=str(props.get("summary.type", "")),
                         parent=parent._moId if parent is not None else "",
+                        free_bytes=int(props.get("summary.freeSpace") or 0),
                     )
                 )
             return sorted(result, key=lambda d: d.name)

@@ -18,7 +18,18 @@ Rules:
 - **Delete** refuses an attached FCD (:class:`FailedPrecondition`); a missing one is
   :class:`NotFound`. **Extend** waits for its task; the modification is then ``completed``.
 - **Topology**: a volume's zone is its datastore's zone tag; a create for a zone uses the first
-  datastore (by name) carrying that zone tag.
+  datastore (by name) carrying that zone tag. The CSI topology key is vsphere-csi's
+  ``topology.csi.vmware.com/<zone tag category>``.
+- **Create after a crash**: a worker killed while its ``createDisk`` task ran leaves a task the
+  retry cannot see the disk of yet; a create first waits for the ``createDisk`` tasks vCenter
+  still runs (``TaskManager.recentTask``) and looks for the name again, so the retry adopts the
+  disk instead of making a second one.
+- **CSI** (as vsphere-csi): StorageClass parameters ``DatastoreURL`` and ``StoragePolicyName``
+  (keys case-insensitive, others refused); one StorageClass per zoned datastore of the
+  discovery data, limited to that datastore's zones; 59 volumes per node (vsphere-csi's
+  ``MAX_VOLUMES_PER_NODE``); the guest finds the disk as ``/dev/disk/by-id/wwn-0x<SCSI UUID>``
+  (the attachment's serial is the VM disk's ``backing.uuid``; vcsim adds no device on attach,
+  so there it is empty); GetCapacity is the datastore's free space. No snapshots.
 - pyvmomi work-arounds: the manager is built by hand (``content.vStorageObjectManager`` is None
   against vcsim) and task results are read through the property collector.
 - Departs from upstream: vSphere CSI uses CNS (``/vsanHealth``) with container-cluster metadata;
@@ -27,12 +38,15 @@ Rules:
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.vsphere.discovery import DatastoreView, VsphereDiscovery
 from cloudloop.cloud.vsphere.mapping import PROVIDER
+from cloudloop.cloud.vsphere.settings import DEFAULT_ZONE_CATEGORY
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 
 log = logging.getLogger(__name__)
@@ -40,10 +54,32 @@ log = logging.getLogger(__name__)
 MB_PER_GIB = 1024
 #: The VM tasks that change which disks it consumes (``TaskInfo.descriptionId``).
 DISK_TASKS = frozenset({"VirtualMachine.attachDisk", "VirtualMachine.detachDisk"})
+#: A first-class-disk create (``TaskInfo.descriptionId`` ends so; vcsim:
+#: ``VcenterVStorageObjectManager.createDisk``).
+CREATE_TASK_SUFFIX = ".createDisk"
+#: vsphere-csi's StorageClass parameters (matched lower-cased, as it does).
+DATASTORE_URL_PARAMETER = "datastoreurl"
+STORAGE_POLICY_PARAMETER = "storagepolicyname"
+#: vsphere-csi's topology keys: this prefix and the tag category.
+TOPOLOGY_PREFIX = "topology.csi.vmware.com/"
+#: vsphere-csi's default ``MAX_VOLUMES_PER_NODE`` (4 paravirtual SCSI controllers).
+MAX_VOLUMES = 59
+_NOT_DNS = re.compile(r"[^a-z0-9]+")
 
 
 def volume_id(datastore: str, disk_id: str) -> str:
     return f"{datastore}:{disk_id}"
+
+
+def storage_class_name(datastore: str) -> str:
+    """A StorageClass name for a datastore, shaped as Deckhouse slugs it: lower case, runs of
+    other characters as ``-``, and a hash of the name appended when it had to change (so two
+    names that slug alike stay apart; Deckhouse's hash is murmur3, this one SHA-256)."""
+    slug = _NOT_DNS.sub("-", datastore.lower()).strip("-")[:54]
+    if slug == datastore:
+        return slug
+    digest = hashlib.sha256(datastore.encode()).hexdigest()[:8]
+    return f"{slug}-{digest}" if slug else digest
 
 
 def parse_volume_id(value: str) -> tuple[str, str]:
@@ -55,6 +91,17 @@ def parse_volume_id(value: str) -> tuple[str, str]:
 
 
 class VsphereVolumes(VsphereDiscovery):
+    zonal_volumes = True
+    max_volumes_per_node = MAX_VOLUMES
+
+    @property
+    def volume_topology_key(self) -> str:
+        try:
+            category = self.connection().zone_category
+        except errors.CloudError:  # a configuration error shows at the first cloud call
+            category = self.settings.zone_tag_category or DEFAULT_ZONE_CATEGORY
+        return f"{TOPOLOGY_PREFIX}{category}"
+
     # -- helpers -----------------------------------------------------------------------------
     def _manager(self, si: Any) -> Any:
         manager = si.content.vStorageObjectManager
@@ -110,13 +157,24 @@ class VsphereVolumes(VsphereDiscovery):
             ),
         )
 
-    def _volume(self, datastore: str, obj: Any, zones: dict[str, list[str]]) -> models.Volume:
+    def _volume(
+        self,
+        datastore: str,
+        obj: Any,
+        zones: dict[str, list[str]],
+        serials: dict[str, str] | None = None,
+    ) -> models.Volume:
         config = obj.config
         disk = str(config.id.id)
         vid = volume_id(datastore, disk)
         consumers = [str(c.id).lower() for c in config.consumerId or []]
         attachments = [
-            models.Attachment(volume_id=vid, instance_id=c, device=disk, state="attached")
+            models.Attachment(
+                volume_id=vid,
+                instance_id=c,
+                state="attached",
+                serial=(serials or {}).get(c, ""),
+            )
             for c in consumers
         ]
         return models.Volume(
@@ -128,6 +186,49 @@ class VsphereVolumes(VsphereDiscovery):
             name=str(config.name),
             attachments=attachments,
         )
+
+    def _read(self, volume_id: str, *, serials: bool = False) -> models.Volume:
+        """The volume; with ``serials``, each attachment's disk serial read from its VM."""
+        datastore, disk = parse_volume_id(volume_id)
+        obj = self._retrieve(datastore, disk)
+        found: dict[str, str] = {}
+        if serials:
+            for consumer in obj.config.consumerId or []:
+                instance = str(consumer.id).lower()
+                found[instance] = self._disk_serial(instance, disk)
+        return self._volume(datastore, obj, self.datastore_zones(), found)
+
+    def _disk_serial(self, instance_id: str, disk: str) -> str:
+        """The SCSI UUID (``wwn-0x`` form) of the VM's virtual disk backed by the FCD ``disk``;
+        "" when the VM or the device is not there (vcsim adds no device on attach)."""
+        try:
+            vm = self._vm(instance_id)
+        except errors.NotFound:
+            return ""
+
+        def read(si: Any) -> list[Any]:
+            spec = PC.FilterSpec(
+                objectSet=[PC.ObjectSpec(obj=vim.VirtualMachine(vm._moId, si._stub))],
+                propSet=[
+                    PC.PropertySpec(type=vim.VirtualMachine, pathSet=["config.hardware.device"])
+                ],
+            )
+            found = si.content.propertyCollector.RetrieveContents([spec]) or []
+            props = {p.name: p.val for o in found for p in o.propSet}
+            return list(props.get("config.hardware.device") or [])
+
+        try:
+            devices = self.call("ReadVmDevices", read)
+        except errors.NotFound:
+            return ""
+        for device in devices:
+            if not isinstance(device, vim.vm.device.VirtualDisk):
+                continue
+            vdisk = getattr(device, "vDiskId", None)
+            uuid = getattr(device.backing, "uuid", None)
+            if vdisk is not None and str(vdisk.id) == disk and uuid:
+                return str(uuid).replace("-", "").replace(" ", "").lower()
+        return ""
 
     def _vm(self, instance_id: str) -> Any:
         vm = self.call(
@@ -143,6 +244,40 @@ class VsphereVolumes(VsphereDiscovery):
         zoned = self.datastore_zones()
         tagged = [d for d in stores if zoned.get(d.moref)]
         return tagged or stores
+
+    def _parameters(self, parameters: dict[str, str], operation: str) -> dict[str, str]:
+        """The StorageClass parameters by lower-cased key (vsphere-csi's rule); others refused."""
+        lowered = {k.lower(): v for k, v in parameters.items()}
+        unknown = sorted(set(lowered) - {DATASTORE_URL_PARAMETER, STORAGE_POLICY_PARAMETER})
+        if unknown:
+            raise errors.InvalidRequest(PROVIDER, operation, f"unknown parameters {unknown}")
+        return lowered
+
+    def _datastores_for(
+        self, parameters: dict[str, str], wanted: str, operation: str
+    ) -> list[DatastoreView]:
+        """The datastores a volume of these parameters may go to: the ``DatastoreURL`` one,
+        else the one ``wanted`` names (a type or ``default_datastore``), else every candidate."""
+        stores = self._candidate_datastores()
+        url = parameters.get(DATASTORE_URL_PARAMETER, "")
+        if url:
+            by_url = [d for d in self.datastores() if d.url.rstrip("/") == url.rstrip("/")]
+            if not by_url:
+                raise errors.InvalidRequest(PROVIDER, operation, f"no datastore at {url}")
+            return by_url
+        if wanted:
+            return [d for d in stores if wanted in (d.name, d.url, d.moref)]
+        return stores
+
+    def _policy_id(self, parameters: dict[str, str]) -> str:
+        """The storage policy of ``StoragePolicyName`` (by name, through PBM), else the setting."""
+        name = parameters.get(STORAGE_POLICY_PARAMETER, "")
+        if not name:
+            return self.settings.storage_policy_id
+        for policy in self.storage_policies():
+            if policy["name"] == name:
+                return policy["id"]
+        raise errors.InvalidRequest(PROVIDER, "CreateDisk", f"no storage policy named {name!r}")
 
     # -- the contract ----------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
@@ -171,16 +306,88 @@ class VsphereVolumes(VsphereDiscovery):
         return None
 
     def get_volume(self, volume_id: str) -> models.Volume:
-        datastore, disk = parse_volume_id(volume_id)
-        obj = self._retrieve(datastore, disk)
-        return self._volume(datastore, obj, self.datastore_zones())
+        return self._read(volume_id, serials=True)
+
+    def list_volumes(self, cluster: str) -> list[models.Volume]:
+        """Every FCD tagged for ``cluster`` (one tag query, then one read per disk)."""
+        category = self.settings.cluster_tag_category
+        try:
+            ids = self.call(
+                "ListVStorageObjectsAttachedToTag",
+                lambda si: self._manager(si).ListVStorageObjectsAttachedToTag(category, cluster),
+            )
+        except errors.NotFound:
+            return []  # no such tag: no disk was ever tagged for the cluster
+        wanted = {str(i.id) for i in ids or []}
+        if not wanted:
+            return []
+        zones = self.datastore_zones()
+        volumes: list[models.Volume] = []
+        for store in self.datastores():
+            for disk in self._list(store.moref):
+                if disk not in wanted:
+                    continue
+                try:
+                    obj = self._retrieve(store.moref, disk)
+                except errors.NotFound:
+                    continue  # deleted meanwhile
+                volumes.append(self._volume(store.moref, obj, zones))
+        return sorted(volumes, key=lambda v: v.id)
+
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
+        """One per zoned datastore of the discovery data (``datastores``), limited to its zones
+        that the cluster uses, with ``DatastoreURL`` (and ``StoragePolicyName`` for the
+        configured ``storage_policy_id``), as Deckhouse's ``cloud-provider-vsphere``; the
+        ``default_datastore`` class is the default, else the first by name."""
+        cluster_zones = {str(z) for z in discovery.get("zones") or []}
+        policy = next(
+            (
+                str(p.get("name"))
+                for p in discovery.get("storagePolicies") or []
+                if self.settings.storage_policy_id
+                and p.get("id") == self.settings.storage_policy_id
+            ),
+            "",
+        )
+        specs: dict[str, models.StorageClassSpec] = {}
+        for entry in sorted(discovery.get("datastores") or [], key=lambda d: str(d.get("name"))):
+            name, url = str(entry.get("name") or ""), str(entry.get("datastoreURL") or "")
+            zones = sorted(str(z) for z in entry.get("zones") or [])
+            if cluster_zones:
+                zones = [z for z in zones if z in cluster_zones]
+            if not name or not url or not zones:
+                continue
+            parameters = {"DatastoreURL": url}
+            if policy:
+                parameters["StoragePolicyName"] = policy
+            default = bool(self.settings.default_datastore) and (
+                self.settings.default_datastore in (name, url)
+            )
+            specs.setdefault(
+                storage_class_name(name),
+                models.StorageClassSpec(
+                    name=storage_class_name(name),
+                    parameters=parameters,
+                    default=default,
+                    zones=zones,
+                ),
+            )
+        classes = sorted(specs.values(), key=lambda c: c.name)
+        if classes and not any(c.default for c in classes):
+            classes[0] = classes[0].model_copy(update={"default": True})
+        return classes
+
+    def volume_capacity(self, parameters: dict[str, str]) -> int:
+        """Free bytes of the datastore a volume of these parameters would go to."""
+        params = self._parameters(parameters, "GetCapacity")
+        stores = self._datastores_for(params, self.settings.default_datastore, "GetCapacity")
+        return stores[0].free_bytes if stores else 0
 
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
-        stores = self._candidate_datastores()
-        zones = self.datastore_zones()
+        params = self._parameters(spec.parameters, "CreateDisk")
         wanted = spec.volume_type or self.settings.default_datastore
-        if wanted:
-            stores = [d for d in stores if wanted in (d.name, d.url, d.moref)]
+        stores = self._datastores_for(params, wanted, "CreateDisk")
+        zones = self.datastore_zones()
         if spec.zone:
             stores = [d for d in stores if spec.zone in zones.get(d.moref, [])]
         if not stores:
@@ -190,6 +397,11 @@ class VsphereVolumes(VsphereDiscovery):
                 f"no datastore for zone {spec.zone or '(any)'} and type {wanted or '(any)'}",
             )
         store = stores[0]
+        policy = self._policy_id(params)
+        if self._settle_creates():  # a killed worker's create may have made the disk meanwhile
+            found = self.find_volume(spec.name, spec.cluster)
+            if found is not None:
+                return found
 
         def create(si: Any) -> str:
             create_spec = vim.vslm.CreateSpec(
@@ -200,10 +412,8 @@ class VsphereVolumes(VsphereDiscovery):
                     datastore=vim.Datastore(store.moref, si._stub), provisioningType="thin"
                 ),
             )
-            if self.settings.storage_policy_id:
-                create_spec.profile = [
-                    vim.vm.DefinedProfileSpec(profileId=self.settings.storage_policy_id)
-                ]
+            if policy:
+                create_spec.profile = [vim.vm.DefinedProfileSpec(profileId=policy)]
             return str(self._manager(si).CreateDisk_Task(create_spec)._moId)
 
         task = self.call("CreateDisk", create)
@@ -230,21 +440,19 @@ class VsphereVolumes(VsphereDiscovery):
         )
         self.wait_task("DeleteVStorageObject", task)
 
-    def _disk_tasks_in_flight(self, vm_moref: str) -> list[str]:
-        """The VM's queued or running attach/detach tasks (from ``recentTask``, in one read)."""
+    def _tasks_in_flight(self, holder: Any, holder_type: Any, wanted: Any) -> list[str]:
+        """The queued or running tasks in ``holder``'s ``recentTask`` whose ``descriptionId``
+        ``wanted`` accepts (one read)."""
 
         def read(si: Any) -> list[Any]:
             spec = PC.FilterSpec(
                 objectSet=[
                     PC.ObjectSpec(
-                        obj=vim.VirtualMachine(vm_moref, si._stub),
+                        obj=holder(si),
                         skip=True,
                         selectSet=[
                             PC.TraversalSpec(
-                                name="recent",
-                                type=vim.VirtualMachine,
-                                path="recentTask",
-                                skip=False,
+                                name="recent", type=holder_type, path="recentTask", skip=False
                             )
                         ],
                     )
@@ -258,28 +466,47 @@ class VsphereVolumes(VsphereDiscovery):
         running = []
         for obj in self.call("RetrieveRecentTasks", read):
             props = {p.name: p.val for p in obj.propSet}
-            if props.get("info.descriptionId") in DISK_TASKS and str(props.get("info.state")) in (
-                "queued",
-                "running",
-            ):
+            if wanted(str(props.get("info.descriptionId") or "")) and str(
+                props.get("info.state")
+            ) in ("queued", "running"):
                 running.append(str(obj.obj._moId))
         return running
 
-    def _settle(self, vm_moref: str) -> bool:
-        """Wait for the VM's in-flight attach/detach tasks (a killed worker's); ``True`` when
-        there were any (their outcome is then read from the disk, whatever it was)."""
-        pending = self._disk_tasks_in_flight(vm_moref)
+    def _disk_tasks_in_flight(self, vm_moref: str) -> list[str]:
+        """The VM's queued or running attach/detach tasks (from ``recentTask``, in one read)."""
+        return self._tasks_in_flight(
+            lambda si: vim.VirtualMachine(vm_moref, si._stub),
+            vim.VirtualMachine,
+            lambda description: description in DISK_TASKS,
+        )
+
+    def _wait_for(self, pending: list[str], what: str) -> bool:
+        """Wait for ``pending`` tasks (a killed worker's); ``True`` when there were any (their
+        outcome is then read from the cloud, whatever it was)."""
         for task in pending:
-            log.info("vsphere: waiting for disk task %s on VM %s", task, vm_moref)
+            log.info("vsphere: waiting for %s task %s", what, task)
             try:
-                self.wait_task("DiskTaskInFlight", task)
+                self.wait_task("TaskInFlight", task)
             except errors.NotFound:
                 continue  # the task aged out of vCenter's memory
             except errors.CloudError as exc:
                 if not exc.retryable:
-                    continue  # it failed; the disk says what is left to do
+                    continue  # it failed; the cloud says what is left to do
                 raise
         return bool(pending)
+
+    def _settle(self, vm_moref: str) -> bool:
+        """Wait for the VM's in-flight attach/detach tasks."""
+        return self._wait_for(self._disk_tasks_in_flight(vm_moref), f"disk on VM {vm_moref}")
+
+    def _settle_creates(self) -> bool:
+        """Wait for vCenter's in-flight ``createDisk`` tasks (``TaskManager.recentTask``)."""
+        pending = self._tasks_in_flight(
+            lambda si: si.content.taskManager,
+            vim.TaskManager,
+            lambda description: description.endswith(CREATE_TASK_SUFFIX),
+        )
+        return self._wait_for(pending, "createDisk")
 
     def _refuse_other_consumer(self, current: models.Volume) -> None:
         if current.attachments:
@@ -289,19 +516,21 @@ class VsphereVolumes(VsphereDiscovery):
                 f"volume {current.id} is attached to {current.attachments[0].instance_id}",
             )
 
+    def _mine(self, volume_id: str, instance_id: str) -> models.Attachment | None:
+        current = self.get_volume(volume_id)
+        return next((a for a in current.attachments if a.instance_id == instance_id), None)
+
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
         datastore, disk = parse_volume_id(volume.id)
-        current = self.get_volume(volume.id)
-        mine = next((a for a in current.attachments if a.instance_id == instance_id), None)
-        if mine is not None:
-            return mine
+        current = self._read(volume.id)
+        if any(a.instance_id == instance_id for a in current.attachments):
+            return self._mine(volume.id, instance_id) or current.attachments[0]
         self._refuse_other_consumer(current)
         vm = self._vm(instance_id)
         if self._settle(vm._moId):
-            current = self.get_volume(volume.id)
-            mine = next((a for a in current.attachments if a.instance_id == instance_id), None)
-            if mine is not None:
-                return mine
+            current = self._read(volume.id)
+            if any(a.instance_id == instance_id for a in current.attachments):
+                return self._mine(volume.id, instance_id) or current.attachments[0]
             self._refuse_other_consumer(current)
         task = self.call(
             "AttachDisk",
@@ -314,17 +543,17 @@ class VsphereVolumes(VsphereDiscovery):
             ),
         )
         self.wait_task("AttachDisk", task)
-        return models.Attachment(
-            volume_id=volume.id, instance_id=instance_id, device=disk, state="attached"
+        return self._mine(volume.id, instance_id) or models.Attachment(
+            volume_id=volume.id, instance_id=instance_id, state="attached"
         )
 
     def detach_volume(self, volume_id: str, instance_id: str) -> None:
         _, disk = parse_volume_id(volume_id)
-        current = self.get_volume(volume_id)
+        current = self._read(volume_id)
         if instance_id not in current.attached_to:
             return
         vm = self._vm(instance_id)
-        if self._settle(vm._moId) and instance_id not in self.get_volume(volume_id).attached_to:
+        if self._settle(vm._moId) and instance_id not in self._read(volume_id).attached_to:
             return
         task = self.call(
             "DetachDisk",
@@ -338,7 +567,7 @@ class VsphereVolumes(VsphereDiscovery):
 
     def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
         datastore, disk = parse_volume_id(volume_id)
-        current = self.get_volume(volume_id)
+        current = self._read(volume_id)
         if size_gib < current.size_gib:
             raise errors.OutOfRange(
                 PROVIDER, "ExtendDisk", f"{size_gib} GiB is smaller than {current.size_gib} GiB"
@@ -363,37 +592,22 @@ class VsphereVolumes(VsphereDiscovery):
 
     def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
         """FCD extends finish within :meth:`expand_volume`: the size read is the last target."""
-        volume = self.get_volume(volume_id)
+        volume = self._read(volume_id)
         return models.VolumeModification(
             volume_id=volume_id, state="completed", target_size_gib=volume.size_gib
         )
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
-        """Every FCD tagged for ``cluster`` (one tag query, then one read per disk)."""
+        """Every FCD tagged for ``cluster`` (:meth:`list_volumes`), for the orphan gauges."""
         category = self.settings.cluster_tag_category
-        try:
-            ids = self.call(
-                "ListVStorageObjectsAttachedToTag",
-                lambda si: self._manager(si).ListVStorageObjectsAttachedToTag(category, cluster),
+        return [
+            models.Disk(
+                id=volume.id,
+                name=volume.name,
+                zone=volume.zone,
+                size_gib=volume.size_gib,
+                state=volume.state,
+                tags={category: cluster},
             )
-        except errors.NotFound:
-            return []  # no such tag: no disk was ever tagged for the cluster
-        wanted = {str(i.id) for i in ids or []}
-        zones = self.datastore_zones()
-        disks: list[models.Disk] = []
-        for store in self.datastores():
-            for disk in self._list(store.moref):
-                if disk not in wanted:
-                    continue
-                volume = self._volume(store.moref, self._retrieve(store.moref, disk), zones)
-                disks.append(
-                    models.Disk(
-                        id=volume.id,
-                        name=volume.name,
-                        zone=volume.zone,
-                        size_gib=volume.size_gib,
-                        state=volume.state,
-                        tags={category: cluster},
-                    )
-                )
-        return disks
+            for volume in self.list_volumes(cluster)
+        ]
