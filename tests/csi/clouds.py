@@ -3,13 +3,16 @@ node (an instance the controller can attach to) with its ID and zone, and a way 
 
 AWS is moto (an EC2 instance in ``us-east-1a``); DVP is the parent cluster with its simulator (a
 VirtualMachine made by the driver, node ID its name); zVirt is the oVirt emulator (a VM cloned
-from the seed template, node ID its UUID).
+from the seed template, node ID its UUID); OpenStack is the OpenStack emulator (an ACTIVE server
+in AZ ``nova``, node ID its UUID); vSphere is vcsim with Deckhouse's zone layout (a VM cloned
+into cluster ``DC0_C0``, zone ``zone-a``, node ID its BIOS UUID).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -169,8 +172,120 @@ async def zvirt_cloud(
     return CsiCloud(ZVIRT.name, settings, driver, new_node, remove_node)
 
 
+async def openstack_cloud(
+    request: pytest.FixtureRequest, settings: Settings, *, engine: str = "csi_openstack"
+) -> CsiCloud:
+    from cloudloop.cloud.openstack import PROVIDER as OPENSTACK
+    from cloudloop.cloud.openstack.driver import OpenStackDriver
+    from devstack.local import LocalStack
+    from devstack.openstack_emulator import OpenStackEmulatorAdmin
+    from tests.openstack.support import openstack_settings
+
+    local: LocalStack = request.getfixturevalue(engine)
+    assert local.openstack is not None
+    endpoint = local.openstack
+    section = openstack_settings(endpoint, router=False, request_timeout_s=30)
+    settings = settings.model_copy(
+        update={
+            "provider": OPENSTACK.name,
+            OPENSTACK.name: section,
+            "cluster_name": f"csi-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    driver = OpenStackDriver(section)
+    admin = OpenStackEmulatorAdmin(endpoint.admin_url)
+    zone = (endpoint.zones or ("nova",))[0]
+
+    async def new_node() -> tuple[str, str, str]:
+        [server] = await asyncio.to_thread(
+            admin.seed_servers, 1, prefix=f"node-{uuid.uuid4().hex[:6]}", zones=[zone]
+        )
+        return server["id"], zone, f"openstack:///{server['id']}"
+
+    async def remove_node(node_id: str) -> None:
+        path = f"/servers/{node_id}"
+        await asyncio.to_thread(driver.request, "DeleteServer", "compute", "DELETE", path)
+
+        def gone() -> bool:
+            try:
+                driver.request("GetServer", "compute", "GET", path)
+            except errors.NotFound:
+                return True
+            return False
+
+        await eventually(gone, what=f"server {node_id} deleted")
+
+    return CsiCloud(OPENSTACK.name, settings, driver, new_node, remove_node)
+
+
+#: Addresses of the node VMs cloned into vcsim (unique per process).
+_VM_ADDRESSES = (f"10.66.{n // 200}.{n % 200 + 10}" for n in itertools.count())
+
+
+async def vsphere_cloud(
+    request: pytest.FixtureRequest, settings: Settings, *, engine: str = "csi_vcsim"
+) -> CsiCloud:
+    from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
+    from cloudloop.cloud.vsphere.driver import VsphereDriver
+    from cloudloop.cloud.vsphere.settings import VsphereSettings
+    from devstack.local import LocalStack
+    from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
+
+    local: LocalStack = request.getfixturevalue(engine)
+    assert local.vcsim is not None
+    endpoint = local.vcsim
+    layout = ZoneLayout()
+    section = VsphereSettings(
+        server=endpoint.server,
+        username=endpoint.username,
+        password=SecretStr(endpoint.password),
+        ca_bundle=endpoint.ca_file,
+        region=layout.region,
+        timeout_s=30,
+        poll_interval_s=0.05,
+    )
+    settings = settings.model_copy(
+        update={
+            "provider": VSPHERE.name,
+            VSPHERE.name: section,
+            "cluster_name": f"csi-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    driver = VsphereDriver(section)
+    zone, cluster = next(iter(layout.zones.items()))
+
+    async def new_node() -> tuple[str, str, str]:
+        node = NodeVm(f"node-{uuid.uuid4().hex[:6]}", next(_VM_ADDRESSES), cluster=cluster)
+        inventory = await asyncio.to_thread(seed, endpoint, [node], None)
+        record = inventory.vms[node.name]
+        return record.uuid.lower(), zone, record.provider_id
+
+    async def remove_node(node_id: str) -> None:
+        await asyncio.to_thread(remove_vm, endpoint, node_id)
+
+    return CsiCloud(VSPHERE.name, settings, driver, new_node, remove_node)
+
+
+def remove_vm(endpoint: Any, bios_uuid: str) -> None:
+    """Power the VM off and destroy it (what removing a node's VM in vCenter does)."""
+    from devstack.vcsim_inventory import connect, disconnect, wait_task
+
+    si = connect(endpoint)
+    try:
+        vm = si.content.searchIndex.FindByUuid(None, bios_uuid, True, None)
+        if vm is None:
+            return
+        with contextlib.suppress(Exception):  # already off
+            wait_task(si, vm.PowerOffVM_Task())
+        wait_task(si, vm.Destroy_Task())
+    finally:
+        disconnect(si)
+
+
 CLOUDS: dict[str, Callable[[pytest.FixtureRequest, Settings], Awaitable[CsiCloud]]] = {
     "aws": aws_cloud,
     "dvp": dvp_cloud,
+    "openstack": openstack_cloud,
+    "vsphere": vsphere_cloud,
     "zvirt": zvirt_cloud,
 }

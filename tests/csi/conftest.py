@@ -1,4 +1,5 @@
-"""CSI test fixtures: the cloud each parametrized test runs on, and the oVirt emulator."""
+"""CSI test fixtures: the cloud each parametrized test runs on, the oVirt emulator, the
+OpenStack emulator and vcsim (seeded with Deckhouse's zone layout)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,39 @@ def csi_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     )
     local.start()
     try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def csi_openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The OpenStack emulator with quick but visible transitions."""
+    from tests.openstack.support import emulator_stack
+
+    yield from emulator_stack(tmp_path_factory.mktemp("csi-openstack"))
+
+
+@pytest.fixture(scope="session")
+def csi_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """vcsim with a region tag on DC0, zones ``zone-a``/``zone-b`` on its clusters and
+    datastores ``LocalDS_0``/``LocalDS_1`` tagged with them."""
+    from devstack.vcsim import VcsimOptions
+    from devstack.vcsim_inventory import ZoneLayout, seed
+
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("csi-vcsim"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            vcsim=VcsimOptions(password="csi-vcsim-pw"),
+        )
+    )
+    local.start()
+    try:
+        assert local.vcsim is not None
+        seed(local.vcsim, [], ZoneLayout())
         yield local
     finally:
         local.stop()
