@@ -4,7 +4,8 @@ external-attacher and external-resizer, the real scheduler, controller-manager a
 
 The controller also keeps the cloud's objects: the ``CSIDriver`` and the StorageClasses from the
 discovery document (as the discoverer writes it from the same cloud): ``WaitForFirstConsumer``,
-expandable, zonal clouds limited to their zones, the cloud's default marked. The PVC uses the
+expandable, zonal clouds limited to the zones the class serves under the cloud's topology key,
+the cloud's default marked. The PVC uses the
 generated default class; its Pod is placed by the scheduler on a kwok Node of the cloud.
 """
 
@@ -19,7 +20,6 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, STORAGE_CLASSES, default_class
-from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube
 from cloudloop.settings import LeaderElectionSettings, Settings
 from devstack.csi_deployment import CsiDeployment, kwok_node, objects_removed, write_discovery
@@ -67,7 +67,10 @@ async def test_pvc_pod_resize_delete(
     node = f"csi-{uuid.uuid4().hex[:8]}"
     document = await asyncio.to_thread(discovery_document, cloud)
     write_discovery(kube, namespace, document)
-    storage_class = default_class(cloud.driver.storage_classes(document), "")
+    specs = cloud.driver.storage_classes(document)
+    storage_class = default_class(specs, "")
+    spec = next(s for s in specs if s.name == storage_class)
+    topology_key = cloud.driver.volume_topology_key
     deployment = CsiDeployment(settings, stack.kubeconfig, tmp_path / "logs")
     with objects_removed(kube, driver_name, node):
         kwok_node(
@@ -77,6 +80,7 @@ async def test_pvc_pod_resize_delete(
             zone=zone,
             driver=driver_name,
             node_id=instance_id,
+            topology_key=topology_key,
         )
         async with build_worker(client, settings, driver=cloud.driver, kube=kube):
             await asyncio.to_thread(deployment.start)
@@ -91,7 +95,8 @@ async def test_pvc_pod_resize_delete(
                 assert generated["metadata"]["annotations"][DEFAULT_ANNOTATION] == "true"
                 if cloud.driver.zonal_volumes:
                     topology = generated["allowedTopologies"][0]["matchLabelExpressions"][0]
-                    assert topology == {"key": ZONE_KEY, "values": document["zones"]}
+                    zones = spec.zones or document["zones"]
+                    assert topology == {"key": topology_key, "values": sorted(zones)}
                 else:
                     assert "allowedTopologies" not in generated
                 csi_driver = kube.get(CSI_DRIVERS, driver_name)
