@@ -4,7 +4,10 @@ the middle of CreateVolume and ControllerPublish, and an attach meets a node who
 - **Worker killed**: the cloud made the change (disk created, attachment made) but the worker
   never heard: AWS through a proxy holding moto's answer, DVP by the simulator holding the disk
   (not Ready) or the hotplug (not Attached), zVirt by an engine whose new disks stay locked and
-  whose hotplug answers late. A fresh worker process takes over: one volume, one attachment.
+  whose hotplug answers late, OpenStack by the emulator holding the volume ``creating`` or
+  ``reserved`` (Nova lists the attachment, Cinder not yet), vSphere by a vcsim whose
+  ``createDisk``/``attachDisk`` tasks run for :data:`SLOW_VCENTER_S` (the worker dies with its
+  task running). A fresh worker process takes over: one volume, one attachment.
 - **Controller killed**: ``cloudloop csi-controller`` dies while its RPC waits for the workflow
   (no worker runs yet); the sidecar's retry reaches a new controller process and joins the
   workflow: one volume, one attachment.
@@ -21,13 +24,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
 from cloudloop.net import free_port
@@ -37,7 +40,14 @@ from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import OvirtEmulatorOptions
 from devstack.ovirt_emulator.engine import Delays
 from devstack.process import ManagedProcess, http_ok
-from tests.csi.clouds import CsiCloud, aws_cloud, dvp_cloud, zvirt_cloud
+from tests.csi.clouds import (
+    CsiCloud,
+    aws_cloud,
+    dvp_cloud,
+    openstack_cloud,
+    vsphere_cloud,
+    zvirt_cloud,
+)
 from tests.csi.scenario import cloud_volume, live_attachments
 from tests.csi.support import channel, controller_service, csi_settings, socket_folder
 from tests.helpers import eventually, eventually_async
@@ -50,6 +60,9 @@ GIB = 1 << 30
 CONVERGE_S = 120.0
 #: zVirt's slow steps: long enough for a kill to land inside them.
 SLOW_STEP_S = 3.0
+#: vcsim's ``createDisk``/``attachDisk`` tasks run this long: beyond the activities' heartbeat
+#: timeout (10 s), so the next attempt usually meets the killed worker's task still running.
+SLOW_VCENTER_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +94,47 @@ def slow_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
         local.stop()
 
 
+@pytest.fixture(scope="module")
+def slow_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A vcsim (Deckhouse's zone layout) whose disk creates and attaches take a while."""
+    from devstack.vcsim import VcsimOptions
+    from devstack.vcsim_inventory import ZoneLayout, seed
+
+    delay_ms = SLOW_VCENTER_S * 1000
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("csi-slow-vcsim"),
+            temporal=False,
+            moto=False,
+            kube=(),
+            vcsim=VcsimOptions(
+                password="csi-faults",
+                # LockHandoff 0: reads are served while a delayed task waits.
+                method_delays=(
+                    ("CreateDisk", delay_ms),
+                    ("AttachDisk", delay_ms),
+                    ("LockHandoff", 0),
+                ),
+            ),
+        )
+    )
+    local.start()
+    try:
+        assert local.vcsim is not None
+        seed(local.vcsim, [], ZoneLayout())
+        yield local
+    finally:
+        local.stop()
+
+
+def volumes_named(cloud: CsiCloud, name: str) -> list[str]:
+    return [v.id for v in cloud.driver.list_volumes(cloud.settings.cluster_name) if v.name == name]
+
+
+def attachment_live(cloud: CsiCloud, volume_id: str, node_id: str) -> bool:
+    return bool(live_attachments(cloud_volume(cloud.driver, volume_id)))
+
+
 @dataclass
 class Holds:
     """How a cloud keeps a change made but unanswered, and what the worker needs for it."""
@@ -88,6 +142,13 @@ class Holds:
     worker_env: dict[str, str] = field(default_factory=dict)
     hold_create: Callable[[], Callable[[], None]] = lambda: lambda: None
     hold_attach: Callable[[], Callable[[], None]] = lambda: lambda: None
+    #: The create of a volume of this name is under way in the cloud (the moment to kill):
+    #: the volume IDs listed (as the driver lists them), or ``True``.
+    create_seen: Callable[[CsiCloud, str], object] = volumes_named
+    #: The attach of the volume to the node is under way in the cloud.
+    attach_seen: Callable[[CsiCloud, str, str], bool] = attachment_live
+    #: Every volume of this name in the cloud, owned by the cluster or not.
+    named: Callable[[CsiCloud, str], list[str]] = volumes_named
 
 
 @dataclass
@@ -96,7 +157,68 @@ class FaultCloud:
     holds: Holds
 
 
-@pytest.fixture(params=["aws", "dvp", "zvirt"])
+def nova_attachments(cloud: CsiCloud, volume_id: str, node_id: str) -> bool:
+    """Nova lists the attachment on the server (Cinder lists it only once ``in-use``)."""
+    path = f"/servers/{node_id}/os-volume_attachments"
+    found = cloud.driver.request("ListVolumeAttachments", "compute", "GET", path)  # type: ignore[attr-defined]
+    return any(a.get("volumeId") == volume_id for a in (found or {}).get("volumeAttachments", []))
+
+
+def vcenter_tasks(endpoint: Any, running: Callable[[str], bool], vm_uuid: str = "") -> bool:
+    """vCenter runs a task ``running`` accepts (by ``descriptionId``): on the VM, else anywhere."""
+    from cloudloop.cloud.vsphere.vmomi import PC, vim
+    from devstack.vcsim_inventory import connect, disconnect
+
+    si = connect(endpoint)
+    try:
+        holder: Any = si.content.taskManager
+        holder_type: Any = vim.TaskManager
+        if vm_uuid:
+            holder = si.content.searchIndex.FindByUuid(None, vm_uuid, True, None)
+            holder_type = vim.VirtualMachine
+        spec = PC.FilterSpec(
+            objectSet=[
+                PC.ObjectSpec(
+                    obj=holder,
+                    skip=True,
+                    selectSet=[
+                        PC.TraversalSpec(name="t", type=holder_type, path="recentTask", skip=False)
+                    ],
+                )
+            ],
+            propSet=[PC.PropertySpec(type=vim.Task, pathSet=["info.descriptionId", "info.state"])],
+        )
+        found = si.content.propertyCollector.RetrieveContents([spec]) or []
+        tasks = [{p.name: p.val for p in obj.propSet} for obj in found]
+        return any(
+            running(str(t.get("info.descriptionId"))) and str(t.get("info.state")) == "running"
+            for t in tasks
+        )
+    finally:
+        disconnect(si)
+
+
+def disks_named(endpoint: Any, name: str) -> list[str]:
+    """Every first-class disk of that name on any datastore, tagged for a cluster or not."""
+    from cloudloop.cloud.vsphere.vmomi import vim
+    from devstack.vcsim_inventory import connect, disconnect
+
+    si = connect(endpoint)
+    try:
+        manager = vim.vslm.vcenter.VStorageObjectManager("VStorageObjectManager", si._stub)
+        found = []
+        for datacenter in si.content.rootFolder.childEntity:
+            for store in datacenter.datastore:
+                for disk in manager.ListVStorageObject(store) or []:
+                    obj = manager.RetrieveVStorageObject(disk, store)
+                    if obj.config.name == name:
+                        found.append(f"{store._moId}:{disk.id}")
+        return found
+    finally:
+        disconnect(si)
+
+
+@pytest.fixture(params=["aws", "dvp", "openstack", "vsphere", "zvirt"])
 async def fault_cloud(
     request: pytest.FixtureRequest, settings: Settings, stack: LocalStack
 ) -> AsyncIterator[FaultCloud]:
@@ -135,6 +257,47 @@ async def fault_cloud(
             )
         finally:
             parent.simulator.release()
+    elif request.param == "openstack":
+        from devstack.openstack_emulator import OpenStackEmulatorAdmin
+
+        cloud = await openstack_cloud(request, settings)
+        local: LocalStack = request.getfixturevalue("csi_openstack")
+        assert local.openstack is not None
+        admin = OpenStackEmulatorAdmin(local.openstack.admin_url)
+
+        def volumes_held() -> Callable[[], None]:
+            admin.hold("volume")  # new volumes stay creating, attaches reserved
+            return lambda: admin.release("volume")
+
+        try:
+            yield FaultCloud(
+                cloud,
+                Holds(
+                    hold_create=volumes_held,
+                    hold_attach=volumes_held,
+                    attach_seen=nova_attachments,
+                ),
+            )
+        finally:
+            admin.release("volume")
+    elif request.param == "vsphere":
+        from cloudloop.cloud.vsphere.volumes import CREATE_TASK_SUFFIX
+
+        cloud = await vsphere_cloud(request, settings, engine="slow_vcsim")
+        vcsim: LocalStack = request.getfixturevalue("slow_vcsim")
+        endpoint = vcsim.vcsim
+        yield FaultCloud(
+            cloud,
+            Holds(
+                create_seen=lambda _, name: vcenter_tasks(
+                    endpoint, lambda d: d.endswith(CREATE_TASK_SUFFIX)
+                ),
+                attach_seen=lambda _, volume_id, node_id: vcenter_tasks(
+                    endpoint, lambda d: d == "VirtualMachine.attachDisk", node_id
+                ),
+                named=lambda _, name: disks_named(endpoint, name),
+            ),
+        )
     else:
         yield FaultCloud(await zvirt_cloud(request, settings, engine="slow_ovirt"), Holds())
 
@@ -169,14 +332,15 @@ def capability() -> csi_pb2.VolumeCapability:
     )
 
 
-def create_request(name: str, zone: str) -> csi_pb2.CreateVolumeRequest:
+def create_request(cloud: CsiCloud, name: str, zone: str) -> csi_pb2.CreateVolumeRequest:
     request = csi_pb2.CreateVolumeRequest(
         name=name,
         capacity_range=csi_pb2.CapacityRange(required_bytes=GIB),
         volume_capabilities=[capability()],
     )
     if zone:
-        request.accessibility_requirements.requisite.add().segments[ZONE_KEY] = zone
+        key = cloud.driver.volume_topology_key
+        request.accessibility_requirements.requisite.add().segments[key] = zone
     return request
 
 
@@ -184,10 +348,6 @@ def publish_request(volume_id: str, node_id: str) -> csi_pb2.ControllerPublishVo
     return csi_pb2.ControllerPublishVolumeRequest(
         volume_id=volume_id, node_id=node_id, volume_capability=capability()
     )
-
-
-def volumes_named(cloud: CsiCloud, name: str) -> list[str]:
-    return [v.id for v in cloud.driver.list_volumes(cloud.settings.cluster_name) if v.name == name]
 
 
 async def workflow_running(client: Client, workflow_id: str) -> bool:
@@ -231,23 +391,26 @@ async def test_worker_killed_during_create_and_publish(
             controller = csi_pb2_grpc.ControllerStub(opened)
             name = f"pvc-{uuid.uuid4()}"
             release = holds.hold_create()
-            create = asyncio.ensure_future(controller.CreateVolume(create_request(name, zone)))
+            create = asyncio.ensure_future(
+                controller.CreateVolume(create_request(cloud, name, zone))
+            )
             made = await eventually(
-                lambda: volumes_named(cloud, name), what=f"{name} made in the cloud"
+                lambda: holds.create_seen(cloud, name), what=f"{name} made in the cloud"
             )
             await replace_worker()
             release()
             response = await asyncio.wait_for(create, CONVERGE_S)
             volume_id = response.volume.volume_id
             try:
-                assert [volume_id] == made == await asyncio.to_thread(volumes_named, cloud, name)
+                assert await asyncio.to_thread(holds.named, cloud, name) == [volume_id]
+                assert made in ([volume_id], True), made
 
                 release = holds.hold_attach()
                 publish = asyncio.ensure_future(
                     controller.ControllerPublishVolume(publish_request(volume_id, node_id))
                 )
                 await eventually(
-                    lambda: live_attachments(cloud_volume(cloud.driver, volume_id)),
+                    lambda: holds.attach_seen(cloud, volume_id, node_id),
                     what=f"{volume_id} attachment made in the cloud",
                 )
                 await replace_worker()
@@ -277,7 +440,7 @@ async def test_controller_killed_during_create_and_publish(
         # No worker yet: the RPC waits for its workflow when the controller dies.
         async with channel(endpoint) as opened:
             create = asyncio.ensure_future(
-                csi_pb2_grpc.ControllerStub(opened).CreateVolume(create_request(name, zone))
+                csi_pb2_grpc.ControllerStub(opened).CreateVolume(create_request(cloud, name, zone))
             )
             await eventually_async(
                 lambda: workflow_running(client, f"volume-create/{name}"), what="create started"
@@ -293,10 +456,10 @@ async def test_controller_killed_during_create_and_publish(
             build_worker(client, settings, driver=cloud.driver, kube=kube),
         ):
             response = await csi_pb2_grpc.ControllerStub(opened).CreateVolume(
-                create_request(name, zone)
+                create_request(cloud, name, zone)
             )  # the sidecar's retry: joins the workflow
         volume_id = response.volume.volume_id
-        assert await asyncio.to_thread(volumes_named, cloud, name) == [volume_id]
+        assert await asyncio.to_thread(fault_cloud.holds.named, cloud, name) == [volume_id]
 
         async with channel(endpoint) as opened:
             publish = asyncio.ensure_future(
@@ -340,7 +503,8 @@ async def test_publish_to_a_node_whose_vm_is_gone(
     ):
         controller = csi_pb2_grpc.ControllerStub(opened)
         name = f"pvc-{uuid.uuid4()}"
-        volume_id = (await controller.CreateVolume(create_request(name, zone))).volume.volume_id
+        request = create_request(cloud, name, zone)
+        volume_id = (await controller.CreateVolume(request)).volume.volume_id
         try:
             await cloud.remove_node(node_id)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
