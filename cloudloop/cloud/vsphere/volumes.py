@@ -480,11 +480,11 @@ class VsphereVolumes(VsphereDiscovery):
             lambda description: description in DISK_TASKS,
         )
 
-    def _wait_for(self, pending: list[str], what: str) -> bool:
+    def _wait_for(self, pending: list[str], what: str, where: str = "") -> bool:
         """Wait for ``pending`` tasks (a killed worker's); ``True`` when there were any (their
         outcome is then read from the cloud, whatever it was)."""
         for task in pending:
-            log.info("vsphere: waiting for %s task %s", what, task)
+            log.info("vsphere: waiting for %s task %s%s", what, task, where)
             try:
                 self.wait_task("TaskInFlight", task)
             except errors.NotFound:
@@ -497,7 +497,7 @@ class VsphereVolumes(VsphereDiscovery):
 
     def _settle(self, vm_moref: str) -> bool:
         """Wait for the VM's in-flight attach/detach tasks."""
-        return self._wait_for(self._disk_tasks_in_flight(vm_moref), f"disk on VM {vm_moref}")
+        return self._wait_for(self._disk_tasks_in_flight(vm_moref), "disk", f" on VM {vm_moref}")
 
     def _settle_creates(self) -> bool:
         """Wait for vCenter's in-flight ``createDisk`` tasks (``TaskManager.recentTask``)."""
