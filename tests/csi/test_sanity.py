@@ -3,8 +3,9 @@
 The controller and node services run on their own sockets, the worker on the test's task queue,
 the cloud is the stack's (moto, the DVP parent cluster, the oVirt emulator, the OpenStack
 emulator, vcsim); the node plugin uses the directory mounter, since the cloud's disks never
-reach this machine, so staging and publishing run real bind mounts. The node is a real instance of the cloud, so ControllerPublish
-attaches to it. Volume and snapshot counts are per cluster: each run has a cluster name of its own.
+reach this machine, so staging and publishing run real bind mounts. The node is a real instance
+of the cloud, so ControllerPublish attaches to it. Volume and snapshot counts are per cluster:
+each run has a cluster name of its own.
 """
 
 from __future__ import annotations
