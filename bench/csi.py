@@ -31,6 +31,7 @@ from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.resources import PODS, VOLUME_ATTACHMENTS
 from cloudloop.settings import CsiSettings, Settings
+from devstack.backends.aws import launch_instance
 from devstack.csi_deployment import (
     PVCS,
     CsiDeployment,
@@ -45,7 +46,6 @@ from workers.main import build_worker
 SAMPLES = 20
 PVC_SAMPLES = 5
 ZONE = "us-east-1a"
-AMI = "ami-12c6146b"
 GIB = 1 << 30
 NAMESPACES_PATH = "/api/v1/namespaces"
 
@@ -126,9 +126,7 @@ async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]
     kube = ctx.kube
     driver = AwsDriver(AWS.section(settings))
     ec2 = driver.client("ec2")
-    instance = ec2.run_instances(
-        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": ZONE}
-    )["Instances"][0]["InstanceId"]
+    instance = launch_instance(ec2, ZONE)
     namespace = f"bench-csi-{uuid.uuid4().hex[:6]}"
     kube.request("POST", NAMESPACES_PATH, body={"metadata": {"name": namespace}})
     settings = settings.model_copy(

@@ -38,7 +38,7 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerNode,
     LoadBalancerTarget,
 )
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network, launch_instances
 from starters.loadbalancer import ServiceStarter
 from workflows.loadbalancer import LoadBalancerWorkflow
 
@@ -223,13 +223,9 @@ def _make_world(driver: AwsDriver, cluster: str) -> dict[str, Any]:
     """A VPC with two cluster subnets, a node security group and ``INSTANCES`` instances."""
     ec2 = driver.client("ec2")
     network = create_cluster_network(ec2, cluster)
-    instances = ec2.run_instances(
-        ImageId="ami-12c6146b",
-        MinCount=INSTANCES,
-        MaxCount=INSTANCES,
-        SubnetId=network.subnet_ids[0],
-        SecurityGroupIds=[network.node_group_id],
-    )["Instances"]
+    instances = launch_instances(
+        ec2, INSTANCES, SubnetId=network.subnet_ids[0], SecurityGroupIds=[network.node_group_id]
+    )
     return {"instances": [i["InstanceId"] for i in instances]}
 
 

@@ -15,7 +15,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import boto3
 from prometheus_client import REGISTRY
 
 from bench.context import BenchContext
@@ -24,6 +23,7 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
+from devstack.backends.aws import aws_client, launch_instances
 from starters.node import NodeSync
 
 FLEET = 1000
@@ -39,26 +39,14 @@ def cloud_requests() -> float:
 
 
 def launch(ec2: Any, count: int) -> list[dict[str, Any]]:
-    instances: list[dict[str, Any]] = []
-    while len(instances) < count:
-        batch = min(100, count - len(instances))
-        instances += ec2.run_instances(
-            ImageId="ami-12c6146b", MinCount=batch, MaxCount=batch, InstanceType="m5.large"
-        )["Instances"]
-    return instances
+    return launch_instances(ec2, count, InstanceType="m5.large")
 
 
 async def node_figures(ctx: BenchContext) -> dict[str, float]:
     kube, settings = ctx.kube, ctx.settings
     scope = uuid.uuid4().hex[:8]
     selector = f"cloudloop-bench={scope}"
-    ec2 = boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=AWS.section(settings).endpoint_url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
     fleet = await asyncio.to_thread(launch, ec2, FLEET)
     ids = [i["InstanceId"] for i in fleet]
     ec2.terminate_instances(InstanceIds=ids[:50])

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 from prometheus_client import REGISTRY
 
 from bench.context import BenchContext
@@ -34,8 +31,8 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
-from cloudloop.messages.termination import MANAGED_TAG
 from cloudloop.settings import NthSettings, Settings
+from devstack.backends.aws import NthCloud, asg_terminate, spot_itn, state_change
 from devstack.kube import KWOK_NODE_ANNOTATION
 from starters.termination import QueueProcessor
 from workers.main import build_worker
@@ -47,59 +44,12 @@ PODS_TO_DRAIN = 100
 COPIES = 50
 
 
-def _client(service: str, endpoint: str) -> Any:
-    make: Any = boto3.client
-    return make(
-        service,
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
-def _eventbridge(source: str, detail_type: str, detail: dict[str, Any], event_id: str) -> str:
-    return json.dumps(
-        {
-            "version": "0",
-            "id": event_id,
-            "detail-type": detail_type,
-            "source": source,
-            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "region": "us-east-1",
-            "resources": [],
-            "detail": detail,
-        }
-    )
-
-
 def _interruption(asg: str, instance: str) -> list[str]:
     """One interruption as three message kinds."""
     return [
-        _eventbridge(
-            "aws.autoscaling",
-            "EC2 Instance-terminate Lifecycle Action",
-            {
-                "LifecycleActionToken": str(uuid.uuid4()),
-                "AutoScalingGroupName": asg,
-                "LifecycleHookName": "nth",
-                "EC2InstanceId": instance,
-                "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
-            },
-            str(uuid.uuid4()),
-        ),
-        _eventbridge(
-            "aws.ec2",
-            "EC2 Spot Instance Interruption Warning",
-            {"instance-id": instance, "instance-action": "terminate"},
-            str(uuid.uuid4()),
-        ),
-        _eventbridge(
-            "aws.ec2",
-            "EC2 Instance State-change Notification",
-            {"instance-id": instance, "state": "shutting-down"},
-            str(uuid.uuid4()),
-        ),
+        asg_terminate(asg, "nth", instance, str(uuid.uuid4())),
+        spot_itn(instance),
+        state_change(instance, "shutting-down"),
     ]
 
 
@@ -110,12 +60,11 @@ class Scenario:
         self.ctx = ctx
         self.kube: Kube = ctx.kube
         endpoint = AWS.section(ctx.settings).endpoint_url or ""
-        self.sqs = _client("sqs", endpoint)
-        self.ec2 = _client("ec2", endpoint)
-        self.autoscaling = _client("autoscaling", ctx.stack.autoscaling_endpoint)
+        self.aws = NthCloud.at(endpoint, ctx.stack.autoscaling_endpoint)
+        self.sqs = self.aws.sqs
         self.namespace = f"bench-nth-{uuid.uuid4().hex[:6]}"
         self.nodes: list[str] = []
-        self.queue = str(self.sqs.create_queue(QueueName=f"nth-{uuid.uuid4().hex[:8]}")["QueueUrl"])
+        self.queue = self.aws.queue()
 
     def settings(self, **nth: Any) -> Settings:
         return self.ctx.settings.model_copy(
@@ -131,30 +80,10 @@ class Scenario:
 
     def asg_instance(self) -> tuple[str, str, str]:
         """(ASG, instance ID, private DNS name) of a managed one-instance ASG with a hook."""
-        name = f"bench-{uuid.uuid4().hex[:8]}"
-        image = self.ec2.describe_images()["Images"][0]["ImageId"]
-        self.ec2.create_launch_template(
-            LaunchTemplateName=f"lt-{name}",
-            LaunchTemplateData={"ImageId": image, "InstanceType": "m5.large"},
+        name, _, instance, dns = self.aws.asg_instance(
+            prefix="bench", instance_type="m5.large", heartbeat_timeout_s=None
         )
-        self.autoscaling.create_auto_scaling_group(
-            AutoScalingGroupName=name,
-            LaunchTemplate={"LaunchTemplateName": f"lt-{name}"},
-            MinSize=1,
-            MaxSize=1,
-            DesiredCapacity=1,
-            AvailabilityZones=["us-east-1a"],
-            Tags=[{"Key": MANAGED_TAG, "Value": "", "PropagateAtLaunch": True}],
-        )
-        self.autoscaling.put_lifecycle_hook(
-            AutoScalingGroupName=name,
-            LifecycleHookName="nth",
-            LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
-        )
-        group = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
-        instance = group["AutoScalingGroups"][0]["Instances"][0]["InstanceId"]
-        raw = self.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
-        return name, instance, raw[0]["PrivateDnsName"]
+        return name, instance, dns
 
     async def node(self, name: str, pool: str) -> str:
         self.kube.create(
@@ -215,13 +144,7 @@ class Scenario:
         )
 
     def depth(self) -> int:
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=self.queue,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"]) + int(
-            attrs["ApproximateNumberOfMessagesNotVisible"]
-        )
+        return self.aws.depth(self.queue)
 
     def cleanup(self) -> None:
         for name in self.nodes:

@@ -23,18 +23,15 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
+from devstack.backends.aws import launch_instance
 from workers.main import build_worker
 
 SAMPLES = 20
 ZONE = "us-east-1a"
-AMI = "ami-12c6146b"
 
 
 def _instance(ec2: Any) -> str:
-    answer = ec2.run_instances(
-        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": ZONE}
-    )
-    return str(answer["Instances"][0]["InstanceId"])
+    return launch_instance(ec2, ZONE)
 
 
 def _volumes(ec2: Any, count: int) -> list[str]:

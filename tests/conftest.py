@@ -11,18 +11,20 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from temporalio.client import Client
 
 from cloudloop import temporal
+from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
 from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_args
+from devstack.backends.aws import aws_client
 from devstack.devmode import stack_settings
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions
@@ -96,6 +98,12 @@ def task_queue() -> str:
 @pytest.fixture
 def settings(stack: LocalStack, task_queue: str) -> Settings:
     return stack_settings(stack, task_queue=task_queue, cluster=f"test-{os.getpid()}")
+
+
+@pytest.fixture
+def ec2(settings: Settings) -> Any:
+    """EC2 in the stack's moto, for set-up and checks (the code under test makes its own)."""
+    return aws_client("ec2", AWS.section(settings).endpoint_url)
 
 
 @pytest.fixture

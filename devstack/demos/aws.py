@@ -22,7 +22,7 @@ from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from cloudloop.settings import Settings
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network
 from devstack.demos.common import DEPLOYMENTS
 from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions

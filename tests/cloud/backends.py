@@ -36,7 +36,7 @@ from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import aws_settings, create_cluster_network, launch_instances
 from devstack.local import LocalStack, StackOptions
 from devstack.machine_fixtures import dvp_machine_spec
 from devstack.ovirt_emulator import OvirtEmulatorOptions
@@ -66,20 +66,13 @@ class Backend:
 
 # -- AWS: moto, and a second moto that checks credentials (IAM auth on) ---------------------
 def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 30) -> AwsSettings:
-    return AwsSettings(
-        endpoint_url=endpoint,
-        region="us-east-1",
-        access_key_id=SecretStr(key),
-        secret_access_key=SecretStr("testing"),
-        timeout_s=timeout_s,
-        max_attempts=1,
-    )
+    return aws_settings(endpoint, access_key_id=SecretStr(key), timeout_s=timeout_s, max_attempts=1)
 
 
 def _aws_instance(driver: CloudDriver) -> str:
     ec2 = driver.client("ec2")  # type: ignore[attr-defined]
-    launched = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)
-    return str(launched["Instances"][0]["InstanceId"])
+    [instance] = launch_instances(ec2, 1)
+    return str(instance["InstanceId"])
 
 
 def _aws_instances(driver: CloudDriver) -> object:

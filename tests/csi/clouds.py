@@ -26,8 +26,8 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.settings import Settings
+from devstack.backends.aws import aws_client, launch_instance
 from tests.helpers import eventually
-from tests.volume.support import ec2_client, run_instance
 
 
 @dataclass
@@ -48,10 +48,10 @@ async def aws_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCl
         update={"cluster_name": f"csi-{uuid.uuid4().hex[:8]}", AWS.name: section}
     )
     driver = AwsDriver(section)
-    ec2 = ec2_client(settings)
+    ec2 = aws_client("ec2", section.endpoint_url)
 
     async def new_node() -> tuple[str, str, str]:
-        instance = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+        instance = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
         return instance, "us-east-1a", f"aws:///us-east-1a/{instance}"
 
     async def remove_node(node_id: str) -> None:

@@ -7,26 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from devstack.backends.aws import REGION, aws_client
 from devstack.local import LocalStack
 from devstack.moto_ext import CLASSIC_SSL_POLICIES, install
-
-REGION = "us-east-1"
-
-
-def _client(service: str, endpoint: str | None = None) -> Any:
-    make: Any = boto3.client
-    return make(
-        service,
-        region_name=REGION,
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 @pytest.fixture
@@ -64,7 +51,7 @@ def _classic(elb: Any, subnet: str, cert: str) -> None:
 
 
 def test_classic_listeners_keep_instance_protocol_and_backend_policies(aws: None) -> None:
-    ec2, elb, acm = _client("ec2"), _client("elb"), _client("acm")
+    ec2, elb, acm = aws_client("ec2"), aws_client("elb"), aws_client("acm")
     cert = acm.request_certificate(DomainName="example.com")["CertificateArn"]
     _classic(elb, _subnets(ec2)[0], cert)
     elb.create_load_balancer_listeners(
@@ -103,7 +90,7 @@ def test_classic_listeners_keep_instance_protocol_and_backend_policies(aws: None
 
 
 def test_predefined_ssl_policies(aws: None) -> None:
-    elb = _client("elb")
+    elb = aws_client("elb")
     names = [p["PolicyName"] for p in elb.describe_load_balancer_policies()["PolicyDescriptions"]]
     assert names == list(CLASSIC_SSL_POLICIES)
     [one] = elb.describe_load_balancer_policies(PolicyNames=["ELBSecurityPolicy-2016-08"])[
@@ -116,7 +103,7 @@ def test_predefined_ssl_policies(aws: None) -> None:
 
 
 def test_nlb_subnet_mappings_show_their_addresses(aws: None) -> None:
-    ec2, v2 = _client("ec2"), _client("elbv2")
+    ec2, v2 = aws_client("ec2"), aws_client("elbv2")
     first, second = _subnets(ec2)
     eips = [ec2.allocate_address(Domain="vpc") for _ in range(2)]
     created = v2.create_load_balancer(
@@ -155,8 +142,8 @@ def test_nlb_subnet_mappings_show_their_addresses(aws: None) -> None:
 
 
 def test_the_local_stack_runs_the_extension(stack: LocalStack) -> None:
-    ec2, elb = _client("ec2", stack.moto_endpoint), _client("elb", stack.moto_endpoint)
-    iam = _client("iam", stack.moto_endpoint)
+    ec2, elb = aws_client("ec2", stack.moto_endpoint), aws_client("elb", stack.moto_endpoint)
+    iam = aws_client("iam", stack.moto_endpoint)
     cert = iam.upload_server_certificate(
         ServerCertificateName=f"moto-ext-{id(stack)}",
         CertificateBody="-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
@@ -186,7 +173,7 @@ def test_the_local_stack_runs_the_extension(stack: LocalStack) -> None:
 
 
 def test_subnet_ipv6_association_state(aws: None) -> None:
-    ec2 = _client("ec2")
+    ec2 = aws_client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16", AmazonProvidedIpv6CidrBlock=True)["Vpc"]
     block = vpc["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"].replace("/56", "/64")
     subnet = ec2.create_subnet(VpcId=vpc["VpcId"], CidrBlock="10.0.1.0/24", Ipv6CidrBlock=block)
@@ -196,7 +183,7 @@ def test_subnet_ipv6_association_state(aws: None) -> None:
 
 
 def test_classic_listeners_deleted_together(aws: None) -> None:
-    ec2, elb, acm = _client("ec2"), _client("elb"), _client("acm")
+    ec2, elb, acm = aws_client("ec2"), aws_client("elb"), aws_client("acm")
     _classic(
         elb, _subnets(ec2)[0], acm.request_certificate(DomainName="x.example")["CertificateArn"]
     )
@@ -206,7 +193,7 @@ def test_classic_listeners_deleted_together(aws: None) -> None:
 
 
 def test_nlb_listener_modified_to_tls_and_back(aws: None) -> None:
-    ec2, v2, acm = _client("ec2"), _client("elbv2"), _client("acm")
+    ec2, v2, acm = aws_client("ec2"), aws_client("elbv2"), aws_client("acm")
     first, second = _subnets(ec2)
     cert = acm.request_certificate(DomainName="x.example")["CertificateArn"]
     lb = v2.create_load_balancer(Name="nlb", Type="network", Subnets=[first, second])

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import boto3
 import pytest
 from prometheus_client import REGISTRY
 
@@ -51,17 +50,6 @@ TERRAFORM_OUTPUT = {
 @pytest.fixture
 def scope() -> str:
     return uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def ec2(settings: Settings) -> Any:
-    return boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=AWS.section(settings).endpoint_url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def patient(aws: AwsSettings) -> AwsSettings:

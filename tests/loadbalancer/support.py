@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 from temporalio.client import Client
 
 from cloudloop.cloud.aws.loadbalancers import (
@@ -25,20 +24,8 @@ from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES, SERVICES
 from cloudloop.messages.loadbalancer import default_load_balancer_name
 from cloudloop.settings import Settings
+from devstack.backends.aws import ZONES, aws_client, create_cluster_network, launch_instances
 from starters.loadbalancer import ServiceStarter
-
-ZONES = ("us-east-1a", "us-east-1b")
-
-
-def aws_client(endpoint: str, service: str) -> Any:
-    make: Any = boto3.client
-    return make(
-        service,
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 @dataclass
@@ -53,40 +40,18 @@ class AwsWorld:
     instance_ids: list[str] = field(default_factory=list)
 
     def client(self, service: str) -> Any:
-        return aws_client(self.endpoint, service)
+        return aws_client(service, self.endpoint)
 
     @classmethod
     def create(cls, endpoint: str, cluster: str, instances: int = 3) -> AwsWorld:
         world = cls(endpoint=endpoint, cluster=cluster)
         ec2 = world.client("ec2")
-        owned = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
-        world.vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-        for index, zone in enumerate(ZONES):
-            subnet = ec2.create_subnet(
-                VpcId=world.vpc_id,
-                CidrBlock=f"10.0.{index + 1}.0/24",
-                AvailabilityZone=zone,
-                TagSpecifications=[
-                    {
-                        "ResourceType": "subnet",
-                        "Tags": [*owned, {"Key": "Name", "Value": f"{cluster}-{zone}"}],
-                    }
-                ],
-            )
-            world.subnet_ids.append(subnet["Subnet"]["SubnetId"])
-        world.node_group = ec2.create_security_group(
-            GroupName=f"{cluster}-nodes",
-            Description="nodes",
-            VpcId=world.vpc_id,
-            TagSpecifications=[{"ResourceType": "security-group", "Tags": owned}],
-        )["GroupId"]
-        launched = ec2.run_instances(
-            ImageId="ami-12c6146b",
-            MinCount=instances,
-            MaxCount=instances,
-            SubnetId=world.subnet_ids[0],
-            SecurityGroupIds=[world.node_group],
-        )["Instances"]
+        network = create_cluster_network(ec2, cluster)
+        world.vpc_id, world.subnet_ids = network.vpc_id, network.subnet_ids
+        world.node_group = network.node_group_id
+        launched = launch_instances(
+            ec2, instances, SubnetId=world.subnet_ids[0], SecurityGroupIds=[world.node_group]
+        )
         world.instance_ids = [i["InstanceId"] for i in launched]
         return world
 

@@ -8,7 +8,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import boto3
 import pytest
 from prometheus_client import REGISTRY
 
@@ -20,6 +19,7 @@ from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
 from cloudloop.settings import Settings
+from devstack.backends.aws import launch_instances
 from starters.node import NodeSync
 from tests.helpers import eventually
 
@@ -33,17 +33,6 @@ def describe_calls() -> float:
             {"provider": "aws", "operation": "DescribeInstances", "outcome": "success"},
         )
         or 0.0
-    )
-
-
-@pytest.fixture
-def ec2(settings: Settings) -> Any:
-    return boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=AWS.section(settings).endpoint_url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
     )
 
 
@@ -87,14 +76,9 @@ async def node_sync(
 
 
 def run_instances(ec2: Any, count: int, instance_type: str = "m5.large") -> list[dict[str, Any]]:
-    answer = ec2.run_instances(
-        ImageId="ami-12c6146b",
-        MinCount=count,
-        MaxCount=count,
-        InstanceType=instance_type,
-        Placement={"AvailabilityZone": "us-east-1b"},
+    return launch_instances(
+        ec2, count, InstanceType=instance_type, Placement={"AvailabilityZone": "us-east-1b"}
     )
-    return list(answer["Instances"])
 
 
 def make_node(

@@ -10,7 +10,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import boto3
 import pytest
 
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -20,6 +19,7 @@ from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
 from cloudloop.settings import Settings
+from devstack.backends.aws import create_cluster_network, launch_instances
 from devstack.kube import CLUSTER_CIDR
 from starters.route import RouteSync
 from tests.helpers import eventually
@@ -37,37 +37,15 @@ def scope() -> str:
     return uuid.uuid4().hex[:10]
 
 
-@pytest.fixture
-def ec2(settings: Settings) -> Any:
-    return boto3.client(
-        "ec2",
-        region_name="us-east-1",
-        endpoint_url=AWS.section(settings).endpoint_url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
 class Cloud:
-    """A VPC with one route table tagged for ``cluster`` and a few instances in it."""
+    """The cluster's network with its route table and a few instances in it."""
 
     def __init__(self, ec2: Any, cluster: str, instances: int) -> None:
         self.ec2 = ec2
-        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
-        self.table = ec2.create_route_table(
-            VpcId=vpc,
-            TagSpecifications=[
-                {
-                    "ResourceType": "route-table",
-                    "Tags": [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}],
-                }
-            ],
-        )["RouteTable"]["RouteTableId"]
-        answer = ec2.run_instances(
-            ImageId="ami-12c6146b", MinCount=instances, MaxCount=instances, SubnetId=subnet
-        )
-        self.instances = [i["InstanceId"] for i in answer["Instances"]]
+        network = create_cluster_network(ec2, cluster, route_table=True)
+        self.table = network.route_table_id
+        launched = launch_instances(ec2, instances, SubnetId=network.subnet_ids[0])
+        self.instances = [i["InstanceId"] for i in launched]
 
     def add_route(self, cidr: str, instance_id: str) -> None:
         self.ec2.create_route(

@@ -1,28 +1,24 @@
-"""Shared parts of the termination handler's stack tests: AWS clients on moto, an ASG with a
-lifecycle hook, kwok Nodes named after their instances, a ReplicaSet behind a PDB, SQS message
-bodies of each kind, and a webhook receiver."""
+"""Shared parts of the termination handler's stack tests: kwok Nodes named after their instances,
+a ReplicaSet behind a PDB, the handler's settings and starters, and a webhook receiver (the AWS
+side, queues, ASGs and message bodies, is :mod:`devstack.backends.aws`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import boto3
 from prometheus_client import REGISTRY
 from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, NODES, PDBS, PODS, Resource
-from cloudloop.messages.termination import MANAGED_TAG
 from cloudloop.settings import NthSettings, Settings
 from devstack.autoscaling_ext import lifecycle_calls
 from devstack.kube import KWOK_NODE_ANNOTATION
@@ -32,154 +28,6 @@ from tests.helpers import eventually
 
 REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 POOL_LABEL = "cloudloop-test/pool"
-
-
-def aws_client(service: str, endpoint: str) -> Any:
-    make: Any = boto3.client  # the stubs want a literal service name
-    return make(
-        service,
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
-@dataclass
-class Aws:
-    """boto3 clients on moto (Auto Scaling through the lifecycle extension)."""
-
-    sqs: Any
-    ec2: Any
-    autoscaling: Any
-
-    @classmethod
-    def of(cls, stack: LocalStack) -> Aws:
-        return cls(
-            sqs=aws_client("sqs", stack.moto_endpoint),
-            ec2=aws_client("ec2", stack.moto_endpoint),
-            autoscaling=aws_client("autoscaling", stack.autoscaling_endpoint),
-        )
-
-    def queue(self) -> str:
-        return str(self.sqs.create_queue(QueueName=f"nth-{uuid.uuid4().hex[:10]}")["QueueUrl"])
-
-    def depth(self, queue_url: str) -> int:
-        """Messages still in the queue, visible or held."""
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"]) + int(
-            attrs["ApproximateNumberOfMessagesNotVisible"]
-        )
-
-    def send(self, queue_url: str, *bodies: str) -> None:
-        for body in bodies:
-            self.sqs.send_message(QueueUrl=queue_url, MessageBody=body)
-
-    def asg_instance(self, *, managed: bool = True) -> tuple[str, str, str, str]:
-        """(ASG name, hook name, instance ID, private DNS name) of a one-instance ASG."""
-        name = f"asg-{uuid.uuid4().hex[:8]}"
-        image = self.ec2.describe_images()["Images"][0]["ImageId"]
-        self.ec2.create_launch_template(
-            LaunchTemplateName=f"lt-{name}",
-            LaunchTemplateData={"ImageId": image, "InstanceType": "t3.micro"},
-        )
-        tags = [{"Key": MANAGED_TAG, "Value": "", "PropagateAtLaunch": True}] if managed else []
-        self.autoscaling.create_auto_scaling_group(
-            AutoScalingGroupName=name,
-            LaunchTemplate={"LaunchTemplateName": f"lt-{name}"},
-            MinSize=1,
-            MaxSize=1,
-            DesiredCapacity=1,
-            AvailabilityZones=["us-east-1a"],
-            Tags=tags,
-        )
-        self.autoscaling.put_lifecycle_hook(
-            AutoScalingGroupName=name,
-            LifecycleHookName="nth",
-            LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
-            HeartbeatTimeout=300,
-        )
-        group = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
-        instance_id = group["AutoScalingGroups"][0]["Instances"][0]["InstanceId"]
-        raw = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0][
-            "Instances"
-        ][0]
-        return name, "nth", instance_id, raw["PrivateDnsName"]
-
-    def plain_instance(self, *, managed: bool = True) -> tuple[str, str]:
-        """(instance ID, private DNS name) of an instance outside any ASG."""
-        image = self.ec2.describe_images()["Images"][0]["ImageId"]
-        tags = [{"ResourceType": "instance", "Tags": [{"Key": MANAGED_TAG, "Value": ""}]}]
-        raw = self.ec2.run_instances(
-            ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=tags if managed else []
-        )["Instances"][0]
-        return raw["InstanceId"], raw["PrivateDnsName"]
-
-
-# -- message bodies --------------------------------------------------------------------------
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def eventbridge(source: str, detail_type: str, detail: dict[str, Any], event_id: str) -> str:
-    return json.dumps(
-        {
-            "version": "0",
-            "id": event_id,
-            "detail-type": detail_type,
-            "source": source,
-            "account": "123456789012",
-            "time": _now(),
-            "region": "us-east-1",
-            "resources": [],
-            "detail": detail,
-        }
-    )
-
-
-def asg_terminate(asg: str, hook: str, instance: str, token: str, event_id: str = "") -> str:
-    return eventbridge(
-        "aws.autoscaling",
-        "EC2 Instance-terminate Lifecycle Action",
-        {
-            "LifecycleActionToken": token,
-            "AutoScalingGroupName": asg,
-            "LifecycleHookName": hook,
-            "EC2InstanceId": instance,
-            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
-        },
-        event_id or str(uuid.uuid4()),
-    )
-
-
-def spot_itn(instance: str, event_id: str = "") -> str:
-    return eventbridge(
-        "aws.ec2",
-        "EC2 Spot Instance Interruption Warning",
-        {"instance-id": instance, "instance-action": "terminate"},
-        event_id or str(uuid.uuid4()),
-    )
-
-
-def state_change(instance: str, state: str, event_id: str = "") -> str:
-    return eventbridge(
-        "aws.ec2",
-        "EC2 Instance State-change Notification",
-        {"instance-id": instance, "state": state},
-        event_id or str(uuid.uuid4()),
-    )
-
-
-def rebalance(instance: str, event_id: str = "") -> str:
-    return eventbridge(
-        "aws.ec2",
-        "EC2 Instance Rebalance Recommendation",
-        {"instance-id": instance},
-        event_id or str(uuid.uuid4()),
-    )
 
 
 # -- kube --------------------------------------------------------------------------------------

@@ -23,11 +23,10 @@ from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
 from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_log, read_evictions
 from devstack.autoscaling_ext import inject_fault
+from devstack.backends.aws import NthCloud, asg_terminate, rebalance, spot_itn, state_change
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.termination.support import (
-    Aws,
-    asg_terminate,
     delete_nodes,
     drain_workflows,
     kwok_node,
@@ -37,12 +36,9 @@ from tests.termination.support import (
     nth_settings,
     pods_on,
     processor,
-    rebalance,
     replica_set,
     running,
     running_pods,
-    spot_itn,
-    state_change,
     taints,
     token_calls,
     webhook_receiver,
@@ -58,9 +54,8 @@ def rfc3339(text: str) -> float:
 
 
 async def test_asg_termination_drains_then_completes_lifecycle(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
-    aws = Aws.of(stack)
     queue = aws.queue()
     asg, hook, instance, dns = aws.asg_instance()
     token = str(uuid.uuid4())
@@ -136,12 +131,11 @@ async def test_asg_termination_drains_then_completes_lifecycle(
 
 
 async def test_one_interruption_three_kinds_two_replicas_one_drain_with_heartbeats(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
     """ASG lifecycle action, Spot warning and state change for one instance, each twice, read
     by two starter replicas: one drain workflow, one webhook, one completion; heartbeats on a
     durable timer while the drain waits for the node's VolumeAttachment."""
-    aws = Aws.of(stack)
     queue = aws.queue()
     asg, hook, instance, dns = aws.asg_instance()
     token = str(uuid.uuid4())
@@ -227,11 +221,10 @@ async def test_one_interruption_three_kinds_two_replicas_one_drain_with_heartbea
 
 
 async def test_lifecycle_action_after_a_completed_drain_is_completed(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
     """Spot warning first (drained, done), then the ASG's lifecycle action for the same
     instance: no second drain, but the action is completed and both messages deleted."""
-    aws = Aws.of(stack)
     queue = aws.queue()
     asg, hook, instance, dns = aws.asg_instance()
     token = str(uuid.uuid4())
@@ -258,9 +251,8 @@ async def test_lifecycle_action_after_a_completed_drain_is_completed(
 
 
 async def test_rebalance_recommendation_only_cordons(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
-    aws = Aws.of(stack)
     queue = aws.queue()
     instance, dns = aws.plain_instance()
     source = kwok_node(kube, dns, namespace)
@@ -284,10 +276,9 @@ async def test_rebalance_recommendation_only_cordons(
 
 
 async def test_unknown_unmanaged_and_odd_messages_are_deleted(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings
 ) -> None:
     """Each message's fate, decided without a worker: nothing here starts a drain."""
-    aws = Aws.of(stack)
     queue = aws.queue()
     unmanaged, unmanaged_dns = aws.plain_instance(managed=False)
     nodeless, _ = aws.plain_instance()
@@ -338,9 +329,8 @@ async def test_unknown_unmanaged_and_odd_messages_are_deleted(
 
 
 async def test_tagged_node_gauges(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings
 ) -> None:
-    aws = Aws.of(stack)
     tagged, tagged_dns = aws.plain_instance()
     _, untagged_dns = aws.plain_instance(managed=False)
     nodes = [kwok_node(kube, tagged_dns, "none"), kwok_node(kube, untagged_dns, "none")]

@@ -24,11 +24,10 @@ from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_log, read_evictions
+from devstack.backends.aws import NthCloud, asg_terminate, spot_itn
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.termination.support import (
-    Aws,
-    asg_terminate,
     delete_nodes,
     drain_workflows,
     kwok_node,
@@ -42,7 +41,6 @@ from tests.termination.support import (
     running,
     running_pods,
     spare_node,
-    spot_itn,
     taints,
     token_calls,
     worker_env,
@@ -102,6 +100,7 @@ def workers() -> Iterator[list[Workers]]:
 
 async def test_worker_sigkill_during_drain_converges(
     stack: LocalStack,
+    aws: NthCloud,
     kube: Kube,
     client: Client,
     settings: Settings,
@@ -109,7 +108,6 @@ async def test_worker_sigkill_during_drain_converges(
     tmp_path: Path,
     workers: list[Workers],
 ) -> None:
-    aws = Aws.of(stack)
     queue = aws.queue()
     asg, hook, instance, dns = aws.asg_instance()
     token = str(uuid.uuid4())
@@ -164,11 +162,10 @@ async def test_worker_sigkill_during_drain_converges(
 
 
 async def test_pdb_that_never_allows_disruption(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack, aws: NthCloud, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
     """The drain retries within its timeout, then fails: the message stays, the node stays
     cordoned, and the Node's Events and the metrics say why; redelivery tries again."""
-    aws = Aws.of(stack)
     queue = aws.queue()
     instance, dns = aws.plain_instance()
     source = kwok_node(kube, dns, namespace)

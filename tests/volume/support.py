@@ -1,32 +1,17 @@
-"""Helpers for the volume tests: EC2 instances and volumes in moto, read back through boto3."""
+"""Helpers for the volume tests: EC2 volumes in moto, read back through boto3."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from cloudloop.cloud.aws import PROVIDER as AWS
-from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.tags import cluster_tag_key
-from cloudloop.settings import Settings
 
-AMI = "ami-12c6146b"
 GIB = 1 << 30
-
-
-def ec2_client(settings: Settings) -> Any:
-    return AwsDriver(AWS.section(settings)).client("ec2")
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def run_instance(ec2: Any, zone: str) -> str:
-    answer = ec2.run_instances(
-        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": zone}
-    )
-    return str(answer["Instances"][0]["InstanceId"])
 
 
 def make_volume(ec2: Any, zone: str, size_gib: int = 1) -> str:

@@ -33,15 +33,14 @@ from cloudloop.messages.volume import (
 )
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
+from devstack.backends.aws import launch_instance
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.holding_proxy import HoldingProxy
 from tests.volume.support import (
     attachments,
-    ec2_client,
     instance_devices,
     make_volume,
-    run_instance,
     unique,
     volumes_named,
 )
@@ -119,11 +118,6 @@ def proxy(stack: LocalStack) -> Iterator[HoldingProxy]:
 
 
 @pytest.fixture
-def ec2(settings: Settings) -> Any:
-    return ec2_client(settings)
-
-
-@pytest.fixture
 def ops(client: Client, settings: Settings) -> VolumeOperations:
     return VolumeOperations.from_settings(client, settings)
 
@@ -145,7 +139,7 @@ async def last_activity_attempt(client: Client, workflow_id: str) -> int:
 async def test_worker_killed_during_attach(
     workers: WorkerProcesses, proxy: HoldingProxy, ops: VolumeOperations, ec2: Any
 ) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     held = proxy.hold("AttachVolume")
     first = await asyncio.to_thread(workers.start, proxy.url)
@@ -171,7 +165,7 @@ async def test_worker_killed_during_attach(
 async def test_worker_killed_during_detach(
     workers: WorkerProcesses, proxy: HoldingProxy, ops: VolumeOperations, ec2: Any
 ) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     await asyncio.to_thread(
         ec2.attach_volume, VolumeId=volume_id, InstanceId=node, Device="/dev/xvdba"

@@ -33,26 +33,20 @@ from cloudloop.messages.volume import (
     Topology,
 )
 from cloudloop.settings import Settings
+from devstack.backends.aws import launch_instance
 from tests.helpers import eventually_async
 from tests.volume.support import (
     GIB,
     attachments,
     describe_volume,
-    ec2_client,
     instance_devices,
     make_volume,
-    run_instance,
     unique,
     volumes_named,
 )
 from workers.main import build_worker
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture
-def ec2(settings: Settings) -> Any:
-    return ec2_client(settings)
 
 
 @pytest.fixture
@@ -165,8 +159,8 @@ async def test_create_honours_capacity_and_topology(
 async def test_attach_detach_delete_lifecycle(
     worker: Worker, ops: VolumeOperations, ec2: Any
 ) -> None:
-    node_a = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
-    node_b = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node_a = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
+    node_b = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     created = await ops.create(
         CreateVolumeRequest(name=unique("pvc"), topology=Topology(requisite=["us-east-1a"]))
     )
@@ -228,7 +222,7 @@ async def test_attach_detach_delete_lifecycle(
 async def test_detach_without_node_detaches_everywhere(
     worker: Worker, ops: VolumeOperations, ec2: Any
 ) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     assert (await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node))).ok
     result = await ops.detach(DetachVolumeRequest(volume_id=volume_id))
@@ -238,7 +232,7 @@ async def test_detach_without_node_detaches_everywhere(
 
 
 async def test_unknown_volume_or_node(worker: Worker, ops: VolumeOperations, ec2: Any) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     cases = [
         AttachVolumeRequest(volume_id="fake-vol-id", node_id=node),
@@ -262,7 +256,7 @@ async def test_unknown_volume_or_node(worker: Worker, ops: VolumeOperations, ec2
 async def test_attach_across_zones_is_refused(
     worker: Worker, ops: VolumeOperations, ec2: Any
 ) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1b")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1b")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     result = await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node))
     assert result.code is Code.FAILED_PRECONDITION, result
@@ -273,7 +267,7 @@ async def test_attach_across_zones_is_refused(
 async def test_concurrent_attaches_to_one_instance_get_distinct_devices(
     worker: Worker, ops: VolumeOperations, ec2: Any
 ) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_ids = [await asyncio.to_thread(make_volume, ec2, "us-east-1a") for _ in range(8)]
     results = await asyncio.gather(
         *(ops.attach(AttachVolumeRequest(volume_id=v, node_id=node)) for v in volume_ids)
@@ -312,7 +306,7 @@ async def test_repeated_request_joins_and_conflicting_one_is_refused(
     client: Client, settings: Settings, kube: Kube, ops: VolumeOperations, ec2: Any
 ) -> None:
     """With no worker yet, requests stay running: a repeat joins, a conflicting one is refused."""
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a", 2)
     attach = AttachVolumeRequest(volume_id=volume_id, node_id=node)
     first = asyncio.create_task(ops.attach(attach))
@@ -356,7 +350,7 @@ async def test_repeated_request_joins_and_conflicting_one_is_refused(
 async def test_volume_workflows_are_searchable(
     worker: Worker, client: Client, ops: VolumeOperations, settings: Settings, ec2: Any
 ) -> None:
-    node = await asyncio.to_thread(run_instance, ec2, "us-east-1a")
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     assert (await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node))).ok
     assert (await ops.detach(DetachVolumeRequest(volume_id=volume_id, node_id=node))).ok
