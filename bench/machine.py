@@ -27,7 +27,6 @@ from typing import Any
 from bench.context import BenchContext
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
-from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import set_condition
@@ -36,6 +35,7 @@ from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.messages.machine import MachineTimings
 from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
+from devstack.backends.dvp import dvp_settings
 from devstack.dvp_simulator import DvpParent
 from starters.machine import MachineStarter
 from workers.main import build_worker
@@ -209,9 +209,7 @@ async def _figures(
     ctx: BenchContext, kube: Kube, parent: DvpParent, cluster: str
 ) -> dict[str, float]:
     parent_namespace = parent.new_namespace("bench")
-    driver = DvpDriver(
-        DvpSettings(kubeconfig=parent.kubeconfig, namespace=parent_namespace, cluster_uuid="bench")
-    )
+    driver = DvpDriver(dvp_settings(parent, parent_namespace, cluster_uuid="bench"))
     task_queue = f"bench-machines-{uuid.uuid4().hex[:6]}"
     namespace = _namespace(kube, "bench-machines")
     direct_namespace = _namespace(kube, "bench-direct")

@@ -28,19 +28,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
 from bench.context import BenchContext
-from cloudloop.cloud.dvp import resources as dvp
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
 from cloudloop.cloud.dvp.driver import DvpDriver
-from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.models import LoadBalancerPort
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
-from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
@@ -54,6 +49,8 @@ from cloudloop.messages.loadbalancer import (
 from cloudloop.messages.machine import MachineTimings, PollSchedule
 from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
+from devstack.backends.dvp import create_node_vms, dvp_settings
+from devstack.backends.zvirt import machine_spec, ovirt_engine, zvirt_settings
 from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
 from devstack.kube import CAPI, KubeOptions
 from devstack.local import LocalStack, StackOptions
@@ -183,8 +180,6 @@ async def _scale_group(
 
 
 async def nodegroup_figures(ctx: BenchContext) -> dict[str, float]:
-    from devstack.ovirt_emulator import Delays, OvirtEmulatorOptions
-
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="cloudloop-bench-parent-") as state:
         parent = DvpParent.start(Path(state))
@@ -192,13 +187,7 @@ async def nodegroup_figures(ctx: BenchContext) -> dict[str, float]:
             figures.update(await _dvp_lb(ctx, parent))
             with _capi_plane() as plane:
                 namespace = parent.new_namespace("bench-ng")
-                driver = DvpDriver(
-                    DvpSettings(
-                        kubeconfig=parent.kubeconfig,
-                        namespace=namespace,
-                        cluster_uuid=str(uuid.uuid4()),
-                    )
-                )
+                driver = DvpDriver(dvp_settings(parent, namespace))
                 figures["nodegroup_scale_0_to_10_wall_s_dvp"] = await _scale_group(
                     ctx,
                     plane,
@@ -218,49 +207,22 @@ async def nodegroup_figures(ctx: BenchContext) -> dict[str, float]:
                         },
                     },
                 )
-                fast = Delays(
-                    clone_s=0.3, boot_s=0.3, guest_ip_s=0.2, shutdown_s=0.2, disk_resize_s=0.1,
-                    remove_s=0.1,
-                )  # fmt: skip
-                with tempfile.TemporaryDirectory(prefix="cloudloop-bench-ovirt-") as ostate:
-                    ovirt = LocalStack(
-                        StackOptions(
-                            state_dir=Path(ostate),
-                            temporal=False,
-                            moto=False,
-                            kube=(),
-                            ovirt_emulator=OvirtEmulatorOptions(password="bench", delays=fast),
-                        )
+                with (
+                    tempfile.TemporaryDirectory(prefix="cloudloop-bench-ovirt-") as ostate,
+                    ovirt_engine(Path(ostate), password="bench") as endpoint,
+                ):
+                    zdriver = ZvirtDriver(
+                        zvirt_settings(endpoint, poll_interval_s=0.05, shutdown_timeout_s=2)
                     )
-                    with ovirt:
-                        endpoint = ovirt.ovirt
-                        assert endpoint is not None
-                        zdriver = ZvirtDriver(
-                            ZvirtSettings(
-                                api_url=endpoint.api_url,
-                                username=endpoint.username,
-                                password=SecretStr(endpoint.password),
-                                ca_bundle=endpoint.ca_file,
-                                cluster_id=endpoint.cluster_id,
-                                poll_interval_s=0.05,
-                                shutdown_timeout_s=2,
-                            )
-                        )
-                        figures["nodegroup_scale_0_to_10_wall_s_zvirt"] = await _scale_group(
-                            ctx,
-                            plane,
-                            zdriver,
-                            ZVIRT_KINDS,
-                            ZVIRT_TEMPLATES,
-                            {
-                                "numCPUs": 2,
-                                "memory": 2048,
-                                "template": endpoint.template,
-                                "vnicProfileID": endpoint.vnic_profile_id,
-                                "rootDiskSizeGb": 20,
-                            },
-                        )
-                        zdriver.close()
+                    figures["nodegroup_scale_0_to_10_wall_s_zvirt"] = await _scale_group(
+                        ctx,
+                        plane,
+                        zdriver,
+                        ZVIRT_KINDS,
+                        ZVIRT_TEMPLATES,
+                        machine_spec(endpoint, numCPUs=2),
+                    )
+                    zdriver.close()
         finally:
             parent.stop()
     return figures
@@ -271,31 +233,10 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     kube = ctx.kube
     scope = uuid.uuid4().hex[:8]
     parent_namespace = parent.new_namespace("bench-lb")
-    driver = DvpDriver(
-        DvpSettings(
-            kubeconfig=parent.kubeconfig,
-            namespace=parent_namespace,
-            cluster_uuid=str(uuid.uuid4()),
-        )
-    )
+    driver = DvpDriver(dvp_settings(parent, parent_namespace))
     vms = [f"bench-lb-{scope}-{i}" for i in range(3)]
+    create_node_vms(parent, parent_namespace, driver.cluster_labels(), vms)
     for name in vms:
-        parent.kube.create(
-            dvp.VIRTUAL_MACHINES,
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {**driver.cluster_labels(), dvp.HOSTNAME_LABEL: name},
-                },
-                "spec": {
-                    "virtualMachineClassName": VM_CLASS,
-                    "cpu": {"cores": 1},
-                    "memory": {"size": "1Gi"},
-                    "blockDeviceRefs": [{"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE}],
-                },
-            },
-            parent_namespace,
-        )
         kube.create(
             NODES,
             {

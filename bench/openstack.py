@@ -36,17 +36,12 @@ from bench.node import cloud_requests
 from cloudloop import temporal
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.loadbalancers import identity_tag
-from cloudloop.cloud.openstack.settings import ConnectionSettings, OpenStackSettings, RouteSettings
+from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES, SERVICES, Resource
 from cloudloop.rules import node as rules
-from devstack.local import LocalStack, StackOptions
-from devstack.openstack_emulator import (
-    Delays,
-    OpenStackEmulatorAdmin,
-    OpenStackEmulatorEndpoint,
-    OpenStackEmulatorOptions,
-)
+from devstack.backends.openstack import openstack_emulator, openstack_settings
+from devstack.openstack_emulator import Delays, OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.loadbalancer import ServiceStarter
 from starters.node import NodeSync
 from workflows.loadbalancer import LoadBalancerWorkflow
@@ -60,42 +55,19 @@ POLL_S = 0.2
 
 
 def _settings(endpoint: OpenStackEmulatorEndpoint) -> OpenStackSettings:
-    from pydantic import SecretStr
-
-    return OpenStackSettings(
-        connection=ConnectionSettings(
-            auth_url=endpoint.auth_url,
-            username=endpoint.username,
-            password=SecretStr(endpoint.password),
-            tenant_name=endpoint.project,
-            domain_name=endpoint.user_domain,
-            region=endpoint.region,
-        ),
-        route=RouteSettings(router_id=endpoint.seed.router_id),
-        poll_interval_s=POLL_S,
-    )
+    return openstack_settings(endpoint, poll_interval_s=POLL_S)
 
 
 async def openstack_figures(ctx: BenchContext) -> dict[str, float]:
-    local = LocalStack(
-        StackOptions(
-            state_dir=Path(tempfile.mkdtemp(prefix="bench-openstack-")),
-            temporal=False,
-            moto=False,
-            kube=(),
-            openstack_emulator=OpenStackEmulatorOptions(
-                password="bench", delays=Delays(lb_create_s=LB_CREATE_S, lb_update_s=0.5)
-            ),
-        )
-    )
-    await asyncio.to_thread(local.start)
-    try:
-        assert local.openstack is not None
-        figures = await _lifecycle(ctx, local.openstack)
-        figures.update(await _load_balancers(ctx, local.openstack))
+    with openstack_emulator(
+        Path(tempfile.mkdtemp(prefix="bench-openstack-")),
+        password="bench",
+        application_credential_secret="",
+        delays=Delays(lb_create_s=LB_CREATE_S, lb_update_s=0.5),
+    ) as endpoint:
+        figures = await _lifecycle(ctx, endpoint)
+        figures.update(await _load_balancers(ctx, endpoint))
         return figures
-    finally:
-        await asyncio.to_thread(local.stop)
 
 
 async def _lifecycle(ctx: BenchContext, endpoint: OpenStackEmulatorEndpoint) -> dict[str, float]:

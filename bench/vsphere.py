@@ -20,11 +20,11 @@ from typing import Any
 from bench.context import BenchContext
 from bench.node import cloud_requests
 from cloudloop.cloud.vsphere.driver import VsphereDriver
-from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import vim
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
+from devstack.backends.vsphere import vsphere_settings
 from devstack.local import LocalStack, StackOptions
 from devstack.vcsim import VcsimOptions
 from devstack.vcsim_inventory import NodeVm, ZoneLayout, connect, disconnect, seed, wait_task
@@ -82,14 +82,7 @@ async def vsphere_figures(ctx: BenchContext) -> dict[str, float]:
             for i in range(BURST)
         ]
         await asyncio.to_thread(seed, endpoint, burst, ZoneLayout())
-        driver = VsphereDriver(
-            VsphereSettings(
-                server=endpoint.server,
-                username=endpoint.username,
-                password=endpoint.password,
-                ca_bundle=endpoint.ca_file,
-            )
-        )
+        driver = VsphereDriver(vsphere_settings(endpoint))
 
         def create(name: str, provider_id: str = "", label: str = selector) -> None:
             key, value = label.split("=")

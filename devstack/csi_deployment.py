@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, SecretStr
-
 from cloudloop.cloud.registry import provider_for
 from cloudloop.csi.objects import CSI_DRIVERS, DRIVER_LABEL, STORAGE_CLASSES
 from cloudloop.csi.spec import ZONE_KEY
@@ -30,6 +28,7 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import NODES, PODS, SECRETS, Resource
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
 from cloudloop.settings import Settings
+from devstack.backends import section_env
 from devstack.csi_sidecars import sidecar_processes
 from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.process import ManagedProcess, stop_all
@@ -61,26 +60,9 @@ def controller_env(settings: Settings, kubeconfig: Path, endpoint: str) -> dict[
 
 
 def provider_env(settings: Settings) -> dict[str, str]:
-    """``CLOUDLOOP_<NAME>__<FIELD>`` for every set field of the provider's section (nested
-    sections, e.g. OpenStack's ``connection``, as ``..._<SECTION>__<FIELD>``)."""
+    """``CLOUDLOOP_<NAME>__<FIELD>`` for every set field of the provider's section."""
     record = provider_for(settings)
-    return _model_env(record.section(settings), f"CLOUDLOOP_{record.name.upper()}__")
-
-
-def _model_env(model: BaseModel, prefix: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            env.update(_model_env(value, f"{prefix}{name.upper()}__"))
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        if value is None or value == "" or value == [] or value == {}:
-            continue
-        text = json.dumps(value) if isinstance(value, list | dict) else str(value)
-        env[f"{prefix}{name.upper()}"] = text
-    return env
+    return section_env(record.name, record.section(settings))
 
 
 @dataclass
@@ -146,21 +128,13 @@ def write_discovery(kube: Kube, namespace: str, document: dict[str, Any]) -> Non
 
 
 def kwok_node(
-    kube: Kube,
-    name: str,
-    *,
-    provider_id: str,
-    zone: str,
-    driver: str,
-    node_id: str,
-    topology_key: str = ZONE_KEY,
+    kube: Kube, name: str, *, provider_id: str, zone: str, driver: str, node_id: str
 ) -> None:
     """A kwok Node the attach/detach controller manages, with the CSINode the registrar
-    would have written (driver, node ID, topology key) and the label it would have set."""
+    would have written (driver, node ID, topology key)."""
     labels = {"kubernetes.io/hostname": name, "cloudloop.io/csi-test": "true"}
     if zone:
         labels[ZONE_KEY] = zone
-        labels[topology_key] = zone
     kube.create(
         NODES,
         {
@@ -181,7 +155,7 @@ def kwok_node(
                     {
                         "name": driver,
                         "nodeID": node_id,
-                        "topologyKeys": [topology_key] if zone else [],
+                        "topologyKeys": [ZONE_KEY] if zone else [],
                         "allocatable": {"count": 25},
                     }
                 ]

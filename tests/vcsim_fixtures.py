@@ -1,8 +1,7 @@
 """A vcsim of its own for a test module: import the fixtures into the module that needs them.
 
-``vcsim`` starts govmomi's simulator alone (no Temporal, no control plane) through
-:class:`~devstack.local.LocalStack`; ``seeded`` adds two node VMs in two tagged zones. Modules
-using them are stack tests (mark them ``stack``).
+``vcsim`` starts govmomi's simulator alone (no Temporal, no control plane); ``seeded`` adds two
+node VMs in two tagged zones. Modules using them are stack tests (mark them ``stack``).
 """
 
 from __future__ import annotations
@@ -11,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from devstack.local import LocalStack, StackOptions
-from devstack.vcsim import VcsimEndpoint, VcsimOptions
+from devstack.backends.vsphere import vcsim_server
+from devstack.vcsim import VcsimEndpoint
 from devstack.vcsim_inventory import Inventory, NodeVm, ZoneLayout, seed
 
 NODES = (
@@ -23,21 +22,8 @@ NODES = (
 
 @pytest.fixture(scope="module")
 def vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("vcsim"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            vcsim=VcsimOptions(),
-        )
-    )
-    local.start()
-    try:
-        assert local.vcsim is not None
-        yield local.vcsim
-    finally:
-        local.stop()
+    with vcsim_server(tmp_path_factory.mktemp("vcsim")) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")

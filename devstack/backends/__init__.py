@@ -10,10 +10,13 @@ are the caller's (each scenario keeps its own). Dev stack, tests and benchmarks 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, SecretStr
 
 from devstack.local import LocalStack, StackOptions
 
@@ -31,3 +34,26 @@ def emulator_only(state_dir: Path, **emulators: Any) -> Iterator[LocalStack]:
         yield local
     finally:
         local.stop()
+
+
+def section_env(provider: str, section: BaseModel) -> dict[str, str]:
+    """``CLOUDLOOP_<PROVIDER>__<FIELD>`` for every set field of a provider's settings section
+    (nested models as ``__<FIELD>__<FIELD>``, lists and mappings as JSON, secrets in clear): the
+    environment a chart gives a worker for those settings."""
+    return _fields_env(f"CLOUDLOOP_{provider.upper()}", section)
+
+
+def _fields_env(prefix: str, model: BaseModel) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        key = f"{prefix}__{name.upper()}"
+        if isinstance(value, BaseModel):
+            env.update(_fields_env(key, value))
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is None or value == "" or value == [] or value == {}:
+            continue
+        env[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return env

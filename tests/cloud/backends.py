@@ -37,11 +37,19 @@ from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from devstack.backends.aws import aws_settings, create_cluster_network, launch_instances
-from devstack.local import LocalStack, StackOptions
+from devstack.backends.dvp import dvp_settings
+from devstack.backends.openstack import openstack_emulator
+from devstack.backends.vsphere import vcsim_server as vcsim_alone
+from devstack.backends.vsphere import vsphere_settings
+from devstack.backends.zvirt import machine_spec as zvirt_machine_spec
+from devstack.backends.zvirt import ovirt_engine as ovirt_engine_alone
+from devstack.backends.zvirt import zvirt_settings
+from devstack.local import LocalStack
 from devstack.machine_fixtures import dvp_machine_spec
-from devstack.ovirt_emulator import OvirtEmulatorOptions
-from devstack.ovirt_emulator.engine import Delays
+from devstack.openstack_emulator import OpenStackEmulatorEndpoint
+from devstack.ovirt_emulator import OvirtEmulatorEndpoint
 from devstack.process import ManagedProcess, free_port, http_ok
+from devstack.vcsim import VcsimEndpoint, VcsimOptions
 
 Call = Callable[[CloudDriver], object]
 
@@ -159,15 +167,8 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
     namespace = parent.new_namespace("conformance")
 
     def settings(**overrides: Any) -> DvpSettings:
-        values: dict[str, Any] = {
-            "kubeconfig": parent.kubeconfig,
-            "kubeconfig_base64": None,
-            "namespace": namespace,
-            "cluster_uuid": "conformance",
-            "timeout_s": 30,
-        }
-        values.update(overrides)
-        return DvpSettings(**values)
+        values: dict[str, Any] = {"cluster_uuid": "conformance", "timeout_s": 30, **overrides}
+        return dvp_settings(parent, namespace, **values)
 
     def machine(name: str) -> models.MachineSpec:
         return models.MachineSpec(
@@ -214,44 +215,18 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
 
 # -- zVirt: the oVirt Engine emulator, through ovirtsdk4 -------------------------------------
 @pytest.fixture(scope="session")
-def ovirt_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    fast = Delays(
-        clone_s=0.3, boot_s=0.3, guest_ip_s=0.2, shutdown_s=0.2, disk_resize_s=0.1, remove_s=0.1
-    )
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("conformance-ovirt"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            ovirt_emulator=OvirtEmulatorOptions(password="conformance-pw", delays=fast),
-        )
-    )
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
+def ovirt_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulatorEndpoint]:
+    state = tmp_path_factory.mktemp("conformance-ovirt")
+    with ovirt_engine_alone(state, password="conformance-pw") as endpoint:
+        yield endpoint
 
 
 def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
-    local: LocalStack = request.getfixturevalue("ovirt_engine")
-    assert local.ovirt is not None
-    endpoint = local.ovirt
+    endpoint: OvirtEmulatorEndpoint = request.getfixturevalue("ovirt_engine")
 
     def settings(**overrides: Any) -> ZvirtSettings:
-        values: dict[str, Any] = {
-            "api_url": endpoint.api_url,
-            "username": endpoint.username,
-            "password": SecretStr(endpoint.password),
-            "ca_bundle": endpoint.ca_file,
-            "cluster_id": endpoint.cluster_id,
-            "timeout_s": 30,
-            "wait_timeout_s": 10,
-            "poll_interval_s": 0.05,
-        }
-        values.update(overrides)
-        return ZvirtSettings(**values)
+        timings = {"timeout_s": 30, "wait_timeout_s": 10, "poll_interval_s": 0.05}
+        return zvirt_settings(endpoint, **{**timings, **overrides})
 
     def machine(name: str) -> models.MachineSpec:
         return models.MachineSpec(
@@ -259,12 +234,7 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
             namespace="default",
             cluster="conformance",
             machine_uid=str(uuid.uuid4()),
-            provider_spec={
-                "template": endpoint.template,
-                "vnicProfileID": endpoint.vnic_profile_id,
-                "memory": 2048,
-                "rootDiskSizeGb": 20,
-            },
+            provider_spec=zvirt_machine_spec(endpoint),
         )
 
     return Backend(
@@ -293,45 +263,21 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
 
 # -- vSphere: vcsim (govmomi), through pyvmomi and the tagging REST paths -------------------
 @pytest.fixture(scope="session")
-def vcsim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    from devstack.vcsim import VcsimOptions
+def vcsim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
     from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
 
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("conformance-vcsim"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            vcsim=VcsimOptions(password="conformance-pw"),
-        )
-    )
-    local.start()
-    try:
-        assert local.vcsim is not None
-        seed(local.vcsim, [NodeVm("conformance-a", "10.9.0.10")], ZoneLayout())
-        yield local
-    finally:
-        local.stop()
+    state = tmp_path_factory.mktemp("conformance-vcsim")
+    with vcsim_alone(state, VcsimOptions(password="conformance-pw")) as endpoint:
+        seed(endpoint, [NodeVm("conformance-a", "10.9.0.10")], ZoneLayout())
+        yield endpoint
 
 
 def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
-    local: LocalStack = request.getfixturevalue("vcsim_server")
-    assert local.vcsim is not None
-    endpoint = local.vcsim
+    endpoint: VcsimEndpoint = request.getfixturevalue("vcsim_server")
 
     def settings(**overrides: Any) -> VsphereSettings:
-        values: dict[str, Any] = {
-            "server": endpoint.server,
-            "username": endpoint.username,
-            "password": SecretStr(endpoint.password),
-            "ca_bundle": endpoint.ca_file,
-            "timeout_s": 30,
-            "wait_timeout_s": 10,
-            "poll_interval_s": 0.05,
-        }
-        values.update(overrides)
-        return VsphereSettings(**values)
+        timings = {"timeout_s": 30, "wait_timeout_s": 10, "poll_interval_s": 0.05}
+        return vsphere_settings(endpoint, **{**timings, **overrides})
 
     unknown_uuid = "00000000-0000-0000-0000-00000000abcd"
     return Backend(
@@ -354,23 +300,22 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
 
 # -- OpenStack: the OpenStack API emulator, through openstacksdk ---------------------------
 @pytest.fixture(scope="session")
-def openstack_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    from tests.openstack.support import emulator_stack
-
-    yield from emulator_stack(tmp_path_factory.mktemp("conformance-openstack"))
+def openstack_cloud(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OpenStackEmulatorEndpoint]:
+    with openstack_emulator(tmp_path_factory.mktemp("conformance-openstack")) as endpoint:
+        yield endpoint
 
 
 def openstack_backend(request: pytest.FixtureRequest) -> Backend:
     from devstack.openstack_emulator import OpenStackEmulatorAdmin
-    from tests.openstack.support import openstack_settings
+    from tests.openstack.support import quick_settings
 
-    local: LocalStack = request.getfixturevalue("openstack_cloud")
-    assert local.openstack is not None
-    endpoint = local.openstack
+    endpoint: OpenStackEmulatorEndpoint = request.getfixturevalue("openstack_cloud")
     [server] = OpenStackEmulatorAdmin(endpoint.admin_url).seed_servers(1, prefix="conformance")
 
     def settings(**connection: Any) -> OpenStackSettings:
-        return openstack_settings(endpoint, request_timeout_s=30, **connection)
+        return quick_settings(endpoint, request_timeout_s=30, **connection)
 
     unknown = "00000000-0000-0000-0000-00000000abcd"
     return Backend(

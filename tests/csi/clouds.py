@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -63,18 +62,13 @@ async def aws_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCl
 async def dvp_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
     from cloudloop.cloud.dvp import PROVIDER as DVP
     from cloudloop.cloud.dvp.driver import DvpDriver
-    from cloudloop.cloud.dvp.settings import DvpSettings
+    from devstack.backends.dvp import dvp_settings
     from devstack.dvp_simulator import DvpParent
     from devstack.machine_fixtures import dvp_machine_spec
 
     parent: DvpParent = request.getfixturevalue("dvp_parent")
     namespace = await asyncio.to_thread(parent.new_namespace, "csi")
-    section = DvpSettings(
-        kubeconfig=parent.kubeconfig,
-        kubeconfig_base64=None,
-        namespace=namespace,
-        cluster_uuid=f"csi-{uuid.uuid4().hex[:6]}",
-    )
+    section = dvp_settings(parent, namespace, cluster_uuid=f"csi-{uuid.uuid4().hex[:6]}")
     settings = settings.model_copy(
         update={
             "provider": DVP.name,
@@ -109,22 +103,11 @@ async def zvirt_cloud(
 ) -> CsiCloud:
     from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
     from cloudloop.cloud.zvirt.driver import ZvirtDriver
-    from cloudloop.cloud.zvirt.settings import ZvirtSettings
-    from devstack.local import LocalStack
+    from devstack.backends.zvirt import machine_spec, zvirt_settings
+    from devstack.ovirt_emulator import OvirtEmulatorEndpoint
 
-    local: LocalStack = request.getfixturevalue(engine)
-    assert local.ovirt is not None
-    endpoint = local.ovirt
-    section = ZvirtSettings(
-        api_url=endpoint.api_url,
-        username=endpoint.username,
-        password=SecretStr(endpoint.password),
-        ca_bundle=endpoint.ca_file,
-        cluster_id=endpoint.cluster_id,
-        timeout_s=5,
-        wait_timeout_s=20,
-        poll_interval_s=0.05,
-    )
+    endpoint: OvirtEmulatorEndpoint = request.getfixturevalue(engine)
+    section = zvirt_settings(endpoint, timeout_s=5, wait_timeout_s=20, poll_interval_s=0.05)
     settings = settings.model_copy(
         update={
             "provider": ZVIRT.name,
@@ -140,12 +123,7 @@ async def zvirt_cloud(
             namespace="default",
             cluster=settings.cluster_name,
             machine_uid=str(uuid.uuid4()),
-            provider_spec={
-                "template": endpoint.template,
-                "vnicProfileID": endpoint.vnic_profile_id,
-                "memory": 2048,
-                "rootDiskSizeGb": 20,
-            },
+            provider_spec=machine_spec(endpoint),
         )
         machine = await asyncio.to_thread(driver.create_machine, spec, b"#cloud-config\n")
         return machine.id, "", machine.provider_id

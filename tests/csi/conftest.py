@@ -13,32 +13,19 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import pytest
 
 from cloudloop.settings import Settings
-from devstack.local import LocalStack, StackOptions
-from devstack.ovirt_emulator import OvirtEmulatorOptions
-from devstack.ovirt_emulator.engine import Delays
+from devstack.backends.zvirt import ovirt_engine
+from devstack.ovirt_emulator import Delays, OvirtEmulatorEndpoint
 from tests.csi.clouds import CLOUDS, CsiCloud
 
 
 @pytest.fixture(scope="session")
-def csi_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def csi_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulatorEndpoint]:
     """The oVirt Engine emulator with short delays (disks, attachments, VMs)."""
     fast = Delays(
         clone_s=0.2, boot_s=0.2, guest_ip_s=0.1, shutdown_s=0.1, disk_resize_s=0.1, remove_s=0.1
     )
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("csi-ovirt"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            ovirt_emulator=OvirtEmulatorOptions(password="csi-pw", delays=fast),
-        )
-    )
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
+    with ovirt_engine(tmp_path_factory.mktemp("csi-ovirt"), password="csi-pw", delays=fast) as up:
+        yield up
 
 
 @pytest.fixture(scope="session")

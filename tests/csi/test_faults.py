@@ -35,10 +35,10 @@ from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
+from devstack.backends.zvirt import ovirt_engine
 from devstack.csi_deployment import CsiDeployment, controller_env
-from devstack.local import LocalStack, StackOptions
-from devstack.ovirt_emulator import OvirtEmulatorOptions
-from devstack.ovirt_emulator.engine import Delays
+from devstack.local import LocalStack
+from devstack.ovirt_emulator import Delays, OvirtEmulatorEndpoint
 from devstack.process import ManagedProcess, http_ok
 from tests.csi.clouds import (
     CsiCloud,
@@ -66,7 +66,7 @@ SLOW_VCENTER_S = 15
 
 
 @pytest.fixture(scope="module")
-def slow_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def slow_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulatorEndpoint]:
     """An oVirt emulator whose new disks stay locked and whose hotplug answers late."""
     delays = Delays(
         clone_s=0.2,
@@ -78,20 +78,9 @@ def slow_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
         disk_create_s=SLOW_STEP_S,
         attach_answer_s=SLOW_STEP_S,
     )
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("csi-slow-ovirt"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            ovirt_emulator=OvirtEmulatorOptions(password="csi-faults", delays=delays),
-        )
-    )
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
+    state = tmp_path_factory.mktemp("csi-slow-ovirt")
+    with ovirt_engine(state, password="csi-faults", delays=delays) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")

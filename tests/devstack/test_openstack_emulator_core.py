@@ -14,25 +14,20 @@ import pytest
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions
 
-from devstack.local import LocalStack
+from devstack.backends.openstack import APP_CREDENTIAL_SECRET, Sdk, connect, openstack_emulator
 from devstack.openstack_emulator import (
     OpenStackEmulatorAdmin,
     OpenStackEmulatorEndpoint,
 )
-from tests.openstack.support import APP_CREDENTIAL_SECRET, Sdk, connect, emulator_stack, eventually
+from tests.openstack.support import eventually
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    yield from emulator_stack(tmp_path_factory.mktemp("openstack-core"), max_routes=4)
-
-
-@pytest.fixture(scope="module")
-def endpoint(stack: LocalStack) -> OpenStackEmulatorEndpoint:
-    assert stack.openstack is not None
-    return stack.openstack
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenStackEmulatorEndpoint]:
+    with openstack_emulator(tmp_path_factory.mktemp("openstack-core"), max_routes=4) as running:
+        yield running
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import pytest
 
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.driver import DvpDriver
-from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.rules.discovery import orphaned_disks
 from devstack import machine_fixtures
+from devstack.backends.dvp import dvp_settings
 from devstack.dvp_simulator import DvpParent
 from tests.helpers import eventually
 
@@ -25,14 +25,7 @@ pytestmark = pytest.mark.stack
 @pytest.fixture
 def driver(dvp_parent: DvpParent) -> Iterator[DvpDriver]:
     namespace = dvp_parent.new_namespace("disc")
-    yield DvpDriver(
-        DvpSettings(
-            kubeconfig=dvp_parent.kubeconfig,
-            namespace=namespace,
-            cluster_uuid=str(uuid.uuid4()),
-            zones=["zone-a", "zone-b"],
-        )
-    )
+    yield DvpDriver(dvp_settings(dvp_parent, namespace, zones=["zone-a", "zone-b"]))
 
 
 def spec(name: str, zone: str = "") -> MachineSpec:

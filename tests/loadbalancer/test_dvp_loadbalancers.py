@@ -10,7 +10,6 @@ the child's ingress; excluded nodes leave the slice; deleting the child removes 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
@@ -26,13 +25,13 @@ from cloudloop.cloud.dvp.loadbalancers import (
     TENANT_SERVICE_NAME_LABEL,
     TENANT_SERVICE_NAMESPACE_LABEL,
 )
-from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, SERVICES
 from cloudloop.messages.loadbalancer import LB_FINALIZER
 from cloudloop.rules.loadbalancer import EXCLUDE_FROM_LB_LABEL
 from cloudloop.settings import Settings
-from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
+from devstack.backends.dvp import create_node_vms, dvp_settings
+from devstack.dvp_simulator import DvpParent
 from tests.helpers import eventually
 from tests.loadbalancer.support import (
     delete_nodes,
@@ -69,43 +68,17 @@ class DvpWorld:
         return {a for e in found.get("endpoints") or [] for a in e.get("addresses") or []}
 
 
-def make_vms(parent: DvpParent, namespace: str, labels: dict[str, str], names: list[str]) -> None:
-    for name in names:
-        parent.kube.create(
-            r.VIRTUAL_MACHINES,
-            {
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "labels": {**labels, r.HOSTNAME_LABEL: name},
-                },
-                "spec": {
-                    "virtualMachineClassName": VM_CLASS,
-                    "cpu": {"cores": 1},
-                    "memory": {"size": "1Gi"},
-                    "blockDeviceRefs": [{"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE}],
-                },
-            },
-            namespace,
-        )
-
-
 @pytest.fixture
 async def world(
     dvp_parent: DvpParent, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> AsyncIterator[tuple[DvpWorld, Settings]]:
     scope = new_scope()
     parent_namespace = await asyncio.to_thread(dvp_parent.new_namespace, "lb")
-    driver = DvpDriver(
-        DvpSettings(
-            kubeconfig=dvp_parent.kubeconfig,
-            namespace=parent_namespace,
-            cluster_uuid=str(uuid.uuid4()),
-            lb_ingress_timeout_s=20,
-        )
-    )
+    driver = DvpDriver(dvp_settings(dvp_parent, parent_namespace, lb_ingress_timeout_s=20))
     names = [f"lb-{scope}-{i}" for i in range(3)]
-    await asyncio.to_thread(make_vms, dvp_parent, parent_namespace, driver.cluster_labels(), names)
+    await asyncio.to_thread(
+        create_node_vms, dvp_parent, parent_namespace, driver.cluster_labels(), names
+    )
     world = DvpWorld(dvp_parent, parent_namespace, driver, names, names)
     for name in names:
         await eventually(partial(world.vm_ip, name), what=f"VM {name} running with an IP")

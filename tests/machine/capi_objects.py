@@ -71,6 +71,13 @@ def infra_kind_from_crd(crd: dict[str, Any]) -> InfraKind:
     return InfraKind(resource, contract, crd)
 
 
+def infra_kind(resource_kind: str) -> InfraKind:
+    """The contract's view of one of our InfraMachine/InfraCluster kinds, from its CRD."""
+    crd = project_crd(resource_kind)
+    assert crd is not None, f"no {resource_kind} CRD in deploy/crds"
+    return infra_kind_from_crd(crd)
+
+
 def project_crd(kind: str) -> dict[str, Any] | None:
     """The CRD of ``kind`` shipped in deploy/crds, if one is there."""
     for path in sorted(CRD_DIR.glob("*.yaml")):

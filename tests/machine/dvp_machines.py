@@ -22,6 +22,7 @@ from cloudloop.kube.resources import Resource
 from cloudloop.messages.machine import MachineTimings, PollSchedule
 from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
+from devstack.backends.dvp import dvp_settings
 from devstack.dvp_simulator import DvpParent
 from starters.machine import MachineStarter
 
@@ -191,12 +192,7 @@ async def dvp_machines(
         parent_namespace = await asyncio.to_thread(parent.new_namespace)
     cluster_uuid = cluster_uuid or str(uuid.uuid4())
     driver = DvpDriver(
-        DvpSettings(
-            kubeconfig=parent.kubeconfig,
-            namespace=parent_namespace,
-            cluster_uuid=cluster_uuid,
-            timeout_s=10,
-        )
+        dvp_settings(parent, parent_namespace, cluster_uuid=cluster_uuid, timeout_s=10)
     )
     machines = DvpMachines(
         kube=kube,

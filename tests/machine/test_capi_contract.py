@@ -13,28 +13,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from cloudloop import temporal
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
-from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
 from cloudloop.rules import machine as capi
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from starters.machine import MachineStarter
-from tests.conftest import NAMESPACES
 from tests.helpers import eventually
 from tests.machine import capi_objects
-from tests.machine.capi_objects import InfraKind
 from workers.main import build_worker
 
 pytestmark = pytest.mark.stack
@@ -65,36 +60,6 @@ class CloudUnderTest:
     find: Callable[[str, str], CloudObjects]
     #: Which of these the cloud still holds.
     existing: Callable[[CloudObjects], CloudObjects]
-
-
-@pytest.fixture(scope="module")
-def contract_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """Temporal + moto + a control plane running the Cluster API manager, with our CRDs."""
-    local = capi_objects.capi_stack(tmp_path_factory.mktemp("capi-contract"))
-    local.start()
-    try:
-        apply_crds(Kube(api_client(local.kubeconfig)))
-        yield local
-    finally:
-        local.stop()
-
-
-@pytest.fixture(scope="module")
-def contract_kube(contract_stack: LocalStack) -> Kube:
-    return Kube(api_client(contract_stack.kubeconfig))
-
-
-@pytest.fixture(scope="module")
-async def contract_client(contract_stack: LocalStack) -> Client:
-    return await temporal.connect(stack_settings(contract_stack).temporal)
-
-
-@pytest.fixture
-def contract_namespace(contract_kube: Kube) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    contract_kube.create(NAMESPACES, {"metadata": {"name": name}})
-    yield name
-    contract_kube.delete(NAMESPACES, name)
 
 
 # -- the clouds ---------------------------------------------------------------------------------
@@ -129,56 +94,15 @@ async def dvp_cloud(
         )
 
 
-@pytest.fixture(scope="module")
-def ovirt_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """The oVirt Engine emulator alone (started only when a zVirt case runs)."""
-    from devstack.local import StackOptions
-    from devstack.ovirt_emulator import Delays, OvirtEmulatorOptions
-
-    fast = Delays(
-        clone_s=0.3, boot_s=0.3, guest_ip_s=0.2, shutdown_s=0.2, disk_resize_s=0.1, remove_s=0.1
-    )
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("capi-contract-ovirt"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            ovirt_emulator=OvirtEmulatorOptions(password="contract-engine", delays=fast),
-        )
-    )
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
-
-
 @contextlib.asynccontextmanager
 async def zvirt_cloud(request: pytest.FixtureRequest) -> AsyncIterator[CloudUnderTest]:
-    from pydantic import SecretStr
-
     from cloudloop.cloud.zvirt.driver import ZvirtDriver
-    from cloudloop.cloud.zvirt.settings import ZvirtSettings
-    from devstack.ovirt_emulator import OvirtEmulatorAdmin
+    from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, zvirt_settings
+    from devstack.ovirt_emulator import OvirtEmulatorAdmin, OvirtEmulatorEndpoint
 
-    ovirt: LocalStack = request.getfixturevalue("ovirt_stack")
-    endpoint = ovirt.ovirt
-    assert endpoint is not None
+    endpoint: OvirtEmulatorEndpoint = request.getfixturevalue("ovirt")
     admin = OvirtEmulatorAdmin(endpoint.admin_url)
-    driver = ZvirtDriver(
-        ZvirtSettings(
-            api_url=endpoint.api_url,
-            username=endpoint.username,
-            password=SecretStr(endpoint.password),
-            ca_bundle=endpoint.ca_file,
-            cluster_id=endpoint.cluster_id,
-            timeout_s=5,
-            wait_timeout_s=20,
-            poll_interval_s=0.05,
-            shutdown_timeout_s=2,
-        )
-    )
+    driver = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS))
 
     def provider_id(name: str) -> str:
         vm = admin.vm(name)
@@ -203,14 +127,9 @@ async def zvirt_cloud(request: pytest.FixtureRequest) -> AsyncIterator[CloudUnde
         yield CloudUnderTest(
             kinds=ZVIRT_KINDS,
             driver=driver,
-            machine_spec={
-                "template": endpoint.template,
-                "vnicProfileID": endpoint.vnic_profile_id,
-                "cpu": {"sockets": 1, "cores": 2, "threads": 1},
-                "memory": 2048,
-                "rootDiskSizeGb": 20,
-                "nicName": "nic1",
-            },
+            machine_spec=machine_spec(
+                endpoint, cpu={"sockets": 1, "cores": 2, "threads": 1}, nicName="nic1"
+            ),
             provider_id=provider_id,
             find=find,
             existing=existing,
@@ -266,12 +185,6 @@ async def provider(
                 await task
 
 
-def infra_kind(resource_kind: str) -> InfraKind:
-    crd = capi_objects.project_crd(resource_kind)
-    assert crd is not None, f"no {resource_kind} CRD in deploy/crds"
-    return capi_objects.infra_kind_from_crd(crd)
-
-
 # -- the contract -------------------------------------------------------------------------------
 async def test_capi_machine_is_provisioned_by_our_provider_and_deleted_with_its_vm(
     provider: CloudUnderTest,
@@ -282,8 +195,8 @@ async def test_capi_machine_is_provisioned_by_our_provider_and_deleted_with_its_
     kube, ns, cloud = contract_kube, contract_namespace, provider
     with capi_objects.explained(kube, ns, contract_stack):
         infra, infra_cluster = (
-            infra_kind(cloud.kinds.machine.kind),
-            infra_kind(cloud.kinds.cluster.kind),
+            capi_objects.infra_kind(cloud.kinds.machine.kind),
+            capi_objects.infra_kind(cloud.kinds.cluster.kind),
         )
         # The CRDs' contract labels name the versions the code uses.
         assert infra.resource == cloud.kinds.machine and infra.contract == "v1beta2"

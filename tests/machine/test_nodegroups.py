@@ -35,20 +35,15 @@ from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.kube.api import Kube
 from cloudloop.rules import machine as capi
 from devstack import gotools
+from devstack.backends import section_env
+from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, zvirt_settings
 from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
 from devstack.local import LocalStack
+from devstack.ovirt_emulator import OvirtEmulatorEndpoint
 from starters.machine import MachineStarter
 from tests.helpers import eventually
 from tests.machine import capi_objects
 from tests.machine.dvp_machines import TEST_TIMINGS
-from tests.machine.test_capi_contract import (  # noqa: F401  (module fixtures)
-    contract_client,
-    contract_kube,
-    contract_namespace,
-    contract_stack,
-    infra_kind,
-    ovirt_stack,
-)
 from tests.machine.test_machine_faults import WorkerProcess
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -185,11 +180,9 @@ def dvp_cloud(parent: DvpParent) -> Iterator[Cloud]:
 
 
 @contextlib.contextmanager
-def zvirt_cloud(ovirt: LocalStack) -> Iterator[Cloud]:
+def zvirt_cloud(endpoint: OvirtEmulatorEndpoint) -> Iterator[Cloud]:
     from devstack.ovirt_emulator import OvirtEmulatorAdmin
 
-    endpoint = ovirt.ovirt
-    assert endpoint is not None
     admin = OvirtEmulatorAdmin(endpoint.admin_url)
     seed_disks = {d["id"] for d in admin.disks() if d.get("attached_to") is None}
 
@@ -240,27 +233,13 @@ def zvirt_cloud(ovirt: LocalStack) -> Iterator[Cloud]:
             "apiVersion": "deckhouse.io/v1",
             "kind": ZVIRT_TEMPLATES.instance_class.kind,
             "metadata": {"name": f"ng-{uuid.uuid4().hex[:6]}"},
-            "spec": {
-                "numCPUs": 2,
-                "memory": 2048,
-                "template": endpoint.template,
-                "vnicProfileID": endpoint.vnic_profile_id,
-                "rootDiskSizeGb": 20,
-            },
+            "spec": machine_spec(endpoint, numCPUs=2),
         },
         change=lambda spec: spec.update(numCPUs=3),
         vm_shows_change=lambda name: cores(name) == 3,
         env={
             "CLOUDLOOP_PROVIDER": "zvirt",
-            "CLOUDLOOP_ZVIRT__API_URL": endpoint.api_url,
-            "CLOUDLOOP_ZVIRT__USERNAME": endpoint.username,
-            "CLOUDLOOP_ZVIRT__PASSWORD": endpoint.password,
-            "CLOUDLOOP_ZVIRT__CA_BUNDLE": str(endpoint.ca_file),
-            "CLOUDLOOP_ZVIRT__CLUSTER_ID": endpoint.cluster_id,
-            "CLOUDLOOP_ZVIRT__TIMEOUT_S": "5",
-            "CLOUDLOOP_ZVIRT__WAIT_TIMEOUT_S": "20",
-            "CLOUDLOOP_ZVIRT__POLL_INTERVAL_S": "0.05",
-            "CLOUDLOOP_ZVIRT__SHUTDOWN_TIMEOUT_S": "2",
+            **section_env("zvirt", zvirt_settings(endpoint, **QUICK_TIMINGS)),
         },
         snapshot=snapshot,
         provider_id=provider_id,
@@ -356,17 +335,17 @@ class Group:
 @pytest.fixture(params=["dvp", "zvirt"])
 async def group(
     request: pytest.FixtureRequest,
-    contract_stack: LocalStack,  # noqa: F811
-    contract_kube: Kube,  # noqa: F811
-    contract_client: Client,  # noqa: F811
-    contract_namespace: str,  # noqa: F811
+    contract_stack: LocalStack,
+    contract_kube: Kube,
+    contract_client: Client,
+    contract_namespace: str,
     tmp_path: Path,
 ) -> AsyncIterator[Group]:
     with contextlib.ExitStack() as exit_stack:
         if request.param == "dvp":
             cloud = exit_stack.enter_context(dvp_cloud(request.getfixturevalue("dvp_parent")))
         else:
-            cloud = exit_stack.enter_context(zvirt_cloud(request.getfixturevalue("ovirt_stack")))
+            cloud = exit_stack.enter_context(zvirt_cloud(request.getfixturevalue("ovirt")))
         task_queue = f"ng-{uuid.uuid4().hex[:8]}"
         env = {
             **os.environ,
@@ -404,7 +383,7 @@ async def test_node_group_scales_rolls_and_survives_a_killed_worker(group: Group
     kube, ns, cloud = group.kube, group.namespace, group.cloud
     with capi_objects.explained(kube, ns, group.stack):
         await asyncio.to_thread(capi_objects.bootstrap_secret, kube, ns, "ng-boot", CLOUD_INIT)
-        infra_cluster = infra_kind(cloud.kinds.cluster.kind)
+        infra_cluster = capi_objects.infra_kind(cloud.kinds.cluster.kind)
         await asyncio.to_thread(capi_objects.cluster, kube, ns, "c1", infra_cluster, {})
         group.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(cloud.instance_class))
         first = await asyncio.to_thread(group.render_and_apply, 0)

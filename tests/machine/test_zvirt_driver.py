@@ -23,13 +23,10 @@ import cloudloop.cloud.zvirt.driver as zvirt_package
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.mapping import DISCOVERY_KIND
-from cloudloop.cloud.zvirt.settings import ZvirtSettings
-from devstack.local import LocalStack, StackOptions
+from devstack.backends.zvirt import QUICK_TIMINGS, zvirt_settings
 from devstack.ovirt_emulator import (
-    Delays,
     OvirtEmulatorAdmin,
     OvirtEmulatorEndpoint,
-    OvirtEmulatorOptions,
 )
 
 pytestmark = pytest.mark.stack
@@ -38,34 +35,12 @@ T = TypeVar("T")
 GIB = 2**30
 VMS_ROUTE = "GET /ovirt-engine/api/vms"
 USER_DATA = b"#cloud-config\nruncmd:\n  - echo 'hello <zvirt> & friends'\n"
-FAST = Delays(
-    clone_s=0.3, boot_s=0.3, guest_ip_s=0.2, shutdown_s=0.2, disk_resize_s=0.1, remove_s=0.1
-)
 
 
 @pytest.fixture(scope="module")
-def ovirt_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("ovirt-stack"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            ovirt_emulator=OvirtEmulatorOptions(password="s3cret-engine", delays=FAST),
-        )
-    )
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
-
-
-@pytest.fixture(scope="module")
-def endpoint(ovirt_stack: LocalStack) -> OvirtEmulatorEndpoint:
-    assert ovirt_stack.ovirt is not None
-    assert ovirt_stack.ovirt.api_url.startswith("https://")
-    return ovirt_stack.ovirt
+def endpoint(ovirt: OvirtEmulatorEndpoint) -> OvirtEmulatorEndpoint:
+    assert ovirt.api_url.startswith("https://")
+    return ovirt
 
 
 @pytest.fixture
@@ -75,25 +50,9 @@ def admin(endpoint: OvirtEmulatorEndpoint) -> OvirtEmulatorAdmin:
     return handle
 
 
-def zvirt_settings(endpoint: OvirtEmulatorEndpoint, **overrides: Any) -> ZvirtSettings:
-    values: dict[str, Any] = {
-        "api_url": endpoint.api_url,
-        "username": endpoint.username,
-        "password": SecretStr(endpoint.password),
-        "ca_bundle": endpoint.ca_file,
-        "cluster_id": endpoint.cluster_id,
-        "timeout_s": 5,
-        "wait_timeout_s": 20,
-        "poll_interval_s": 0.05,
-        "shutdown_timeout_s": 2,
-    }
-    values.update(overrides)
-    return ZvirtSettings(**values)
-
-
 @pytest.fixture
 def driver(endpoint: OvirtEmulatorEndpoint, admin: OvirtEmulatorAdmin) -> Iterator[ZvirtDriver]:
-    made = ZvirtDriver(zvirt_settings(endpoint))
+    made = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS))
     yield made
     made.close()
 
@@ -344,8 +303,8 @@ def test_bad_credentials_are_auth_failures_never_not_found(
     password_file = tmp_path / "password"
     password_file.write_text("wrong\n")
     for settings in (
-        zvirt_settings(endpoint, password=SecretStr("wrong")),
-        zvirt_settings(endpoint, password=None, password_file=password_file),
+        zvirt_settings(endpoint, **QUICK_TIMINGS, password=SecretStr("wrong")),
+        zvirt_settings(endpoint, **QUICK_TIMINGS, password=None, password_file=password_file),
     ):
         bad = ZvirtDriver(settings)
         spec = machine_spec(endpoint)
@@ -388,7 +347,8 @@ def test_engine_down_is_unreachable_and_the_driver_recovers(
             driver.list_instances([str(uuid.uuid4())])
         with pytest.raises(errors.CloudUnreachable):
             driver.delete_machine(spec)
-        fresh = ZvirtDriver(zvirt_settings(endpoint))  # not logged in yet: the SSO call fails
+        # Not logged in yet: the SSO call fails.
+        fresh = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS))
         with pytest.raises(errors.CloudUnreachable):
             fresh.discovery_data()
         fresh.close()
@@ -402,10 +362,11 @@ def test_engine_down_is_unreachable_and_the_driver_recovers(
 def test_tls_is_verified_against_the_ca_bundle(
     endpoint: OvirtEmulatorEndpoint, admin: OvirtEmulatorAdmin
 ) -> None:
-    untrusting = ZvirtDriver(zvirt_settings(endpoint, ca_bundle=None))  # the system store
+    # The system store.
+    untrusting = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS, ca_bundle=None))
     with pytest.raises(errors.CloudUnreachable):
         untrusting.list_instances([str(uuid.uuid4())])
-    insecure = ZvirtDriver(zvirt_settings(endpoint, ca_bundle=None, insecure=True))
+    insecure = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS, ca_bundle=None, insecure=True))
     assert insecure.list_instances([str(uuid.uuid4())]).requests == 1
     insecure.close()
 

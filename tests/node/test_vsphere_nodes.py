@@ -6,7 +6,6 @@ no Node."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -15,12 +14,12 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.mapping import swap_uuid_bytes
-from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
 from cloudloop.settings import Settings
-from devstack.local import LocalStack, StackOptions
+from devstack.backends import emulator_only
+from devstack.backends.vsphere import vsphere_settings
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_inventory import (
     Inventory,
@@ -45,20 +44,9 @@ pytestmark = pytest.mark.stack
 UNKNOWN_UUID = "00000000-0000-0000-0000-000000000000"
 
 
-def vsphere_settings(endpoint: VcsimEndpoint, **extra: Any) -> VsphereSettings:
-    return VsphereSettings(
-        server=endpoint.server,
-        username=endpoint.username,
-        password=endpoint.password,
-        ca_bundle=endpoint.ca_file,
-        timeout_s=5,
-        **extra,
-    )
-
-
 @pytest.fixture
 def driver(vcsim: VcsimEndpoint) -> Iterator[VsphereDriver]:
-    made = VsphereDriver(vsphere_settings(vcsim))
+    made = VsphereDriver(vsphere_settings(vcsim, timeout_s=5))
     try:
         yield made
     finally:
@@ -153,7 +141,9 @@ def test_session_is_reestablished(seeded: Inventory, driver: VsphereDriver) -> N
 
 
 def test_wrong_password_is_auth_failed(vcsim: VcsimEndpoint) -> None:
-    bad = VsphereDriver(vsphere_settings(vcsim).model_copy(update={"username": "intruder"}))
+    bad = VsphereDriver(
+        vsphere_settings(vcsim, timeout_s=5).model_copy(update={"username": "intruder"})
+    )
     with pytest.raises(errors.CloudAuthFailed):
         bad.list_instances([UNKNOWN_UUID])
 
@@ -175,7 +165,7 @@ def test_zone_from_tags_at_every_level(seeded: Inventory, vcsim: VcsimEndpoint, 
     finally:
         client.logout()
         disconnect(si)
-    scoped = VsphereDriver(vsphere_settings(vcsim, zone_tag_category=category))
+    scoped = VsphereDriver(vsphere_settings(vcsim, timeout_s=5, zone_tag_category=category))
     try:
         uuid = seeded.vms["node-a"].uuid
         instance = scoped.list_instances([uuid]).found[uuid]
@@ -195,7 +185,7 @@ def vsphere_ccm(settings: Settings, vcsim: VcsimEndpoint, scope: str) -> Setting
         }
     )
     return settings.model_copy(
-        update={"ccm": ccm, "provider": "vsphere", "vsphere": vsphere_settings(vcsim)}
+        update={"ccm": ccm, "provider": "vsphere", "vsphere": vsphere_settings(vcsim, timeout_s=5)}
     )
 
 
@@ -241,50 +231,41 @@ async def test_vcenter_outage_deletes_no_node(
     kube: Kube, settings: Settings, scope: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A destroyed VM's NotReady node goes; while vCenter is down, no NotReady node does."""
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("vcsim-outage"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            vcsim=VcsimOptions(),
-        )
-    )
-    local.start()
-    try:
+    with emulator_only(tmp_path_factory.mktemp("vcsim-outage"), vcsim=VcsimOptions()) as local:
         assert local.vcsim is not None
-        inventory = seed(
-            local.vcsim,
-            [NodeVm("out-a", "10.0.3.10"), NodeVm("out-b", "10.0.3.11", power_on=False)],
-            ZoneLayout(),
-        )
-        ccm = settings.ccm.model_copy(
-            update={"node_selector": f"cloudloop-test={scope}", "node_monitor_period_s": 0.3}
-        )
-        sync_settings = settings.model_copy(update={"ccm": ccm})
-        driver = VsphereDriver(vsphere_settings(local.vcsim))
-        names = {}
-        for key, vm in inventory.vms.items():
-            names[key] = f"{key}-{scope}"
-            make_node(kube, names[key], scope, tainted=False, provider_id=vm.provider_id)
-            set_ready(kube, names[key], "False")
-        si = connect(local.vcsim)
-        try:  # out-b is powered off: destroy it, its node must go
-            from devstack.vcsim_inventory import wait_task
-
-            wait_task(si, find(si, "DC0/vm/out-b").Destroy_Task())
-        finally:
-            disconnect(si)
-        async with node_sync(kube, sync_settings, driver) as sync:
-            await eventually(
-                lambda: kube.get(NODES, names["out-b"]) is None, what="the gone VM's node deleted"
+        try:
+            inventory = seed(
+                local.vcsim,
+                [NodeVm("out-a", "10.0.3.10"), NodeVm("out-b", "10.0.3.11", power_on=False)],
+                ZoneLayout(),
             )
-            assert local.vcsim_process is not None
-            local.vcsim_process.stop()  # vCenter down
-            passes = sync.passes
-            await eventually(lambda: sync.passes >= passes + 5, what="passes during the outage")
-            assert kube.get(NODES, names["out-a"]) is not None  # fail closed
-        driver.close()
-    finally:
-        cleanup(kube, scope)
-        local.stop()
+            ccm = settings.ccm.model_copy(
+                update={"node_selector": f"cloudloop-test={scope}", "node_monitor_period_s": 0.3}
+            )
+            sync_settings = settings.model_copy(update={"ccm": ccm})
+            driver = VsphereDriver(vsphere_settings(local.vcsim, timeout_s=5))
+            names = {}
+            for key, vm in inventory.vms.items():
+                names[key] = f"{key}-{scope}"
+                make_node(kube, names[key], scope, tainted=False, provider_id=vm.provider_id)
+                set_ready(kube, names[key], "False")
+            si = connect(local.vcsim)
+            try:  # out-b is powered off: destroy it, its node must go
+                from devstack.vcsim_inventory import wait_task
+
+                wait_task(si, find(si, "DC0/vm/out-b").Destroy_Task())
+            finally:
+                disconnect(si)
+            async with node_sync(kube, sync_settings, driver) as sync:
+                await eventually(
+                    lambda: kube.get(NODES, names["out-b"]) is None,
+                    what="the gone VM's node deleted",
+                )
+                assert local.vcsim_process is not None
+                local.vcsim_process.stop()  # vCenter down
+                passes = sync.passes
+                await eventually(lambda: sync.passes >= passes + 5, what="passes during the outage")
+                assert kube.get(NODES, names["out-a"]) is not None  # fail closed
+            driver.close()
+        finally:
+            cleanup(kube, scope)

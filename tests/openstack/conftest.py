@@ -9,20 +9,15 @@ import pytest
 
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.settings import Settings
-from devstack.local import LocalStack
+from devstack.backends.openstack import openstack_emulator
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
-from tests.openstack.support import emulator_stack, openstack_settings
+from tests.openstack.support import quick_settings
 
 
 @pytest.fixture(scope="session")
-def openstack_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    yield from emulator_stack(tmp_path_factory.mktemp("openstack"))
-
-
-@pytest.fixture(scope="session")
-def endpoint(openstack_stack: LocalStack) -> OpenStackEmulatorEndpoint:
-    assert openstack_stack.openstack is not None
-    return openstack_stack.openstack
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenStackEmulatorEndpoint]:
+    with openstack_emulator(tmp_path_factory.mktemp("openstack")) as running:
+        yield running
 
 
 @pytest.fixture
@@ -36,7 +31,7 @@ def admin(endpoint: OpenStackEmulatorEndpoint) -> OpenStackEmulatorAdmin:
 def driver(
     endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin
 ) -> Iterator[OpenStackDriver]:
-    made = OpenStackDriver(openstack_settings(endpoint))
+    made = OpenStackDriver(quick_settings(endpoint))
     yield made
     made.close()
 
@@ -47,5 +42,5 @@ def os_settings(
 ) -> Settings:
     """The stack's settings with the OpenStack provider (the test's task queue and cluster)."""
     return settings.model_copy(
-        update={"provider": "openstack", "openstack": openstack_settings(endpoint)}
+        update={"provider": "openstack", "openstack": quick_settings(endpoint)}
     )

@@ -14,7 +14,7 @@ from cloudloop.kube.resources import NODES
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.local import LocalStack
-from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
+from devstack.openstack_emulator import OpenStackEmulatorAdmin
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,29 +34,6 @@ def make_nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> list[st
 def delete_nodes(kube: Kube, scope: str) -> None:
     for node in kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]:
         kube.delete(NODES, node["metadata"]["name"])
-
-
-def cloud_conf(endpoint: OpenStackEmulatorEndpoint, *, serial: bool = False) -> str:
-    """A ``cloud.conf`` for the emulator, the way Deckhouse renders one."""
-    return "\n".join(
-        [
-            "[Global]",
-            f'auth-url = "{endpoint.auth_url}"',
-            f'username = "{endpoint.username}"',
-            f'password = "{endpoint.password}"',
-            f'tenant-name = "{endpoint.project}"',
-            f'domain-name = "{endpoint.user_domain}"',
-            f'region = "{endpoint.region}"',
-            "[LoadBalancer]",
-            'create-monitor = "true"',
-            'monitor-delay = "2s"',
-            'monitor-timeout = "1s"',
-            f"provider-requires-serial-api-calls = {'true' if serial else 'false'}",
-            "[Route]",
-            f"router-id = {endpoint.seed.router_id}",
-            "",
-        ]
-    )
 
 
 def worker_process(

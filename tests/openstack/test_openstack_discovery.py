@@ -17,6 +17,7 @@ from cloudloop.cloud.openstack.settings import LoadBalancerSettings, NetworkingS
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import INSTANCE_TYPES_CATALOGS, PERSISTENT_VOLUMES, SECRETS
 from cloudloop.settings import Settings
+from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.discovery import CloudDataDiscoverer
 from starters.registration import CloudProviderRegistration
@@ -28,8 +29,8 @@ from tests.discovery.test_discovery_live import (
     put_terraform_output,
 )
 from tests.helpers import eventually
-from tests.openstack.support import connect, openstack_settings
 from tests.openstack.support import eventually as wait_for
+from tests.openstack.support import quick_settings
 
 pytestmark = pytest.mark.stack
 
@@ -76,7 +77,7 @@ async def test_discovery_data_catalog_conditions_and_orphans(
     )
     put_terraform_output(kube, namespace, TERRAFORM_OUTPUT)
     driver = OpenStackDriver(
-        openstack_settings(
+        quick_settings(
             endpoint,
             load_balancer=LoadBalancerSettings(
                 subnet_id="sub-lb", floating_network_id=endpoint.seed.public_network_id
@@ -146,7 +147,7 @@ async def test_keystone_down_is_a_condition_not_a_document(
 ) -> None:
     scope = uuid.uuid4().hex[:8]
     admin.service_down("identity")
-    driver = OpenStackDriver(openstack_settings(endpoint))
+    driver = OpenStackDriver(quick_settings(endpoint))
     loop = CloudDataDiscoverer(
         kube,
         driver,

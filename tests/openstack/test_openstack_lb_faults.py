@@ -20,12 +20,12 @@ from temporalio.client import Client
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES
 from cloudloop.settings import Settings
+from devstack.backends.openstack import cloud_conf
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.helpers import eventually
 from tests.loadbalancer.support import ingress, make_service, new_scope, service_starter
 from tests.openstack.lb_support import (
-    cloud_conf,
     delete_nodes,
     exactly_one_of_everything,
     make_nodes,

@@ -16,8 +16,9 @@ from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.loadbalancers import FIP_DESCRIPTION_PREFIX, identity_tag
 from cloudloop.cloud.openstack.settings import LoadBalancerSettings
+from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
-from tests.openstack.support import connect, openstack_settings
+from tests.openstack.support import quick_settings
 
 pytestmark = pytest.mark.stack
 
@@ -363,7 +364,7 @@ def test_serial_api_calls_make_the_children_one_by_one(
     servers: list[dict[str, str]],
 ) -> None:
     serial = OpenStackDriver(
-        openstack_settings(
+        quick_settings(
             endpoint,
             load_balancer=LoadBalancerSettings(
                 provider_requires_serial_api_calls=True, create_monitor=True
@@ -392,7 +393,7 @@ def test_a_disabled_lb_section_leaves_services_alone(
     """``[LoadBalancer] enabled = false`` (upstream ``LoadBalancer()`` false): ensure answers
     NotSupported (the workflow's "handled elsewhere"), lookups find nothing, delete is a no-op."""
     off = OpenStackDriver(
-        openstack_settings(endpoint, load_balancer=LoadBalancerSettings(enabled=False))
+        quick_settings(endpoint, load_balancer=LoadBalancerSettings(enabled=False))
     )
     try:
         with pytest.raises(errors.NotSupported):

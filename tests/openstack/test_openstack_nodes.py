@@ -17,10 +17,11 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
 from cloudloop.settings import Settings
+from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.helpers import eventually
 from tests.node.test_node_sync import cleanup, make_node, node_sync, node_when, scope, set_ready
-from tests.openstack.support import connect, openstack_settings
+from tests.openstack.support import quick_settings
 
 __all__ = ["scope"]
 
@@ -63,9 +64,7 @@ def test_floating_ip_is_external_and_networks_select_internal(
     public = sdk.network.find_network("public")
     fip = sdk.network.create_ip(floating_network_id=public.id, port_id=port.id)
     driver = OpenStackDriver(
-        openstack_settings(
-            endpoint, networking=NetworkingSettings(internal_network_names=["private"])
-        )
+        quick_settings(endpoint, networking=NetworkingSettings(internal_network_names=["private"]))
     )
     try:
         instance = driver.list_instances([made["id"]]).found[made["id"]]

@@ -24,11 +24,11 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import route as rules
+from devstack.backends.openstack import connect
 from devstack.kube import CLUSTER_CIDR
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.route import RouteSync
 from tests.helpers import eventually
-from tests.openstack.support import connect
 from tests.route.test_routes_live import has_condition, network_condition, pod_cidr_of
 
 pytestmark = pytest.mark.stack
@@ -120,9 +120,9 @@ async def test_without_a_router_the_route_loop_turns_itself_off(
     kube: Kube, endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin
 ) -> None:
     """No ``[Route] router-id`` (upstream ``Routes()`` false): NotSupported, and RouteSync stops."""
-    from tests.openstack.support import openstack_settings
+    from tests.openstack.support import quick_settings
 
-    no_router = OpenStackDriver(openstack_settings(endpoint, router=False))
+    no_router = OpenStackDriver(quick_settings(endpoint, router=False))
     try:
         with pytest.raises(errors.NotSupported):
             no_router.list_routes("c")

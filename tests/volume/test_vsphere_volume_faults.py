@@ -23,13 +23,13 @@ from temporalio.client import Client
 
 from cloudloop.cloud import models
 from cloudloop.cloud.vsphere.driver import VsphereDriver
-from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
-from devstack.local import LocalStack, StackOptions
+from devstack.backends.vsphere import vcsim_server, vsphere_settings
+from devstack.local import LocalStack
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_inventory import Inventory, VmRecord, ZoneLayout, connect, disconnect, seed
 from tests.helpers import eventually
@@ -52,38 +52,15 @@ WorkerFactory = Callable[..., tuple[subprocess.Popen[bytes], Path, Path]]
 @pytest.fixture(scope="module")
 def slow_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
     """A vcsim whose attach tasks run for :data:`TASK_DELAY_S` (reads are not blocked)."""
-    local = LocalStack(
-        StackOptions(
-            state_dir=tmp_path_factory.mktemp("slow-vcsim"),
-            temporal=False,
-            moto=False,
-            kube=(),
-            vcsim=VcsimOptions(
-                method_delays=(("AttachDisk", TASK_DELAY_S * 1000), ("LockHandoff", 0))
-            ),
-        )
-    )
-    local.start()
-    try:
-        assert local.vcsim is not None
-        yield local.vcsim
-    finally:
-        local.stop()
+    delays = (("AttachDisk", TASK_DELAY_S * 1000), ("LockHandoff", 0))
+    state = tmp_path_factory.mktemp("slow-vcsim")
+    with vcsim_server(state, VcsimOptions(method_delays=delays)) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
 def slow_seeded(slow_vcsim: VcsimEndpoint) -> Inventory:
     return seed(slow_vcsim, NODES, ZoneLayout())
-
-
-def vsphere_settings(endpoint: VcsimEndpoint) -> VsphereSettings:
-    return VsphereSettings(
-        server=endpoint.server,
-        username=endpoint.username,
-        password=endpoint.password,
-        ca_bundle=endpoint.ca_file,
-        poll_interval_s=0.1,
-    )
 
 
 @pytest.fixture
@@ -183,7 +160,7 @@ async def test_worker_killed_during_attach(
     endpoint: VcsimEndpoint = request.getfixturevalue("slow_vcsim" if in_flight else "vcsim")
     inventory: Inventory = request.getfixturevalue("slow_seeded" if in_flight else "seeded")
     node = inventory.vms["node-a"]
-    driver = VsphereDriver(vsphere_settings(endpoint))
+    driver = VsphereDriver(vsphere_settings(endpoint, poll_interval_s=0.1))
     ops = VolumeOperations(
         client,
         task_queue=settings.temporal.task_queue,

@@ -10,7 +10,7 @@ import pytest
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.vsphere.driver import VsphereDriver
-from cloudloop.cloud.vsphere.settings import VsphereSettings
+from devstack.backends.vsphere import vsphere_settings
 from devstack.vcsim import VcsimEndpoint
 from devstack.vcsim_inventory import Inventory, connect, disconnect, find, wait_task
 from tests.vcsim_fixtures import seeded, vcsim
@@ -24,16 +24,7 @@ CLUSTER = "vol-test"
 
 @pytest.fixture
 def driver(vcsim: VcsimEndpoint) -> Iterator[VsphereDriver]:
-    made = VsphereDriver(
-        VsphereSettings(
-            server=vcsim.server,
-            username=vcsim.username,
-            password=vcsim.password,
-            ca_bundle=vcsim.ca_file,
-            region="region-a",
-            poll_interval_s=0.05,
-        )
-    )
+    made = VsphereDriver(vsphere_settings(vcsim, region="region-a", poll_interval_s=0.05))
     try:
         yield made
     finally:
