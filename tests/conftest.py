@@ -28,6 +28,7 @@ from devstack.backends.aws import aws_client
 from devstack.devmode import stack_settings
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions
+from tests.support.workers import Workers
 
 if TYPE_CHECKING:
     from devstack.dvp_simulator import DvpParent
@@ -112,6 +113,17 @@ def namespace(kube: Kube) -> Iterator[str]:
     kube.create(NAMESPACES, {"metadata": {"name": name}})
     yield name
     kube.delete(NAMESPACES, name)
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    """``cloudloop worker`` processes this test starts (logs in its ``tmp_path``), killed at its
+    end."""
+    started = Workers(tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop_all()
 
 
 @pytest.fixture(scope="session")

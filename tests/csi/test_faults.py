@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,13 +32,11 @@ from temporalio.service import RPCError
 
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
-from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.backends.zvirt import ovirt_engine
 from devstack.csi_deployment import CsiDeployment, controller_env
-from devstack.local import LocalStack
+from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import Delays, OvirtEmulatorEndpoint
-from devstack.process import ManagedProcess, http_ok
 from tests.csi.clouds import (
     CsiCloud,
     aws_cloud,
@@ -52,6 +49,7 @@ from tests.csi.scenario import cloud_volume, live_attachments
 from tests.csi.support import channel, controller_service, csi_settings, socket_folder
 from tests.helpers import eventually, eventually_async
 from tests.holding_proxy import HoldingProxy
+from tests.support.workers import Workers
 from workers.main import build_worker
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -291,25 +289,14 @@ async def fault_cloud(
         yield FaultCloud(await zvirt_cloud(request, settings, engine="slow_ovirt"), Holds())
 
 
-def worker_process(
-    settings: Settings, stack: LocalStack, extra: dict[str, str], log_dir: Path
-) -> ManagedProcess:
+def csi_worker_env(settings: Settings, stack: LocalStack, extra: dict[str, str]) -> dict[str, str]:
     """``cloudloop worker`` for the cloud of ``settings`` (what the chart's worker runs)."""
-    port = free_port()
-    env = {
+    return {
         **controller_env(settings, stack.kubeconfig, "unix:///unused"),
-        "CLOUDLOOP_METRICS_PORT": str(port),
         "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
         **extra,
     }
-    return ManagedProcess(
-        f"worker-{uuid.uuid4().hex[:6]}",
-        [sys.executable, "-m", "cloudloop.cli", "worker"],
-        log_dir=log_dir,
-        env=env,
-        ready=lambda: http_ok(f"http://127.0.0.1:{port}/readyz"),
-    )
 
 
 def capability() -> csi_pb2.VolumeCapability:
@@ -356,62 +343,53 @@ async def cleanup(controller: csi_pb2_grpc.ControllerAsyncStub, volume_id: str) 
 
 
 async def test_worker_killed_during_create_and_publish(
-    fault_cloud: FaultCloud, client: Client, stack: LocalStack, tmp_path: Path
+    fault_cloud: FaultCloud, client: Client, stack: LocalStack, workers: Workers
 ) -> None:
     cloud, holds = fault_cloud.cloud, fault_cloud.holds
     settings = csi_settings(cloud.settings, storage_classes=False)
     node_id, zone, _ = await cloud.new_node()
-    workers = [worker_process(settings, stack, holds.worker_env, tmp_path / "logs")]
-    await asyncio.to_thread(workers[0].start)
-    await asyncio.to_thread(workers[0].wait_ready, 60)
+    env = csi_worker_env(settings, stack, holds.worker_env)
+    worker = await asyncio.to_thread(workers.start, env)
 
     async def replace_worker() -> None:
-        await asyncio.to_thread(workers[-1].kill)  # SIGKILL: no last heartbeat, no cleanup
-        workers.append(worker_process(settings, stack, holds.worker_env, tmp_path / "logs"))
-        await asyncio.to_thread(workers[-1].start)
-        await asyncio.to_thread(workers[-1].wait_ready, 60)
+        await asyncio.to_thread(worker.kill)  # SIGKILL: no last heartbeat, no cleanup
+        await asyncio.to_thread(worker.start)
 
-    try:
-        async with (
-            socket_folder() as sockets,
-            controller_service(client, settings, cloud.driver, sockets.controller),
-            channel(sockets.controller) as opened,
-        ):
-            controller = csi_pb2_grpc.ControllerStub(opened)
-            name = f"pvc-{uuid.uuid4()}"
-            release = holds.hold_create()
-            create = asyncio.ensure_future(
-                controller.CreateVolume(create_request(cloud, name, zone))
+    async with (
+        socket_folder() as sockets,
+        controller_service(client, settings, cloud.driver, sockets.controller),
+        channel(sockets.controller) as opened,
+    ):
+        controller = csi_pb2_grpc.ControllerStub(opened)
+        name = f"pvc-{uuid.uuid4()}"
+        release = holds.hold_create()
+        create = asyncio.ensure_future(controller.CreateVolume(create_request(cloud, name, zone)))
+        made = await eventually(
+            lambda: holds.create_seen(cloud, name), what=f"{name} made in the cloud"
+        )
+        await replace_worker()
+        release()
+        response = await asyncio.wait_for(create, CONVERGE_S)
+        volume_id = response.volume.volume_id
+        try:
+            assert await asyncio.to_thread(holds.named, cloud, name) == [volume_id]
+            assert made in ([volume_id], True), made
+
+            release = holds.hold_attach()
+            publish = asyncio.ensure_future(
+                controller.ControllerPublishVolume(publish_request(volume_id, node_id))
             )
-            made = await eventually(
-                lambda: holds.create_seen(cloud, name), what=f"{name} made in the cloud"
+            await eventually(
+                lambda: holds.attach_seen(cloud, volume_id, node_id),
+                what=f"{volume_id} attachment made in the cloud",
             )
             await replace_worker()
             release()
-            response = await asyncio.wait_for(create, CONVERGE_S)
-            volume_id = response.volume.volume_id
-            try:
-                assert await asyncio.to_thread(holds.named, cloud, name) == [volume_id]
-                assert made in ([volume_id], True), made
-
-                release = holds.hold_attach()
-                publish = asyncio.ensure_future(
-                    controller.ControllerPublishVolume(publish_request(volume_id, node_id))
-                )
-                await eventually(
-                    lambda: holds.attach_seen(cloud, volume_id, node_id),
-                    what=f"{volume_id} attachment made in the cloud",
-                )
-                await replace_worker()
-                release()
-                await asyncio.wait_for(publish, CONVERGE_S)
-                volume = await asyncio.to_thread(cloud_volume, cloud.driver, volume_id)
-                assert live_attachments(volume) == [node_id], volume
-            finally:
-                await cleanup(controller, volume_id)
-    finally:
-        for worker in workers:
-            await asyncio.to_thread(worker.stop)
+            await asyncio.wait_for(publish, CONVERGE_S)
+            volume = await asyncio.to_thread(cloud_volume, cloud.driver, volume_id)
+            assert live_attachments(volume) == [node_id], volume
+        finally:
+            await cleanup(controller, volume_id)
 
 
 async def test_controller_killed_during_create_and_publish(

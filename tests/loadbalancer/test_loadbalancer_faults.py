@@ -6,10 +6,8 @@ created ends with no LB and no finalizer."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,86 +20,44 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import LoadBalancerQuery, LoadBalancerState, workflow_id
-from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.loadbalancer.support import (
     AwsWorld,
-    delete_nodes,
     ingress,
     lb_name,
-    lb_settings,
-    make_nodes,
     make_service,
-    new_scope,
     service_starter,
 )
-from tests.platform.test_processes import process_env
+from tests.support.workers import WorkerProcess, Workers, aws_process_env
 from workers.main import build_worker
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
-REPO = Path(__file__).resolve().parents[2]
 #: A killed worker's activity is retried after its heartbeat timeout (10 s), and its cached
 #: workflow moves on after the sticky-queue timeout (10 s); this leaves room for both and more.
 RECOVERY_S = 120
 
-WorkerFactory = Callable[..., tuple[subprocess.Popen[bytes], Path]]
+WorkerFactory = Callable[..., tuple[WorkerProcess, Path]]
 
 
 @pytest.fixture
-def scope() -> str:
-    return new_scope()
+def start_worker(
+    lb_config: Settings, stack: LocalStack, tmp_path: Path, workers: Workers
+) -> WorkerFactory:
+    """Start ``cloudloop worker`` processes (not waited for); ``fault_at`` makes one block at
+    that AWS call, writing the marker it returns when it gets there."""
+    env = aws_process_env(lb_config, stack, tmp_path)
 
+    def start(fault_at: str | None = None) -> tuple[WorkerProcess, Path]:
+        marker = tmp_path / f"fault-{len(workers.started)}"
+        if not fault_at:
+            return workers.start(env, wait=False), marker
+        faulty = {**env, "LB_FAULT_AT": fault_at, "LB_FAULT_MARKER": str(marker)}
+        return workers.start(faulty, module="tests.loadbalancer.fault_worker", wait=False), marker
 
-@pytest.fixture
-def lb_config(settings: Settings, scope: str) -> Settings:
-    return lb_settings(settings, scope)
-
-
-@pytest.fixture
-def world(stack: LocalStack, lb_config: Settings) -> AwsWorld:
-    return AwsWorld.create(stack.moto_endpoint, lb_config.cluster_name)
-
-
-@pytest.fixture
-def nodes(kube: Kube, world: AwsWorld, scope: str) -> Iterator[list[str]]:
-    yield make_nodes(kube, world, scope)
-    delete_nodes(kube, scope)
-
-
-@pytest.fixture
-def start_worker(lb_config: Settings, stack: LocalStack, tmp_path: Path) -> Iterator[WorkerFactory]:
-    """Start ``cloudloop worker`` processes; ``fault_at`` makes one block at that AWS call."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(fault_at: str | None = None) -> tuple[subprocess.Popen[bytes], Path]:
-        index = len(started)
-        env = process_env(lb_config, stack, free_port(), tmp_path)
-        marker = tmp_path / f"fault-{index}"
-        if fault_at:
-            env.update(LB_FAULT_AT=fault_at, LB_FAULT_MARKER=str(marker))
-            command = [sys.executable, "-m", "tests.loadbalancer.fault_worker"]
-        else:
-            command = [sys.executable, "-m", "cloudloop.cli", "worker"]
-        with open(tmp_path / f"worker-{index}.log", "wb") as log:
-            proc = subprocess.Popen(
-                command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
-            )
-        started.append(proc)
-        return proc, marker
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()  # SIGKILL: no graceful shutdown, the activity dies mid-call
-    proc.wait(timeout=10)
+    return start
 
 
 def service_gone(kube: Kube, namespace: str, name: str) -> bool:
@@ -150,7 +106,7 @@ async def test_worker_killed_mid_ensure_converges(
         )
         name = lb_name(service)
         await eventually(marker.exists, timeout=60, what=f"the worker blocked at {fault_at}")
-        kill(faulty)
+        faulty.kill()  # SIGKILL: no graceful shutdown, the activity dies mid-call
         start_worker()
         hostnames = await eventually(
             lambda: ingress(kube, namespace, "web"), timeout=RECOVERY_S, what="ingress set"
@@ -219,7 +175,7 @@ async def test_worker_killed_mid_delete_converges(
 
         await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
         await eventually(marker.exists, timeout=60, what=f"the worker blocked at {fault_at}")
-        kill(faulty)
+        faulty.kill()  # SIGKILL: no graceful shutdown, the activity dies mid-call
         # Killed between deleting the LB and the rest: rules (and groups) are still there.
         assert world.rules(name)
         assert kube.get(SERVICES, "web", namespace) is not None  # the finalizer holds it

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import os
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from cloudloop.rules import machine as capi
 from devstack import gotools
 from devstack.backends import section_env
 from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, zvirt_settings
+from devstack.devmode import stack_settings
 from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint
@@ -44,7 +44,7 @@ from starters.machine import MachineStarter
 from tests.helpers import eventually
 from tests.machine import capi_objects
 from tests.machine.dvp_machines import TEST_TIMINGS
-from tests.machine.test_machine_faults import WorkerProcess
+from tests.support.workers import WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -347,16 +347,8 @@ async def group(
         else:
             cloud = exit_stack.enter_context(zvirt_cloud(request.getfixturevalue("ovirt")))
         task_queue = f"ng-{uuid.uuid4().hex[:8]}"
-        env = {
-            **os.environ,
-            **cloud.env,
-            "CLOUDLOOP_CLUSTER_NAME": "nodegroups",
-            "CLOUDLOOP_KUBECONFIG": str(contract_stack.kubeconfig),
-            "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-            "CLOUDLOOP_TEMPORAL__ADDRESS": contract_stack.temporal_address,
-            "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
-            "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
-        }
+        settings = stack_settings(contract_stack, task_queue=task_queue, cluster="nodegroups")
+        env = worker_env(settings, contract_stack, cloud.env)
         # A loaded 2-core machine can take over a minute to import and start a worker.
         worker = WorkerProcess(env, tmp_path, ready_timeout_s=180)
         await asyncio.to_thread(worker.start)

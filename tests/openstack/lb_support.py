@@ -1,22 +1,17 @@
-"""What the OpenStack load-balancer stack tests share: Nodes for seeded servers, a worker
-process configured by a ``cloud.conf`` (as Deckhouse mounts it), and the Octavia state."""
+"""What the OpenStack load-balancer stack tests share: Nodes for seeded servers, a worker's
+environment with a ``cloud.conf`` (as Deckhouse mounts it), and the Octavia state."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
-from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.workers import worker_env
 
 
 def make_nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> list[str]:
@@ -36,31 +31,18 @@ def delete_nodes(kube: Kube, scope: str) -> None:
         kube.delete(NODES, node["metadata"]["name"])
 
 
-def worker_process(
-    settings: Settings, stack: LocalStack, conf: Path, log: Path
-) -> subprocess.Popen[bytes]:
-    """``cloudloop worker`` for the OpenStack provider, configured by ``conf`` only."""
-    env = {
-        **os.environ,
-        "CLOUDLOOP_PROVIDER": "openstack",
-        "CLOUDLOOP_CLUSTER_NAME": settings.cluster_name,
-        "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
-        "CLOUDLOOP_METRICS_PORT": str(free_port()),
-        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
-        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
-        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "5",
-        "CLOUDLOOP_OPENSTACK__CLOUD_CONFIG_FILE": str(conf),
-        "CLOUDLOOP_OPENSTACK__POLL_INTERVAL_S": "0.1",
-    }
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "cloudloop.cli", "worker"],
-            env=env,
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+def openstack_worker_env(settings: Settings, stack: LocalStack, conf: Path) -> dict[str, str]:
+    """A worker's environment for the OpenStack provider, configured by ``conf`` only."""
+    return worker_env(
+        settings,
+        stack,
+        {
+            "CLOUDLOOP_PROVIDER": "openstack",
+            "CLOUDLOOP_OPENSTACK__CLOUD_CONFIG_FILE": str(conf),
+            "CLOUDLOOP_OPENSTACK__POLL_INTERVAL_S": "0.1",
+        },
+        graceful_shutdown_s=5,
+    )
 
 
 def octavia(admin: OpenStackEmulatorAdmin) -> dict[str, list[dict[str, Any]]]:

@@ -10,7 +10,6 @@ pool and one floating IP (after a delete: nothing, and the Service gone).
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,8 +29,9 @@ from tests.openstack.lb_support import (
     exactly_one_of_everything,
     make_nodes,
     octavia,
-    worker_process,
+    openstack_worker_env,
 )
+from tests.support.workers import WorkerProcess, Workers
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -40,8 +40,6 @@ RECOVERY_S = 120
 LB = "load-balancer"
 KIND = "loadbalancer"
 P = "loadbalancer.openstack.org/"
-
-Workers = Callable[[], subprocess.Popen[bytes]]
 
 
 @pytest.fixture
@@ -67,28 +65,19 @@ def nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> Iterator[lis
 
 
 def start_workers(
+    workers: Workers,
     lb_config: Settings,
     stack: LocalStack,
     endpoint: OpenStackEmulatorEndpoint,
     tmp_path: Path,
     *,
     serial: bool,
-) -> tuple[Workers, list[subprocess.Popen[bytes]]]:
+) -> Callable[[], WorkerProcess]:
+    """Start worker processes (not waited for) configured by a ``cloud.conf`` only."""
     conf = tmp_path / "cloud.conf"
     conf.write_text(cloud_conf(endpoint, serial=serial))
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        proc = worker_process(lb_config, stack, conf, tmp_path / f"worker-{len(started)}.log")
-        started.append(proc)
-        return proc
-
-    return start, started
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()  # SIGKILL: no graceful shutdown, the activity dies in its wait
-    proc.wait(timeout=10)
+    env = openstack_worker_env(lb_config, stack, conf)
+    return lambda: workers.start(env, wait=False)
 
 
 def held(admin: OpenStackEmulatorAdmin) -> bool:
@@ -124,50 +113,46 @@ async def test_worker_killed_in_an_ensure_wait_converges(
     namespace: str,
     nodes: list[str],
     tmp_path: Path,
+    workers: Workers,
     serial: bool,
     method: str,
     route: str,
     pending: str,
 ) -> None:
-    start, started = start_workers(lb_config, stack, endpoint, tmp_path, serial=serial)
+    start = start_workers(workers, lb_config, stack, endpoint, tmp_path, serial=serial)
     if pending:
         admin.hold_after(LB, KIND, method=method, route=route)
     else:  # the floating IP is no wait: its request is answered only after the worker died
         admin.inject("network", 0, method=method, route=route, latency_s=20)
-    try:
-        faulty = start()
-        async with service_starter(kube, client, lb_config, namespace):
-            await asyncio.to_thread(
-                make_service,
-                kube,
-                namespace,
-                "web",
-                annotations={P + "enable-health-monitor": "true"},
-                ports=(80, 443),
+    faulty = start()
+    async with service_starter(kube, client, lb_config, namespace):
+        await asyncio.to_thread(
+            make_service,
+            kube,
+            namespace,
+            "web",
+            annotations={P + "enable-health-monitor": "true"},
+            ports=(80, 443),
+        )
+        if pending:
+            await eventually(
+                lambda: held(admin), timeout=90, what=f"the hold after {method} {route}"
             )
-            if pending:
-                await eventually(
-                    lambda: held(admin), timeout=90, what=f"the hold after {method} {route}"
-                )
-                assert lb_status(admin) == pending
-            else:
-                await eventually(
-                    lambda: not admin.state()["faults"], timeout=90, what="the FIP request sent"
-                )
-            await asyncio.sleep(1)  # the activity is polling (or blocked) now
-            kill(faulty)
-            admin.release(KIND)
-            start()
-            addresses = await eventually(
-                lambda: ingress(kube, namespace, "web"), timeout=RECOVERY_S, what="ingress"
+            assert lb_status(admin) == pending
+        else:
+            await eventually(
+                lambda: not admin.state()["faults"], timeout=90, what="the FIP request sent"
             )
-            made = exactly_one_of_everything(admin, ports=2, nodes=len(nodes))
-            assert addresses == [made["fip"]["floating_ip_address"]]
-            # (A delete after a killed worker is its own test below.)
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                kill(proc)
+        await asyncio.sleep(1)  # the activity is polling (or blocked) now
+        faulty.kill()  # SIGKILL: no graceful shutdown, the activity dies in its wait
+        admin.release(KIND)
+        start()
+        addresses = await eventually(
+            lambda: ingress(kube, namespace, "web"), timeout=RECOVERY_S, what="ingress"
+        )
+        made = exactly_one_of_everything(admin, ports=2, nodes=len(nodes))
+        assert addresses == [made["fip"]["floating_ip_address"]]
+        # (A delete after a killed worker is its own test below.)
 
 
 async def test_worker_killed_in_the_member_update_wait_converges(
@@ -181,41 +166,37 @@ async def test_worker_killed_in_the_member_update_wait_converges(
     nodes: list[str],
     scope: str,
     tmp_path: Path,
+    workers: Workers,
 ) -> None:
-    start, started = start_workers(lb_config, stack, endpoint, tmp_path, serial=False)
-    try:
-        faulty = start()
-        async with service_starter(kube, client, lb_config, namespace):
-            await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
-            await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
-            admin.hold_after(LB, KIND, method="PUT", route=r"/lbaas/pools/\{id\}/members$")
-            [extra] = admin.seed_servers(1, prefix=f"f-{scope}", start=len(nodes))
-            await asyncio.to_thread(make_nodes, kube, [extra], scope)
-            await eventually(lambda: held(admin), timeout=90, what="the member update held")
-            assert lb_status(admin) == "PENDING_UPDATE"
-            await asyncio.sleep(1)
-            kill(faulty)
-            admin.release(KIND)
-            start()
-            await eventually(
-                lambda: (
-                    len(octavia(admin)["members"]) == 2 * (len(nodes) + 1)
-                    and lb_status(admin) == "ACTIVE"
-                ),
-                timeout=RECOVERY_S,
-                what="the node set as members",
-            )
-            exactly_one_of_everything(admin, ports=2, nodes=len(nodes) + 1, monitors=True)
-            await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
-            await eventually(
-                lambda: kube.get(SERVICES, "web", namespace) is None,
-                timeout=RECOVERY_S,
-                what="deleted",
-            )
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                kill(proc)
+    start = start_workers(workers, lb_config, stack, endpoint, tmp_path, serial=False)
+    faulty = start()
+    async with service_starter(kube, client, lb_config, namespace):
+        await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
+        await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
+        admin.hold_after(LB, KIND, method="PUT", route=r"/lbaas/pools/\{id\}/members$")
+        [extra] = admin.seed_servers(1, prefix=f"f-{scope}", start=len(nodes))
+        await asyncio.to_thread(make_nodes, kube, [extra], scope)
+        await eventually(lambda: held(admin), timeout=90, what="the member update held")
+        assert lb_status(admin) == "PENDING_UPDATE"
+        await asyncio.sleep(1)
+        faulty.kill()  # SIGKILL: no graceful shutdown, the activity dies in its wait
+        admin.release(KIND)
+        start()
+        await eventually(
+            lambda: (
+                len(octavia(admin)["members"]) == 2 * (len(nodes) + 1)
+                and lb_status(admin) == "ACTIVE"
+            ),
+            timeout=RECOVERY_S,
+            what="the node set as members",
+        )
+        exactly_one_of_everything(admin, ports=2, nodes=len(nodes) + 1, monitors=True)
+        await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+        await eventually(
+            lambda: kube.get(SERVICES, "web", namespace) is None,
+            timeout=RECOVERY_S,
+            what="deleted",
+        )
 
 
 async def test_worker_killed_in_the_delete_wait_converges(
@@ -228,31 +209,27 @@ async def test_worker_killed_in_the_delete_wait_converges(
     namespace: str,
     nodes: list[str],
     tmp_path: Path,
+    workers: Workers,
 ) -> None:
-    start, started = start_workers(lb_config, stack, endpoint, tmp_path, serial=False)
-    try:
-        faulty = start()
-        async with service_starter(kube, client, lb_config, namespace):
-            await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
-            await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
-            admin.hold_after(LB, KIND, method="DELETE", route=r"/lbaas/loadbalancers/\{id\}$")
-            await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
-            await eventually(lambda: held(admin), timeout=90, what="the delete held")
-            assert lb_status(admin) == "PENDING_DELETE"
-            assert octavia(admin)["floatingips"] == []  # released before the LB delete
-            await asyncio.sleep(1)
-            kill(faulty)
-            assert kube.get(SERVICES, "web", namespace) is not None  # the finalizer holds it
-            admin.release(KIND)
-            start()
-            await eventually(
-                lambda: kube.get(SERVICES, "web", namespace) is None,
-                timeout=RECOVERY_S,
-                what="deleted",
-            )
-            left = octavia(admin)
-            assert not any(left[k] for k in left), left
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                kill(proc)
+    start = start_workers(workers, lb_config, stack, endpoint, tmp_path, serial=False)
+    faulty = start()
+    async with service_starter(kube, client, lb_config, namespace):
+        await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
+        await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
+        admin.hold_after(LB, KIND, method="DELETE", route=r"/lbaas/loadbalancers/\{id\}$")
+        await asyncio.to_thread(kube.delete, SERVICES, "web", namespace)
+        await eventually(lambda: held(admin), timeout=90, what="the delete held")
+        assert lb_status(admin) == "PENDING_DELETE"
+        assert octavia(admin)["floatingips"] == []  # released before the LB delete
+        await asyncio.sleep(1)
+        faulty.kill()  # SIGKILL: no graceful shutdown, the activity dies in its wait
+        assert kube.get(SERVICES, "web", namespace) is not None  # the finalizer holds it
+        admin.release(KIND)
+        start()
+        await eventually(
+            lambda: kube.get(SERVICES, "web", namespace) is None,
+            timeout=RECOVERY_S,
+            what="deleted",
+        )
+        left = octavia(admin)
+        assert not any(left[k] for k in left), left

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,31 +15,11 @@ import pytest
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.local import LocalStack
+from tests.support.workers import aws_process_env
 
 pytestmark = pytest.mark.stack
 
 CLI = [sys.executable, "-m", "cloudloop.cli"]
-
-
-def process_env(settings: Settings, stack: LocalStack, port: int, tmp_path: Path) -> dict[str, str]:
-    credentials = tmp_path / "aws-credentials"
-    credentials.write_text(
-        "[default]\naws_access_key_id = testing\naws_secret_access_key = s3cr3t-value\n"
-    )
-    return {
-        **os.environ,
-        "CLOUDLOOP_CLUSTER_NAME": settings.cluster_name,
-        "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
-        "CLOUDLOOP_METRICS_PORT": str(port),
-        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
-        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
-        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "5",
-        "CLOUDLOOP_AWS__ENDPOINT_URL": stack.moto_endpoint,
-        "CLOUDLOOP_AWS__CREDENTIALS_FILE": str(credentials),
-        "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": "default",
-        "CLOUDLOOP_LEADER_ELECTION__NAME": f"starter-{settings.temporal.task_queue}",
-    }
 
 
 def get(url: str) -> tuple[int, str]:
@@ -62,7 +41,7 @@ def process(
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [*CLI, request.param],
-            env=process_env(settings, stack, port, tmp_path),
+            env={**aws_process_env(settings, stack, tmp_path), "CLOUDLOOP_METRICS_PORT": str(port)},
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,

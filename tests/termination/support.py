@@ -25,6 +25,7 @@ from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack
 from starters.termination import QueueProcessor
 from tests.helpers import eventually
+from tests.support.workers import aws_env, worker_env
 
 REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 POOL_LABEL = "cloudloop-test/pool"
@@ -242,23 +243,11 @@ def webhook_receiver(status: int = 200) -> Iterator[WebhookReceiver]:
         server.server_close()
 
 
-def worker_env(settings: Settings, stack: LocalStack, metrics_port: int) -> dict[str, str]:
+def nth_worker_env(settings: Settings, stack: LocalStack) -> dict[str, str]:
     """Environment of a ``cloudloop worker`` process for ``settings`` (with its NTH part)."""
-    import os
-
-    nth = settings.nth
-    return {
-        **os.environ,
-        "CLOUDLOOP_CLUSTER_NAME": settings.cluster_name,
-        "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
-        "CLOUDLOOP_METRICS_PORT": str(metrics_port),
-        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
-        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
-        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
-        "CLOUDLOOP_AWS__ENDPOINT_URL": stack.moto_endpoint,
-        "CLOUDLOOP_AWS__ACCESS_KEY_ID": "testing",
-        "CLOUDLOOP_AWS__SECRET_ACCESS_KEY": "testing",
-        "CLOUDLOOP_AWS__MAX_ATTEMPTS": "2",
-        "CLOUDLOOP_NTH__AUTOSCALING_ENDPOINT_URL": nth.autoscaling_endpoint_url or "",
-    }
+    return worker_env(
+        settings,
+        stack,
+        aws_env(stack.moto_endpoint, CLOUDLOOP_AWS__MAX_ATTEMPTS="2"),
+        {"CLOUDLOOP_NTH__AUTOSCALING_ENDPOINT_URL": settings.nth.autoscaling_endpoint_url or ""},
+    )

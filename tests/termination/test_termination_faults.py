@@ -3,14 +3,10 @@ a PodDisruptionBudget that never allows the drain."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import asyncio
 import time
-import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -21,12 +17,12 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
-from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_log, read_evictions
 from devstack.backends.aws import NthCloud, asg_terminate, spot_itn
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
+from tests.support.workers import Workers
 from tests.termination.support import (
     delete_nodes,
     drain_workflows,
@@ -35,6 +31,7 @@ from tests.termination.support import (
     node_events,
     node_ready,
     nth_settings,
+    nth_worker_env,
     pdb,
     processor,
     replica_set,
@@ -43,59 +40,11 @@ from tests.termination.support import (
     spare_node,
     taints,
     token_calls,
-    worker_env,
     workload,
 )
 from workers.main import build_worker
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
-
-
-def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
-            return int(response.status) == 200
-    except OSError:
-        return False
-
-
-class Workers:
-    """``cloudloop worker`` processes started by a test; all killed at its end."""
-
-    def __init__(self, settings: Settings, stack: LocalStack, logs: Path) -> None:
-        self.settings, self.stack, self.logs = settings, stack, logs
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    async def start(self) -> subprocess.Popen[bytes]:
-        port = free_port()
-        log = self.logs / f"worker-{len(self.processes)}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cloudloop.cli", "worker"],
-                env=worker_env(self.settings, self.stack, port),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.processes.append(proc)
-        await eventually(
-            lambda: ready(port) or proc.poll() is not None, timeout=120, what="worker ready"
-        )
-        assert proc.poll() is None, log.read_text()
-        return proc
-
-    def kill_all(self) -> None:
-        for proc in self.processes:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Workers]]:
-    made: list[Workers] = []
-    yield made
-    for group in made:
-        group.kill_all()
 
 
 async def test_worker_sigkill_during_drain_converges(
@@ -105,8 +54,7 @@ async def test_worker_sigkill_during_drain_converges(
     client: Client,
     settings: Settings,
     namespace: str,
-    tmp_path: Path,
-    workers: list[Workers],
+    workers: Workers,
 ) -> None:
     queue = aws.queue()
     asg, hook, instance, dns = aws.asg_instance()
@@ -121,9 +69,8 @@ async def test_worker_sigkill_during_drain_converges(
         config = nth_settings(
             settings, stack, queue, eviction_retry_interval_s=1.0, activity_heartbeat_timeout_s=2.0
         )
-        group = Workers(config, stack, tmp_path)
-        workers.append(group)
-        first = await group.start()
+        env = nth_worker_env(config, stack)
+        first = await asyncio.to_thread(workers.start, env, ready_timeout_s=120)
         async with running(processor(config, kube, client)):
             aws.send(queue, asg_terminate(asg, hook, instance, token))
 
@@ -136,11 +83,10 @@ async def test_worker_sigkill_during_drain_converges(
                 what="drain under way",
             )
             first.kill()  # SIGKILL mid-round: no graceful shutdown
-            first.wait()
             killed_at = time.time()
             assert len(evicted()) == 1
             spare = await spare_node(kube, namespace)
-            await group.start()
+            await asyncio.to_thread(workers.start, env, ready_timeout_s=120)
             await eventually(lambda: aws.depth(queue) == 0, timeout=120, what="drain converged")
 
         # Every pod evicted exactly once, across both workers; the drain went on after the kill.

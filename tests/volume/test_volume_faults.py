@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,12 +24,12 @@ from cloudloop.messages.volume import (
     DetachVolumeRequest,
     Topology,
 )
-from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.backends.aws import launch_instance
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.holding_proxy import HoldingProxy
+from tests.support.workers import Workers, aws_env, worker_env
 from tests.volume.support import (
     attachments,
     instance_devices,
@@ -48,69 +41,6 @@ from tests.volume.support import (
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 
-class WorkerProcesses:
-    """``cloudloop worker`` processes on the test's task queue, each with its own EC2 endpoint."""
-
-    def __init__(self, settings: Settings, stack: LocalStack, tmp_path: Path) -> None:
-        self.settings = settings
-        self.stack = stack
-        self.tmp_path = tmp_path
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, ec2_endpoint: str) -> subprocess.Popen[bytes]:
-        port = free_port()
-        log = self.tmp_path / f"worker-{len(self.started)}.log"
-        env = {
-            **os.environ,
-            "CLOUDLOOP_CLUSTER_NAME": self.settings.cluster_name,
-            "CLOUDLOOP_KUBECONFIG": str(self.stack.kubeconfig),
-            "CLOUDLOOP_METRICS_PORT": str(port),
-            "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-            "CLOUDLOOP_TEMPORAL__ADDRESS": self.stack.temporal_address,
-            "CLOUDLOOP_TEMPORAL__TASK_QUEUE": self.settings.temporal.task_queue,
-            "CLOUDLOOP_AWS__ENDPOINT_URL": ec2_endpoint,
-            "CLOUDLOOP_AWS__ACCESS_KEY_ID": "testing",
-            "CLOUDLOOP_AWS__SECRET_ACCESS_KEY": "testing",
-        }
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cloudloop.cli", "worker"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.started.append(proc)
-        deadline = time.monotonic() + 60
-        while not _ready(port):
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        return proc
-
-    def stop_all(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-@pytest.fixture
-def workers(settings: Settings, stack: LocalStack, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    processes = WorkerProcesses(settings, stack, tmp_path)
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
-
-
 @pytest.fixture
 def proxy(stack: LocalStack) -> Iterator[HoldingProxy]:
     with HoldingProxy(stack.moto_endpoint) as running:
@@ -118,13 +48,14 @@ def proxy(stack: LocalStack) -> Iterator[HoldingProxy]:
 
 
 @pytest.fixture
+def through_proxy(settings: Settings, stack: LocalStack, proxy: HoldingProxy) -> dict[str, str]:
+    """A worker's environment with EC2 behind the holding proxy."""
+    return worker_env(settings, stack, aws_env(proxy.url), graceful_shutdown_s=None)
+
+
+@pytest.fixture
 def ops(client: Client, settings: Settings) -> VolumeOperations:
     return VolumeOperations.from_settings(client, settings)
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
-    proc.wait()
 
 
 async def last_activity_attempt(client: Client, workflow_id: str) -> int:
@@ -137,20 +68,24 @@ async def last_activity_attempt(client: Client, workflow_id: str) -> int:
 
 
 async def test_worker_killed_during_attach(
-    workers: WorkerProcesses, proxy: HoldingProxy, ops: VolumeOperations, ec2: Any
+    workers: Workers,
+    proxy: HoldingProxy,
+    through_proxy: dict[str, str],
+    ops: VolumeOperations,
+    ec2: Any,
 ) -> None:
     node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     held = proxy.hold("AttachVolume")
-    first = await asyncio.to_thread(workers.start, proxy.url)
+    first = await asyncio.to_thread(workers.start, through_proxy)
 
     attach = asyncio.create_task(ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node)))
     await eventually(held.reached.is_set, what="AttachVolume reached moto")
     (made,) = await asyncio.to_thread(attachments, ec2, volume_id)
     assert made["InstanceId"] == node
-    kill(first)
+    first.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
 
-    await asyncio.to_thread(workers.start, proxy.url)
+    await asyncio.to_thread(workers.start, through_proxy)
     result = await asyncio.wait_for(attach, 120)
     assert result.code is Code.OK, result.message
     assert result.device == made["Device"]
@@ -163,7 +98,11 @@ async def test_worker_killed_during_attach(
 
 
 async def test_worker_killed_during_detach(
-    workers: WorkerProcesses, proxy: HoldingProxy, ops: VolumeOperations, ec2: Any
+    workers: Workers,
+    proxy: HoldingProxy,
+    through_proxy: dict[str, str],
+    ops: VolumeOperations,
+    ec2: Any,
 ) -> None:
     node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
@@ -171,13 +110,13 @@ async def test_worker_killed_during_detach(
         ec2.attach_volume, VolumeId=volume_id, InstanceId=node, Device="/dev/xvdba"
     )
     held = proxy.hold("DetachVolume")
-    first = await asyncio.to_thread(workers.start, proxy.url)
+    first = await asyncio.to_thread(workers.start, through_proxy)
 
     detach = asyncio.create_task(ops.detach(DetachVolumeRequest(volume_id=volume_id, node_id=node)))
     await eventually(held.reached.is_set, what="DetachVolume reached moto")
-    kill(first)
+    first.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
 
-    await asyncio.to_thread(workers.start, proxy.url)
+    await asyncio.to_thread(workers.start, through_proxy)
     result = await asyncio.wait_for(detach, 120)
     assert result.code is Code.OK, result.message
     assert await asyncio.to_thread(attachments, ec2, volume_id) == []
@@ -186,7 +125,8 @@ async def test_worker_killed_during_detach(
 
 
 async def test_crashed_create_adopts_its_volume(
-    workers: WorkerProcesses,
+    workers: Workers,
+    through_proxy: dict[str, str],
     proxy: HoldingProxy,
     ops: VolumeOperations,
     ec2: Any,
@@ -195,16 +135,16 @@ async def test_crashed_create_adopts_its_volume(
     """Killed before it learned the new volume's ID: the retry finds the volume by its tags."""
     name = unique("pvc")
     held = proxy.hold("CreateVolume")
-    first = await asyncio.to_thread(workers.start, proxy.url)
+    first = await asyncio.to_thread(workers.start, through_proxy)
 
     create = asyncio.create_task(
         ops.create(CreateVolumeRequest(name=name, topology=Topology(requisite=["us-east-1b"])))
     )
     await eventually(held.reached.is_set, what="CreateVolume reached moto")
     (made,) = await asyncio.to_thread(volumes_named, ec2, settings.cluster_name, name)
-    kill(first)
+    first.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
 
-    await asyncio.to_thread(workers.start, proxy.url)
+    await asyncio.to_thread(workers.start, through_proxy)
     result = await asyncio.wait_for(create, 120)
     assert result.code is Code.OK, result.message
     assert result.volume is not None and result.volume.id == made["VolumeId"]
@@ -214,7 +154,8 @@ async def test_crashed_create_adopts_its_volume(
 
 
 async def test_crashed_create_resumes_from_its_heartbeat(
-    workers: WorkerProcesses,
+    workers: Workers,
+    through_proxy: dict[str, str],
     proxy: HoldingProxy,
     ops: VolumeOperations,
     client: Client,
@@ -225,7 +166,7 @@ async def test_crashed_create_resumes_from_its_heartbeat(
     details and goes straight back to waiting (no tag lookup, no second create)."""
     name = unique("pvc")
     held = proxy.hold("DescribeVolumes", when=lambda params: "VolumeId.1" in params)
-    first = await asyncio.to_thread(workers.start, proxy.url)
+    first = await asyncio.to_thread(workers.start, through_proxy)
 
     create = asyncio.create_task(ops.create(CreateVolumeRequest(name=name)))
     await eventually(held.reached.is_set, what="the wait for available reached moto")
@@ -240,10 +181,10 @@ async def test_crashed_create_resumes_from_its_heartbeat(
         return False
 
     await eventually_async(heartbeat_has_volume, what="the volume ID in the heartbeat details")
-    kill(first)
+    first.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
     seen_before_restart = len(proxy.requests)
 
-    await asyncio.to_thread(workers.start, proxy.url)
+    await asyncio.to_thread(workers.start, through_proxy)
     result = await asyncio.wait_for(create, 120)
     assert result.code is Code.OK, result.message
     assert result.volume is not None and result.volume.id == volume_id

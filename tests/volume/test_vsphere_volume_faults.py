@@ -13,8 +13,6 @@ queue must finish the attach without a second ``attachDisk`` task on the VM. Two
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,27 +24,25 @@ from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
-from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from devstack.backends.vsphere import vcsim_server, vsphere_settings
 from devstack.local import LocalStack
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_inventory import Inventory, VmRecord, ZoneLayout, connect, disconnect, seed
 from tests.helpers import eventually
-from tests.platform.test_processes import process_env
+from tests.support.workers import WorkerProcess, Workers, aws_process_env
 from tests.vcsim_fixtures import NODES, seeded, vcsim
 
 __all__ = ["seeded", "vcsim"]
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
-REPO = Path(__file__).resolve().parents[2]
 #: How long the slow vcsim holds an attach task: well beyond the activity's heartbeat timeout
 #: (10 s) plus a worker start on a busy machine, so the retry meets the task still running.
 TASK_DELAY_S = 60
 RECOVERY_S = 120
 
-WorkerFactory = Callable[..., tuple[subprocess.Popen[bytes], Path, Path]]
+WorkerFactory = Callable[..., tuple[WorkerProcess, Path]]
 
 
 @pytest.fixture(scope="module")
@@ -64,19 +60,19 @@ def slow_seeded(slow_vcsim: VcsimEndpoint) -> Inventory:
 
 
 @pytest.fixture
-def start_worker(settings: Settings, stack: LocalStack, tmp_path: Path) -> Iterator[WorkerFactory]:
-    """``cloudloop worker`` processes for vSphere on the test's task queue; ``fault_after``
-    makes one stop dead after that driver call."""
-    started: list[subprocess.Popen[bytes]] = []
+def start_worker(
+    settings: Settings, stack: LocalStack, tmp_path: Path, workers: Workers
+) -> WorkerFactory:
+    """``cloudloop worker`` processes for vSphere on the test's task queue (not waited for);
+    ``fault_after`` makes one stop dead after that driver call, writing the marker it returns."""
 
     def start(
         endpoint: VcsimEndpoint, fault_after: str | None = None
-    ) -> tuple[subprocess.Popen[bytes], Path, Path]:
-        index = len(started)
+    ) -> tuple[WorkerProcess, Path]:
         password = tmp_path / "vcenter-password"
         password.write_text(endpoint.password)
         env = {
-            **process_env(settings, stack, free_port(), tmp_path),
+            **aws_process_env(settings, stack, tmp_path),
             "CLOUDLOOP_PROVIDER": "vsphere",
             "CLOUDLOOP_VSPHERE__SERVER": endpoint.server,
             "CLOUDLOOP_VSPHERE__USERNAME": endpoint.username,
@@ -84,30 +80,13 @@ def start_worker(settings: Settings, stack: LocalStack, tmp_path: Path) -> Itera
             "CLOUDLOOP_VSPHERE__CA_BUNDLE": str(endpoint.ca_file),
             "CLOUDLOOP_VSPHERE__POLL_INTERVAL_S": "0.1",
         }
-        marker = tmp_path / f"fault-{index}"
-        log = tmp_path / f"worker-{index}.log"
-        if fault_after:
-            env.update(VSPHERE_FAULT_AFTER=fault_after, VSPHERE_FAULT_MARKER=str(marker))
-            command = [sys.executable, "-m", "tests.volume.vsphere_fault_worker"]
-        else:
-            command = [sys.executable, "-m", "cloudloop.cli", "worker"]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
-            )
-        started.append(proc)
-        return proc, marker, log
+        marker = tmp_path / f"fault-{len(workers.started)}"
+        if not fault_after:
+            return workers.start(env, wait=False), marker
+        env.update(VSPHERE_FAULT_AFTER=fault_after, VSPHERE_FAULT_MARKER=str(marker))
+        return workers.start(env, module="tests.volume.vsphere_fault_worker", wait=False), marker
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
-    proc.wait(timeout=10)
+    return start
 
 
 def attach_tasks(endpoint: VcsimEndpoint, vm: VmRecord) -> list[str]:
@@ -174,7 +153,7 @@ async def test_worker_killed_during_attach(
                 name=f"pvc-kill-{moment}", size_gib=1, zone="zone-a", cluster=settings.cluster_name
             ),
         )
-        first, marker, _ = start_worker(endpoint, fault_after="AttachDisk")
+        first, marker = start_worker(endpoint, fault_after="AttachDisk")
         attach = asyncio.create_task(
             ops.attach(AttachVolumeRequest(volume_id=volume.id, node_id=node.provider_id))
         )
@@ -187,9 +166,9 @@ async def test_worker_killed_during_attach(
             await eventually(attached, what="the attach task finished")
         else:
             assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["running"]
-        kill(first)
+        first.kill()  # SIGKILL: no graceful shutdown, no last heartbeat
 
-        _, _, second_log = start_worker(endpoint)
+        second, _ = start_worker(endpoint)
         result = await asyncio.wait_for(attach, RECOVERY_S)
         assert result.code is Code.OK, result.message
         final = await asyncio.to_thread(driver.get_volume, volume.id)
@@ -198,7 +177,7 @@ async def test_worker_killed_during_attach(
         assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["success"]
         assert await last_activity_attempt(client, result.workflow_id) >= 2
         if in_flight:  # the retry met the running task and waited for it
-            assert "waiting for disk task" in second_log.read_text(), second_log.read_text()
+            assert "waiting for disk task" in second.log.read_text(), second.log.read_text()
         await asyncio.to_thread(driver.detach_volume, volume.id, node.uuid)
         await asyncio.to_thread(driver.delete_volume, volume.id)
     finally:
