@@ -1,161 +1,198 @@
-"""SIGKILL the worker process (``cloudloop worker`` with the DVP driver) at each step of a DVP
-machine's provisioning and deletion: a new worker picks the workflow up and it converges, with
-exactly one VM (the same one) or none, and no orphaned disk or cloud-init Secret in the parent."""
+"""SIGKILL the worker process (``cloudloop worker``) at each step of a machine's provisioning and
+deletion, on every cloud with Cluster API machines: a new worker takes the workflow over and it
+converges, with exactly one VM (the same one) or none, and nothing orphaned in the cloud.
+
+One harness for every provider: a module-scoped rig per provider (its backend and one worker
+process), a :class:`Scene` per test that knows the provider's machine and cloud objects, and the
+provider's list of kill points. The cloud is held at each step long enough for the kill to land
+there (simulator holds on DVP, emulator delays on zVirt), and every kill point checks, after the
+kill, that the cloud is still at that step. Three flows, the same assertions for every cloud:
+
+- killed while provisioning: the next worker adopts the VM it finds (the same one) and reports
+  it; exactly one VM, nothing orphaned; then deleted, nothing left;
+- killed while deleting: the next worker finishes; no VM, nothing orphaned;
+- deleted while no worker runs: the next worker deletes what the dead one made.
+
+DVP (the parent cluster and its simulator) is killed while creating, VM starting, running but not
+reported (before ready is written), VM deleting, disks deleting, and deleted while no worker runs;
+what could be orphaned is a VM, a disk or a cloud-init Secret in the parent, under any machine
+UID. zVirt (the oVirt Engine emulator) is killed while cloning, down before the start (its boot
+disk growing), up but not reported, powering down, removing, and deleted while dead; zVirt keeps
+no cloud-init Secret in the cloud (the bootstrap data goes with the start request), so what could
+be orphaned is a VM or a disk.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
 import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
-from cloudloop.net import free_port
 from devstack import dvp_simulator as sim
 from devstack import machine_fixtures
+from devstack.backends import section_env
+from devstack.backends.dvp import dvp_settings
+from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, ovirt_engine, zvirt_settings
+from devstack.devmode import stack_settings
 from devstack.dvp_simulator import DvpParent
 from devstack.local import LocalStack
+from devstack.ovirt_emulator import Delays, OvirtEmulatorAdmin, OvirtEmulatorEndpoint
+from starters.machine import MachineStarter
 from tests.helpers import eventually
-from tests.machine.dvp_machines import DvpMachines, dvp_machines
+from tests.machine.dvp_machines import TEST_TIMINGS, DvpMachines, dvp_machines
+from tests.support.workers import WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 CONVERGE_TIMEOUT = 120.0
+#: How often a kill point reads the cloud: the kill lands within milliseconds of the step.
+KILL_POLL_S = 0.01
 
 
-class WorkerProcess:
-    """``python -m cloudloop.cli worker`` with the DVP driver; killed with SIGKILL, restarted."""
+# -- the harness ---------------------------------------------------------------------------------
+class Scene(ABC):
+    """One test's machine (named after its kill point) and the worker process to kill."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, *, ready_timeout_s: float = 60) -> None:
-        self.env = env
-        self.log_dir = log_dir
-        self.ready_timeout_s = ready_timeout_s
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+    def __init__(self, name: str, worker: WorkerProcess) -> None:
+        self.name = name
+        self.worker = worker
 
-    def start(self) -> None:
-        port = free_port()
-        self.starts += 1
-        log = self.log_dir / f"worker-{self.starts}.log"
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cloudloop.cli", "worker"],
-                env={**self.env, "CLOUDLOOP_METRICS_PORT": str(port)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + self.ready_timeout_s
-        while not _worker_ready(port):
-            assert self.proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+    @abstractmethod
+    async def create(self) -> None:
+        """Create the InfraMachine (and its bootstrap Secret)."""
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    @abstractmethod
+    def vm_id(self) -> str:
+        """The cloud's ID of this machine's VM ("" while there is none)."""
 
-    def kill(self) -> None:
-        assert self.proc is not None and self.proc.poll() is None, "the worker died by itself"
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+    @abstractmethod
+    async def provisioned(self) -> None:
+        """Ready, with exactly one VM of this name and its own objects, nothing orphaned."""
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    @abstractmethod
+    async def delete(self) -> None:
+        """Delete the InfraMachine."""
 
+    @abstractmethod
+    async def deleted(self) -> None:
+        """Gone, and with it every cloud object it had: no VM, nothing orphaned."""
 
-def _worker_ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
-            return int(response.status) == 200
-    except OSError:
-        return False
+    @abstractmethod
+    def note_cloud(self) -> None:
+        """Remember what the cloud holds for this machine (read right after a kill)."""
+
+    async def kill_at(self, point: KillPoint[Any]) -> None:
+        """SIGKILL the worker as soon as the cloud is at ``point``; it must still be there."""
+        await eventually(
+            functools.partial(point.at, self),
+            interval=KILL_POLL_S,
+            timeout=CONVERGE_TIMEOUT,
+            what=point.what,
+        )
+        await asyncio.to_thread(self.worker.kill)
+        assert await asyncio.to_thread(point.at, self), f"the kill missed the step: {point.what}"
+        await asyncio.to_thread(self.note_cloud)
+
+    async def restart_worker(self) -> None:
+        await asyncio.to_thread(self.worker.start)
 
 
-@dataclass
-class FaultRig:
-    """One worker process and one parent namespace for every scenario of this module."""
+S = TypeVar("S", bound=Scene)
+
+
+def nothing(scene: Scene) -> None:
+    """No hold, or nothing to release."""
+
+
+async def no_wait(scene: Scene) -> None:
+    """Nothing happens between the kill and the restart."""
+
+
+@dataclass(frozen=True)
+class KillPoint(Generic[S]):
+    """A step of one cloud the worker is killed in, and how a flow gets the cloud there."""
+
+    id: str
+    flow: Callable[[S, KillPoint[S]], Awaitable[None]]
+    #: The step, read from the cloud (and the InfraMachine).
+    at: Callable[[S], bool]
+    what: str
+    #: Keep the cloud at the step until released (before the flow gets there).
+    hold: Callable[[S], None] = nothing
+    #: What happens while no worker runs (between the kill and the restart).
+    while_dead: Callable[[S], Awaitable[None]] = no_wait
+    #: Let the cloud go on (after the restart).
+    release: Callable[[S], None] = nothing
+
+
+async def killed_while_provisioning(scene: S, point: KillPoint[S]) -> None:
+    point.hold(scene)
+    await scene.create()
+    await scene.kill_at(point)
+    vm = scene.vm_id()
+    await point.while_dead(scene)
+    await scene.restart_worker()
+    point.release(scene)
+    await scene.provisioned()
+    assert scene.vm_id() == vm  # adopted, not made again
+    await scene.delete()
+    await scene.deleted()
+
+
+async def killed_while_deleting(scene: S, point: KillPoint[S]) -> None:
+    await scene.create()
+    await scene.provisioned()
+    point.hold(scene)
+    await scene.delete()
+    await scene.kill_at(point)
+    await scene.restart_worker()
+    point.release(scene)
+    await scene.deleted()
+
+
+async def deleted_while_dead(scene: S, point: KillPoint[S]) -> None:
+    """Killed mid-provisioning; the machine is deleted before a worker comes back."""
+    point.hold(scene)
+    await scene.create()
+    await scene.kill_at(point)
+    await scene.delete()
+    await scene.restart_worker()
+    await scene.deleted()
+
+
+class Rig(Protocol):
+    """One provider's backend and worker process, shared by every scenario of the module."""
 
     worker: WorkerProcess
-    task_queue: str
-    parent_namespace: str
-    cluster_uuid: str
+
+    def scenes(
+        self, kube: Kube, namespace: str, client: Client
+    ) -> contextlib.AbstractAsyncContextManager[Callable[[str], Scene]]:
+        """The machine starter for a test's namespace, feeding the worker process; scenes."""
+        ...
 
 
-@pytest.fixture(scope="module")
-def rig(
-    dvp_parent: DvpParent, stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FaultRig]:
-    parent_namespace = dvp_parent.new_namespace()
-    cluster_uuid = str(uuid.uuid4())
-    task_queue = f"faults-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "CLOUDLOOP_PROVIDER": "dvp",
-        "CLOUDLOOP_DVP__KUBECONFIG": str(dvp_parent.kubeconfig),
-        "CLOUDLOOP_DVP__NAMESPACE": parent_namespace,
-        "CLOUDLOOP_DVP__CLUSTER_UUID": cluster_uuid,
-        "CLOUDLOOP_CLUSTER_NAME": "faults",
-        "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
-        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
-        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
-        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
-    }
-    worker = WorkerProcess(env, tmp_path_factory.mktemp("fault-workers"))
-    worker.start()
-    try:
-        yield FaultRig(worker, task_queue, parent_namespace, cluster_uuid)
-    finally:
-        worker.stop()
-
-
-@pytest.fixture
-async def faulty(
-    rig: FaultRig,
-    kube: Kube,
-    dvp_parent: DvpParent,
-    namespace: str,
-    capi_crds: None,
-    client: Client,
-) -> AsyncIterator[tuple[DvpMachines, WorkerProcess]]:
-    """The machine starter for this test's namespace, feeding the shared worker process."""
-    if not rig.worker.running:  # an earlier scenario failed while it was down
-        await asyncio.to_thread(rig.worker.start)
-    async with dvp_machines(
-        kube,
-        dvp_parent,
-        namespace,
-        parent_namespace=rig.parent_namespace,
-        cluster_uuid=rig.cluster_uuid,
-    ) as machines:
-        machines.start_starter(client, rig.task_queue, "faults")
-        yield machines, rig.worker
-
-
+# -- DVP: the parent cluster and its simulator -----------------------------------------------
 NOTHING: dict[str, set[str]] = {"vms": set(), "disks": set(), "secrets": set()}
 
 
-@dataclass
-class Scene:
-    """One scenario's machine (named after the scenario) and the worker process to kill."""
-
-    dvp: DvpMachines
-    worker: WorkerProcess
-    name: str
+class DvpScene(Scene):
+    def __init__(self, name: str, worker: WorkerProcess, dvp: DvpMachines) -> None:
+        super().__init__(name, worker)
+        self.dvp = dvp
+        self.uid = ""  # the InfraMachine's
 
     @property
     def boot_disk(self) -> str:
@@ -172,12 +209,25 @@ class Scene:
         """Everything in the parent made for a machine of this name, under any UID."""
         return self.dvp.parent_objects(hostname=self.name)
 
-    def vm_uid(self) -> str:
+    def vm_id(self) -> str:
         vm = self.dvp.parent_get(r.VIRTUAL_MACHINES, self.name) or {}
         return str(vm.get("metadata", {}).get("uid", ""))
 
+    def note_cloud(self) -> None:
+        """Nothing to remember: the parent's objects carry the machine's UID and hostname."""
+
     def vm_phase_is(self, phase: str) -> bool:
         return self.dvp.vm_phase(self.name) == phase
+
+    def vm_terminating(self) -> bool:
+        vm = self.dvp.parent_get(r.VIRTUAL_MACHINES, self.name) or {}
+        return bool(vm.get("metadata", {}).get("deletionTimestamp"))
+
+    def disks_going(self) -> bool:
+        """The VM gone, its boot disk terminating."""
+        disk = self.dvp.parent_get(r.VIRTUAL_DISKS, self.boot_disk) or {}
+        vm_gone = self.dvp.parent_get(r.VIRTUAL_MACHINES, self.name) is None
+        return vm_gone and bool(disk.get("metadata", {}).get("deletionTimestamp"))
 
     def hold(self, step: str, name: str | None = None) -> None:
         self.dvp.parent.simulator.hold(step, name or self.name)
@@ -185,148 +235,437 @@ class Scene:
     def release(self, step: str, name: str | None = None) -> None:
         self.dvp.parent.simulator.release(step, name or self.name)
 
-    async def create(self) -> str:
-        await asyncio.to_thread(self.dvp.cluster)
+    async def create(self) -> None:
         spec = machine_fixtures.dvp_machine_spec(
             additionalDisks=[{"size": "5Gi", "storageClass": "ceph-rbd"}]
         )
         infra = await asyncio.to_thread(self.dvp.machine, self.name, spec=spec)
-        return str(infra["metadata"]["uid"])
+        self.uid = str(infra["metadata"]["uid"])
 
-    async def ready(self) -> None:
+    async def provisioned(self) -> None:
         await eventually(
             functools.partial(self.dvp.ready, self.name),
             timeout=CONVERGE_TIMEOUT,
             what="machine ready",
         )
+        assert self.dvp.parent_objects(self.uid) == self.provisioned_objects()
+        assert self.objects_of_this_machine() == self.provisioned_objects()  # exactly one VM
 
     async def delete(self) -> None:
         await asyncio.to_thread(self.dvp.delete, self.name)
 
-    async def deleted(self, uid: str) -> None:
+    async def deleted(self) -> None:
         await eventually(
             lambda: self.dvp.infra(self.name) is None,
             timeout=CONVERGE_TIMEOUT,
             what="machine deleted",
         )
-        assert self.dvp.parent_objects(uid) == NOTHING
+        assert self.dvp.parent_objects(self.uid) == NOTHING
         assert self.objects_of_this_machine() == NOTHING  # none left under another UID either
 
-    async def restart_worker(self) -> None:
-        await asyncio.to_thread(self.worker.kill)
-        await asyncio.to_thread(self.worker.start)
 
-
-# -- provisioning ------------------------------------------------------------------------------
-async def kill_while_creating(scene: Scene) -> str:
-    """As soon as the VM exists: its Secret and disks may or may not be there yet."""
-    uid = await scene.create()
-    await eventually(lambda: bool(scene.vm_uid()), interval=0.01, what="VM created")
-    vm_uid = scene.vm_uid()
-    await scene.restart_worker()
-    await scene.ready()
-    assert scene.vm_uid() == vm_uid  # adopted, not made again
-    return uid
-
-
-async def kill_while_starting(scene: Scene) -> str:
-    """Created; the observe activity is polling a VM that is not running yet."""
-    scene.hold(sim.VM_RUNNING)
-    uid = await scene.create()
-    await eventually(functools.partial(scene.vm_phase_is, "Starting"), what="VM starting")
-    vm_uid = scene.vm_uid()
-    await scene.restart_worker()
-    scene.release(sim.VM_RUNNING)
-    await scene.ready()
-    assert scene.vm_uid() == vm_uid
-    return uid
-
-
-async def kill_before_reporting(scene: Scene) -> str:
-    """The VM comes up while no worker runs: the next one reports it."""
-    scene.hold(sim.VM_RUNNING)
-    uid = await scene.create()
-    await eventually(functools.partial(scene.vm_phase_is, "Starting"), what="VM starting")
-    await asyncio.to_thread(scene.worker.kill)
+async def dvp_running_while_dead(scene: DvpScene) -> None:
+    """The VM comes up while no worker runs: ready is not written until the next one."""
     scene.release(sim.VM_RUNNING)
     await eventually(functools.partial(scene.vm_phase_is, "Running"), what="VM running")
     assert scene.dvp.ready(scene.name) is None
-    await asyncio.to_thread(scene.worker.start)
-    await scene.ready()
-    return uid
 
 
-# -- deletion ----------------------------------------------------------------------------------
-async def kill_while_deleting_vm(scene: Scene) -> str:
-    uid = await scene.create()
-    await scene.ready()
-    scene.hold(sim.VM_DELETE)
-    await scene.delete()
-
-    def vm_terminating() -> bool:
-        vm = scene.dvp.parent_get(r.VIRTUAL_MACHINES, scene.name) or {}
-        return bool(vm.get("metadata", {}).get("deletionTimestamp"))
-
-    await eventually(vm_terminating, what="VM terminating")
-    await scene.restart_worker()
-    scene.release(sim.VM_DELETE)
-    await scene.deleted(uid)
-    return uid
+def dvp_starting(scene: DvpScene) -> bool:
+    return scene.vm_phase_is("Starting")
 
 
-async def kill_while_deleting_disks(scene: Scene) -> str:
-    uid = await scene.create()
-    await scene.ready()
-    scene.hold(sim.DISK_DELETE, scene.boot_disk)
-    await scene.delete()
+DVP_KILL_POINTS: list[KillPoint[DvpScene]] = [
+    KillPoint(
+        "creating",
+        killed_while_provisioning,
+        at=lambda s: bool(s.vm_id()),
+        what="VM created (its Secret and disks may or may not be there yet)",
+    ),
+    KillPoint(
+        "vm-starting",
+        killed_while_provisioning,
+        at=dvp_starting,
+        what="VM starting, the observe activity polling it",
+        hold=lambda s: s.hold(sim.VM_RUNNING),
+        release=lambda s: s.release(sim.VM_RUNNING),
+    ),
+    KillPoint(
+        "running-not-reported",
+        killed_while_provisioning,
+        at=dvp_starting,
+        what="VM starting; it comes up while no worker runs",
+        hold=lambda s: s.hold(sim.VM_RUNNING),
+        while_dead=dvp_running_while_dead,
+    ),
+    KillPoint(
+        "deleting-vm",
+        killed_while_deleting,
+        at=DvpScene.vm_terminating,
+        what="VM terminating",
+        hold=lambda s: s.hold(sim.VM_DELETE),
+        release=lambda s: s.release(sim.VM_DELETE),
+    ),
+    KillPoint(
+        "deleting-disks",
+        killed_while_deleting,
+        at=DvpScene.disks_going,
+        what="VM gone, disks terminating",
+        hold=lambda s: s.hold(sim.DISK_DELETE, s.boot_disk),
+        release=lambda s: s.release(sim.DISK_DELETE, s.boot_disk),
+    ),
+    KillPoint(
+        "deleted-while-dead",
+        deleted_while_dead,
+        at=dvp_starting,
+        what="VM starting",
+        hold=lambda s: s.hold(sim.VM_RUNNING),
+    ),
+]
 
-    def disks_going() -> bool:
-        disk = scene.dvp.parent_get(r.VIRTUAL_DISKS, scene.boot_disk) or {}
-        vm_gone = scene.dvp.parent_get(r.VIRTUAL_MACHINES, scene.name) is None
-        return vm_gone and bool(disk.get("metadata", {}).get("deletionTimestamp"))
 
-    await eventually(disks_going, what="VM gone, disks terminating")
-    await scene.restart_worker()
-    scene.release(sim.DISK_DELETE, scene.boot_disk)
-    await scene.deleted(uid)
-    return uid
+@dataclass
+class DvpRig:
+    worker: WorkerProcess
+    parent: DvpParent
+    task_queue: str
+    parent_namespace: str
+    cluster_uuid: str
+
+    @contextlib.asynccontextmanager
+    async def scenes(
+        self, kube: Kube, namespace: str, client: Client
+    ) -> AsyncIterator[Callable[[str], Scene]]:
+        async with dvp_machines(
+            kube,
+            self.parent,
+            namespace,
+            parent_namespace=self.parent_namespace,
+            cluster_uuid=self.cluster_uuid,
+        ) as machines:
+            machines.start_starter(client, self.task_queue, "faults")
+            await asyncio.to_thread(machines.cluster)
+            yield lambda name: DvpScene(name, self.worker, machines)
 
 
-async def delete_while_worker_is_dead(scene: Scene) -> str:
-    """Killed mid-provisioning; the machine is deleted before a worker comes back."""
-    scene.hold(sim.VM_RUNNING)
-    uid = await scene.create()
-    await eventually(functools.partial(scene.vm_phase_is, "Starting"), what="VM starting")
-    await asyncio.to_thread(scene.worker.kill)
-    await scene.delete()
-    await asyncio.to_thread(scene.worker.start)
-    await scene.deleted(uid)
-    return uid
+@contextlib.contextmanager
+def dvp_rig(request: pytest.FixtureRequest, stack: LocalStack, log_dir: Path) -> Iterator[DvpRig]:
+    parent: DvpParent = request.getfixturevalue("dvp_parent")
+    parent_namespace = parent.new_namespace()
+    cluster_uuid = str(uuid.uuid4())
+    task_queue = f"faults-{uuid.uuid4().hex[:8]}"
+    section = dvp_settings(parent, parent_namespace, cluster_uuid=cluster_uuid)
+    env = worker_env(
+        stack_settings(stack, task_queue=task_queue, cluster="faults"),
+        stack,
+        {"CLOUDLOOP_PROVIDER": "dvp"},
+        section_env("dvp", section),
+    )
+    yield DvpRig(WorkerProcess(env, log_dir), parent, task_queue, parent_namespace, cluster_uuid)
 
 
-Scenario = Callable[[Scene], Awaitable[str]]
+# -- zVirt: the oVirt Engine emulator --------------------------------------------------------
+CLOUD_INIT = b"#cloud-config\nruncmd: [echo zvirt-faults]\n"
+#: Each step a kill aims at lasts this long in the emulator (a kill lands within milliseconds).
+STEP_S = 1.2
+DELAYS = Delays(
+    clone_s=STEP_S,
+    boot_s=STEP_S,
+    guest_ip_s=0.2,
+    shutdown_s=STEP_S,
+    disk_resize_s=STEP_S,
+    remove_s=STEP_S,
+)
+
+
+@pytest.fixture(scope="module")
+def slow_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulatorEndpoint]:
+    """The oVirt Engine emulator alone, with delays long enough to kill the worker mid-step."""
+    state = tmp_path_factory.mktemp("zvirt-faults-ovirt")
+    with ovirt_engine(state, password="faults-engine", delays=DELAYS) as endpoint:
+        yield endpoint
+
+
+class ZvirtScene(Scene):
+    def __init__(
+        self,
+        name: str,
+        worker: WorkerProcess,
+        kube: Kube,
+        namespace: str,
+        endpoint: OvirtEmulatorEndpoint,
+    ) -> None:
+        super().__init__(name, worker)
+        self.kube, self.namespace, self.endpoint = kube, namespace, endpoint
+        self.admin = OvirtEmulatorAdmin(endpoint.admin_url)
+        self.seen_disks: set[str] = set()  # this machine's disks, whenever the VM was seen
+
+    # -- the cloud -------------------------------------------------------------------------
+    def vms(self) -> list[dict[str, Any]]:
+        """Every VM of this name in the emulator."""
+        return [vm for vm in self.admin.vms() if vm["name"] == self.name]
+
+    def vm(self) -> dict[str, Any] | None:
+        return self.admin.vm(self.name)
+
+    def vm_status_is(self, status: str) -> bool:
+        return str((self.vm() or {}).get("status", "")) == status
+
+    def vm_id(self) -> str:
+        return str((self.vm() or {}).get("id", ""))
+
+    def disk_ids(self) -> set[str]:
+        return {a["disk_id"] for a in (self.vm() or {}).get("disk_attachments", [])}
+
+    def note_cloud(self) -> None:
+        self.seen_disks |= self.disk_ids()
+
+    def disks(self) -> dict[str, dict[str, Any]]:
+        return {disk["id"]: disk for disk in self.admin.disks()}
+
+    def orphaned_disks(self) -> list[dict[str, Any]]:
+        """Disks attached to no VM (this spec has no data disk: none may be left over)."""
+        return [disk for disk in self.admin.disks() if disk["attached_to"] is None]
+
+    def boot_disk_resizing(self) -> bool:
+        """Cloned and down, the boot disk being grown to rootDiskSizeGb: not started yet."""
+        vm = self.vm() or {}
+        disks = self.disks()
+        return vm.get("status") == "down" and any(
+            disks.get(a["disk_id"], {}).get("status") == "locked"
+            for a in vm.get("disk_attachments", [])
+        )
+
+    def removing(self) -> bool:
+        """Down and being removed (``image_locked``), its boot disk locked, not yet gone."""
+        vm = self.vm() or {}
+        return vm.get("status") == "image_locked" and bool(self.seen_disks & self.disks().keys())
+
+    # -- the ZvirtMachine ------------------------------------------------------------------
+    def infra(self) -> dict[str, Any] | None:
+        return self.kube.get(ZVIRT_KINDS.machine, self.name, self.namespace)
+
+    def ready(self) -> dict[str, Any] | None:
+        obj = self.infra() or {}
+        status = obj.get("status") or {}
+        provisioned = (status.get("initialization") or {}).get("provisioned")
+        return obj if status.get("ready") and provisioned else None
+
+    async def create(self) -> None:
+        # The template's disk is 10 GiB: it is grown to rootDiskSizeGb before the start.
+        spec = machine_spec(
+            self.endpoint, cpu={"sockets": 1, "cores": 2, "threads": 1}, nicName="nic1"
+        )
+
+        def make() -> None:
+            secret = f"{self.name}-bootstrap"
+            machine_fixtures.create_bootstrap_secret(self.kube, self.namespace, secret, CLOUD_INIT)
+            machine_fixtures.create_machine(
+                self.kube,
+                self.namespace,
+                self.name,
+                cluster="c1",
+                kinds=ZVIRT_KINDS,
+                spec=spec,
+                bootstrap_secret=secret,
+            )
+
+        await asyncio.to_thread(make)
+
+    async def provisioned(self) -> None:
+        """Ready, with exactly one VM of this name, running, its boot disk its only disk."""
+        infra = await eventually(self.ready, timeout=CONVERGE_TIMEOUT, what=f"{self.name} ready")
+        vms = await asyncio.to_thread(self.vms)
+        assert len(vms) == 1, vms
+        [vm] = vms
+        assert vm["status"] == "up"
+        assert infra["spec"]["providerID"] == f"zvirt://{vm['id']}"
+        assert infra["status"]["initialization"]["provisioned"] is True
+        assert [a["bootable"] for a in vm["disk_attachments"]] == [True]
+        assert vm["starts"] == 1  # started once, never again by the next worker
+        assert await asyncio.to_thread(self.orphaned_disks) == []
+        await asyncio.to_thread(self.note_cloud)
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.kube.delete, ZVIRT_KINDS.machine, self.name, self.namespace)
+
+    async def deleted(self) -> None:
+        """The finalizer goes last: when the ZvirtMachine is gone, so are the VM and its disks."""
+
+        def gone() -> bool:
+            infra = self.infra()
+            if infra is not None:
+                assert ZVIRT_KINDS.finalizer in infra["metadata"].get("finalizers", [])
+            return infra is None
+
+        await eventually(gone, timeout=CONVERGE_TIMEOUT, what=f"{self.name} deleted")
+        assert await asyncio.to_thread(self.vms) == []
+        remaining = await asyncio.to_thread(self.disks)
+        disk_ids = self.seen_disks
+        assert disk_ids and not disk_ids & remaining.keys(), (disk_ids, remaining)
+        assert await asyncio.to_thread(self.orphaned_disks) == []
+
+
+async def zvirt_not_started(scene: ZvirtScene) -> None:
+    assert (scene.vm() or {}).get("starts") == 0
+
+
+async def zvirt_up_while_dead(scene: ZvirtScene) -> None:
+    """The VM comes up, with its IP, while no worker runs: the next one reports it and never
+    starts it again."""
+    await eventually(lambda: (scene.vm() or {}).get("ips"), what="VM up with an IP")
+    assert scene.ready() is None
+
+
+def zvirt_powering_up(scene: ZvirtScene) -> bool:
+    return scene.vm_status_is("powering_up")
+
+
+ZVIRT_KILL_POINTS: list[KillPoint[ZvirtScene]] = [
+    KillPoint(
+        "cloning",
+        killed_while_provisioning,
+        at=lambda s: s.vm_status_is("image_locked"),
+        what="VM cloning (image_locked)",
+    ),
+    KillPoint(
+        "down-before-start",
+        killed_while_provisioning,
+        at=ZvirtScene.boot_disk_resizing,
+        what="VM down, boot disk resizing",
+        while_dead=zvirt_not_started,
+    ),
+    KillPoint(
+        "up-not-reported",
+        killed_while_provisioning,
+        at=zvirt_powering_up,
+        what="VM powering up (started, the create activity polling it)",
+        while_dead=zvirt_up_while_dead,
+    ),
+    KillPoint(
+        "deleting-powering-down",
+        killed_while_deleting,
+        at=lambda s: s.vm_status_is("powering_down"),
+        what="VM powering down",
+    ),
+    KillPoint(
+        "deleting-removing",
+        killed_while_deleting,
+        at=ZvirtScene.removing,
+        what="VM being removed, boot disk still there",
+    ),
+    KillPoint(
+        "deleted-while-dead",
+        deleted_while_dead,
+        at=zvirt_powering_up,
+        what="VM powering up",
+    ),
+]
+
+
+@dataclass
+class ZvirtRig:
+    worker: WorkerProcess
+    task_queue: str
+    endpoint: OvirtEmulatorEndpoint
+
+    @contextlib.asynccontextmanager
+    async def scenes(
+        self, kube: Kube, namespace: str, client: Client
+    ) -> AsyncIterator[Callable[[str], Scene]]:
+        await asyncio.to_thread(machine_fixtures.create_cluster, kube, namespace, "c1", ZVIRT_KINDS)
+        starter = MachineStarter(
+            kube,
+            client,
+            kinds=ZVIRT_KINDS,
+            task_queue=self.task_queue,
+            cluster="zfaults",
+            namespace=namespace,
+            timings=TEST_TIMINGS,
+        )
+        task = asyncio.create_task(starter.run())
+        try:
+            yield lambda name: ZvirtScene(name, self.worker, kube, namespace, self.endpoint)
+        finally:
+            starter.stop()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            # Leave nothing that blocks the namespace's deletion.
+            items = await asyncio.to_thread(kube.list, ZVIRT_KINDS.machine, namespace)
+            for obj in items.get("items", []):
+                if obj["metadata"].get("finalizers"):
+                    await asyncio.to_thread(
+                        kube.patch,
+                        ZVIRT_KINDS.machine,
+                        obj["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        namespace,
+                    )
+
+
+@contextlib.contextmanager
+def zvirt_rig(
+    request: pytest.FixtureRequest, stack: LocalStack, log_dir: Path
+) -> Iterator[ZvirtRig]:
+    endpoint: OvirtEmulatorEndpoint = request.getfixturevalue("slow_ovirt")
+    task_queue = f"zfaults-{uuid.uuid4().hex[:8]}"
+    # A graceful shutdown is given all of its (simulated) time: the kill lands during it.
+    section = zvirt_settings(endpoint, **{**QUICK_TIMINGS, "shutdown_timeout_s": 30})
+    env = worker_env(
+        stack_settings(stack, task_queue=task_queue, cluster="zfaults"),
+        stack,
+        {"CLOUDLOOP_PROVIDER": "zvirt"},
+        section_env("zvirt", section),
+    )
+    yield ZvirtRig(WorkerProcess(env, log_dir), task_queue, endpoint)
+
+
+# -- the test --------------------------------------------------------------------------------
+RIGS: dict[str, Callable[[pytest.FixtureRequest, LocalStack, Path], Any]] = {
+    "dvp": dvp_rig,
+    "zvirt": zvirt_rig,
+}
+KILL_POINTS: dict[str, list[Any]] = {"dvp": DVP_KILL_POINTS, "zvirt": ZVIRT_KILL_POINTS}
+
+
+@pytest.fixture(scope="module")
+def rig(
+    request: pytest.FixtureRequest, stack: LocalStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Rig]:
+    """The provider's backend and one worker process for every scenario on it."""
+    provider: str = request.param
+    with RIGS[provider](
+        request, stack, tmp_path_factory.mktemp(f"{provider}-fault-workers")
+    ) as made:
+        made.worker.start()
+        try:
+            yield made
+        finally:
+            made.worker.stop()
+
+
+@pytest.fixture
+async def scenes(
+    rig: Rig, kube: Kube, namespace: str, capi_crds: None, client: Client
+) -> AsyncIterator[Callable[[str], Scene]]:
+    """The machine starter for this test's namespace, feeding the rig's worker process."""
+    if not rig.worker.running:  # an earlier scenario failed while it was down
+        await asyncio.to_thread(rig.worker.start)
+    async with rig.scenes(kube, namespace, client) as make:
+        yield make
 
 
 @pytest.mark.parametrize(
-    ("scenario", "ends_deleted"),
+    ("rig", "point"),
     [
-        pytest.param(kill_while_creating, False, id="creating"),
-        pytest.param(kill_while_starting, False, id="waiting-for-running"),
-        pytest.param(kill_before_reporting, False, id="running-not-reported"),
-        pytest.param(kill_while_deleting_vm, True, id="deleting-vm"),
-        pytest.param(kill_while_deleting_disks, True, id="deleting-disks"),
-        pytest.param(delete_while_worker_is_dead, True, id="deleted-while-dead"),
+        pytest.param(provider, point, id=f"{provider}-{point.id}")
+        for provider, points in KILL_POINTS.items()
+        for point in points
     ],
+    indirect=["rig"],
 )
 async def test_worker_sigkill_converges(
-    faulty: tuple[DvpMachines, WorkerProcess], scenario: Scenario, ends_deleted: bool
+    scenes: Callable[[str], Scene], point: KillPoint[Any]
 ) -> None:
-    dvp, worker = faulty
-    scene = Scene(dvp, worker, scenario.__name__.replace("_", "-"))
-    uid = await scenario(scene)
-    if ends_deleted:
-        return
-    assert dvp.parent_objects(uid) == scene.provisioned_objects()
-    assert scene.objects_of_this_machine() == scene.provisioned_objects()  # exactly one VM
-    await scene.delete()
-    await scene.deleted(uid)
+    scene = scenes(point.id)
+    await point.flow(scene, point)
