@@ -25,18 +25,26 @@ from cloudloop.kube.resources import Resource
 from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_args
 from devstack.backends.aws import aws_client
+from devstack.backends.vsphere import vcsim_server
 from devstack.devmode import stack_settings
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions
+from devstack.vcsim import VcsimEndpoint
+from devstack.vcsim_inventory import Inventory, NodeVm, ZoneLayout, seed
 from tests.support.workers import Workers
 
 if TYPE_CHECKING:
     from devstack.dvp_simulator import DvpParent
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+#: The node VMs ``seeded`` adds to a module's vcsim.
+VCSIM_NODES = (
+    NodeVm("node-a", "10.0.1.10", cluster="DC0_C0"),
+    NodeVm("node-b", "10.0.2.10", cluster="DC0_C1"),
+)
 
 #: Fixtures that start real processes: a test using any of them is a ``stack`` test.
-STACK_FIXTURES = frozenset({"stack", "stack_dir", "dvp_parent", "ovirt"})
+STACK_FIXTURES = frozenset({"stack", "stack_dir", "dvp_parent", "ovirt", "vcsim"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -92,6 +100,12 @@ async def client(stack: LocalStack) -> Client:
 
 
 @pytest.fixture
+def scope() -> str:
+    """A name and label value unique to this test (its Nodes, its cluster name, its objects)."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
 def task_queue() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 
@@ -137,6 +151,19 @@ def dvp_parent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DvpParent]:
         yield parent
     finally:
         parent.stop()
+
+
+@pytest.fixture(scope="module")
+def vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
+    """govmomi's simulator alone (no Temporal, no control plane), one per test module."""
+    with vcsim_server(tmp_path_factory.mktemp("vcsim")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def seeded(vcsim: VcsimEndpoint) -> Inventory:
+    """Two node VMs (:data:`VCSIM_NODES`) in two tagged zones."""
+    return seed(vcsim, VCSIM_NODES, ZoneLayout())
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,8 @@ through the driver, never around it.
 from __future__ import annotations
 
 import base64
-import os
-import sys
 import uuid
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,18 +36,15 @@ from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from devstack.backends.aws import aws_settings, create_cluster_network, launch_instances
 from devstack.backends.dvp import dvp_settings
-from devstack.backends.openstack import openstack_emulator
-from devstack.backends.vsphere import vcsim_server as vcsim_alone
 from devstack.backends.vsphere import vsphere_settings
 from devstack.backends.zvirt import machine_spec as zvirt_machine_spec
-from devstack.backends.zvirt import ovirt_engine as ovirt_engine_alone
 from devstack.backends.zvirt import zvirt_settings
 from devstack.local import LocalStack
 from devstack.machine_fixtures import dvp_machine_spec
 from devstack.openstack_emulator import OpenStackEmulatorEndpoint
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint
-from devstack.process import ManagedProcess, free_port, http_ok
-from devstack.vcsim import VcsimEndpoint, VcsimOptions
+from devstack.process import free_port
+from devstack.vcsim import VcsimEndpoint
 
 Call = Callable[[CloudDriver], object]
 
@@ -72,7 +67,7 @@ class Backend:
     unknown: dict[Capability, Call] = field(default_factory=dict)
 
 
-# -- AWS: moto, and a second moto that checks credentials (IAM auth on) ---------------------
+# -- AWS: moto, and a second moto that checks credentials (IAM auth on, tests/cloud/conftest.py)
 def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 30) -> AwsSettings:
     return aws_settings(endpoint, access_key_id=SecretStr(key), timeout_s=timeout_s, max_attempts=1)
 
@@ -93,26 +88,6 @@ def _aws_instances(driver: CloudDriver) -> object:
 def _aws_routes(driver: CloudDriver, cluster: str) -> object:
     create_cluster_network(driver.client("ec2"), cluster, route_table=True)  # type: ignore[attr-defined]
     return driver.list_routes(cluster)
-
-
-@pytest.fixture(scope="session")
-def authenticating_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """moto with IAM authentication on: unknown access keys get ``AuthFailure``."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    script = str(Path(sys.executable).parent / "moto_server")
-    process = ManagedProcess(
-        "moto-iam",
-        [script, "-H", "127.0.0.1", "-p", str(port)],
-        log_dir=tmp_path_factory.mktemp("moto-iam"),
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-        ready=lambda: http_ok(f"{endpoint}/moto-api/data.json"),
-    )
-    process.start()
-    try:
-        yield endpoint
-    finally:
-        process.stop()
 
 
 def aws_backend(request: pytest.FixtureRequest) -> Backend:
@@ -214,13 +189,6 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
 
 
 # -- zVirt: the oVirt Engine emulator, through ovirtsdk4 -------------------------------------
-@pytest.fixture(scope="session")
-def ovirt_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulatorEndpoint]:
-    state = tmp_path_factory.mktemp("conformance-ovirt")
-    with ovirt_engine_alone(state, password="conformance-pw") as endpoint:
-        yield endpoint
-
-
 def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
     endpoint: OvirtEmulatorEndpoint = request.getfixturevalue("ovirt_engine")
 
@@ -262,16 +230,6 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
 
 
 # -- vSphere: vcsim (govmomi), through pyvmomi and the tagging REST paths -------------------
-@pytest.fixture(scope="session")
-def vcsim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
-    from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
-
-    state = tmp_path_factory.mktemp("conformance-vcsim")
-    with vcsim_alone(state, VcsimOptions(password="conformance-pw")) as endpoint:
-        seed(endpoint, [NodeVm("conformance-a", "10.9.0.10")], ZoneLayout())
-        yield endpoint
-
-
 def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
     endpoint: VcsimEndpoint = request.getfixturevalue("vcsim_server")
 
@@ -299,14 +257,6 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
 
 
 # -- OpenStack: the OpenStack API emulator, through openstacksdk ---------------------------
-@pytest.fixture(scope="session")
-def openstack_cloud(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OpenStackEmulatorEndpoint]:
-    with openstack_emulator(tmp_path_factory.mktemp("conformance-openstack")) as endpoint:
-        yield endpoint
-
-
 def openstack_backend(request: pytest.FixtureRequest) -> Backend:
     from devstack.openstack_emulator import OpenStackEmulatorAdmin
     from tests.openstack.support import quick_settings

@@ -20,22 +20,7 @@ from cloudloop.cloud.calls import OUTCOMES
 from cloudloop.cloud.driver import CAPABILITY_OPERATIONS, Capability, CloudDriver
 from cloudloop.cloud.registry import PROVIDERS
 from cloudloop.settings import Settings
-from tests.cloud.backends import (
-    BACKENDS,
-    Backend,
-    authenticating_moto,
-    is_absence,
-    openstack_cloud,
-    ovirt_engine,
-    vcsim_server,
-)
-
-__all__ = [
-    "authenticating_moto",
-    "openstack_cloud",
-    "ovirt_engine",
-    "vcsim_server",
-]  # session fixtures the backends use
+from tests.cloud.backends import BACKENDS, Backend, is_absence
 
 pytestmark = pytest.mark.stack
 

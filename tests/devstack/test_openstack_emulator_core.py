@@ -30,20 +30,6 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenStackEmul
         yield running
 
 
-@pytest.fixture
-def admin(endpoint: OpenStackEmulatorEndpoint) -> OpenStackEmulatorAdmin:
-    handle = OpenStackEmulatorAdmin(endpoint.admin_url)
-    handle.reset()
-    return handle
-
-
-@pytest.fixture
-def conn(endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin) -> Iterator[Sdk]:
-    connection = connect(endpoint)
-    yield connection
-    connection.close()
-
-
 def create_server(conn: Sdk, name: str, **extra: Any) -> Any:
     network = conn.network.find_network("private")
     image = conn.image.find_image("ubuntu-22.04")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from openstack import exceptions
 
-from devstack.backends.openstack import Sdk, connect, openstack_emulator
+from devstack.backends.openstack import Sdk, openstack_emulator
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.openstack.support import eventually
 
@@ -29,20 +29,6 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenStackEmul
         tmp_path_factory.mktemp("openstack-lb-volume"), gigabytes_quota=50
     ) as running:
         yield running
-
-
-@pytest.fixture
-def admin(endpoint: OpenStackEmulatorEndpoint) -> OpenStackEmulatorAdmin:
-    handle = OpenStackEmulatorAdmin(endpoint.admin_url)
-    handle.reset()
-    return handle
-
-
-@pytest.fixture
-def conn(endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin) -> Iterator[Sdk]:
-    connection = connect(endpoint)
-    yield connection
-    connection.close()
 
 
 def subnet_id(conn: Sdk) -> str:

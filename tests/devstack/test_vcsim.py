@@ -23,9 +23,6 @@ from devstack.vcsim_inventory import (
     tagging_client,
     wait_task,
 )
-from tests.vcsim_fixtures import seeded, vcsim
-
-__all__ = ["seeded", "vcsim"]
 
 pytestmark = pytest.mark.stack
 

@@ -4,22 +4,18 @@ the Secret, ConfigMap and InstanceTypesCatalog written to the API server, and th
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import (
-    CONFIG_MAPS,
     INSTANCE_TYPES_CATALOGS,
     PERSISTENT_VOLUMES,
     SECRETS,
@@ -27,6 +23,13 @@ from cloudloop.kube.resources import (
 from cloudloop.rules import discovery as cloud_data
 from cloudloop.settings import Settings
 from starters.discovery import CloudDataDiscoverer
+from tests.discovery.support import (
+    conditions,
+    discovery_document,
+    gauge,
+    persistent_volume,
+    put_terraform_output,
+)
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.stack
@@ -45,11 +48,6 @@ TERRAFORM_OUTPUT = {
     "zones": ["stale-zone"],
     "zoneToSubnetIdMap": {"us-east-1a": "subnet-1"},
 }
-
-
-@pytest.fixture
-def scope() -> str:
-    return uuid.uuid4().hex[:10]
 
 
 def patient(aws: AwsSettings) -> AwsSettings:
@@ -73,54 +71,6 @@ def volume(ec2: Any, cluster: str | None) -> str:
         TagSpecifications=[{"ResourceType": "volume", "Tags": tags}],
     )
     return str(answer["VolumeId"])
-
-
-def persistent_volume(kube: Kube, name: str, source: dict[str, Any]) -> None:
-    kube.create(
-        PERSISTENT_VOLUMES,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                **source,
-            },
-        },
-    )
-
-
-def put_terraform_output(kube: Kube, namespace: str, document: dict[str, Any]) -> None:
-    encoded = base64.b64encode(json.dumps(document).encode()).decode()
-    kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": cloud_data.PROVIDER_CONFIGURATION_SECRET},
-            "data": {cloud_data.PROVIDER_DISCOVERY_KEY: encoded},
-        },
-        namespace,
-    )
-
-
-def discovery_document(kube: Kube, namespace: str) -> dict[str, Any] | None:
-    secret = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, namespace)
-    if secret is None:
-        return None
-    document: dict[str, Any] = json.loads(
-        base64.b64decode(secret["data"][cloud_data.DISCOVERY_KEY])
-    )
-    return document
-
-
-def conditions(kube: Kube, namespace: str) -> dict[str, bool] | None:
-    configmap = kube.get(CONFIG_MAPS, cloud_data.CONDITIONS_CONFIGMAP, namespace)
-    if configmap is None:
-        return None
-    return {c["name"]: c["ok"] for c in json.loads(configmap["data"][cloud_data.CONDITIONS_KEY])}
-
-
-def gauge(metric: str, **labels: str) -> float | None:
-    return REGISTRY.get_sample_value(metric, labels)
 
 
 @contextlib.asynccontextmanager
@@ -147,10 +97,9 @@ async def discovering(
 
 
 async def test_discovery_writes_data_catalog_conditions_and_orphans(
-    kube: Kube, ec2: Any, settings: Settings, namespace: str, scope: str
+    kube: Kube, ec2: Any, settings: Settings, namespace: str, scope: str, catalog: str
 ) -> None:
     cluster = f"{settings.cluster_name}-{scope}"
-    catalog = f"catalog-{scope}"
     used_by_csi, used_in_tree, orphan = (volume(ec2, cluster) for _ in range(3))
     foreign = volume(ec2, None)  # not tagged for the cluster: never reported
     pvs = [f"pv-{scope}-csi", f"pv-{scope}-intree"]
@@ -209,11 +158,10 @@ async def test_discovery_writes_data_catalog_conditions_and_orphans(
     finally:
         for name in pvs:
             kube.delete(PERSISTENT_VOLUMES, name)
-        kube.delete(INSTANCE_TYPES_CATALOGS, catalog)
 
 
 async def test_orphan_gauge_while_running(
-    kube: Kube, ec2: Any, settings: Settings, namespace: str, scope: str
+    kube: Kube, ec2: Any, settings: Settings, namespace: str, scope: str, catalog: str
 ) -> None:
     cluster = f"{settings.cluster_name}-{scope}"
     orphan = volume(ec2, cluster)
@@ -222,73 +170,65 @@ async def test_orphan_gauge_while_running(
         for t in ec2.describe_volumes(VolumeIds=[orphan])["Volumes"][0]["Tags"]
         if t["Key"] == "Name"
     )
-    catalog = f"catalog-{scope}"
-    try:
-        async with discovering(
-            kube, patient(AWS.section(settings)), cluster, namespace, catalog
-        ) as loop:
-            await eventually(lambda: loop.passes >= 1, timeout=240, what="one discovery pass")
-            assert gauge("cloud_data_discovery_orphaned_disk_info", id=orphan, name=name) == 1
-        # a stopped discoverer drops its series
-        assert gauge("cloud_data_discovery_orphaned_disk_info", id=orphan, name=name) is None
-    finally:
-        kube.delete(INSTANCE_TYPES_CATALOGS, catalog)
+    async with discovering(
+        kube, patient(AWS.section(settings)), cluster, namespace, catalog
+    ) as loop:
+        await eventually(lambda: loop.passes >= 1, timeout=240, what="one discovery pass")
+        assert gauge("cloud_data_discovery_orphaned_disk_info", id=orphan, name=name) == 1
+    # a stopped discoverer drops its series
+    assert gauge("cloud_data_discovery_orphaned_disk_info", id=orphan, name=name) is None
 
 
 async def test_unreachable_cloud_writes_no_partial_document(
-    kube: Kube, settings: Settings, namespace: str, scope: str
+    kube: Kube, settings: Settings, namespace: str, scope: str, catalog: str
 ) -> None:
     cluster = f"{settings.cluster_name}-{scope}"
-    catalog = f"catalog-{scope}"
-    try:
-        # No Secret yet and no cloud: nothing is written but the conditions.
-        async with discovering(
-            kube, dead_endpoint(AWS.section(settings)), cluster, namespace, catalog
-        ) as loop:
-            await eventually(lambda: loop.passes >= 1, what="one failed pass")
-        assert discovery_document(kube, namespace) is None
-        assert kube.get(INSTANCE_TYPES_CATALOGS, catalog) is None
-        assert conditions(kube, namespace) == {
-            "cloud-credentials-valid": True,
-            "cloud-api-reachable": False,
-            "zones-available": False,
-        }
-        for kind in ("instance_types", "discovery_data", "disks_meta"):
-            assert gauge("cloud_data_discovery_cloud_request_error", type=kind) == 1
-        assert loop.last_pass is not None
-        assert loop.last_pass.orphans is None
+    # No Secret yet and no cloud: nothing is written but the conditions.
+    async with discovering(
+        kube, dead_endpoint(AWS.section(settings)), cluster, namespace, catalog
+    ) as loop:
+        await eventually(lambda: loop.passes >= 1, what="one failed pass")
+    assert discovery_document(kube, namespace) is None
+    assert kube.get(INSTANCE_TYPES_CATALOGS, catalog) is None
+    assert conditions(kube, namespace) == {
+        "cloud-credentials-valid": True,
+        "cloud-api-reachable": False,
+        "zones-available": False,
+    }
+    for kind in ("instance_types", "discovery_data", "disks_meta"):
+        assert gauge("cloud_data_discovery_cloud_request_error", type=kind) == 1
+    assert loop.last_pass is not None
+    assert loop.last_pass.orphans is None
 
-        # The cloud answers (and there is no Terraform output): a complete document.
-        async with discovering(
-            kube, patient(AWS.section(settings)), cluster, namespace, catalog
-        ) as loop:
-            await eventually(lambda: loop.passes >= 1, timeout=240, what="one good pass")
-        good = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, namespace)
-        assert good is not None
-        document = discovery_document(kube, namespace)
-        assert document is not None
-        assert (document["apiVersion"], document["kind"]) == (
-            "deckhouse.io/v1",
-            "AWSCloudDiscoveryData",
-        )
-        assert document["zones"] and document["instanceTypes"]
-        assert all((conditions(kube, namespace) or {}).values())
+    # The cloud answers (and there is no Terraform output): a complete document.
+    async with discovering(
+        kube, patient(AWS.section(settings)), cluster, namespace, catalog
+    ) as loop:
+        await eventually(lambda: loop.passes >= 1, timeout=240, what="one good pass")
+    good = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, namespace)
+    assert good is not None
+    document = discovery_document(kube, namespace)
+    assert document is not None
+    assert (document["apiVersion"], document["kind"]) == (
+        "deckhouse.io/v1",
+        "AWSCloudDiscoveryData",
+    )
+    assert document["zones"] and document["instanceTypes"]
+    assert all((conditions(kube, namespace) or {}).values())
 
-        # The cloud goes away again: the good Secret and catalog stay exactly as they were.
-        catalog_before = kube.get(INSTANCE_TYPES_CATALOGS, catalog)
-        async with discovering(
-            kube, dead_endpoint(AWS.section(settings)), cluster, namespace, catalog
-        ) as loop:
-            await eventually(lambda: loop.passes >= 1, what="another failed pass")
-            failing = [c for c in loop.last_pass.conditions if not c.ok] if loop.last_pass else []
-            assert failing
-            for c in failing:
-                labels = {"name": c.name, "message": c.message}
-                assert gauge("cloud_data_discovery_cloud_conditions_error", **labels) == 1
-        after = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, namespace)
-        assert after is not None
-        assert after["metadata"]["resourceVersion"] == good["metadata"]["resourceVersion"]
-        assert kube.get(INSTANCE_TYPES_CATALOGS, catalog) == catalog_before
-        assert gauge("cloud_data_discovery_cloud_request_error", type="discovery_data") == 1
-    finally:
-        kube.delete(INSTANCE_TYPES_CATALOGS, catalog)
+    # The cloud goes away again: the good Secret and catalog stay exactly as they were.
+    catalog_before = kube.get(INSTANCE_TYPES_CATALOGS, catalog)
+    async with discovering(
+        kube, dead_endpoint(AWS.section(settings)), cluster, namespace, catalog
+    ) as loop:
+        await eventually(lambda: loop.passes >= 1, what="another failed pass")
+        failing = [c for c in loop.last_pass.conditions if not c.ok] if loop.last_pass else []
+        assert failing
+        for c in failing:
+            labels = {"name": c.name, "message": c.message}
+            assert gauge("cloud_data_discovery_cloud_conditions_error", **labels) == 1
+    after = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, namespace)
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == good["metadata"]["resourceVersion"]
+    assert kube.get(INSTANCE_TYPES_CATALOGS, catalog) == catalog_before
+    assert gauge("cloud_data_discovery_cloud_request_error", type="discovery_data") == 1

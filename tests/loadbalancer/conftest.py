@@ -18,15 +18,9 @@ from tests.loadbalancer.support import (
     delete_nodes,
     lb_settings,
     make_nodes,
-    new_scope,
     service_starter,
 )
 from workers.main import build_worker
-
-
-@pytest.fixture
-def scope() -> str:
-    return new_scope()
 
 
 @pytest.fixture

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 from prometheus_client import REGISTRY
-from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
@@ -30,9 +28,7 @@ from tests.loadbalancer.support import (
     lb_name,
     lb_settings,
     make_service,
-    service_starter,
 )
-from workers.main import build_worker
 
 pytestmark = pytest.mark.stack
 
@@ -43,18 +39,10 @@ REPAIR_S = 20.0
 
 @pytest.fixture
 def lb_config(settings: Settings, scope: str) -> Settings:
+    """The load-balancer tests' settings (conftest) with a resync period."""
     config = lb_settings(settings, scope)
     ccm = config.ccm.model_copy(update={"load_balancer_resync_period_s": PERIOD_S})
     return config.model_copy(update={"ccm": ccm})
-
-
-@pytest.fixture
-async def running(
-    kube: Kube, client: Client, lb_config: Settings, namespace: str, nodes: list[str]
-) -> AsyncIterator[None]:
-    worker = build_worker(client, lb_config, driver=AwsDriver(AWS.section(lb_config)), kube=kube)
-    async with worker, service_starter(kube, client, lb_config, namespace):
-        yield
 
 
 def classic_shape(world: AwsWorld, name: str) -> dict[str, Any] | None:

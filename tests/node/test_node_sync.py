@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -13,15 +10,13 @@ from prometheus_client import REGISTRY
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
-from cloudloop.cloud.driver import CloudDriver
 from cloudloop.kube.api import Kube
-from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
 from cloudloop.settings import Settings
 from devstack.backends.aws import launch_instances
-from starters.node import NodeSync
 from tests.helpers import eventually
+from tests.node.support import cleanup, make_node, node_sync, node_when, set_ready
 
 pytestmark = pytest.mark.stack
 
@@ -36,133 +31,15 @@ def describe_calls() -> float:
     )
 
 
-@pytest.fixture
-def scope() -> str:
-    """A label value that limits NodeSync to this test's Nodes on the shared cluster."""
-    return uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def ccm_settings(settings: Settings, scope: str) -> Settings:
-    ccm = settings.ccm.model_copy(
-        update={
-            "node_selector": f"cloudloop-test={scope}",
-            "node_monitor_period_s": 0.5,
-            "node_status_update_frequency_s": 1.0,
-            "concurrent_node_syncs": 4,
-        }
-    )
-    return settings.model_copy(update={"ccm": ccm})
-
-
-@contextlib.asynccontextmanager
-async def node_sync(
-    kube: Kube, settings: Settings, driver: CloudDriver | None = None
-) -> AsyncIterator[NodeSync]:
-    informers = Informers(kube)
-    sync = NodeSync(
-        kube,
-        driver or AwsDriver(AWS.section(settings)),
-        informers.get(NODES, label_selector=settings.ccm.node_selector),
-        settings.ccm,
-    )
-    task = asyncio.create_task(sync.run())
-    try:
-        yield sync
-    finally:
-        sync.stop()
-        informers.stop()
-        await asyncio.wait_for(task, 10)
-
-
 def run_instances(ec2: Any, count: int, instance_type: str = "m5.large") -> list[dict[str, Any]]:
     return launch_instances(
         ec2, count, InstanceType=instance_type, Placement={"AvailabilityZone": "us-east-1b"}
     )
 
 
-def make_node(
-    kube: Kube,
-    name: str,
-    scope: str,
-    *,
-    provider_id: str = "",
-    tainted: bool = True,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if tainted:
-        spec["taints"] = [
-            {"key": rules.UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
-        ]
-    if provider_id:
-        spec["providerID"] = provider_id
-    node = kube.create(
-        NODES,
-        {
-            "metadata": {
-                "name": name,
-                "labels": {"cloudloop-test": scope},
-                "annotations": annotations or {},
-            },
-            "spec": spec,
-        },
-    )
-    kube.patch(
-        NODES,
-        name,
-        {"status": {"addresses": [{"type": "Hostname", "address": name}]}},
-        subresource="status",
-    )
-    return node
-
-
-def set_ready(kube: Kube, name: str, status: str) -> None:
-    from cloudloop.kube.conditions import now_rfc3339
-
-    now = now_rfc3339()
-    kube.patch(
-        NODES,
-        name,
-        {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": status,
-                        "reason": "Test",
-                        "message": "set by test",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ]
-            }
-        },
-        subresource="status",
-        patch_type="strategic",
-    )
-
-
-def node_when(
-    kube: Kube, name: str, predicate: Callable[[dict[str, Any]], bool]
-) -> Callable[[], dict[str, Any] | None]:
-    """A check for ``eventually``: the Node once ``predicate`` holds for it."""
-
-    def check() -> dict[str, Any] | None:
-        node = kube.get(NODES, name)
-        return node if node is not None and predicate(node) else None
-
-    return check
-
-
 def events_for(kube: Kube, name: str, reason: str) -> list[dict[str, Any]]:
     items = kube.list(EVENTS, "default", fieldSelector=f"involvedObject.name={name}")["items"]
     return [e for e in items if e["reason"] == reason]
-
-
-def cleanup(kube: Kube, scope: str) -> None:
-    for node in kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]:
-        kube.delete(NODES, node["metadata"]["name"])
 
 
 async def test_init_burst_is_batched_and_sets_everything(

@@ -34,10 +34,7 @@ from devstack.vcsim_inventory import (
     tagging_client,
 )
 from tests.helpers import eventually
-from tests.node.test_node_sync import cleanup, make_node, node_sync, node_when, set_ready
-from tests.vcsim_fixtures import seeded, vcsim
-
-__all__ = ["seeded", "vcsim"]
+from tests.node.support import cleanup, fast_sync, make_node, node_sync, node_when, set_ready
 
 pytestmark = pytest.mark.stack
 
@@ -177,23 +174,9 @@ def test_zone_from_tags_at_every_level(seeded: Inventory, vcsim: VcsimEndpoint, 
 # -- NodeSync on the real stack -----------------------------------------------------------------
 @pytest.fixture
 def vsphere_ccm(settings: Settings, vcsim: VcsimEndpoint, scope: str) -> Settings:
-    ccm = settings.ccm.model_copy(
-        update={
-            "node_selector": f"cloudloop-test={scope}",
-            "node_monitor_period_s": 0.5,
-            "node_status_update_frequency_s": 1.0,
-        }
+    return fast_sync(settings, scope).model_copy(
+        update={"provider": "vsphere", "vsphere": vsphere_settings(vcsim, timeout_s=5)}
     )
-    return settings.model_copy(
-        update={"ccm": ccm, "provider": "vsphere", "vsphere": vsphere_settings(vcsim, timeout_s=5)}
-    )
-
-
-@pytest.fixture
-def scope() -> str:
-    import uuid
-
-    return uuid.uuid4().hex[:10]
 
 
 async def test_node_sync_initializes_with_zone_labels(

@@ -21,7 +21,7 @@ from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.discovery import CloudDataDiscoverer
 from starters.registration import CloudProviderRegistration
-from tests.discovery.test_discovery_live import (
+from tests.discovery.support import (
     conditions,
     discovery_document,
     gauge,

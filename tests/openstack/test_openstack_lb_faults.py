@@ -10,7 +10,7 @@ pool and one floating IP (after a delete: nothing, and the Service gone).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,9 +23,8 @@ from devstack.backends.openstack import cloud_conf
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.helpers import eventually
-from tests.loadbalancer.support import ingress, make_service, new_scope, service_starter
+from tests.loadbalancer.support import ingress, make_service, service_starter
 from tests.openstack.lb_support import (
-    delete_nodes,
     exactly_one_of_everything,
     make_nodes,
     octavia,
@@ -40,28 +39,6 @@ RECOVERY_S = 120
 LB = "load-balancer"
 KIND = "loadbalancer"
 P = "loadbalancer.openstack.org/"
-
-
-@pytest.fixture
-def scope() -> str:
-    return new_scope()
-
-
-@pytest.fixture
-def lb_config(os_settings: Settings, scope: str) -> Settings:
-    ccm = os_settings.ccm.model_copy(update={"node_selector": f"cloudloop-test={scope}"})
-    return os_settings.model_copy(update={"cluster_name": f"fault-{scope}", "ccm": ccm})
-
-
-@pytest.fixture
-def servers(admin: OpenStackEmulatorAdmin, scope: str) -> list[dict[str, str]]:
-    return admin.seed_servers(2, prefix=f"f-{scope}")
-
-
-@pytest.fixture
-def nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> Iterator[list[str]]:
-    yield make_nodes(kube, servers, scope)
-    delete_nodes(kube, scope)
 
 
 def start_workers(
@@ -174,7 +151,7 @@ async def test_worker_killed_in_the_member_update_wait_converges(
         await asyncio.to_thread(make_service, kube, namespace, "web", ports=(80, 443))
         await eventually(lambda: ingress(kube, namespace, "web"), timeout=90, what="ingress")
         admin.hold_after(LB, KIND, method="PUT", route=r"/lbaas/pools/\{id\}/members$")
-        [extra] = admin.seed_servers(1, prefix=f"f-{scope}", start=len(nodes))
+        [extra] = admin.seed_servers(1, prefix=f"lb-{scope}", start=len(nodes))
         await asyncio.to_thread(make_nodes, kube, [extra], scope)
         await eventually(lambda: held(admin), timeout=90, what="the member update held")
         assert lb_status(admin) == "PENDING_UPDATE"

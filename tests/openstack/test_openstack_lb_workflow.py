@@ -6,7 +6,7 @@ annotation gives a Warning and writes nothing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
@@ -19,35 +19,13 @@ from cloudloop.kube.resources import SERVICES
 from cloudloop.settings import Settings
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
 from tests.helpers import eventually
-from tests.loadbalancer.support import events, ingress, make_service, new_scope, service_starter
-from tests.openstack.lb_support import delete_nodes, exactly_one_of_everything, make_nodes, octavia
+from tests.loadbalancer.support import events, ingress, make_service, service_starter
+from tests.openstack.lb_support import exactly_one_of_everything, make_nodes, octavia
 from workers.main import build_worker
 
 pytestmark = pytest.mark.stack
 
 P = "loadbalancer.openstack.org/"
-
-
-@pytest.fixture
-def scope() -> str:
-    return new_scope()
-
-
-@pytest.fixture
-def lb_config(os_settings: Settings, scope: str) -> Settings:
-    ccm = os_settings.ccm.model_copy(update={"node_selector": f"cloudloop-test={scope}"})
-    return os_settings.model_copy(update={"cluster_name": f"lb-{scope}", "ccm": ccm})
-
-
-@pytest.fixture
-def servers(admin: OpenStackEmulatorAdmin, scope: str) -> list[dict[str, str]]:
-    return admin.seed_servers(2, prefix=f"wf-{scope}")
-
-
-@pytest.fixture
-def nodes(kube: Kube, servers: list[dict[str, str]], scope: str) -> Iterator[list[str]]:
-    yield make_nodes(kube, servers, scope)
-    delete_nodes(kube, scope)
 
 
 @pytest.fixture

@@ -20,10 +20,8 @@ from cloudloop.settings import Settings
 from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.helpers import eventually
-from tests.node.test_node_sync import cleanup, make_node, node_sync, node_when, scope, set_ready
+from tests.node.support import cleanup, fast_sync, make_node, node_sync, node_when, set_ready
 from tests.openstack.support import quick_settings
-
-__all__ = ["scope"]
 
 pytestmark = pytest.mark.stack
 
@@ -122,15 +120,7 @@ def test_nova_down_is_an_error_not_absence(
 # -- NodeSync on the real stack ------------------------------------------------------------
 @pytest.fixture
 def ccm_settings(os_settings: Settings, scope: str) -> Settings:
-    ccm = os_settings.ccm.model_copy(
-        update={
-            "node_selector": f"cloudloop-test={scope}",
-            "node_monitor_period_s": 0.5,
-            "node_status_update_frequency_s": 1.0,
-            "concurrent_node_syncs": 4,
-        }
-    )
-    return os_settings.model_copy(update={"ccm": ccm})
+    return fast_sync(os_settings, scope, concurrent_node_syncs=4)
 
 
 def node_driver(settings: Settings) -> OpenStackDriver:

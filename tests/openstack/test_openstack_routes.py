@@ -29,7 +29,7 @@ from devstack.kube import CLUSTER_CIDR
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.route import RouteSync
 from tests.helpers import eventually
-from tests.route.test_routes_live import has_condition, network_condition, pod_cidr_of
+from tests.route.support import has_condition, network_condition, pod_cidr_of
 
 pytestmark = pytest.mark.stack
 

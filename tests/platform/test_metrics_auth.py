@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -85,16 +84,6 @@ def test_api_error_fails_closed() -> None:
     kube = ReviewingKube({"good": "prometheus"}, {"prometheus"})
     kube.failing = True
     assert MetricsAuthorizer(kube)("Bearer good") == 401
-
-
-@pytest.fixture
-def server() -> Iterator[metrics.MetricsServer]:
-    served = metrics.MetricsServer("127.0.0.1", 0).start()
-    try:
-        yield served
-    finally:
-        metrics.require_metrics_authorization(None)
-        served.stop()
 
 
 def get(port: int, path: str, token: str | None = None) -> int:

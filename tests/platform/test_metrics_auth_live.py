@@ -6,7 +6,6 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -36,16 +35,6 @@ def get(port: int, token: str | None) -> int:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
-
-
-@pytest.fixture
-def server() -> Iterator[metrics.MetricsServer]:
-    served = metrics.MetricsServer("127.0.0.1", 0).start()
-    try:
-        yield served
-    finally:
-        metrics.require_metrics_authorization(None)
-        served.stop()
 
 
 def service_account_token(kube: Kube, namespace: str, name: str) -> str:

@@ -64,15 +64,8 @@ async def workflows_for(client: Client, settings: Settings, name: str, namespace
 
 
 async def test_probe_round_trip(
-    kube: Kube, client: Client, settings: Settings, namespace: str
+    kube: Kube, client: Client, settings: Settings, namespace: str, starter: CloudProbeStarter
 ) -> None:
-    starter = CloudProbeStarter(
-        kube,
-        client,
-        task_queue=settings.temporal.task_queue,
-        cluster=settings.cluster_name,
-        namespace=namespace,
-    )
     worker = build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
     async with worker, running(starter):
         created = await asyncio.to_thread(probe, kube, namespace, "zones")
@@ -114,17 +107,10 @@ async def test_probe_round_trip(
 
 
 async def test_failing_cloud_reports_condition_and_event(
-    kube: Kube, client: Client, settings: Settings, namespace: str
+    kube: Kube, client: Client, settings: Settings, namespace: str, starter: CloudProbeStarter
 ) -> None:
     dead = AWS.section(settings).model_copy(
         update={"endpoint_url": "http://127.0.0.1:9", "max_attempts": 1, "timeout_s": 1}
-    )
-    starter = CloudProbeStarter(
-        kube,
-        client,
-        task_queue=settings.temporal.task_queue,
-        cluster=settings.cluster_name,
-        namespace=namespace,
     )
     worker = build_worker(client, settings, driver=AwsDriver(dead), kube=kube)
     async with worker, running(starter):
@@ -155,16 +141,9 @@ async def test_failing_cloud_reports_condition_and_event(
 
 
 async def test_unsupported_provider_is_reported(
-    kube: Kube, client: Client, settings: Settings, namespace: str
+    kube: Kube, client: Client, settings: Settings, namespace: str, starter: CloudProbeStarter
 ) -> None:
     """A CloudProbe for a cloud this worker does not drive gets NotSupported, not a crash."""
-    starter = CloudProbeStarter(
-        kube,
-        client,
-        task_queue=settings.temporal.task_queue,
-        cluster=settings.cluster_name,
-        namespace=namespace,
-    )
     worker = build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
     async with worker, running(starter):
         await asyncio.to_thread(

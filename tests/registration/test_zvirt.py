@@ -24,26 +24,13 @@ from cloudloop.kube.resources import SECRETS
 from cloudloop.settings import Settings
 from tests.fakes import MemoryKube
 
-PASSWORD = "pa55-w0rd-never-logged"
-
-
-def settings() -> ZvirtSettings:
-    return ZvirtSettings(
-        api_url="https://zvirt.example.com/ovirt-engine/api",
-        username="admin@internal",
-        password=SecretStr(PASSWORD),
-        insecure=True,
-        cluster_id="b8c2e1a4-0000-4000-8000-000000000001",
-        ssh_public_key="ssh-ed25519 AAAA test",
-    )
-
 
 def decoded(data: dict[str, str]) -> dict[str, str]:
     return {key: base64.b64decode(value).decode() for key, value in data.items()}
 
 
-def test_values_as_deckhouse_renders_them() -> None:
-    values = decoded(registration_values(settings()))
+def test_values_as_deckhouse_renders_them(zvirt_section: ZvirtSettings) -> None:
+    values = decoded(registration_values(zvirt_section))
     zvirt = json.loads(values.pop("zvirt"))
     assert values == {
         "type": "zvirt",
@@ -63,28 +50,28 @@ def test_values_as_deckhouse_renders_them() -> None:
         "sshPublicKey": "ssh-ed25519 AAAA test",
         "server": "https://zvirt.example.com/ovirt-engine/api",
         "username": "admin@internal",
-        "password": PASSWORD,
+        "password": zvirt_section.password_value(),
         "insecure": True,
         "clusterID": "b8c2e1a4-0000-4000-8000-000000000001",
     }
 
 
-def test_the_password_can_come_from_a_file(tmp_path: Path) -> None:
+def test_the_password_can_come_from_a_file(tmp_path: Path, zvirt_section: ZvirtSettings) -> None:
     path = tmp_path / "password"
     path.write_text("from-file\n")
-    zvirt_settings = settings().model_copy(update={"password": None, "password_file": path})
+    zvirt_settings = zvirt_section.model_copy(update={"password": None, "password_file": path})
     zvirt = json.loads(decoded(registration_values(zvirt_settings))["zvirt"])
     assert zvirt["password"] == "from-file"
 
 
 def test_both_secrets_are_written_once_and_the_password_never_logged(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, zvirt_section: ZvirtSettings
 ) -> None:
     kube = MemoryKube()
     caplog.set_level(logging.DEBUG)
 
-    assert write_registration_secrets(kube, settings()) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
-    assert write_registration_secrets(kube, settings()) == []  # unchanged: no write
+    assert write_registration_secrets(kube, zvirt_section) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
+    assert write_registration_secrets(kube, zvirt_section) == []  # unchanged: no write
 
     for name in (SECRET_NAME, f"{SECRET_NAME}-zvirt"):
         secret = kube.get(SECRETS, name, namespace=NAMESPACE)
@@ -92,14 +79,18 @@ def test_both_secrets_are_written_once_and_the_password_never_logged(
         assert secret["metadata"]["labels"]["cloud-provider.deckhouse.io/registration"] == ""
         assert secret["metadata"]["labels"]["cloud-provider.deckhouse.io/name"] == "zvirt"
         assert secret["type"] == "Opaque"
-    rotated = settings().model_copy(update={"password": SecretStr("rotated")})
+    rotated = zvirt_section.model_copy(update={"password": SecretStr("rotated")})
     assert write_registration_secrets(kube, rotated) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
-    assert PASSWORD not in caplog.text and "rotated" not in caplog.text
+    password = zvirt_section.password_value()
+    assert password not in caplog.text and "rotated" not in caplog.text
 
 
-def test_settings_mask_the_password_and_the_registry_builds_the_driver() -> None:
-    full = Settings(provider="zvirt", zvirt=settings())
-    assert PASSWORD not in repr(full) and PASSWORD not in str(ZVIRT.section(full).model_dump())
+def test_settings_mask_the_password_and_the_registry_builds_the_driver(
+    zvirt_section: ZvirtSettings,
+) -> None:
+    password = zvirt_section.password_value()
+    full = Settings(provider="zvirt", zvirt=zvirt_section)
+    assert password not in repr(full) and password not in str(ZVIRT.section(full).model_dump())
     driver = driver_for(full)
     assert isinstance(driver, ZvirtDriver)
     assert driver.provider == "zvirt"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from botocore.stub import Stubber
-from pydantic import SecretStr
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.driver import AwsDriver
@@ -86,21 +84,6 @@ def test_routes_from_tables(tables: list[dict[str, Any]], expected: set[Any]) ->
     routes = routes_from_tables("c", tables)
     assert simple(routes) == expected
     assert all(r.name == f"c-{r.destination_cidr}" for r in routes)
-
-
-@pytest.fixture
-def stubbed() -> Iterator[tuple[AwsDriver, Stubber]]:
-    driver = AwsDriver(
-        AwsSettings(
-            region="us-east-1",
-            access_key_id=SecretStr("x"),
-            secret_access_key=SecretStr("y"),
-        )
-    )
-    stubber = Stubber(driver.client("ec2"))
-    with stubber:
-        yield driver, stubber
-    stubber.assert_no_pending_responses()
 
 
 FILTER = {"Filters": [{"Name": "tag-key", "Values": ["kubernetes.io/cluster/c"]}]}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from devstack.backends.aws import create_cluster_network, launch_instances
 from devstack.kube import CLUSTER_CIDR
 from starters.route import RouteSync
 from tests.helpers import eventually
+from tests.route.support import has_condition, network_condition, pod_cidr_of
 
 pytestmark = pytest.mark.stack
 
@@ -30,11 +30,6 @@ LABEL = "cloudloop-test-routes"
 OUTSIDE_CIDR = "192.168.77.0/24"  # outside the cluster CIDR: never touched
 STALE_CIDR = "10.244.250.128/25"  # inside it; never a node CIDR (KCM hands out /24s): deleted
 MISSING_INSTANCE = "i-0000000000deadbee"
-
-
-@pytest.fixture
-def scope() -> str:
-    return uuid.uuid4().hex[:10]
 
 
 class Cloud:
@@ -76,24 +71,6 @@ def make_node(kube: Kube, name: str, scope: str, instance_id: str) -> None:
             "spec": {"providerID": f"aws:///us-east-1a/{instance_id}"},
         },
     )
-
-
-def pod_cidr_of(kube: Kube, name: str) -> str | None:
-    node = kube.get(NODES, name) or {}
-    cidrs = rules.pod_cidrs(node)
-    return cidrs[0] if cidrs else None
-
-
-def network_condition(kube: Kube, name: str) -> tuple[str, str] | None:
-    node = kube.get(NODES, name) or {}
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition["type"] == rules.NETWORK_UNAVAILABLE:
-            return condition["status"], condition["reason"]
-    return None
-
-
-def has_condition(kube: Kube, name: str, expected: tuple[str, str]) -> bool:
-    return network_condition(kube, name) == expected
 
 
 def events_for(kube: Kube, name: str, reason: str) -> list[dict[str, Any]]:

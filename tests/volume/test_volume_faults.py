@@ -53,11 +53,6 @@ def through_proxy(settings: Settings, stack: LocalStack, proxy: HoldingProxy) ->
     return worker_env(settings, stack, aws_env(proxy.url), graceful_shutdown_s=None)
 
 
-@pytest.fixture
-def ops(client: Client, settings: Settings) -> VolumeOperations:
-    return VolumeOperations.from_settings(client, settings)
-
-
 async def last_activity_attempt(client: Client, workflow_id: str) -> int:
     attempts = [
         event.activity_task_started_event_attributes.attempt

@@ -49,11 +49,6 @@ from workers.main import build_worker
 pytestmark = pytest.mark.stack
 
 
-@pytest.fixture
-def ops(client: Client, settings: Settings) -> VolumeOperations:
-    return VolumeOperations.from_settings(client, settings)
-
-
 def make_worker(client: Client, settings: Settings, kube: Kube) -> Worker:
     return build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
 

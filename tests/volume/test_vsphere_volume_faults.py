@@ -29,11 +29,9 @@ from devstack.backends.vsphere import vcsim_server, vsphere_settings
 from devstack.local import LocalStack
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_inventory import Inventory, VmRecord, ZoneLayout, connect, disconnect, seed
+from tests.conftest import VCSIM_NODES
 from tests.helpers import eventually
 from tests.support.workers import WorkerProcess, Workers, aws_process_env
-from tests.vcsim_fixtures import NODES, seeded, vcsim
-
-__all__ = ["seeded", "vcsim"]
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -56,7 +54,7 @@ def slow_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoi
 
 @pytest.fixture(scope="module")
 def slow_seeded(slow_vcsim: VcsimEndpoint) -> Inventory:
-    return seed(slow_vcsim, NODES, ZoneLayout())
+    return seed(slow_vcsim, VCSIM_NODES, ZoneLayout())
 
 
 @pytest.fixture

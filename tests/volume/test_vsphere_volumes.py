@@ -13,9 +13,6 @@ from cloudloop.cloud.vsphere.driver import VsphereDriver
 from devstack.backends.vsphere import vsphere_settings
 from devstack.vcsim import VcsimEndpoint
 from devstack.vcsim_inventory import Inventory, connect, disconnect, find, wait_task
-from tests.vcsim_fixtures import seeded, vcsim
-
-__all__ = ["seeded", "vcsim"]
 
 pytestmark = pytest.mark.stack
 

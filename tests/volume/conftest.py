@@ -1,0 +1,15 @@
+"""Fixtures of the volume tests: the CSI-facing client API (VolumeOperations) on the test's task
+queue."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.client import Client
+
+from cloudloop.csi.operations import VolumeOperations
+from cloudloop.settings import Settings
+
+
+@pytest.fixture
+def ops(client: Client, settings: Settings) -> VolumeOperations:
+    return VolumeOperations.from_settings(client, settings)
