@@ -1,8 +1,10 @@
-"""Shared fixtures: the real local stack (started once per session), clients and fresh names.
+"""Shared fixtures: the real local stack (started once per session), clients, fresh names,
+``cloudloop worker`` processes, and a test module's own vcsim.
 
 Stack tests (marked ``stack``, automatically when they use a stack fixture) use the same
 :class:`~devstack.local.LocalStack` as ``cloudloop dev``. Each test gets a fresh Kubernetes
-namespace and a fresh Temporal task queue.
+namespace, a fresh Temporal task queue and a fresh ``scope``; a feature's own fixtures are in its
+folder's ``conftest.py``, the backends' helpers in :mod:`devstack.backends`.
 """
 
 from __future__ import annotations
