@@ -60,7 +60,8 @@ def controller_env(settings: Settings, kubeconfig: Path, endpoint: str) -> dict[
 
 
 def provider_env(settings: Settings) -> dict[str, str]:
-    """``CLOUDLOOP_<NAME>__<FIELD>`` for every set field of the provider's section."""
+    """``CLOUDLOOP_<NAME>__<FIELD>`` for every set field of the provider's section (nested
+    sections, e.g. OpenStack's ``connection``, as ``..._<SECTION>__<FIELD>``)."""
     record = provider_for(settings)
     return section_env(record.name, record.section(settings))
 
@@ -128,13 +129,21 @@ def write_discovery(kube: Kube, namespace: str, document: dict[str, Any]) -> Non
 
 
 def kwok_node(
-    kube: Kube, name: str, *, provider_id: str, zone: str, driver: str, node_id: str
+    kube: Kube,
+    name: str,
+    *,
+    provider_id: str,
+    zone: str,
+    driver: str,
+    node_id: str,
+    topology_key: str = ZONE_KEY,
 ) -> None:
     """A kwok Node the attach/detach controller manages, with the CSINode the registrar
-    would have written (driver, node ID, topology key)."""
+    would have written (driver, node ID, topology key) and the label it would have set."""
     labels = {"kubernetes.io/hostname": name, "cloudloop.io/csi-test": "true"}
     if zone:
         labels[ZONE_KEY] = zone
+        labels[topology_key] = zone
     kube.create(
         NODES,
         {
@@ -155,7 +164,7 @@ def kwok_node(
                     {
                         "name": driver,
                         "nodeID": node_id,
-                        "topologyKeys": [ZONE_KEY] if zone else [],
+                        "topologyKeys": [topology_key] if zone else [],
                         "allocatable": {"count": 25},
                     }
                 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -155,13 +156,10 @@ async def openstack_cloud(
 ) -> CsiCloud:
     from cloudloop.cloud.openstack import PROVIDER as OPENSTACK
     from cloudloop.cloud.openstack.driver import OpenStackDriver
-    from devstack.local import LocalStack
-    from devstack.openstack_emulator import OpenStackEmulatorAdmin
-    from tests.openstack.support import openstack_settings
+    from devstack.backends.openstack import openstack_settings
+    from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 
-    local: LocalStack = request.getfixturevalue(engine)
-    assert local.openstack is not None
-    endpoint = local.openstack
+    endpoint: OpenStackEmulatorEndpoint = request.getfixturevalue(engine)
     section = openstack_settings(endpoint, router=False, request_timeout_s=30)
     settings = settings.model_copy(
         update={

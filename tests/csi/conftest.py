@@ -14,6 +14,8 @@ import pytest
 
 from cloudloop.settings import Settings
 from devstack.backends.zvirt import ovirt_engine
+from devstack.local import LocalStack, StackOptions
+from devstack.openstack_emulator import OpenStackEmulatorEndpoint
 from devstack.ovirt_emulator import Delays, OvirtEmulatorEndpoint
 from tests.csi.clouds import CLOUDS, CsiCloud
 
@@ -29,11 +31,14 @@ def csi_ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulato
 
 
 @pytest.fixture(scope="session")
-def csi_openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def csi_openstack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OpenStackEmulatorEndpoint]:
     """The OpenStack emulator with quick but visible transitions."""
-    from tests.openstack.support import emulator_stack
+    from devstack.backends.openstack import openstack_emulator
 
-    yield from emulator_stack(tmp_path_factory.mktemp("csi-openstack"))
+    with openstack_emulator(tmp_path_factory.mktemp("csi-openstack")) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="session")

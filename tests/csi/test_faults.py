@@ -245,12 +245,11 @@ async def fault_cloud(
         finally:
             parent.simulator.release()
     elif request.param == "openstack":
-        from devstack.openstack_emulator import OpenStackEmulatorAdmin
+        from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 
         cloud = await openstack_cloud(request, settings)
-        local: LocalStack = request.getfixturevalue("csi_openstack")
-        assert local.openstack is not None
-        admin = OpenStackEmulatorAdmin(local.openstack.admin_url)
+        emulator: OpenStackEmulatorEndpoint = request.getfixturevalue("csi_openstack")
+        admin = OpenStackEmulatorAdmin(emulator.admin_url)
 
         def volumes_held() -> Callable[[], None]:
             admin.hold("volume")  # new volumes stay creating, attaches reserved
