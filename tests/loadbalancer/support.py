@@ -136,11 +136,14 @@ class AwsWorld:
                 ResourceTypeFilters=["elasticloadbalancing:targetgroup"],
             )["ResourceTagMappingList"]
         ]
-        if not arns:
-            return []
-        return list(
-            self.client("elbv2").describe_target_groups(TargetGroupArns=arns)["TargetGroups"]
-        )
+        elbv2 = self.client("elbv2")
+        groups: list[dict[str, Any]] = []
+        for arn in arns:  # one by one: a group deleted after the listing is simply gone
+            try:
+                groups += elbv2.describe_target_groups(TargetGroupArns=[arn])["TargetGroups"]
+            except elbv2.exceptions.TargetGroupNotFoundException:
+                continue
+        return groups
 
     def rules(self, name: str) -> list[dict[str, Any]]:
         return list(
