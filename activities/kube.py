@@ -64,7 +64,12 @@ class KubeActivities:
     @activity.defn(name=KubeActivity.RECORD_EVENT)
     def record_event(self, input: RecordEventInput) -> None:
         record_event(
-            self.kube, input.object, type=input.type, reason=input.reason, message=input.message
+            self.kube,
+            input.object,
+            type=input.type,
+            reason=input.reason,
+            message=input.message,
+            component=input.component,
         )
 
     def all(self) -> list[object]:

@@ -32,6 +32,7 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer, replaced
 from cloudloop.kube.resources import ObjectRef
+from cloudloop.messages.kube import EventSource
 from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
     DeleteLoadBalancerInput,
@@ -209,6 +210,7 @@ class LoadBalancerActivities:
             type="Normal",
             reason=reason,
             message=f"{message} (workflow {workflow_id})",
+            component=EventSource.SERVICE,
         )
 
     def _write_ingress(self, ref: ObjectRef, ingress: list[str], *, hostname: bool) -> bool:

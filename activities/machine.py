@@ -27,6 +27,7 @@ from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import remove_finalizer
 from cloudloop.kube.resources import SECRETS
+from cloudloop.messages.kube import EventSource
 from cloudloop.messages.machine import (
     CreateMachineInput,
     DeleteMachineInput,
@@ -212,7 +213,14 @@ class MachineActivities:
         if input.event is not None:
             event = input.event
             message = f"{event.message} (workflow {activity.info().workflow_id})"
-            record_event(self.kube, ref, type=event.type, reason=event.reason, message=message)
+            record_event(
+                self.kube,
+                ref,
+                type=event.type,
+                reason=event.reason,
+                message=message,
+                component=EventSource.MACHINE,
+            )
         return True
 
     @activity.defn(name=MachineActivity.REMOVE_FINALIZER)

@@ -28,6 +28,7 @@ from cloudloop.cloud.termination import TerminationClient
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import NODES, PDBS, PODS, VOLUME_ATTACHMENTS, ObjectRef
+from cloudloop.messages.kube import EventSource
 from cloudloop.messages.termination import (
     CordonNodeInput,
     DrainActivity,
@@ -305,6 +306,7 @@ class DrainActivities:
                         f"{example.ref.key}: {example.blocked}; retrying until the drain "
                         f"deadline {input.deadline.isoformat()} (workflow {input.workflow_id})"
                     ),
+                    component=EventSource.TERMINATION,
                 )
             activity.heartbeat({"evicted": [r.uid for r in result.evicted]})
             if result.failed:
@@ -366,6 +368,7 @@ class DrainActivities:
             type="Normal" if input.ok else "Warning",
             reason=input.reason,
             message=input.message,
+            component=EventSource.TERMINATION,
         )
 
     # -- Auto Scaling ----------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 ``/metrics`` serves this process's registry followed by the Temporal SDK runtime's metrics
 (fetched from the runtime's own loopback exporter), so one scrape sees both. ``/healthz`` is
-liveness; ``/readyz`` answers 200 once :meth:`MetricsServer.set_ready` was called.
+liveness and ``/readyz`` readiness, both from the process's :class:`~cloudloop.health.Health`
+checks (crash-looping tasks, the leader Lease, stale informers); a failing probe answers 503 with
+the reasons, one a line.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, generate_latest
+
+from cloudloop.health import Health
 
 CLOUD_API_REQUESTS = Counter(
     "cloud_api_requests",
@@ -95,6 +99,19 @@ NTH_SQS_MESSAGES = Counter(
 )
 
 
+# -- robustness ------------------------------------------------------------------------------
+STARTER_RESTARTS = Counter(
+    "cloudloop_starter_restarts",
+    "Long-lived starter tasks restarted after they failed or ended unexpectedly.",
+    ["starter"],
+)
+POISON_MESSAGES = Counter(
+    "nth_sqs_poison_messages",
+    "SQS messages given up on (received too often, or failed for good) and deleted.",
+    ["reason"],  # max-receives | non-retryable
+)
+
+
 #: Judges a scrape's ``Authorization`` header: 200 serves ``/metrics``, else 401 or 403.
 MetricsGuard = Callable[[str | None], int]
 _metrics_guard: MetricsGuard | None = None
@@ -113,21 +130,24 @@ def require_metrics_authorization(guard: MetricsGuard | None) -> None:
 class MetricsServer:
     """A small threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``."""
 
-    def __init__(self, bind: str, port: int, *, temporal_metrics_url: str | None = None) -> None:
-        self._ready = threading.Event()
+    def __init__(
+        self,
+        bind: str,
+        port: int,
+        *,
+        temporal_metrics_url: str | None = None,
+        health: Health | None = None,
+    ) -> None:
+        self.health = health or Health()
         temporal_url = temporal_metrics_url
-        ready = self._ready
+        checks = self.health
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == "/healthz":
-                    self._send(200, b"ok\n", "text/plain")
-                elif self.path == "/readyz":
-                    self._send(
-                        200 if ready.is_set() else 503,
-                        b"ok\n" if ready.is_set() else b"not ready\n",
-                        "text/plain",
-                    )
+                if self.path in ("/healthz", "/readyz"):
+                    reasons = checks.live() if self.path == "/healthz" else checks.ready()
+                    text = "".join(f"{r}\n" for r in reasons) or "ok\n"
+                    self._send(503 if reasons else 200, text.encode(), "text/plain")
                 elif self.path == "/metrics":
                     guard = _metrics_guard
                     verdict = guard(self.headers.get("Authorization")) if guard else 200
@@ -168,7 +188,7 @@ class MetricsServer:
         return self
 
     def set_ready(self) -> None:
-        self._ready.set()
+        self.health.set_started()
 
     def stop(self) -> None:
         self._server.shutdown()

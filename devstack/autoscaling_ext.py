@@ -1,28 +1,23 @@
-"""A thin Auto Scaling extension in front of moto's server, run by the local stack as its own
-component.
+"""The Auto Scaling lifecycle actions moto cannot answer, as the AWS front answers them.
 
 moto's server answers ``CompleteLifecycleAction`` and ``RecordLifecycleActionHeartbeat`` with a
-500. This proxy answers those two actions itself, as AWS does (a completed action is gone: a
-second completion or a later heartbeat gets ``ValidationError: No active Lifecycle Action found``),
-records every call with its token and time, and forwards every other request to moto unchanged.
+500. The AWS front (:mod:`devstack.aws_front`) answers those two itself through
+:class:`LifecycleLedger`, as AWS does (a completed action is gone: a second completion or a later
+heartbeat gets ``ValidationError: No active Lifecycle Action found``), and records every call with
+its token and time.
 
 ``GET /_cloudloop/autoscaling/calls`` returns the recorded calls; ``POST
 /_cloudloop/autoscaling/faults`` with ``{"action": ..., "count": n, "status": 500}`` makes the
-next ``n`` calls of that action fail. ``python -m devstack.autoscaling_ext --port P
---upstream http://127.0.0.1:M`` runs it.
+next ``n`` calls of that action fail.
 """
 
 from __future__ import annotations
 
-import argparse
-import http.client
 import json
 import threading
 import time
-import urllib.parse
 import urllib.request
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HANDLED = ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat")
@@ -30,7 +25,6 @@ CALLS_PATH = "/_cloudloop/autoscaling/calls"
 FAULTS_PATH = "/_cloudloop/autoscaling/faults"
 HEALTH_PATH = "/_cloudloop/healthz"
 _XMLNS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "trailer"}
 
 
 class LifecycleLedger:
@@ -72,7 +66,7 @@ class LifecycleLedger:
         return status, code, message
 
 
-def _success_xml(action: str) -> str:
+def success_xml(action: str) -> str:
     return (
         f'<{action}Response xmlns="{_XMLNS}"><{action}Result/>'
         f"<ResponseMetadata><RequestId>{uuid.uuid4()}</RequestId></ResponseMetadata>"
@@ -80,93 +74,13 @@ def _success_xml(action: str) -> str:
     )
 
 
-def _error_xml(status: int, code: str, message: str) -> str:
+def error_xml(status: int, code: str, message: str) -> str:
     kind = "Sender" if status < 500 else "Receiver"
     return (
         f'<ErrorResponse xmlns="{_XMLNS}"><Error><Type>{kind}</Type><Code>{code}</Code>'
         f"<Message>{message}</Message></Error><RequestId>{uuid.uuid4()}</RequestId>"
         "</ErrorResponse>"
     )
-
-
-def make_server(port: int, upstream: str, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    ledger = LifecycleLedger()
-    target = urllib.parse.urlsplit(upstream)
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _body(self) -> bytes:
-            length = int(self.headers.get("Content-Length") or 0)
-            return self.rfile.read(length) if length else b""
-
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _handle(self) -> None:
-            body = self._body()
-            if self.path == HEALTH_PATH:
-                self._send(200, b"ok\n", "text/plain")
-                return
-            if self.path == CALLS_PATH:
-                with ledger.lock:
-                    payload = json.dumps({"calls": ledger.calls}).encode()
-                self._send(200, payload, "application/json")
-                return
-            if self.path == FAULTS_PATH and self.command == "POST":
-                fault = json.loads(body or b"{}")
-                with ledger.lock:
-                    ledger.faults.setdefault(str(fault["action"]), []).extend(
-                        [int(fault.get("status", 500))] * int(fault.get("count", 1))
-                    )
-                self._send(200, b"{}", "application/json")
-                return
-            content_type = self.headers.get("Content-Type", "")
-            if self.command == "POST" and "x-www-form-urlencoded" in content_type:
-                params = dict(urllib.parse.parse_qsl(body.decode(errors="replace")))
-                action = params.get("Action", "")
-                if action in HANDLED:
-                    status, code, message = ledger.answer(action, params)
-                    xml = (
-                        _success_xml(action) if status == 200 else _error_xml(status, code, message)
-                    )
-                    self._send(status, xml.encode(), "text/xml")
-                    return
-            self._forward(body)
-
-        def _forward(self, body: bytes) -> None:
-            connection = http.client.HTTPConnection(
-                target.hostname or "127.0.0.1", target.port or 80, timeout=60
-            )
-            try:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
-                connection.request(self.command, self.path, body=body or None, headers=headers)
-                response = connection.getresponse()
-                payload = response.read()
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except OSError as exc:
-                self._send(502, f"upstream: {exc}".encode(), "text/plain")
-            finally:
-                connection.close()
-
-        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
 
 
 # -- test helpers ----------------------------------------------------------------------------
@@ -186,18 +100,3 @@ def inject_fault(endpoint: str, action: str, *, count: int = 1, status: int = 50
     )
     with urllib.request.urlopen(request, timeout=5):
         pass
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument(
-        "--upstream", required=True, help="moto's server, e.g. http://127.0.0.1:5000"
-    )
-    args = parser.parse_args()
-    make_server(args.port, args.upstream, args.host).serve_forever()
-
-
-if __name__ == "__main__":
-    main()

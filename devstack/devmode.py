@@ -46,7 +46,7 @@ def stack_settings(
             address=stack.temporal_address, task_queue=task_queue, graceful_shutdown_s=5
         ),
         aws=AwsSettings(
-            endpoint_url=stack.moto_endpoint,
+            endpoint_url=stack.aws_endpoint or stack.moto_endpoint,
             region="us-east-1",
             access_key_id=SecretStr("testing"),
             secret_access_key=SecretStr("testing"),

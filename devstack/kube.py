@@ -252,6 +252,16 @@ class KubeControlPlane:
     def process(self, name: str) -> ManagedProcess:
         return next(p for p in self.processes if p.name == name)
 
+    def kill(self, name: str) -> None:
+        """SIGKILL one component (fault tests); :meth:`restart` brings it back."""
+        self.process(name).kill()
+
+    def restart(self, name: str, *, timeout: float = 60.0) -> None:
+        """Start a killed component again with the same arguments (same port, same etcd)."""
+        process = self.process(name)
+        process.start()
+        process.wait_ready(timeout)
+
     def _ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.dir / "pki" / "ca.crt"))
         context.load_cert_chain(

@@ -62,8 +62,14 @@ class StackOptions:
     temporal_search_attributes: bool = True
     kube: tuple[KubeOptions, ...] = (KubeOptions(),)
     moto: bool = True
-    #: The Auto Scaling lifecycle extension in front of moto (:mod:`.autoscaling_ext`).
+    #: Kept for callers of the old option: the AWS front (:mod:`.aws_front`, which answers the
+    #: Auto Scaling lifecycle actions) now always runs in front of moto.
     autoscaling_ext: bool = False
+    #: The AWS front's request rate per service (``None``: unlimited) and burst.
+    aws_rate_per_s: float | None = None
+    aws_burst: float = 50.0
+    #: Extra ``--dynamic-config-value KEY=VALUE`` of the Temporal dev server.
+    temporal_dynamic_config: tuple[str, ...] = ()
     #: The oVirt/zVirt Engine emulator (:mod:`.ovirt_emulator`); ``None`` leaves it out.
     ovirt_emulator: OvirtEmulatorOptions | None = None
     #: vcsim, govmomi's vCenter simulator (:mod:`.vcsim`); ``None`` leaves it out.
@@ -82,7 +88,9 @@ class LocalStack:
     temporal_ui_url: str = ""
     moto_endpoint: str = ""
     autoscaling_ext_process: ManagedProcess | None = None
-    #: Auto Scaling endpoint answering the lifecycle actions (moto for everything else).
+    #: The AWS front (limits, throttling, lifecycle actions) before moto: what the product uses.
+    aws_endpoint: str = ""
+    #: The same front (kept for the termination tests' name).
     autoscaling_endpoint: str = ""
     ovirt_process: ManagedProcess | None = None
     #: Where the oVirt emulator answers (``api_url``, ``admin_url``, ``ca_file``), when started.
@@ -126,8 +134,7 @@ class LocalStack:
                     ready=lambda: http_ok(f"{self.moto_endpoint}/moto-api/data.json"),
                 )
                 self.moto_process.start()
-                if self.options.autoscaling_ext:
-                    self._start_autoscaling_ext(logs)
+                self._start_aws_front(logs)
             if self.options.ovirt_emulator is not None:
                 self._start_ovirt_emulator(self.options.ovirt_emulator, logs)
             if self.options.vcsim is not None:
@@ -203,6 +210,8 @@ class LocalStack:
             "--dynamic-config-value",
             "frontend.enableExecuteMultiOperation=true",
         ]
+        for value in self.options.temporal_dynamic_config:
+            argv += ["--dynamic-config-value", value]
         if self.options.temporal_search_attributes:
             for name in searchattrs.KEYWORDS:
                 argv += ["--search-attribute", f"{name}=Keyword"]
@@ -217,24 +226,36 @@ class LocalStack:
         )
         self.temporal_process.start()
 
-    def _start_autoscaling_ext(self, logs: Path) -> None:
+    def _start_aws_front(self, logs: Path) -> None:
         port = free_port()
-        self.autoscaling_endpoint = f"http://127.0.0.1:{port}"
+        self.aws_endpoint = self.autoscaling_endpoint = f"http://127.0.0.1:{port}"
+        argv = [
+            sys.executable,
+            "-m",
+            "devstack.aws_front",
+            "--port",
+            str(port),
+            "--upstream",
+            self.moto_endpoint,
+            "--burst",
+            str(self.options.aws_burst),
+        ]
+        if self.options.aws_rate_per_s is not None:
+            argv += ["--rate", str(self.options.aws_rate_per_s)]
         self.autoscaling_ext_process = ManagedProcess(
-            "autoscaling-ext",
-            [
-                sys.executable,
-                "-m",
-                "devstack.autoscaling_ext",
-                "--port",
-                str(port),
-                "--upstream",
-                self.moto_endpoint,
-            ],
+            "aws-front",
+            argv,
             log_dir=logs,
-            ready=lambda: http_ok(f"{self.autoscaling_endpoint}/_cloudloop/healthz"),
+            ready=lambda: http_ok(f"{self.aws_endpoint}/_cloudloop/healthz"),
         )
         self.autoscaling_ext_process.start()
+
+    def restart_temporal(self, *, timeout: float = 60.0) -> None:
+        """SIGKILL the Temporal dev server and start it again on the same database file."""
+        assert self.temporal_process is not None
+        self.temporal_process.kill()
+        self.temporal_process.start()
+        self.temporal_process.wait_ready(timeout)
 
     def _start_ovirt_emulator(self, options: OvirtEmulatorOptions, logs: Path) -> None:
         self.ovirt_process, self.ovirt = emulator_process(options, self.state_dir / "ovirt", logs)
@@ -245,6 +266,7 @@ class LocalStack:
             "temporal_address": self.temporal_address,
             "temporal_ui_url": self.temporal_ui_url,
             "moto_endpoint": self.moto_endpoint,
+            "aws_endpoint": self.aws_endpoint,
             "autoscaling_endpoint": self.autoscaling_endpoint,
             "ovirt_api_url": self.ovirt.api_url if self.ovirt else "",
             "vcsim_url": self.vcsim.url if self.vcsim else "",

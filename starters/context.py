@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from temporalio.client import Client
 
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.health import Health
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.settings import Settings
@@ -22,6 +23,7 @@ class StarterContext:
     client: Client
     driver: CloudDriver
     informers: Informers
+    health: Health = field(default_factory=Health)
 
     @property
     def task_queue(self) -> str:

@@ -42,6 +42,7 @@ from cloudloop.messages.loadbalancer import (
 from cloudloop.rules import loadbalancer as rules
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
+from starters.supervisor import run_parts
 from workflows.loadbalancer import LoadBalancerWorkflow
 
 log = logging.getLogger(__name__)
@@ -112,19 +113,12 @@ class ServiceStarter:
     async def run(self) -> None:
         self.services.start()
         self.nodes.start()
-        tasks = [
-            asyncio.create_task(self._watch_services()),
-            asyncio.create_task(self._watch_nodes()),
-            asyncio.create_task(
-                self.queue.run(self.sync, workers=self.concurrency, before=self._synced)
-            ),
-        ]
-        try:
-            await self._stopped.wait()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await run_parts(
+            self._stopped,
+            services=self._watch_services(),
+            nodes=self._watch_nodes(),
+            workers=self.queue.run(self.sync, workers=self.concurrency, before=self._synced),
+        )
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)

@@ -1,7 +1,10 @@
 """The ``cloudloop starter`` process: leader election, then every starter side by side.
 
 :data:`STARTERS` lists the factories; a factory returns ``None`` when its capability is turned
-off by settings or not supported by the configured cloud.
+off by settings or not supported by the configured cloud. Each starter runs under the
+:class:`~starters.supervisor.Supervisor` (restarted with backoff when it fails). ``/healthz``
+fails for a crash-looping starter, a dead elector or a Lease not renewed in time; ``/readyz`` also
+for informers that have not heard from the API server for ``STALE_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 
 from cloudloop import temporal
 from cloudloop.cloud.registry import driver_for
+from cloudloop.health import Health
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.informer import Informers
@@ -27,9 +31,13 @@ from starters.node import NodeSync
 from starters.probe import CloudProbeStarter
 from starters.registration import CloudProviderRegistration
 from starters.route import RouteSync
+from starters.supervisor import Supervisor
 from starters.termination import QueueProcessor
 
 log = logging.getLogger(__name__)
+
+#: An informer failing to list or watch for this long makes the starter not ready.
+STALE_AFTER_S = 60.0
 
 STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     CloudProbeStarter.from_context,
@@ -46,7 +54,12 @@ STARTERS: list[Callable[[StarterContext], Starter | None]] = [
 async def run_starters(context: StarterContext, stop: asyncio.Event) -> None:
     """Run every enabled starter until ``stop`` is set; then stop and await them all."""
     starters = [s for s in (factory(context) for factory in STARTERS) if s is not None]
-    tasks = [asyncio.create_task(s.run(), name=type(s).__name__) for s in starters]
+    supervisor = Supervisor(context.health)
+    context.health.add_readiness("informers", lambda: context.informers.staleness(STALE_AFTER_S))
+    tasks = [
+        asyncio.create_task(supervisor.run(type(s).__name__, s.run, stop), name=type(s).__name__)
+        for s in starters
+    ]
     log.info("starters running: %s", ", ".join(t.get_name() for t in tasks))
     try:
         await stop.wait()
@@ -70,7 +83,8 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         from cloudloop.metrics_auth import MetricsAuthorizer
 
         require_metrics_authorization(MetricsAuthorizer(Kube(api_client(settings.kubeconfig))))
-    metrics = MetricsServer(settings.metrics_bind, settings.metrics_port).start()
+    health = Health()
+    metrics = MetricsServer(settings.metrics_bind, settings.metrics_port, health=health).start()
     api = api_client(settings.kubeconfig)
     kube = Kube(api)
     context = StarterContext(
@@ -80,12 +94,18 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
         client=await temporal.connect(settings.temporal, lazy=True),
         driver=driver_for(settings),
         informers=Informers(kube),
+        health=health,
     )
     metrics.set_ready()  # a standby replica is healthy too
 
     try:
         leader = asyncio.create_task(
-            run_as_leader(api, settings.leader_election, lambda: run_starters(context, stop))
+            run_as_leader(
+                api,
+                settings.leader_election,
+                lambda: run_starters(context, stop),
+                health=health,
+            )
         )
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({leader, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -8,7 +8,9 @@
 - **lifecycle** (every ``--node-monitor-period``): NotReady nodes are looked up in one batched
   call; a node is deleted only when the cloud answered without error that its instance does not
   exist (terminated counts as gone); a stopped instance gets the shutdown taint, removed again
-  once the node is Ready. Any cloud error keeps every node (fail closed).
+  once the node is Ready. Any cloud error keeps every node (fail closed), and so does a
+  providerID that names no well-formed instance: it is never looked up (a lookup of garbage
+  finds nothing, which would read as "gone"); the node gets one ``InvalidProviderID`` Warning.
 - **address refresh** (every ``--node-status-update-frequency``): one batched lookup of all
   initialized nodes; addresses are patched only when they changed.
 """
@@ -30,9 +32,11 @@ from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
 from cloudloop.kube.workqueue import WorkQueue
+from cloudloop.messages.kube import EventSource
 from cloudloop.rules import node as rules
 from cloudloop.settings import CcmSettings
 from starters.context import StarterContext
+from starters.supervisor import run_parts
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class Lookup:
 
     instances: dict[str, Instance | None] = field(default_factory=dict)
     failed: set[str] = field(default_factory=set)  # names the cloud gave no answer for
+    invalid: dict[str, str] = field(default_factory=dict)  # name → why its providerID is bad
 
 
 class NodeSync:
@@ -59,6 +64,7 @@ class NodeSync:
         self.informer = informer
         self.settings = settings
         self.queue = WorkQueue("node-init", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
+        self._warned_invalid: dict[str, str] = {}  # node name → the providerID warned about
         self._stopped = asyncio.Event()
         self.passes = 0
 
@@ -80,22 +86,15 @@ class NodeSync:
         self._stopped.set()
 
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self._watch()),
-            asyncio.create_task(self._init_worker()),
-            asyncio.create_task(
-                self._every(self.settings.node_monitor_period_s, self.lifecycle_pass)
+        await run_parts(
+            self._stopped,
+            watch=self._watch(),
+            init=self._init_worker(),
+            lifecycle=self._every(self.settings.node_monitor_period_s, self.lifecycle_pass),
+            addresses=self._every(
+                self.settings.node_status_update_frequency_s, self.refresh_addresses
             ),
-            asyncio.create_task(
-                self._every(self.settings.node_status_update_frequency_s, self.refresh_addresses)
-            ),
-        ]
-        try:
-            await self._stopped.wait()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        )
 
     async def _every(self, period_s: float, job: Any) -> None:
         await self.informer.wait_synced()
@@ -121,9 +120,10 @@ class NodeSync:
                 continue
             try:
                 by_id[self.driver.instance_id_from_provider_id(pid)] = name
-            except CloudError as exc:  # not this cloud's providerID: never act on it
+            except CloudError as exc:  # not a providerID of this cloud: never act on it
                 log.warning("node %s: %s", name, exc)
                 result.failed.add(name)
+                result.invalid[name] = str(exc)
         if by_id:
             try:
                 listing = self.driver.list_instances(list(by_id))
@@ -183,6 +183,8 @@ class NodeSync:
             name = node["metadata"]["name"]
             async with limit:
                 try:
+                    if name in lookup.invalid:
+                        raise rules.InitError(f"invalid providerID: {lookup.invalid[name]}")
                     if name in lookup.failed:
                         raise rules.InitError("the cloud did not answer")
                     instance = lookup.instances.get(name)
@@ -191,7 +193,10 @@ class NodeSync:
                     await asyncio.to_thread(self._initialize_node, name, instance)
                     self.queue.forget(name)
                 except (rules.InitError, KubeError, CloudError) as exc:
-                    self._retry_later(node, str(exc))
+                    await asyncio.to_thread(self._retry_later, node, str(exc))
+                except Exception as exc:  # a bug must not end the loop: retry, loudly
+                    log.exception("node %s: initialization failed unexpectedly", name)
+                    await asyncio.to_thread(self._retry_later, node, f"{type(exc).__name__}: {exc}")
 
         await asyncio.gather(*(one(n) for n in nodes))
 
@@ -206,6 +211,7 @@ class NodeSync:
                 type="Warning",
                 reason="FailedToInitializeNode",
                 message=f"cloudloop: {reason}",
+                component=EventSource.NODE,
             )
 
     def _initialize_node(self, name: str, instance: Instance) -> None:
@@ -236,6 +242,7 @@ class NodeSync:
                 type="Normal",
                 reason="Synced",
                 message="Node synced successfully",
+                component=EventSource.NODE,
             )
             return
         raise rules.InitError("conflicts kept the node from being updated")
@@ -259,6 +266,9 @@ class NodeSync:
         lookup = await asyncio.to_thread(self.lookup, not_ready)
         for node in not_ready:
             name = node["metadata"]["name"]
+            if name in lookup.invalid:
+                await asyncio.to_thread(self._warn_invalid, node, lookup.invalid[name])
+                continue
             verdict = rules.lifecycle_verdict(
                 node,
                 lookup.instances.get(name),
@@ -269,6 +279,21 @@ class NodeSync:
             elif verdict is rules.Verdict.TAINT_SHUTDOWN:
                 await asyncio.to_thread(self._set_shutdown_taint, node, True)
 
+    def _warn_invalid(self, node: dict[str, Any], reason: str) -> None:
+        """One Warning per node and providerID value (kept, never deleted)."""
+        name, provider_id = node["metadata"]["name"], rules.provider_id(node)
+        if self._warned_invalid.get(name) == provider_id:
+            return
+        self._warned_invalid[name] = provider_id
+        record_event(
+            self.kube,
+            ObjectRef.of(NODES, node),
+            type="Warning",
+            reason="InvalidProviderID",
+            message=f"Node {name} is kept: its providerID names no instance ({reason})",
+            component=EventSource.NODE_LIFECYCLE,
+        )
+
     def _delete_node(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
         ref = ObjectRef.of(NODES, node)
@@ -278,6 +303,7 @@ class NodeSync:
             type="Normal",
             reason="DeletingNode",
             message=f"Deleting node {name} because it does not exist in the cloud provider",
+            component=EventSource.NODE_LIFECYCLE,
         )
         try:
             self.kube.request(
@@ -293,6 +319,7 @@ class NodeSync:
                     type="Warning",
                     reason="DeletingNodeFailed",
                     message=f"Error deleting node {name}: {exc}",
+                    component=EventSource.NODE_LIFECYCLE,
                 )
 
     def _set_shutdown_taint(self, node: dict[str, Any], present: bool) -> None:

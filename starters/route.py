@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import logging
 import time
@@ -27,8 +26,10 @@ from cloudloop.kube.conditions import now_rfc3339
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
+from cloudloop.messages.kube import EventSource
 from cloudloop.rules import route as rules
 from starters.context import StarterContext
+from starters.supervisor import run_parts
 
 log = logging.getLogger(__name__)
 
@@ -115,25 +116,22 @@ class RouteSync:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.max_concurrent, thread_name_prefix="routes"
         )
-        watch = asyncio.create_task(self._watch())
         try:
-            while not self.informer.synced.is_set():
-                if self._stopped.is_set():
-                    return
-                await asyncio.sleep(0.05)
-            while not self._stopped.is_set():
-                started = time.monotonic()
-                self._wake.clear()
-                try:
-                    await self.reconcile()
-                except Exception:
-                    log.exception("routes: pass failed")
-                await self._wait_next(started)
+            await run_parts(self._stopped, watch=self._watch(), passes=self._passes())
         finally:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _passes(self) -> None:
+        while not self.informer.synced.is_set():
+            await asyncio.sleep(0.05)
+        while True:
+            started = time.monotonic()
+            self._wake.clear()
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("routes: pass failed")
+            await self._wait_next(started)
 
     async def _wait_next(self, started: float) -> None:
         """Sleep until the period is over, a node change asks for a pass, or ``stop``."""
@@ -263,6 +261,7 @@ class RouteSync:
                 type="Warning",
                 reason=rules.FAILED_TO_CREATE_ROUTE,
                 message=message,
+                component=EventSource.ROUTE,
             )
             return False
         return False

@@ -38,7 +38,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop.messages.kube import KubeActivity, RecordEventInput
+    from cloudloop.messages.kube import EventSource, KubeActivity, RecordEventInput
     from cloudloop.messages.loadbalancer import (
         ApplyRequest,
         DeleteLoadBalancerInput,
@@ -381,6 +381,7 @@ class LoadBalancerWorkflow:
                     type=type,
                     reason=reason,
                     message=f"{message} (workflow {wf_id})",
+                    component=EventSource.SERVICE,
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=EVENT_RETRY,

@@ -2,6 +2,11 @@
 
 Using one generic path for core and custom resources keeps starters and activities free of the
 generated per-kind API classes, and gives the informer raw watch streams.
+
+Every failure is a :class:`KubeError`: a non-2xx answer carries its status, and a transport
+failure (connection refused or reset while the API server restarts, a timeout, a TLS error, a
+truncated body) is ``KubeError(0, "Unreachable")``, so callers handle one exception type and a
+restarting API server never escapes a loop's error handling.
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from cloudloop.kube.resources import Resource
 
@@ -44,6 +51,19 @@ class KubeError(Exception):
     def gone(self) -> bool:
         return self.status == 410
 
+    @property
+    def unreachable(self) -> bool:
+        """No answer at all (status 0): the API server is down, restarting or unreachable."""
+        return self.status == 0
+
+    @classmethod
+    def transport(cls, exc: BaseException) -> KubeError:
+        return cls(0, "Unreachable", {"message": f"{type(exc).__name__}: {exc}"})
+
+
+#: What the kubernetes client and urllib3 raise when no HTTP answer arrives.
+TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, ApiException, OSError, ValueError)
+
 
 class Kube:
     """Synchronous calls against one API server; safe to share across threads."""
@@ -72,19 +92,25 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        return self.api.call_api(
-            method,
-            url,
-            header_params=headers,
-            body=body,
-            post_params=post,
-            _request_timeout=timeout or self.timeout_s,
-        )
+        try:
+            return self.api.call_api(
+                method,
+                url,
+                header_params=headers,
+                body=body,
+                post_params=post,
+                _request_timeout=timeout or self.timeout_s,
+            )
+        except TRANSPORT_ERRORS as exc:
+            raise KubeError.transport(exc) from exc
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._send(method, path, **kwargs)
-        data = response.read()
-        parsed = json.loads(data) if data else {}
+        try:
+            data = response.read()
+            parsed = json.loads(data) if data else {}
+        except TRANSPORT_ERRORS as exc:  # reset mid-body, or a truncated JSON document
+            raise KubeError.transport(exc) from exc
         if not 200 <= int(response.status) < 300:
             raise KubeError(
                 int(response.status),
@@ -121,12 +147,15 @@ class Kube:
                     parsed if isinstance(parsed, dict) else None,
                 )
             buffer = b""
-            for chunk in raw.stream(64 * 1024, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+            try:
+                for chunk in raw.stream(64 * 1024, decode_content=True):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield json.loads(line)
+            except TRANSPORT_ERRORS as exc:
+                raise KubeError.transport(exc) from exc
         finally:
             raw.release_conn()
 

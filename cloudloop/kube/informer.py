@@ -6,6 +6,11 @@ objects that vanished meanwhile as ``DELETED``. Network errors back off and resu
 HTTP work runs in one thread per informer; each :meth:`Informer.events` call is a subscription
 that first replays the current store as ``ADDED`` and then follows the changes, so node sync,
 load balancers and routes can share one watch of Nodes.
+
+Staleness is tracked for health checks: an informer that keeps failing to list or watch (the
+API server is down or refuses it) reports since when, and :meth:`Informers.staleness` turns that
+into a readiness reason after ``stale_after_s``. The store is kept meanwhile (a restarting API
+server never empties it), and the informer catches up by itself once it can list again.
 """
 
 from __future__ import annotations
@@ -77,6 +82,24 @@ class Informer:
         self._lock = threading.Lock()
         self._subscribers: list[_Subscriber] = []
         self._thread: threading.Thread | None = None
+        self._failing_since: float | None = None  # monotonic; None while lists/watches work
+
+    def stale_for(self) -> float:
+        """Seconds this informer has been failing to list or watch (0 when it is fine)."""
+        since = self._failing_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def dead(self) -> bool:
+        """The list/watch thread ended although nobody stopped it."""
+        thread = self._thread
+        return thread is not None and not thread.is_alive() and not self._stop.is_set()
+
+    def _contact(self) -> None:
+        self._failing_since = None
+
+    def _failed(self) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
 
     def stop(self) -> None:
         """End the loop and every subscription; an open watch connection is closed at once."""
@@ -146,10 +169,13 @@ class Informer:
                 self._watch()
                 backoff = 0.5
             except KubeError as exc:
+                if self._stop.is_set():
+                    break
                 if exc.gone:
                     log.info("watch of %s expired (410 Gone); relisting", self.resource.plural)
                     self._resource_version = ""
                     continue
+                self._failed()
                 log.warning(
                     "watch of %s failed: %s; retrying in %.1fs", self.resource.plural, exc, backoff
                 )
@@ -158,6 +184,7 @@ class Informer:
             except Exception as exc:  # network errors, protocol errors
                 if self._stop.is_set():
                     break
+                self._failed()
                 log.warning(
                     "watch of %s interrupted: %s; retrying in %.1fs",
                     self.resource.plural,
@@ -182,6 +209,7 @@ class Informer:
                 item.setdefault("apiVersion", self.resource.api_version)
                 item.setdefault("kind", self.resource.kind)
                 fresh[object_key(item)] = item
+            self._contact()
             token = page.get("metadata", {}).get("continue")
             if not token:
                 self._resource_version = page.get("metadata", {}).get("resourceVersion", "")
@@ -211,6 +239,8 @@ class Informer:
 
         def opened(response: Any) -> None:
             self._response = response
+            if 200 <= int(getattr(response, "status", 0) or 0) < 300:
+                self._contact()
 
         started = time.monotonic()
         for event in self.kube.stream(
@@ -262,3 +292,15 @@ class Informers:
     def stop(self) -> None:
         for informer in self._informers.values():
             informer.stop()
+
+    def staleness(self, stale_after_s: float = 60.0) -> str | None:
+        """A readiness reason when an informer is dead or failing for ``stale_after_s``."""
+        reasons = []
+        for informer in list(self._informers.values()):
+            if informer.dead():
+                reasons.append(f"{informer.resource.plural}: list/watch thread ended")
+            elif informer.stale_for() > stale_after_s:
+                reasons.append(
+                    f"{informer.resource.plural}: no list or watch for {informer.stale_for():.0f}s"
+                )
+        return "; ".join(reasons) or None

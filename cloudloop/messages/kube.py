@@ -14,6 +14,19 @@ class KubeActivity:
     RECORD_EVENT = "kube.record_event"
 
 
+class EventSource:
+    """Reporting controller names of Events (``source.component``): upstream's for the CCM's
+    controllers (kubernetes/cloud-provider), cloudloop's own for the rest."""
+
+    NODE = "cloud-node-controller"
+    NODE_LIFECYCLE = "cloud-node-lifecycle-controller"
+    SERVICE = "service-controller"
+    ROUTE = "route-controller"
+    MACHINE = "cloudloop-machine-controller"
+    TERMINATION = "cloudloop-termination-handler"
+    PROBE = "cloudloop"
+
+
 class ConditionUpdate(BaseModel):
     type: str
     status: bool
@@ -35,3 +48,5 @@ class RecordEventInput(BaseModel):
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    #: The reporting controller (an :class:`EventSource` name).
+    component: str = EventSource.PROBE

@@ -48,7 +48,10 @@ class AwsDemo:
         return settings
 
     def endpoints(self, stack: LocalStack) -> list[str]:
-        return [f"  moto (AWS)  : {stack.moto_endpoint}"]
+        return [
+            f"  AWS front   : {stack.aws_endpoint} (moto at {stack.moto_endpoint}, behind "
+            "the real limits)"
+        ]
 
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
         return [
@@ -178,7 +181,7 @@ def inject_spot_interruption(state_dir: Path, node: str | None) -> str:
         raise RuntimeError(f"no initialized demo node {node or ''} (is `cloudloop dev` up?)")
     instance_id = chosen["spec"]["providerID"].rsplit("/", 1)[-1]
     aws = AwsSettings(
-        endpoint_url=stack["moto_endpoint"],
+        endpoint_url=stack.get("aws_endpoint") or stack["moto_endpoint"],
         region="us-east-1",
         access_key_id=SecretStr("testing"),
         secret_access_key=SecretStr("testing"),

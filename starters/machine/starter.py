@@ -28,6 +28,7 @@ from cloudloop.rules import machine as capi
 from starters.context import StarterContext
 from starters.machine.infra_cluster import InfraClusterReconciler
 from starters.machine.infra_machine import InfraMachineReconciler
+from starters.supervisor import run_parts
 
 log = logging.getLogger(__name__)
 
@@ -104,22 +105,19 @@ class MachineStarter:
         self._stopped.set()
 
     async def run(self) -> None:
-        feeds = [
-            self._feed(self.infra_machines, self._on_infra_machine),
-            self._feed(self.infra_clusters, lambda e: [CLUSTER + e.key]),
-            self._feed(self.machines, self._on_machine),
-            self._feed(self.clusters, self._on_cluster),
-        ]
-        tasks = [asyncio.create_task(feed) for feed in feeds]
-        tasks.append(asyncio.create_task(self.queue.run(self.reconcile, workers=self.concurrency)))
         try:
-            await self._stopped.wait()
+            await run_parts(
+                self._stopped,
+                infra_machines=self._feed(self.infra_machines, self._on_infra_machine),
+                infra_clusters=self._feed(self.infra_clusters, lambda e: [CLUSTER + e.key]),
+                machines=self._feed(self.machines, self._on_machine),
+                clusters=self._feed(self.clusters, self._on_cluster),
+                workers=self.queue.run(self.reconcile, workers=self.concurrency),
+            )
         finally:
-            for informer in self._own_informers:
-                informer.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._stopped.is_set():
+                for informer in self._own_informers:
+                    informer.stop()
 
     async def reconcile(self, key: str) -> None:
         if key.startswith(MACHINE):

@@ -19,9 +19,9 @@ from cloudloop.cloud.models import MachineSpec
         pytest.param(
             "aws:///us-east-1a/i-0123456789abcdef0", "i-0123456789abcdef0", id="with-zone"
         ),
-        pytest.param("aws:////i-0abc", "i-0abc", id="empty-zone"),
-        pytest.param("aws://us-east-1a/i-0abc", "i-0abc", id="two-slashes"),
-        pytest.param("i-0abc", "i-0abc", id="bare-id"),
+        pytest.param("aws:////i-0abc1234", "i-0abc1234", id="empty-zone"),
+        pytest.param("aws://us-east-1a/i-0abc1234", "i-0abc1234", id="two-slashes"),
+        pytest.param("i-0abc1234", "i-0abc1234", id="bare-short-id"),
     ],
 )
 def test_instance_id_from_provider_id(provider_id: str, instance_id: str) -> None:
@@ -34,6 +34,10 @@ def test_instance_id_from_provider_id(provider_id: str, instance_id: str) -> Non
         pytest.param("gce://project/zone/name", id="other-cloud"),
         pytest.param("aws:///us-east-1a/", id="no-instance"),
         pytest.param("", id="empty"),
+        pytest.param("aws:///us-east-1a/i-garbage", id="garbage-id"),
+        pytest.param("aws:///us-east-1a/i-0123456789ABCDEF0", id="upper-case"),
+        pytest.param("aws:///us-east-1a/i-0123456789abcdef", id="sixteen-digits"),
+        pytest.param("aws:///us-east-1a/i-0123456789abcdef0/x", id="trailing-segment"),
     ],
 )
 def test_bad_provider_id_is_invalid_request(provider_id: str) -> None:

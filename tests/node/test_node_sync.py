@@ -263,3 +263,36 @@ async def test_address_refresh_patches_changed_addresses(
         assert ("Hostname", inst["PrivateDnsName"]) in addresses
     finally:
         cleanup(kube, scope)
+
+
+async def test_malformed_provider_id_keeps_the_node_with_a_warning(
+    kube: Kube, ccm_settings: Settings, scope: str
+) -> None:
+    """``aws:///zone/i-garbage`` on a NotReady Node: a failure, never "instance gone"."""
+    name = f"garbage-{scope}"
+    try:
+        make_node(kube, name, scope, tainted=False, provider_id="aws:///us-east-1b/i-garbage")
+        set_ready(kube, name, "False")
+        async with node_sync(kube, ccm_settings) as sync:
+            await eventually(lambda: sync.passes >= 4, what="several lifecycle passes")
+            warnings = await eventually(
+                lambda: events_for(kube, name, "InvalidProviderID"), what="InvalidProviderID"
+            )
+        assert kube.get(NODES, name) is not None
+        assert not events_for(kube, name, "DeletingNode")
+        assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+        assert warnings[0]["source"]["component"] == "cloud-node-lifecycle-controller"
+    finally:
+        cleanup(kube, scope)
+
+
+async def test_lookups_above_the_filter_limit(ec2: Any, ccm_settings: Settings) -> None:
+    """AWS takes 200 values per filter: 250 nodes are looked up in two calls, not refused."""
+    instances = run_instances(ec2, 250, instance_type="t3.nano")
+    driver = AwsDriver(AWS.section(ccm_settings))
+    by_id = await asyncio.to_thread(driver.list_instances, [i["InstanceId"] for i in instances])
+    assert len(by_id.found) == 250 and by_id.requests == 2
+    names = [i["PrivateDnsName"] for i in instances]
+    by_name = await asyncio.to_thread(driver.find_instances_by_name, names)
+    assert len(by_name.found) == 250
+    ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in instances])

@@ -67,7 +67,7 @@ def aws_process_env(settings: Settings, stack: LocalStack, folder: Path) -> dict
         settings,
         stack,
         {
-            "CLOUDLOOP_AWS__ENDPOINT_URL": stack.moto_endpoint,
+            "CLOUDLOOP_AWS__ENDPOINT_URL": stack.aws_endpoint,
             "CLOUDLOOP_AWS__CREDENTIALS_FILE": str(credentials),
             "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": "default",
             "CLOUDLOOP_LEADER_ELECTION__NAME": f"starter-{settings.temporal.task_queue}",

@@ -248,6 +248,6 @@ def nth_worker_env(settings: Settings, stack: LocalStack) -> dict[str, str]:
     return worker_env(
         settings,
         stack,
-        aws_env(stack.moto_endpoint, CLOUDLOOP_AWS__MAX_ATTEMPTS="2"),
+        aws_env(stack.aws_endpoint, CLOUDLOOP_AWS__MAX_ATTEMPTS="2"),
         {"CLOUDLOOP_NTH__AUTOSCALING_ENDPOINT_URL": settings.nth.autoscaling_endpoint_url or ""},
     )

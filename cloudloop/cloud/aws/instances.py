@@ -1,15 +1,27 @@
-"""AWS instances for node sync: batched DescribeInstances by instance ID or private DNS name."""
+"""AWS instances for node sync: batched DescribeInstances by instance ID or private DNS name.
+
+Rules:
+- **Limits.** AWS takes at most 200 values in one ``DescribeInstances`` filter (more is
+  ``FilterLimitExceeded``); lookups go in chunks of :data:`DESCRIBE_BATCH` (150, as
+  cloud-provider-aws), each page followed by its ``NextToken``.
+- **Identity.** A providerID names an instance only when its last segment is a well-formed
+  instance ID (``i-`` and 8 or 17 hex digits); anything else is ``InvalidRequest``, never looked
+  up (a filter on a malformed ID would positively find nothing, which reads as "gone").
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 
-#: DescribeInstances filter values per request: one request per 500 nodes, not one per node.
-DESCRIBE_BATCH = 500
+#: DescribeInstances filter values per request (AWS allows 200; cloud-provider-aws uses 150).
+DESCRIBE_BATCH = 150
+#: An EC2 instance ID: ``i-`` and 8 (older) or 17 hexadecimal digits.
+INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 
 _STATE = {
     "pending": models.InstanceState.PENDING,
@@ -30,9 +42,9 @@ class AwsInstances(AwsBase):
                 NAME, "ParseProviderID", f"not an AWS providerID: {provider_id!r}"
             )
         instance_id = provider_id.rstrip("/").rsplit("/", 1)[-1]
-        if not instance_id.startswith("i-"):
+        if not INSTANCE_ID.match(instance_id):
             raise errors.InvalidRequest(
-                NAME, "ParseProviderID", f"no instance ID in {provider_id!r}"
+                NAME, "ParseProviderID", f"no well-formed instance ID in {provider_id!r}"
             )
         return instance_id
 

@@ -24,8 +24,8 @@ from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 
 log = logging.getLogger(__name__)
 
-#: Filter values per DescribeInstances request (AWS allows 200).
-DESCRIBE_BATCH = 200
+#: Filter values per DescribeInstances request (AWS allows 200; cloud-provider-aws uses 150).
+DESCRIBE_BATCH = 150
 
 
 @dataclass

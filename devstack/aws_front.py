@@ -1,0 +1,265 @@
+"""The dev stack's AWS front: moto behind the limits and throttling real AWS applies.
+
+Every AWS call of the product in tests, benchmarks and ``cloudloop dev`` goes through this proxy
+(``stack.aws_endpoint``). It refuses, as AWS does, requests beyond the limits the product's code
+depends on (:func:`devstack.aws_limits.check_limits`: filter values, ``MaxResults`` ranges, batch
+sizes), answers ``RequestLimitExceeded``/``Throttling`` past a configured request rate or for a
+share of requests during a "throttling storm", answers the Auto Scaling lifecycle actions moto
+cannot (:mod:`devstack.autoscaling_ext`), and forwards everything else to moto unchanged — so a
+test or a benchmark cannot pass on moto's leniency.
+
+Admin endpoints (JSON): ``POST /_cloudloop/aws/limits`` with ``{"rate_per_s": r, "burst": b,
+"storm": {"fraction": 0.5, "duration_s": 60, "services": ["ec2"]}}`` (``{"storm": {}}`` ends a
+storm, ``"rate_per_s": null`` lifts the rate); ``GET /_cloudloop/aws/stats`` (requests and
+refusals by service, action and code; ``DELETE`` resets them); the lifecycle endpoints of
+:mod:`devstack.autoscaling_ext`. ``python -m devstack.aws_front --port P --upstream URL
+[--rate R --burst B]`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import threading
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from devstack.autoscaling_ext import (
+    CALLS_PATH,
+    FAULTS_PATH,
+    HANDLED,
+    HEALTH_PATH,
+    LifecycleLedger,
+    error_xml,
+    success_xml,
+)
+from devstack.aws_limits import RateLimiter, Refusal, check_limits, service_of, throttled
+
+LIMITS_PATH = "/_cloudloop/aws/limits"
+STATS_PATH = "/_cloudloop/aws/stats"
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "trailer"}
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: Counter[str] = Counter()  # "service:Action"
+        self.refused: Counter[str] = Counter()  # "service:Action:Code"
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"requests": dict(self.requests), "refused": dict(self.refused)}
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.refused.clear()
+
+
+def _refusal_body(service: str, refusal: Refusal) -> tuple[bytes, str, dict[str, str]]:
+    request_id = str(uuid.uuid4())
+    if service == "ec2":
+        xml = (
+            '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
+            f"<Code>{refusal.code}</Code><Message>{refusal.message}</Message></Error></Errors>"
+            f"<RequestID>{request_id}</RequestID></Response>"
+        )
+        return xml.encode(), "text/xml", {}
+    if service == "sqs":
+        body = json.dumps(
+            {"__type": f"com.amazonaws.sqs#{refusal.code}", "message": refusal.message}
+        )
+        headers = {"x-amzn-query-error": f"{refusal.code};Sender"}
+        return body.encode(), "application/x-amz-json-1.0", headers
+    return error_xml(refusal.status, refusal.code, refusal.message).encode(), "text/xml", {}
+
+
+def make_server(
+    port: int,
+    upstream: str,
+    host: str = "127.0.0.1",
+    *,
+    rate_per_s: float | None = None,
+    burst: float = 50.0,
+) -> ThreadingHTTPServer:
+    ledger = LifecycleLedger()
+    limiter = RateLimiter(rate_per_s=rate_per_s, burst=burst)
+    stats = Stats()
+    target = urllib.parse.urlsplit(upstream)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _body(self) -> bytes:
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def _send(
+            self,
+            status: int,
+            body: bytes,
+            content_type: str,
+            headers: dict[str, str] | None = None,
+        ) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _admin(self, body: bytes) -> bool:
+            path = self.path
+            if path == HEALTH_PATH:
+                self._send(200, b"ok\n", "text/plain")
+            elif path == CALLS_PATH:
+                with ledger.lock:
+                    payload = json.dumps({"calls": ledger.calls}).encode()
+                self._send(200, payload, "application/json")
+            elif path == FAULTS_PATH and self.command == "POST":
+                fault = json.loads(body or b"{}")
+                with ledger.lock:
+                    ledger.faults.setdefault(str(fault["action"]), []).extend(
+                        [int(fault.get("status", 500))] * int(fault.get("count", 1))
+                    )
+                self._send(200, b"{}", "application/json")
+            elif path == LIMITS_PATH and self.command == "POST":
+                limiter.configure(json.loads(body or b"{}"))
+                self._send(200, b"{}", "application/json")
+            elif path == STATS_PATH:
+                if self.command == "DELETE":
+                    stats.reset()
+                self._send(200, json.dumps(stats.snapshot()).encode(), "application/json")
+            else:
+                return False
+            return True
+
+        def _handle(self) -> None:
+            body = self._body()
+            if self.path.startswith("/_cloudloop/") and self._admin(body):
+                return
+            service = service_of(self.headers.get("Authorization", ""))
+            action, params = self._parse(body)
+            with stats.lock:
+                stats.requests[f"{service}:{action}"] += 1
+            refusal = check_limits(service, action, params)
+            if refusal is None and service not in ("", "tagging") and not limiter.admit(service):
+                refusal = throttled(service)
+            if refusal is not None:
+                with stats.lock:
+                    stats.refused[f"{service}:{action}:{refusal.code}"] += 1
+                payload, content_type, headers = _refusal_body(service, refusal)
+                self._send(refusal.status, payload, content_type, headers)
+                return
+            if service == "autoscaling" and action in HANDLED:
+                status, code, message = ledger.answer(action, params)
+                xml = success_xml(action) if status == 200 else error_xml(status, code, message)
+                self._send(status, xml.encode(), "text/xml")
+                return
+            self._forward(body)
+
+        def _parse(self, body: bytes) -> tuple[str, dict[str, Any]]:
+            """The action and its parameters (query form, or an ``X-Amz-Target`` JSON body)."""
+            content_type = self.headers.get("Content-Type", "")
+            if self.command == "POST" and "x-www-form-urlencoded" in content_type:
+                params = dict(urllib.parse.parse_qsl(body.decode(errors="replace")))
+                return str(params.get("Action", "")), params
+            target_header = self.headers.get("X-Amz-Target", "")
+            if target_header and "json" in content_type:
+                try:
+                    parsed = json.loads(body or b"{}")
+                except ValueError:
+                    parsed = {}
+                return target_header.rsplit(".", 1)[-1], parsed if isinstance(parsed, dict) else {}
+            query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+            return str(query.get("Action", "")), query
+
+        def _forward(self, body: bytes) -> None:
+            connection = http.client.HTTPConnection(
+                target.hostname or "127.0.0.1", target.port or 80, timeout=60
+            )
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+                connection.request(self.command, self.path, body=body or None, headers=headers)
+                response = connection.getresponse()
+                payload = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError as exc:
+                self._send(502, f"upstream: {exc}".encode(), "text/plain")
+            finally:
+                connection.close()
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+# -- test helpers ----------------------------------------------------------------------------
+def _post(endpoint: str, path: str, payload: dict[str, Any]) -> None:
+    request = urllib.request.Request(
+        endpoint + path, data=json.dumps(payload).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def set_limits(endpoint: str, **settings: Any) -> None:
+    """Configure the front at ``endpoint``: ``rate_per_s``, ``burst``, ``storm``."""
+    _post(endpoint, LIMITS_PATH, settings)
+
+
+def throttling_storm(
+    endpoint: str,
+    *,
+    fraction: float = 0.5,
+    duration_s: float = 60.0,
+    services: tuple[str, ...] = (),
+) -> None:
+    """From now on refuse ``fraction`` of requests as throttled for ``duration_s``."""
+    set_limits(
+        endpoint,
+        storm={"fraction": fraction, "duration_s": duration_s, "services": list(services)},
+    )
+
+
+def stats(endpoint: str, *, reset: bool = False) -> dict[str, dict[str, int]]:
+    request = urllib.request.Request(endpoint + STATS_PATH, method="DELETE" if reset else "GET")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        found: dict[str, dict[str, int]] = json.loads(response.read())
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--upstream", required=True, help="moto's server, e.g. http://127.0.0.1:5000"
+    )
+    parser.add_argument("--rate", type=float, default=None, help="requests per second per service")
+    parser.add_argument("--burst", type=float, default=50.0)
+    args = parser.parse_args()
+    make_server(
+        args.port, args.upstream, args.host, rate_per_s=args.rate, burst=args.burst
+    ).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
