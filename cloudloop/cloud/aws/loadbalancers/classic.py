@@ -47,7 +47,7 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     security_group_name,
     target_instance_ids,
 )
-from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network
+from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network, Targets
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
 
@@ -223,7 +223,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                 )
         self._sync_rules(spec, desired, rules)
         self._open_nodes_to(backend, self._node_security_groups(spec.cluster, instances), spec)
-        self._register_classic(spec.name, existing, set(instances))
+        self._register_classic(spec.name, existing, instances)
         return models.LoadBalancerStatus(name=spec.name, hostname=str(existing.get("DNSName", "")))
 
     def _create_classic(
@@ -357,10 +357,12 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                     LoadBalancerName=name, LoadBalancerPort=port, PolicyNames=[policy_name]
                 )
 
-    def _register_classic(self, name: str, existing: dict[str, Any], wanted: set[str]) -> None:
+    def _register_classic(self, name: str, existing: dict[str, Any], targets: Targets) -> None:
+        """Register the running targets; deregister what is no target (a stopped target that
+        is registered stays so)."""
         elb = self.client("elb")
         current = {str(i["InstanceId"]) for i in existing.get("Instances", []) or []}
-        add, remove = sorted(wanted - current), sorted(current - wanted)
+        add, remove = sorted(targets.running - current), sorted(current - set(targets))
         if add:
             with calling("RegisterInstancesWithLoadBalancer"):
                 elb.register_instances_with_load_balancer(
@@ -408,7 +410,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         wanted = target_instance_ids(spec, options)
         instances = self._live_instances(wanted)
         registered = {str(i["InstanceId"]) for i in described.get("Instances") or []}
-        if registered != set(instances):
+        if not instances.registered_as_wanted(registered):
             drift.append("registered instances")
         drift += self._classic_group_drift(spec, options, described, instances)
         return drift
@@ -484,7 +486,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         self,
         spec: models.LoadBalancerSpec,
         options: AwsLoadBalancerOptions,
-        instances: dict[str, list[str]],
+        instances: Targets,
     ) -> None:
         existing = self._describe_classic(spec.name)
         if existing is None:
@@ -493,4 +495,4 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             spec, str(existing.get("VPCId", "")), {}, own=False
         )
         self._open_nodes_to(backend, self._node_security_groups(spec.cluster, instances), spec)
-        self._register_classic(spec.name, existing, set(instances))
+        self._register_classic(spec.name, existing, instances)

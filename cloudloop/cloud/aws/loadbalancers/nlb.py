@@ -52,7 +52,7 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     target_group_name,
     target_instance_ids,
 )
-from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network
+from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network, Targets
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
 
@@ -276,7 +276,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             if name not in wanted_names:
                 with calling("DeleteTargetGroup"):
                     v2.delete_target_group(TargetGroupArn=group["TargetGroupArn"])
-        self._register_nlb(groups, set(instances), new_groups)
+        self._register_nlb(groups, instances, new_groups)
         self._sync_rules(spec, self._nlb_rules(spec, node_groups, network.cidrs), rules)
         if classic is not None:  # its rules are revoked now, so its group can go too
             try:
@@ -380,8 +380,10 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                     v2.delete_listener(ListenerArn=listener["ListenerArn"])
 
     def _register_nlb(
-        self, groups: dict[int, dict[str, Any]], wanted: set[str], new_groups: set[str]
+        self, groups: dict[int, dict[str, Any]], targets: Targets, new_groups: set[str]
     ) -> None:
+        """Register the running targets in every group; deregister what is no target (a
+        stopped target that is registered stays so)."""
         v2 = self.client("elbv2")
         for group in groups.values():
             group_arn = str(group["TargetGroupArn"])
@@ -392,7 +394,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 current = {
                     str(d["Target"]["Id"]) for d in health.get("TargetHealthDescriptions", [])
                 }
-            add, remove = sorted(wanted - current), sorted(current - wanted)
+            add, remove = sorted(targets.running - current), sorted(current - set(targets))
             if add:
                 with calling("RegisterTargets"):
                     v2.register_targets(TargetGroupArn=group_arn, Targets=[{"Id": i} for i in add])
@@ -425,7 +427,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         self,
         spec: models.LoadBalancerSpec,
         options: AwsLoadBalancerOptions,
-        instances: dict[str, list[str]],
+        instances: Targets,
     ) -> None:
         existing = self._describe_nlb(spec.name)
         if existing is None:
@@ -441,7 +443,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                     f"{spec.name}: no target group for {mapping.port.port}",
                 )
             by_port[mapping.port.port] = group
-        self._register_nlb(by_port, set(instances), set())
+        self._register_nlb(by_port, instances, set())
         cidrs: list[str] = []
         if spec.source_ranges and ANYWHERE not in spec.source_ranges:
             subnet_ids = [z["SubnetId"] for z in existing.get("AvailabilityZones", [])]
@@ -482,7 +484,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         groups = self._attached_target_groups(arn)
         listeners = self._nlb_listeners(arn)
         wanted = target_instance_ids(spec, options)
-        instances: dict[str, list[str]] | None = None
+        instances: Targets | None = None
         for mapping in nlb_port_mappings(spec, options.tls):
             port = mapping.port.port
             group = groups.get(target_group_name(spec, mapping.port, mapping.traffic_protocol))
@@ -515,7 +517,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             }
             if registered != set(wanted):
                 instances = instances if instances is not None else self._live_instances(wanted)
-                if registered != set(instances):
+                if not instances.registered_as_wanted(registered):
                     drift.append(f"targets of the target group for {port}")
         extra = sorted(set(listeners) - {p.port for p in spec.ports})
         drift += [f"listener {port} is extra" for port in extra]

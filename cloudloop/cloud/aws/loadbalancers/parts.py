@@ -3,7 +3,10 @@
 The subnets come from ``service.beta.kubernetes.io/aws-load-balancer-subnets`` (IDs or Name tags)
 or, as cloud-provider-aws picks them, one cluster-tagged subnet per zone preferring the scheme's
 role tag. Target instances are looked up in batches of ``DESCRIBE_BATCH`` filter values (AWS
-allows 200 per filter); terminated and shutting-down instances are left out. Each kind's module
+allows 200 per filter); terminated and shutting-down instances are left out. As
+cloud-provider-aws, only ``running`` instances are registered (AWS refuses to register a stopped
+one, and one such instance would fail the whole load balancer); an instance already registered
+stays registered while it is stopped, so it serves again when it starts. Each kind's module
 implements the lookups the other needs when a Service changes type (``_describe_classic``,
 ``_describe_nlb``, ``_delete_nlb``).
 """
@@ -26,6 +29,20 @@ log = logging.getLogger(__name__)
 
 #: Filter values per DescribeInstances request (AWS allows 200; cloud-provider-aws uses 150).
 DESCRIBE_BATCH = 150
+
+
+class Targets(dict[str, list[str]]):
+    """Instance → its security groups, for instances that exist; ``running``: those that may be
+    registered now."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running: set[str] = set()
+
+    def registered_as_wanted(self, registered: set[str]) -> bool:
+        """Whether ``registered`` is what registering leaves: every running target, no
+        non-target (a stopped target may be registered or not)."""
+        return self.running <= registered <= set(self)
 
 
 @dataclass
@@ -109,9 +126,10 @@ class LoadBalancerParts(LoadBalancerSecurityGroups, LoadBalancerChecks):
             ),
         )
 
-    def _live_instances(self, instance_ids: list[str]) -> dict[str, list[str]]:
-        """Instance → its security groups, for the given instances that exist (not terminated)."""
-        found: dict[str, list[str]] = {}
+    def _live_instances(self, instance_ids: list[str]) -> Targets:
+        """Instance → its security groups, for the given instances that exist (not terminated),
+        with the running ones marked."""
+        found = Targets()
         ec2 = self.client("ec2")
         for start in range(0, len(instance_ids), DESCRIBE_BATCH):
             chunk = instance_ids[start : start + DESCRIBE_BATCH]
@@ -127,13 +145,19 @@ class LoadBalancerParts(LoadBalancerSecurityGroups, LoadBalancerChecks):
                         state = raw.get("State", {}).get("Name", "")
                         if state in ("terminated", "shutting-down"):
                             continue
-                        found[str(raw["InstanceId"])] = sorted(
+                        instance_id = str(raw["InstanceId"])
+                        found[instance_id] = sorted(
                             str(g["GroupId"]) for g in raw.get("SecurityGroups", []) or []
                         )
+                        if state == "running":
+                            found.running.add(instance_id)
                 token = page.get("NextToken")
                 if not token:
                     break
         missing = set(instance_ids) - set(found)
         if missing:
             log.warning("instances not found or terminated, not registered: %s", sorted(missing))
+        idle = set(found) - found.running
+        if idle:
+            log.info("instances not running, not registered (kept if they are): %s", sorted(idle))
         return found
