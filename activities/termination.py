@@ -49,6 +49,8 @@ from cloudloop.settings import NthSettings
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CONFLICT_RETRIES = 10
+#: The shortest pause between two pod (or VolumeAttachment) lists of one drain.
+MIN_POLL_S = 1.0
 #: The eviction answer when several PDBs cover one pod: a misconfiguration, not a wait.
 MULTIPLE_PDBS = "more than one PodDisruptionBudget"
 
@@ -311,7 +313,8 @@ class DrainActivities:
             activity.heartbeat({"evicted": [r.uid for r in result.evicted]})
             if result.failed:
                 break
-            time.sleep(max(0.0, min(input.poll_interval_s, end - time.monotonic())))
+            poll = max(MIN_POLL_S, input.poll_interval_s)  # runs started with 0.25 s too
+            time.sleep(max(0.0, min(poll, end - time.monotonic())))
         result.remaining = [p.ref for p in pending.values()]
         result.blocked = [
             PodNote(pod=p.ref, reason=p.blocked)
@@ -335,7 +338,7 @@ class DrainActivities:
                 if not names or time.monotonic() >= deadline:
                     return names
                 activity.heartbeat(len(names))
-                time.sleep(input.poll_interval_s)
+                time.sleep(max(MIN_POLL_S, input.poll_interval_s))
 
     # -- reporting -------------------------------------------------------------------------
     @activity.defn(name=DrainActivity.SEND_WEBHOOK)

@@ -145,8 +145,13 @@ class NthSettings(BaseModel):
     #: A pod whose eviction a PDB refused (429) is tried again after this long, or sooner once
     #: its PDB reports ``disruptionsAllowed`` > 0 (kubectl drain's ``EvictErrorRetryDelay``).
     eviction_retry_interval_s: float = Field(default=5.0, gt=0)
-    #: How often the drain re-lists the node's pods (deletion wait) and the blocking PDBs.
-    drain_poll_interval_s: float = Field(default=0.25, gt=0)
+    #: How often the drain re-lists the node's pods (deletion wait) and the blocking PDBs; at
+    #: least a second (kubectl drain's ``waitForDelete`` polls every second).
+    drain_poll_interval_s: float = Field(default=1.0, ge=1.0)
+    #: A message whose drain failed is deleted (one Warning on the Node, counted in
+    #: ``nth_sqs_poison_messages_total``) once it was received this often; 0 leaves it to the
+    #: queue's redrive policy (``maxReceiveCount`` to a dead-letter queue) instead.
+    max_receive_count: int = Field(default=5, ge=0)
     #: Length of one eviction activity; each round is one entry in the workflow history.
     drain_round_s: float = Field(default=30.0, gt=0)
     #: Heartbeat timeout of the drain's long activities: how soon a dead worker's work moves on.

@@ -1,17 +1,23 @@
 """QueueProcessor: aws-node-termination-handler's queue-processor mode as a starter.
 
-It long-polls the SQS queue, parses each message (:mod:`cloudloop.rules.termination`), finds
-the instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per
-interruption (ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure),
-so duplicates across messages, kinds and replicas join one drain. While the workflow runs the
-message stays held (its visibility is extended); it is deleted only after the workflow succeeded,
-and left for redelivery when it failed. A later copy of an interruption whose drain already
-completed is deleted at once (a late ASG lifecycle action is completed by a small
-``CompleteLifecycleAction`` workflow). Messages about unknown or unmanaged instances, Nodes not
-in the cluster (``delete_message_if_node_not_found``), test notifications and ignored kinds are
-deleted; malformed ones too (counted in ``events_error``). Nothing here stops the loop.
+It long-polls the SQS queue, parses each message (:mod:`cloudloop.rules.termination`), finds the
+instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per interruption
+(ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure), so duplicates
+across messages, kinds and replicas join one drain. While the workflow runs the message stays held
+(its visibility is extended); it is deleted only after the workflow succeeded, and left for
+redelivery when it failed, but not forever: a drain that failed for good (``DrainRefused``,
+``EvictionFailed``) or a message received ``max_receive_count`` times is deleted with one
+``InterruptionNotHandled`` Warning on the Node and counted in ``nth_sqs_poison_messages_total``
+(``max_receive_count`` 0 leaves it to the queue's redrive policy: a dead-letter queue after its
+``maxReceiveCount``). A later copy of an interruption whose drain already completed is deleted at
+once (a late ASG lifecycle action is completed by a small ``CompleteLifecycleAction`` workflow).
+Messages about unknown or unmanaged instances, Nodes not in the cluster
+(``delete_message_if_node_not_found``), test notifications and ignored kinds are deleted; malformed
+ones too (counted in ``events_error``). Nothing here stops the loop.
 
-It also refreshes the ``nth_tagged_instances``/``nth_tagged_nodes`` gauges periodically.
+Nodes are looked up in the shared Node informer's store (by name, or by providerID), never by
+listing the API server per event. It also refreshes the ``nth_tagged_instances``/
+``nth_tagged_nodes`` gauges periodically.
 """
 
 from __future__ import annotations
@@ -25,13 +31,17 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
 
 from cloudloop import searchattrs
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.registry import provider_for
 from cloudloop.cloud.termination import InstanceInfo, QueueMessage, TerminationClient
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import NODES
+from cloudloop.kube.events import record_event
+from cloudloop.kube.informer import Informer
+from cloudloop.kube.resources import NODES, ObjectRef
+from cloudloop.messages.kube import EventSource
 from cloudloop.messages.termination import (
     DrainInput,
     DrainOptions,
@@ -44,8 +54,9 @@ from cloudloop.metrics import (
     NTH_SQS_MESSAGES,
     NTH_TAGGED_INSTANCES,
     NTH_TAGGED_NODES,
+    POISON_MESSAGES,
 )
-from cloudloop.rules.termination import MalformedMessage, parse_message
+from cloudloop.rules.termination import MalformedMessage, give_up_reason, parse_message
 from cloudloop.settings import NthSettings
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
@@ -92,6 +103,7 @@ class Dispatch:
     handle: WorkflowHandle[Any, Any] | None = None
     keep_message: bool = False
     note: str = ""
+    node: str = ""
 
 
 class QueueProcessor:
@@ -105,6 +117,7 @@ class QueueProcessor:
         task_queue: str,
         cluster: str,
         provider: str = "",
+        nodes: Informer | None = None,
     ) -> None:
         self.kube = kube
         self.client = client
@@ -113,6 +126,8 @@ class QueueProcessor:
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
+        self._own_nodes = nodes is None
+        self.nodes = nodes if nodes is not None else Informer(kube, NODES)
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[str]] = set()
 
@@ -134,12 +149,16 @@ class QueueProcessor:
             task_queue=context.task_queue,
             cluster=context.cluster,
             provider=provider.name,
+            nodes=context.informers.get(NODES),
         )
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._own_nodes:
+            self.nodes.stop()
 
     async def run(self) -> None:
+        self.nodes.start()
         metrics = asyncio.create_task(self._tagged_metrics_loop())
         backoff = RECEIVE_BACKOFF_S[0]
         try:
@@ -207,12 +226,46 @@ class QueueProcessor:
                 log.info("SQS message %s: %s", message.message_id, d.note)
         if any(d.keep_message for d in dispatches):
             return "left"
-        handles = [d.handle for d in dispatches if d.handle is not None]
-        if not handles:
+        started = [d for d in dispatches if d.handle is not None]
+        if not started:
             return await self._delete(message, "skipped")
-        if not await self._hold_until_done(message, handles):
+        failure = await self._hold_until_done(message, [d.handle for d in started if d.handle])
+        if failure is None:
+            return await self._delete(message, "deleted")
+        reason = give_up_reason(failure[0], message.receive_count, self.nth.max_receive_count)
+        if reason is None:
             return "left"
-        return await self._delete(message, "deleted")
+        return await self._give_up(message, reason, failure, [d.node for d in started])
+
+    async def _give_up(
+        self, message: QueueMessage, reason: str, failure: tuple[str, str], nodes: list[str]
+    ) -> str:
+        """Delete a message that redelivery cannot help, with one Warning per Node."""
+        fate = await self._delete(message, "poison")
+        if fate != "poison":
+            return fate
+        POISON_MESSAGES.labels(reason).inc()
+        why = (
+            f"its drain failed for good ({failure[0]})"
+            if reason == "permanent"
+            else f"it was received {message.receive_count} times"
+        )
+        text = (
+            f"Gave up on SQS message {message.message_id}: {why}: {failure[1]}; the message is "
+            "deleted, the node stays tainted and cordoned"
+        )
+        for node in sorted(set(nodes)):
+            ref = ObjectRef(plural=NODES.plural, kind=NODES.kind, name=node)
+            await asyncio.to_thread(
+                record_event,
+                self.kube,
+                ref,
+                type="Warning",
+                reason="InterruptionNotHandled",
+                message=text,
+                component=EventSource.TERMINATION,
+            )
+        return fate
 
     async def _delete(self, message: QueueMessage, fate: str) -> str:
         try:
@@ -225,8 +278,9 @@ class QueueProcessor:
 
     async def _hold_until_done(
         self, message: QueueMessage, handles: list[WorkflowHandle[Any, Any]]
-    ) -> bool:
-        """Keep the message invisible while its workflows run; ``True`` if all succeeded."""
+    ) -> tuple[str, str] | None:
+        """Keep the message invisible while its workflows run; ``None`` if all succeeded, else
+        the (failure type, message) of one that failed."""
         extender = asyncio.create_task(self._keep_invisible(message))
         try:
             results = await asyncio.gather(*(h.result() for h in handles), return_exceptions=True)
@@ -234,10 +288,15 @@ class QueueProcessor:
             extender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await extender
-        ok = True
+        failure: tuple[str, str] | None = None
         for handle, result in zip(handles, results, strict=True):
             if isinstance(result, WorkflowFailureError):
-                ok = False
+                cause = result.cause
+                failure = (
+                    (cause.type or "ApplicationError", cause.message)
+                    if isinstance(cause, ApplicationError)
+                    else (type(cause).__name__, str(cause))
+                )
                 NTH_EVENTS_ERROR.labels("drain").inc()
                 log.warning(
                     "workflow %s failed; SQS message %s left for redelivery: %s",
@@ -246,10 +305,10 @@ class QueueProcessor:
                     result.cause,
                 )
             elif isinstance(result, BaseException):
-                ok = False
+                failure = failure or ("NoResult", str(result))
                 NTH_EVENTS_ERROR.labels("workflow-result").inc()
                 log.warning("workflow %s: no result (%s); message left", handle.id, result)
-        return ok
+        return failure
 
     async def _keep_invisible(self, message: QueueMessage) -> None:
         period = max(0.5, self.nth.visibility_timeout_s / 2)
@@ -267,11 +326,26 @@ class QueueProcessor:
 
     # -- one event -------------------------------------------------------------------------
     def find_node(self, instance: InstanceInfo) -> str | None:
-        """The Node of an instance: by private DNS name, or by providerID."""
+        """The Node of an instance in the informer's store: by private DNS name, or by
+        providerID (call once the informer has listed)."""
         if self.nth.use_provider_id:
-            for node in self.kube.list(NODES)["items"]:
-                if str(node.get("spec", {}).get("providerID", "")).endswith(f"/{instance.id}"):
-                    return str(node["metadata"]["name"])
+            for candidate in list(self.nodes.store.values()):
+                provider_id = str(candidate.get("spec", {}).get("providerID", ""))
+                if provider_id.endswith(f"/{instance.id}"):
+                    return str(candidate["metadata"]["name"])
+            return None
+        if not instance.private_dns_name:
+            return None
+        node = self.nodes.store.get(instance.private_dns_name)
+        return None if node is None else str(node["metadata"]["name"])
+
+    def find_node_live(self, instance: InstanceInfo) -> str | None:
+        """The Node of an instance from the API server (only when the store has none)."""
+        if self.nth.use_provider_id:
+            for candidate in self.kube.list(NODES)["items"]:
+                provider_id = str(candidate.get("spec", {}).get("providerID", ""))
+                if provider_id.endswith(f"/{instance.id}"):
+                    return str(candidate["metadata"]["name"])
             return None
         if not instance.private_dns_name:
             return None
@@ -292,7 +366,10 @@ class QueueProcessor:
             launch = instance.launch_time
             if launch is not None and launch > event.start_time + LAUNCH_SKEW:
                 return Dispatch(note=f"{event.event_id} predates the launch of {instance.id}")
-            node = await asyncio.to_thread(self.find_node, instance)
+            await self.nodes.wait_synced()
+            node = self.find_node(instance)
+            if node is None:  # a Node the informer has not seen yet: ask once
+                node = await asyncio.to_thread(self.find_node_live, instance)
             if node is None:
                 return self._skip(f"instance {instance.id} has no Node in the cluster")
             return await self._start(event, instance, node)
@@ -338,7 +415,7 @@ class QueueProcessor:
             if event.lifecycle is None or await self._completed_by(wf_id, event.lifecycle.token):
                 return Dispatch(note=f"{event.event_id}: {wf_id} already completed")
             return await self._complete_late_lifecycle(event, node, attributes)
-        return Dispatch(handle=start.handle, note=f"{event.event_id} → {wf_id}")
+        return Dispatch(handle=start.handle, note=f"{event.event_id} → {wf_id}", node=node)
 
     async def _completed_by(self, wf_id: str, token: str) -> bool:
         """Whether the completed drain ``wf_id`` completed the lifecycle action ``token``."""
@@ -374,7 +451,7 @@ class QueueProcessor:
         ids = {i.id for i in instances}
         names = {i.private_dns_name for i in instances if i.private_dns_name}
         nodes = 0
-        for node in self.kube.list(NODES)["items"]:
+        for node in list(self.nodes.store.values()):
             provider_id = str(node.get("spec", {}).get("providerID", ""))
             if node["metadata"]["name"] in names or provider_id.rsplit("/", 1)[-1] in ids:
                 nodes += 1

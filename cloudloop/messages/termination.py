@@ -93,7 +93,7 @@ class DrainOptions(BaseModel):
     heartbeat_interval_s: float = 60.0
     heartbeat_until_s: float = 172800.0
     eviction_retry_interval_s: float = 5.0
-    drain_poll_interval_s: float = 0.25
+    drain_poll_interval_s: float = 1.0
     drain_round_s: float = 30.0
     activity_heartbeat_timeout_s: float = 30.0
     wait_for_volume_attachments: bool = False

@@ -34,6 +34,22 @@ DRAIN_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 _INSTANCE_ID = re.compile(r"^i-[0-9A-Za-z]+$")
 
 
+#: Drain failures that a redelivery of the same message would meet again (pods that may not be
+#: evicted, an eviction refused for good): the message is given up on at once.
+PERMANENT_DRAIN_FAILURES = frozenset({"DrainRefused", "EvictionFailed"})
+
+
+def give_up_reason(failure_type: str, receive_count: int, max_receive_count: int) -> str | None:
+    """Why a message whose drain failed is deleted instead of left for redelivery, or ``None``.
+
+    ``max_receive_count`` 0 leaves every failed message to the queue (its redrive policy)."""
+    if failure_type in PERMANENT_DRAIN_FAILURES:
+        return "permanent"
+    if max_receive_count and receive_count >= max_receive_count:
+        return "max-receives"
+    return None
+
+
 class MalformedMessage(ValueError):
     """The body is not an event this handler understands; retrying will not change that."""
 

@@ -164,7 +164,7 @@ def nth_settings(settings: Settings, stack: LocalStack, queue_url: str, **nth: A
         "visibility_timeout_s": 10,
         "heartbeat_interval_s": 0.5,
         "eviction_retry_interval_s": 0.5,
-        "drain_poll_interval_s": 0.1,
+        "drain_poll_interval_s": 1.0,
         "drain_round_s": 5.0,
         "activity_heartbeat_timeout_s": 3.0,
         "node_termination_grace_period_s": 60.0,
