@@ -9,6 +9,7 @@ the reasons, one a line.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -137,7 +138,9 @@ class MetricsServer:
         *,
         temporal_metrics_url: str | None = None,
         health: Health | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls`` serves HTTPS only (with ``/metrics`` authorization on)."""
         self.health = health or Health()
         temporal_url = temporal_metrics_url
         checks = self.health
@@ -178,6 +181,11 @@ class MetricsServer:
 
         self._server = ThreadingHTTPServer((bind, port), Handler)
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self.scheme = "https" if tls is not None else "http"
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics", daemon=True

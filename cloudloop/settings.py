@@ -214,8 +214,13 @@ class CoreSettings(BaseSettings):
     kubeconfig: Path | None = None
     metrics_port: int = 9464
     metrics_bind: str = "0.0.0.0"
-    #: Serve ``/metrics`` only to bearer tokens allowed ``get`` on it (TokenReview + SAR).
+    #: Serve ``/metrics`` only to bearer tokens allowed ``get`` on it (TokenReview + SAR), over
+    #: HTTPS: from ``metrics_tls_cert_file``/``metrics_tls_key_file``, else a self-signed pair.
     metrics_authorization: bool = False
+    metrics_tls_cert_file: Path | None = None
+    metrics_tls_key_file: Path | None = None
+    #: Audiences the scrapers' tokens are reviewed for (empty: the API server's default).
+    metrics_token_audiences: list[str] = Field(default_factory=list)
     temporal: TemporalSettings = TemporalSettings()
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     ccm: CcmSettings = CcmSettings()

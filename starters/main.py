@@ -22,6 +22,7 @@ from cloudloop.kube.client import api_client
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.leader import run_as_leader
 from cloudloop.metrics import MetricsServer
+from cloudloop.metrics_auth import protect_metrics
 from cloudloop.settings import Settings
 from starters.context import Starter, StarterContext
 from starters.discovery import CloudDataDiscoverer
@@ -78,13 +79,10 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     """Run the starters while leading; return on SIGTERM/SIGINT (or ``stop``)."""
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
-    if settings.metrics_authorization:
-        from cloudloop.metrics import require_metrics_authorization
-        from cloudloop.metrics_auth import MetricsAuthorizer
-
-        require_metrics_authorization(MetricsAuthorizer(Kube(api_client(settings.kubeconfig))))
     health = Health()
-    metrics = MetricsServer(settings.metrics_bind, settings.metrics_port, health=health).start()
+    metrics = MetricsServer(
+        settings.metrics_bind, settings.metrics_port, health=health, tls=protect_metrics(settings)
+    ).start()
     api = api_client(settings.kubeconfig)
     kube = Kube(api)
     context = StarterContext(

@@ -19,6 +19,7 @@ from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import provider_for
 from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
+from cloudloop.metrics_auth import protect_metrics
 from cloudloop.net import free_port
 from cloudloop.settings import Settings
 from workflows.loadbalancer import LoadBalancerWorkflow
@@ -72,15 +73,11 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
     runtime_bind = f"127.0.0.1:{free_port()}"
-    if settings.metrics_authorization:
-        from cloudloop.metrics import require_metrics_authorization
-        from cloudloop.metrics_auth import MetricsAuthorizer
-
-        require_metrics_authorization(MetricsAuthorizer(Kube(api_client(settings.kubeconfig))))
     metrics = MetricsServer(
         settings.metrics_bind,
         settings.metrics_port,
         temporal_metrics_url=f"http://{runtime_bind}/metrics",
+        tls=protect_metrics(settings),
     ).start()
     client = await temporal.connect_with_retry(
         settings.temporal, runtime=temporal.new_runtime(runtime_bind), stop=stop

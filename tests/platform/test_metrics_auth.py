@@ -105,3 +105,52 @@ def test_server_guards_only_metrics(server: metrics.MetricsServer) -> None:
     assert get(server.port, "/metrics", "weak") == 403
     assert get(server.port, "/metrics", "good") == 200
     assert get(server.port, "/healthz") == 200  # probes stay open
+
+
+def test_api_errors_are_not_remembered() -> None:
+    """A review the API server could not answer refuses this scrape only."""
+    kube = ReviewingKube({"good": "prometheus"}, {"prometheus"})
+    guard = MetricsAuthorizer(kube)
+    kube.failing = True
+    assert guard("Bearer good") == 401
+    kube.failing = False
+    assert guard("Bearer good") == 200
+
+
+def test_cache_is_a_bounded_lru() -> None:
+    kube = ReviewingKube({"a": "prometheus", "b": "prometheus", "c": "prometheus"}, {"prometheus"})
+    guard = MetricsAuthorizer(kube, max_cached=2)
+    for token in ("a", "b", "a", "c"):  # "a" used again, so "b" is the least recent
+        assert guard(f"Bearer {token}") == 200
+    assert guard.reviews == 3
+    assert len(guard._cache) == 2
+    assert guard("Bearer a") == 200 and guard.reviews == 3  # kept
+    assert guard("Bearer b") == 200 and guard.reviews == 4  # evicted, reviewed again
+
+
+def test_audiences_are_asked_for() -> None:
+    kube = ReviewingKube({"good": "prometheus"}, {"prometheus"})
+    MetricsAuthorizer(kube, audiences=["cloudloop-metrics"])("Bearer good")
+    assert kube.bodies[0]["spec"]["audiences"] == ["cloudloop-metrics"]
+    MetricsAuthorizer(kube)("Bearer good")
+    assert "audiences" not in kube.bodies[2]["spec"]
+
+
+def test_https_with_a_self_signed_certificate() -> None:
+    import ssl
+
+    from cloudloop.metrics_auth import serving_tls
+
+    served = metrics.MetricsServer("127.0.0.1", 0, tls=serving_tls()).start()
+    try:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        url = f"https://127.0.0.1:{served.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5, context=insecure) as response:
+            assert response.status == 200
+        assert served.scheme == "https"
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{served.port}/healthz", timeout=5)
+    finally:
+        served.stop()

@@ -76,3 +76,25 @@ async def test_service_account_needs_rbac_for_metrics(
     finally:
         kube.delete(CLUSTER_ROLE_BINDINGS, name)
         kube.delete(CLUSTER_ROLES, name)
+
+
+def test_token_audiences(kube: Kube, namespace: str, server: metrics.MetricsServer) -> None:
+    """A token minted for the configured audience authenticates; for another it does not."""
+    name = f"aud-{uuid.uuid4().hex[:8]}"
+    kube.create(SERVICE_ACCOUNTS, {"metadata": {"name": name}}, namespace)
+    answer = kube.request(
+        "POST",
+        SERVICE_ACCOUNTS.path(namespace, name, "token"),
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600, "audiences": ["cloudloop-metrics"]},
+        },
+    )
+    token = str(answer["status"]["token"])
+    metrics.require_metrics_authorization(
+        MetricsAuthorizer(kube, cache_ttl_s=0, audiences=["cloudloop-metrics"])
+    )
+    assert get(server.port, token) == 403  # authenticated for that audience, no RBAC
+    metrics.require_metrics_authorization(MetricsAuthorizer(kube, cache_ttl_s=0))
+    assert get(server.port, token) == 401  # not a token for the API server's audience
