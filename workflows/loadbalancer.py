@@ -22,8 +22,13 @@ change to one LB is serialised and a burst of changes is coalesced into one reco
 Invalid annotations (``InvalidRequest``) give a Warning ``SyncLoadBalancerFailed`` and wait for
 the next change; "handled elsewhere" (``NotSupported``) is a silent no-op; other failures give
 the Warning and are retried with the upstream backoff (5 s doubling to 300 s), sooner when a new
-desired state arrives. Every Event message names the workflow ID. The run continues as new when
-the server suggests it (or after ``history_limit`` events), carrying :class:`LoadBalancerState`.
+desired state arrives. Every Event message names the workflow ID.
+
+The run continues as new when the server suggests it (or after ``history_limit`` events),
+carrying :class:`LoadBalancerState` with the retry state (failures in a row, a pending retry), so
+an LB that keeps failing for weeks keeps a bounded history and its backoff. Versioning: runs
+recorded before that change continued as new only when idle; ``workflow.patched``
+(:data:`PATCH_CONTINUE_AS_NEW_WHILE_FAILING`) keeps their replay as it was.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 BACKOFF_MIN_S, BACKOFF_MAX_S = 5.0, 300.0
 #: ``workflow.patched`` marker of the drift-repair timer (it added commands to the idle wait).
 DRIFT_REPAIR_PATCH = "lb-drift-repair"
+#: Patch ID: continue-as-new also while a reconcile is failing (retry state carried).
+PATCH_CONTINUE_AS_NEW_WHILE_FAILING = "continue-as-new-while-failing"
 
 
 def _failure(err: ActivityError) -> tuple[str, str]:
@@ -90,8 +97,9 @@ class LoadBalancerWorkflow:
         self.state = state
         self.lock = asyncio.Lock()
         self.version = 0  # bumped by every signal
-        self.failures = 0
-        self.retry_version: int | None = None  # the version whose reconcile failed
+        self.failures = state.failures
+        # The version whose reconcile failed; a retry carried over waits for its backoff too.
+        self.retry_version: int | None = 0 if state.retry_pending else None
         self.resync_due = False
         self.resync_off: int | None = None  # the version whose drift check cannot run
         self.events: list[workflow.ActivityHandle[None]] = []
@@ -133,13 +141,23 @@ class LoadBalancerWorkflow:
             await self._flush_events()
             if torn_down and self.state.tear_down:
                 break  # deleted, and no apply came meanwhile: done
-            if self._continue_as_new_due() and self._idle():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._continue_as_new_due():
                 if self._idle():
-                    workflow.logger.info("continuing as new")
-                    workflow.continue_as_new(self.state)
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    if self._idle():
+                        self._continue_as_new()
+                elif workflow.patched(PATCH_CONTINUE_AS_NEW_WHILE_FAILING):
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    self._continue_as_new()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return LoadBalancerResult(deleted=True)
+
+    def _continue_as_new(self) -> None:
+        """Continue as new with the whole state, retry state included."""
+        self.state.failures = self.failures
+        self.state.retry_pending = self.retry_version is not None
+        workflow.logger.info("continuing as new (%d failures in a row)", self.failures)
+        workflow.continue_as_new(self.state)
 
     def _pending(self) -> bool:
         desired = self.state.desired

@@ -10,6 +10,13 @@ A failed provisioning leaves a condition and waits here, visible in the Temporal
 (``cloudloop retry machine``, a new ``cloudloop.io/retry`` annotation, a changed spec) or, for a
 transient error, until a backoff timer fires. The starter feeds the desired state through the
 ``desired`` signal (signal-with-start), so one workflow follows the object from start to end.
+
+A machine lives as long as its object, so every loop continues as new when the server suggests
+it: the running VM's refresh, a VM that stays Pending, the wait after a failure and the delete
+retries, carrying the attempts, the failures in a row (backoff) and the delete failures. A run
+that continues in the middle of provisioning resumes it (the create activity finds its VM by
+name). Versioning: the new continue-as-new points are behind ``workflow.patched``
+(:data:`PATCH_CONTINUE_AS_NEW_IN_EVERY_LOOP`), so runs recorded before replay as they ran.
 """
 
 from __future__ import annotations
@@ -68,6 +75,12 @@ KUBE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
 KUBE_TIMEOUT = timedelta(seconds=10)
+#: Patch ID: continue-as-new in the Pending, failed and deleting loops too.
+PATCH_CONTINUE_AS_NEW_IN_EVERY_LOOP = "continue-as-new-in-every-loop"
+
+
+class _ContinueAsNewDue(Exception):
+    """Raised inside a provisioning attempt: the run continues as new, resuming it."""
 
 
 class MachineFailure(Exception):
@@ -129,7 +142,8 @@ class MachineWorkflow:
         self._machine: Machine | None = input.provisioned
         self._was_provisioned = input.provisioned is not None
         self._attempts = input.attempts
-        self._failures = 0
+        self._failures = input.failures
+        self._resume_attempt = input.resume_attempt
         if self._machine is not None:
             self._set_progress("Provisioned", capi.REASON_VM_RUNNING, "")
 
@@ -138,6 +152,8 @@ class MachineWorkflow:
             if failure is not None:
                 await self._wait_for_retry(failure)
                 failure = None
+                if not self._deleting() and self._continue_as_new_suggested():
+                    self._continue_as_new()
             elif self._machine is None:
                 failure = await self._provision_until_done()
             else:
@@ -146,6 +162,27 @@ class MachineWorkflow:
         return MachineResult(
             attempts=self._attempts,
             provider_id=self._machine.provider_id if self._machine else "",
+        )
+
+    def _continue_as_new_suggested(self) -> bool:
+        """The server suggests it, and this run records the newer continue-as-new points."""
+        return workflow.info().is_continue_as_new_suggested() and workflow.patched(
+            PATCH_CONTINUE_AS_NEW_IN_EVERY_LOOP
+        )
+
+    def _continue_as_new(self, *, resume_attempt: bool = False, delete_failures: int = 0) -> None:
+        workflow.logger.info("continuing as new (%d attempts so far)", self._attempts)
+        workflow.continue_as_new(
+            self._input.model_copy(
+                update={
+                    "desired": self._current,
+                    "provisioned": self._machine,
+                    "attempts": self._attempts,
+                    "failures": self._failures,
+                    "delete_failures": delete_failures,
+                    "resume_attempt": resume_attempt,
+                }
+            )
         )
 
     def _deleting(self) -> bool:
@@ -176,7 +213,10 @@ class MachineWorkflow:
         """One provisioning attempt; a deletion cancels it (and waits for the cancellation)."""
         self._retry_requested = False
         self._spec_changed = False
-        self._attempts += 1
+        if self._resume_attempt:  # the same attempt, in a new run
+            self._resume_attempt = False
+        else:
+            self._attempts += 1
         attempt = asyncio.create_task(self._provision())
         await workflow.wait_condition(lambda: attempt.done() or self._deleting())
         if not attempt.done():
@@ -191,6 +231,8 @@ class MachineWorkflow:
             return None
         if isinstance(error, MachineFailure):
             return error
+        if isinstance(error, _ContinueAsNewDue):
+            self._continue_as_new(resume_attempt=True)
         if self._deleting() and isinstance(error, ActivityError):
             return None  # the cancelled activity's error
         raise error
@@ -258,6 +300,8 @@ class MachineWorkflow:
                 raise MachineFailure(verdict.reason, "VirtualMachine disappeared", retryable=True)
             if verdict.reason == capi.REASON_VM_FAILED:
                 raise MachineFailure(verdict.reason, verdict.message, retryable=True)
+            if self._continue_as_new_suggested():  # a VM Pending for long: a fresh history
+                raise _ContinueAsNewDue()
             await self._wait_unpaused()
             self._set_progress("Provisioning", verdict.reason, verdict.message)
             report = asyncio.create_task(self._report_verdict(verdict, beside=True))
@@ -383,8 +427,10 @@ class MachineWorkflow:
             )
         )
         timings = self._input.timings
-        failures = 0
+        failures = self._input.delete_failures
         while True:
+            if failures and self._continue_as_new_suggested():
+                self._continue_as_new(delete_failures=failures)
             try:
                 await workflow.execute_activity(
                     MachineActivity.DELETE,

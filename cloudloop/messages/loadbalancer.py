@@ -112,6 +112,11 @@ class LoadBalancerState(BaseModel):
     history_limit: int = 0
     #: Seconds between drift checks of the applied LB while nothing else happens (0: none).
     resync_period_s: float = 0.0
+    # -- retry state carried over by continue-as-new (a failing LB keeps its backoff) ----------
+    #: Reconciles that failed in a row (the backoff's exponent).
+    failures: int = 0
+    #: The last reconcile failed and waits for its backoff (or a new desired state).
+    retry_pending: bool = False
 
 
 class EnsureLoadBalancerInput(BaseModel):

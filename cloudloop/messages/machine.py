@@ -99,6 +99,12 @@ class MachineInput(BaseModel):
     # -- carried over by continue-as-new ---------------------------------------------------
     provisioned: Machine | None = None
     attempts: int = 0
+    #: Failed provisioning attempts in a row (the retry backoff's exponent).
+    failures: int = 0
+    #: Failed deletions in a row (the delete retry backoff's exponent).
+    delete_failures: int = 0
+    #: The run continued as new in the middle of an attempt: it goes on, not a new attempt.
+    resume_attempt: bool = False
 
 
 class RetryRequest(BaseModel):
