@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import time
 from typing import Any
 
@@ -102,7 +103,7 @@ class MachineActivities:
     @activity.defn(name=MachineActivity.OBSERVE)
     def observe(self, input: ObserveMachineInput) -> ObserveMachineResult:
         """Poll the VM until its verdict differs from ``last_reason`` or the window ends."""
-        with cloud_errors():
+        with heartbeating(1.0), cloud_errors():
             machine = self.driver.get_machine(input.spec)
         return self._watch(input.spec, machine, input.last_reason, input.window_s, input.poll)
 
@@ -133,7 +134,8 @@ class MachineActivities:
                 return ObserveMachineResult(machine=machine, reason=verdict.reason, polls=polls)
             activity.wait_for_cancelled_sync(min(delay, remaining))
             delay = poll.after(delay)
-            with cloud_errors():
+            progress = {"polls": polls, "phase": machine.phase if machine else "absent"}
+            with heartbeating(1.0, details=functools.partial(dict, progress)), cloud_errors():
                 machine = self.driver.get_machine(spec)
             polls += 1
 
@@ -143,7 +145,14 @@ class MachineActivities:
         attempts = _previous_count("attempts")
         delay = input.poll.initial_s
         while True:
-            with activity.shield_thread_cancel_exception(), cloud_errors():
+            # The driver waits for the guest to shut down and the VM to go: longer than the
+            # heartbeat timeout, so a side thread heartbeats meanwhile.
+            progress = {"attempts": attempts, "gone": False}
+            with (
+                heartbeating(1.0, details=functools.partial(dict, progress)),
+                activity.shield_thread_cancel_exception(),
+                cloud_errors(),
+            ):
                 gone = self.driver.delete_machine(input.spec)
             attempts += 1
             activity.heartbeat({"attempts": attempts, "gone": gone})
