@@ -37,14 +37,49 @@ class TemporalTlsSettings(BaseModel):
     ca_file: Path | None = None
 
 
+class Domain:
+    """The work domains with a task queue of their own (``<task_queue>-<domain>``)."""
+
+    LOAD_BALANCER = "loadbalancer"
+    MACHINE = "machine"
+    VOLUME = "volume"
+    DRAIN = "drain"
+    ALL = (LOAD_BALANCER, MACHINE, VOLUME, DRAIN)
+
+
+class TaskQueueSettings(BaseModel):
+    """One domain's task queue: its workers' activity slots and its activity rate."""
+
+    #: Activities one worker runs at once on this queue.
+    max_concurrent_activities: int = Field(default=50, ge=1)
+    #: Activities started per second on this queue across all workers (the server enforces
+    #: it; None: unlimited), so one domain's storm cannot flood the cloud API for the others.
+    activities_per_second: float | None = Field(default=50.0, gt=0)
+
+
 class TemporalSettings(BaseModel):
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
+    #: The general queue (cloud probes, and every workflow type for runs started before the
+    #: domains had queues of their own); each domain's queue is ``<task_queue>-<domain>``.
     task_queue: str = "cloudloop"
+    #: Activity slots of the general queue's worker.
+    max_concurrent_activities: int = Field(default=100, ge=1)
+    #: Per-domain queue settings (keys: :class:`Domain` names).
+    queues: dict[str, TaskQueueSettings] = Field(
+        default_factory=lambda: {domain: TaskQueueSettings() for domain in Domain.ALL}
+    )
     tls: TemporalTlsSettings = TemporalTlsSettings()
     api_key_file: Path | None = None
     #: Seconds a stopping worker waits for running activities before cancelling them.
     graceful_shutdown_s: float = 30.0
+
+    def queue_for(self, domain: str) -> str:
+        """The task queue of ``domain`` (load balancers, machines, volumes, drains)."""
+        return f"{self.task_queue}-{domain}"
+
+    def queue_settings(self, domain: str) -> TaskQueueSettings:
+        return self.queues.get(domain) or TaskQueueSettings()
 
 
 class LeaderElectionSettings(BaseModel):

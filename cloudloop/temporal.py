@@ -232,17 +232,20 @@ def make_worker(
     activities: Sequence[Callable[..., Any]],
     graceful_shutdown_s: float = 30.0,
     max_concurrent_activities: int = 100,
+    activities_per_second: float | None = None,
 ) -> Worker:
-    """A worker whose sync activities run in a thread pool sized to the activity slots."""
+    """A worker whose sync activities run in a thread pool sized to the activity slots;
+    ``activities_per_second`` caps the whole task queue's activity rate (server-side)."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
         activities=list(activities),
         activity_executor=ThreadPoolExecutor(
-            max_workers=max_concurrent_activities, thread_name_prefix="activity"
+            max_workers=max_concurrent_activities, thread_name_prefix=f"activity-{task_queue}"
         ),
         max_concurrent_activities=max_concurrent_activities,
+        max_task_queue_activities_per_second=activities_per_second,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
     )
 

@@ -27,7 +27,12 @@ class StarterContext:
 
     @property
     def task_queue(self) -> str:
+        """The general task queue (cloud probes)."""
         return self.settings.temporal.task_queue
+
+    def queue(self, domain: str) -> str:
+        """The task queue of a domain (:class:`cloudloop.settings.Domain`)."""
+        return self.settings.temporal.queue_for(domain)
 
     @property
     def cluster(self) -> str:

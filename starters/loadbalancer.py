@@ -40,6 +40,7 @@ from cloudloop.messages.loadbalancer import (
     workflow_id,
 )
 from cloudloop.rules import loadbalancer as rules
+from cloudloop.settings import Domain
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
 from starters.supervisor import run_parts
@@ -99,7 +100,7 @@ class ServiceStarter:
             context.client,
             services=context.informers.get(SERVICES),
             nodes=nodes,
-            task_queue=context.task_queue,
+            task_queue=context.queue(Domain.LOAD_BALANCER),
             cluster=context.cluster,
             provider=context.settings.provider,
             concurrency=ccm.concurrent_service_syncs,

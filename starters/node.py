@@ -193,19 +193,20 @@ class NodeSync:
                     await asyncio.to_thread(self._initialize_node, name, instance)
                     self.queue.forget(name)
                 except (rules.InitError, KubeError, CloudError) as exc:
-                    await asyncio.to_thread(self._retry_later, node, str(exc))
+                    await self._retry_later(node, str(exc))
                 except Exception as exc:  # a bug must not end the loop: retry, loudly
                     log.exception("node %s: initialization failed unexpectedly", name)
-                    await asyncio.to_thread(self._retry_later, node, f"{type(exc).__name__}: {exc}")
+                    await self._retry_later(node, f"{type(exc).__name__}: {exc}")
 
         await asyncio.gather(*(one(n) for n in nodes))
 
-    def _retry_later(self, node: dict[str, Any], reason: str) -> None:
+    async def _retry_later(self, node: dict[str, Any], reason: str) -> None:
         name = node["metadata"]["name"]
         delay = self.queue.retry(name)
         log.warning("node %s not initialized: %s; retrying in %.0fs", name, reason, delay)
         if self.queue.failures(name) == 1:  # one Event per failure streak, not per retry
-            record_event(
+            await asyncio.to_thread(
+                record_event,
                 self.kube,
                 ObjectRef.of(NODES, node),
                 type="Warning",

@@ -57,7 +57,7 @@ from cloudloop.metrics import (
     POISON_MESSAGES,
 )
 from cloudloop.rules.termination import MalformedMessage, give_up_reason, parse_message
-from cloudloop.settings import NthSettings
+from cloudloop.settings import Domain, NthSettings
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
 from workflows.termination import (
@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 #: An event older than its instance's launch (beyond clock skew) is about an earlier incarnation.
 LAUNCH_SKEW = timedelta(seconds=60)
 RECEIVE_BACKOFF_S = (1.0, 30.0)
+#: How long an event waits for the Node informer's first list before asking the API server.
+NODES_SYNC_TIMEOUT_S = 10.0
 
 
 def drain_options(nth: NthSettings) -> DrainOptions:
@@ -146,7 +148,7 @@ class QueueProcessor:
             context.client,
             provider.termination(provider.section(context.settings), nth),
             nth,
-            task_queue=context.task_queue,
+            task_queue=context.queue(Domain.DRAIN),
             cluster=context.cluster,
             provider=provider.name,
             nodes=context.informers.get(NODES),
@@ -366,9 +368,10 @@ class QueueProcessor:
             launch = instance.launch_time
             if launch is not None and launch > event.start_time + LAUNCH_SKEW:
                 return Dispatch(note=f"{event.event_id} predates the launch of {instance.id}")
-            await self.nodes.wait_synced()
-            node = self.find_node(instance)
-            if node is None:  # a Node the informer has not seen yet: ask once
+            self.nodes.start()
+            listed = await self.nodes.wait_synced(NODES_SYNC_TIMEOUT_S)
+            node = self.find_node(instance) if listed else None
+            if node is None:  # a Node the informer has not seen (yet): ask once
                 node = await asyncio.to_thread(self.find_node_live, instance)
             if node is None:
                 return self._skip(f"instance {instance.id} has no Node in the cluster")
@@ -450,8 +453,11 @@ class QueueProcessor:
         instances = list(self.aws.tagged_instances(self.nth.managed_tag))
         ids = {i.id for i in instances}
         names = {i.private_dns_name for i in instances if i.private_dns_name}
+        self.nodes.start()
+        listed = self.nodes.synced.wait(NODES_SYNC_TIMEOUT_S)
+        items = list(self.nodes.store.values()) if listed else self.kube.list(NODES)["items"]
         nodes = 0
-        for node in list(self.nodes.store.values()):
+        for node in items:
             provider_id = str(node.get("spec", {}).get("providerID", ""))
             if node["metadata"]["name"] in names or provider_id.rsplit("/", 1)[-1] in ids:
                 nodes += 1

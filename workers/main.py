@@ -1,9 +1,19 @@
-"""The ``cloudloop worker`` process: one Temporal worker on the configured task queue."""
+"""The ``cloudloop worker`` process: a Temporal worker per task queue, one per domain.
+
+Each domain (load balancers, machines, volumes, drains) has its own task queue
+(``<task_queue>-<domain>``) with its own activity slots and activity rate
+(``temporal.queues.<domain>``), so a drain storm never starves machine provisioning and no
+domain floods the cloud API for the others. The general queue (``task_queue``) carries the cloud
+probes and registers every workflow type and activity, so runs started before the split (long
+lives: load balancers, machines) go on where they were started.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -21,7 +31,7 @@ from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
 from cloudloop.metrics_auth import protect_metrics
 from cloudloop.net import free_port
-from cloudloop.settings import Settings
+from cloudloop.settings import Domain, Settings
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow
 from workflows.probe import CloudProbeWorkflow
@@ -30,10 +40,16 @@ from workflows.volume import VOLUME_WORKFLOWS
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS: list[type] = [CloudProbeWorkflow, LoadBalancerWorkflow]
-WORKFLOWS += VOLUME_WORKFLOWS
-WORKFLOWS += DRAIN_WORKFLOWS
-WORKFLOWS += [MachineWorkflow]
+#: The workflows of each domain's task queue.
+DOMAIN_WORKFLOWS: dict[str, list[type]] = {
+    Domain.LOAD_BALANCER: [LoadBalancerWorkflow],
+    Domain.MACHINE: [MachineWorkflow],
+    Domain.VOLUME: list(VOLUME_WORKFLOWS),
+    Domain.DRAIN: list(DRAIN_WORKFLOWS),
+}
+WORKFLOWS: list[type] = [CloudProbeWorkflow]
+for _workflows in DOMAIN_WORKFLOWS.values():
+    WORKFLOWS += _workflows
 
 
 def build_worker(
@@ -44,7 +60,45 @@ def build_worker(
     kube: Kube,
     task_queue: str | None = None,
 ) -> Worker:
-    """The worker with every workflow and the activities bound to ``driver`` and ``kube``."""
+    """One worker with every workflow and activity on ``task_queue`` (default: the general
+    queue); tests and single-queue set-ups use it."""
+    return temporal.make_worker(
+        client,
+        task_queue or settings.temporal.task_queue,
+        workflows=WORKFLOWS,
+        activities=all_activities(settings, driver, kube),
+        graceful_shutdown_s=settings.temporal.graceful_shutdown_s,
+        max_concurrent_activities=settings.temporal.max_concurrent_activities,
+    )
+
+
+def build_workers(
+    client: Client, settings: Settings, *, driver: CloudDriver, kube: Kube
+) -> list[Worker]:
+    """The general queue's worker, then one worker per domain queue with its own slots and
+    activity rate."""
+    activities = all_activities(settings, driver, kube)
+    workers = [build_worker(client, settings, driver=driver, kube=kube)]
+    for domain, workflows in DOMAIN_WORKFLOWS.items():
+        queue = settings.temporal.queue_settings(domain)
+        workers.append(
+            temporal.make_worker(
+                client,
+                settings.temporal.queue_for(domain),
+                workflows=workflows,
+                activities=activities,
+                graceful_shutdown_s=settings.temporal.graceful_shutdown_s,
+                max_concurrent_activities=queue.max_concurrent_activities,
+                activities_per_second=queue.activities_per_second,
+            )
+        )
+    return workers
+
+
+def all_activities(
+    settings: Settings, driver: CloudDriver, kube: Kube
+) -> list[Callable[..., object]]:
+    """Every activity, bound to ``driver`` and ``kube``."""
     activities = [*CloudActivities(driver).all(), *KubeActivities(kube).all()]
     activities += LoadBalancerActivities(driver, kube).all()
     activities += MachineActivities(driver, kube).all()
@@ -56,13 +110,7 @@ def build_worker(
         else None
     )
     activities += DrainActivities(kube, termination, settings.nth).all()
-    return temporal.make_worker(
-        client,
-        task_queue or settings.temporal.task_queue,
-        workflows=WORKFLOWS,
-        activities=activities,  # type: ignore[arg-type]
-        graceful_shutdown_s=settings.temporal.graceful_shutdown_s,
-    )
+    return activities  # type: ignore[return-value]
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -85,16 +133,18 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     if client is None:  # stopped before Temporal answered
         metrics.stop()
         return
-    worker = build_worker(
+    workers = build_workers(
         client, settings, driver=driver_for(settings), kube=Kube(api_client(settings.kubeconfig))
     )
     log.info(
         "worker polling %s on %s (provider %s)",
-        settings.temporal.task_queue,
+        ", ".join(w.task_queue for w in workers),
         settings.temporal.address,
         settings.provider,
     )
-    async with worker:
+    async with contextlib.AsyncExitStack() as running:
+        for worker in workers:
+            await running.enter_async_context(worker)
         metrics.set_ready()
         await stop.wait()
         log.info(

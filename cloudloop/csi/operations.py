@@ -57,7 +57,7 @@ from cloudloop.messages.volume import (
     VolumeWorkflow,
 )
 from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
-from cloudloop.settings import Settings
+from cloudloop.settings import Domain, Settings
 from workflows.volume import (
     create_workflow_id,
     operation_name,
@@ -80,7 +80,7 @@ class VolumeOperations:
     def from_settings(cls, client: Client, settings: Settings) -> VolumeOperations:
         return cls(
             client,
-            task_queue=settings.temporal.task_queue,
+            task_queue=settings.temporal.queue_for(Domain.VOLUME),
             cluster=settings.cluster_name,
             provider=settings.provider,
         )

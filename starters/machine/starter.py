@@ -25,6 +25,7 @@ from cloudloop.kube.resources import Resource
 from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.messages.machine import MachineTimings
 from cloudloop.rules import machine as capi
+from cloudloop.settings import Domain
 from starters.context import StarterContext
 from starters.machine.infra_cluster import InfraClusterReconciler
 from starters.machine.infra_machine import InfraMachineReconciler
@@ -95,7 +96,7 @@ class MachineStarter:
             context.kube,
             context.client,
             kinds=kinds,
-            task_queue=context.task_queue,
+            task_queue=context.queue(Domain.MACHINE),
             cluster=context.cluster,
             informers=context.informers,
         )

@@ -106,8 +106,11 @@ async def test_a_message_received_too_often_is_given_up(
         async with worker, running(processor(config, kube, client)):
             aws.send(queue, spot_itn(instance))
             await eventually(lambda: aws.depth(queue) == 0, timeout=90, what="message given up")
-            await asyncio.sleep(4)
-        assert len(await drain_workflows(client, config, source)) == 2
+            await asyncio.sleep(4)  # two visibility timeouts: nothing comes back
+            runs = len(await drain_workflows(client, config, source))
+            await asyncio.sleep(3)
+        # Two receives; a slow extension may let the second join the first run.
+        assert 1 <= runs == len(await drain_workflows(client, config, source)) <= 2
         warnings = node_events(kube, source, "InterruptionNotHandled")
         assert len(warnings) == 1 and "received 2 times" in warnings[0]["message"]
     finally:
