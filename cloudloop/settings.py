@@ -13,6 +13,7 @@ Rules:
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -86,7 +87,13 @@ class LeaderElectionSettings(BaseModel):
     enabled: bool = True
     namespace: str = Field(default_factory=lambda: os.environ.get("POD_NAMESPACE", "kube-system"))
     name: str = "cloudloop-starter"
-    identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename)
+    #: Unique per process, as upstream's ``<hostname>_<uuid>``: two replicas on one host never
+    #: share it, and a restarted process waits for its old Lease to expire like any other.
+    identity: str = Field(
+        default_factory=lambda: (
+            f"{os.environ.get('POD_NAME') or os.uname().nodename}_{uuid.uuid4().hex[:8]}"
+        )
+    )
     lease_duration_s: int = 15
     renew_deadline_s: int = 10
     retry_period_s: int = 2

@@ -129,14 +129,17 @@ class Process:
                 raise TimeoutError(f"{self.name} not ready:\n{self.tail()}")
             time.sleep(0.2)
 
-    def kill(self) -> None:
-        """SIGKILL now; the watcher starts it again (unless :meth:`stop` comes first)."""
+    def kill(self, *, restart: bool = True) -> None:
+        """SIGKILL now; started again at once unless ``restart`` is false (its pod is gone)."""
         with self._lock:
             assert self.proc is not None and self.proc.poll() is None, f"{self.name} is down"
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self.exits.append(-9)
-            self._spawn()
+            if restart:
+                self._spawn()
+            else:
+                self._keep = False
 
     def stop(self) -> None:
         self._keep = False
