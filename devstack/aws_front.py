@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import threading
 import urllib.parse
 import urllib.request
@@ -49,16 +50,22 @@ class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.requests: Counter[str] = Counter()  # "service:Action"
-        self.refused: Counter[str] = Counter()  # "service:Action:Code"
+        self.refused: Counter[str] = Counter()  # "service:Action:Code", answered by the front
+        self.errors: Counter[str] = Counter()  # "service:Action:Code", answered by moto
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            return {"requests": dict(self.requests), "refused": dict(self.refused)}
+            return {
+                "requests": dict(self.requests),
+                "refused": dict(self.refused),
+                "errors": dict(self.errors),
+            }
 
     def reset(self) -> None:
         with self.lock:
             self.requests.clear()
             self.refused.clear()
+            self.errors.clear()
 
 
 def _refusal_body(service: str, refusal: Refusal) -> tuple[bytes, str, dict[str, str]]:
@@ -77,6 +84,16 @@ def _refusal_body(service: str, refusal: Refusal) -> tuple[bytes, str, dict[str,
         headers = {"x-amzn-query-error": f"{refusal.code};Sender"}
         return body.encode(), "application/x-amz-json-1.0", headers
     return error_xml(refusal.status, refusal.code, refusal.message).encode(), "text/xml", {}
+
+
+def _error_code(payload: bytes) -> str:
+    """The error code of an AWS error answer (XML ``<Code>`` or JSON ``__type``)."""
+    text = payload[:4096].decode(errors="replace")
+    match = re.search(r"<Code>([^<]+)</Code>", text)
+    if match:
+        return match.group(1)
+    match = re.search(r'"__type"\s*:\s*"(?:[^"#]*#)?([^"]+)"', text)
+    return match.group(1) if match else "unknown"
 
 
 def make_server(
@@ -162,7 +179,11 @@ def make_server(
                 xml = success_xml(action) if status == 200 else error_xml(status, code, message)
                 self._send(status, xml.encode(), "text/xml")
                 return
-            self._forward(body)
+            status, payload = self._forward(body)
+            if status >= 400:
+                code = _error_code(payload)
+                with stats.lock:
+                    stats.errors[f"{service}:{action}:{code}"] += 1
 
         def _parse(self, body: bytes) -> tuple[str, dict[str, Any]]:
             """The action and its parameters (query form, or an ``X-Amz-Target`` JSON body)."""
@@ -180,7 +201,7 @@ def make_server(
             query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
             return str(query.get("Action", "")), query
 
-        def _forward(self, body: bytes) -> None:
+        def _forward(self, body: bytes) -> tuple[int, bytes]:
             connection = http.client.HTTPConnection(
                 target.hostname or "127.0.0.1", target.port or 80, timeout=60
             )
@@ -196,8 +217,10 @@ def make_server(
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+                return int(response.status), payload
             except OSError as exc:
                 self._send(502, f"upstream: {exc}".encode(), "text/plain")
+                return 502, b""
             finally:
                 connection.close()
 
