@@ -250,10 +250,12 @@ class LocalStack:
         )
         self.autoscaling_ext_process.start()
 
-    def restart_temporal(self, *, timeout: float = 60.0) -> None:
-        """SIGKILL the Temporal dev server and start it again on the same database file."""
+    def restart_temporal(self, *, down_s: float = 0.0, timeout: float = 60.0) -> None:
+        """SIGKILL the Temporal dev server and start it again on the same database file after
+        ``down_s`` seconds."""
         assert self.temporal_process is not None
         self.temporal_process.kill()
+        time.sleep(down_s)
         self.temporal_process.start()
         self.temporal_process.wait_ready(timeout)
 
