@@ -38,8 +38,15 @@ def cloud_requests() -> float:
     return total
 
 
-def launch(ec2: Any, count: int) -> list[dict[str, Any]]:
-    return launch_instances(ec2, count, InstanceType="m5.large")
+def launch(ec2: Any, count: int, cluster: str) -> list[dict[str, Any]]:
+    """Instances tagged for ``cluster``, as a cluster's nodes are."""
+    tags = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
+    return launch_instances(
+        ec2,
+        count,
+        InstanceType="m5.large",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
 
 
 async def node_figures(ctx: BenchContext) -> dict[str, float]:
@@ -47,7 +54,7 @@ async def node_figures(ctx: BenchContext) -> dict[str, float]:
     scope = uuid.uuid4().hex[:8]
     selector = f"cloudloop-bench={scope}"
     ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
-    fleet = await asyncio.to_thread(launch, ec2, FLEET)
+    fleet = await asyncio.to_thread(launch, ec2, FLEET, settings.cluster_name)
     ids = [i["InstanceId"] for i in fleet]
     ec2.terminate_instances(InstanceIds=ids[:50])
     ec2.stop_instances(InstanceIds=ids[50:100])
@@ -76,6 +83,7 @@ async def node_figures(ctx: BenchContext) -> dict[str, float]:
     ccm = settings.ccm.model_copy(update={"node_selector": selector, "concurrent_node_syncs": 8})
     informers = Informers(kube)
     driver = AwsDriver(AWS.section(settings))
+    driver.cluster = settings.cluster_name  # as Provider.make_driver sets it
     fleet_sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
     figures: dict[str, float] = {}
     burst_selector = f"cloudloop-bench-burst={scope}"
@@ -101,7 +109,7 @@ async def node_figures(ctx: BenchContext) -> dict[str, float]:
         figures["address_refresh_cloud_calls_1000_nodes"] = cloud_requests() - before
         figures["address_refresh_cloud_calls_1000_nodes_upstream_model"] = float(FLEET)
 
-        burst = await asyncio.to_thread(launch, ec2, BURST)
+        burst = await asyncio.to_thread(launch, ec2, BURST, settings.cluster_name)
         burst_task = asyncio.create_task(burst_sync.run())
         await burst_sync.informer.wait_synced(60)
         await asyncio.sleep(0.5)  # the loops' startup passes (over no nodes yet) are done

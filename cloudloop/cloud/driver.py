@@ -98,6 +98,9 @@ class CloudDriver:
     """Base of every driver: override every operation of each capability the cloud supports."""
 
     provider: str = "none"
+    #: The cluster this driver serves (set by :meth:`Provider.make_driver`); a driver may use it
+    #: to narrow listings to the cluster's own resources. Empty: unknown.
+    cluster: str = ""
     #: Derived from the overridden operations when the class is created.
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
 

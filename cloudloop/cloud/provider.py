@@ -53,4 +53,6 @@ class Provider(Generic[S]):
         return cast(S, getattr(settings, self.name))
 
     def make_driver(self, settings: Settings) -> CloudDriver:
-        return self.driver(self.section(settings))
+        driver = self.driver(self.section(settings))
+        driver.cluster = settings.cluster_name
+        return driver

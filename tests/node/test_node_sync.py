@@ -296,3 +296,30 @@ async def test_lookups_above_the_filter_limit(ec2: Any, ccm_settings: Settings) 
     by_name = await asyncio.to_thread(driver.find_instances_by_name, names)
     assert len(by_name.found) == 250
     ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in instances])
+
+
+async def test_large_lookups_list_the_cluster_by_its_tag(ec2: Any, ccm_settings: Settings) -> None:
+    """400 nodes of a tagged cluster: one paged listing by the cluster tag; an untagged
+    instance among them is still found by ID (never taken for a missing one)."""
+    cluster = f"tagged-{uuid.uuid4().hex[:6]}"
+    tagged = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=400,
+        MaxCount=400,
+        InstanceType="t3.nano",
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}],
+            }
+        ],
+    )["Instances"]
+    (untagged,) = run_instances(ec2, 1, instance_type="t3.nano")
+    driver = AwsDriver(AWS.section(ccm_settings))
+    driver.cluster = cluster
+    ids = [i["InstanceId"] for i in tagged]
+    only_tagged = await asyncio.to_thread(driver.list_instances, ids)
+    assert len(only_tagged.found) == 400 and only_tagged.requests == 1
+    mixed = await asyncio.to_thread(driver.list_instances, [*ids, untagged["InstanceId"]])
+    assert untagged["InstanceId"] in mixed.found and mixed.requests == 2
+    ec2.terminate_instances(InstanceIds=[*ids, untagged["InstanceId"]])

@@ -3,7 +3,11 @@
 Rules:
 - **Limits.** AWS takes at most 200 values in one ``DescribeInstances`` filter (more is
   ``FilterLimitExceeded``); lookups go in chunks of :data:`DESCRIBE_BATCH` (150, as
-  cloud-provider-aws), each page followed by its ``NextToken``.
+  cloud-provider-aws), each page followed by its ``NextToken``. A lookup of more than
+  :data:`TAG_LISTING_FROM` values first lists the cluster's instances by its tag
+  (``kubernetes.io/cluster/<cluster>``, ``MaxResults`` 1,000 a page), then looks up by value only
+  what that listing did not hold, so an untagged instance is never taken for a missing one:
+  1,000 tagged nodes cost one request, not seven.
 - **Identity.** A providerID names an instance only when its last segment is a well-formed
   instance ID (``i-`` and 8 or 17 hex digits); anything else is ``InvalidRequest``, never looked
   up (a filter on a malformed ID would positively find nothing, which reads as "gone").
@@ -12,14 +16,19 @@ Rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
+from cloudloop.cloud.aws.tags import cluster_tag_key
 
 #: DescribeInstances filter values per request (AWS allows 200; cloud-provider-aws uses 150).
 DESCRIBE_BATCH = 150
+#: Beyond this many values, one listing of the cluster's tagged instances comes first.
+TAG_LISTING_FROM = 2 * DESCRIBE_BATCH
+#: DescribeInstances page size of that listing (AWS allows 5 to 1,000).
+LISTING_PAGE = 1000
 #: An EC2 instance ID: ``i-`` and 8 (older) or 17 hexadecimal digits.
 INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 
@@ -59,25 +68,44 @@ class AwsInstances(AwsBase):
     ) -> models.InstanceListing:
         listing = models.InstanceListing()
         unique = list(dict.fromkeys(values))
-        ec2 = self.client("ec2")
+        if self.cluster and len(unique) > TAG_LISTING_FROM:
+            wanted = set(unique)
+            tag_filter = {"Name": "tag-key", "Values": [cluster_tag_key(self.cluster)]}
+            for instance in self._pages([tag_filter], listing, page_size=LISTING_PAGE):
+                if key(instance) in wanted:
+                    listing.found[key(instance)] = instance
+            unique = [value for value in unique if value not in listing.found]
         for start in range(0, len(unique), DESCRIBE_BATCH):
             chunk = unique[start : start + DESCRIBE_BATCH]
-            token: str | None = None
-            while True:
-                kwargs: dict[str, Any] = {"Filters": [{"Name": filter_name, "Values": chunk}]}
-                if token:
-                    kwargs["NextToken"] = token
-                with calling("DescribeInstances"):
-                    page = ec2.describe_instances(**kwargs)
-                listing.requests += 1
-                for reservation in page.get("Reservations", []):
-                    for raw in reservation.get("Instances", []):
-                        instance = self.to_instance(raw)
-                        listing.found[key(instance)] = instance
-                token = page.get("NextToken")
-                if not token:
-                    break
+            for instance in self._pages([{"Name": filter_name, "Values": chunk}], listing):
+                listing.found[key(instance)] = instance
         return listing
+
+    def _pages(
+        self,
+        filters: list[dict[str, Any]],
+        listing: models.InstanceListing,
+        *,
+        page_size: int = 0,
+    ) -> Iterator[models.Instance]:
+        """Every instance matching ``filters``, page by page (each page counted)."""
+        ec2 = self.client("ec2")
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Filters": filters}
+            if page_size:
+                kwargs["MaxResults"] = page_size
+            if token:
+                kwargs["NextToken"] = token
+            with calling("DescribeInstances"):
+                page = ec2.describe_instances(**kwargs)
+            listing.requests += 1
+            for reservation in page.get("Reservations", []):
+                for raw in reservation.get("Instances", []):
+                    yield self.to_instance(raw)
+            token = page.get("NextToken")
+            if not token:
+                return
 
     def to_instance(self, raw: dict[str, Any]) -> models.Instance:
         zone = raw.get("Placement", {}).get("AvailabilityZone", "")
