@@ -27,6 +27,9 @@ from cloudloop.rules import node as node_rules
 from devstack.local import LocalStack
 
 CLI = [sys.executable, "-m", "cloudloop.cli"]
+#: Runs of each fault scenario: 1 in ``make test``; ``CLOUDLOOP_FAULT_RUNS=3`` for the note's
+#: "three runs in a row".
+RUNS = list(range(1, int(os.environ.get("CLOUDLOOP_FAULT_RUNS", "1")) + 1))
 
 
 def aws(stack: LocalStack, service: str) -> Any:

@@ -21,6 +21,7 @@ from devstack.aws_network import create_cluster_network
 from devstack.local import LocalStack
 from tests.faults.conftest import own_stack
 from tests.faults.rig import (
+    RUNS,
     Figures,
     Process,
     aws,
@@ -47,7 +48,7 @@ def api_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("run", [1, 2, 3])
+@pytest.mark.parametrize("run", RUNS)
 async def test_apiserver_killed_during_an_init_burst(
     api_stack: LocalStack, tmp_path: Path, run: int
 ) -> None:

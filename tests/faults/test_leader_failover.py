@@ -22,6 +22,7 @@ from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from tests.faults.conftest import own_stack
 from tests.faults.rig import (
+    RUNS,
     Figures,
     Process,
     aws,
@@ -54,7 +55,7 @@ def holder(kube: Kube, name: str) -> str:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("run", [1, 2, 3])
+@pytest.mark.parametrize("run", RUNS)
 async def test_leader_killed_during_a_burst(
     leader_stack: LocalStack, tmp_path: Path, run: int
 ) -> None:

@@ -35,6 +35,7 @@ from devstack.local import LocalStack
 from devstack.ovirt_emulator import Delays, OvirtEmulatorAdmin, OvirtEmulatorOptions
 from tests.faults.conftest import own_stack
 from tests.faults.rig import (
+    RUNS,
     Figures,
     Process,
     aws,
@@ -108,7 +109,7 @@ async def attach_until_done(ops: VolumeOperations, request: AttachVolumeRequest)
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("run", [1, 2, 3])
+@pytest.mark.parametrize("run", RUNS)
 async def test_temporal_killed_mid_flight(
     temporal_stack: LocalStack, tmp_path: Path, run: int
 ) -> None:

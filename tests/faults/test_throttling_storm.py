@@ -27,6 +27,7 @@ from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from tests.faults.conftest import own_stack
 from tests.faults.rig import (
+    RUNS,
     Figures,
     Process,
     aws,
@@ -53,7 +54,7 @@ def storm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("run", [1, 2, 3])
+@pytest.mark.parametrize("run", RUNS)
 async def test_throttling_storm(storm_stack: LocalStack, tmp_path: Path, run: int) -> None:
     scope = f"storm{run}-{uuid.uuid4().hex[:6]}"
     kube = Kube(api_client(storm_stack.kubeconfig))
