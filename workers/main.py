@@ -145,6 +145,7 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     async with contextlib.AsyncExitStack() as running:
         for worker in workers:
             await running.enter_async_context(worker)
+        metrics.health.add_liveness("workers", lambda: stopped_workers(workers))
         metrics.set_ready()
         await stop.wait()
         log.info(
@@ -152,3 +153,9 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             settings.temporal.graceful_shutdown_s,
         )
     metrics.stop()
+
+
+def stopped_workers(workers: list[Worker]) -> str | None:
+    """Liveness: a task queue's worker that stopped polling (a fatal error) fails it."""
+    stopped = [w.task_queue for w in workers if not w.is_running]
+    return f"worker stopped polling {', '.join(stopped)}" if stopped else None
