@@ -93,3 +93,12 @@ def test_health_answers() -> None:
     assert health.live() == [] and health.ready() == ["informers: nodes: stale"]
     health.add_liveness("broken", lambda: cast(Any, SimpleNamespace()).missing)
     assert health.live()[0].startswith("broken: check failed")
+
+
+def test_a_worker_that_stopped_polling_fails_liveness() -> None:
+    from workers.main import stopped_workers
+
+    running = SimpleNamespace(task_queue="q", is_running=True)
+    dead = SimpleNamespace(task_queue="q-drain", is_running=False)
+    assert stopped_workers(cast(Any, [running])) is None
+    assert stopped_workers(cast(Any, [running, dead])) == "worker stopped polling q-drain"
