@@ -23,6 +23,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
+from cloudloop.settings import Domain
 from devstack.backends.aws import launch_instance
 from workers.main import build_worker
 
@@ -75,7 +76,8 @@ async def volume_figures(ctx: BenchContext) -> dict[str, float]:
     workflow_s: list[float] = []
     direct_s: list[float] = []
     calls = 0.0
-    async with build_worker(ctx.client, settings, driver=driver, kube=ctx.kube):
+    queue = settings.temporal.queue_for(Domain.VOLUME)  # where VolumeOperations starts them
+    async with build_worker(ctx.client, settings, driver=driver, kube=ctx.kube, task_queue=queue):
         await through_workflow(through_volumes[0])  # warm-up: worker caches, boto3 clients
         await direct(direct_volumes[0])
         for through_volume, direct_volume in zip(

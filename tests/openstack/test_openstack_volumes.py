@@ -27,7 +27,7 @@ from cloudloop.messages.volume import (
     ExpandVolumeRequest,
     Topology,
 )
-from cloudloop.settings import Settings
+from cloudloop.settings import Domain, Settings
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
 from tests.volume.support import GIB, unique
 from workers.main import build_worker
@@ -38,7 +38,10 @@ pytestmark = pytest.mark.stack
 @pytest.fixture
 async def worker(client: Client, os_settings: Settings, kube: Kube) -> AsyncIterator[Worker]:
     driver = OpenStackDriver(OPENSTACK.section(os_settings))
-    async with build_worker(client, os_settings, driver=driver, kube=kube) as running:
+    queue = os_settings.temporal.queue_for(Domain.VOLUME)  # where VolumeOperations starts them
+    async with build_worker(
+        client, os_settings, driver=driver, kube=kube, task_queue=queue
+    ) as running:
         yield running
     driver.close()
 

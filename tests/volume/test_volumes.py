@@ -32,7 +32,7 @@ from cloudloop.messages.volume import (
     ExpandVolumeRequest,
     Topology,
 )
-from cloudloop.settings import Settings
+from cloudloop.settings import Domain, Settings
 from devstack.backends.aws import launch_instance
 from tests.helpers import eventually_async
 from tests.volume.support import (
@@ -50,7 +50,13 @@ pytestmark = pytest.mark.stack
 
 
 def make_worker(client: Client, settings: Settings, kube: Kube) -> Worker:
-    return build_worker(client, settings, driver=AwsDriver(AWS.section(settings)), kube=kube)
+    return build_worker(
+        client,
+        settings,
+        driver=AwsDriver(AWS.section(settings)),
+        kube=kube,
+        task_queue=settings.temporal.queue_for(Domain.VOLUME),  # where VolumeOperations starts
+    )
 
 
 @pytest.fixture
