@@ -30,7 +30,7 @@ from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.resources import PODS, VOLUME_ATTACHMENTS
-from cloudloop.settings import CsiSettings, Settings
+from cloudloop.settings import CsiSettings, Domain, Settings
 from devstack.backends.aws import launch_instance
 from devstack.csi_deployment import (
     PVCS,
@@ -90,7 +90,13 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
     direct_s: list[float] = []
     try:
         async with (
-            build_worker(ctx.client, settings, driver=driver, kube=ctx.kube),
+            build_worker(
+                ctx.client,
+                settings,
+                driver=driver,
+                kube=ctx.kube,
+                task_queue=settings.temporal.queue_for(Domain.VOLUME),
+            ),
             grpc.aio.insecure_channel(f"unix://{socket}") as channel,
         ):
             controller = csi_pb2_grpc.ControllerStub(channel)
@@ -152,7 +158,13 @@ async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]
             driver=driver_name,
             node_id=instance,
         )
-        async with build_worker(ctx.client, settings, driver=driver, kube=kube):
+        async with build_worker(
+            ctx.client,
+            settings,
+            driver=driver,
+            kube=kube,
+            task_queue=settings.temporal.queue_for(Domain.VOLUME),
+        ):
             await asyncio.to_thread(deployment.start)
             try:
                 await _wait(lambda: _storage_class(ctx, "gp3"), 60)

@@ -20,13 +20,16 @@ from pathlib import Path
 
 import grpc
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server, node_server
 from cloudloop.csi.v1 import csi_pb2_grpc
-from cloudloop.settings import CsiSettings, Settings
+from cloudloop.kube.api import Kube
+from cloudloop.settings import CsiSettings, Domain, Settings
 from devstack import gotools
+from workers.main import build_worker
 
 GIB = 1 << 30
 
@@ -55,6 +58,18 @@ async def socket_folder() -> AsyncIterator[CsiSockets]:
 
 def csi_settings(settings: Settings, **update: object) -> Settings:
     return settings.model_copy(update={"csi": CsiSettings.model_validate(update)})
+
+
+def volume_worker(client: Client, settings: Settings, driver: CloudDriver, kube: Kube) -> Worker:
+    """An in-process worker on the volume domain's task queue, where the controller's
+    :class:`VolumeOperations` starts the volume workflows."""
+    return build_worker(
+        client,
+        settings,
+        driver=driver,
+        kube=kube,
+        task_queue=settings.temporal.queue_for(Domain.VOLUME),
+    )
 
 
 @asynccontextmanager

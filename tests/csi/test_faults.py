@@ -46,11 +46,16 @@ from tests.csi.clouds import (
     zvirt_cloud,
 )
 from tests.csi.scenario import cloud_volume, live_attachments
-from tests.csi.support import channel, controller_service, csi_settings, socket_folder
+from tests.csi.support import (
+    channel,
+    controller_service,
+    csi_settings,
+    socket_folder,
+    volume_worker,
+)
 from tests.helpers import eventually, eventually_async
 from tests.holding_proxy import HoldingProxy
 from tests.support.workers import Workers
-from workers.main import build_worker
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -419,7 +424,7 @@ async def test_controller_killed_during_create_and_publish(
         await asyncio.to_thread(deployment.start_controller)
         async with (
             channel(endpoint) as opened,
-            build_worker(client, settings, driver=cloud.driver, kube=kube),
+            volume_worker(client, settings, cloud.driver, kube),
         ):
             response = await csi_pb2_grpc.ControllerStub(opened).CreateVolume(
                 create_request(cloud, name, zone)
@@ -442,7 +447,7 @@ async def test_controller_killed_during_create_and_publish(
         await asyncio.to_thread(deployment.start_controller)
         async with (
             channel(endpoint) as opened,
-            build_worker(client, settings, driver=cloud.driver, kube=kube),
+            volume_worker(client, settings, cloud.driver, kube),
         ):
             controller = csi_pb2_grpc.ControllerStub(opened)
             first = await controller.ControllerPublishVolume(publish_request(volume_id, node_id))
@@ -463,7 +468,7 @@ async def test_publish_to_a_node_whose_vm_is_gone(
     node_id, zone, _ = await cloud.new_node()
     async with (
         socket_folder() as sockets,
-        build_worker(client, settings, driver=cloud.driver, kube=kube),
+        volume_worker(client, settings, cloud.driver, kube),
         controller_service(client, settings, cloud.driver, sockets.controller),
         channel(sockets.controller) as opened,
     ):

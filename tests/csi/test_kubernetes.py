@@ -26,9 +26,8 @@ from devstack.csi_deployment import CsiDeployment, kwok_node, objects_removed, w
 from devstack.local import LocalStack
 from tests.csi.clouds import CsiCloud
 from tests.csi.scenario import detach_resize_delete, provision_and_attach
-from tests.csi.support import csi_settings
+from tests.csi.support import csi_settings, volume_worker
 from tests.helpers import eventually
-from workers.main import build_worker
 
 pytestmark = pytest.mark.stack
 
@@ -82,7 +81,7 @@ async def test_pvc_pod_resize_delete(
             node_id=instance_id,
             topology_key=topology_key,
         )
-        async with build_worker(client, settings, driver=cloud.driver, kube=kube):
+        async with volume_worker(client, settings, cloud.driver, kube):
             await asyncio.to_thread(deployment.start)
             try:
                 generated = await eventually(

@@ -24,8 +24,8 @@ from tests.csi.support import (
     node_service,
     run_sanity,
     socket_folder,
+    volume_worker,
 )
-from workers.main import build_worker
 
 pytestmark = [
     pytest.mark.stack,
@@ -43,7 +43,7 @@ async def test_csi_sanity(cloud: CsiCloud, client: Client, kube: Kube, tmp_path:
     node_id, zone, _ = await cloud.new_node()
     async with (
         socket_folder() as sockets,
-        build_worker(client, settings, driver=cloud.driver, kube=kube),
+        volume_worker(client, settings, cloud.driver, kube),
         controller_service(client, settings, cloud.driver, sockets.controller),
         node_service(settings, cloud.driver, sockets.node, node_id=node_id, zone=zone),
     ):

@@ -20,7 +20,7 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.resources import CLOUD_PROBES, EVENTS, SERVICES, Resource
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network
 from devstack.local import LocalStack
 from tests.faults.rig import Process, aws, base_env
 from tests.faults.test_fuzz import ANNOTATIONS, JSON, sqs_bodies

@@ -17,7 +17,7 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES, Resource
 from devstack.aws_front import stats
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from tests.faults.conftest import own_stack

@@ -49,7 +49,7 @@ from cloudloop.messages.machine import (
     RemoveFinalizerInput,
     ReportMachineInput,
 )
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network
 from devstack.local import LocalStack
 from starters.loadbalancer import ServiceStarter
 from tests.faults.conftest import own_settings, own_stack

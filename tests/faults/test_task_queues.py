@@ -17,6 +17,7 @@ from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import workflow_id as lb_workflow_id
 from cloudloop.settings import Domain, Settings, TaskQueueSettings
+from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
 from starters.context import StarterContext
 from starters.loadbalancer import ServiceStarter
@@ -24,7 +25,6 @@ from starters.termination import QueueProcessor
 from tests.helpers import eventually, eventually_async
 from tests.loadbalancer.support import AwsWorld, ingress, make_service
 from tests.termination.support import (
-    Aws,
     delete_nodes,
     drain_workflows,
     kwok_node,
@@ -33,7 +33,6 @@ from tests.termination.support import (
     pdb,
     replica_set,
     running_pods,
-    spot_itn,
 )
 from workers.main import build_workers
 
@@ -43,7 +42,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.fault]
 async def test_a_blocked_drain_queue_does_not_starve_load_balancers(
     stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
 ) -> None:
-    aws = Aws.of(stack)
+    aws = NthCloud.at(stack.moto_endpoint, stack.autoscaling_endpoint)
     queue = aws.queue()
     instance, dns = aws.plain_instance()
     source = kwok_node(kube, dns, namespace)

@@ -28,7 +28,7 @@ from cloudloop.messages.volume import (
 )
 from devstack import machine_fixtures
 from devstack.aws_front import stats
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network, spot_itn
 from devstack.devmode import stack_settings
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack
@@ -50,7 +50,6 @@ from tests.termination.support import (
     node_ready,
     replica_set,
     running_pods,
-    spot_itn,
 )
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]

@@ -22,7 +22,7 @@ from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES, SERVICES, ObjectRef, Resource
 from cloudloop.messages.loadbalancer import LoadBalancerQuery, LoadBalancerState, workflow_id
 from devstack.aws_front import set_limits, stats, throttling_storm
-from devstack.aws_network import create_cluster_network
+from devstack.backends.aws import create_cluster_network
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from tests.faults.conftest import own_stack

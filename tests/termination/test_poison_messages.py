@@ -14,10 +14,10 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PODS, Resource
 from cloudloop.settings import Settings
+from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.termination.support import (
-    Aws,
     delete_nodes,
     drain_workflows,
     kwok_node,
@@ -30,7 +30,6 @@ from tests.termination.support import (
     replica_set,
     running,
     running_pods,
-    spot_itn,
 )
 from workers.main import build_worker
 
@@ -54,9 +53,13 @@ def bare_pod(kube: Kube, namespace: str, node: str) -> None:
 
 
 async def test_a_drain_that_fails_for_good_gives_the_message_up_at_once(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack,
+    kube: Kube,
+    client: Client,
+    settings: Settings,
+    namespace: str,
+    aws: NthCloud,
 ) -> None:
-    aws = Aws.of(stack)
     queue = aws.queue()
     instance, dns = aws.plain_instance()
     source = kwok_node(kube, dns, namespace)
@@ -80,10 +83,14 @@ async def test_a_drain_that_fails_for_good_gives_the_message_up_at_once(
 
 
 async def test_a_message_received_too_often_is_given_up(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack,
+    kube: Kube,
+    client: Client,
+    settings: Settings,
+    namespace: str,
+    aws: NthCloud,
 ) -> None:
     """A drain a PDB blocks past its deadline fails each time: after two receives, no more."""
-    aws = Aws.of(stack)
     queue = aws.queue()
     instance, dns = aws.plain_instance()
     source = kwok_node(kube, dns, namespace)
@@ -129,10 +136,14 @@ class CountingKube(Kube):
 
 
 async def test_nodes_are_found_in_the_informer(
-    stack: LocalStack, kube: Kube, client: Client, settings: Settings, namespace: str
+    stack: LocalStack,
+    kube: Kube,
+    client: Client,
+    settings: Settings,
+    namespace: str,
+    aws: NthCloud,
 ) -> None:
     """Ten events by providerID cost no Node LIST beyond the informer's own."""
-    aws = Aws.of(stack)
     queue = aws.queue()
     instance, _ = aws.plain_instance()
     name = f"pid-{namespace}"

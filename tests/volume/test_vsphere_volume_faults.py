@@ -24,7 +24,7 @@ from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
-from cloudloop.settings import Settings
+from cloudloop.settings import Domain, Settings
 from devstack.backends.vsphere import vcsim_server, vsphere_settings
 from devstack.local import LocalStack
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
@@ -140,7 +140,7 @@ async def test_worker_killed_during_attach(
     driver = VsphereDriver(vsphere_settings(endpoint, poll_interval_s=0.1))
     ops = VolumeOperations(
         client,
-        task_queue=settings.temporal.task_queue,
+        task_queue=settings.temporal.queue_for(Domain.VOLUME),
         cluster=settings.cluster_name,
         provider="vsphere",
     )
