@@ -1,32 +1,28 @@
-"""The fault tests' rig: ``cloudloop worker``/``starter`` as real processes kept running the way
-a kubelet would (restarted when they exit), the cluster's cloud in moto, and the figures the
-note reports (time to converge, duplicates, orphans, deleted nodes)."""
+"""The fault tests' rig: ``cloudloop worker``/``starter`` as real processes (the worker-process
+harness of :mod:`tests.support.workers`) kept running the way a kubelet would (restarted when
+they exit), the cluster's cloud in moto, and the figures the note reports (time to converge,
+duplicates, orphans, deleted nodes)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import botocore.exceptions
 
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, SERVICES
-from cloudloop.net import free_port
 from cloudloop.rules import node as node_rules
+from devstack.backends.aws import aws_client
+from devstack.devmode import stack_settings
 from devstack.local import LocalStack
+from tests.support.workers import WorkerProcess, aws_env, worker_env
 
-CLI = [sys.executable, "-m", "cloudloop.cli"]
 #: Runs of each fault scenario: 1 in ``make test``; ``CLOUDLOOP_FAULT_RUNS=3`` for the note's
 #: "three runs in a row".
 RUNS = list(range(1, int(os.environ.get("CLOUDLOOP_FAULT_RUNS", "1")) + 1))
@@ -34,67 +30,54 @@ RUNS = list(range(1, int(os.environ.get("CLOUDLOOP_FAULT_RUNS", "1")) + 1))
 
 def aws(stack: LocalStack, service: str) -> Any:
     """A boto3 client on moto itself (set-up and checks; the product goes through the front)."""
-    make: Any = boto3.client
-    return make(
-        service,
-        region_name="us-east-1",
-        endpoint_url=stack.moto_endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return aws_client(service, stack.moto_endpoint)
 
 
 def base_env(stack: LocalStack, cluster: str, task_queue: str, **extra: str) -> dict[str, str]:
-    """The environment of a worker or starter of ``cluster`` on the stack (AWS provider)."""
-    return {
-        **os.environ,
-        "CLOUDLOOP_CLUSTER_NAME": cluster,
-        "CLOUDLOOP_PROVIDER": "aws",
-        "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
-        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
-        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
-        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "2",
-        "CLOUDLOOP_AWS__ENDPOINT_URL": stack.aws_endpoint,
-        "CLOUDLOOP_AWS__REGION": "us-east-1",
-        "CLOUDLOOP_AWS__ACCESS_KEY_ID": "testing",
-        "CLOUDLOOP_AWS__SECRET_ACCESS_KEY": "testing",
-        "CLOUDLOOP_AWS__TIMEOUT_S": "10",
-        "CLOUDLOOP_CCM__NODE_MONITOR_PERIOD_S": "2",
-        "CLOUDLOOP_CCM__CONCURRENT_NODE_SYNCS": "4",
-        "CLOUDLOOP_CCM__CONCURRENT_SERVICE_SYNCS": "4",
-        "CLOUDLOOP_CCM__CONFIGURE_CLOUD_ROUTES": "false",
-        "CLOUDLOOP_DISCOVERY__ENABLED": "false",
-        "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": "default",
-        "CLOUDLOOP_LEADER_ELECTION__NAME": f"starter-{task_queue}",
-        **extra,
-    }
+    """The environment of a worker or starter of ``cluster`` on the stack (AWS provider, through
+    the AWS front), built as :mod:`tests.support.workers` builds every worker's."""
+    settings = stack_settings(stack, task_queue=task_queue, cluster=cluster)
+    return worker_env(
+        settings,
+        stack,
+        aws_env(
+            stack.aws_endpoint, CLOUDLOOP_AWS__REGION="us-east-1", CLOUDLOOP_AWS__TIMEOUT_S="10"
+        ),
+        {
+            "CLOUDLOOP_PROVIDER": "aws",
+            "CLOUDLOOP_CCM__NODE_MONITOR_PERIOD_S": "2",
+            "CLOUDLOOP_CCM__CONCURRENT_NODE_SYNCS": "4",
+            "CLOUDLOOP_CCM__CONCURRENT_SERVICE_SYNCS": "4",
+            "CLOUDLOOP_CCM__CONFIGURE_CLOUD_ROUTES": "false",
+            "CLOUDLOOP_DISCOVERY__ENABLED": "false",
+            "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": "default",
+            "CLOUDLOOP_LEADER_ELECTION__NAME": f"starter-{task_queue}",
+        },
+        extra,
+        graceful_shutdown_s=2,
+    )
 
 
-class Process:
-    """``cloudloop worker`` or ``starter``, restarted whenever it exits (as a kubelet does)."""
+class Process(WorkerProcess):
+    """``cloudloop worker`` or ``starter`` (a :class:`~tests.support.workers.WorkerProcess`)
+    started again whenever it exits, as a kubelet does; ``exits`` counts the runs that ended by
+    themselves (a crash the test must see) and the kills."""
 
     def __init__(self, kind: str, env: dict[str, str], log_dir: Path, name: str = "") -> None:
-        self.kind = kind
-        self.name = name or kind
-        self.env = env
-        self.log_dir = log_dir
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.exits: list[int] = []  # exit codes of runs that ended by themselves
+        super().__init__(env, log_dir, name=name or kind, command=kind, ready_timeout_s=90.0)
+        self.exits: list[int] = []  # exit codes of runs that ended by themselves; -9: killed
         self._keep = False
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.process is not None and self.process.popen is not None
+        return self.process.popen.pid
 
     def start(self, *, wait: bool = True) -> Process:
         with self._lock:
-            self._spawn()
+            super().start(wait=False)
         self._keep = True
         if self._watcher is None:
             self._watcher = threading.Thread(target=self._watch, daemon=True)
@@ -103,27 +86,17 @@ class Process:
             self.wait_ready()
         return self
 
-    def _spawn(self) -> None:
-        self.starts += 1
-        log = self.log_dir / f"{self.name}-{self.starts}.log"
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [*CLI, self.kind],
-                env={**self.env, "CLOUDLOOP_METRICS_PORT": str(self.port)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
     def _watch(self) -> None:
         while True:
             time.sleep(0.5)
             with self._lock:
                 if not self._keep:
                     return
-                if self.proc is not None and self.proc.poll() is not None:
-                    self.exits.append(int(self.proc.returncode))
+                popen = self.process.popen if self.process is not None else None
+                if popen is not None and popen.poll() is not None:
+                    self.exits.append(int(popen.returncode))
                     time.sleep(1.0)  # the kubelet's restart back-off, short
-                    self._spawn()
+                    super().start(wait=False)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
@@ -135,57 +108,19 @@ class Process:
     def kill(self, *, restart: bool = True) -> None:
         """SIGKILL now; started again at once unless ``restart`` is false (its pod is gone)."""
         with self._lock:
-            assert self.proc is not None and self.proc.poll() is None, f"{self.name} is down"
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            super().kill()
             self.exits.append(-9)
             if restart:
-                self._spawn()
+                super().start(wait=False)
             else:
                 self._keep = False
 
     def stop(self) -> None:
+        """Stop it for good: SIGTERM (a graceful shutdown), SIGKILL after 10 s."""
         self._keep = False
         with self._lock:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=3) as r:
-                return int(r.status), r.read().decode(errors="replace")
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read().decode(errors="replace")
-        except OSError:
-            return 0, ""
-
-    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """The sum of ``name``'s samples whose labels include ``labels`` (0 when absent)."""
-        status, text = self.get("/metrics")
-        if status != 200:
-            return 0.0
-        total = 0.0
-        for line in text.splitlines():
-            if not line.startswith(name):
-                continue
-            head, _, value = line.rpartition(" ")
-            if head.split("{", 1)[0] != name:
-                continue
-            if all(f'{k}="{v}"' in head for k, v in (labels or {}).items()):
-                total += float(value)
-        return total
-
-    def tail(self, lines: int = 40) -> str:
-        log = self.log_dir / f"{self.name}-{self.starts}.log"
-        try:
-            return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+            if self.process is not None:
+                self.process.stop(10)
 
 
 # -- the cluster's objects ---------------------------------------------------------------------

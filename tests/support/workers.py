@@ -1,5 +1,6 @@
-"""``cloudloop worker`` as a real process for the stack and fault tests: its environment, started
-with a fresh metrics port, waited for on ``/readyz``, SIGKILLed, started again.
+"""``cloudloop worker`` (or ``starter``) as a real process for the stack and fault tests: its
+environment, started with a fresh metrics port, waited for on ``/readyz``, SIGKILLed, started
+again; its health endpoints and metrics read over HTTP.
 
 Rules: every process runs through :class:`~devstack.process.ManagedProcess` (its own process
 group, killed with the test run if that dies); a kill is SIGKILL (no graceful shutdown, no last
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -78,7 +81,8 @@ def aws_process_env(settings: Settings, stack: LocalStack, folder: Path) -> dict
 
 class WorkerProcess:
     """One worker process at a time: ``python -m <module> worker`` (``module`` may be a test's
-    worker that stops dead at a fault point), restarted by :meth:`start` after a kill."""
+    worker that stops dead at a fault point; ``command`` ``starter`` runs the starter instead),
+    restarted by :meth:`start` after a kill."""
 
     def __init__(
         self,
@@ -87,18 +91,21 @@ class WorkerProcess:
         *,
         name: str = "worker",
         module: str = CLI,
+        command: str = "worker",
         ready_timeout_s: float = 60.0,
     ) -> None:
         self.env, self.log_dir, self.name, self.module = env, log_dir, name, module
+        self.command = command
         self.ready_timeout_s = ready_timeout_s
         self.starts = 0
+        self.port = 0  # the current process's metrics port
         self.process: ManagedProcess | None = None
 
     def start(self, *, wait: bool = True) -> WorkerProcess:
         """A new process (its own log and metrics port); with ``wait``, until it is ready."""
-        port = free_port()
+        port = self.port = free_port()
         self.starts += 1
-        argv = [sys.executable, "-m", self.module, *(["worker"] if self.module == CLI else [])]
+        argv = [sys.executable, "-m", self.module, *([self.command] if self.module == CLI else [])]
         self.process = ManagedProcess(
             f"{self.name}-{self.starts}",
             argv,
@@ -132,6 +139,33 @@ class WorkerProcess:
         """SIGKILL whatever still runs (the end of a test or a rig)."""
         if self.process is not None and self.process.running:
             self.process.kill()
+
+    def get(self, path: str) -> tuple[int, str]:
+        """Status and body of ``path`` on the metrics port (0 when nothing answers)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=3) as r:
+                return int(r.status), r.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
+        except OSError:
+            return 0, ""
+
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """The sum of ``name``'s samples whose labels include ``labels`` (0 when absent)."""
+        status, text = self.get("/metrics")
+        if status != 200:
+            return 0.0
+        total = 0.0
+        for line in text.splitlines():
+            head, _, value = line.rpartition(" ")
+            if head.split("{", 1)[0] != name:
+                continue
+            if all(f'{k}="{v}"' in head for k, v in (labels or {}).items()):
+                total += float(value)
+        return total
+
+    def tail(self, lines: int = 40) -> str:
+        return self.process.tail(lines) if self.process is not None else ""
 
 
 class Workers:
