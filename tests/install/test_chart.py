@@ -17,7 +17,16 @@ import yaml
 from prometheus_client import REGISTRY
 
 from cloudloop.cloud.registry import PROVIDERS
-from tests.install.chart import CHART, Helm, documents, find, provider_values, render
+from cloudloop.settings import Domain, Settings, TaskQueueSettings
+from tests.install.chart import (
+    CHART,
+    Helm,
+    container,
+    documents,
+    find,
+    provider_values,
+    render,
+)
 
 PROVIDER_NAMES = sorted(provider_values())
 TAINTS = (
@@ -129,6 +138,38 @@ def test_placement_options(helm: Helm, sets: dict[str, str], expected: dict[str,
     assert {k: pod.get(k) for k in expected} == expected
     if "hostNetwork" in expected:
         assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_the_worker_polls_each_domain_queue_with_its_slots_and_rate(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sets = {
+        "temporal.maxConcurrentActivities": "20",
+        "temporal.queues.drain.maxConcurrentActivities": "5",
+        "temporal.queues.drain.activitiesPerSecond": "2",
+        "temporal.queues.volume.activitiesPerSecond": "0",  # unlimited
+    }
+    docs = render(helm, "aws", sets)
+    envs = {
+        c: {e["name"]: e.get("value") for e in container(find(docs, "Deployment", f"-{c}"))["env"]}
+        for c in ("worker", "starter")
+    }
+    for name, value in envs["worker"].items():
+        if name.startswith("CLOUDLOOP_TEMPORAL__") and value is not None:
+            monkeypatch.setenv(name, value)
+    temporal = Settings().temporal
+
+    assert "CLOUDLOOP_TEMPORAL__QUEUES" not in envs["starter"]  # only the worker polls them
+    assert temporal.max_concurrent_activities == 20
+    assert temporal.queue_settings(Domain.DRAIN) == TaskQueueSettings(
+        max_concurrent_activities=5, activities_per_second=2
+    )
+    assert temporal.queue_settings(Domain.VOLUME).activities_per_second is None
+    assert {d: temporal.queue_settings(d) for d in (Domain.LOAD_BALANCER, Domain.MACHINE)} == {
+        d: TaskQueueSettings(max_concurrent_activities=50, activities_per_second=50)
+        for d in (Domain.LOAD_BALANCER, Domain.MACHINE)
+    }
+    assert sorted(temporal.queues) == sorted(Domain.ALL)
 
 
 def test_credentials_come_from_the_secret_and_never_reach_config_or_env(

@@ -104,6 +104,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The worker's domain queues as CLOUDLOOP_TEMPORAL__QUEUES (JSON, the settings' field names);
+an activitiesPerSecond of 0 is unlimited (null). */}}
+{{- define "cloudloop.taskQueues" -}}
+{{- $queues := dict }}
+{{- range $domain, $queue := .Values.temporal.queues }}
+{{- $settings := dict }}
+{{- if hasKey $queue "maxConcurrentActivities" }}
+{{- $_ := set $settings "max_concurrent_activities" (int $queue.maxConcurrentActivities) }}
+{{- end }}
+{{- if hasKey $queue "activitiesPerSecond" }}
+{{- $_ := set $settings "activities_per_second" (ternary nil $queue.activitiesPerSecond (eq (toString $queue.activitiesPerSecond) "0")) }}
+{{- end }}
+{{- $_ := set $queues $domain $settings }}
+{{- end }}
+{{- toJson $queues }}
+{{- end }}
+
 {{- define "cloudloop.temporalVolumes" -}}
 {{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
 - name: temporal-tls
@@ -238,6 +255,12 @@ containers:
         value: {{ $root.Values.starter.leaderElection.namespace | default $root.Release.Namespace | quote }}
       {{- end }}
       {{- with include "cloudloop.temporalEnv" $root | trim }}{{ . | nindent 6 }}{{- end }}
+      {{- if eq $component "worker" }}
+      - name: CLOUDLOOP_TEMPORAL__MAX_CONCURRENT_ACTIVITIES
+        value: {{ $root.Values.temporal.maxConcurrentActivities | int | quote }}
+      - name: CLOUDLOOP_TEMPORAL__QUEUES
+        value: {{ include "cloudloop.taskQueues" $root | quote }}
+      {{- end }}
       {{- with $root.Values.extraEnv }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
