@@ -322,6 +322,37 @@ async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
     await tear_down(wf, latest)
 
 
+async def test_a_failing_lb_continues_as_new_with_its_backoff(wf: Harness) -> None:
+    """An ensure that keeps failing still continues as new (``continue-as-new-while-failing``),
+    carrying the failures in a row and the pending retry: the new run backs off first."""
+    down = fail("CloudUnreachable", "connection refused")
+    wf.script.on(ENSURE, *[down] * 12, INGRESS)  # 4 failed reconciles of 3 attempts
+    handle = await start(wf, desired("n1"), limit=40)
+    first_run: str = (await handle.describe()).run_id
+    latest = wf.client.get_workflow_handle_for(LoadBalancerWorkflow.run, handle.id)
+
+    async def new_run() -> bool:
+        run_id: str = (await latest.describe()).run_id
+        return run_id != first_run
+
+    for _ in range(20):  # the server's clock moves on only while the test sleeps
+        if await new_run():
+            break
+        await wf.env.sleep(timedelta(seconds=5))
+    await eventually_async(new_run, timeout=10, what="a new run while failing")
+    carried = await current(latest)
+    assert carried.failures >= 1 and carried.retry_pending and carried.applied is None
+    first = wf.client.get_workflow_handle(handle.id, run_id=first_run)
+    history = await first.fetch_history()
+    assert history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    await record(first, "LoadBalancer.continue-as-new-while-failing")
+
+    await wf.env.sleep(timedelta(seconds=600))
+    await wf.script.called(ENSURE, 13)
+    assert (await current(latest)).applied == desired("n1")
+    await tear_down(wf, latest)
+
+
 # -- drift repair -------------------------------------------------------------------------
 async def start_resyncing(wf: Harness, request: DesiredLoadBalancer, period_s: float) -> Any:
     initial = state()
