@@ -642,6 +642,11 @@ async def test_classic_changes_in_place(
         lambda: shapes() == {80: ("TCP", "TCP", ""), 443: ("SSL", "TCP", second)},
         what="the new certificate",
     )
+    # the cloud shows the swap before the activity has its answer (and counts it)
+    await eventually(
+        lambda: _requests("SetLoadBalancerListenerSSLCertificate") >= swaps + 1,
+        what="the swap counted",
+    )
     assert _requests("SetLoadBalancerListenerSSLCertificate") == swaps + 1
     assert _requests("DeleteLoadBalancerListeners") == deletes
     await _annotate(
