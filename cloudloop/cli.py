@@ -242,11 +242,11 @@ def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
 
 @main.command("csi-controller")
 @click.option("--endpoint", help="CSI endpoint, unix:///path [csi.endpoint].")
-def csi_controller(endpoint: str | None) -> None:
+@process_options
+def csi_controller(settings: Settings, endpoint: str | None) -> None:
     """Serve the CSI Identity and Controller services (through the volume workflows)."""
     from cloudloop.csi.server import run_controller
 
-    settings = Settings()
     if endpoint:
         settings = settings.model_copy(
             update={"csi": settings.csi.model_copy(update={"endpoint": endpoint})}
@@ -257,11 +257,11 @@ def csi_controller(endpoint: str | None) -> None:
 @main.command("csi-node")
 @click.option("--endpoint", help="CSI endpoint, unix:///path [csi.endpoint].")
 @click.option("--node-name", help="This node's Kubernetes name [csi.node_name, NODE_NAME].")
-def csi_node(endpoint: str | None, node_name: str | None) -> None:
+@process_options
+def csi_node(settings: Settings, endpoint: str | None, node_name: str | None) -> None:
     """Serve the CSI Identity and Node services (format, mount, expand on this node)."""
     from cloudloop.csi.server import run_node
 
-    settings = Settings()
     update = {k: v for k, v in (("endpoint", endpoint), ("node_name", node_name)) if v}
     settings = settings.model_copy(update={"csi": settings.csi.model_copy(update=update)})
     asyncio.run(run_node(settings))

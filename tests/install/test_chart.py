@@ -305,3 +305,165 @@ def test_provider_values_files_hold_no_secrets() -> None:
     secret = re.compile(r"(password|secret_access_key|access_key_id|token|api_key)\s*:\s*\S")
     for path in provider_values().values():
         assert not secret.search(Path(path).read_text()), path
+
+
+# -- CSI pods: the same configuration and credentials as the worker and starter ---------------
+def _pod(manifests: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    return dict(find(manifests, kind, suffix)["spec"]["template"]["spec"])
+
+
+def _main_container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod["containers"] if c["name"] == name)
+
+
+def _config_sources(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """mountPath -> the ConfigMap or Secret mounted there (emptyDir and hostPath left out)."""
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    sources: dict[str, Any] = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes[mount["name"]]
+        if "configMap" in volume:
+            sources[mount["mountPath"]] = ("ConfigMap", volume["configMap"]["name"])
+        elif "secret" in volume:
+            sources[mount["mountPath"]] = ("Secret", volume["secret"]["secretName"])
+    return sources
+
+
+CSI_PODS = [
+    pytest.param("Deployment", "-csi-controller", "csi-controller", id="csi-controller"),
+    pytest.param("DaemonSet", "-csi-node", "csi-node", id="csi-node"),
+]
+
+
+@pytest.mark.parametrize("kind, suffix, name", CSI_PODS)
+def test_csi_pods_get_the_cloud_settings_and_credentials_the_worker_gets(
+    manifests: list[dict[str, Any]], kind: str, suffix: str, name: str
+) -> None:
+    worker_pod = _pod(manifests, "Deployment", "-worker")
+    worker = worker_pod["containers"][0]
+    pod = _pod(manifests, kind, suffix)
+    csi = _main_container(pod, name)
+    env = {e["name"]: e.get("value") for e in csi["env"]}
+    worker_env = {e["name"]: e.get("value") for e in worker["env"]}
+    shared = ("CLOUDLOOP_CLUSTER_NAME", "CLOUDLOOP_PROVIDER", "CLOUDLOOP_CONFIG")
+
+    assert csi["args"][0] == name
+    assert [a for a in csi["args"] if a.startswith("--cloud-config=")] == [
+        a for a in worker["args"] if a.startswith("--cloud-config=")
+    ]
+    assert {k: env[k] for k in shared} == {k: worker_env[k] for k in shared}
+    assert _config_sources(pod, csi) == _config_sources(worker_pod, worker)
+    assert ("Secret", find(manifests, "Secret", "-credentials")["metadata"]["name"]) in (
+        _config_sources(pod, csi).values()
+    )
+    # Credentials are files: no env value carries one, no env reads a Secret key.
+    assert "placeholder" not in json.dumps(csi["env"])
+    assert not any("secretKeyRef" in (e.get("valueFrom") or {}) for e in csi["env"])
+
+
+@pytest.mark.parametrize("kind, suffix, name", CSI_PODS)
+def test_csi_pods_mount_an_existing_credentials_secret(
+    helm: Helm, kind: str, suffix: str, name: str
+) -> None:
+    docs = documents(
+        helm.template(
+            [provider_values()["openstack"]],
+            {
+                "clusterName": "x",
+                "cloud.credentials.create": "false",
+                "cloud.credentials.existingSecret": "my-cloud-conf",
+            },
+        ).stdout
+    )
+    pod = _pod(docs, kind, suffix)
+    cloud = yaml.safe_load(find(docs, "ConfigMap", "cloudloop")["data"]["cloud.yaml"])
+
+    assert _config_sources(pod, _main_container(pod, name))["/etc/cloudloop/credentials"] == (
+        "Secret",
+        "my-cloud-conf",
+    )
+    assert cloud["cloud_config_file"] == "/etc/cloudloop/credentials/cloud.conf"
+    assert not [d for d in docs if d["kind"] == "Secret"]
+
+
+def test_the_csi_controller_reaches_temporal_like_the_worker(helm: Helm) -> None:
+    sets = {
+        "temporal.tls.enabled": "true",
+        "temporal.tls.secretName": "temporal-mtls",
+        "temporal.apiKey.secretName": "temporal-key",
+    }
+    docs = render(helm, "aws", sets)
+    pod = _pod(docs, "Deployment", "-csi-controller")
+    csi = _main_container(pod, "csi-controller")
+    worker_pod = _pod(docs, "Deployment", "-worker")
+    temporal = {
+        e["name"]: e["value"] for e in csi["env"] if e["name"].startswith("CLOUDLOOP_TEMPORAL__")
+    }
+    worker_temporal = {
+        e["name"]: e["value"]
+        for e in worker_pod["containers"][0]["env"]
+        if e["name"].startswith("CLOUDLOOP_TEMPORAL__")
+    }
+
+    assert temporal == worker_temporal
+    assert "CLOUDLOOP_TEMPORAL__API_KEY_FILE" in temporal
+    assert {
+        ("Secret", "temporal-mtls"),
+        ("Secret", "temporal-key"),
+    } <= set(_config_sources(pod, csi).values())
+
+
+# -- the upstream vsphere CPI's layout: DaemonSets on the control-plane nodes ------------------
+def test_vsphere_runs_deployments_by_default(helm: Helm) -> None:
+    docs = render(helm, "vsphere")
+
+    assert find(docs, "Deployment", "-worker")["spec"]["replicas"] == 2
+    assert find(docs, "Deployment", "-starter")["spec"]["replicas"] == 2
+    assert not [
+        d
+        for d in docs
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith(("-worker", "-starter"))
+    ]
+
+
+def test_vsphere_offers_the_upstream_daemonset_on_control_plane_nodes(helm: Helm) -> None:
+    sets = {"worker.kind": "DaemonSet", "starter.kind": "DaemonSet", "hostNetwork": "true"}
+    docs = render(helm, "vsphere", sets)
+    ports = {}
+    for component in ("worker", "starter"):
+        daemonset = find(docs, "DaemonSet", f"-{component}")
+        pod = daemonset["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        ports[component] = container["ports"][0]["containerPort"]
+
+        assert "replicas" not in daemonset["spec"]
+        assert daemonset["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+        assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+        assert {t["key"] for t in pod["tolerations"]} >= set(TAINTS)
+        assert pod["hostNetwork"] is True
+        assert "affinity" not in pod
+        assert env["CLOUDLOOP_METRICS_PORT"] == str(ports[component])
+        assert not [
+            d
+            for d in docs
+            if d["kind"] in ("Deployment", "PodDisruptionBudget")
+            and d["metadata"]["name"].endswith(f"-{component}")
+        ]
+    # Two host-network pods on one node: two ports.
+    assert ports == {"worker": 9464, "starter": 9465}
+
+
+def test_an_unknown_workload_kind_is_refused(helm: Helm) -> None:
+    result = helm.template(
+        [provider_values()["vsphere"]],
+        {
+            "clusterName": "x",
+            "cloud.credentials.files.password": "y",
+            "starter.kind": "StatefulSet",
+        },
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert "starter" in result.stderr and "kind" in result.stderr

@@ -41,7 +41,7 @@ def test_leader_elect_takes_the_upstream_forms(args: list[str], expected: bool |
     assert context.params["leader_elect"] is expected
 
 
-@pytest.mark.parametrize("command", ["worker", "starter"])
+@pytest.mark.parametrize("command", ["worker", "starter", "csi-controller", "csi-node"])
 def test_the_processes_take_the_upstream_flags(command: str) -> None:
     options = {opt for param in cli.main.commands[command].params for opt in param.opts}
 

@@ -1,20 +1,12 @@
-{{/* CSI driver: the env both CSI processes read (Temporal for the controller, the cloud's name for
-     both; the controller never needs cloud credentials: the workers hold them). */}}
+{{/* CSI driver: the env both CSI processes read. Like the worker and starter they get the
+     cloud's settings (--cloud-config), the CLOUDLOOP_CONFIG file and the credentials Secret's
+     files: the driver builds StorageClasses, topology and limits from them. */}}
 {{- define "cloudloop.csi.env" -}}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
-- name: CLOUDLOOP_PROVIDER
-  value: {{ .Values.provider | quote }}
-- name: CLOUDLOOP_CLUSTER_NAME
-  value: {{ required "clusterName is required" .Values.clusterName | quote }}
-- name: CLOUDLOOP_TEMPORAL__ADDRESS
-  value: {{ .Values.temporal.address | quote }}
-- name: CLOUDLOOP_TEMPORAL__NAMESPACE
-  value: {{ .Values.temporal.namespace | quote }}
-- name: CLOUDLOOP_TEMPORAL__TASK_QUEUE
-  value: {{ .Values.temporal.taskQueue | quote }}
+{{ include "cloudloop.configEnv" . }}
 - name: CLOUDLOOP_CSI__DRIVER_NAME
   value: {{ .Values.csi.driverName | quote }}
 - name: CLOUDLOOP_CSI__ENDPOINT

@@ -78,6 +78,71 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Where the ConfigMap's files are mounted. */}}
 {{- define "cloudloop.configDir" -}}/etc/cloudloop/config{{- end }}
 
+{{/* The flags every long-running process takes: log format and the --cloud-config file. */}}
+{{- define "cloudloop.processArgs" -}}
+- --log-format={{ .Values.logFormat }}
+- --cloud-config={{ include "cloudloop.configDir" . }}/cloud.yaml
+{{- end }}
+
+{{/* The configuration env of every process (worker, starter, CSI controller and node): the
+     cluster, the cloud and the CLOUDLOOP_CONFIG file. Secrets never go here: they are files. */}}
+{{- define "cloudloop.configEnv" -}}
+- name: CLOUDLOOP_CLUSTER_NAME
+  value: {{ required "clusterName is required" .Values.clusterName | quote }}
+- name: CLOUDLOOP_PROVIDER
+  value: {{ .Values.provider | quote }}
+- name: CLOUDLOOP_CONFIG
+  value: {{ include "cloudloop.configDir" . }}/config.yaml
+{{- end }}
+
+{{/* The ConfigMap (config.yaml, cloud.yaml) and the credentials Secret, read-only. */}}
+{{- define "cloudloop.configMounts" -}}
+- name: config
+  mountPath: {{ include "cloudloop.configDir" . }}
+  readOnly: true
+{{- if include "cloudloop.credentialsSecret" . }}
+- name: credentials
+  mountPath: {{ .Values.cloud.credentials.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "cloudloop.configVolumes" -}}
+- name: config
+  configMap:
+    name: {{ include "cloudloop.fullname" . }}
+{{- with include "cloudloop.credentialsSecret" . }}
+- name: credentials
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/* Pod annotations that roll the pods when their configuration or credentials change. */}}
+{{- define "cloudloop.configChecksums" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- if .Values.cloud.credentials.create }}
+checksum/credentials: {{ include (print .Template.BasePath "/secret-credentials.yaml") . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/* A component's workload kind: Deployment (default) or DaemonSet on the control-plane nodes
+     (the upstream vsphere CPI's layout): (dict "root" $ "component" "worker"). */}}
+{{- define "cloudloop.kind" -}}
+{{- (index .root.Values .component).kind | default "Deployment" }}
+{{- end }}
+
+{{/* A component's metrics port: on the host network the starter takes the next port, so a
+     worker and a starter on one node never collide. */}}
+{{- define "cloudloop.metricsPort" -}}
+{{- if and .root.Values.hostNetwork (eq .component "starter") }}
+{{- add1 (int .root.Values.metrics.port) }}
+{{- else }}
+{{- .root.Values.metrics.port }}
+{{- end }}
+{{- end }}
+
 {{/* Temporal connection env (worker, starter and the set-up Job). */}}
 {{- define "cloudloop.temporalEnv" -}}
 - name: CLOUDLOOP_TEMPORAL__ADDRESS
@@ -168,8 +233,9 @@ dnsPolicy: ClusterFirstWithHostNet
 {{- end }}
 securityContext:
   {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+{{- $daemonSet := eq (include "cloudloop.kind" .) "DaemonSet" }}
 {{- $nodeSelector := deepCopy ($root.Values.nodeSelector | default dict) }}
-{{- if $root.Values.controlPlane }}
+{{- if or $root.Values.controlPlane $daemonSet }}
 {{- $_ := set $nodeSelector "node-role.kubernetes.io/control-plane" "" }}
 {{- end }}
 {{- with $nodeSelector }}
@@ -180,10 +246,11 @@ nodeSelector:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-affinity:
 {{- if $root.Values.affinity }}
+affinity:
   {{- toYaml $root.Values.affinity | nindent 2 }}
-{{- else }}
+{{- else if not $daemonSet }}
+affinity:
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
       - weight: 100
@@ -202,8 +269,7 @@ containers:
     imagePullPolicy: {{ $root.Values.image.pullPolicy }}
     args:
       - {{ $component }}
-      - --log-format={{ $root.Values.logFormat }}
-      - --cloud-config={{ include "cloudloop.configDir" $root }}/cloud.yaml
+      {{- include "cloudloop.processArgs" $root | nindent 6 }}
       {{- if eq $component "starter" }}
       - --leader-elect=true
       {{- end }}
@@ -214,7 +280,7 @@ containers:
       {{- toYaml $root.Values.securityContext | nindent 6 }}
     ports:
       - name: metrics
-        containerPort: {{ $root.Values.metrics.port }}
+        containerPort: {{ include "cloudloop.metricsPort" . }}
         protocol: TCP
     livenessProbe:
       httpGet:
@@ -240,14 +306,9 @@ containers:
         valueFrom:
           fieldRef:
             fieldPath: metadata.namespace
-      - name: CLOUDLOOP_CLUSTER_NAME
-        value: {{ required "clusterName is required" $root.Values.clusterName | quote }}
-      - name: CLOUDLOOP_PROVIDER
-        value: {{ $root.Values.provider | quote }}
-      - name: CLOUDLOOP_CONFIG
-        value: {{ include "cloudloop.configDir" $root }}/config.yaml
+      {{- include "cloudloop.configEnv" $root | nindent 6 }}
       - name: CLOUDLOOP_METRICS_PORT
-        value: {{ $root.Values.metrics.port | quote }}
+        value: {{ include "cloudloop.metricsPort" . | quote }}
       - name: CLOUDLOOP_METRICS_AUTHORIZATION
         value: {{ $root.Values.metrics.authorization | quote }}
       {{- if eq $component "starter" }}
@@ -267,28 +328,13 @@ containers:
     volumeMounts:
       - name: tmp
         mountPath: /tmp
-      - name: config
-        mountPath: {{ include "cloudloop.configDir" $root }}
-        readOnly: true
-      {{- if include "cloudloop.credentialsSecret" $root }}
-      - name: credentials
-        mountPath: {{ $root.Values.cloud.credentials.mountPath }}
-        readOnly: true
-      {{- end }}
+      {{- include "cloudloop.configMounts" $root | nindent 6 }}
       {{- with include "cloudloop.temporalMounts" $root | trim }}{{ . | nindent 6 }}{{- end }}
     resources:
       {{- toYaml $values.resources | nindent 6 }}
 volumes:
   - name: tmp
     emptyDir: {}
-  - name: config
-    configMap:
-      name: {{ include "cloudloop.fullname" $root }}
-{{- with include "cloudloop.credentialsSecret" $root }}
-  - name: credentials
-    secret:
-      secretName: {{ . }}
-      defaultMode: 0440
-{{- end }}
+  {{- include "cloudloop.configVolumes" $root | nindent 2 }}
 {{- with include "cloudloop.temporalVolumes" $root | trim }}{{ . | nindent 2 }}{{- end }}
 {{- end }}
