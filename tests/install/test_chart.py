@@ -467,3 +467,66 @@ def test_an_unknown_workload_kind_is_refused(helm: Helm) -> None:
 
     assert result.returncode != 0
     assert "starter" in result.stderr and "kind" in result.stderr
+
+
+# -- tunables: chart values with the settings' defaults ----------------------------------------
+#: Settings a user tunes: periods, intervals, concurrency and rate limits.
+TUNABLE = re.compile(
+    r"(_period_s|(^|_)interval_s|_frequency_s|_window_s|_per_second|graceful_shutdown_s)$"
+    r"|^(concurrent_|max_)"
+)
+#: Tunables the chart sets another way (``csi.node.maxVolumesPerNode``).
+TUNED_ELSEWHERE = {("csi", "max_volumes_per_node")}
+SECTIONS = ("temporal", "ccm", "discovery", "nth", "csi")
+
+
+def _chart_config() -> dict[str, Any]:
+    return dict(yaml.safe_load((CHART / "values.yaml").read_text())["config"])
+
+
+def test_every_tunable_setting_is_a_chart_value() -> None:
+    from cloudloop.settings import Settings
+
+    settings = Settings()
+    tunables = {
+        (section, name)
+        for section in SECTIONS
+        for name in type(getattr(settings, section)).model_fields
+        if TUNABLE.search(name)
+    } - TUNED_ELSEWHERE
+    config = _chart_config()
+
+    assert {(s, n) for s, n in tunables if n not in (config.get(s) or {})} == set()
+
+
+def test_chart_config_defaults_are_the_settings_defaults() -> None:
+    from cloudloop.settings import Settings
+
+    settings = Settings()
+    for section, values in _chart_config().items():
+        model = getattr(settings, section)
+        for name, value in values.items():
+            assert name in type(model).model_fields, f"{section}.{name} is no setting"
+            assert value == getattr(type(model)(), name), f"{section}.{name}"
+
+
+def test_the_rendered_config_loads_into_the_settings(
+    helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cloudloop.settings import Settings
+
+    docs = render(helm, "aws", {"config.ccm.load_balancer_resync_period_s": "120"})
+    config = tmp_path / "config.yaml"
+    config.write_text(find(docs, "ConfigMap", "cloudloop")["data"]["config.yaml"])
+    worker = find(docs, "Deployment", "-worker")["spec"]["template"]["spec"]["containers"][0]
+    for entry in worker["env"]:
+        if "value" in entry:
+            monkeypatch.setenv(entry["name"], entry["value"])
+    monkeypatch.setenv("CLOUDLOOP_CONFIG", str(config))
+
+    settings = Settings()
+
+    assert settings.ccm.load_balancer_resync_period_s == 120.0
+    assert settings.ccm.cluster_cidr == "10.244.0.0/16"  # values/aws.yaml, merged
+    assert settings.temporal.graceful_shutdown_s == 30.0
+    assert settings.temporal.address == "temporal-frontend.temporal:7233"  # env, beside the file
