@@ -2,7 +2,8 @@
 
 ``python -m devstack.compose <provider> --state DIR`` starts what ``cloudloop dev`` starts for that
 cloud but Temporal (its own compose service): a kube-apiserver with etcd, and moto (aws), the oVirt
-Engine emulator (zvirt), vcsim (vsphere) or a parent cluster with the DVP simulator (dvp). It
+Engine emulator (zvirt), vcsim (vsphere), the OpenStack API emulator (openstack) or a parent
+cluster with the DVP simulator (dvp). It
 writes, for the product's containers, ``DIR/kubeconfig`` and ``DIR/cloud.yaml`` (the provider's
 settings section, passed with ``--cloud-config``), then ``DIR/ready``, and runs until SIGTERM.
 
@@ -122,10 +123,31 @@ def _vsphere(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None
     return stack, section, stack.stop
 
 
+def _openstack(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
+    from devstack.backends.openstack import cloud_conf
+    from devstack.openstack_emulator import OpenStackEmulatorOptions
+
+    stack = LocalStack(
+        StackOptions(
+            state_dir=state / "stack",
+            temporal=False,
+            moto=False,
+            kube=(KubeOptions(components=ALL_COMPONENTS),),
+            openstack_emulator=OpenStackEmulatorOptions(password=f"dev-{uuid.uuid4().hex[:8]}"),
+        )
+    ).start()
+    assert stack.openstack is not None
+    # Upstream's cloud.conf, as the chart mounts it from the credentials Secret.
+    conf = state / "cloud.conf"
+    conf.write_text(cloud_conf(stack.openstack))
+    return stack, {"cloud_config_file": str(conf)}, stack.stop
+
+
 #: The clouds the dev stack can emulate, by provider name.
 CLOUDS: dict[str, Callable[[Path], tuple[LocalStack, dict[str, Any], Callable[[], None]]]] = {
     "aws": _aws,
     "dvp": _dvp,
+    "openstack": _openstack,
     "vsphere": _vsphere,
     "zvirt": _zvirt,
 }
