@@ -195,8 +195,11 @@ def _matches(rule: dict[str, Any], request: Request) -> bool:
 
 
 # -- processes from a rendered Deployment ---------------------------------------------------
-def container(deployment: dict[str, Any]) -> dict[str, Any]:
+def container(deployment: dict[str, Any], name: str = "") -> dict[str, Any]:
+    """The workload's container ``name`` (its only container when no name is given)."""
     containers = deployment["spec"]["template"]["spec"]["containers"]
+    if name:
+        return dict(next(c for c in containers if c["name"] == name))
     assert len(containers) == 1
     return dict(containers[0])
 
@@ -212,11 +215,17 @@ class PodProcess:
     #: Stand-ins for what a pod has and a process on this host does not (its own network
     #: namespace: the metrics port; its own name).
     overrides: dict[str, str] = field(default_factory=dict)
+    #: The container of a pod with sidecars (``csi-controller``); the only one when empty.
+    container_name: str = ""
     process: subprocess.Popen[bytes] | None = None
 
     @property
+    def spec(self) -> dict[str, Any]:
+        return container(self.deployment, self.container_name)
+
+    @property
     def name(self) -> str:
-        return str(container(self.deployment)["name"])
+        return str(self.spec["name"])
 
     @property
     def log(self) -> Path:
@@ -226,7 +235,7 @@ class PodProcess:
         pod = self.deployment["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod.get("volumes") or []}
         mounts: dict[str, Path] = {}
-        for mount in container(self.deployment).get("volumeMounts") or []:
+        for mount in self.spec.get("volumeMounts") or []:
             mounts[mount["mountPath"]] = self.root / mount["mountPath"].lstrip("/")
             volume = volumes[mount["name"]]
             target = mounts[mount["mountPath"]]
@@ -274,7 +283,7 @@ class PodProcess:
             for file in target.iterdir():
                 if file.is_file():
                     file.write_text(relocate(file.read_text()))
-        spec = container(self.deployment)
+        spec = self.spec
         pod_name = f"{self.deployment['metadata']['name']}-test"
         fields = {
             "metadata.name": pod_name,
@@ -282,6 +291,8 @@ class PodProcess:
         }
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDLOOP_")}
         for entry in spec.get("env") or []:
+            if entry["name"] in self.overrides:
+                continue
             if "value" in entry:
                 env[entry["name"]] = relocate(str(entry["value"]))
             else:

@@ -77,7 +77,7 @@ def _resolve(module: str, node: ast.expr, local: dict[str, str]) -> Resource | N
     functions import), else None."""
     if not isinstance(node, ast.Name | ast.Attribute):
         return None
-    chain = node
+    chain: ast.expr = node
     while isinstance(chain, ast.Attribute):
         chain = chain.value
     if not isinstance(chain, ast.Name):

@@ -13,16 +13,21 @@ the starter still initializes new Nodes (no bootstrap deadlock).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
+from cloudloop.csi.objects import STORAGE_CLASSES
+from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.conditions import get_condition
@@ -32,7 +37,7 @@ from devstack import gotools
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 from devstack.process import free_port
-from tests.helpers import eventually
+from tests.helpers import eventually, eventually_async
 from tests.install.chart import (
     Helm,
     PodProcess,
@@ -293,6 +298,23 @@ class Release:
             overrides={"CLOUDLOOP_METRICS_PORT": str(free_port()), **overrides},
         )
 
+    def csi_process(
+        self, install: InstallStack, kind: str, name: str, **overrides: str
+    ) -> PodProcess:
+        """The CSI container ``name`` of the rendered ``kind`` (its sidecars are not run)."""
+        workload = find(self.docs, kind, f"-{name}")
+        account = workload["spec"]["template"]["spec"]["serviceAccountName"]
+        root = self.folder / name
+        root.mkdir(exist_ok=True)
+        return PodProcess(
+            workload,
+            self.docs,
+            root,
+            install.token_kubeconfig(account, self.folder),
+            overrides=overrides,
+            container_name=name,
+        )
+
 
 def aws_release(install: InstallStack, helm: Helm, folder: Path, cluster: str) -> Release:
     world = AwsWorld.create(install.stack.moto_endpoint, cluster, instances=2)
@@ -444,3 +466,96 @@ async def test_the_starter_initializes_nodes_while_temporal_is_unreachable(
             assert starter.process is not None and starter.process.poll() is None
     finally:
         remove_nodes(install, names)
+
+
+async def _plugin_info(endpoint: str) -> tuple[str, str]:
+    """(driver name, node ID or "") from a CSI socket: GetPluginInfo, and NodeGetInfo if served."""
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        info = await csi_pb2_grpc.IdentityStub(channel).GetPluginInfo(
+            csi_pb2.GetPluginInfoRequest(), timeout=5
+        )
+        try:
+            node = await csi_pb2_grpc.NodeStub(channel).NodeGetInfo(
+                csi_pb2.NodeGetInfoRequest(), timeout=5
+            )
+        except grpc.aio.AioRpcError:
+            return info.name, ""
+        return info.name, node.node_id
+
+
+async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own_accounts(
+    install: InstallStack, helm: Helm, tmp_path: Path
+) -> None:
+    cluster = f"csi-{uuid.uuid4().hex[:6]}"
+    release = aws_release(install, helm, tmp_path, cluster)
+    worker = release.process(install, "worker")
+    starter = release.process(install, "starter")
+    names = add_nodes(install, release.world, cluster)
+    # A unix socket's path must stay short (108 bytes): not under tmp_path.
+    sockets = Path(tempfile.mkdtemp(prefix="cl-csi-", dir="/tmp"))
+    controller_socket = f"unix://{sockets}/controller.sock"
+    node_socket = f"unix://{sockets}/node.sock"
+    controller = release.csi_process(
+        install, "Deployment", "csi-controller", CLOUDLOOP_CSI__ENDPOINT=controller_socket
+    )
+    node = release.csi_process(
+        install, "DaemonSet", "csi-node", CLOUDLOOP_CSI__ENDPOINT=node_socket, NODE_NAME=names[0]
+    )
+    node_spec = install.kube.get(NODES, names[0]) or {}
+    driver = find(release.docs, "CSIDriver")["metadata"]["name"]
+
+    def storage_classes() -> list[str]:
+        return [
+            sc["metadata"]["name"]
+            for sc in install.kube.list(STORAGE_CLASSES)["items"]
+            if sc.get("provisioner") == driver
+        ]
+
+    try:
+        with running(worker, starter):
+            await eventually(lambda: initialized(install, names), timeout=120, what="node init")
+            node_spec = install.kube.get(NODES, names[0]) or {}
+            with running(controller, node):
+                try:
+                    served_node = await eventually_async(
+                        lambda: _served(node_socket), timeout=60, what="csi-node serving"
+                    )
+                    served_controller = await eventually_async(
+                        lambda: _served(controller_socket),
+                        timeout=60,
+                        what="csi-controller serving",
+                    )
+                    classes = await eventually(
+                        storage_classes, timeout=120, what="the cloud's StorageClasses"
+                    )
+                except AssertionError as exc:
+                    raise AssertionError(
+                        f"{exc}\n--- csi-controller:\n{controller.tail()}"
+                        f"\n--- csi-node:\n{node.tail()}\n--- starter:\n{starter.tail()}"
+                    ) from None
+    finally:
+        remove_nodes(install, names)
+        for name in storage_classes():
+            install.kube.delete(STORAGE_CLASSES, name)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+    instance_id = node_spec["spec"]["providerID"].rsplit("/", 1)[-1]
+    assert served_node == (driver, instance_id)
+    assert served_controller[0] == driver
+    assert classes
+    for name in ("csi-controller", "csi-node"):
+        account = find(release.docs, "ServiceAccount", f"-{name}")["metadata"]["name"]
+        rules = Rules.bound_to(release.docs, NAMESPACE, account)
+        made = install.requests_of(account)
+        refused = sorted({r for r, code in made if code == 403}, key=str)
+        not_allowed = sorted({r for r, _ in made if not rules.allows(r)}, key=str)
+        assert made, f"no request of {account} in the audit log"
+        assert refused == [], f"{name}: the apiserver refused {refused}"
+        assert not_allowed == [], f"{name}: the rendered rules do not allow {not_allowed}"
+
+
+async def _served(endpoint: str) -> tuple[str, str] | None:
+    try:
+        return await _plugin_info(endpoint)
+    except grpc.aio.AioRpcError:
+        return None
