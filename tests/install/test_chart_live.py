@@ -12,6 +12,7 @@ the starter still initializes new Nodes (no bootstrap deadlock).
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -32,7 +33,15 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.crds import apply_crds
-from cloudloop.kube.resources import CLOUD_PROBES, CONFIG_MAPS, NODES, SERVICES, Resource
+from cloudloop.kube.resources import (
+    CLOUD_PROBES,
+    CONFIG_MAPS,
+    NODES,
+    SECRETS,
+    SERVICES,
+    Resource,
+)
+from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET, encode_document
 from devstack import gotools
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
@@ -278,6 +287,32 @@ def test_the_rendered_chart_passes_a_server_side_dry_run(
     assert result.stdout.count("(server dry run)") == len(docs)
 
 
+@pytest.mark.parametrize(
+    "provider, sets",
+    [
+        pytest.param(
+            "vsphere",
+            {"worker.kind": "DaemonSet", "starter.kind": "DaemonSet", "hostNetwork": "true"},
+            id="vsphere-daemonsets",
+        ),
+        pytest.param(
+            "openstack",
+            {"cloud.credentials.create": "false", "cloud.credentials.existingSecret": "cloud-conf"},
+            id="openstack-existing-secret",
+        ),
+    ],
+)
+def test_the_chart_options_pass_a_server_side_dry_run(
+    install: InstallStack, helm: Helm, provider: str, sets: dict[str, str]
+) -> None:
+    docs = render(helm, provider, sets, namespace=NAMESPACE, release=RELEASE)
+
+    result = install.apply(docs, "--dry-run=server")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(docs)
+
+
 # -- the release at work --------------------------------------------------------------------
 @dataclass
 class Release:
@@ -511,6 +546,17 @@ async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own
             if sc.get("provisioner") == driver
         ]
 
+    # The discoverer writes the discovery data once its cloud calls answer; the StorageClasses
+    # only need it to exist (AWS's come from the driver), so a slow discovery does not count.
+    if install.kube.get(SECRETS, DISCOVERY_SECRET, "kube-system") is None:
+        install.kube.create(
+            SECRETS,
+            {
+                "metadata": {"name": DISCOVERY_SECRET},
+                "data": {DISCOVERY_KEY: base64.b64encode(encode_document({}).encode()).decode()},
+            },
+            "kube-system",
+        )
     try:
         with running(worker, starter):
             await eventually(lambda: initialized(install, names), timeout=120, what="node init")
@@ -518,11 +564,11 @@ async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own
             with running(controller, node):
                 try:
                     served_node = await eventually_async(
-                        lambda: _served(node_socket), timeout=60, what="csi-node serving"
+                        lambda: _served(node_socket), timeout=240, what="csi-node serving"
                     )
                     served_controller = await eventually_async(
                         lambda: _served(controller_socket),
-                        timeout=60,
+                        timeout=240,
                         what="csi-controller serving",
                     )
                     classes = await eventually(
