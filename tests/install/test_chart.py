@@ -473,7 +473,7 @@ def test_an_unknown_workload_kind_is_refused(helm: Helm) -> None:
 #: Settings a user tunes: periods, intervals, concurrency and rate limits.
 TUNABLE = re.compile(
     r"(_period_s|(^|_)interval_s|_frequency_s|_window_s|_per_second|graceful_shutdown_s)$"
-    r"|^(concurrent_|max_)"
+    r"|^(concurrent_|max_)|^queues$"
 )
 #: Tunables the chart sets another way (``csi.node.maxVolumesPerNode``).
 TUNED_ELSEWHERE = {("csi", "max_volumes_per_node")}
@@ -507,7 +507,7 @@ def test_chart_config_defaults_are_the_settings_defaults() -> None:
         model = getattr(settings, section)
         for name, value in values.items():
             assert name in type(model).model_fields, f"{section}.{name} is no setting"
-            assert value == getattr(type(model)(), name), f"{section}.{name}"
+            assert value == type(model)().model_dump()[name], f"{section}.{name}"
 
 
 def test_the_rendered_config_loads_into_the_settings(
