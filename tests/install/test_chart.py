@@ -396,13 +396,16 @@ def test_the_csi_controller_reaches_temporal_like_the_worker(helm: Helm) -> None
     pod = _pod(docs, "Deployment", "-csi-controller")
     csi = _main_container(pod, "csi-controller")
     worker_pod = _pod(docs, "Deployment", "-worker")
+    # The connection; the worker's own activity slots and rates are no concern of the controller
+    # (it starts workflows on the queues named after temporal.taskQueue).
+    polling = ("CLOUDLOOP_TEMPORAL__MAX_CONCURRENT_ACTIVITIES", "CLOUDLOOP_TEMPORAL__QUEUES")
     temporal = {
         e["name"]: e["value"] for e in csi["env"] if e["name"].startswith("CLOUDLOOP_TEMPORAL__")
     }
     worker_temporal = {
         e["name"]: e["value"]
         for e in worker_pod["containers"][0]["env"]
-        if e["name"].startswith("CLOUDLOOP_TEMPORAL__")
+        if e["name"].startswith("CLOUDLOOP_TEMPORAL__") and e["name"] not in polling
     }
 
     assert temporal == worker_temporal
@@ -475,8 +478,13 @@ TUNABLE = re.compile(
     r"(_period_s|(^|_)interval_s|_frequency_s|_window_s|_per_second|graceful_shutdown_s)$"
     r"|^(concurrent_|max_)|^queues$"
 )
-#: Tunables the chart sets another way (``csi.node.maxVolumesPerNode``).
-TUNED_ELSEWHERE = {("csi", "max_volumes_per_node")}
+#: Tunables the chart sets another way: ``csi.node.maxVolumesPerNode``, and the worker's task
+#: queues ``temporal.maxConcurrentActivities`` and ``temporal.queues`` (checked below).
+TUNED_ELSEWHERE = {
+    ("csi", "max_volumes_per_node"),
+    ("temporal", "max_concurrent_activities"),
+    ("temporal", "queues"),
+}
 SECTIONS = ("temporal", "ccm", "discovery", "nth", "csi")
 
 
@@ -530,3 +538,17 @@ def test_the_rendered_config_loads_into_the_settings(
     assert settings.ccm.cluster_cidr == "10.244.0.0/16"  # values/aws.yaml, merged
     assert settings.temporal.graceful_shutdown_s == 30.0
     assert settings.temporal.address == "temporal-frontend.temporal:7233"  # env, beside the file
+
+
+def test_task_queue_values_default_to_the_settings_defaults() -> None:
+    temporal_values = yaml.safe_load((CHART / "values.yaml").read_text())["temporal"]
+    defaults = Settings().temporal
+
+    assert temporal_values["maxConcurrentActivities"] == defaults.max_concurrent_activities
+    assert {
+        domain: {
+            "max_concurrent_activities": queue["maxConcurrentActivities"],
+            "activities_per_second": queue["activitiesPerSecond"] or None,
+        }
+        for domain, queue in temporal_values["queues"].items()
+    } == {domain: queue.model_dump() for domain, queue in defaults.queues.items()}
