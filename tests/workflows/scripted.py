@@ -119,7 +119,7 @@ class Script:
     def names(self) -> list[str]:
         return [c.name for c in self.calls]
 
-    async def called(self, name: str, times: int = 1, *, timeout: float = 10) -> list[Call]:
+    async def called(self, name: str, times: int = 1, *, timeout: float = 30) -> list[Call]:
         """Wait (real time) until ``name`` has been called ``times`` times."""
         async with self._changed:
             await asyncio.wait_for(

@@ -308,7 +308,7 @@ async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
         run_id: str = (await latest.describe()).run_id
         return run_id != first_run
 
-    await eventually_async(new_run, timeout=10, what="a new run")
+    await eventually_async(new_run, timeout=30, what="a new run")
     history = await wf.client.get_workflow_handle(handle.id, run_id=first_run).fetch_history()
     assert history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
     carried = await current(latest)
@@ -339,7 +339,7 @@ async def test_a_failing_lb_continues_as_new_with_its_backoff(wf: Harness) -> No
         if await new_run():
             break
         await wf.env.sleep(timedelta(seconds=5))
-    await eventually_async(new_run, timeout=10, what="a new run while failing")
+    await eventually_async(new_run, timeout=30, what="a new run while failing")
     carried = await current(latest)
     assert carried.failures >= 1 and carried.retry_pending and carried.applied is None
     first = wf.client.get_workflow_handle(handle.id, run_id=first_run)

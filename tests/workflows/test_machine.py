@@ -118,7 +118,7 @@ async def phase_is(handle: WorkflowHandle[Any, Any], phase: str) -> MachineProgr
         now = await progress(handle)
         return now if now.phase == phase else None
 
-    return await eventually_async(check, timeout=10, what=f"phase {phase}")
+    return await eventually_async(check, timeout=30, what=f"phase {phase}")
 
 
 async def delete(wf: Harness, handle: WorkflowHandle[Any, Any]) -> Any:
@@ -314,7 +314,7 @@ async def test_continues_as_new_carrying_the_provisioned_vm(
         run_id: str = (await latest.describe()).run_id
         return run_id != first_run
 
-    await eventually_async(new_run, timeout=10, what="a new run")
+    await eventually_async(new_run, timeout=30, what="a new run")
     carried = await phase_is(latest, "Provisioned")
     assert (carried.attempts, carried.provider_id) == (1, "dvp://vm-1")
     result = await delete(wf, latest)
