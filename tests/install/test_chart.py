@@ -552,3 +552,46 @@ def test_task_queue_values_default_to_the_settings_defaults() -> None:
         }
         for domain, queue in temporal_values["queues"].items()
     } == {domain: queue.model_dump() for domain, queue in defaults.queues.items()}
+
+
+@pytest.mark.parametrize("secret", ["", "cloudloop-metrics-tls"], ids=["self-signed", "secret"])
+def test_metrics_authorization_serves_https_to_probes_and_scrapes(
+    helm: Helm, secret: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``metrics.authorization`` the port serves HTTPS: the kubelet's probes and the
+    PodMonitor use it, and a TLS Secret, when named, is the pair the process serves."""
+    sets = {
+        "metrics.authorization": "true",
+        "metrics.tls.secretName": secret,
+        "metrics.tokenAudiences[0]": "prometheus",
+        "monitoring.podMonitor.enabled": "true",
+    }
+    docs = render(helm, "aws", sets)
+    monitor = find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    assert monitor["scheme"] == "https" and monitor["tlsConfig"] == {"insecureSkipVerify": True}
+    for component in ("worker", "starter"):
+        workload = find(docs, "Deployment", f"-{component}")
+        main = container(workload)
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert main[probe]["httpGet"]["scheme"] == "HTTPS"
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        for name, value in env.items():
+            if name.startswith("CLOUDLOOP_METRICS_") and value is not None:
+                monkeypatch.setenv(name, value)
+        settings = Settings()
+        assert settings.metrics_authorization and settings.metrics_token_audiences == ["prometheus"]
+        if secret:
+            assert volumes["metrics-tls"]["secret"]["secretName"] == secret
+            mount = next(m for m in main["volumeMounts"] if m["name"] == "metrics-tls")
+            assert settings.metrics_tls_cert_file == Path(mount["mountPath"]) / "tls.crt"
+            assert settings.metrics_tls_key_file == Path(mount["mountPath"]) / "tls.key"
+        else:
+            assert "metrics-tls" not in volumes and settings.metrics_tls_cert_file is None
+
+
+def test_metrics_without_authorization_stay_plain_http(helm: Helm) -> None:
+    docs = render(helm, "aws", {"monitoring.podMonitor.enabled": "true"})
+    assert "scheme" not in find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    probe = container(find(docs, "Deployment", "-worker"))["readinessProbe"]["httpGet"]
+    assert probe["scheme"] == "HTTP"

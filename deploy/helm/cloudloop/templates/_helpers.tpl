@@ -135,6 +135,11 @@ checksum/credentials: {{ include (print .Template.BasePath "/secret-credentials.
 
 {{/* A component's metrics port: on the host network the starter takes the next port, so a
      worker and a starter on one node never collide. */}}
+{{/* With metrics.authorization the metrics port serves HTTPS (probes and scrapes too). */}}
+{{- define "cloudloop.metricsScheme" -}}
+{{- if .Values.metrics.authorization }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
 {{- define "cloudloop.metricsPort" -}}
 {{- if and .root.Values.hostNetwork (eq .component "starter") }}
 {{- add1 (int .root.Values.metrics.port) }}
@@ -286,6 +291,7 @@ containers:
       httpGet:
         path: /healthz
         port: metrics
+        scheme: {{ include "cloudloop.metricsScheme" $root }}
       initialDelaySeconds: 10
       periodSeconds: 10
       timeoutSeconds: 5
@@ -294,6 +300,7 @@ containers:
       httpGet:
         path: /readyz
         port: metrics
+        scheme: {{ include "cloudloop.metricsScheme" $root }}
       periodSeconds: 5
       timeoutSeconds: 5
       failureThreshold: 3
@@ -311,6 +318,16 @@ containers:
         value: {{ include "cloudloop.metricsPort" . | quote }}
       - name: CLOUDLOOP_METRICS_AUTHORIZATION
         value: {{ $root.Values.metrics.authorization | quote }}
+      {{- if and $root.Values.metrics.authorization $root.Values.metrics.tls.secretName }}
+      - name: CLOUDLOOP_METRICS_TLS_CERT_FILE
+        value: /etc/cloudloop/metrics-tls/tls.crt
+      - name: CLOUDLOOP_METRICS_TLS_KEY_FILE
+        value: /etc/cloudloop/metrics-tls/tls.key
+      {{- end }}
+      {{- with $root.Values.metrics.tokenAudiences }}
+      - name: CLOUDLOOP_METRICS_TOKEN_AUDIENCES
+        value: {{ toJson . | quote }}
+      {{- end }}
       {{- if eq $component "starter" }}
       - name: CLOUDLOOP_LEADER_ELECTION__NAMESPACE
         value: {{ $root.Values.starter.leaderElection.namespace | default $root.Release.Namespace | quote }}
@@ -330,6 +347,11 @@ containers:
         mountPath: /tmp
       {{- include "cloudloop.configMounts" $root | nindent 6 }}
       {{- with include "cloudloop.temporalMounts" $root | trim }}{{ . | nindent 6 }}{{- end }}
+      {{- if and $root.Values.metrics.authorization $root.Values.metrics.tls.secretName }}
+      - name: metrics-tls
+        mountPath: /etc/cloudloop/metrics-tls
+        readOnly: true
+      {{- end }}
     resources:
       {{- toYaml $values.resources | nindent 6 }}
 volumes:
@@ -337,4 +359,9 @@ volumes:
     emptyDir: {}
   {{- include "cloudloop.configVolumes" $root | nindent 2 }}
 {{- with include "cloudloop.temporalVolumes" $root | trim }}{{ . | nindent 2 }}{{- end }}
+{{- if and $root.Values.metrics.authorization $root.Values.metrics.tls.secretName }}
+  - name: metrics-tls
+    secret:
+      secretName: {{ $root.Values.metrics.tls.secretName }}
+{{- end }}
 {{- end }}
