@@ -6,6 +6,7 @@ process) → ``VolumeOperations.create`` → the ``CreateVolume`` workflow and i
 (tag lookup, zones, EC2 CreateVolume, duplicate check, read until available) → the response.
 ``csi_create_direct_median_s``: the activity's own driver calls, made directly in a thread.
 ``csi_create_overhead_ratio``: the two medians divided (goal ≤ 1.3); samples alternate.
+``csi_create_step_<step>_median_s``: where the workflow path's time goes (:mod:`bench.breakdown`).
 ``pvc_bound_median_s``: PVC (``WaitForFirstConsumer``) and its Pod created → PVC ``Bound``,
 through the scheduler, external-provisioner, ``cloudloop csi-controller`` and the workflow.
 ``pvc_attach_median_s``: the same start → the VolumeAttachment ``attached`` (attach/detach
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.breakdown import Sample, breakdown, cloud_seconds
 from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
@@ -42,6 +44,7 @@ from devstack.csi_deployment import (
     write_discovery,
 )
 from workers.main import build_worker
+from workflows.volume import create_workflow_id
 
 SAMPLES = 20
 PVC_SAMPLES = 5
@@ -88,6 +91,7 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
     await server.start()
     through_s: list[float] = []
     direct_s: list[float] = []
+    samples: list[Sample] = []
     try:
         async with (
             build_worker(
@@ -102,9 +106,20 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
             controller = csi_pb2_grpc.ControllerStub(channel)
 
             async def through() -> float:
+                name = f"bench-{uuid.uuid4()}"
+                requested, cloud_before = time.time(), cloud_seconds()
                 started = time.monotonic()
-                await controller.CreateVolume(_request(f"bench-{uuid.uuid4()}"))
-                return time.monotonic() - started
+                await controller.CreateVolume(_request(name))
+                elapsed = time.monotonic() - started
+                samples.append(
+                    Sample(
+                        workflow_id=create_workflow_id(name),
+                        requested=requested,
+                        seen=requested + elapsed,
+                        cloud_s=cloud_seconds() - cloud_before,
+                    )
+                )
+                return elapsed
 
             async def direct() -> float:
                 started = time.monotonic()
@@ -121,10 +136,12 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
         await server.stop(1)
         socket.unlink(missing_ok=True)
     through_median, direct_median = statistics.median(through_s), statistics.median(direct_s)
+    steps = await breakdown(ctx.client, "csi_create", samples[1:])
     return {
         "csi_create_median_s": through_median,
         "csi_create_direct_median_s": direct_median,
         "csi_create_overhead_ratio": through_median / direct_median,
+        **steps,
     }
 
 

@@ -9,9 +9,11 @@ made directly with the same driver (boto3 → moto) in the same run.
   three instances). The samples alternate with the ones above, because moto answers more
   slowly as it fills up.
 - ``lb_ensure_overhead_ratio``: the first divided by the second (goal ≤ 1.3).
+- ``lb_step_<step>_median_s``: where the workflow path's time goes (:mod:`bench.breakdown`).
 - ``lb_ensure_200_services_wall_s``: 200 Services created at once → all have ingress.
 - ``lb_direct_200_services_wall_s``: the same 200 ensures made directly, with the same
   parallelism (``PARALLELISM`` starter syncs and activity slots; ``PARALLELISM`` threads).
+- ``lb_ensure_200_services_wall_ratio``: the first over the second (goal ≤ 1.5).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from activities.kube import KubeActivities
 from activities.loadbalancer import LoadBalancerActivities
+from bench.breakdown import Sample, breakdown, cloud_seconds
 from bench.context import BenchContext
 from cloudloop import temporal
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -37,6 +40,7 @@ from cloudloop.messages.loadbalancer import (
     DesiredLoadBalancer,
     LoadBalancerNode,
     LoadBalancerTarget,
+    workflow_id,
 )
 from devstack.backends.aws import create_cluster_network, launch_instances
 from starters.loadbalancer import ServiceStarter
@@ -164,6 +168,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
 
     through_workflow: list[float] = []
     direct: list[float] = []
+    samples: list[Sample] = []
     async with worker:
         task = asyncio.create_task(starter.run())
         await asyncio.to_thread(ensure, direct_spec("warmup"))
@@ -172,10 +177,20 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
             await wait_ingress([name])
         # Samples alternate, so both sides meet moto in the same state (it slows as it fills).
         for i in range(SAMPLES):
+            requested, cloud_before = time.time(), cloud_seconds()
             started = time.monotonic()
             await asyncio.to_thread(create, f"s{i}")
             await wait_ingress([f"s{i}"])
             through_workflow.append(time.monotonic() - started)
+            service = ObjectRef.of(SERVICES, store[f"{namespace}/s{i}"])
+            samples.append(
+                Sample(
+                    workflow_id=workflow_id(service),
+                    requested=requested,
+                    seen=requested + through_workflow[-1],
+                    cloud_s=cloud_seconds() - cloud_before,
+                )
+            )
             spec = direct_spec(f"d{i}")
             started = time.monotonic()
             await asyncio.to_thread(ensure, spec)
@@ -187,6 +202,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
             await asyncio.to_thread(lambda: list(pool.map(create, names)))
         await wait_ingress(names)
         fleet_wall = time.monotonic() - started
+        steps = await breakdown(ctx.client, "lb", samples)
 
         # Tear the Services down while the worker runs (not measured).
         for key in list(store):
@@ -216,6 +232,8 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         "lb_ensure_overhead_ratio": workflow_median / direct_median,
         "lb_ensure_200_services_wall_s": fleet_wall,
         "lb_direct_200_services_wall_s": direct_fleet_wall,
+        "lb_ensure_200_services_wall_ratio": fleet_wall / direct_fleet_wall,
+        **steps,
     }
 
 

@@ -7,6 +7,7 @@ heartbeating activity, result) with an in-process worker.
 (DescribeVolumes, DescribeInstances, AttachVolume, DescribeVolumes until ``attached``).
 ``attach_overhead_ratio``: the two medians divided (goal ≤ 1.3).
 ``attach_cloud_calls_per_attach``: EC2 calls per workflow attach, from the request counter.
+``attach_step_<step>_median_s``: where the workflow path's time goes (:mod:`bench.breakdown`).
 Samples alternate between the two paths, each on its own instance, so drift hits both alike.
 """
 
@@ -17,6 +18,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.breakdown import Sample, breakdown, cloud_seconds
 from bench.context import BenchContext
 from bench.node import cloud_requests
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -26,6 +28,7 @@ from cloudloop.messages.volume import AttachVolumeRequest, Code
 from cloudloop.settings import Domain
 from devstack.backends.aws import launch_instance
 from workers.main import build_worker
+from workflows.volume import volume_workflow_id
 
 SAMPLES = 20
 ZONE = "us-east-1a"
@@ -60,12 +63,23 @@ async def volume_figures(ctx: BenchContext) -> dict[str, float]:
     direct_volumes = _volumes(ec2, SAMPLES + 1)
     ops = VolumeOperations.from_settings(ctx.client, settings)
 
+    samples: list[Sample] = []
+
     async def through_workflow(volume_id: str) -> float:
+        requested, cloud_before = time.time(), cloud_seconds()
         started = time.monotonic()
         result = await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=through_node))
         elapsed = time.monotonic() - started
         if result.code is not Code.OK:
             raise RuntimeError(f"attach {volume_id} failed: {result.code} {result.message}")
+        samples.append(
+            Sample(
+                workflow_id=volume_workflow_id(volume_id),
+                requested=requested,
+                seen=requested + elapsed,
+                cloud_s=cloud_seconds() - cloud_before,
+            )
+        )
         return elapsed
 
     async def direct(volume_id: str) -> float:
@@ -87,6 +101,7 @@ async def volume_figures(ctx: BenchContext) -> dict[str, float]:
             workflow_s.append(await through_workflow(through_volume))
             calls += cloud_requests() - before
             direct_s.append(await direct(direct_volume))
+    steps = await breakdown(ctx.client, "attach", samples[1:])
 
     workflow_median = statistics.median(workflow_s)
     direct_median = statistics.median(direct_s)
@@ -95,4 +110,5 @@ async def volume_figures(ctx: BenchContext) -> dict[str, float]:
         "attach_direct_median_s": direct_median,
         "attach_overhead_ratio": workflow_median / direct_median,
         "attach_cloud_calls_per_attach": calls / SAMPLES,
+        **steps,
     }

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import REGISTRY, Counter, Gauge, generate_latest
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 from cloudloop.health import Health
 
@@ -23,6 +23,12 @@ CLOUD_API_REQUESTS = Counter(
     "cloud_api_requests",
     "Cloud API requests made by cloudloop, by provider, operation and outcome.",
     ["provider", "operation", "outcome"],
+)
+#: Upstream cloud-provider-aws's ``cloudprovider_aws_api_request_duration_seconds``, any cloud.
+CLOUD_API_DURATION = Histogram(
+    "cloud_api_request_duration_seconds",
+    "Time spent in cloud API requests made by cloudloop, by provider and operation.",
+    ["provider", "operation"],
 )
 
 WORKFLOWS_STARTED = Counter(

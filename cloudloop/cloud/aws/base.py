@@ -2,7 +2,8 @@
 
 Every boto3 client the driver makes counts its HTTP requests in ``cloud_api_requests_total``
 through botocore's event hooks (each page and each SDK retry is one request), with the shared
-outcome vocabulary of :mod:`cloudloop.cloud.calls`; every botocore failure is translated into a
+outcome vocabulary of :mod:`cloudloop.cloud.calls`, and times them in
+``cloud_api_request_duration_seconds``; every botocore failure is translated into a
 :mod:`cloudloop.cloud.errors` class, so callers never see a raw SDK exception.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +22,7 @@ import botocore.session
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.cloud.calls import count, outcome_for
+from cloudloop.cloud.calls import count, observe, outcome_for
 from cloudloop.cloud.driver import CloudDriver
 
 NAME = "aws"
@@ -43,10 +45,27 @@ _THROTTLE_CODES = {
 }
 
 
+#: When this thread's current boto3 call began (``before-call``), for its duration.
+_call_started = threading.local()
+
+
+def _start_call(**_: Any) -> None:
+    """botocore ``before-call.<service>.<Operation>``: a call begins on this thread."""
+    _call_started.at = time.monotonic()
+
+
+def _observe(event_name: str) -> None:
+    started = getattr(_call_started, "at", None)
+    if started is not None:
+        _call_started.at = None
+        observe(NAME, event_name.rsplit(".", 1)[-1], time.monotonic() - started)
+
+
 def _count_call(
     event_name: str = "", http_response: Any = None, parsed: Any = None, **_: Any
 ) -> None:
     """botocore ``after-call.<service>.<Operation>``: one HTTP request answered."""
+    _observe(event_name)
     status = getattr(http_response, "status_code", 0) or 0
     if 200 <= status < 300:
         outcome = "success"
@@ -62,6 +81,7 @@ def _count_call(
 
 def _count_error(event_name: str = "", **_: Any) -> None:
     """botocore ``after-call-error.<service>.<Operation>``: the request got no answer at all."""
+    _observe(event_name)
     count(NAME, event_name.rsplit(".", 1)[-1], "unreachable")
 
 
@@ -154,6 +174,7 @@ class AwsBase(CloudDriver):
                 client = session.client(
                     service, endpoint_url=self.settings.endpoint_url, config=config
                 )
+                client.meta.events.register("before-call", _start_call)
                 client.meta.events.register("after-call", _count_call)
                 client.meta.events.register("after-call-error", _count_error)
                 self._clients[service] = client
