@@ -5,7 +5,7 @@ gracefully. :func:`signal_with_start` is how every starter starts or signals a w
 deterministic ID, conflict policy ``USE_EXISTING`` (a repeated event or a second replica joins the
 running workflow), a reuse policy per workflow kind, search attributes, and
 ``cloudloop_workflows_started_total`` counted only when a run was really started (the SDK's
-private ``_start_workflow_response`` is read here and nowhere else).
+private ``_start_workflow_response`` is read here, :func:`started_run`, and nowhere else).
 
 Also the namespace set-up (``cloudloop temporal setup``) and the guard that names it when the
 server lacks a search attribute.
@@ -58,6 +58,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from cloudloop import searchattrs
 from cloudloop.metrics import WORKFLOWS_STARTED
@@ -224,6 +225,25 @@ async def setup_namespace(settings: TemporalSettings, *, wait_s: float = 120.0) 
     return missing
 
 
+#: The project's own packages, passed through the workflow sandbox: workflow modules hold only
+#: constants and definitions at module level, and import nothing but ``temporalio``, the standard
+#: library, ``cloudloop.messages`` and ``cloudloop.rules`` (the import contracts of ``make lint``).
+PASSTHROUGH_MODULES = ("workflows", "cloudloop")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every worker runs workflows in, with the project's packages passed through.
+
+    The default sandbox re-imports each workflow's module (and every module it imports that is
+    not passed through) for every run it builds: tens of milliseconds of the first workflow task
+    of every run. Passed through, the modules are imported once per process; the sandbox still
+    refuses non-deterministic calls (clock, random, I/O) inside workflow code.
+    """
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
+
+
 def make_worker(
     client: Client,
     task_queue: str,
@@ -241,6 +261,7 @@ def make_worker(
         task_queue=task_queue,
         workflows=list(workflows),
         activities=list(activities),
+        workflow_runner=workflow_runner(),
         activity_executor=ThreadPoolExecutor(
             max_workers=max_concurrent_activities, thread_name_prefix=f"activity-{task_queue}"
         ),
@@ -301,15 +322,19 @@ async def signal_with_start(
     except WorkflowAlreadyStartedError:
         log.debug("workflow %s: a completed run blocks a new one", id)
         return None
-    started = _started(handle)
+    started = started_run(handle) is not False
     if started:
         WORKFLOWS_STARTED.labels(kind).inc()
         log.info("started workflow %s", id)
     return Start(handle=handle, started=started)
 
 
-def _started(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether the start call began a new run; the SDK keeps that in a private field (every
-    start and signal-with-start response has ``started``), read here only."""
+def started_run(handle: WorkflowHandle[Any, Any]) -> bool | None:
+    """Whether the start call that made ``handle`` began a new run (``None``: not known).
+
+    The SDK keeps the start response in a private field (every start and signal-with-start
+    response has ``started``); it is read here only.
+    """
     response = getattr(handle, "_start_workflow_response", None)
-    return bool(getattr(response, "started", True))
+    started = getattr(response, "started", None)
+    return None if started is None else bool(started)

@@ -58,6 +58,7 @@ from cloudloop.messages.volume import (
 )
 from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
 from cloudloop.settings import Domain, Settings
+from cloudloop.temporal import started_run
 from workflows.volume import (
     create_workflow_id,
     operation_name,
@@ -341,13 +342,16 @@ class VolumeOperations:
         run = self.client.get_workflow_handle(
             workflow_id, run_id=started.result_run_id, result_type=result_type
         )
-        # Await the result while checking whose run it is, so the check costs no extra time.
+        # Await the result while checking whose run it is, so the check costs no extra time;
+        # a run this call started is this request's, and needs no check.
         result: asyncio.Future[R] = asyncio.ensure_future(asyncio.wait_for(run.result(), timeout))
-        try:
-            memo = await (await run.describe()).memo()
-        except BaseException:
-            result.cancel()
-            raise
+        memo = {"request": request}
+        if not started_run(started):
+            try:
+                memo = await (await run.describe()).memo()
+            except BaseException:
+                result.cancel()
+                raise
         if memo.get("request") != request:
             result.cancel()
             return result_type(

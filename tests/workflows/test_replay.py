@@ -15,6 +15,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from cloudloop.temporal import workflow_runner
 from tests.workflows.histories import ALL_WORKFLOWS, recorded
 
 
@@ -33,6 +34,10 @@ def test_every_workflow_type_has_a_recorded_history() -> None:
 )
 async def test_history_replays(name: str, path: Path) -> None:
     history = WorkflowHistory.from_json(name.split(".", 1)[0], path.read_text())
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=ALL_WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),  # the workers' sandbox
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{name}: {result.replay_failure}"
