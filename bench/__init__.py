@@ -16,6 +16,7 @@ from bench.node import node_figures
 from bench.nodegroup import nodegroup_figures
 from bench.openstack import openstack_figures
 from bench.probe import probe_overhead
+from bench.scale import scale_figures
 from bench.termination import termination_figures
 from bench.volume import volume_figures
 from bench.vsphere import vsphere_figures
@@ -31,4 +32,5 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
     "csi": csi_figures,
+    "scale": scale_figures,
 }

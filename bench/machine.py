@@ -10,6 +10,9 @@ A parent DVP cluster (its own control plane with the simulator) is started for t
 - ``machine_provision_overhead_ratio``: the first over the second (goal <= 1.3).
 - ``machines_100_parallel_wall_s``: 100 DeckhouseMachines created at once → all ready.
 - ``machines_100_delete_wall_s``: the same 100 deleted → all gone (VMs, disks, Secrets first).
+- ``machines_100_direct_wall_s``: the same 100 machines made by :func:`_direct`, all at once (one
+  thread each: the worker's activity slots run all 100 watches at once too).
+- ``machines_100_parallel_wall_ratio``: ``machines_100_parallel_wall_s`` over it (goal ≤ 1.5).
 """
 
 from __future__ import annotations
@@ -139,6 +142,19 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
         namespace,
         subresource="status",
     )
+
+
+async def _direct_parallel(kube: Kube, driver: DvpDriver, namespace: str) -> dict[str, float]:
+    """``PARALLEL`` machines made directly at once, one thread each (bodies made beforehand)."""
+    names = [f"dp{i}" for i in range(PARALLEL)]
+    with ThreadPoolExecutor(16) as pool:
+        bodies = list(pool.map(lambda n: _prepare(kube, namespace, n), names))
+    started = time.monotonic()
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        await asyncio.to_thread(
+            lambda: list(pool.map(lambda b: _direct(kube, driver, namespace, b), bodies))
+        )
+    return {"machines_100_direct_wall_s": time.monotonic() - started}
 
 
 class ReadyWatch:
@@ -277,6 +293,11 @@ async def _figures(
 
                 await _wait(all_gone, interval=0.1)
                 figures["machines_100_delete_wall_s"] = time.monotonic() - started
+
+            figures |= await _direct_parallel(kube, driver, direct_namespace)
+            figures["machines_100_parallel_wall_ratio"] = (
+                figures["machines_100_parallel_wall_s"] / figures["machines_100_direct_wall_s"]
+            )
         finally:
             starter.stop()
             task.cancel()

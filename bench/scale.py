@@ -1,0 +1,91 @@
+"""Scale walls of node initialization: 1,000 tainted Nodes created at once → all initialized.
+
+- ``init_1000_nodes_burst_wall_s``: 1,000 Nodes with the ``uninitialized`` taint, named after
+  1,000 moto instances, created at once (16 client threads) → every one initialized (taint gone,
+  providerID, addresses, zone labels), seen by a watch; through the starter's node sync
+  (:class:`starters.node.NodeSync`, the production settings but for the node selector), which
+  initializes Nodes itself (no workflow).
+- ``init_1000_nodes_create_wall_s``: the creation alone (the API server's share of the wall).
+- ``init_cloud_calls_per_node_1000_burst``: the cloud requests of that burst ÷ 1,000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench.context import BenchContext
+from bench.node import cloud_requests, launch
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.kube.informer import Informers
+from cloudloop.kube.resources import NODES
+from cloudloop.rules import node as rules
+from devstack.backends.aws import aws_client
+from starters.node import NodeSync
+
+BURST = 1000
+
+
+def _tainted_node(name: str, label: str, scope: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {label: scope}},
+        "spec": {
+            "taints": [{"key": rules.UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]
+        },
+    }
+
+
+async def scale_figures(ctx: BenchContext) -> dict[str, float]:
+    kube, settings = ctx.kube, ctx.settings
+    scope = uuid.uuid4().hex[:8]
+    label = "cloudloop-bench-scale"
+    selector = f"{label}={scope}"
+    ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
+    instances = await asyncio.to_thread(launch, ec2, BURST)
+    names = [str(i["PrivateDnsName"]) for i in instances]
+
+    ccm = settings.ccm.model_copy(update={"node_selector": selector})
+    informers = Informers(kube)
+    sync = NodeSync(
+        kube, AwsDriver(AWS.section(settings)), informers.get(NODES, label_selector=selector), ccm
+    )
+    task = asyncio.create_task(sync.run())
+    figures: dict[str, float] = {}
+    try:
+        await sync.informer.wait_synced(60)
+        await asyncio.sleep(0.5)  # the loops' startup passes (over no nodes yet) are done
+        before = cloud_requests()
+        started = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            await asyncio.to_thread(
+                lambda: list(
+                    pool.map(lambda n: kube.create(NODES, _tainted_node(n, label, scope)), names)
+                )
+            )
+        figures["init_1000_nodes_create_wall_s"] = time.monotonic() - started
+
+        def initialized(name: str) -> bool:
+            node = sync.informer.store.get(name)
+            return node is not None and not rules.needs_init(node)
+
+        pending = set(names)
+        deadline = time.monotonic() + 600
+        while pending:
+            pending = {n for n in pending if not initialized(n)}
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} of {BURST} Nodes not initialized")
+            await asyncio.sleep(0.05)
+        figures["init_1000_nodes_burst_wall_s"] = time.monotonic() - started
+        figures["init_cloud_calls_per_node_1000_burst"] = (cloud_requests() - before) / BURST
+    finally:
+        sync.stop()
+        informers.stop()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(
+            kube.request, "DELETE", NODES.path(), query={"labelSelector": selector}
+        )
+    return figures
