@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -345,7 +346,7 @@ class VolumeOperations:
         # Await the result while checking whose run it is, so the check costs no extra time;
         # a run this call started is this request's, and needs no check.
         result: asyncio.Future[R] = asyncio.ensure_future(asyncio.wait_for(run.result(), timeout))
-        memo = {"request": request}
+        memo: Mapping[str, Any] = {"request": request}
         if not started_run(started):
             try:
                 memo = await (await run.describe()).memo()
