@@ -1,10 +1,10 @@
 """Scale walls of node initialization: 1,000 tainted Nodes created at once → all initialized.
 
 - ``init_1000_nodes_burst_wall_s``: 1,000 Nodes with the ``uninitialized`` taint, named after
-  1,000 moto instances, created at once (16 client threads) → every one initialized (taint gone,
-  providerID, addresses, zone labels), seen by a watch; through the starter's node sync
-  (:class:`starters.node.NodeSync`, the production settings but for the node selector), which
-  initializes Nodes itself (no workflow).
+  1,000 moto instances tagged for the cluster, created at once (16 client threads) → every one
+  initialized (taint gone, providerID, addresses, zone labels), seen by a watch; through the
+  starter's node sync (:class:`starters.node.NodeSync`, production settings but for the node
+  selector), which initializes Nodes itself (no workflow).
 - ``init_1000_nodes_create_wall_s``: the creation alone (the API server's share of the wall).
 - ``init_cloud_calls_per_node_1000_burst``: the cloud requests of that burst ÷ 1,000.
 """
@@ -18,16 +18,27 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench.context import BenchContext
-from bench.node import cloud_requests, launch
+from bench.node import cloud_requests
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
-from devstack.backends.aws import aws_client
+from devstack.backends.aws import aws_client, launch_instances
 from starters.node import NodeSync
 
 BURST = 1000
+
+
+def _launch(ec2: Any, count: int, cluster: str) -> list[dict[str, Any]]:
+    """Instances tagged for ``cluster``, as a cluster's nodes are."""
+    tags = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
+    return launch_instances(
+        ec2,
+        count,
+        InstanceType="m5.large",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
 
 
 def _tainted_node(name: str, label: str, scope: str) -> dict[str, Any]:
@@ -45,7 +56,7 @@ async def scale_figures(ctx: BenchContext) -> dict[str, float]:
     label = "cloudloop-bench-scale"
     selector = f"{label}={scope}"
     ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
-    instances = await asyncio.to_thread(launch, ec2, BURST)
+    instances = await asyncio.to_thread(_launch, ec2, BURST, settings.cluster_name)
     names = [str(i["PrivateDnsName"]) for i in instances]
 
     ccm = settings.ccm.model_copy(update={"node_selector": selector})
