@@ -61,9 +61,9 @@ async def scale_figures(ctx: BenchContext) -> dict[str, float]:
 
     ccm = settings.ccm.model_copy(update={"node_selector": selector})
     informers = Informers(kube)
-    sync = NodeSync(
-        kube, AwsDriver(AWS.section(settings)), informers.get(NODES, label_selector=selector), ccm
-    )
+    driver = AwsDriver(AWS.section(settings))
+    driver.cluster = settings.cluster_name  # as Provider.make_driver sets it
+    sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
     task = asyncio.create_task(sync.run())
     figures: dict[str, float] = {}
     try:
