@@ -56,13 +56,14 @@ async def scale_figures(ctx: BenchContext) -> dict[str, float]:
     label = "cloudloop-bench-scale"
     selector = f"{label}={scope}"
     ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
-    instances = await asyncio.to_thread(_launch, ec2, BURST, settings.cluster_name)
+    cluster = f"bench-scale-{scope}"  # its own cluster: the tag listing holds the burst only
+    instances = await asyncio.to_thread(_launch, ec2, BURST, cluster)
     names = [str(i["PrivateDnsName"]) for i in instances]
 
     ccm = settings.ccm.model_copy(update={"node_selector": selector})
     informers = Informers(kube)
     driver = AwsDriver(AWS.section(settings))
-    driver.cluster = settings.cluster_name  # as Provider.make_driver sets it
+    driver.cluster = cluster  # as Provider.make_driver sets it
     sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
     task = asyncio.create_task(sync.run())
     figures: dict[str, float] = {}
