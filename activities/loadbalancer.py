@@ -28,6 +28,7 @@ from activities.kube import kube_errors
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.errors import CloudError, InvalidRequest, NotSupported
 from cloudloop.cloud.models import LoadBalancerBackend, LoadBalancerSpec
+from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer, replaced
@@ -42,6 +43,7 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerActivity,
     LoadBalancerFound,
     LoadBalancerLookup,
+    LoadBalancerNode,
     LoadBalancerTarget,
     ResyncLoadBalancerInput,
     ResyncLoadBalancerResult,
@@ -62,10 +64,26 @@ class LoadBalancerActivities:
                 target.provider, f"provider {target.provider!r} on a {self.driver.provider} worker"
             )
 
+    def nodes(
+        self, target: LoadBalancerTarget, desired: DesiredLoadBalancer
+    ) -> list[LoadBalancerNode]:
+        """The node set: inline, or the starter's ConfigMap's current one (never older than the
+        digest signalled; a missing ConfigMap fails the attempt, which is retried)."""
+        ref = desired.node_set
+        if ref is None:
+            return desired.nodes
+        nodes = nodesets.read_node_set(self.kube, ref)
+        if nodes is None:
+            raise KubeError(
+                404, "NotFound", {"message": f"LB node set {ref.namespace}/{ref.name} is missing"}
+            )
+        log.debug("%s: %d nodes from %s", target.service.key, len(nodes), ref.name)
+        return nodes
+
     def spec(self, target: LoadBalancerTarget, desired: DesiredLoadBalancer) -> LoadBalancerSpec:
         """The driver's view: nodes mapped to instances through their providerID."""
         backends: list[LoadBalancerBackend] = []
-        for node in desired.nodes:
+        for node in self.nodes(target, desired):
             try:
                 instance_id = self.driver.instance_id_from_provider_id(node.provider_id)
             except CloudError as exc:  # another cloud's node: never a backend here
@@ -136,7 +154,7 @@ class LoadBalancerActivities:
 
     @activity.defn(name=LoadBalancerActivity.UPDATE_BACKENDS)
     def update_backends(self, input: UpdateBackendsInput) -> None:
-        with heartbeating(), cloud_errors():
+        with heartbeating(), cloud_errors(), kube_errors():
             self._check_provider(input.target)
             self.driver.update_load_balancer_backends(self.spec(input.target, input.desired))
 

@@ -8,22 +8,32 @@ when it differs from what it sent last. A Service with the finalizer that is bei
 longer wants an LB gets ``tear_down``; the workflow deletes the LB and removes the finalizer.
 
 Work is keyed by Service in the starters' work queue (one sync per key at a time,
-``concurrent_service_syncs`` at once, failures retried with per-key backoff). A Node change that
-alters the LB node set (added, deleted, exclusion label or taint, providerID, labels) re-syncs
-every LB Service; the workflows then update their backends only. Nothing is sent before both
-informers have listed, so a restart never sends an empty node set.
+``concurrent_service_syncs`` at once, failures retried with per-key backoff). Nothing is sent
+before both informers have listed, so a restart never sends an empty node set.
+
+The desired state carries only what the cloud reads (the driver says which): the provider's own
+annotations, and per node its name, providerID and the labels the Service's annotations select
+backends by (``target-node-labels``, a node selector). A Node change that alters that view
+(added, deleted, exclusion label or taint, providerID, a label some LB Service names) re-syncs
+every LB Service, which signals only if its trimmed desired state changed; any other label,
+condition or heartbeat sends nothing. A node set larger than ``inline_nodes_max_bytes`` is
+written to a ConfigMap first (:mod:`cloudloop.kube.nodesets`, one per cluster) and the signal
+carries the digest of the Service's projection, so a signal stays a few KiB at 5,000 nodes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from cloudloop import searchattrs
-from cloudloop.cloud.driver import Capability
+from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
 from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
@@ -37,6 +47,7 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerSignal,
     LoadBalancerState,
     LoadBalancerTarget,
+    NodeSetRef,
     workflow_id,
 )
 from cloudloop.rules import loadbalancer as rules
@@ -49,6 +60,19 @@ from workflows.loadbalancer import LoadBalancerWorkflow
 log = logging.getLogger(__name__)
 
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 60.0
+#: A node set whose canonical JSON is larger goes by reference (≈ 250 nodes).
+INLINE_NODES_MAX_BYTES = 16 * 1024
+
+
+class Projection:
+    """One label projection of the LB node set, with its canonical size and digest (computed
+    once per node-set change, not once per Service)."""
+
+    def __init__(self, nodes: list[LoadBalancerNode]) -> None:
+        self.nodes = nodes
+        canonical = nodesets.canonical(nodes)
+        self.size = len(canonical)
+        self.digest = hashlib.sha256(canonical).hexdigest()
 
 
 class ServiceStarter:
@@ -65,7 +89,14 @@ class ServiceStarter:
         concurrency: int = 1,
         history_limit: int = 0,
         resync_period_s: float = 600.0,
+        driver: CloudDriver | None = None,
+        node_set_namespace: str = "kube-system",
+        node_set_name: str = "",
+        inline_nodes_max_bytes: int = INLINE_NODES_MAX_BYTES,
     ) -> None:
+        """``driver`` says which annotations and node labels the cloud reads (without one:
+        every annotation, no labels); a big node set goes to the ConfigMap ``node_set_name``
+        in ``node_set_namespace`` (default name: from the cluster)."""
         self.kube = kube
         self.client = client
         self.services = services
@@ -80,8 +111,20 @@ class ServiceStarter:
         self.queue = WorkQueue("service", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         #: Service key → (uid, signal, desired state) last sent.
         self._sent: dict[str, tuple[str, str, DesiredLoadBalancer | None]] = {}
+        self.driver = driver
+        self.node_set_namespace = node_set_namespace
+        self.inline_nodes_max_bytes = inline_nodes_max_bytes
+        #: Node name → its LB view over the label keys some Service names (None: not a backend).
         self._node_view: dict[str, LoadBalancerNode | None] = {}
-        self._lb_nodes: list[LoadBalancerNode] | None = None
+        #: Service key → the node label keys its annotations name; their union.
+        self._label_keys: dict[str, frozenset[str]] = {}
+        self._all_label_keys: frozenset[str] = frozenset()
+        #: The LB node set per label projection (cleared by a node-set change).
+        self._lb_nodes: dict[frozenset[str], Projection] = {}
+        #: The node-set ConfigMap: the digest of what was written to it last.
+        self.node_set_name = node_set_name or nodesets.configmap_name(cluster)
+        self._node_set_written: str | None = None
+        self._node_set_lock = asyncio.Lock()
         self._stopped = asyncio.Event()
 
     @classmethod
@@ -105,6 +148,9 @@ class ServiceStarter:
             provider=context.settings.provider,
             concurrency=ccm.concurrent_service_syncs,
             resync_period_s=ccm.load_balancer_resync_period_s,
+            driver=context.driver,
+            node_set_namespace=context.settings.leader_election.namespace,
+            node_set_name=f"{context.settings.leader_election.name}-lb-nodes",
         )
 
     def stop(self) -> None:
@@ -142,24 +188,67 @@ class ServiceStarter:
                     continue
                 del self._node_view[name]
             else:
-                view = rules.load_balancer_node(event.object)
+                view = rules.load_balancer_node(event.object, self._all_label_keys)
                 if name in self._node_view and self._node_view[name] == view:
-                    continue  # e.g. a heartbeat or a condition: not an LB node-set change
+                    continue  # a heartbeat, a condition, a label no LB names: nothing to send
                 self._node_view[name] = view
-            self._lb_nodes = None
+            self._lb_nodes = {}
             for key, service in list(self.services.store.items()):
                 if rules.wants_load_balancer(service) or rules.has_finalizer(service):
                     self.enqueue(key)
 
-    def lb_nodes(self) -> list[LoadBalancerNode]:
-        if self._lb_nodes is None:
-            self._lb_nodes = rules.load_balancer_nodes(list(self.nodes.store.values()))
-        return self._lb_nodes
+    def lb_nodes(self, label_keys: frozenset[str] = frozenset()) -> list[LoadBalancerNode]:
+        """The LB node set with the labels ``label_keys`` names (cached until a node change)."""
+        return self._projection(label_keys).nodes
+
+    def _projection(self, label_keys: frozenset[str]) -> Projection:
+        projection = self._lb_nodes.get(label_keys)
+        if projection is None:
+            nodes = rules.load_balancer_nodes(list(self.nodes.store.values()), label_keys)
+            projection = Projection(nodes)
+            self._lb_nodes[label_keys] = projection
+        return projection
+
+    def _inputs(self, key: str, service: dict[str, Any]) -> tuple[dict[str, str], frozenset[str]]:
+        """The annotations and node label keys the cloud reads for this Service."""
+        annotations = rules.service_annotations(service)
+        if self.driver is None:
+            return annotations, frozenset()
+        keys = self.driver.load_balancer_node_labels(annotations)
+        if self._label_keys.get(key) != keys:
+            self._label_keys[key] = keys
+            self._all_label_keys = frozenset().union(*self._label_keys.values())
+        return self.driver.load_balancer_annotations(annotations), keys
+
+    async def _node_set(self, projection: Projection) -> NodeSetRef:
+        """The reference to send for ``projection``, after writing the ConfigMap (the node set
+        with every label some Service names) if its content changed since the last write."""
+        async with self._node_set_lock:
+            union = self._projection(self._all_label_keys)
+            if self._node_set_written != union.digest:
+                await asyncio.to_thread(
+                    nodesets.write_node_set,
+                    self.kube,
+                    self.node_set_namespace,
+                    self.node_set_name,
+                    union.nodes,
+                    cluster=self.cluster,
+                )
+                self._node_set_written = union.digest
+                log.info("LB node set %s written: %d nodes", self.node_set_name, len(union.nodes))
+        return NodeSetRef(
+            namespace=self.node_set_namespace,
+            name=self.node_set_name,
+            digest=projection.digest,
+            count=len(projection.nodes),
+        )
 
     # -- one Service -----------------------------------------------------------------------
     async def sync(self, key: str) -> None:
         service = self.services.store.get(key)
         if service is None:  # gone; normally torn down through the finalizer already
+            if self._label_keys.pop(key, None) is not None:
+                self._all_label_keys = frozenset().union(*self._label_keys.values())
             sent = self._sent.pop(key, None)
             if sent is not None and sent[1] == LoadBalancerSignal.APPLY:
                 namespace, _, name = key.partition("/")
@@ -188,7 +277,17 @@ class ServiceStarter:
             updated = await asyncio.to_thread(add_finalizer, self.kube, ref, LB_FINALIZER, service)
             if updated is None or not rules.has_finalizer(updated):
                 return  # gone, or being deleted already
-        desired = rules.desired_load_balancer(service, self.lb_nodes())
+        annotations, label_keys = self._inputs(key, service)
+        projection = self._projection(label_keys)
+        if projection.size > self.inline_nodes_max_bytes:
+            node_set = await self._node_set(projection)
+            desired = rules.desired_load_balancer(
+                service, [], annotations=annotations, node_set=node_set
+            )
+        else:
+            desired = rules.desired_load_balancer(
+                service, projection.nodes, annotations=annotations
+            )
         if sent is not None and sent[1] == LoadBalancerSignal.APPLY and sent[2] == desired:
             return
         request = ApplyRequest(

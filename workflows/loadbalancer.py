@@ -90,6 +90,13 @@ def _failure(err: ActivityError) -> tuple[str, str]:
     return type(cause).__name__ if cause else "ActivityError", str(cause or err)
 
 
+def _hosts(desired: DesiredLoadBalancer) -> str:
+    """The hosts an Event names: the node names, or their number when sent by reference."""
+    if desired.node_set is not None:
+        return f"{desired.node_set.count} nodes"
+    return ", ".join(n.name for n in desired.nodes)
+
+
 @workflow.defn(name="LoadBalancer")
 class LoadBalancerWorkflow:
     @workflow.init
@@ -224,7 +231,7 @@ class LoadBalancerWorkflow:
 
     async def _ensure(self, desired: DesiredLoadBalancer, version: int) -> None:
         # lb.ensure records EnsuringLoadBalancer and EnsuredLoadBalancer itself.
-        if not desired.nodes:
+        if not desired.node_count:
             self._event(
                 "Warning",
                 "UnAvailableLoadBalancer",
@@ -290,7 +297,7 @@ class LoadBalancerWorkflow:
             if kind == "NotSupported":
                 self.state.applied = desired
                 return
-            hosts = ", ".join(n.name for n in desired.nodes)
+            hosts = _hosts(desired)
             self._event(
                 "Warning",
                 "UpdateLoadBalancerFailed",
@@ -304,13 +311,13 @@ class LoadBalancerWorkflow:
             return
         self._succeeded()
         self.state.applied = desired
-        if not desired.nodes:
+        if not desired.node_count:
             self._event(
                 "Warning",
                 "UnAvailableLoadBalancer",
                 "There are no available nodes for LoadBalancer",
             )
-        hosts = ", ".join(n.name for n in desired.nodes)
+        hosts = _hosts(desired)
         self._event(
             "Normal", "UpdatedLoadBalancer", f"Updated load balancer with new hosts [{hosts}]"
         )

@@ -16,7 +16,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -162,6 +162,19 @@ class CloudDriver:
         """What of the cloud LB differs from ``spec`` (each a short phrase; empty: in sync),
         read without changing anything; ``ensure_load_balancer`` puts it back."""
         raise self._unsupported(Capability.LOAD_BALANCERS)
+
+    # What a load balancer is made from: the load-balancer controller sends the workflow only
+    # these parts of a Service and its nodes, so an unrelated change sends nothing and the
+    # desired state stays small at thousands of nodes. Pure functions, no cloud call; a value
+    # they cannot parse is kept as it is (the ensure refuses it with ``InvalidRequest``).
+    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """The Service annotations this cloud's load balancers read (default: all of them)."""
+        return dict(annotations)
+
+    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
+        """The node label keys this cloud selects LB backends by, for a Service with
+        ``annotations`` (e.g. those ``target-node-labels`` names; default: none)."""
+        return frozenset()
 
     # -- volumes (CSI) ---------------------------------------------------------------------
     # Each call issues one cloud change and returns without waiting; the activities wait (with

@@ -49,15 +49,33 @@ def default_load_balancer_name(uid: str) -> str:
 
 
 class LoadBalancerNode(BaseModel):
-    """A node that may back the LB (upstream exclusions applied, providerID set)."""
+    """A node that may back the LB (upstream exclusions applied, providerID set), with only the
+    labels the cloud selects backends by (``target-node-labels``, a node selector)."""
 
     name: str
     provider_id: str
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class NodeSetRef(BaseModel):
+    """A node set too large to send inline: the ConfigMap the starter writes before it signals.
+
+    ``digest`` identifies the node set (with this Service's labels) the signal was made for, so a
+    changed set is a changed desired state; the activity reads the ConfigMap's current set, which
+    is never older (see :mod:`cloudloop.kube.nodesets`).
+    """
+
+    namespace: str
+    name: str
+    digest: str
+    count: int
+
+
 class DesiredLoadBalancer(BaseModel):
-    """What the Service asks for: everything that changes the cloud LB, and the node set."""
+    """What the Service asks for: everything that changes the cloud LB, and the node set.
+
+    The node set is either inline (``nodes``) or, beyond a size limit, ``node_set``.
+    """
 
     ports: list[LoadBalancerPort]
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -65,11 +83,17 @@ class DesiredLoadBalancer(BaseModel):
     external_traffic_policy: str = "Cluster"
     health_check_node_port: int = 0
     nodes: list[LoadBalancerNode] = Field(default_factory=list)
+    node_set: NodeSetRef | None = None
+
+    @property
+    def node_count(self) -> int:
+        return self.node_set.count if self.node_set is not None else len(self.nodes)
 
     def same_config(self, other: DesiredLoadBalancer | None) -> bool:
         """Equal apart from the node set (a node-set change only updates the backends)."""
-        return other is not None and self.model_dump(exclude={"nodes"}) == other.model_dump(
-            exclude={"nodes"}
+        apart = {"nodes", "node_set"}
+        return other is not None and self.model_dump(exclude=apart) == other.model_dump(
+            exclude=apart
         )
 
 

@@ -10,11 +10,16 @@ a filter. Nodes without ``spec.providerID`` cannot be mapped to an instance and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from cloudloop.cloud.models import LoadBalancerPort
-from cloudloop.messages.loadbalancer import LB_FINALIZER, DesiredLoadBalancer, LoadBalancerNode
+from cloudloop.messages.loadbalancer import (
+    LB_FINALIZER,
+    DesiredLoadBalancer,
+    LoadBalancerNode,
+    NodeSetRef,
+)
 
 EXCLUDE_FROM_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
@@ -58,11 +63,24 @@ def ingress_hostnames(service: dict[str, Any]) -> list[str]:
     return [str(i.get("hostname") or i.get("ip") or "") for i in ingress]
 
 
-def desired_load_balancer(
-    service: dict[str, Any], nodes: list[LoadBalancerNode]
-) -> DesiredLoadBalancer:
-    spec = service.get("spec") or {}
+def service_annotations(service: dict[str, Any]) -> dict[str, str]:
+    """The Service's annotations as strings, without the ones that never concern an LB."""
     annotations = (service.get("metadata") or {}).get("annotations") or {}
+    return {k: str(v) for k, v in annotations.items() if k not in IGNORED_ANNOTATIONS}
+
+
+def desired_load_balancer(
+    service: dict[str, Any],
+    nodes: list[LoadBalancerNode],
+    *,
+    annotations: dict[str, str] | None = None,
+    node_set: NodeSetRef | None = None,
+) -> DesiredLoadBalancer:
+    """The desired state; ``annotations`` the cloud reads (default: all but the ignored ones);
+    the node set inline (``nodes``) or by reference (``node_set``)."""
+    spec = service.get("spec") or {}
+    if annotations is None:
+        annotations = service_annotations(service)
     return DesiredLoadBalancer(
         ports=[
             LoadBalancerPort(
@@ -73,11 +91,12 @@ def desired_load_balancer(
             )
             for p in spec.get("ports") or []
         ],
-        annotations={k: str(v) for k, v in annotations.items() if k not in IGNORED_ANNOTATIONS},
+        annotations=annotations,
         source_ranges=sorted(spec.get("loadBalancerSourceRanges") or []),
         external_traffic_policy=str(spec.get("externalTrafficPolicy") or "Cluster"),
         health_check_node_port=int(spec.get("healthCheckNodePort") or 0),
         nodes=nodes,
+        node_set=node_set,
     )
 
 
@@ -95,18 +114,24 @@ def excluded_from_load_balancers(node: dict[str, Any]) -> bool:
     return any(t.get("key") == TO_BE_DELETED_TAINT for t in taints)
 
 
-def load_balancer_node(node: dict[str, Any]) -> LoadBalancerNode | None:
-    """The node as an LB backend, or None when excluded or without providerID."""
+def load_balancer_node(
+    node: dict[str, Any], label_keys: Collection[str] | None = None
+) -> LoadBalancerNode | None:
+    """The node as an LB backend, or None when excluded or without providerID; with only the
+    labels ``label_keys`` names (all of them when ``None``)."""
     provider_id = str((node.get("spec") or {}).get("providerID") or "")
     if not provider_id or excluded_from_load_balancers(node):
         return None
     meta = node.get("metadata") or {}
-    return LoadBalancerNode(
-        name=str(meta["name"]), provider_id=provider_id, labels=dict(meta.get("labels") or {})
-    )
+    labels = meta.get("labels") or {}
+    if label_keys is not None:
+        labels = {k: str(labels[k]) for k in sorted(label_keys) if k in labels}
+    return LoadBalancerNode(name=str(meta["name"]), provider_id=provider_id, labels=dict(labels))
 
 
-def load_balancer_nodes(nodes: Iterable[dict[str, Any]]) -> list[LoadBalancerNode]:
-    """The LB node set, sorted by name (so equal sets compare equal)."""
-    found = (load_balancer_node(node) for node in nodes)
+def load_balancer_nodes(
+    nodes: Iterable[dict[str, Any]], label_keys: Collection[str] | None = None
+) -> list[LoadBalancerNode]:
+    """The LB node set, sorted by name (so equal sets compare equal), labels as above."""
+    found = (load_balancer_node(node, label_keys) for node in nodes)
     return sorted((n for n in found if n is not None), key=lambda n: n.name)

@@ -32,6 +32,7 @@ import fnmatch
 import ipaddress
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,8 @@ from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.base import NAME
 from cloudloop.cloud.openstack.instances import OpenStackInstances
 from cloudloop.cloud.openstack.lb_options import (
+    INTERNAL_ANNOTATION,
+    PREFIX,
     LoadBalancerOptions,
     invalid,
     listener_protocol,
@@ -410,6 +413,18 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     def _disabled(self) -> errors.NotSupported:
         return errors.NotSupported(NAME, "load_balancers ([LoadBalancer] enabled = false)")
+
+    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """``loadbalancer.openstack.org/*`` and the internal-LB annotation: all Octavia reads."""
+        return {
+            k: v for k, v in annotations.items() if k.startswith(PREFIX) or k == INTERNAL_ANNOTATION
+        }
+
+    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
+        """The keys of the node selector (the annotation's, else ``[LoadBalancer]``'s)."""
+        text = annotations.get(PREFIX + "node-selector", "").strip()
+        text = text or self.settings.load_balancer.node_selector
+        return frozenset(k for k in (p.partition("=")[0].strip() for p in text.split(",")) if k)
 
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
         if not self._enabled("EnsureLoadBalancer"):

@@ -15,9 +15,15 @@ drift check of drift repair (reads only; the ensure puts things back).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cloudloop.cloud import models
 from cloudloop.cloud.aws.base import calling
+from cloudloop.cloud.aws.lb_annotation_values import items
 from cloudloop.cloud.aws.lb_annotations import (
+    LEGACY_SOURCE_RANGES,
+    PREFIX,
+    TARGET_NODE_LABELS,
     AwsLoadBalancerOptions,
     LoadBalancerKind,
     parse_annotations,
@@ -86,6 +92,24 @@ def parsed(
 
 class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
     # -- contract --------------------------------------------------------------------------
+    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """``aws-load-balancer-*`` and the legacy source-range annotation: all the ELB reads."""
+        return {
+            k: v
+            for k, v in annotations.items()
+            if k.startswith(PREFIX) or k == LEGACY_SOURCE_RANGES
+        }
+
+    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
+        """The keys ``target-node-labels`` names (read leniently: the ensure checks the value)."""
+        return frozenset(
+            key
+            for key in (
+                i.partition("=")[0].strip() for i in items(annotations.get(TARGET_NODE_LABELS, ""))
+            )
+            if key
+        )
+
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
         spec, options = parsed(spec)
         if options.kind is LoadBalancerKind.NLB:

@@ -1,0 +1,91 @@
+"""Load-balancer node sets too large for a workflow signal, kept in a ConfigMap (a claim check).
+The starter writes it before it signals a digest; the ``lb.*`` activities read it back.
+At 5,000 nodes a node set is ~0.5 MB of JSON, past what a signal should carry (64 KiB).
+
+Rules:
+- Identity: one ConfigMap per cluster, ``<lease name>-lb-nodes`` in the starter's namespace (a
+  fixed name, so RBAC can name it), labelled managed-by cloudloop. It holds the *current* LB node
+  set with every node label some LB Service names (the union; each Service's signal carries the
+  digest of its own projection, so a label only another Service names changes nothing for it).
+- Idempotency: the starter writes only when the set changed (digest); the reader never writes.
+- Crash behaviour: the starter writes before it signals, so the ConfigMap is never older than a
+  signalled digest; a reader uses what it holds (the newest node set is what the cloud should get;
+  the workflow receives that digest next). A missing ConfigMap fails the activity attempt, which
+  the workflow retries with backoff; the starter writes it again at its next node change or start.
+- Size: ``binaryData`` holds zlib-compressed JSON rows (≈15 bytes a node): under the 1 MiB
+  object limit up to ~50,000 nodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zlib
+from collections.abc import Sequence
+
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import CONFIG_MAPS
+from cloudloop.messages.loadbalancer import LoadBalancerNode, NodeSetRef
+
+DATA_KEY = "nodes.json.zlib"
+DIGEST_ANNOTATION = "cloudloop.io/node-set-digest"
+COUNT_ANNOTATION = "cloudloop.io/node-set-count"
+CLUSTER_ANNOTATION = "cloudloop.io/cluster"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "cloudloop", "cloudloop.io/role": "lb-node-set"}
+
+
+def canonical(nodes: Sequence[LoadBalancerNode]) -> bytes:
+    """The node list as compact JSON rows ``[name, providerID, labels]`` (keys sorted)."""
+    rows = [[n.name, n.provider_id, n.labels] for n in nodes]
+    return json.dumps(rows, separators=(",", ":"), sort_keys=True).encode()
+
+
+def digest(nodes: Sequence[LoadBalancerNode]) -> str:
+    return hashlib.sha256(canonical(nodes)).hexdigest()
+
+
+def configmap_name(cluster: str) -> str:
+    """The name when none is given (benchmarks, tests: several clusters share one namespace)."""
+    return f"cloudloop-lb-nodes-{hashlib.sha256(cluster.encode()).hexdigest()[:12]}"
+
+
+def encode(nodes: Sequence[LoadBalancerNode]) -> str:
+    return base64.b64encode(zlib.compress(canonical(nodes), 6)).decode()
+
+
+def decode(data: str) -> list[LoadBalancerNode]:
+    rows = json.loads(zlib.decompress(base64.b64decode(data)))
+    return [LoadBalancerNode(name=r[0], provider_id=r[1], labels=r[2]) for r in rows]
+
+
+def write_node_set(
+    kube: Kube, namespace: str, name: str, nodes: Sequence[LoadBalancerNode], *, cluster: str
+) -> str:
+    """Create or replace the ConfigMap ``name`` with ``nodes``; their digest."""
+    node_digest = digest(nodes)
+    body = {
+        "metadata": {
+            "name": name,
+            "labels": MANAGED_BY,
+            "annotations": {
+                DIGEST_ANNOTATION: node_digest,
+                COUNT_ANNOTATION: str(len(nodes)),
+                CLUSTER_ANNOTATION: cluster,
+            },
+        },
+        "binaryData": {DATA_KEY: encode(nodes)},
+    }
+    if kube.get(CONFIG_MAPS, name, namespace) is None:
+        kube.create(CONFIG_MAPS, body, namespace)
+    else:
+        kube.patch(CONFIG_MAPS, name, body, namespace)
+    return node_digest
+
+
+def read_node_set(kube: Kube, ref: NodeSetRef) -> list[LoadBalancerNode] | None:
+    """The nodes the ConfigMap holds now; ``None`` when it does not exist."""
+    found = kube.get(CONFIG_MAPS, ref.name, ref.namespace)
+    if found is None:
+        return None
+    return decode((found.get("binaryData") or {}).get(DATA_KEY, ""))
