@@ -37,6 +37,12 @@ WORKFLOWS_STARTED = Counter(
     ["workflow"],
 )
 
+WORKFLOW_SIGNALS = Counter(
+    "cloudloop_workflow_signals",
+    "Signals starters sent to workflows (with signal-with-start), by workflow and signal.",
+    ["workflow", "signal"],
+)
+
 # -- the starters' work queues (upstream client-go workqueue names) ---------------------------
 WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Keys waiting in a starter's work queue.", ["name"])
 WORKQUEUE_ADDS = Counter("workqueue_adds", "Keys added to a starter's work queue.", ["name"])

@@ -61,7 +61,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from cloudloop import searchattrs
-from cloudloop.metrics import WORKFLOWS_STARTED
+from cloudloop.metrics import WORKFLOW_SIGNALS, WORKFLOWS_STARTED
 from cloudloop.settings import TemporalSettings
 
 log = logging.getLogger(__name__)
@@ -323,6 +323,8 @@ async def signal_with_start(
         log.debug("workflow %s: a completed run blocks a new one", id)
         return None
     started = started_run(handle) is not False
+    if signal is not None:
+        WORKFLOW_SIGNALS.labels(kind, signal).inc()
     if started:
         WORKFLOWS_STARTED.labels(kind).inc()
         log.info("started workflow %s", id)

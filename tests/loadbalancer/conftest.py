@@ -43,6 +43,7 @@ def nodes(kube: Kube, world: AwsWorld, scope: str) -> Iterator[list[str]]:
 async def running(
     kube: Kube, client: Client, lb_config: Settings, namespace: str, nodes: list[str]
 ) -> AsyncIterator[None]:
-    worker = build_worker(client, lb_config, driver=AwsDriver(AWS.section(lb_config)), kube=kube)
-    async with worker, service_starter(kube, client, lb_config, namespace):
+    driver = AwsDriver(AWS.section(lb_config))
+    worker = build_worker(client, lb_config, driver=driver, kube=kube)
+    async with worker, service_starter(kube, client, lb_config, namespace, driver=driver):
         yield

@@ -19,13 +19,14 @@ from cloudloop.cloud.aws.loadbalancers import (
     backend_security_group_name,
     security_group_name,
 )
+from cloudloop.cloud.driver import CloudDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES, SERVICES
 from cloudloop.messages.loadbalancer import default_load_balancer_name
 from cloudloop.settings import Settings
 from devstack.backends.aws import ZONES, aws_client, create_cluster_network, launch_instances
-from starters.loadbalancer import ServiceStarter
+from starters.loadbalancer import INLINE_NODES_MAX_BYTES, ServiceStarter
 
 
 @dataclass
@@ -304,7 +305,11 @@ async def service_starter(
     namespace: str,
     *,
     history_limit: int = 0,
+    driver: CloudDriver | None = None,
+    inline_nodes_max_bytes: int = INLINE_NODES_MAX_BYTES,
 ) -> AsyncIterator[ServiceStarter]:
+    """The starter of ``namespace``'s Services; with ``driver``, desired states are trimmed to
+    what that cloud reads (as in the starter process)."""
     informers = Informers(kube)
     starter = ServiceStarter(
         kube,
@@ -317,6 +322,8 @@ async def service_starter(
         concurrency=settings.ccm.concurrent_service_syncs,
         history_limit=history_limit,
         resync_period_s=settings.ccm.load_balancer_resync_period_s,
+        driver=driver,
+        inline_nodes_max_bytes=inline_nodes_max_bytes,
     )
     task = asyncio.create_task(starter.run())
     try:
