@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from bench.context import BenchContext
 from bench.csi import csi_figures
+from bench.lbscale import lb_scale_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
@@ -33,4 +34,5 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "nodegroups": nodegroup_figures,
     "csi": csi_figures,
     "scale": scale_figures,
+    "lbscale": lb_scale_figures,
 }

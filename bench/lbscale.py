@@ -1,0 +1,322 @@
+"""Load balancers at scale: signal size, signals per unrelated node change, process memory.
+
+5,000 Nodes (kubelet-like: 12 labels, conditions, addresses, images, managed fields) and 1,000
+Services ``type: LoadBalancer`` are created in the real kube-apiserver; then the real
+``cloudloop worker`` and ``cloudloop starter`` processes run against them (AWS on moto; the
+Services carry ``aws-load-balancer-type: external``, so every workflow runs its ``lb.ensure``,
+finds the LB handled elsewhere and stays running, idle, with no ELB made in moto).
+
+- ``lb_signal_bytes_5000_nodes``: one Service's signal-with-start as Temporal stored it: the
+  start input plus the first ``apply`` signal's input (protobuf payload sizes, from the history).
+- ``starter_rss_mb_5000_nodes_1000_services``: the starter process's resident memory once it has
+  sent all 1,000 ``apply`` signals (its informers hold the 5,000 Nodes and 1,000 Services).
+- ``worker_rss_mb_1000_running_lb_workflows``: the worker process's resident memory once all
+  1,000 workflows have run their ``lb.ensure`` and wait (cached, sticky).
+- ``lb_signals_per_unrelated_label_change``: one Node label that no annotation names changed →
+  ``apply`` signals sent (``cloudloop_workflow_signals_total`` of the starter process).
+- ``lb_signals_per_lb_node_change``: one Node excluded from load balancers → signals (the check
+  that the figure above can see signals: every LB Service gets one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+
+from bench.context import BenchContext
+from cloudloop.kube.resources import CONFIG_MAPS, NODES, SERVICES, ObjectRef, Resource
+from cloudloop.messages.loadbalancer import workflow_id
+from cloudloop.net import free_port
+from devstack.csi_deployment import provider_env
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODE_COUNT = 5000
+SERVICE_COUNT = 1000
+SYNCS = 20
+TYPE_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-type"
+EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+LEASE_NAMESPACE = "default"
+
+
+def kubelet_node(name: str, scope: str, index: int) -> dict[str, Any]:
+    """A Node as a kubelet on EC2 registers it (labels, status), providerID set."""
+    zone = "us-east-1" + "abc"[index % 3]
+    ip = f"10.{index // 65536}.{index // 256 % 256}.{index % 256}"
+    labels = {
+        "cloudloop-bench-lbscale": scope,
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/instance-type": "m5.large",
+        "beta.kubernetes.io/os": "linux",
+        "failure-domain.beta.kubernetes.io/region": "us-east-1",
+        "failure-domain.beta.kubernetes.io/zone": zone,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "m5.large",
+        "topology.kubernetes.io/region": "us-east-1",
+        "topology.kubernetes.io/zone": zone,
+        "node.deckhouse.io/group": f"pool-{index % 10}",
+    }
+    now = "2026-01-01T00:00:00Z"
+    conditions = [
+        {"type": t, "status": "False", "reason": f"Kubelet{t}", "message": f"no {t}"}
+        for t in ("MemoryPressure", "DiskPressure", "PIDPressure")
+    ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}]
+    for condition in conditions:
+        condition.update(lastHeartbeatTime=now, lastTransitionTime=now)
+    images = [
+        {
+            "names": [f"registry.example.com/team/image-{i}@sha256:{uuid.uuid4().hex * 2}"],
+            "sizeBytes": 10_000_000 + i,
+        }
+        for i in range(10)
+    ]
+    resources = {"cpu": "2", "memory": "7934488Ki", "pods": "29", "ephemeral-storage": "50Gi"}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": {"providerID": f"aws:///{zone}/i-{random.getrandbits(68):017x}"},
+        "status": {
+            "conditions": conditions,
+            "addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": name},
+                {"type": "InternalDNS", "address": f"{name}.ec2.internal"},
+            ],
+            "capacity": resources,
+            "allocatable": resources,
+            "images": images,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": str(uuid.uuid4()),
+                "containerRuntimeVersion": "containerd://1.7.22",
+                "kernelVersion": "6.1.0-25-cloud-amd64",
+                "kubeProxyVersion": "v1.31.0",
+                "kubeletVersion": "v1.31.0",
+                "machineID": uuid.uuid4().hex,
+                "operatingSystem": "linux",
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "systemUUID": str(uuid.uuid4()),
+            },
+        },
+    }
+
+
+def lb_service(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {TYPE_ANNOTATION: "external"},
+            "labels": {"app": name},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app": name},
+            "ports": [
+                {"name": "http", "port": 80, "protocol": "TCP"},
+                {"name": "https", "port": 443, "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def scrape(port: int) -> dict[str, float]:
+    """``name{labels}`` → value from a process's ``/metrics`` (empty when not answering)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            try:
+                samples[key] = float(value)
+            except ValueError:
+                continue
+    return samples
+
+
+def metric(port: int, prefix: str, *contains: str) -> float:
+    return sum(
+        v for k, v in scrape(port).items() if k.startswith(prefix) and all(c in k for c in contains)
+    )
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Process:
+    """``cloudloop <command>`` as a child process with its own metrics port and log."""
+
+    def __init__(self, command: str, env: dict[str, str], log_dir: Path) -> None:
+        self.port = free_port()
+        self.log = log_dir / f"{command}.log"
+        with open(self.log, "w") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "cloudloop.cli", command],
+                env={**env, "CLOUDLOOP_METRICS_PORT": str(self.port)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+async def until(check: Any, timeout: float, what: str, interval: float = 1.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(interval)
+
+
+async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
+    kube = ctx.kube
+    scope = uuid.uuid4().hex[:8]
+    namespace = f"bench-lbscale-{scope}"
+    cluster = f"bench-lbscale-{scope}"
+    task_queue = f"bench-lbscale-{scope}"
+    settings = ctx.settings
+    env = {
+        **os.environ,
+        **provider_env(settings),
+        "CLOUDLOOP_PROVIDER": "aws",
+        "CLOUDLOOP_CLUSTER_NAME": cluster,
+        "CLOUDLOOP_KUBECONFIG": str(settings.kubeconfig),
+        "CLOUDLOOP_TEMPORAL__ADDRESS": settings.temporal.address,
+        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
+        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "5",
+        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+        "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": LEASE_NAMESPACE,
+        "CLOUDLOOP_LEADER_ELECTION__NAME": f"starter-{scope}",
+        "CLOUDLOOP_CCM__NODE_SELECTOR": f"cloudloop-bench-lbscale={scope}",
+        "CLOUDLOOP_CCM__CONCURRENT_SERVICE_SYNCS": str(SYNCS),
+        "CLOUDLOOP_CCM__CONFIGURE_CLOUD_ROUTES": "false",
+        "CLOUDLOOP_CCM__NODE_MONITOR_PERIOD_S": "3600",
+        "CLOUDLOOP_CCM__NODE_STATUS_UPDATE_FREQUENCY_S": "3600",
+        "CLOUDLOOP_DISCOVERY__ENABLED": "false",
+    }
+    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    node_names = [f"lbscale-{scope}-{i:05d}" for i in range(NODE_COUNT)]
+    service_names = [f"s{i:04d}" for i in range(SERVICE_COUNT)]
+    with ThreadPoolExecutor(16) as pool:
+        await asyncio.to_thread(
+            lambda: list(
+                pool.map(
+                    lambda i: kube.create(NODES, kubelet_node(node_names[i], scope, i)),
+                    range(NODE_COUNT),
+                )
+            )
+        )
+        await asyncio.to_thread(
+            lambda: list(
+                pool.map(lambda n: kube.create(SERVICES, lb_service(n), namespace), service_names)
+            )
+        )
+
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-lbscale-") as logs:
+        worker = Process("worker", env, Path(logs))
+        starter = Process("starter", env, Path(logs))
+        try:
+
+            def applied() -> float:
+                return metric(starter.port, "cloudloop_workflow_signals_total", 'signal="apply"')
+
+            def ensures() -> float:
+                return metric(
+                    worker.port, "temporal_activity_execution_failed", 'activity_type="lb.ensure"'
+                )
+
+            await until(lambda: applied() >= SERVICE_COUNT, 600, "1,000 apply signals")
+            await asyncio.sleep(2)
+            figures["starter_rss_mb_5000_nodes_1000_services"] = rss_mb(starter.popen.pid)
+            await until(lambda: ensures() >= SERVICE_COUNT, 600, "1,000 lb.ensure runs")
+            await asyncio.sleep(2)
+            figures["worker_rss_mb_1000_running_lb_workflows"] = rss_mb(worker.popen.pid)
+
+            service = kube.get(SERVICES, service_names[0], namespace) or {}
+            figures["lb_signal_bytes_5000_nodes"] = await signal_bytes(ctx, service)
+
+            def quiet() -> bool:
+                return metric(starter.port, "workqueue_depth", 'name="service"') == 0
+
+            before = applied()
+            kube.patch(NODES, node_names[1], {"metadata": {"labels": {"team.io/owner": "x"}}})
+            await asyncio.sleep(3)
+            await until(quiet, 120, "the starter's queue drained")
+            figures["lb_signals_per_unrelated_label_change"] = applied() - before
+
+            before = applied()
+            kube.patch(NODES, node_names[2], {"metadata": {"labels": {EXCLUDE_LABEL: "true"}}})
+            await until(
+                lambda: applied() - before >= SERVICE_COUNT, 300, "signals for an excluded node"
+            )
+            await asyncio.sleep(3)
+            await until(quiet, 120, "the starter's queue drained")
+            figures["lb_signals_per_lb_node_change"] = applied() - before
+
+            # Teardown: the workflows remove the finalizers.
+            with ThreadPoolExecutor(16) as pool:
+                await asyncio.to_thread(
+                    lambda: list(
+                        pool.map(lambda n: kube.delete(SERVICES, n, namespace), service_names)
+                    )
+                )
+            await until(
+                lambda: not kube.list(SERVICES, namespace, limit=1)["items"], 900, "Services gone"
+            )
+        finally:
+            starter.stop()
+            worker.stop()
+    with ThreadPoolExecutor(16) as pool:
+        await asyncio.to_thread(lambda: list(pool.map(lambda n: kube.delete(NODES, n), node_names)))
+    kube.delete(CONFIG_MAPS, f"starter-{scope}-lb-nodes", LEASE_NAMESPACE)
+    kube.delete(NAMESPACES, namespace)
+    return figures
+
+
+async def signal_bytes(ctx: BenchContext, service: dict[str, Any]) -> float:
+    """Start input + first ``apply`` signal input of the Service's workflow, as stored."""
+    handle = ctx.client.get_workflow_handle(workflow_id(ObjectRef.of(SERVICES, service)))
+    history = await handle.fetch_history()
+    size = 0
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            size += event.workflow_execution_started_event_attributes.input.ByteSize()
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            size += event.workflow_execution_signaled_event_attributes.input.ByteSize()
+            break
+    return float(size)
