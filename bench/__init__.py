@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bench.actions import temporal_action_figures
 from bench.context import BenchContext
 from bench.csi import csi_figures
 from bench.lbscale import lb_scale_figures
@@ -35,4 +36,6 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "csi": csi_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
+    # last: counts the histories the benchmarks above left behind
+    "actions": temporal_action_figures,
 }

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -37,9 +36,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from bench.context import BenchContext
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.models import Instance
 from cloudloop.kube.resources import CONFIG_MAPS, NODES, SERVICES, ObjectRef, Resource
 from cloudloop.messages.loadbalancer import workflow_id
 from cloudloop.net import free_port
+from cloudloop.rules import node as rules
+from devstack.backends.aws import launch_instances
 from devstack.csi_deployment import provider_env
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -51,10 +55,19 @@ EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 LEASE_NAMESPACE = "default"
 
 
-def kubelet_node(name: str, scope: str, index: int) -> dict[str, Any]:
-    """A Node as a kubelet on EC2 registers it (labels, status), providerID set."""
-    zone = "us-east-1" + "abc"[index % 3]
-    ip = f"10.{index // 65536}.{index // 256 % 256}.{index % 256}"
+def kubelet_node(
+    name: str, scope: str, index: int, instance: Instance | None = None
+) -> dict[str, Any]:
+    """A Node as a kubelet on EC2 registers it (labels, status), providerID set; addresses as
+    node sync would write them for ``instance`` (so its refresh finds nothing to change)."""
+    zone = instance.zone if instance else "us-east-1" + "abc"[index % 3]
+    provider_id = instance.provider_id if instance else f"aws:///{zone}/i-{index:017x}"
+    node: dict[str, Any] = {"metadata": {"name": name}, "status": {}}
+    addresses = (
+        rules.node_addresses(node, instance.addresses)
+        if instance
+        else [{"type": "InternalIP", "address": f"10.0.{index // 256 % 256}.{index % 256}"}]
+    )
     labels = {
         "cloudloop-bench-lbscale": scope,
         "beta.kubernetes.io/arch": "amd64",
@@ -94,14 +107,10 @@ def kubelet_node(name: str, scope: str, index: int) -> dict[str, Any]:
                 "volumes.kubernetes.io/controller-managed-attach-detach": "true",
             },
         },
-        "spec": {"providerID": f"aws:///{zone}/i-{random.getrandbits(68):017x}"},
+        "spec": {"providerID": provider_id},
         "status": {
             "conditions": conditions,
-            "addresses": [
-                {"type": "InternalIP", "address": ip},
-                {"type": "Hostname", "address": name},
-                {"type": "InternalDNS", "address": f"{name}.ec2.internal"},
-            ],
+            "addresses": addresses,
             "capacity": resources,
             "allocatable": resources,
             "images": images,
@@ -229,17 +238,23 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
         "CLOUDLOOP_DISCOVERY__ENABLED": "false",
     }
     kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    # Real instances behind the Nodes: node sync in the starter process would delete Nodes
+    # whose instance does not exist.
+    driver = AwsDriver(AWS.section(settings))
+    ec2 = driver.client("ec2")
+    launched = await asyncio.to_thread(launch_instances, ec2, NODE_COUNT, InstanceType="m5.large")
+    ids = [i["InstanceId"] for i in launched]
+    found = (await asyncio.to_thread(driver.list_instances, ids)).found
     node_names = [f"lbscale-{scope}-{i:05d}" for i in range(NODE_COUNT)]
     service_names = [f"s{i:04d}" for i in range(SERVICE_COUNT)]
+
+    def create_node(index: int) -> None:
+        body = kubelet_node(node_names[index], scope, index, found[ids[index]])
+        kube.create(NODES, body)  # the API server drops the status of a create
+        kube.patch(NODES, node_names[index], {"status": body["status"]}, subresource="status")
+
     with ThreadPoolExecutor(16) as pool:
-        await asyncio.to_thread(
-            lambda: list(
-                pool.map(
-                    lambda i: kube.create(NODES, kubelet_node(node_names[i], scope, i)),
-                    range(NODE_COUNT),
-                )
-            )
-        )
+        await asyncio.to_thread(lambda: list(pool.map(create_node, range(NODE_COUNT))))
         await asyncio.to_thread(
             lambda: list(
                 pool.map(lambda n: kube.create(SERVICES, lb_service(n), namespace), service_names)
@@ -303,6 +318,8 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             worker.stop()
     with ThreadPoolExecutor(16) as pool:
         await asyncio.to_thread(lambda: list(pool.map(lambda n: kube.delete(NODES, n), node_names)))
+    for start in range(0, len(ids), 1000):
+        ec2.terminate_instances(InstanceIds=ids[start : start + 1000])
     kube.delete(CONFIG_MAPS, f"starter-{scope}-lb-nodes", LEASE_NAMESPACE)
     kube.delete(NAMESPACES, namespace)
     return figures

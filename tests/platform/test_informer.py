@@ -6,8 +6,10 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from cloudloop.kube.api import KubeError
-from cloudloop.kube.informer import Informer, WatchEvent
+from cloudloop.kube.informer import LAST_APPLIED, Informer, WatchEvent, slim
 from cloudloop.kube.resources import NODES
 
 
@@ -89,3 +91,41 @@ async def test_resume_from_version_skips_initial_list() -> None:
     events = await asyncio.wait_for(collect(informer, 1), timeout=10)
     assert [(e.type, e.key) for e in events] == [("ADDED", "y")]
     assert kube.watch_versions[0] == "42"  # the first request was the watch, not a list
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(
+            {
+                "kind": "Node",
+                "metadata": {"name": "n", "managedFields": [{"manager": "kubelet"}]},
+                "status": {"images": [{"names": ["a"]}], "addresses": [{"type": "Hostname"}]},
+            },
+            {
+                "kind": "Node",
+                "metadata": {"name": "n"},
+                "status": {"addresses": [{"type": "Hostname"}]},
+            },
+            id="node",
+        ),
+        pytest.param(
+            {
+                "kind": "Service",
+                "metadata": {"name": "s", "annotations": {LAST_APPLIED: "{}", "a": "b"}},
+                "status": {"images": "kept: not a Node"},
+            },
+            {
+                "kind": "Service",
+                "metadata": {"name": "s", "annotations": {"a": "b"}},
+                "status": {"images": "kept: not a Node"},
+            },
+            id="service",
+        ),
+        pytest.param({"metadata": None}, {"metadata": None}, id="malformed-untouched"),
+    ],
+)
+def test_stored_objects_drop_what_no_starter_reads(
+    obj: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert slim(obj) == expected
