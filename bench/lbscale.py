@@ -43,7 +43,7 @@ from cloudloop.kube.resources import CONFIG_MAPS, NODES, SERVICES, ObjectRef, Re
 from cloudloop.messages.loadbalancer import workflow_id
 from cloudloop.net import free_port
 from cloudloop.rules import node as rules
-from devstack.backends.aws import launch_instances
+from devstack.backends.aws import aws_client, launch_instances
 from devstack.csi_deployment import provider_env
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -240,8 +240,8 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
     kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     # Real instances behind the Nodes: node sync in the starter process would delete Nodes
     # whose instance does not exist.
-    driver = AwsDriver(AWS.section(settings))
-    ec2 = driver.client("ec2")
+    driver = AwsDriver(AWS.section(settings).model_copy(update={"timeout_s": 120}))
+    ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
     launched = await asyncio.to_thread(launch_instances, ec2, NODE_COUNT, InstanceType="m5.large")
     ids = [i["InstanceId"] for i in launched]
     found = (await asyncio.to_thread(driver.list_instances, ids)).found
