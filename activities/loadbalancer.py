@@ -57,6 +57,7 @@ class LoadBalancerActivities:
     def __init__(self, driver: CloudDriver, kube: Kube) -> None:
         self.driver = driver
         self.kube = kube
+        self.node_sets = nodesets.NodeSetReader(kube)
 
     def _check_provider(self, target: LoadBalancerTarget) -> None:
         if target.provider != self.driver.provider:
@@ -72,7 +73,7 @@ class LoadBalancerActivities:
         ref = desired.node_set
         if ref is None:
             return desired.nodes
-        nodes = nodesets.read_node_set(self.kube, ref)
+        nodes = self.node_sets.read(ref)
         if nodes is None:
             raise KubeError(
                 404, "NotFound", {"message": f"LB node set {ref.namespace}/{ref.name} is missing"}

@@ -6,8 +6,8 @@ objects that vanished meanwhile as ``DELETED``. Network errors back off and resu
 HTTP work runs in one thread per informer; each :meth:`Informer.events` call is a subscription
 that first replays the current store as ``ADDED`` and then follows the changes, so node sync,
 load balancers and routes can share one watch of Nodes. Stored objects are slimmed
-(:func:`slim`): managed fields, the last-applied annotation and Node images, which no starter
-reads, are dropped.
+(:func:`slim`): managed fields, the last-applied annotation and a Node's status beyond its
+conditions and addresses, which no starter reads, are dropped, and short strings interned.
 
 Staleness is tracked for health checks: an informer that keeps failing to list or watch (the
 API server is down or refuses it) reports since when, and :meth:`Informers.staleness` turns that
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncGenerator
@@ -50,14 +51,19 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
 
-#: Fields no starter reads, dropped from stored objects (as client-go's
-#: ``TransformStripManagedFields``): at 5,000 Nodes they are most of the store's memory.
+#: Fields no starter reads are dropped from stored objects (as client-go's
+#: ``TransformStripManagedFields``, and a Node's status but for what node sync and routes read):
+#: at 5,000 Nodes they are most of the store's memory.
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+NODE_STATUS_KEPT = ("conditions", "addresses")
+#: Strings up to this long are interned: condition types and reasons, label values, zones.
+INTERN_MAX = 32
 
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` without managed fields, ``kubectl apply``'s copy of itself and a Node's image
-    list (in place: the object is the informer's own, parsed from the response)."""
+    """``obj`` without managed fields, ``kubectl apply``'s copy of itself and, for a Node, any
+    status but its conditions and addresses; keys and short strings interned, so the thousands
+    of equal ones (``type``, ``"True"``, label keys) are stored once."""
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -66,8 +72,19 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
             annotations.pop(LAST_APPLIED, None)
     status = obj.get("status")
     if obj.get("kind") == "Node" and isinstance(status, dict):
-        status.pop("images", None)
-    return obj
+        obj["status"] = {k: status[k] for k in NODE_STATUS_KEPT if k in status}
+    compact: dict[str, Any] = _interned(obj)
+    return compact
+
+
+def _interned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    if isinstance(value, str) and len(value) <= INTERN_MAX:
+        return sys.intern(value)
+    return value
 
 
 _Subscriber = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[WatchEvent | None]"]

@@ -100,12 +100,20 @@ async def test_resume_from_version_skips_initial_list() -> None:
             {
                 "kind": "Node",
                 "metadata": {"name": "n", "managedFields": [{"manager": "kubelet"}]},
-                "status": {"images": [{"names": ["a"]}], "addresses": [{"type": "Hostname"}]},
+                "status": {
+                    "images": [{"names": ["a"]}],
+                    "nodeInfo": {"kubeletVersion": "v1.31.0"},
+                    "addresses": [{"type": "Hostname"}],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
             },
             {
                 "kind": "Node",
                 "metadata": {"name": "n"},
-                "status": {"addresses": [{"type": "Hostname"}]},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "addresses": [{"type": "Hostname"}],
+                },
             },
             id="node",
         ),
@@ -129,3 +137,11 @@ def test_stored_objects_drop_what_no_starter_reads(
     obj: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     assert slim(obj) == expected
+
+
+def test_equal_short_strings_are_stored_once() -> None:
+    first, second = (
+        slim({"kind": "Node", "metadata": {"labels": {"zone": "".join(["us-east-", "1a"])}}})
+        for _ in range(2)
+    )
+    assert first["metadata"]["labels"]["zone"] is second["metadata"]["labels"]["zone"]
