@@ -16,6 +16,9 @@ finds the LB handled elsewhere and stays running, idle, with no ELB made in moto
   ``apply`` signals sent (``cloudloop_workflow_signals_total`` of the starter process).
 - ``lb_signals_per_lb_node_change``: one Node excluded from load balancers → signals (the check
   that the figure above can see signals: every LB Service gets one).
+
+The Services are left with their finalizers and running workflows (the stack is thrown away at
+the end of the run); the Nodes and instances are removed.
 """
 
 from __future__ import annotations
@@ -303,16 +306,6 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             await until(quiet, 120, "the starter's queue drained")
             figures["lb_signals_per_lb_node_change"] = applied() - before
 
-            # Teardown: the workflows remove the finalizers.
-            with ThreadPoolExecutor(16) as pool:
-                await asyncio.to_thread(
-                    lambda: list(
-                        pool.map(lambda n: kube.delete(SERVICES, n, namespace), service_names)
-                    )
-                )
-            await until(
-                lambda: not kube.list(SERVICES, namespace, limit=1)["items"], 900, "Services gone"
-            )
         finally:
             starter.stop()
             worker.stop()
