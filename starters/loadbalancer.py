@@ -15,8 +15,8 @@ The desired state carries only what the cloud reads (the driver says which): the
 annotations, and per node its name, providerID and the labels the Service's annotations select
 backends by (``target-node-labels``, a node selector). A Node change that alters that view
 (added, deleted, exclusion label or taint, providerID, a label some LB Service names) re-syncs
-every LB Service, which signals only if its trimmed desired state changed; any other label,
-condition or heartbeat sends nothing. A node set larger than ``inline_nodes_max_bytes`` is
+every LB Service (changes within 0.5 s together), which signals only if its trimmed desired
+state changed; any other label, condition or heartbeat sends nothing. A node set larger than ``inline_nodes_max_bytes`` is
 written to a ConfigMap first (:mod:`cloudloop.kube.nodesets`, one per cluster) and the signal
 carries the digest of the Service's projection, so a signal stays a few KiB at 5,000 nodes.
 """
@@ -60,6 +60,9 @@ from workflows.loadbalancer import LoadBalancerWorkflow
 log = logging.getLogger(__name__)
 
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 60.0
+#: Node changes this close together are one re-sync of the LB Services (a burst of 5,000
+#: Nodes is one pass, not 5,000).
+NODE_BATCH_S = 0.5
 #: A node set whose canonical JSON is larger goes by reference (≈ 250 nodes).
 INLINE_NODES_MAX_BYTES = 16 * 1024
 
@@ -125,6 +128,7 @@ class ServiceStarter:
         self.node_set_name = node_set_name or nodesets.configmap_name(cluster)
         self._node_set_written: str | None = None
         self._node_set_lock = asyncio.Lock()
+        self._node_flush: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
 
     @classmethod
@@ -154,6 +158,8 @@ class ServiceStarter:
         )
 
     def stop(self) -> None:
+        if self._node_flush is not None:
+            self._node_flush.cancel()
         self.queue.shut_down()
         self._stopped.set()
 
@@ -192,10 +198,18 @@ class ServiceStarter:
                 if name in self._node_view and self._node_view[name] == view:
                     continue  # a heartbeat, a condition, a label no LB names: nothing to send
                 self._node_view[name] = view
-            self._lb_nodes = {}
-            for key, service in list(self.services.store.items()):
-                if rules.wants_load_balancer(service) or rules.has_finalizer(service):
-                    self.enqueue(key)
+            if self._node_flush is None:  # a burst of node changes: one pass over the Services
+                self._node_flush = asyncio.get_running_loop().call_later(
+                    NODE_BATCH_S, self._node_set_changed
+                )
+
+    def _node_set_changed(self) -> None:
+        """The LB node set changed: drop the cached projections, re-sync every LB Service."""
+        self._node_flush = None
+        self._lb_nodes = {}
+        for key, service in list(self.services.store.items()):
+            if rules.wants_load_balancer(service) or rules.has_finalizer(service):
+                self.enqueue(key)
 
     def lb_nodes(self, label_keys: frozenset[str] = frozenset()) -> list[LoadBalancerNode]:
         """The LB node set with the labels ``label_keys`` names (cached until a node change)."""
