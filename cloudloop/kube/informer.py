@@ -190,7 +190,6 @@ class Informer:
     # -- the blocking side -----------------------------------------------------------------
     def _apply(self, kind: EventType, key: str, obj: dict[str, Any]) -> None:
         """Update the store and tell every subscriber, atomically with respect to subscribing."""
-        obj = slim(obj)
         with self._lock:
             if kind == "DELETED":
                 self.store.pop(key, None)
@@ -245,10 +244,13 @@ class Informer:
                 **{"continue": token},
                 **self.selectors,
             )
-            for item in page.get("items", []):
+            items = page.pop("items", None) or []
+            items.reverse()  # popped from the end, in the server's order
+            while items:  # slimmed one by one: the page's full objects go as they are read
+                item = items.pop()
                 item.setdefault("apiVersion", self.resource.api_version)
                 item.setdefault("kind", self.resource.kind)
-                fresh[object_key(item)] = item
+                fresh[object_key(item)] = slim(item)
             self._contact()
             token = page.get("metadata", {}).get("continue")
             if not token:
@@ -300,7 +302,7 @@ class Informer:
             if version:
                 self._resource_version = version
             if kind in ("ADDED", "MODIFIED", "DELETED"):
-                self._apply(kind, object_key(obj), obj)
+                self._apply(kind, object_key(obj), slim(obj))
         log.debug(
             "watch of %s closed after %.0fs", self.resource.plural, time.monotonic() - started
         )
