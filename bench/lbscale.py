@@ -311,8 +311,8 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             worker.stop()
     with ThreadPoolExecutor(16) as pool:
         await asyncio.to_thread(lambda: list(pool.map(lambda n: kube.delete(NODES, n), node_names)))
-    for start in range(0, len(ids), 1000):
-        ec2.terminate_instances(InstanceIds=ids[start : start + 1000])
+    for start in range(0, len(ids), 200):
+        ec2.terminate_instances(InstanceIds=ids[start : start + 200])
     kube.delete(CONFIG_MAPS, f"starter-{scope}-lb-nodes", LEASE_NAMESPACE)
     kube.delete(NAMESPACES, namespace)
     return figures

@@ -16,9 +16,10 @@ annotations, and per node its name, providerID and the labels the Service's anno
 backends by (``target-node-labels``, a node selector). A Node change that alters that view
 (added, deleted, exclusion label or taint, providerID, a label some LB Service names) re-syncs
 every LB Service (changes within 0.5 s together), which signals only if its trimmed desired
-state changed; any other label, condition or heartbeat sends nothing. A node set larger than ``inline_nodes_max_bytes`` is
-written to a ConfigMap first (:mod:`cloudloop.kube.nodesets`, one per cluster) and the signal
-carries the digest of the Service's projection, so a signal stays a few KiB at 5,000 nodes.
+state changed; any other label, condition or heartbeat sends nothing. A node set larger than
+``inline_nodes_max_bytes`` is written to a ConfigMap first (:mod:`cloudloop.kube.nodesets`, one
+per cluster) and the signal carries the digest of the Service's projection, so a signal stays
+under 1 KiB at 5,000 nodes.
 """
 
 from __future__ import annotations
