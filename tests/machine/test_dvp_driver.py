@@ -148,6 +148,7 @@ def test_disks_and_secret_are_owned_by_the_vm() -> None:
         pytest.param(KubeError(422, "Invalid", None), errors.InvalidRequest, id="422"),
         pytest.param(KubeError(429, "TooManyRequests", None), errors.CloudThrottled, id="429"),
         pytest.param(KubeError(503, "Unavailable", None), errors.CloudError, id="503"),
+        pytest.param(KubeError(0, "Unreachable", None), errors.CloudUnreachable, id="no-answer"),
         pytest.param(
             urllib3.exceptions.MaxRetryError(None, "/", "refused"),  # type: ignore[arg-type]
             errors.CloudUnreachable,

@@ -41,6 +41,8 @@ def translate(operation: str, exc: BaseException) -> errors.CloudError:
     """Map a parent-cluster failure onto the contract's error classes."""
     if isinstance(exc, KubeError):
         message = str(exc)
+        if exc.unreachable:  # no answer at all: the parent's API server is down or unreachable
+            return errors.CloudUnreachable(NAME, operation, message)
         if exc.status in (401, 403):
             return errors.CloudAuthFailed(NAME, operation, message)
         if exc.status == 404:
