@@ -8,16 +8,15 @@ Rules: one :class:`Demo` class per module, one line in :data:`DEMOS`; demos run 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
-from devstack.demos.aws import AwsDemo
-from devstack.demos.openstack import OpenStackDemo
-from devstack.demos.vsphere import VsphereDemo
-from devstack.local import LocalStack, StackOptions
+if TYPE_CHECKING:
+    from cloudloop.kube.api import Kube
+    from cloudloop.settings import Settings
+    from devstack.local import LocalStack, StackOptions
 
 
 class Demo(Protocol):
@@ -40,8 +39,20 @@ class Demo(Protocol):
         ...
 
 
+def _lazy(module: str, name: str) -> Callable[[], Demo]:
+    """The demo class ``name`` of ``module``, imported when the demo is made: the ``cloudloop``
+    command loads this plugin at every start, and the emulators' SDKs (openstacksdk, pyVmomi)
+    cost seconds and tens of MB that a worker or starter process must not pay."""
+
+    def make() -> Demo:
+        demo: Demo = getattr(importlib.import_module(module), name)()
+        return demo
+
+    return make
+
+
 DEMOS: dict[str, Callable[[], Demo]] = {
-    "aws": AwsDemo,
-    "openstack": OpenStackDemo,
-    "vsphere": VsphereDemo,
+    "aws": _lazy("devstack.demos.aws", "AwsDemo"),
+    "openstack": _lazy("devstack.demos.openstack", "OpenStackDemo"),
+    "vsphere": _lazy("devstack.demos.vsphere", "VsphereDemo"),
 }
