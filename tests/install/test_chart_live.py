@@ -102,8 +102,27 @@ NOT_EXERCISED: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("", rule([""], ["pods/eviction"], ["create"])),
         ("", rule(["policy"], ["poddisruptionbudgets"], ["list"])),
         ("", rule(["storage.k8s.io"], ["volumeattachments"], ["list"])),
+        # activities/loadbalancer.py: a node set past 16 KiB is read from the starter's ConfigMap
+        # (this run's three nodes go inline).
+        (
+            NAMESPACE,
+            rule([""], ["configmaps"], ["get"], resourceNames=["cloudloop-starter-lb-nodes"]),
+        ),
     ],
-    "starter": [],
+    "starter": [
+        # starters/loadbalancer.py: a node set past 16 KiB is written to a ConfigMap beside the
+        # Lease before the signal (this run's three nodes go inline).
+        (
+            NAMESPACE,
+            rule(
+                [""],
+                ["configmaps"],
+                ["get", "patch"],
+                resourceNames=["cloudloop-starter-lb-nodes"],
+            ),
+        ),
+        (NAMESPACE, rule([""], ["configmaps"], ["create"])),
+    ],
 }
 
 
