@@ -31,14 +31,22 @@ from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import OvirtEmulatorOptions
 
 
-def _aws(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
-    stack = LocalStack(
+def _control_plane(state: Path, **cloud: Any) -> LocalStack:
+    """A started kube-apiserver (all components) with ``cloud``'s emulator and no Temporal (its
+    own compose service); moto only when asked for (``moto=True``)."""
+    options: dict[str, Any] = {"moto": False, **cloud}
+    return LocalStack(
         StackOptions(
             state_dir=state / "stack",
             temporal=False,
             kube=(KubeOptions(components=ALL_COMPONENTS),),
+            **options,
         )
     ).start()
+
+
+def _aws(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
+    stack = _control_plane(state, moto=True)
     section = {
         "endpoint_url": stack.moto_endpoint,
         "region": "us-east-1",
@@ -49,15 +57,7 @@ def _aws(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
 
 
 def _zvirt(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
-    stack = LocalStack(
-        StackOptions(
-            state_dir=state / "stack",
-            temporal=False,
-            moto=False,
-            kube=(KubeOptions(components=ALL_COMPONENTS),),
-            ovirt_emulator=OvirtEmulatorOptions(),
-        )
-    ).start()
+    stack = _control_plane(state, ovirt_emulator=OvirtEmulatorOptions())
     assert stack.ovirt is not None
     password = state / "zvirt-password"
     password.write_text(stack.ovirt.password)
@@ -75,14 +75,7 @@ def _zvirt(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]
 def _dvp(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
     from devstack.dvp_simulator import DvpParent
 
-    stack = LocalStack(
-        StackOptions(
-            state_dir=state / "stack",
-            temporal=False,
-            moto=False,
-            kube=(KubeOptions(components=ALL_COMPONENTS),),
-        )
-    ).start()
+    stack = _control_plane(state)
     parent = DvpParent.start(state / "dvp-parent")
     section = {
         "kubeconfig": str(parent.kubeconfig),
@@ -101,15 +94,7 @@ def _dvp(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
 def _vsphere(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], None]]:
     from devstack.vcsim import VcsimOptions
 
-    stack = LocalStack(
-        StackOptions(
-            state_dir=state / "stack",
-            temporal=False,
-            moto=False,
-            kube=(KubeOptions(components=ALL_COMPONENTS),),
-            vcsim=VcsimOptions(),
-        )
-    ).start()
+    stack = _control_plane(state, vcsim=VcsimOptions())
     assert stack.vcsim is not None
     password = state / "vsphere-password"
     password.write_text(stack.vcsim.password)
@@ -127,15 +112,9 @@ def _openstack(state: Path) -> tuple[LocalStack, dict[str, Any], Callable[[], No
     from devstack.backends.openstack import cloud_conf
     from devstack.openstack_emulator import OpenStackEmulatorOptions
 
-    stack = LocalStack(
-        StackOptions(
-            state_dir=state / "stack",
-            temporal=False,
-            moto=False,
-            kube=(KubeOptions(components=ALL_COMPONENTS),),
-            openstack_emulator=OpenStackEmulatorOptions(password=f"dev-{uuid.uuid4().hex[:8]}"),
-        )
-    ).start()
+    stack = _control_plane(
+        state, openstack_emulator=OpenStackEmulatorOptions(password=f"dev-{uuid.uuid4().hex[:8]}")
+    )
     assert stack.openstack is not None
     # Upstream's cloud.conf, as the chart mounts it from the credentials Secret.
     conf = state / "cloud.conf"
