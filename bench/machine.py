@@ -13,6 +13,13 @@ A parent DVP cluster (its own control plane with the simulator) is started for t
 - ``machines_100_direct_wall_s``: the same 100 machines made by :func:`_direct`, all at once (one
   thread each: the worker's activity slots run all 100 watches at once too).
 - ``machines_100_parallel_wall_ratio``: ``machines_100_parallel_wall_s`` over it (goal ≤ 1.5).
+- ``machines_100_parallel_cpu_s``, ``machines_100_direct_cpu_s``: CPU seconds the whole stack
+  (this process, kube-apiservers, etcd, Temporal, emulators) spent during each of those walls
+  (:mod:`bench.cpu`); ``machines_100_cpu_ratio`` the first over the second. Where the stack
+  uses every core, the wall ratio follows the CPU ratio.
+- ``machines_100_step_start_p50_s``, ``..._first_task_p50_s``: from the 100 histories, median
+  time from the burst's start to ``WorkflowExecutionStarted`` (informer, starter) and from that
+  to the first workflow task started (the task queue's backlog).
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
+
 from bench.context import BenchContext
+from bench.cpu import stack_cpu_seconds
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.models import MachineSpec
@@ -35,7 +45,7 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import SECRETS, Resource
-from cloudloop.messages.machine import MachineTimings
+from cloudloop.messages.machine import MachineTimings, workflow_id
 from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
 from devstack.backends.dvp import dvp_settings
@@ -157,6 +167,30 @@ async def _direct_parallel(kube: Kube, driver: DvpDriver, namespace: str) -> dic
     return {"machines_100_direct_wall_s": time.monotonic() - started}
 
 
+async def _burst_steps(
+    ctx: BenchContext, kube: Kube, namespace: str, names: list[str], wall_started: float
+) -> dict[str, float]:
+    """Medians over the burst's histories: start → workflow started → first task started."""
+    items = await asyncio.to_thread(kube.list, DVP_KINDS.machine, namespace)
+    uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in items["items"]}
+    started_s: list[float] = []
+    first_task_s: list[float] = []
+    for name in names:
+        handle = ctx.client.get_workflow_handle(workflow_id(namespace, name, uids[name]))
+        marks: dict[int, float] = {}
+        async for event in handle.fetch_history_events():
+            marks.setdefault(event.event_type, event.event_time.ToDatetime().timestamp())
+            if EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED in marks:
+                break
+        begun = marks[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED]
+        started_s.append(begun - wall_started)
+        first_task_s.append(marks[EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED] - begun)
+    return {
+        "machines_100_step_start_p50_s": statistics.median(started_s),
+        "machines_100_step_first_task_p50_s": statistics.median(first_task_s),
+    }
+
+
 class ReadyWatch:
     """Sees DeckhouseMachines turn ready through a watch (no polling load on the process)."""
 
@@ -264,6 +298,7 @@ async def _figures(
             names = [f"p{i}" for i in range(PARALLEL)]
             with ThreadPoolExecutor(16) as pool:
                 bodies = list(pool.map(lambda n: _prepare(kube, namespace, n), names))
+                cpu_before, wall_started = stack_cpu_seconds(), time.time()
                 started = time.monotonic()
                 await asyncio.gather(
                     *(
@@ -276,6 +311,8 @@ async def _figures(
 
                 ready_at = await watch.until(names)
                 figures["machines_100_parallel_wall_s"] = ready_at - started
+                figures["machines_100_parallel_cpu_s"] = stack_cpu_seconds() - cpu_before
+                figures |= await _burst_steps(ctx, kube, namespace, names, wall_started)
 
                 started = time.monotonic()
                 await asyncio.gather(
@@ -294,7 +331,12 @@ async def _figures(
                 await _wait(all_gone, interval=0.1)
                 figures["machines_100_delete_wall_s"] = time.monotonic() - started
 
+            cpu_before = stack_cpu_seconds()
             figures |= await _direct_parallel(kube, driver, direct_namespace)
+            figures["machines_100_direct_cpu_s"] = stack_cpu_seconds() - cpu_before
+            figures["machines_100_cpu_ratio"] = (
+                figures["machines_100_parallel_cpu_s"] / figures["machines_100_direct_cpu_s"]
+            )
             figures["machines_100_parallel_wall_ratio"] = (
                 figures["machines_100_parallel_wall_s"] / figures["machines_100_direct_wall_s"]
             )

@@ -74,6 +74,10 @@ class TemporalSettings(BaseModel):
     api_key_file: Path | None = None
     #: Seconds a stopping worker waits for running activities before cancelling them.
     graceful_shutdown_s: float = 30.0
+    #: Workers scale their task pollers with the backlog the server reports (Temporal's
+    #: poller autoscaling) instead of keeping five per queue: a burst of new workflows is
+    #: picked up in parallel rather than queueing behind one non-sticky poller.
+    poller_autoscaling: bool = True
 
     def queue_for(self, domain: str) -> str:
         """The task queue of ``domain`` (load balancers, machines, volumes, drains)."""

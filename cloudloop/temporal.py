@@ -57,7 +57,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorAutoscaling, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from cloudloop import searchattrs
@@ -253,9 +253,17 @@ def make_worker(
     graceful_shutdown_s: float = 30.0,
     max_concurrent_activities: int = 100,
     activities_per_second: float | None = None,
+    poller_autoscaling: bool = True,
 ) -> Worker:
     """A worker whose sync activities run in a thread pool sized to the activity slots;
-    ``activities_per_second`` caps the whole task queue's activity rate (server-side)."""
+    ``activities_per_second`` caps the whole task queue's activity rate (server-side);
+    ``poller_autoscaling`` lets the SDK scale its pollers with the queue's backlog."""
+    pollers: dict[str, Any] = {}
+    if poller_autoscaling:
+        pollers = {
+            "workflow_task_poller_behavior": PollerBehaviorAutoscaling(),
+            "activity_task_poller_behavior": PollerBehaviorAutoscaling(),
+        }
     return Worker(
         client,
         task_queue=task_queue,
@@ -268,6 +276,7 @@ def make_worker(
         max_concurrent_activities=max_concurrent_activities,
         max_task_queue_activities_per_second=activities_per_second,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
+        **pollers,
     )
 
 

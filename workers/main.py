@@ -69,6 +69,7 @@ def build_worker(
         activities=all_activities(settings, driver, kube),
         graceful_shutdown_s=settings.temporal.graceful_shutdown_s,
         max_concurrent_activities=settings.temporal.max_concurrent_activities,
+        poller_autoscaling=settings.temporal.poller_autoscaling,
     )
 
 
@@ -90,6 +91,7 @@ def build_workers(
                 graceful_shutdown_s=settings.temporal.graceful_shutdown_s,
                 max_concurrent_activities=queue.max_concurrent_activities,
                 activities_per_second=queue.activities_per_second,
+                poller_autoscaling=settings.temporal.poller_autoscaling,
             )
         )
     return workers
