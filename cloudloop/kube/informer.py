@@ -8,6 +8,9 @@ that first replays the current store as ``ADDED`` and then follows the changes, 
 load balancers and routes can share one watch of Nodes. Stored objects are slimmed
 (:func:`slim`): managed fields, the last-applied annotation and a Node's status beyond its
 conditions and addresses, which no starter reads, are dropped, and short strings interned.
+After a listing of more than one page the C heap's free pages go back to the system
+(:func:`release_free_heap`): the pages' parsed JSON is garbage by then, and glibc keeps it
+resident otherwise (about 10 MB a 5,000-Node listing).
 
 Staleness is tracked for health checks: an informer that keeps failing to list or watch (the
 API server is down or refuses it) reports since when, and :meth:`Informers.staleness` turns that
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
 import logging
 import sys
 import threading
@@ -33,6 +38,21 @@ from cloudloop.kube.resources import Resource
 log = logging.getLogger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (another C library)."""
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL(None).malloc_trim
+    return None
+
+
+def release_free_heap() -> None:
+    """Return the C heap's free pages to the system (glibc ``malloc_trim(0)``; else nothing)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 @dataclass(frozen=True)
@@ -236,6 +256,7 @@ class Informer:
     def _relist(self) -> None:
         fresh: dict[str, dict[str, Any]] = {}
         token: str | None = None
+        pages = 0
         while True:
             page = self.kube.list(
                 self.resource,
@@ -252,6 +273,7 @@ class Informer:
                 item.setdefault("kind", self.resource.kind)
                 fresh[object_key(item)] = slim(item)
             self._contact()
+            pages += 1
             token = page.get("metadata", {}).get("continue")
             if not token:
                 self._resource_version = page.get("metadata", {}).get("resourceVersion", "")
@@ -269,6 +291,9 @@ class Informer:
                 "resourceVersion"
             ):
                 self._apply("MODIFIED", key, obj)
+        del fresh
+        if pages > 1:
+            release_free_heap()
         self.synced.set()
 
     def _watch(self) -> None:

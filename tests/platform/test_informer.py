@@ -145,3 +145,41 @@ def test_equal_short_strings_are_stored_once() -> None:
         for _ in range(2)
     )
     assert first["metadata"]["labels"]["zone"] is second["metadata"]["labels"]["zone"]
+
+
+class PagedKube(ScriptedKube):
+    """Lists answer ``pages`` pages of one Node each, linked by ``continue`` tokens."""
+
+    def __init__(self, pages: int) -> None:
+        super().__init__(lists=[[]], watches=[])
+        self.pages = pages
+
+    def list(self, resource: Any, namespace: Any = None, **query: Any) -> dict[str, Any]:
+        index = int(query.get("continue") or 0)
+        following = {"continue": str(index + 1)} if index + 1 < self.pages else {}
+        return {
+            "items": [node(f"n{index}", str(index + 1))],
+            "metadata": {"resourceVersion": "100", **following},
+        }
+
+
+@pytest.mark.parametrize(("pages", "trims"), [(1, 0), (3, 1)], ids=["one-page", "paged"])
+async def test_a_paged_listing_returns_the_free_heap(
+    pages: int, trims: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cloudloop.kube import informer as module
+
+    released: list[None] = []
+    monkeypatch.setattr(module, "release_free_heap", lambda: released.append(None))
+    informer = Informer(PagedKube(pages), NODES, page_size=1)  # type: ignore[arg-type]
+
+    events = await asyncio.wait_for(collect(informer, pages), timeout=10)
+
+    assert [e.key for e in events] == [f"n{i}" for i in range(pages)]
+    assert len(released) == trims
+
+
+def test_releasing_the_free_heap_is_safe_to_call() -> None:
+    from cloudloop.kube.informer import release_free_heap
+
+    release_free_heap()  # glibc: malloc_trim(0); another C library: nothing
