@@ -221,8 +221,10 @@ def starter(settings: Settings, leader_elect: bool | None, **flags: Any) -> None
     The flags carry the upstream cloud-controller-manager names and defaults; each also has a
     setting (``CLOUDLOOP_CCM__<NAME>``), which the flag overrides.
     """
+    from cloudloop.kube.informer import cap_malloc_arenas
     from starters.main import run
 
+    cap_malloc_arenas()
     if leader_elect is not None:
         election = settings.leader_election.model_copy(update={"enabled": leader_elect})
         settings = settings.model_copy(update={"leader_election": election})
