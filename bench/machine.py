@@ -248,7 +248,9 @@ async def machine_figures(ctx: BenchContext) -> dict[str, float]:
     kube, settings = ctx.kube, ctx.settings
     machine_fixtures.ensure_capi_crds(kube)
     with tempfile.TemporaryDirectory(prefix="cloudloop-bench-dvp-") as state:
-        parent = DvpParent.start(Path(state))  # from this (main) thread: children die with it
+        # From this (main) thread: children die with it. The simulator runs apart: the emulated
+        # cloud must not share the interpreter whose work (starter, worker) is measured.
+        parent = DvpParent.start(Path(state), apart=True)
         try:
             return await _figures(ctx, kube, parent, settings.cluster_name)
         finally:

@@ -182,7 +182,7 @@ async def _scale_group(
 async def nodegroup_figures(ctx: BenchContext) -> dict[str, float]:
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="cloudloop-bench-parent-") as state:
-        parent = DvpParent.start(Path(state))
+        parent = DvpParent.start(Path(state), apart=True)  # the emulated cloud in its own process
         try:
             figures.update(await _dvp_lb(ctx, parent))
             with _capi_plane() as plane:

@@ -17,9 +17,14 @@ caught (``tests/devstack/test_dvp_crds.py`` compares them).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import ipaddress
+import json
 import logging
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +44,7 @@ from devstack.dvp import VIRTUALIZATION_CRDS, served_resources
 from devstack.dvp_loadbalancer import ParentLoadBalancers
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
+from devstack.process import ManagedProcess
 
 log = logging.getLogger(__name__)
 
@@ -543,17 +549,31 @@ def install_parent(kube: Kube) -> None:
 
 @dataclass
 class DvpParent:
-    """A parent DVP cluster on its own control plane, with the simulator running against it."""
+    """A parent DVP cluster on its own control plane, with the simulator running against it:
+    in a thread of the calling process (tests hold and release its steps), or ``apart`` in a
+    process of its own (benchmarks: the emulated cloud does not share the measured process's
+    interpreter, as a real cloud would not)."""
 
     kubeconfig: Path
     kube: Kube
-    simulator: DvpSimulator
+    _simulator: DvpSimulator | None = None
     stack: LocalStack | None = None
     #: The parent's load-balancer controller (assigns Services their ingress address).
     load_balancers: ParentLoadBalancers | None = None
+    #: The simulator's own process (``apart``).
+    process: ManagedProcess | None = None
+
+    @property
+    def simulator(self) -> DvpSimulator:
+        """The in-process simulator (its steps can be held)."""
+        if self._simulator is None:
+            raise RuntimeError("the simulator runs in a process of its own: no steps to hold")
+        return self._simulator
 
     @classmethod
-    def start(cls, state_dir: Path, *, timings: SimulatorTimings | None = None) -> DvpParent:
+    def start(
+        cls, state_dir: Path, *, timings: SimulatorTimings | None = None, apart: bool = False
+    ) -> DvpParent:
         """Start a ``parent`` control plane (from the calling thread: children die with it)."""
         stack = LocalStack(
             StackOptions(
@@ -562,10 +582,41 @@ class DvpParent:
         )
         stack.start()
         try:
+            if apart:
+                return cls._apart(stack, state_dir, timings or SimulatorTimings())
             return cls.attach(stack.kubeconfig, timings=timings, stack=stack)
         except BaseException:
             stack.stop()
             raise
+
+    @classmethod
+    def _apart(cls, stack: LocalStack, state_dir: Path, timings: SimulatorTimings) -> DvpParent:
+        kube = Kube(api_client(stack.kubeconfig, qps_pool=64))
+        install_parent(kube)
+        ready = state_dir / "dvp-simulator.ready"
+        process = ManagedProcess(
+            "dvp-simulator",
+            [
+                sys.executable,
+                "-m",
+                "devstack.dvp_simulator",
+                "--kubeconfig",
+                str(stack.kubeconfig),
+                "--ready-file",
+                str(ready),
+                "--timings",
+                json.dumps(dataclasses.asdict(timings)),
+            ],
+            log_dir=state_dir,
+            ready=ready.exists,
+        )
+        process.start()
+        try:
+            process.wait_ready(60)
+        except BaseException:
+            process.stop()
+            raise
+        return cls(kubeconfig=stack.kubeconfig, kube=kube, stack=stack, process=process)
 
     @classmethod
     def attach(
@@ -583,7 +634,7 @@ class DvpParent:
         return cls(
             kubeconfig=kubeconfig,
             kube=kube,
-            simulator=simulator,
+            _simulator=simulator,
             stack=stack,
             load_balancers=load_balancers,
         )
@@ -594,8 +645,39 @@ class DvpParent:
         return name
 
     def stop(self) -> None:
-        self.simulator.stop()
+        if self._simulator is not None:
+            self._simulator.stop()
         if self.load_balancers is not None:
             self.load_balancers.stop()
+        if self.process is not None:
+            self.process.stop()
         if self.stack is not None:
             self.stack.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m devstack.dvp_simulator``: the simulator and the parent's load-balancer
+    controller against ``--kubeconfig`` (CRDs installed), until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(prog="python -m devstack.dvp_simulator")
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--ready-file", type=Path, help="created once the simulator runs")
+    parser.add_argument("--timings", default="{}", help="SimulatorTimings fields as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    kube = Kube(api_client(args.kubeconfig, qps_pool=64))
+    simulator = DvpSimulator(kube, SimulatorTimings(**json.loads(args.timings))).start()
+    load_balancers = ParentLoadBalancers(kube).start()
+    if args.ready_file is not None:
+        args.ready_file.touch()
+    try:
+        stop.wait()
+    finally:
+        simulator.stop()
+        load_balancers.stop()
+
+
+if __name__ == "__main__":
+    main()
