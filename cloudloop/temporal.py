@@ -244,6 +244,10 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     )
 
 
+#: Local activity slots of a worker: short kube writes inside a workflow task.
+MAX_CONCURRENT_LOCAL_ACTIVITIES = 32
+
+
 def make_worker(
     client: Client,
     task_queue: str,
@@ -252,12 +256,20 @@ def make_worker(
     activities: Sequence[Callable[..., Any]],
     graceful_shutdown_s: float = 30.0,
     max_concurrent_activities: int = 100,
+    max_concurrent_local_activities: int = MAX_CONCURRENT_LOCAL_ACTIVITIES,
     activities_per_second: float | None = None,
     poller_autoscaling: bool = True,
 ) -> Worker:
     """A worker whose sync activities run in a thread pool sized to the activity slots;
     ``activities_per_second`` caps the whole task queue's activity rate (server-side);
-    ``poller_autoscaling`` lets the SDK scale its pollers with the queue's backlog."""
+    ``poller_autoscaling`` lets the SDK scale its pollers with the queue's backlog.
+
+    Activities go eagerly to the worker whose workflow task scheduled them (when the server has
+    ``system.enableActivityEagerExecution``), except under a task-queue rate limit. Local
+    activities run in the same pool as the regular ones: the pool has a thread for every
+    slot of both, so a full set of long regular activities (a burst of VMs being watched) never
+    holds back a workflow task's local activity (which would time the workflow task out).
+    """
     pollers: dict[str, Any] = {}
     if poller_autoscaling:
         pollers = {
@@ -271,10 +283,14 @@ def make_worker(
         activities=list(activities),
         workflow_runner=workflow_runner(),
         activity_executor=ThreadPoolExecutor(
-            max_workers=max_concurrent_activities, thread_name_prefix=f"activity-{task_queue}"
+            max_workers=max_concurrent_activities + max_concurrent_local_activities,
+            thread_name_prefix=f"activity-{task_queue}",
         ),
         max_concurrent_activities=max_concurrent_activities,
+        max_concurrent_local_activities=max_concurrent_local_activities,
         max_task_queue_activities_per_second=activities_per_second,
+        # An eagerly dispatched activity skips the task queue, and so its rate limit.
+        disable_eager_activity_execution=activities_per_second is not None,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
         **pollers,
     )
