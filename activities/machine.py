@@ -67,13 +67,16 @@ class MachineActivities:
         is left behind by the deletion that follows.
         """
         user_data = self._bootstrap_data(input.bootstrap)
-        with heartbeating(1.0), activity.shield_thread_cancel_exception(), cloud_errors():
-            machine = self.driver.create_machine(input.spec, user_data)
-        del user_data
-        activity.heartbeat({"step": "created", "phase": machine.phase})
-        return self._watch(
-            input.spec, machine, capi.REASON_VM_NOT_READY, input.window_s, input.poll
-        )
+        progress: dict[str, Any] = {"step": "creating"}
+        with heartbeating(1.0, details=functools.partial(dict, progress)):
+            with activity.shield_thread_cancel_exception(), cloud_errors():
+                machine = self.driver.create_machine(input.spec, user_data)
+            del user_data
+            progress.update(step="created", phase=machine.phase)
+            activity.heartbeat(dict(progress))
+            return self._watch(
+                input.spec, machine, capi.REASON_VM_NOT_READY, input.window_s, input.poll, progress
+            )
 
     def _bootstrap_data(self, ref: SecretName) -> bytes:
         with kube_errors():
@@ -103,9 +106,13 @@ class MachineActivities:
     @activity.defn(name=MachineActivity.OBSERVE)
     def observe(self, input: ObserveMachineInput) -> ObserveMachineResult:
         """Poll the VM until its verdict differs from ``last_reason`` or the window ends."""
-        with heartbeating(1.0), cloud_errors():
-            machine = self.driver.get_machine(input.spec)
-        return self._watch(input.spec, machine, input.last_reason, input.window_s, input.poll)
+        progress: dict[str, Any] = {"step": "observing"}
+        with heartbeating(1.0, details=functools.partial(dict, progress)):
+            with cloud_errors():
+                machine = self.driver.get_machine(input.spec)
+            return self._watch(
+                input.spec, machine, input.last_reason, input.window_s, input.poll, progress
+            )
 
     def _watch(
         self,
@@ -114,28 +121,26 @@ class MachineActivities:
         last_reason: str,
         window_s: float,
         poll: PollSchedule,
+        progress: dict[str, Any],
     ) -> ObserveMachineResult:
         """From ``machine`` on, poll until the verdict leaves ``last_reason`` or time is up;
-        the phase and the number of polls go into the heartbeat details."""
+        the phase and the number of polls go into ``progress``, which the caller's heartbeat
+        thread repeats (one thread for the whole activity, not one per poll)."""
         polls = _previous_count("polls")
         deadline = time.monotonic() + window_s
         delay = poll.initial_s
         while True:
             verdict = capi.classify(machine)
-            activity.heartbeat(
-                {
-                    "polls": polls,
-                    "phase": machine.phase if machine else "absent",
-                    "reason": verdict.reason,
-                }
+            progress.update(
+                polls=polls, phase=machine.phase if machine else "absent", reason=verdict.reason
             )
+            activity.heartbeat(dict(progress))
             remaining = deadline - time.monotonic()
             if verdict.reason != last_reason or remaining <= 0:
                 return ObserveMachineResult(machine=machine, reason=verdict.reason, polls=polls)
             activity.wait_for_cancelled_sync(min(delay, remaining))
             delay = poll.after(delay)
-            progress = {"polls": polls, "phase": machine.phase if machine else "absent"}
-            with heartbeating(1.0, details=functools.partial(dict, progress)), cloud_errors():
+            with cloud_errors():
                 machine = self.driver.get_machine(spec)
             polls += 1
 
