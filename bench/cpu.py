@@ -16,26 +16,37 @@ from pathlib import Path
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: str) -> tuple[int, float] | None:
-    """(parent PID, user + system seconds) of ``pid``, or None when it is gone."""
+def _stat(pid: str) -> tuple[int, str, float] | None:
+    """(parent PID, command, user + system seconds) of ``pid``, or None when it is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
+    command = raw[raw.index("(") + 1 : raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[1]), command, (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def stack_cpu_seconds() -> float:
-    """User + system CPU seconds used so far by this process and all its descendants."""
+def stack_cpu_by_command() -> dict[str, float]:
+    """CPU seconds used so far by this process and its descendants, summed per command name."""
     stats = {int(p): stat for p in os.listdir("/proc") if p.isdigit() and (stat := _stat(p))}
     children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
+    for pid, (parent, _, _) in stats.items():
         children.setdefault(parent, []).append(pid)
-    total, pending = 0.0, [os.getpid()]
+    totals: dict[str, float] = {}
+    pending = [os.getpid()]
     while pending:
         current = pending.pop()
         if current in stats:
-            total += stats[current][1]
+            _, command, seconds = stats[current]
+            if current == os.getpid():
+                command = "bench"
+            totals[command] = totals.get(command, 0.0) + seconds
         pending.extend(children.get(current) or ())
-    return total
+    return totals
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> str:
+    """``command=seconds`` pairs of what each command used between two readings, largest first."""
+    spent = {c: after[c] - before.get(c, 0.0) for c in after}
+    return " ".join(f"{c}={s:.2f}" for c, s in sorted(spent.items(), key=lambda i: -i[1]) if s)

@@ -5,8 +5,11 @@ A parent DVP cluster (its own control plane with the simulator) is started for t
 - ``machine_provision_median_s``: median over N machines of DeckhouseMachine created (Machine
   and bootstrap Secret already there) → ``status.ready`` seen, through informer → starter →
   Temporal → activities (driver create, observe, status report).
-- ``machine_direct_median_s``: the same object created, then ``create_machine``, ``get_machine``
-  polled on the same schedule until provisioned, and providerID + status written, directly.
+- ``machine_direct_median_s``: the same object created, then the product's kube writes and cloud
+  calls made directly (:func:`_direct`): finalizer, a "creating" condition, ``create_machine``,
+  ``get_machine`` polled on the same schedule until provisioned, providerID, status, the
+  ``Provisioned`` Event. What is left between the two is what Temporal costs (starts, tasks,
+  history) and the activities' reads of the object (they keep no cache).
 - ``machine_provision_overhead_ratio``: the first over the second (goal <= 1.3).
 - ``machines_100_parallel_wall_s``: 100 DeckhouseMachines created at once → all ready.
 - ``machines_100_delete_wall_s``: the same 100 deleted → all gone (VMs, disks, Secrets first).
@@ -16,7 +19,8 @@ A parent DVP cluster (its own control plane with the simulator) is started for t
 - ``machines_100_parallel_cpu_s``, ``machines_100_direct_cpu_s``: CPU seconds the whole stack
   (this process, kube-apiservers, etcd, Temporal, emulators) spent during each of those walls
   (:mod:`bench.cpu`); ``machines_100_cpu_ratio`` the first over the second. Where the stack
-  uses every core, the wall ratio follows the CPU ratio.
+  uses every core, the wall ratio follows the CPU ratio. Each process's share is printed on
+  stderr (``machines_100_parallel cpu: kube-apiserver=… temporal=…``).
 - ``machines_100_step_start_p50_s``, ``..._first_task_p50_s``: from the 100 histories, median
   time from the burst's start to ``WorkflowExecutionStarted`` (informer, starter) and from that
   to the first workflow task started (the task queue's backlog).
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -37,14 +42,16 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from bench.context import BenchContext
-from bench.cpu import stack_cpu_seconds
+from bench.cpu import cpu_spent, stack_cpu_by_command
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import set_condition
+from cloudloop.kube.events import record_event
+from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
-from cloudloop.kube.resources import SECRETS, Resource
+from cloudloop.kube.resources import SECRETS, ObjectRef, Resource
 from cloudloop.messages.machine import MachineTimings, workflow_id
 from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
@@ -108,9 +115,13 @@ def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 
 
 def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any]) -> None:
-    """Create the object, the VM, poll like the workflow does, write providerID and status."""
+    """The product's steps and kube writes, made directly: finalizer, a "creating" condition,
+    the VM, polls on the same schedule, providerID, status, the ``Provisioned`` Event."""
     obj = kube.create(DVP_KINDS.machine, body, namespace)
     name = obj["metadata"]["name"]
+    ref = ObjectRef.of(DVP_KINDS.machine, obj)
+    written = add_finalizer(kube, ref, DVP_KINDS.finalizer, obj)
+    assert written is not None
     spec = MachineSpec(
         name=name,
         namespace=namespace,
@@ -120,6 +131,11 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
     )
     secret = kube.get(SECRETS, f"{name}-data", namespace) or {}
     assert secret.get("data")
+    creating = capi.VmVerdict(
+        reason=capi.REASON_VM_NOT_READY, status="Unknown", message="Creating the VM"
+    )
+    unready = {"ready": False, "initialization": {"provisioned": False}}
+    conditions = _write_status(kube, ref, None, creating, unready)
     machine = driver.create_machine(spec, CLOUD_INIT)
     delay = TIMINGS.poll.initial_s
     while not machine.provisioned:
@@ -129,8 +145,26 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
         assert found is not None
         machine = found
     kube.patch(DVP_KINDS.machine, name, {"spec": {"providerID": machine.provider_id}}, namespace)
-    conditions: list[dict[str, Any]] | None = None
-    for condition in capi.vm_conditions(capi.classify(machine)):
+    ready = {
+        "ready": True,
+        "initialization": {"provisioned": True},
+        "addresses": [a.model_dump() for a in machine.addresses],
+    }
+    _write_status(kube, ref, conditions, capi.classify(machine), ready)
+    record_event(
+        kube, ref, type="Normal", reason="Provisioned", message=f"VM {machine.provider_id} runs"
+    )
+
+
+def _write_status(
+    kube: Kube,
+    ref: ObjectRef,
+    conditions: list[dict[str, Any]] | None,
+    verdict: capi.VmVerdict,
+    fields: dict[str, Any],
+) -> list[dict[str, Any]] | None:
+    """The verdict's conditions (and ``Paused``) over ``conditions``, written with ``fields``."""
+    for condition in capi.vm_conditions(verdict):
         conditions = set_condition(
             conditions,
             type=condition.type,
@@ -138,20 +172,12 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
             reason=condition.reason,
             message=condition.message,
         )
-    kube.patch(
-        DVP_KINDS.machine,
-        name,
-        {
-            "status": {
-                "ready": True,
-                "initialization": {"provisioned": True},
-                "addresses": [a.model_dump() for a in machine.addresses],
-                "conditions": conditions,
-            }
-        },
-        namespace,
-        subresource="status",
+    conditions = set_condition(
+        conditions, type=capi.PAUSED, status="False", reason=capi.REASON_NOT_PAUSED, message=""
     )
+    status = {**fields, "conditions": conditions}
+    kube.patch(ref.resource, ref.name, {"status": status}, ref.namespace, subresource="status")
+    return conditions
 
 
 async def _direct_parallel(kube: Kube, driver: DvpDriver, namespace: str) -> dict[str, float]:
@@ -300,7 +326,7 @@ async def _figures(
             names = [f"p{i}" for i in range(PARALLEL)]
             with ThreadPoolExecutor(16) as pool:
                 bodies = list(pool.map(lambda n: _prepare(kube, namespace, n), names))
-                cpu_before, wall_started = stack_cpu_seconds(), time.time()
+                cpu_before, wall_started = stack_cpu_by_command(), time.time()
                 started = time.monotonic()
                 await asyncio.gather(
                     *(
@@ -313,7 +339,14 @@ async def _figures(
 
                 ready_at = await watch.until(names)
                 figures["machines_100_parallel_wall_s"] = ready_at - started
-                figures["machines_100_parallel_cpu_s"] = stack_cpu_seconds() - cpu_before
+                cpu_after = stack_cpu_by_command()
+                figures["machines_100_parallel_cpu_s"] = sum(cpu_after.values()) - sum(
+                    cpu_before.values()
+                )
+                print(
+                    f"machines_100_parallel cpu: {cpu_spent(cpu_before, cpu_after)}",
+                    file=sys.stderr,
+                )
                 figures |= await _burst_steps(ctx, kube, namespace, names, wall_started)
 
                 started = time.monotonic()
@@ -333,9 +366,13 @@ async def _figures(
                 await _wait(all_gone, interval=0.1)
                 figures["machines_100_delete_wall_s"] = time.monotonic() - started
 
-            cpu_before = stack_cpu_seconds()
+            cpu_before = stack_cpu_by_command()
             figures |= await _direct_parallel(kube, driver, direct_namespace)
-            figures["machines_100_direct_cpu_s"] = stack_cpu_seconds() - cpu_before
+            cpu_after = stack_cpu_by_command()
+            figures["machines_100_direct_cpu_s"] = sum(cpu_after.values()) - sum(
+                cpu_before.values()
+            )
+            print(f"machines_100_direct cpu: {cpu_spent(cpu_before, cpu_after)}", file=sys.stderr)
             figures["machines_100_cpu_ratio"] = (
                 figures["machines_100_parallel_cpu_s"] / figures["machines_100_direct_cpu_s"]
             )
@@ -346,13 +383,14 @@ async def _figures(
             starter.stop()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            for obj in kube.list(DVP_KINDS.machine, namespace)["items"]:
-                kube.patch(
-                    DVP_KINDS.machine,
-                    obj["metadata"]["name"],
-                    {"metadata": {"finalizers": None}},
-                    namespace,
-                )
+            for ns in (namespace, direct_namespace):
+                for obj in kube.list(DVP_KINDS.machine, ns)["items"]:
+                    kube.patch(
+                        DVP_KINDS.machine,
+                        obj["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        ns,
+                    )
     for ns in (namespace, direct_namespace):
         kube.delete(NAMESPACES, ns)
 
