@@ -4,7 +4,13 @@
   1,000 moto instances tagged for the cluster, created at once (16 client threads) → every one
   initialized (taint gone, providerID, addresses, zone labels), seen by a watch; through the
   starter's node sync (:class:`starters.node.NodeSync`, production settings but for the node
-  selector), which initializes Nodes itself (no workflow).
+  selector and the driver's request timeout), which initializes Nodes itself (no workflow).
+- The instances live in the module's own subnet, so their private DNS names (the Node names)
+  are unique: moto gives an instance launched without a subnet a random 10/8 address, and two
+  such instances may share a name.
+- The driver waits up to :data:`EMULATOR_TIMEOUT_S` for an answer (production: 10 s): moto
+  renders a 1,000-instance page of the tag listing in about 3 s on an idle machine, and after
+  the modules before this one, with the API server busy with the burst, past 10 s.
 - ``init_1000_nodes_create_wall_s``: the creation alone (the API server's share of the wall).
 - ``init_cloud_calls_per_node_1000_burst``: the cloud requests of that burst ÷ 1,000.
 """
@@ -28,15 +34,20 @@ from devstack.backends.aws import aws_client, launch_instances
 from starters.node import NodeSync
 
 BURST = 1000
+#: The driver's request timeout here (see the module's rules).
+EMULATOR_TIMEOUT_S = 60.0
 
 
 def _launch(ec2: Any, count: int, cluster: str) -> list[dict[str, Any]]:
-    """Instances tagged for ``cluster``, as a cluster's nodes are."""
+    """Instances tagged for ``cluster``, as a cluster's nodes are, in a subnet of their own."""
     tags = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
+    vpc_id = ec2.create_vpc(CidrBlock="10.128.0.0/16")["Vpc"]["VpcId"]
+    subnet_id = ec2.create_subnet(VpcId=vpc_id, CidrBlock="10.128.0.0/20")["Subnet"]["SubnetId"]
     return launch_instances(
         ec2,
         count,
         InstanceType="m5.large",
+        SubnetId=subnet_id,
         TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
     )
 
@@ -62,7 +73,7 @@ async def scale_figures(ctx: BenchContext) -> dict[str, float]:
 
     ccm = settings.ccm.model_copy(update={"node_selector": selector})
     informers = Informers(kube)
-    driver = AwsDriver(AWS.section(settings))
+    driver = AwsDriver(AWS.section(settings).model_copy(update={"timeout_s": EMULATOR_TIMEOUT_S}))
     driver.cluster = cluster  # as Provider.make_driver sets it
     sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
     task = asyncio.create_task(sync.run())
