@@ -145,6 +145,9 @@ class KubeControlPlane:
                         f"--kubeconfig={kubeconfig}",
                         f"--authentication-kubeconfig={kubeconfig}",
                         f"--authorization-kubeconfig={kubeconfig}",
+                        # started with the apiserver, not after it: an apiserver not yet
+                        # listening must not be fatal (it is, without this, under load)
+                        "--authentication-tolerate-lookup-failure",
                         f"--secure-port={port}",
                         "--bind-address=127.0.0.1",
                         f"--cert-dir={self.dir / 'kcm-certs'}",
@@ -174,6 +177,9 @@ class KubeControlPlane:
                         f"--kubeconfig={kubeconfig}",
                         f"--authentication-kubeconfig={kubeconfig}",
                         f"--authorization-kubeconfig={kubeconfig}",
+                        # started with the apiserver, not after it: an apiserver not yet
+                        # listening must not be fatal (it is, without this, under load)
+                        "--authentication-tolerate-lookup-failure",
                         f"--secure-port={port}",
                         "--bind-address=127.0.0.1",
                         f"--cert-dir={self.dir / 'scheduler-certs'}",
