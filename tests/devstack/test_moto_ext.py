@@ -1,6 +1,7 @@
 """The dev stack's moto extension (``devstack/moto_ext.py``), driven only through boto3: Classic
 listeners keep their instance protocol and back-end policies, the predefined SSL policies are
-listed, NLB subnet mappings keep their addresses; and the local stack's moto runs it."""
+listed, NLB subnet mappings keep their addresses, EC2 resources show their own tags; and the
+local stack's moto runs it."""
 
 from __future__ import annotations
 
@@ -223,3 +224,41 @@ def test_nlb_listener_modified_to_tls_and_back(aws: None) -> None:
     v2.modify_listener(ListenerArn=listener, Protocol="TCP", DefaultActions=forward)
     [tcp] = v2.describe_listeners(ListenerArns=[listener])["Listeners"]
     assert tcp["Protocol"] == "TCP" and not tcp.get("Certificates") and not tcp.get("SslPolicy")
+
+
+def test_resources_show_their_own_tags(aws: None) -> None:
+    ec2 = aws_client("ec2")
+    tagged = [{"ResourceType": "instance", "Tags": [{"Key": "role", "Value": "node"}]}]
+    instances = ec2.run_instances(
+        ImageId="ami-12c6146b", MinCount=3, MaxCount=3, TagSpecifications=tagged
+    )["Instances"]
+    first, second = instances[0]["InstanceId"], instances[1]["InstanceId"]
+    ec2.create_tags(Resources=[first], Tags=[{"Key": "name", "Value": "first"}])
+    volume = ec2.create_volume(
+        AvailabilityZone=f"{REGION}a",
+        Size=1,
+        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "pvc", "Value": "a"}]}],
+    )["VolumeId"]
+
+    described = {
+        i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+        for r in ec2.describe_instances()["Reservations"]
+        for i in r["Instances"]
+    }
+    [[only]] = [
+        r["Instances"]
+        for r in ec2.describe_instances(Filters=[{"Name": "tag:name", "Values": ["first"]}])[
+            "Reservations"
+        ]
+    ]
+    [shown_volume] = ec2.describe_volumes(VolumeIds=[volume])["Volumes"]
+
+    assert described[first] == {"role": "node", "name": "first"}
+    assert described[second] == {"role": "node"}
+    assert only["InstanceId"] == first
+    assert shown_volume["Tags"] == [{"Key": "pvc", "Value": "a"}]
+    tag_rows = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [first]}])["Tags"]
+    assert {(t["Key"], t["ResourceType"]) for t in tag_rows} == {
+        ("role", "instance"),
+        ("name", "instance"),
+    }
