@@ -19,6 +19,8 @@ Rules:
   operator service; an attribute registered with another type is a conflict, never overwritten.
 - A start refused because a search attribute is not registered logs one ERROR per client naming
   ``cloudloop temporal setup``, then fails as before (the starter's own retry goes on, quietly).
+- The SDK's worker half (``temporalio.worker``, about 11 MB resident) is imported only when a
+  worker is built (:func:`make_worker`, :func:`workflow_runner`): the starter never loads it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -57,12 +59,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
-from temporalio.worker import PollerBehaviorAutoscaling, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from cloudloop import searchattrs
 from cloudloop.metrics import WORKFLOW_SIGNALS, WORKFLOWS_STARTED
 from cloudloop.settings import TemporalSettings
+
+if TYPE_CHECKING:
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +243,8 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     of every run. Passed through, the modules are imported once per process; the sandbox still
     refuses non-deterministic calls (clock, random, I/O) inside workflow code.
     """
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
@@ -270,6 +276,8 @@ def make_worker(
     slot of both, so a full set of long regular activities (a burst of VMs being watched) never
     holds back a workflow task's local activity (which would time the workflow task out).
     """
+    from temporalio.worker import PollerBehaviorAutoscaling, Worker
+
     pollers: dict[str, Any] = {}
     if poller_autoscaling:
         pollers = {
