@@ -4,7 +4,9 @@ Every boto3 client the driver makes counts its HTTP requests in ``cloud_api_requ
 through botocore's event hooks (each page and each SDK retry is one request), with the shared
 outcome vocabulary of :mod:`cloudloop.cloud.calls`, and times them in
 ``cloud_api_request_duration_seconds``; every botocore failure is translated into a
-:mod:`cloudloop.cloud.errors` class, so callers never see a raw SDK exception.
+:mod:`cloudloop.cloud.errors` class, so callers never see a raw SDK exception. Service models
+load without their documentation (:mod:`cloudloop.cloud.aws.service_models`): a client's model
+stays resident for the client's lifetime.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import botocore.exceptions
 import botocore.session
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.aws.service_models import use_slim_models
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.calls import count, observe, outcome_for
 from cloudloop.cloud.driver import CloudDriver
@@ -154,6 +157,7 @@ class AwsBase(CloudDriver):
 
     def _make_session(self) -> boto3.Session:
         core = botocore.session.Session(profile=self.settings.profile)
+        use_slim_models(core)
         if self.settings.credentials_file is not None:
             core.set_config_variable("credentials_file", str(self.settings.credentials_file))
         key, secret = self.settings.access_key_id, self.settings.secret_access_key
