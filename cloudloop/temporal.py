@@ -21,12 +21,18 @@ Rules:
   ``cloudloop temporal setup``, then fails as before (the starter's own retry goes on, quietly).
 - The SDK's worker half (``temporalio.worker``, about 11 MB resident) is imported only when a
   worker is built (:func:`make_worker`, :func:`workflow_runner`): the starter never loads it.
+- A worker's build ID (:func:`worker_build_id`) is the package version and a digest of its
+  workflow modules' source: the SDK's default hashes the bytecode of every loaded module (0.7 s
+  of CPU at each worker start).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import importlib.metadata
+import inspect
 import logging
 import re
 import signal
@@ -250,6 +256,24 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     )
 
 
+def worker_build_id(workflows: Sequence[type]) -> str:
+    """``cloudloop-<version>-<digest>``: the digest covers the source of the modules that
+    define ``workflows`` (what a workflow replays), in name order."""
+    try:
+        version = importlib.metadata.version("cloudloop")
+    except importlib.metadata.PackageNotFoundError:
+        version = "0+unknown"
+    digest = hashlib.sha256()
+    modules = {workflow.__module__: workflow for workflow in workflows}
+    for name in sorted(modules):
+        digest.update(name.encode())
+        with contextlib.suppress(OSError, TypeError):
+            digest.update(
+                inspect.getsource(inspect.getmodule(modules[name]) or modules[name]).encode()
+            )
+    return f"cloudloop-{version}-{digest.hexdigest()[:16]}"
+
+
 #: Local activity slots of a worker: short kube writes inside a workflow task.
 MAX_CONCURRENT_LOCAL_ACTIVITIES = 32
 
@@ -290,6 +314,7 @@ def make_worker(
         workflows=list(workflows),
         activities=list(activities),
         workflow_runner=workflow_runner(),
+        build_id=worker_build_id(workflows),
         activity_executor=ThreadPoolExecutor(
             max_workers=max_concurrent_activities + max_concurrent_local_activities,
             thread_name_prefix=f"activity-{task_queue}",
