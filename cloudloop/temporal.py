@@ -36,6 +36,7 @@ import inspect
 import logging
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -264,13 +265,10 @@ def worker_build_id(workflows: Sequence[type]) -> str:
     except importlib.metadata.PackageNotFoundError:
         version = "0+unknown"
     digest = hashlib.sha256()
-    modules = {workflow.__module__: workflow for workflow in workflows}
-    for name in sorted(modules):
+    for name in sorted({workflow.__module__ for workflow in workflows}):
         digest.update(name.encode())
-        with contextlib.suppress(OSError, TypeError):
-            digest.update(
-                inspect.getsource(inspect.getmodule(modules[name]) or modules[name]).encode()
-            )
+        with contextlib.suppress(KeyError, OSError, TypeError):  # no module or no source file
+            digest.update(inspect.getsource(sys.modules[name]).encode())
     return f"cloudloop-{version}-{digest.hexdigest()[:16]}"
 
 
