@@ -77,6 +77,23 @@ class ResourceExhausted(CloudError):
     retryable = False
 
 
+class QuotaExceeded(CloudError):
+    """The project's or account's quota does not fit the request (instances, cores, RAM, volumes).
+
+    Retryable: the quota frees up when other resources go or an operator raises it, so callers
+    retry with backoff and report the cloud's message meanwhile."""
+
+    kind = "QuotaExceeded"
+
+
+class InsufficientCapacity(CloudError):
+    """The cloud has no capacity for the request right now (no Spot capacity, no host fits).
+
+    Retryable with backoff, as upstream machine controllers do."""
+
+    kind = "InsufficientCapacity"
+
+
 class OperationPending(CloudError):
     """Another operation on the same resource is running; try again when it has finished."""
 
@@ -111,6 +128,8 @@ KINDS: dict[str, type[CloudError]] = {
         FailedPrecondition,
         OutOfRange,
         ResourceExhausted,
+        QuotaExceeded,
+        InsufficientCapacity,
         OperationPending,
         NotSupported,
     )

@@ -66,6 +66,8 @@ CODE_BY_ERROR_KIND: dict[str, Code] = {
     "FailedPrecondition": Code.FAILED_PRECONDITION,
     "OutOfRange": Code.OUT_OF_RANGE,
     "ResourceExhausted": Code.RESOURCE_EXHAUSTED,
+    "QuotaExceeded": Code.RESOURCE_EXHAUSTED,
+    "InsufficientCapacity": Code.RESOURCE_EXHAUSTED,
     "OperationPending": Code.ABORTED,
     "NotSupported": Code.UNIMPLEMENTED,
     "CloudAuthFailed": Code.PERMISSION_DENIED,

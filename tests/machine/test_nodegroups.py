@@ -332,7 +332,14 @@ class Group:
         return str(((infra or {}).get("metadata") or {}).get("annotations", {}).get(CLONED_FROM))
 
 
-@pytest.fixture(params=["dvp", "zvirt"])
+#: The clouds a node group runs on: each makes its :class:`Cloud` from the test's fixtures.
+CLOUDS: dict[str, Callable[[pytest.FixtureRequest], contextlib.AbstractContextManager[Cloud]]] = {
+    "dvp": lambda request: dvp_cloud(request.getfixturevalue("dvp_parent")),
+    "zvirt": lambda request: zvirt_cloud(request.getfixturevalue("ovirt")),
+}
+
+
+@pytest.fixture(params=list(CLOUDS))
 async def group(
     request: pytest.FixtureRequest,
     contract_stack: LocalStack,
@@ -342,10 +349,7 @@ async def group(
     tmp_path: Path,
 ) -> AsyncIterator[Group]:
     with contextlib.ExitStack() as exit_stack:
-        if request.param == "dvp":
-            cloud = exit_stack.enter_context(dvp_cloud(request.getfixturevalue("dvp_parent")))
-        else:
-            cloud = exit_stack.enter_context(zvirt_cloud(request.getfixturevalue("ovirt")))
+        cloud = exit_stack.enter_context(CLOUDS[request.param](request))
         task_queue = f"ng-{uuid.uuid4().hex[:8]}"
         settings = stack_settings(contract_stack, task_queue=task_queue, cluster="nodegroups")
         env = worker_env(settings, contract_stack, cloud.env)
