@@ -52,6 +52,9 @@ class Lookup:
 
     instances: dict[str, Instance | None] = field(default_factory=dict)
     failed: set[str] = field(default_factory=set)  # names the cloud gave no answer for
+    #: name → what the cloud answered when it could not decide (a miss, two matches), or why
+    #: the call failed: the Warning says this, not a guess.
+    why: dict[str, str] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # name → why its providerID is bad
 
 
@@ -130,22 +133,26 @@ class NodeSync:
                 for instance_id, name in by_id.items():
                     if instance_id in listing.undecided:
                         result.failed.add(name)
+                        result.why[name] = listing.why.get(instance_id, "")
                     else:
                         result.instances[name] = listing.found.get(instance_id)
             except CloudError as exc:
                 log.warning("instance lookup by ID failed, acting on no node: %s", exc)
                 result.failed.update(by_id.values())
+                result.why.update(dict.fromkeys(by_id.values(), f"the cloud did not answer: {exc}"))
         if by_name:
             try:
                 listing = self.driver.find_instances_by_name(by_name)
                 for name in by_name:
                     if name in listing.undecided:
                         result.failed.add(name)
+                        result.why[name] = listing.why.get(name, "")
                     else:
                         result.instances[name] = listing.found.get(name)
             except CloudError as exc:
                 log.warning("instance lookup by name failed, acting on no node: %s", exc)
                 result.failed.update(by_name)
+                result.why.update(dict.fromkeys(by_name, f"the cloud did not answer: {exc}"))
         return result
 
     # -- init ------------------------------------------------------------------------------
@@ -186,7 +193,9 @@ class NodeSync:
                     if name in lookup.invalid:
                         raise rules.InitError(f"invalid providerID: {lookup.invalid[name]}")
                     if name in lookup.failed:
-                        raise rules.InitError("the cloud did not answer")
+                        raise rules.InitError(
+                            lookup.why.get(name) or "the cloud could not decide about this node"
+                        )
                     instance = lookup.instances.get(name)
                     if instance is None:
                         raise rules.InitError("no instance found in the cloud for this node")

@@ -56,6 +56,14 @@ class InstanceListing(BaseModel):
     #: Keys the cloud could not decide about (e.g. a by-name lookup that cannot prove absence,
     #: a VM whose guest reports no address yet): callers act on none of them.
     undecided: list[str] = Field(default_factory=list)
+    #: What the cloud did answer about an undecided key ("no server is named x", "2 VMs match
+    #: x"), so a Warning says what was found instead of blaming the network.
+    why: dict[str, str] = Field(default_factory=dict)
+
+    def undecide(self, key: str, why: str) -> None:
+        """``key`` stays undecided, for the reason ``why``."""
+        self.undecided.append(key)
+        self.why[key] = why
 
 
 class Zone(BaseModel):

@@ -97,6 +97,9 @@ def test_find_by_name(
     listing = driver.find_instances_by_name([name])
     if expected is None:
         assert listing.found == {} and listing.undecided == [name]
+        assert listing.why[name] == (
+            f"no VM matches {name!r} by guest host name, IP address or VM name"
+        )
     else:
         assert listing.found[name].id == seeded.vms[expected].uuid
 

@@ -14,7 +14,7 @@ from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import NetworkingSettings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import NODES
+from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
 from cloudloop.settings import Settings
 from devstack.backends.openstack import connect
@@ -83,6 +83,9 @@ def test_by_name_misses_and_duplicates_are_undecided(
     listing = driver.find_instances_by_name(["dup-0", "dup-1", "nowhere"])
     assert set(listing.found) == {"dup-0"}
     assert sorted(listing.undecided) == ["dup-1", "nowhere"]
+    # The Warning says what the cloud answered, not that it did not answer.
+    assert listing.why["nowhere"] == "no server is named 'nowhere'"
+    assert listing.why["dup-1"].startswith("2 servers are named 'dup-1' (")
     assert server_lists(admin) == 1  # one regex lookup for the batch
 
 
@@ -149,6 +152,40 @@ async def test_node_sync_initializes_nodes_named_like_servers(
                 assert labels["topology.kubernetes.io/region"] == "RegionOne"
                 assert labels["topology.kubernetes.io/zone"] in ("nova", "nova-b")
                 assert any(a["type"] == "InternalIP" for a in node["status"]["addresses"])
+    finally:
+        cleanup(kube, scope)
+        driver.close()
+
+
+async def test_a_node_named_like_no_server_is_warned_with_what_was_found(
+    kube: Kube, ccm_settings: Settings, admin: OpenStackEmulatorAdmin, scope: str
+) -> None:
+    """Nova answered (no server, or two, by that name): the Warning says so, never that the
+    cloud did not answer; the Node stays uninitialized."""
+    admin.seed_servers(1, prefix=f"twin-{scope}")
+    admin.seed_servers(1, prefix=f"twin-{scope}")  # a second server of the same name
+    driver = node_driver(ccm_settings)
+    expected = {
+        f"nowhere-{scope}": f"no server is named 'nowhere-{scope}'",
+        f"twin-{scope}-0": f"2 servers are named 'twin-{scope}-0' (",
+    }
+    try:
+        for name in expected:
+            make_node(kube, name, scope)
+        async with node_sync(kube, ccm_settings, driver):
+            for name, text in expected.items():
+
+                def warned(name: str = name) -> list[dict[str, object]]:
+                    items = kube.list(
+                        EVENTS, "default", fieldSelector=f"involvedObject.name={name}"
+                    )
+                    return [e for e in items["items"] if e["reason"] == "FailedToInitializeNode"]
+
+                [event] = await eventually(warned, what=f"FailedToInitializeNode on {name}")
+                assert text in str(event["message"]), event["message"]
+                assert "did not answer" not in str(event["message"])
+                node = kube.get(NODES, name)
+                assert node is not None and rules.needs_init(node)
     finally:
         cleanup(kube, scope)
         driver.close()

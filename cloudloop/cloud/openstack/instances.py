@@ -101,13 +101,15 @@ class OpenStackInstances(OpenStackBase):
                 matches = by_name.get(name, [])
                 if len(matches) != 1:
                     if matches:
-                        log.warning(
-                            "%d servers are named %r (%s); set the node's providerID",
-                            len(matches),
-                            name,
-                            ", ".join(str(m["id"]) for m in matches),
+                        why = (
+                            f"{len(matches)} servers are named {name!r} "
+                            f"({', '.join(str(m['id']) for m in matches)}); "
+                            "set the node's providerID"
                         )
-                    listing.undecided.append(name)
+                        log.warning("%s", why)
+                    else:
+                        why = f"no server is named {name!r}"
+                    listing.undecide(name, why)
             unique_servers = [m[0] for m in by_name.values() if len(m) == 1]
             for instance in self._to_instances(unique_servers):
                 listing.found[instance.name] = instance

@@ -124,7 +124,7 @@ class VsphereInstances(VsphereBase):
                 continue
             instance = self._instance(inventory, tags, vm)
             if instance is None:
-                listing.undecided.append(key)
+                listing.undecide(key, f"VM {vm.name} is on but its guest reports no address yet")
             else:
                 listing.found[key] = instance
         return listing
@@ -144,21 +144,33 @@ class VsphereInstances(VsphereBase):
         inventory, tags, listing.requests = self._snapshot(reuse=reuse)
         vms = [vm for vm in inventory.vms.values() if self._in_scope(inventory, vm)]
         for name in names:
-            match = _match_by_name(vms, name)
-            instance = self._instance(inventory, tags, match) if match is not None else None
+            matches, by = _match_by_name(vms, name)
+            if len(matches) != 1:
+                listing.undecide(
+                    name,
+                    f"{len(matches)} VMs match {name!r} by {by} "
+                    f"({', '.join(vm.name for vm in matches)}); set the node's providerID"
+                    if matches
+                    else f"no VM matches {name!r} by guest host name, IP address or VM name",
+                )
+                continue
+            instance = self._instance(inventory, tags, matches[0])
             if instance is None:
-                listing.undecided.append(name)
+                listing.undecide(
+                    name, f"VM {matches[0].name} is on but its guest reports no address yet"
+                )
             else:
                 listing.found[name] = instance
         return listing
 
 
-def _match_by_name(vms: list[VmProps], name: str) -> VmProps | None:
-    """DNS (``guest.hostName``), then IP, then VM name; ``None`` when none or several match."""
+def _match_by_name(vms: list[VmProps], name: str) -> tuple[list[VmProps], str]:
+    """DNS (``guest.hostName``), then IP, then VM name: the VMs of the first rule that matches
+    any, and the rule; one VM is a match, none or several are not."""
     lowered = name.lower()
     by_dns = [vm for vm in vms if vm.hostname.lower() == lowered]
     if by_dns:
-        return by_dns[0] if len(by_dns) == 1 else None
+        return by_dns, "guest host name"
     try:
         ip = str(ipaddress.ip_address(name))
     except ValueError:
@@ -166,6 +178,5 @@ def _match_by_name(vms: list[VmProps], name: str) -> VmProps | None:
     if ip:
         by_ip = [vm for vm in vms if any(ip in nic.ips for nic in vm.nics)]
         if by_ip:
-            return by_ip[0] if len(by_ip) == 1 else None
-    by_name = [vm for vm in vms if vm.name == name]
-    return by_name[0] if len(by_name) == 1 else None
+            return by_ip, "IP address"
+    return [vm for vm in vms if vm.name == name], "VM name"
