@@ -34,12 +34,15 @@ from temporalio.common import WorkflowIDReusePolicy
 
 from cloudloop import searchattrs
 from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.registry import provider_for
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
+from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
 from cloudloop.kube.workqueue import WorkQueue
+from cloudloop.messages.kube import EventSource
 from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
     ApplyRequest,
@@ -336,3 +339,67 @@ class ServiceStarter:
         self.signals_sent += 1
         self._sent[ref.key] = (ref.uid, signal, request.desired if request else None)
         log.debug("Service %s: %s sent to %s", ref.key, signal, workflow_id(ref))
+
+
+class UnservedLoadBalancers:
+    """On a cloud without a load-balancer API (zVirt, vSphere): say so on every LB Service.
+
+    Upstream's service controller does not run there, so a ``type: LoadBalancer`` Service waits
+    in silence for an address that never comes. This starter records one ``Warning``
+    ``UnsupportedLoadBalancer`` Event per Service (per UID; the Event's count aggregates a
+    restart's repeat) naming what the cloud lacks and what serves such Services instead. It
+    writes nothing else: no finalizer, no status, no workflow.
+    """
+
+    def __init__(self, kube: Kube, services: Informer, *, provider: str, hint: str = "") -> None:
+        self.kube = kube
+        self.services = services
+        self.provider = provider
+        self.hint = hint
+        self.warned: set[str] = set()  # Service UIDs told
+        self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> UnservedLoadBalancers | None:
+        if context.driver.supports(Capability.LOAD_BALANCERS):
+            return None
+        return cls(
+            context.kube,
+            context.informers.get(SERVICES),
+            provider=context.settings.provider,
+            hint=provider_for(context.settings).load_balancer_hint,
+        )
+
+    def message(self) -> str:
+        text = (
+            f"{self.provider} has no load-balancer API, so cloudloop makes no cloud load "
+            "balancer for this Service and will not set its external address"
+        )
+        return f"{text}; {self.hint}" if self.hint else text
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        self.services.start()
+        await run_parts(self._stopped, services=self._watch())
+
+    async def _watch(self) -> None:
+        async for event in self.services.events():
+            service = event.object
+            uid = str(service["metadata"].get("uid") or "")
+            if event.type == "DELETED":
+                self.warned.discard(uid)
+            elif uid not in self.warned and rules.wants_load_balancer(service):
+                self.warned.add(uid)
+                await asyncio.to_thread(self._warn, service)
+
+    def _warn(self, service: dict[str, Any]) -> None:
+        record_event(
+            self.kube,
+            ObjectRef.of(SERVICES, service),
+            type="Warning",
+            reason="UnsupportedLoadBalancer",
+            message=self.message(),
+            component=EventSource.SERVICE,
+        )

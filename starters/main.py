@@ -26,7 +26,7 @@ from cloudloop.metrics_auth import protect_metrics
 from cloudloop.settings import Settings
 from starters.context import Starter, StarterContext
 from starters.discovery import CloudDataDiscoverer
-from starters.loadbalancer import ServiceStarter
+from starters.loadbalancer import ServiceStarter, UnservedLoadBalancers
 from starters.machine import MachineStarter
 from starters.node import NodeSync
 from starters.probe import CloudProbeStarter
@@ -48,6 +48,7 @@ STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     MachineStarter.from_context,
     CloudProviderRegistration.from_context,
     ServiceStarter.from_context,
+    UnservedLoadBalancers.from_context,
     QueueProcessor.from_context,
 ]
 

@@ -47,6 +47,9 @@ class Provider(Generic[S]):
     #: turning one into this cloud's InfraMachineTemplate (published beside the registration
     #: Secret, rendered by ``cloudloop nodegroup render``), if the cloud has Cluster API nodes.
     node_templates: NodeTemplates | None = None
+    #: On a cloud without load balancers: what serves ``type: LoadBalancer`` Services instead
+    #: (said in the Warning each such Service gets).
+    load_balancer_hint: str = ""
 
     def section(self, settings: Settings) -> S:
         """This provider's section of ``settings``."""

@@ -34,4 +34,9 @@ PROVIDER = Provider(
     settings=VsphereSettings,
     driver=_driver,
     registration=_registration,
+    load_balancer_hint=(
+        "vSphere without NSX-T has no load-balancer service (as upstream's vSphere cloud "
+        "provider); serve the Service with a software load balancer in the cluster "
+        "(Deckhouse's metallb module, or MetalLB) or set spec.loadBalancerClass"
+    ),
 )

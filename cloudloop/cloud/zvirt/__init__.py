@@ -37,4 +37,9 @@ PROVIDER = Provider(
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,
+    load_balancer_hint=(
+        "oVirt has no load-balancer service; serve the Service with a software load balancer "
+        "in the cluster (Deckhouse's metallb module, or MetalLB in L2 mode) or set "
+        "spec.loadBalancerClass for the controller that serves it"
+    ),
 )
