@@ -27,7 +27,7 @@ from activities.heartbeats import heartbeating
 from activities.kube import kube_errors
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.errors import CloudError, InvalidRequest, NotSupported
-from cloudloop.cloud.models import LoadBalancerBackend, LoadBalancerSpec
+from cloudloop.cloud.models import LoadBalancerBackend, LoadBalancerSpec, LoadBalancerStatus
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
@@ -49,8 +49,16 @@ from cloudloop.messages.loadbalancer import (
     ResyncLoadBalancerResult,
     UpdateBackendsInput,
 )
+from cloudloop.rules import loadbalancer as rules
 
 log = logging.getLogger(__name__)
+
+
+def ingress_of(status: LoadBalancerStatus) -> list[str]:
+    """The ingress entries of ``status`` (hostname, else IP with its ``ipMode``)."""
+    if status.hostname:
+        return [status.hostname]
+    return [rules.ingress_entry(status.ip, status.ip_mode)] if status.ip else []
 
 
 class LoadBalancerActivities:
@@ -107,6 +115,7 @@ class LoadBalancerActivities:
             source_ranges=desired.source_ranges,
             external_traffic_policy=desired.external_traffic_policy,
             health_check_node_port=desired.health_check_node_port,
+            load_balancer_ip=desired.load_balancer_ip,
         )
 
     # -- activities ------------------------------------------------------------------------
@@ -142,10 +151,12 @@ class LoadBalancerActivities:
                 except InvalidRequest as exc:
                     log.warning("%s: load balancer not changed: %s", ref.key, exc)
                     raise
-                ingress = [status.hostname or status.ip] if (status.hostname or status.ip) else []
+                ingress = ingress_of(status)
                 gone = False
                 if ingress != input.current_ingress:
                     gone = not self._write_ingress(ref, ingress, hostname=bool(status.hostname))
+                if not gone:
+                    gone = not self._write_annotations(ref, status, input.desired)
         finally:
             if ensuring is not None:
                 ensuring.join()
@@ -170,10 +181,12 @@ class LoadBalancerActivities:
                 return ResyncLoadBalancerResult(ingress=input.current_ingress)
             log.warning("%s: load balancer drifted: %s", ref.key, "; ".join(drift))
             status = self.driver.ensure_load_balancer(spec)
-            ingress = [status.hostname or status.ip] if (status.hostname or status.ip) else []
+            ingress = ingress_of(status)
             if ingress != input.current_ingress and not self._write_ingress(
                 ref, ingress, hostname=bool(status.hostname)
             ):
+                return ResyncLoadBalancerResult(service_gone=True)
+            if not self._write_annotations(ref, status, input.desired):
                 return ResyncLoadBalancerResult(service_gone=True)
             remaining = set(self.driver.load_balancer_drift(spec))
         repaired = [d for d in drift if d not in remaining]
@@ -232,12 +245,30 @@ class LoadBalancerActivities:
             component=EventSource.SERVICE,
         )
 
+    def _write_annotations(
+        self, ref: ObjectRef, status: LoadBalancerStatus, desired: DesiredLoadBalancer
+    ) -> bool:
+        """The annotations the cloud's controller writes back (OCCM's ``load-balancer-id``),
+        patched only when the Service does not show them yet; False: the Service is gone."""
+        missing = {k: v for k, v in status.annotations.items() if desired.annotations.get(k) != v}
+        if not missing:
+            return True
+        patch = {"metadata": {"uid": ref.uid, "annotations": missing}}
+        try:
+            self.kube.patch(ref.resource, ref.name, patch, ref.namespace or None)
+        except KubeError as exc:
+            if exc.not_found or replaced(exc):
+                return False
+            raise
+        log.info("%s: annotated %s", ref.key, ", ".join(f"{k}={v}" for k, v in missing.items()))
+        return True
+
     def _write_ingress(self, ref: ObjectRef, ingress: list[str], *, hostname: bool) -> bool:
         """Patch ``status.loadBalancer``; False when the Service (with this UID) is gone.
 
         The UID in the patch makes the API server refuse it (422) for a recreated namesake.
         """
-        entries: Any = [{"hostname" if hostname else "ip": value} for value in ingress] or None
+        entries: Any = [rules.ingress_fields(value, hostname=hostname) for value in ingress] or None
         patch = {"metadata": {"uid": ref.uid}, "status": {"loadBalancer": {"ingress": entries}}}
         try:
             self.kube.patch(

@@ -132,12 +132,20 @@ class LoadBalancerSpec(BaseModel):
     #: ``Cluster`` or ``Local``; with ``Local`` health checks go to ``health_check_node_port``.
     external_traffic_policy: str = "Cluster"
     health_check_node_port: int = 0
+    #: ``spec.loadBalancerIP``: the address the Service asks for, where the cloud honours it.
+    load_balancer_ip: str = ""
 
 
 class LoadBalancerStatus(BaseModel):
     name: str
     hostname: str = ""
     ip: str = ""
+    #: The ingress ``ipMode`` (``Proxy`` when the LB speaks the PROXY protocol, as OCCM sets
+    #: it, so kube-proxy sends in-cluster traffic through the LB); empty: not written (VIP).
+    ip_mode: str = ""
+    #: Annotations the cloud's controller writes back onto the Service (OCCM's
+    #: ``load-balancer-id``), so a user sees and can reuse what was made.
+    annotations: dict[str, str] = Field(default_factory=dict)
 
 
 class VolumeSpec(BaseModel):

@@ -82,6 +82,9 @@ class DesiredLoadBalancer(BaseModel):
     source_ranges: list[str] = Field(default_factory=list)
     external_traffic_policy: str = "Cluster"
     health_check_node_port: int = 0
+    #: ``spec.loadBalancerIP`` (deprecated upstream, still read by OCCM: a pre-allocated
+    #: floating IP, or the VIP of an internal LB); empty when not set.
+    load_balancer_ip: str = ""
     nodes: list[LoadBalancerNode] = Field(default_factory=list)
     node_set: NodeSetRef | None = None
 

@@ -57,10 +57,32 @@ def needs_cleanup(service: dict[str, Any]) -> bool:
     return has_finalizer(service) and (is_deleting(service) or not wants_load_balancer(service))
 
 
+#: How an ingress entry keeps its ``ipMode`` in the strings the workflow compares:
+#: ``203.0.113.7`` or ``203.0.113.7 ipMode=Proxy``.
+IP_MODE_SEPARATOR = " ipMode="
+
+
+def ingress_entry(address: str, ip_mode: str = "") -> str:
+    """One ``status.loadBalancer.ingress`` entry as the workflow keeps it."""
+    return f"{address}{IP_MODE_SEPARATOR}{ip_mode}" if ip_mode else address
+
+
+def ingress_fields(entry: str, *, hostname: bool) -> dict[str, str]:
+    """The ingress entry's API fields (``hostname`` or ``ip``, and ``ipMode`` with an IP)."""
+    address, _, ip_mode = entry.partition(IP_MODE_SEPARATOR)
+    if hostname:
+        return {"hostname": address}
+    return {"ip": address, "ipMode": ip_mode} if ip_mode else {"ip": address}
+
+
 def ingress_hostnames(service: dict[str, Any]) -> list[str]:
-    """``status.loadBalancer.ingress`` as strings (hostname, else IP)."""
+    """``status.loadBalancer.ingress`` as strings (hostname, else IP with its ``ipMode``)."""
     ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-    return [str(i.get("hostname") or i.get("ip") or "") for i in ingress]
+    return [
+        str(i.get("hostname") or "")
+        or ingress_entry(str(i.get("ip") or ""), str(i.get("ipMode") or ""))
+        for i in ingress
+    ]
 
 
 def service_annotations(service: dict[str, Any]) -> dict[str, str]:
@@ -95,6 +117,7 @@ def desired_load_balancer(
         source_ranges=sorted(spec.get("loadBalancerSourceRanges") or []),
         external_traffic_policy=str(spec.get("externalTrafficPolicy") or "Cluster"),
         health_check_node_port=int(spec.get("healthCheckNodePort") or 0),
+        load_balancer_ip=str(spec.get("loadBalancerIP") or ""),
         nodes=nodes,
         node_set=node_set,
     )

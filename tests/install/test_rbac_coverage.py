@@ -66,6 +66,8 @@ DYNAMIC: dict[str, dict[str, list[tuple[Target, str, str]]] | None] = {
         "worker": [(CLOUD_PROBES, "", "get"), (CLOUD_PROBES, "status", "patch")]
     },
     "activities.loadbalancer:_write_ingress": {"worker": [(SERVICES, "status", "patch")]},
+    # OCCM's load-balancer-id (and -address) written back onto the Service.
+    "activities.loadbalancer:_write_annotations": {"worker": [(SERVICES, "", "patch")]},
     "activities.machine:_report": {
         "worker": [
             (INFRA_MACHINE, "", "get"),

@@ -154,3 +154,32 @@ def test_ingress_hostnames() -> None:
     obj["status"] = {"loadBalancer": {"ingress": [{"hostname": "h"}, {"ip": "1.2.3.4"}]}}
     assert rules.ingress_hostnames(obj) == ["h", "1.2.3.4"]
     assert rules.ingress_hostnames(service()) == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "hostname", "fields"),
+    [
+        pytest.param("h.example", True, {"hostname": "h.example"}, id="hostname"),
+        pytest.param("1.2.3.4", False, {"ip": "1.2.3.4"}, id="ip"),
+        pytest.param(
+            rules.ingress_entry("1.2.3.4", "Proxy"),
+            False,
+            {"ip": "1.2.3.4", "ipMode": "Proxy"},
+            id="ip-mode-proxy",
+        ),
+    ],
+)
+def test_ingress_entries_keep_the_ip_mode(
+    entry: str, hostname: bool, fields: dict[str, str]
+) -> None:
+    assert rules.ingress_fields(entry, hostname=hostname) == fields
+    obj = service()
+    obj["status"] = {"loadBalancer": {"ingress": [fields]}}
+    assert rules.ingress_hostnames(obj) == [entry]  # what the Service shows compares equal
+
+
+def test_desired_state_carries_the_load_balancer_ip() -> None:
+    obj = service()
+    obj["spec"]["loadBalancerIP"] = "203.0.113.9"
+    assert rules.desired_load_balancer(obj, []).load_balancer_ip == "203.0.113.9"
+    assert rules.desired_load_balancer(service(), []).load_balancer_ip == ""

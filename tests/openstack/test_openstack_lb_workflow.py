@@ -58,6 +58,9 @@ async def test_ensure_update_and_delete(
         assert found == [made["fip"]["floating_ip_address"]]
         assert made["lb"]["name"] == f"kube_service_lb-{scope}_{namespace}_web"
         assert events(kube, namespace, "web", "EnsuredLoadBalancer")
+        # OCCM's load-balancer-id is written back onto the Service (and changes nothing more).
+        web = kube.get(SERVICES, "web", namespace) or {}
+        assert web["metadata"]["annotations"][P + "load-balancer-id"] == made["lb"]["id"]
 
         [extra] = admin.seed_servers(1, prefix=f"wf-{scope}", start=2)
         await asyncio.to_thread(make_nodes, kube, [extra], scope)
@@ -77,6 +80,36 @@ async def test_ensure_update_and_delete(
         )
         left = octavia(admin)
         assert not any(left[k] for k in left), left
+
+
+async def test_proxy_protocol_ingress_says_ip_mode_proxy(
+    kube: Kube,
+    client: Client,
+    lb_config: Settings,
+    namespace: str,
+    admin: OpenStackEmulatorAdmin,
+    nodes: list[str],
+    worker: Worker,
+) -> None:
+    """Under the PROXY protocol the ingress is ``ipMode: Proxy`` (as OCCM sets it), so
+    kube-proxy sends in-cluster traffic for the LB's IP through the LB."""
+    async with service_starter(kube, client, lb_config, namespace):
+        await asyncio.to_thread(
+            make_service, kube, namespace, "px", annotations={P + "proxy-protocol": "true"}
+        )
+
+        def entries() -> list[dict[str, str]] | None:
+            service = kube.get(SERVICES, "px", namespace) or {}
+            found = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+            return list(found) if found else None
+
+        [entry] = await eventually(entries, timeout=60, what="ingress")
+        made = exactly_one_of_everything(admin, ports=1, nodes=2, monitors=False)
+        assert entry == {"ip": made["fip"]["floating_ip_address"], "ipMode": "Proxy"}
+        await asyncio.to_thread(kube.delete, SERVICES, "px", namespace)
+        await eventually(
+            lambda: kube.get(SERVICES, "px", namespace) is None, timeout=60, what="deleted"
+        )
 
 
 async def test_invalid_annotation_warns_and_writes_nothing(

@@ -213,8 +213,8 @@ def test_a_subnet_annotation_places_the_vip(
         ),
         pytest.param(
             {P + "load-balancer-id": "0b7c0000-0000-4000-8000-000000000000"},
-            "sharing",
-            id="sharing",
+            "does not exist",
+            id="unknown-load-balancer-id",
         ),
     ],
 )
@@ -265,6 +265,88 @@ def test_an_lb_occm_made_is_adopted(
     assert lb["id"] == made.id and identity_tag(NAME) in lb["tags"]
     assert len(w["listeners"]) == 2 and len(w["pools"]) == 2 and len(w["members"]) == 6
     assert driver.get_load_balancer(NAME) is not None
+
+
+def test_the_lb_id_is_written_back_and_proxy_protocol_sets_ip_mode(
+    driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
+) -> None:
+    status = driver.ensure_load_balancer(lb_spec(servers, {P + "proxy-protocol": "true"}))
+    [lb] = world(admin)["loadbalancers"]
+    assert status.annotations == {P + "load-balancer-id": lb["id"]}
+    assert status.ip and status.ip_mode == "Proxy"
+    # With the ID written back, the next ensure (the Service now carries it) changes nothing.
+    admin.clear_requests()
+    again = lb_spec(servers, {P + "proxy-protocol": "true", P + "load-balancer-id": lb["id"]})
+    assert driver.ensure_load_balancer(again) == status
+    assert writes(admin) == {}
+    plain = driver.ensure_load_balancer(lb_spec(servers))
+    assert plain.ip_mode == ""
+
+
+def test_load_balancer_ip_takes_the_pre_allocated_floating_ip(
+    driver: OpenStackDriver,
+    admin: OpenStackEmulatorAdmin,
+    endpoint: OpenStackEmulatorEndpoint,
+    servers: list[dict[str, str]],
+) -> None:
+    sdk = connect(endpoint)
+    external = next(n for n in sdk.network.networks() if n.is_router_external)
+    mine = sdk.network.create_ip(floating_network_id=external.id)
+    driver.zones()  # logs in
+    admin.clear_requests()
+    with pytest.raises(errors.InvalidRequest, match="not a floating IP"):
+        driver.ensure_load_balancer(lb_spec(servers, load_balancer_ip="198.51.100.250"))
+    assert writes(admin) == {}  # refused before any write
+    status = driver.ensure_load_balancer(
+        lb_spec(servers, load_balancer_ip=mine.floating_ip_address)
+    )
+    assert status.ip == mine.floating_ip_address
+    [lb] = world(admin)["loadbalancers"]
+    fips = world(admin)["floatingips"]
+    assert [(f["floating_ip_address"], f["port_id"]) for f in fips] == [
+        (mine.floating_ip_address, lb["vip_port_id"])
+    ]
+    driver.delete_load_balancer(NAME)
+    # The user's floating IP stays, detached, when the LB goes.
+    assert [(f["id"], f["port_id"]) for f in world(admin)["floatingips"]] == [(mine.id, None)]
+
+
+def test_a_load_balancer_given_by_id_is_used_and_released(
+    driver: OpenStackDriver,
+    admin: OpenStackEmulatorAdmin,
+    endpoint: OpenStackEmulatorEndpoint,
+    servers: list[dict[str, str]],
+) -> None:
+    sdk = connect(endpoint)
+    subnet = sdk.network.find_subnet("private-subnet")
+    given = sdk.load_balancer.create_load_balancer(
+        name="made-by-hand", vip_subnet_id=subnet.id, tags=["team-a"]
+    )
+    sdk.load_balancer.wait_for_load_balancer(given.id, wait=10, interval=0.05)
+    status = driver.ensure_load_balancer(lb_spec(servers, {P + "load-balancer-id": given.id}))
+    w = world(admin)
+    [lb] = w["loadbalancers"]
+    assert lb["id"] == given.id and {"team-a", UPSTREAM, identity_tag(NAME)} <= set(lb["tags"])
+    assert len(w["listeners"]) == 2 and status.annotations[P + "load-balancer-id"] == given.id
+    driver.delete_load_balancer(NAME)
+    w = world(admin)
+    [kept] = w["loadbalancers"]
+    assert kept["id"] == given.id and kept["tags"] == ["team-a"]
+    assert w["listeners"] == [] and w["pools"] == [] and w["floatingips"] == []
+
+
+def test_another_services_load_balancer_is_not_shared(
+    driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
+) -> None:
+    other = lb_spec(servers, service="shop/api", service_uid="7f1c2a3b-0000-4000-8000-00000000abcd")
+    other = other.model_copy(update={"name": "a7f1c2a3b0000400080000000000abcd"})
+    driver.ensure_load_balancer(other)
+    [taken] = world(admin)["loadbalancers"]
+    driver.zones()  # logs in
+    admin.clear_requests()
+    with pytest.raises(errors.InvalidRequest, match="sharing one load balancer"):
+        driver.ensure_load_balancer(lb_spec(servers, {P + "load-balancer-id": taken["id"]}))
+    assert writes(admin) == {}
 
 
 def test_an_lb_in_error_is_replaced(

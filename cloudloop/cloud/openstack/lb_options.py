@@ -5,8 +5,8 @@ Pure: :func:`parse_options` reads a Service's annotations the way cloud-provider
 :func:`listener_protocol`, :func:`pool_protocol` and :func:`monitor_spec` derive what Octavia
 gets. Booleans are only ``true``/``false``, numbers must parse; anything else is an
 :class:`~cloudloop.cloud.errors.InvalidRequest` naming the annotation, raised before any cloud
-write. Sharing one Octavia LB between Services (``load-balancer-id`` naming another LB) is not
-supported and is refused the same way.
+write. Sharing one Octavia LB between Services (``load-balancer-id`` naming another Service's
+LB) is not supported and is refused the same way (by the driver, which reads the LB first).
 """
 
 from __future__ import annotations

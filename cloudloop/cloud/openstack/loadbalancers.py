@@ -20,9 +20,16 @@ Rules:
 - Delete cascades (``[LoadBalancer] cascade-delete``, default) and first deletes the floating IP
   this controller made, unless ``keep-floatingip`` was set (recorded as the LB tag
   ``cloudloop-keep-floatingip``, since delete sees no annotations).
-- Departures: Services sharing one LB (``load-balancer-id`` naming another LB), security-group
-  management and the ``load-balancer-id``/``-address`` annotations written back to the Service
-  are not done; the controller sets ``status.loadBalancer`` only.
+- ``load-balancer-id`` (OCCM): the ID of this Service's LB is written back onto the Service
+  (and ``load-balancer-address`` when a hostname hides the address); naming an existing LB that
+  serves no other Service makes the Service use it, and deleting the Service then releases it
+  (our listeners, floating IP and tags go, the LB stays); an ID that does not exist is refused,
+  as OCCM refuses it. ``spec.loadBalancerIP`` takes the project's pre-allocated floating IP of
+  that address (or is an internal LB's VIP); the ingress says ``ipMode: Proxy`` under the PROXY
+  protocol.
+- Departures: Services sharing one LB (``load-balancer-id`` naming another Service's LB) are
+  refused: each Service's workflow owns its LB, and two workflows writing listeners of one LB
+  would need a lock per LB; security groups are not managed.
 """
 
 from __future__ import annotations
@@ -132,6 +139,12 @@ class Plan:
     member_subnet_id: str
     floating_network_id: str
     floating_subnet_ids: list[str]
+    #: The LB is this Service's own (named for it); False for a load balancer the Service was
+    #: given by ``load-balancer-id``: then only listeners tagged for the Service are ours, and
+    #: a delete releases the LB instead of deleting it (OCCM).
+    owned: bool = True
+    #: ``spec.loadBalancerIP``'s floating IP (read in the plan, attached after the LB).
+    requested_fip: dict[str, Any] | None = None
 
     def members_for(self, port: models.LoadBalancerPort) -> list[Member]:
         monitor_port = None
@@ -246,8 +259,30 @@ class OpenStackLoadBalancers(OpenStackInstances):
                 floating_subnets = self._floating_subnets(floating_network, options)
             else:
                 log.warning("%s: no floating network found; the LB stays internal", spec.service)
+        requested_fip = None
+        if spec.load_balancer_ip and floating_network:
+            found = self.list_all(
+                "ListFloatingIPs",
+                "network",
+                "/floatingips",
+                "floatingips",
+                params={"floating_ip_address": spec.load_balancer_ip},
+            )
+            if not found:
+                raise invalid(
+                    f"loadBalancerIP {spec.load_balancer_ip} is not a floating IP of this project"
+                )
+            requested_fip = found[0]
         return Plan(
-            spec, options, name, members, vip, member_subnet, floating_network, floating_subnets
+            spec,
+            options,
+            name,
+            members,
+            vip,
+            member_subnet,
+            floating_network,
+            floating_subnets,
+            requested_fip=requested_fip,
         )
 
     def _member_addresses(
@@ -386,6 +421,8 @@ class OpenStackLoadBalancers(OpenStackInstances):
             "tags": tags,
             **plan.vip,
         }
+        if spec.load_balancer_ip and not plan.floating_network_id and "vip_port_id" not in body:
+            body["vip_address"] = spec.load_balancer_ip  # an internal LB's VIP (OCCM)
         if options.flavor_id:
             body["flavor_id"] = options.flavor_id
         if options.availability_zone:
@@ -431,13 +468,16 @@ class OpenStackLoadBalancers(OpenStackInstances):
             raise self._disabled()
         plan = self._plan(spec)
         lb = self._find(spec.name, plan.name)
-        if plan.options.load_balancer_id and (
-            lb is None or lb["id"] != plan.options.load_balancer_id
-        ):
+        wanted_id = plan.options.load_balancer_id
+        if wanted_id and (lb is None or lb["id"] != wanted_id):
+            lb = self._given(plan, lb, wanted_id)
+        fip = plan.requested_fip
+        if fip and fip.get("port_id") and (lb is None or fip["port_id"] != lb.get("vip_port_id")):
             raise invalid(
-                "sharing a load balancer between Services (load-balancer-id) is not supported"
+                f"loadBalancerIP {spec.load_balancer_ip} is in use by port {fip['port_id']}"
             )
         if lb is not None:
+            plan.owned = str(lb.get("name") or "") in (plan.name, spec.name)
             lb = self._settled(lb["id"], "EnsureLoadBalancer")
             if lb.get("provisioning_status") == "ERROR":
                 log.warning(
@@ -452,7 +492,37 @@ class OpenStackLoadBalancers(OpenStackInstances):
             self._reconcile_children(plan, lb)
         lb = self._sync_lb_tags(plan, lb)
         address = self._ensure_floating_ip(plan, lb)
-        return self._status(plan, address)
+        return self._status(plan, address, str(lb["id"]))
+
+    def _given(self, plan: Plan, ours: dict[str, Any] | None, lb_id: str) -> dict[str, Any]:
+        """The load balancer ``load-balancer-id`` names, checked before any write (OCCM): it
+        must exist, and serve no other Service (one Octavia LB per Service here)."""
+        annotation = f"{PREFIX}load-balancer-id"
+        if ours is not None:
+            raise invalid(
+                f"annotation {annotation} names {lb_id}, but this Service has load balancer "
+                f"{ours['id']}; set it to {ours['id']} or remove it"
+            )
+        try:
+            given = self._get_lb(lb_id)
+        except errors.NotFound:
+            given = None
+        if given is None or given.get("provisioning_status") in _GONE:
+            raise invalid(
+                f"load balancer {lb_id} named by annotation {annotation} does not exist; "
+                "remove the annotation to have a new one made"
+            )
+        claims = {str(t) for t in given.get("tags") or [] if str(t).startswith("kube_service_")}
+        if str(given.get("name") or "").startswith("kube_service_"):
+            claims.add(str(given["name"]))
+        others = sorted(claims - {plan.name})
+        if others:
+            raise invalid(
+                f"load balancer {lb_id} serves another Service ({', '.join(others)}): sharing "
+                "one load balancer between Services is not supported"
+            )
+        log.info("%s: using load balancer %s (%s)", plan.spec.service, lb_id, annotation)
+        return given
 
     def _create(self, plan: Plan) -> dict[str, Any]:
         created = self._octavia(
@@ -555,7 +625,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     def _ours(self, plan: Plan, listener: dict[str, Any]) -> bool:
         tags = listener.get("tags") or []
-        return plan.name in tags or not tags
+        return plan.name in tags or (not tags and plan.owned)
 
     def _delete_listener(
         self, plan: Plan, listener: dict[str, Any], pools: list[dict[str, Any]]
@@ -697,6 +767,8 @@ class OpenStackLoadBalancers(OpenStackInstances):
             return vip_address
         if attached:
             return str(attached[0]["floating_ip_address"])
+        if plan.requested_fip is not None:
+            return self._claim_floating_ip(plan, plan.requested_fip, vip_port)
         body: dict[str, Any] = {
             "floating_network_id": plan.floating_network_id,
             "port_id": vip_port,
@@ -722,13 +794,37 @@ class OpenStackLoadBalancers(OpenStackInstances):
         assert last is not None
         raise last
 
-    def _status(self, plan: Plan, address: str) -> models.LoadBalancerStatus:
+    def _claim_floating_ip(self, plan: Plan, fip: dict[str, Any], vip_port: str) -> str:
+        """``spec.loadBalancerIP``: the project's pre-allocated floating IP of that address
+        (found by the plan), attached to the VIP port (OCCM); it is the user's, so a delete
+        only detaches it (the VIP port goes with the LB)."""
+        wanted = plan.spec.load_balancer_ip
+        self.request(
+            "UpdateFloatingIP",
+            "network",
+            "PUT",
+            f"/floatingips/{fip['id']}",
+            json={"floatingip": {"port_id": vip_port}},
+        )
+        log.info("%s: floating IP %s (loadBalancerIP) on the VIP port", plan.spec.service, wanted)
+        return wanted
+
+    def _status(self, plan: Plan, address: str, lb_id: str) -> models.LoadBalancerStatus:
+        """The ingress (``ipMode: Proxy`` under the PROXY protocol, as OCCM) and the
+        annotations OCCM writes back: the LB's ID, and its address when a hostname hides it."""
         options = plan.options
         hostname = options.hostname
         if not hostname and options.enable_ingress_hostname and options.proxy_protocol and address:
             hostname = f"{address}.{options.ingress_hostname_suffix}"
+        annotations = {f"{PREFIX}load-balancer-id": lb_id}
+        if hostname and address:
+            annotations[f"{PREFIX}load-balancer-address"] = address
         return models.LoadBalancerStatus(
-            name=plan.name, ip=address if not hostname else "", hostname=hostname
+            name=plan.name,
+            ip=address if not hostname else "",
+            hostname=hostname,
+            ip_mode="Proxy" if options.proxy_protocol and address and not hostname else "",
+            annotations=annotations,
         )
 
     # -- backends, lookup, delete ----------------------------------------------------------
@@ -808,12 +904,49 @@ class OpenStackLoadBalancers(OpenStackInstances):
         lb = self._find(name)
         if lb is None:
             return
-        if not (str(lb.get("name", "")).startswith("kube_service_") or lb.get("name") == name):
-            raise errors.FailedPrecondition(
-                NAME, "DeleteLoadBalancer", f"load balancer {lb['id']} was not made for a Service"
-            )
         lb = self._settled(lb["id"], "DeleteLoadBalancer")
+        if not (str(lb.get("name", "")).startswith("kube_service_") or lb.get("name") == name):
+            self._release(lb, name)  # given by load-balancer-id: the user's, kept (OCCM)
+            return
         self._delete_lb(lb, cascade=self.settings.load_balancer.cascade_delete)
+
+    def _release(self, lb: dict[str, Any], name: str) -> None:
+        """A load balancer the Service was given: its listeners (with their pools) and our
+        floating IP go, our tags come off, the LB stays."""
+        lb_id = str(lb["id"])
+        tags = list(lb.get("tags") or [])
+        ours = {t for t in tags if t.startswith("kube_service_")}
+        pools = self.list_all(
+            "ListPools", LB_SERVICE, "/lbaas/pools", "pools", params={"loadbalancer_id": lb_id}
+        )
+        for listener in self.list_all(
+            "ListListeners",
+            LB_SERVICE,
+            "/lbaas/listeners",
+            "listeners",
+            params={"loadbalancer_id": lb_id},
+        ):
+            if ours & set(listener.get("tags") or []):
+                for pool in pools:
+                    if {"id": listener["id"]} in (pool.get("listeners") or []):
+                        self._write("DeletePool", lb_id, "DELETE", f"/lbaas/pools/{pool['id']}")
+                self._write("DeleteListener", lb_id, "DELETE", f"/lbaas/listeners/{listener['id']}")
+        if lb.get("vip_port_id") and KEEP_FLOATING_IP_TAG not in tags:
+            for fip in self._fips_on(str(lb["vip_port_id"])):
+                if str(fip.get("description") or "").startswith(FIP_DESCRIPTION_PREFIX):
+                    with contextlib.suppress(errors.NotFound):
+                        self.request(
+                            "DeleteFloatingIP", "network", "DELETE", f"/floatingips/{fip['id']}"
+                        )
+        kept = [t for t in tags if t not in ours | {identity_tag(name), KEEP_FLOATING_IP_TAG}]
+        self._write(
+            "UpdateLoadBalancer",
+            lb_id,
+            "PUT",
+            f"/lbaas/loadbalancers/{lb_id}",
+            json={"loadbalancer": {"tags": kept}},
+        )
+        log.info("released load balancer %s (kept: it was given by load-balancer-id)", lb_id)
 
     def _delete_lb(self, lb: dict[str, Any], *, cascade: bool) -> None:
         lb_id = str(lb["id"])
