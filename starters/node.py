@@ -68,6 +68,7 @@ class NodeSync:
         self.settings = settings
         self.queue = WorkQueue("node-init", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         self._warned_invalid: dict[str, str] = {}  # node name → the providerID warned about
+        self._logged_invalid: dict[str, str] = {}  # node name → the providerID logged about
         self._stopped = asyncio.Event()
         self.passes = 0
 
@@ -124,7 +125,10 @@ class NodeSync:
             try:
                 by_id[self.driver.instance_id_from_provider_id(pid)] = name
             except CloudError as exc:  # not a providerID of this cloud: never act on it
-                log.warning("node %s: %s", name, exc)
+                # Said once per node and value (the lifecycle pass runs every few seconds).
+                level = logging.DEBUG if self._logged_invalid.get(name) == pid else logging.WARNING
+                self._logged_invalid[name] = pid
+                log.log(level, "node %s: %s", name, exc)
                 result.failed.add(name)
                 result.invalid[name] = str(exc)
         if by_id:

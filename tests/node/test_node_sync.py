@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -267,9 +268,11 @@ async def test_address_refresh_patches_changed_addresses(
 
 
 async def test_malformed_provider_id_keeps_the_node_with_a_warning(
-    kube: Kube, ccm_settings: Settings, scope: str
+    kube: Kube, ccm_settings: Settings, scope: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``aws:///zone/i-garbage`` on a NotReady Node: a failure, never "instance gone"."""
+    """``aws:///zone/i-garbage`` on a NotReady Node: a failure, never "instance gone"; one
+    Warning Event and one warning log line however many passes see it."""
+    caplog.set_level(logging.INFO, logger="starters.node")
     name = f"garbage-{scope}"
     try:
         make_node(kube, name, scope, tainted=False, provider_id="aws:///us-east-1b/i-garbage")
@@ -283,6 +286,13 @@ async def test_malformed_provider_id_keeps_the_node_with_a_warning(
         assert not events_for(kube, name, "DeletingNode")
         assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
         assert warnings[0]["source"]["component"] == "cloud-node-lifecycle-controller"
+        assert warnings[0].get("count", 1) == 1
+        said = [
+            r
+            for r in caplog.records
+            if r.name == "starters.node" and r.levelno >= logging.WARNING and name in r.message
+        ]
+        assert len(said) == 1, [r.message for r in said]
     finally:
         cleanup(kube, scope)
 
