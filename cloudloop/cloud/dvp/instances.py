@@ -61,6 +61,8 @@ def vm_instance(vm: dict[str, Any], zones: Sequence[str] = DEFAULT_ZONES) -> mod
         provider_id=PROVIDER_ID_PREFIX + meta["name"],
         name=meta["name"],
         state=state,
+        # The VM's class is its shape in DVP (CPU model, sizing policy): the node's type.
+        instance_type=str((vm.get("spec") or {}).get("virtualMachineClassName") or ""),
         private_dns_name=hostname,
         zone=vm_zone(vm, zones),
         region=REGION,

@@ -225,6 +225,14 @@ def attachment_view(attachment: Any) -> AttachmentView:
     )
 
 
+def _cpus(cpu: Any) -> int:
+    """vCPUs of a VM's CPU topology (sockets * cores * threads; 0 when not shown)."""
+    topology = getattr(cpu, "topology", None) if cpu is not None else None
+    if topology is None:
+        return 0
+    return int(topology.sockets or 1) * int(topology.cores or 1) * int(topology.threads or 1)
+
+
 def vm_view(vm: Any) -> VmView:
     """A VM as returned by ``GET /vms`` (followed links are inlined, others stay empty)."""
     return VmView(
@@ -232,6 +240,8 @@ def vm_view(vm: Any) -> VmView:
         name=str(vm.name or ""),
         status=_enum_value(vm.status) or "unknown",
         description=str(vm.description or ""),
+        cpus=_cpus(vm.cpu),
+        memory_bytes=int(vm.memory or 0),
         nics=tuple(nic_view(n) for n in _list(vm.nics) if n.id is not None),
         devices=tuple(device_view(d) for d in _list(vm.reported_devices) if d.name is not None),
         attachments=tuple(

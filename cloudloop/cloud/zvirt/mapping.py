@@ -184,6 +184,8 @@ class VmView:
     name: str
     status: str
     description: str = ""
+    cpus: int = 0
+    memory_bytes: int = 0
     nics: tuple[NicView, ...] = ()
     devices: tuple[DeviceView, ...] = ()
     attachments: tuple[AttachmentView, ...] = ()
@@ -288,12 +290,21 @@ def to_machine(vm: VmView, nic_name: str) -> models.Machine:
     )
 
 
+def instance_type(vm: VmView) -> str:
+    """oVirt has no instance type a VM keeps (instance types are templates applied once), so
+    the node's type is its shape, in the vSphere CPI's form: ``zvirt-vm.cpu-4.mem-8gb``."""
+    if not vm.cpus or not vm.memory_bytes:
+        return ""
+    return f"zvirt-vm.cpu-{vm.cpus}.mem-{vm.memory_bytes // 2**30}gb"
+
+
 def to_instance(vm: VmView) -> models.Instance:
     return models.Instance(
         id=vm.id,
         provider_id=provider_id(vm.id),
         name=vm.name,
         state=instance_state(vm.status),
+        instance_type=instance_type(vm),
         zone=ZONE,
         region=REGION,
         addresses=node_addresses(vm) if vm.status in ("up", "migrating") else [],
