@@ -203,6 +203,8 @@ class NodeSync:
                     instance = lookup.instances.get(name)
                     if instance is None:
                         raise rules.InitError("no instance found in the cloud for this node")
+                    if instance.init_error:
+                        raise rules.InitError(instance.init_error)
                     await asyncio.to_thread(self._initialize_node, name, instance)
                     self.queue.forget(name)
                 except (rules.InitError, KubeError, CloudError) as exc:

@@ -36,6 +36,10 @@ class Instance(BaseModel):
     private_dns_name: str = ""
     addresses: list[NodeAddress] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
+    #: Why the instance's metadata cannot be given yet (upstream ``InstanceMetadata`` failing,
+    #: e.g. vSphere's zone lookup): its Node stays uninitialized and is retried; lifecycle
+    #: decisions do not need the metadata and ignore it.
+    init_error: str = ""
 
     @property
     def gone(self) -> bool:

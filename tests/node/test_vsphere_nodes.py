@@ -9,13 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
+from pydantic import SecretStr
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.mapping import swap_uuid_bytes
+from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import NODES
+from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
 from cloudloop.settings import Settings
 from devstack.backends import emulator_only
@@ -174,6 +176,64 @@ def test_zone_from_tags_at_every_level(seeded: Inventory, vcsim: VcsimEndpoint, 
         scoped.close()
 
 
+def test_a_zone_tag_on_the_cluster_wins_over_the_hosts_as_upstream(
+    seeded: Inventory, vcsim: VcsimEndpoint
+) -> None:
+    """The CPI walks host → cluster → datacenter and a tag met higher replaces the one below
+    until both region and zone are known: with the region on the datacenter, a zone tag on the
+    host and another on its cluster give the cluster's."""
+    category = "zone-precedence"
+    si = connect(vcsim)
+    client = tagging_client(vcsim)
+    try:
+        tags = Tags(client)
+        tags.attach(category, "z-host", [find(si, "DC0/host/DC0_C0/DC0_C0_H0")])
+        tags.attach(category, "z-cluster", [find(si, "DC0/host/DC0_C0")])
+    finally:
+        client.logout()
+        disconnect(si)
+    scoped = VsphereDriver(vsphere_settings(vcsim, timeout_s=5, zone_tag_category=category))
+    try:
+        uuid = seeded.vms["node-a"].uuid
+        instance = scoped.list_instances([uuid]).found[uuid]
+        assert (instance.region, instance.zone) == ("region-a", "z-cluster")
+        assert instance.init_error == ""
+    finally:
+        scoped.close()
+
+
+def test_a_vcenter_that_accepts_and_never_answers_times_out(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A half-open vCenter (accepts, never answers): the login's version probe and the login
+    are bounded by ``timeout_s``, so the call fails as unreachable instead of hanging (and, the
+    login holding only its own lock, the driver's other calls never wait behind it)."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    try:
+        hanging = VsphereDriver(
+            VsphereSettings(
+                server=f"127.0.0.1:{port}",
+                username="u",
+                password=SecretStr("p"),
+                insecure=True,
+                timeout_s=1,
+            )
+        )
+        started = time.monotonic()
+        with pytest.raises(errors.CloudUnreachable):
+            hanging.list_instances([UNKNOWN_UUID])
+        assert time.monotonic() - started < 10
+        hanging.close()
+    finally:
+        listener.close()
+
+
 # -- NodeSync on the real stack -----------------------------------------------------------------
 @pytest.fixture
 def vsphere_ccm(settings: Settings, vcsim: VcsimEndpoint, scope: str) -> Settings:
@@ -208,6 +268,50 @@ async def test_node_sync_initializes_with_zone_labels(
                 assert {"type": "InternalIP", "address": seeded.vms[name].ip} in node["status"][
                     "addresses"
                 ]
+    finally:
+        cleanup(kube, scope)
+        driver.close()
+
+
+async def test_a_zone_tag_made_late_is_seen_and_none_keeps_the_node_uninitialized(
+    seeded: Inventory, kube: Kube, vsphere_ccm: Settings, vcsim: VcsimEndpoint, scope: str
+) -> None:
+    """With zone categories configured, a VM no tag places fails the zone lookup: its Node stays
+    uninitialized with a Warning saying so (upstream), and is not labelled zoneless forever.
+    The zone tag made a moment later is seen at once, not after the tag-name cache ages."""
+    category = f"late-zone-{scope}"
+    section = VSPHERE.section(vsphere_ccm).model_copy(update={"zone_tag_category": category})
+    settings = vsphere_ccm.model_copy(update={"vsphere": section})
+    driver = VsphereDriver(section)
+    try:
+        make_node(kube, "node-a", scope)
+        async with node_sync(kube, settings, driver):
+
+            def warned() -> list[str]:
+                found = kube.list(EVENTS, "default", fieldSelector="involvedObject.name=node-a")
+                return [
+                    e["message"]
+                    for e in found["items"]
+                    if e["reason"] == "FailedToInitializeNode" and category in e["message"]
+                ]
+
+            [message] = await eventually(warned, what="the zone lookup failing")
+            assert "zone category" in message
+            node = kube.get(NODES, "node-a")
+            assert node is not None and rules.needs_init(node)
+            si = connect(vcsim)
+            client = tagging_client(vcsim)
+            try:
+                Tags(client).attach(category, "zone-late", [find(si, "DC0/host/DC0_C0")])
+            finally:
+                client.logout()
+                disconnect(si)
+            node = await eventually(
+                node_when(kube, "node-a", lambda n: not rules.needs_init(n)),
+                timeout=60,
+                what="node-a initialized once the tag exists",
+            )
+            assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-late"
     finally:
         cleanup(kube, scope)
         driver.close()

@@ -38,7 +38,7 @@ from cloudloop.cloud.vsphere.config import ConfigError
 from cloudloop.cloud.vsphere.mapping import PROVIDER, Entity, GuestNic, Inventory, VmProps
 from cloudloop.cloud.vsphere.settings import Connection, VsphereSettings, resolve
 from cloudloop.cloud.vsphere.tagging import Category, Tag, TaggingClient, TaggingHTTPError
-from cloudloop.cloud.vsphere.vmomi import PC, disconnect, smart_connect, vim, vmodl
+from cloudloop.cloud.vsphere.vmomi import PC, connect, disconnect, vim, vmodl
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -140,6 +140,7 @@ class VsphereBase(CloudDriver):
     def __init__(self, settings: VsphereSettings) -> None:
         self.settings = settings
         self._lock = threading.RLock()
+        self._login_lock = threading.Lock()
         self._si: Any = None
         self._view: Any = None
         self._tagging: TaggingClient | None = None
@@ -179,21 +180,27 @@ class VsphereBase(CloudDriver):
             raise errors.CloudAuthFailed(
                 PROVIDER, "Login", f"cannot read the credentials: {exc}"
             ) from None
-        return smart_connect(
-            host=conn.host,
-            port=conn.port,
-            user=username,
-            pwd=password,
-            sslContext=self._ssl_context(conn),
+        return connect(
+            conn.host,
+            conn.port,
+            username,
+            password,
+            context=self._ssl_context(conn),
             thumbprint=conn.thumbprint.replace(":", "").lower() or None,
-            httpConnectionTimeout=self.settings.timeout_s,
-            connectionPoolTimeout=-1,
+            timeout_s=self.settings.timeout_s,
         )
 
     def _service(self) -> Any:
-        with self._lock:
+        """The kept session; a login holds only the login lock (bounded by ``timeout_s``), so
+        tagging calls and the session's other state never wait for a vCenter that hangs."""
+        si = self._si
+        if si is not None:
+            return si
+        with self._login_lock:
             if self._si is None:
-                self._si = self._counted("Login", self._login)
+                made = self._counted("Login", self._login)
+                with self._lock:
+                    self._si = made
             return self._si
 
     def _drop_session(self, si: Any) -> None:

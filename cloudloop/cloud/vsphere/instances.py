@@ -15,6 +15,10 @@ Rules (cloud-provider-vsphere ``instances.go``, ``nodemanager.go``):
 - A powered-on VM whose guest reports no usable address yet is undecided (the node stays
   uninitialized, as upstream's ``DiscoverNode`` fails); a powered-off one is returned (so the
   shutdown taint applies) with what addresses it has.
+- Zones (upstream ``GetZone``, see :func:`~cloudloop.cloud.vsphere.mapping.zone_for`): with both
+  tag categories configured, a VM no tag places gets ``init_error`` (its Node stays
+  uninitialized and is retried, as upstream fails the lookup); such a miss reads the tag names
+  again (at most every :data:`TAG_MISS_REFRESH_S`), so a tag made moments before is seen.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.vsphere.base import VsphereBase
@@ -42,6 +46,9 @@ from cloudloop.cloud.vsphere.mapping import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A VM without a zone reads the tag names again when they are older than this.
+TAG_MISS_REFRESH_S = 5.0
 
 
 class VsphereInstances(VsphereBase):
@@ -99,6 +106,13 @@ class VsphereInstances(VsphereBase):
                 return None
             addresses = []
         region, zone = zone_for(inventory, vm, tags, conn.region_category, conn.zone_category)
+        init_error = ""
+        if conn.region_category and conn.zone_category and not (region and zone):
+            missing = conn.zone_category if not zone else conn.region_category
+            init_error = (
+                f"vSphere {'zone' if not zone else 'region'} category {missing!r} matches no tag "
+                f"on VM {vm.name} or its host, cluster, resource pool or folders"
+            )
         return models.Instance(
             id=vm.uuid,
             provider_id=provider_id(vm.uuid),
@@ -109,9 +123,30 @@ class VsphereInstances(VsphereBase):
             region=region,
             private_dns_name=vm.hostname,
             addresses=addresses,
+            init_error=init_error,
         )
 
     def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
+        return self._zone_tags_fresh_on_miss(lambda: self._by_id(ids))
+
+    def _zone_tags_fresh_on_miss(
+        self, lookup: Callable[[], models.InstanceListing]
+    ) -> models.InstanceListing:
+        """``lookup()``, once more with the tag names read again when a VM found has no zone
+        and the names are older than :data:`TAG_MISS_REFRESH_S`: a zone tag made shortly
+        before its Node joined is seen at once (upstream reads tags on every lookup), while
+        passes over zoned VMs keep the cached names (``tag_cache_s``)."""
+        listing = lookup()
+        missing = any(i.init_error for i in listing.found.values())
+        if missing and time.monotonic() - self._tags_read_at > TAG_MISS_REFRESH_S:
+            self._tags_read_at = 0.0  # stale: the next association read lists the names again
+            self._last_snapshot = None
+            first = listing.requests
+            listing = lookup()
+            listing.requests += first
+        return listing
+
+    def _by_id(self, ids: Sequence[str]) -> models.InstanceListing:
         listing = models.InstanceListing()
         wanted = [i.lower() for i in ids]
         if not wanted:
@@ -132,12 +167,16 @@ class VsphereInstances(VsphereBase):
     def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
         if not names:
             return models.InstanceListing()
-        listing = self._by_name(names, reuse=True)
-        if listing.undecided and listing.requests == 0:
-            # The young cached read does not answer every name (a VM made or reporting since):
-            # read afresh rather than leave a node waiting for the cache to age.
-            listing = self._by_name(names, reuse=False)
-        return listing
+
+        def lookup() -> models.InstanceListing:
+            listing = self._by_name(names, reuse=True)
+            if listing.undecided and listing.requests == 0:
+                # The young cached read does not answer every name (a VM made or reporting
+                # since): read afresh rather than leave a node waiting for the cache to age.
+                listing = self._by_name(names, reuse=False)
+            return listing
+
+        return self._zone_tags_fresh_on_miss(lookup)
 
     def _by_name(self, names: Sequence[str], *, reuse: bool) -> models.InstanceListing:
         listing = models.InstanceListing()

@@ -241,7 +241,13 @@ def zone_for(
     zone_category: str,
 ) -> tuple[str, str]:
     """``(region, zone)`` of ``vm`` from tags (``moref → [(category, tag)]``); ``("", "")`` when
-    no chain yields both."""
+    no chain yields both.
+
+    As the vSphere CPI's ``GetZone``: the host's ancestors from the host up, a tag met higher
+    replacing the one met below (upstream assigns without a guard), until both are known, so a
+    zone tag on the host and another on its cluster give the cluster's when the region sits
+    above both. Then (cloudloop's addition, for VMs whose host chain has none) the same walk
+    from the resource pool and from the VM itself."""
     if not region_category or not zone_category:
         return "", ""
     chains = [vm.host, vm.resource_pool, vm.moref]
@@ -251,12 +257,12 @@ def zone_for(
         region = zone = ""
         for moref in inventory.ancestors(start):
             for category, tag in tags_by_object.get(moref, ()):
-                if category == region_category and not region:
-                    region = tag
-                elif category == zone_category and not zone:
+                if category == zone_category:
                     zone = tag
-        if region and zone:
-            return region, zone
+                elif category == region_category:
+                    region = tag
+                if region and zone:
+                    return region, zone
     return "", ""
 
 
