@@ -22,6 +22,8 @@ vim: Any = _pyvmomi.vim
 vmodl: Any = _pyvmomi.vmodl
 pbm: Any = _pbm
 SoapStubAdapter: Any = _soap.SoapStubAdapter
+connect_at_version: Any = _connect.Connect
+get_service_versions: Any = _support.GetServiceVersions
 smart_connect: Any = _connect.SmartConnect  # the dev stack's seeding (vcsim, no timeout needed)
 disconnect: Any = _connect.Disconnect
 
@@ -52,7 +54,7 @@ def supported_version(host: str, port: int, context: ssl.SSLContext, timeout_s: 
     for namespace in root.findall("namespace"):
         known.update(v.text or "" for v in namespace.findall("version"))
         known.update(v.text or "" for v in namespace.findall("priorVersions/version"))
-    for version in _support.GetServiceVersions("vim25"):
+    for version in get_service_versions("vim25"):
         if _support.versionIdMap.get(version) in known:
             return str(version)
     raise VersionProbeError(f"{host}:{port} speaks no vim25 version pyVmomi knows")
@@ -71,7 +73,7 @@ def connect(
     """``SmartConnect`` with every request bounded by ``timeout_s``: the version probe (ours,
     with a timeout) and the login (``Connect`` at that version)."""
     version = supported_version(host, port, context, timeout_s)
-    return _connect.Connect(
+    return connect_at_version(
         host=host,
         port=port,
         user=user,
