@@ -15,7 +15,7 @@ dev: setup
 	$(BIN)/cloudloop dev
 
 test: setup lint typecheck installdeps
-	$(BIN)/pytest -p no:cacheprovider
+	$(BIN)/pytest -p no:cacheprovider --durations=25
 
 # Lint, types and every test that needs no stack (pure and time-skipping workflow tests).
 test-fast: $(STAMP) lint typecheck

@@ -42,6 +42,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from workflows.timeouts import SINGLE_CALL_TIMEOUT
+
 with workflow.unsafe.imports_passed_through():
     from cloudloop.messages.kube import EventSource, KubeActivity, RecordEventInput
     from cloudloop.messages.loadbalancer import (
@@ -366,7 +368,7 @@ class LoadBalancerWorkflow:
                 LoadBalancerActivity.GET,
                 LoadBalancerLookup(target=target),
                 result_type=LoadBalancerFound,
-                start_to_close_timeout=timedelta(minutes=1),
+                start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=CLOUD_RETRY,
             )
             if found.exists:
@@ -408,7 +410,7 @@ class LoadBalancerWorkflow:
                     message=f"{message} (workflow {wf_id})",
                     component=EventSource.SERVICE,
                 ),
-                start_to_close_timeout=timedelta(seconds=30),
+                start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=EVENT_RETRY,
             )
         )

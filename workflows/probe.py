@@ -13,6 +13,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from workflows.timeouts import SINGLE_CALL_TIMEOUT
+
 with workflow.unsafe.imports_passed_through():
     from cloudloop.messages.kube import (
         ConditionUpdate,
@@ -52,7 +54,7 @@ class CloudProbeWorkflow:
                 ProbeActivity.DISCOVER_ZONES,
                 CloudCallInput(provider=input.provider),
                 result_type=ZoneList,
-                start_to_close_timeout=timedelta(seconds=60),
+                start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=CLOUD_RETRY,
             )
             zones = sorted(z.name for z in found.zones)
@@ -80,7 +82,7 @@ class CloudProbeWorkflow:
                 ),
                 observed_generation=input.generation,
             ),
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
         await workflow.execute_activity(
@@ -91,7 +93,7 @@ class CloudProbeWorkflow:
                 reason="Probed" if result.ok else "ProbeFailed",
                 message=f"{result.message} (workflow {wf_id})",
             ),
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
         return result

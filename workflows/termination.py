@@ -32,6 +32,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from workflows.timeouts import SINGLE_CALL_TIMEOUT
+
 with workflow.unsafe.imports_passed_through():
     from cloudloop.messages.termination import (
         CordonNodeInput,
@@ -154,7 +156,7 @@ class DrainNodeWorkflow:
                     DrainActivity.RECORD_LIFECYCLE_HEARTBEAT,
                     LifecycleActionInput(action=action),
                     result_type=bool,
-                    start_to_close_timeout=timedelta(seconds=30),
+                    start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                     retry_policy=HEARTBEAT_RETRY,
                 )
             except ActivityError as err:
@@ -202,7 +204,7 @@ class DrainNodeWorkflow:
                 ],
             ),
             result_type=bool,
-            start_to_close_timeout=timedelta(seconds=60),
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
         self._tainted.update(e.event_id for e in new)
@@ -224,7 +226,7 @@ class DrainNodeWorkflow:
                     force=options.force,
                 ),
                 result_type=PodPlan,
-                start_to_close_timeout=timedelta(seconds=60),
+                start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=KUBE_RETRY,
             )
             if plan.refused:
@@ -336,7 +338,7 @@ class DrainNodeWorkflow:
                     DrainActivity.COMPLETE_LIFECYCLE_ACTION,
                     LifecycleActionInput(action=action),
                     result_type=bool,
-                    start_to_close_timeout=timedelta(seconds=30),
+                    start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                     retry_policy=AWS_RETRY,
                 )
                 if not active:  # completed by an earlier attempt, or expired
@@ -353,7 +355,7 @@ class DrainNodeWorkflow:
                 reason=reason,
                 message=f"{message} (workflow {workflow.info().workflow_id})",
             ),
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
 
@@ -372,7 +374,7 @@ class DrainNodeWorkflow:
                     DrainActivity.CORDON_NODE,
                     CordonNodeInput(node=input.node),
                     result_type=bool,
-                    start_to_close_timeout=timedelta(seconds=60),
+                    start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                     retry_policy=KUBE_RETRY,
                 )
             if result.node_found and not options.cordon_only:
@@ -422,7 +424,7 @@ class CompleteLifecycleWorkflow:
             DrainActivity.COMPLETE_LIFECYCLE_ACTION,
             LifecycleActionInput(action=input.action),
             result_type=bool,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=AWS_RETRY,
         )
         return active
