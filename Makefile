@@ -1,7 +1,7 @@
 # cloudloop: the two commands (see README) and their building blocks.
 #   make dev    - set up, then run the whole system on the embedded local stack (Ctrl-C stops it)
 #   make test   - set up, then lint, type-check and run the whole test suite against the stack
-#   make bench  - set up, then run every benchmark and print name=value figures
+#   make bench  - set up, then run every benchmark (or MODULES="a b") and print name=value figures
 #   make test-fast - lint, types and the tests that need no stack (seconds)
 
 PYTHON ?= python3
@@ -22,7 +22,7 @@ test-fast: $(STAMP) lint typecheck
 	$(BIN)/pytest -p no:cacheprovider -m "not stack" -q
 
 bench: setup
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(MODULES)
 
 setup: $(STAMP) tools
 

@@ -1,14 +1,23 @@
-"""``python -m bench`` (``make bench``): start the local stack once, run every benchmark module,
-print one ``name=value`` line per figure. Baselines are measured in the same run.
+"""``python -m bench [MODULE ...]`` (``make bench [MODULES="a b"]``): start the local stack once,
+run every benchmark module (or the ones named), print one ``name=value`` line per figure.
+Baselines are measured in the same run.
+
+Beside each module's figures: the machine's 1-minute load average when it started and ended
+(``load_1m_start_<module>``, ``load_1m_end_<module>``), so runs can be compared. Every run also
+writes its figures, with the git revision, to ``.cloudloop/bench/<UTC time>-<revision>.txt``
+(named on stderr), so a before/after is two runs and a diff.
 
 A module that fails is reported on stderr (and in the exit status); the others still run."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import BENCHMARKS
@@ -16,8 +25,52 @@ from bench.context import BenchContext
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions
 
+RESULTS_DIR = Path(__file__).resolve().parents[1] / ".cloudloop" / "bench"
+
+
+def revision() -> str:
+    """The checkout's short revision (``+dirty`` with uncommitted changes), or ``unknown``."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{rev or 'unknown'}{'+dirty' if dirty else ''}"
+
+
+class Figures:
+    """Prints each figure and keeps it for the run's results file."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def emit(self, name: str, value: float) -> None:
+        line = f"{name}={value:.4g}"
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def write(self, started: datetime) -> Path:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / f"{started:%Y%m%dT%H%M%SZ}-{revision()}.txt"
+        path.write_text("\n".join(self.lines) + "\n")
+        return path
+
 
 async def main(selected: list[str]) -> int:
+    figures_out = Figures()
+    run_started = datetime.now(UTC)
+    try:
+        return await _run(selected, figures_out)
+    finally:
+        if figures_out.lines:
+            print(f"figures written to {figures_out.write(run_started)}", file=sys.stderr)
+
+
+async def _run(selected: list[str], out: Figures) -> int:
     with tempfile.TemporaryDirectory(prefix="cloudloop-bench-") as state:
         started = time.monotonic()
         stack = LocalStack(
@@ -28,20 +81,23 @@ async def main(selected: list[str]) -> int:
             )
         )
         with stack:
-            print(f"stack_start_s={time.monotonic() - started:.2f}", flush=True)
+            out.emit("stack_start_s", time.monotonic() - started)
             context = await BenchContext.create(stack)
             failed: list[str] = []
             for name, bench in BENCHMARKS.items():
                 if selected and name not in selected:
                     continue
+                out.emit(f"load_1m_start_{name}", os.getloadavg()[0])
                 try:
                     figures = await bench(context)
                 except Exception as error:  # one module's failure is reported, the others run
                     print(f"bench {name} failed: {type(error).__name__}: {error}", file=sys.stderr)
                     failed.append(name)
                     continue
+                finally:
+                    out.emit(f"load_1m_end_{name}", os.getloadavg()[0])
                 for figure, value in figures.items():
-                    print(f"{figure}={value:.4g}", flush=True)
+                    out.emit(figure, value)
             return 1 if failed else 0
 
 
