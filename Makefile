@@ -11,8 +11,10 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: dev test test-fast bench setup tools lint typecheck unit clean lock lock-runtime
 
-dev: setup
-	$(BIN)/cloudloop dev
+# The demo builds (once, cached) only the Go tools its stack needs: the AWS demo the control plane
+# and kwok, not the CSI sidecars, csi-sanity, vcsim or helm that `make test` builds.
+dev: $(STAMP)
+	$(BIN)/cloudloop dev $(DEV_ARGS)
 
 test: setup lint typecheck installdeps
 	$(BIN)/pytest -p no:cacheprovider --durations=25
