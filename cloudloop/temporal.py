@@ -355,13 +355,17 @@ async def signal_with_start(
     signal: str | None = None,
     signal_args: Sequence[Any] = (),
     reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+    summary: str | None = None,
 ) -> Start | None:
     """Start the workflow ``id`` (or join the running one) and deliver ``signal``, if any.
 
     ``None`` when the reuse policy refuses a new run (a run of that ID completed); ``kind``
-    labels ``cloudloop_workflows_started_total``. RPC errors propagate (callers retry).
+    labels ``cloudloop_workflows_started_total``; ``summary`` is the run's one-line title in the
+    Temporal UI (what it does to which object). RPC errors propagate (callers retry).
     """
     extra: dict[str, Any] = {}
+    if summary:
+        extra["static_summary"] = summary
     if signal is not None:
         extra = {"start_signal": signal, "start_signal_args": list(signal_args)}
     try:

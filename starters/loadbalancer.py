@@ -326,6 +326,7 @@ class ServiceStarter:
             id=workflow_id(ref),
             task_queue=self.task_queue,
             reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            summary=f"load balancer of Service {ref.key} ({target.name})",
             signal=signal,
             signal_args=[request] if request is not None else [],
             search_attributes=searchattrs.for_object(

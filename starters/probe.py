@@ -102,6 +102,7 @@ class CloudProbeStarter:
             kind="CloudProbe",
             id=wf_id,
             task_queue=self.task_queue,
+            summary=f"probe {input.provider} for CloudProbe {ref.key}",
             search_attributes=searchattrs.for_object(
                 cluster=self.cluster,
                 provider=input.provider,

@@ -409,6 +409,7 @@ class QueueProcessor:
             kind="DrainNode",
             id=wf_id,
             task_queue=self.task_queue,
+            summary=f"drain Node {node} ({instance.id}): {event.kind}",
             signal=DRAIN_SIGNAL,
             signal_args=[event],
             search_attributes=attributes,
@@ -441,6 +442,7 @@ class QueueProcessor:
             kind="CompleteLifecycle",
             id=wf_id,
             task_queue=self.task_queue,
+            summary=f"complete the lifecycle action of Node {node}",
             search_attributes=attributes,
         )
         if start is None:

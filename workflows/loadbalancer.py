@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -112,6 +112,8 @@ class LoadBalancerWorkflow:
         self.resync_due = False
         self.resync_off: int | None = None  # the version whose drift check cannot run
         self.events: list[workflow.ActivityHandle[None]] = []
+        self.last_error = ""  # the cloud's last refusal, for the UI's current details
+        self.phase = "waiting for the Service's desired state"
 
     # -- handlers: record only -------------------------------------------------------------
     @workflow.signal(name=LoadBalancerSignal.APPLY)
@@ -132,6 +134,38 @@ class LoadBalancerWorkflow:
     @workflow.query(name=LoadBalancerQuery.STATE)
     def current_state(self) -> LoadBalancerState:
         return self.state
+
+    @workflow.query(name=LoadBalancerQuery.DESCRIBE)
+    def describe(self) -> dict[str, Any]:
+        """What this workflow is doing, for people (``temporal workflow query --type describe``)."""
+        desired, applied = self.state.desired, self.state.applied
+        return {
+            "service": self.state.target.service.key,
+            "load_balancer": self.state.target.name,
+            "phase": self.phase,
+            "nodes": desired.node_count if desired is not None else None,
+            "ports": [p.port for p in desired.ports] if desired is not None else [],
+            "in_sync": desired is not None and desired == applied,
+            "ingress": self.state.ingress,
+            "failures_in_a_row": self.failures,
+            "last_error": self.last_error,
+            "next_retry_s": self._backoff_s() if self.retry_version is not None else None,
+            "drift_check_every_s": self.state.resync_period_s,
+        }
+
+    def _backoff_s(self) -> float:
+        return float(min(BACKOFF_MIN_S * 2 ** max(self.failures - 1, 0), BACKOFF_MAX_S))
+
+    def _show(self, phase: str) -> None:
+        """The one line the Temporal UI shows as the workflow's current details."""
+        self.phase = phase
+        error = f"; last error: {self.last_error}" if self.last_error else ""
+        workflow.set_current_details(f"{phase}{error}")
+
+    def _what(self, desired: DesiredLoadBalancer | None = None) -> str:
+        """``default/web (a1b2…, 3 nodes)``: the Service and its LB, for summaries."""
+        nodes = f", {desired.node_count} nodes" if desired is not None else ""
+        return f"{self.state.target.service.key} ({self.state.target.name}{nodes})"
 
     # -- main loop -------------------------------------------------------------------------
     @workflow.run
@@ -185,7 +219,8 @@ class LoadBalancerWorkflow:
     async def _wait_for_work(self) -> None:
         if self.retry_version is not None:  # back off, unless something new arrives
             failed = self.retry_version
-            delay = min(BACKOFF_MIN_S * 2 ** max(self.failures - 1, 0), BACKOFF_MAX_S)
+            delay = self._backoff_s()
+            self._show(f"failed {self.failures}x in a row; retrying in {delay:.0f}s")
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self.version != failed, timeout=timedelta(seconds=delay)
@@ -197,6 +232,14 @@ class LoadBalancerWorkflow:
             return self.state.tear_down or self._pending() or self._continue_as_new_due()
 
         period = self.state.resync_period_s
+        if self.state.rejected is not None and self.state.desired == self.state.rejected:
+            self._show("the cloud refused this desired state; waiting for the Service to change")
+        elif self.state.applied is None:
+            self._show("waiting for the Service's desired state")
+        else:
+            ingress = ", ".join(self.state.ingress or []) or "no ingress yet"
+            check = f"; next drift check in {period:.0f}s" if period > 0 else ""
+            self._show(f"in sync ({ingress}, {self.state.applied.node_count} nodes){check}")
         if (
             self.state.applied is None
             or period <= 0
@@ -239,6 +282,7 @@ class LoadBalancerWorkflow:
                 "UnAvailableLoadBalancer",
                 "There are no available nodes for LoadBalancer",
             )
+        self._show(f"ensuring the load balancer ({desired.node_count} nodes)")
         try:
             result = await workflow.execute_activity(
                 LoadBalancerActivity.ENSURE,
@@ -248,6 +292,7 @@ class LoadBalancerWorkflow:
                     current_ingress=self.state.ingress or [],
                     add_finalizer=self.state.finalizer_removed,
                 ),
+                summary=f"ensure the load balancer of {self._what(desired)}",
                 result_type=EnsureLoadBalancerResult,
                 start_to_close_timeout=CLOUD_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
@@ -255,6 +300,7 @@ class LoadBalancerWorkflow:
             )
         except ActivityError as err:
             kind, message = _failure(err)
+            self.last_error = f"{kind}: {message}"
             if kind == "NotSupported":  # another controller's LB: nothing to do, silently
                 workflow.logger.info("load balancer handled elsewhere: %s", message)
                 self.state.applied = desired
@@ -272,6 +318,7 @@ class LoadBalancerWorkflow:
                 self._retry_later(version)
             return
         self._succeeded()
+        self.last_error = ""
         self.state.rejected = None
         if result.service_gone:  # deleted without waiting for the finalizer: clean up
             workflow.logger.info("the Service is gone; tearing the load balancer down")
@@ -282,16 +329,19 @@ class LoadBalancerWorkflow:
         self.state.ingress = result.ingress
 
     async def _update_backends(self, desired: DesiredLoadBalancer, version: int) -> None:
+        self._show(f"updating the backends to {desired.node_count} nodes")
         try:
             await workflow.execute_activity(
                 LoadBalancerActivity.UPDATE_BACKENDS,
                 UpdateBackendsInput(target=self.state.target, desired=desired),
+                summary=f"update the backends of {self._what(desired)}",
                 start_to_close_timeout=CLOUD_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=CLOUD_RETRY,
             )
         except ActivityError as err:
             kind, message = _failure(err)
+            self.last_error = f"{kind}: {message}"
             if kind == "NotFound":  # the LB went missing: ensure it again
                 workflow.logger.info("load balancer not found (%s); ensuring it again", message)
                 self.state.applied = None
@@ -329,6 +379,7 @@ class LoadBalancerWorkflow:
         applied = self.state.applied
         if applied is None:
             return
+        self._show("checking the cloud load balancer for drift")
         try:
             result = await workflow.execute_activity(
                 LoadBalancerActivity.RESYNC,
@@ -337,6 +388,7 @@ class LoadBalancerWorkflow:
                     desired=applied,
                     current_ingress=self.state.ingress or [],
                 ),
+                summary=f"check {self._what(applied)} for drift, repair it",
                 result_type=ResyncLoadBalancerResult,
                 start_to_close_timeout=CLOUD_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
@@ -344,6 +396,7 @@ class LoadBalancerWorkflow:
             )
         except ActivityError as err:
             kind, message = _failure(err)
+            self.last_error = f"{kind}: {message}"
             workflow.logger.warning("drift check failed (%s): %s", kind, message)
             if kind in ("NotSupported", "InvalidRequest"):  # not until the Service changes
                 self.resync_off = self.version
@@ -363,10 +416,12 @@ class LoadBalancerWorkflow:
     async def _delete(self) -> bool:
         version = self.version
         target = self.state.target
+        self._show("deleting the load balancer")
         try:
             found = await workflow.execute_activity(
                 LoadBalancerActivity.GET,
                 LoadBalancerLookup(target=target),
+                summary=f"look up the load balancer of {self._what()}",
                 result_type=LoadBalancerFound,
                 start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=CLOUD_RETRY,
@@ -376,12 +431,14 @@ class LoadBalancerWorkflow:
             await workflow.execute_activity(
                 LoadBalancerActivity.DELETE,
                 DeleteLoadBalancerInput(target=target),
+                summary=f"delete the load balancer of {self._what()}, then the finalizer",
                 start_to_close_timeout=CLOUD_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=CLOUD_RETRY,
             )
         except ActivityError as err:
             kind, message = _failure(err)
+            self.last_error = f"{kind}: {message}"
             workflow.logger.warning("deleting the load balancer failed (%s): %s", kind, message)
             self._event(
                 "Warning", "SyncLoadBalancerFailed", f"Error deleting load balancer: {message}"
@@ -410,6 +467,7 @@ class LoadBalancerWorkflow:
                     message=f"{message} (workflow {wf_id})",
                     component=EventSource.SERVICE,
                 ),
+                summary=f"{type} Event {reason} on {self.state.target.service.key}",
                 start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=EVENT_RETRY,
             )

@@ -194,7 +194,15 @@ class MachineWorkflow:
         assert self._desired is not None
         return self._desired
 
+    @property
+    def _name(self) -> str:
+        """``DeckhouseMachine ns/name``: the object a summary speaks of."""
+        ref = self._input.object
+        return f"{ref.kind} {ref.key}"
+
     def _set_progress(self, phase: str, reason: str, message: str) -> None:
+        detail = f"{phase}: {reason}" + (f" ({message})" if message else "")
+        workflow.set_current_details(f"{detail}; {self._attempts} attempts so far")
         self._progress = MachineProgress.model_validate(
             {
                 "phase": phase,
@@ -280,6 +288,7 @@ class MachineWorkflow:
                     window_s=timings.observe_window_s,
                     poll=timings.poll,
                 ),
+                summary=f"create (or adopt) the VM of {self._name}",
                 result_type=ObserveMachineResult,
                 start_to_close_timeout=timedelta(seconds=timings.observe_window_s + 120),
                 heartbeat_timeout=timedelta(seconds=timings.heartbeat_timeout_s),
@@ -314,6 +323,7 @@ class MachineWorkflow:
                         window_s=timings.observe_window_s,
                         poll=timings.poll,
                     ),
+                    summary=f"watch the VM of {self._name} until it runs with an address",
                     result_type=ObserveMachineResult,
                     start_to_close_timeout=timedelta(seconds=timings.observe_window_s + 60),
                     heartbeat_timeout=timedelta(seconds=timings.heartbeat_timeout_s),
@@ -398,6 +408,7 @@ class MachineWorkflow:
             observed = await workflow.execute_activity(
                 MachineActivity.OBSERVE,
                 ObserveMachineInput(spec=self._current.spec, last_reason="", window_s=0.0),
+                summary=f"look at the running VM of {self._name}",
                 result_type=ObserveMachineResult,
                 start_to_close_timeout=timedelta(seconds=60),
                 heartbeat_timeout=timedelta(seconds=timings.heartbeat_timeout_s),
@@ -435,6 +446,7 @@ class MachineWorkflow:
                 await workflow.execute_activity(
                     MachineActivity.DELETE,
                     DeleteMachineInput(spec=self._current.spec, poll=timings.poll),
+                    summary=f"delete the VM of {self._name} and all it was made with",
                     result_type=DeleteMachineResult,
                     start_to_close_timeout=timedelta(minutes=15),
                     heartbeat_timeout=timedelta(seconds=timings.heartbeat_timeout_s),
@@ -461,6 +473,7 @@ class MachineWorkflow:
         await workflow.execute_local_activity(
             MachineActivity.REMOVE_FINALIZER,
             RemoveFinalizerInput(object=self._input.object, finalizer=self._input.finalizer),
+            summary=f"remove the finalizer of {self._name}",
             start_to_close_timeout=KUBE_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
@@ -505,11 +518,17 @@ class MachineWorkflow:
             report.ready = False
             if not self._was_provisioned:  # provisioned never flips back (CAPI contract)
                 report.provisioned = False
+        report_what = (
+            f"providerID {machine.provider_id} and Ready"
+            if machine is not None
+            else f"{verdict.reason} ({verdict.status})"
+        )
         try:
             if beside:
                 await workflow.execute_activity(
                     MachineActivity.REPORT,
                     report,
+                    summary=f"write {report_what} onto {self._name}",
                     result_type=bool,
                     start_to_close_timeout=KUBE_TIMEOUT,
                     retry_policy=KUBE_RETRY,
@@ -518,6 +537,7 @@ class MachineWorkflow:
                 await workflow.execute_local_activity(
                     MachineActivity.REPORT,
                     report,
+                    summary=f"write {report_what} onto {self._name}",
                     result_type=bool,
                     start_to_close_timeout=KUBE_TIMEOUT,
                     retry_policy=KUBE_RETRY,

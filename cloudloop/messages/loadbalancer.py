@@ -36,6 +36,8 @@ class LoadBalancerSignal:
 
 class LoadBalancerQuery:
     STATE = "state"
+    #: What the workflow is doing, as JSON for people (phase, nodes, ingress, last error).
+    DESCRIBE = "describe"
 
 
 def workflow_id(service: ObjectRef) -> str:

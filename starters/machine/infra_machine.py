@@ -158,6 +158,7 @@ class InfraMachineReconciler:
             kind="Machine",
             id=wf_id,
             task_queue=self.task_queue,
+            summary=f"{self.kinds.provider} VM of {ref.kind} {ref.key}",
             signal=MachineSignal.DESIRED,
             signal_args=[desired],
             search_attributes=searchattrs.for_object(

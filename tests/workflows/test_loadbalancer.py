@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -435,4 +436,45 @@ async def test_a_failed_repair_warns_and_the_next_period_tries_again(wf: Harness
     assert [c.attempt for c in calls] == [1, 2, 3, 1]
     assert reasons(wf.script) == ["SyncLoadBalancerFailed"]
     assert "Error repairing load balancer drift" in wf.script.inputs(EVENT)[0].message
+    await tear_down(wf, handle)
+
+
+async def test_readable_in_the_temporal_ui(wf: Harness) -> None:
+    """Every activity says what it does to which Service (user metadata summary), the run keeps
+    a current-details line (waiting for what, last error), and ``describe`` answers its state
+    as JSON."""
+    wf.script.on(ENSURE, fail("InvalidRequest", "bad annotation", non_retryable=True), INGRESS)
+    handle = await start(wf, desired("n1", "n2"))
+
+    async def refused() -> dict[str, Any] | None:
+        described: dict[str, Any] = await handle.query(LoadBalancerQuery.DESCRIBE)
+        return described if described["last_error"] else None
+
+    described = await eventually_async(refused, what="the refusal described")
+    assert described["service"] == "ns/web" and described["nodes"] == 2
+    assert described["last_error"] == "InvalidRequest: bad annotation"
+    assert "waiting for the Service to change" in described["phase"]
+    assert not described["in_sync"]
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert "waiting for the Service to change" in metadata.current_details
+    assert "last error: InvalidRequest: bad annotation" in metadata.current_details
+
+    await apply(handle, desired("n1", "n2", "n3"))
+
+    async def in_sync() -> dict[str, Any] | None:
+        described: dict[str, Any] = await handle.query(LoadBalancerQuery.DESCRIBE)
+        return described if described["in_sync"] else None
+
+    described = await eventually_async(in_sync, what="in sync")
+    assert described["ingress"] == ["a1.elb.example"] and described["last_error"] == ""
+    assert described["phase"].startswith("in sync (a1.elb.example, 3 nodes)")
+    summaries = [
+        e.user_metadata.summary.data.decode()
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert any("ensure the load balancer of ns/web" in s and "3 nodes" in s for s in summaries), (
+        summaries
+    )
+    assert any("Warning Event SyncLoadBalancerFailed on ns/web" in s for s in summaries)
     await tear_down(wf, handle)
