@@ -60,9 +60,10 @@ by ``tests/volume/test_vsphere_volumes.py::test_vcsim_cns_volumes_are_not_first_
   ``containerClusterIds`` filters (every volume comes back).
 A CNS driver could therefore only be tested here against a simulator that contradicts vCenter on
 attach and delete; the FCD calls above behave as on vCenter (vcsim's ``AttachDisk_Task`` sets the
-consumer), so the driver stays on them until the stack's vcsim makes CNS volumes as FCDs (newer
-govmomi simulators make one on ``datastores[0]``; v0.46.3 is the newest ``vcsim`` command the
-module proxy serves, see :mod:`devstack.vcsim`).
+consumer), so the driver stays on them. A newer vcsim would not be enough: govmomi's simulator
+makes an FCD per CNS volume, filters queries and honours ``deleteDisk`` from v0.49.0 (whose
+``vcsim`` command the module proxy does not serve, see :mod:`devstack.vcsim`), but even at its
+HEAD (fd06160, 2026-08) ``CnsAttachVolume`` still records the VM privately.
 """
 
 from __future__ import annotations
