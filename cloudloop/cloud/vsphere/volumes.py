@@ -32,8 +32,38 @@ Rules:
   so there it is empty); GetCapacity is the datastore's free space. No snapshots.
 - pyvmomi work-arounds: the manager is built by hand (``content.vStorageObjectManager`` is None
   against vcsim) and task results are read through the property collector.
-- Departs from upstream: vSphere CSI uses CNS (``/vsanHealth``) with container-cluster metadata;
-  this driver uses the FCD API directly and a tag for the cluster.
+- Departs from upstream: vSphere CSI makes Cloud Native Storage volumes (``CnsVolumeManager`` on
+  ``/vsanHealth``, container-cluster metadata, shown in vCenter's container-volume view); this
+  driver uses the FCD API directly and a tag for the cluster, so its disks are not in that view
+  and a storage policy reaches them only through ``CreateSpec.profile``.
+
+Why not CNS (tried against the dev stack's vcsim, govmomi v0.46.3, with pyVmomi 9.1.1.0; pinned
+by ``tests/volume/test_vsphere_volumes.py::test_vcsim_cns_volumes_are_not_first_class_disks``):
+- pyVmomi reaches the simulator: ``vim.cns.VolumeManager("cns-volume-manager", stub)`` with
+  ``stub = SoapStubAdapter(path="/vsanHealth", version="vsan.version.v9_1_1_0")`` carrying the
+  SOAP login's cookie; ``CnsCreateVolume`` (BLOCK, ``datastores``, ``containerCluster`` KUBERNETES
+  / VANILLA), ``CnsQueryVolume`` by ``volumeIds``, ``CnsAttachVolume``/``CnsDetachVolume``,
+  ``CnsExtendVolume`` and ``CnsDeleteVolume`` all answer, their task results read through a
+  ``/sdk`` property collector at the same version (at ``vsan.version.version11`` that collector
+  fails on ``CnsVolumeCreateResult`` with ``AttributeError: datastore`` and the stored volume
+  comes back without ``clusterFlavor``).
+- But the simulator's volumes are records in a map, not disks: a dynamic ``CnsCreateVolume``
+  answers a random id that no FCD has (``RetrieveVStorageObject(id, datastore)`` →
+  ``vim.fault.NotFound``), so vsphere-csi's "the CNS volume id is the FCD id" fails.
+- ``CnsAttachVolume`` records the VM privately: no ``VirtualDisk`` appears on the VM, the FCD
+  gets no ``consumerId``, ``CnsQueryVolume`` shows nothing, ``diskUUID`` is always
+  ``6000c298595bf4575739e9105b2c0c2d``; a second attach to the *same* VM is ``ResourceInUse``.
+  vsphere-csi reads attachments from the VM's disks (``vDiskId``), so an idempotent publish, the
+  refusal of a second node and ListVolumes' published nodes cannot be read back.
+- ``CnsDeleteVolume`` deletes an attached volume, and with ``deleteDisk=true`` leaves the FCD of a
+  volume registered by ``backingDiskId``; ``CnsQueryVolume`` ignores the ``names`` and
+  ``containerClusterIds`` filters (every volume comes back).
+A CNS driver could therefore only be tested here against a simulator that contradicts vCenter on
+attach and delete; the FCD calls above behave as on vCenter (vcsim's ``AttachDisk_Task`` sets the
+consumer), so the driver stays on them. A newer vcsim would not be enough: govmomi's simulator
+makes an FCD per CNS volume, filters queries and honours ``deleteDisk`` from v0.49.0 (whose
+``vcsim`` command the module proxy does not serve, see :mod:`devstack.vcsim`), but even at its
+HEAD (fd06160, 2026-08) ``CnsAttachVolume`` still records the VM privately.
 """
 
 from __future__ import annotations
