@@ -13,6 +13,7 @@ Rules:
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -243,7 +244,27 @@ class CsiSettings(BaseModel):
     storage_classes: bool = True
     #: The default StorageClass by name ("": the cloud's own default; "-": none).
     default_storage_class: str = ""
+    #: Deckhouse's ``storageClass.exclude``: StorageClass names, or regular expressions matched
+    #: anywhere in a name (``.*-hdd``), that are not made (and are removed if this driver made
+    #: them); an excluded class is never the default.
+    storage_class_exclude: list[str] = Field(default_factory=list)
     storage_class_interval_s: float = 60.0
+
+    @field_validator("storage_class_exclude")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"storage_class_exclude: {pattern!r} is not a regex: {exc}"
+                ) from None
+        return patterns
+
+    def excluded(self, storage_class: str) -> bool:
+        """Whether ``storage_class`` matches one of :attr:`storage_class_exclude`."""
+        return any(re.search(pattern, storage_class) for pattern in self.storage_class_exclude)
 
 
 class CoreSettings(BaseSettings):

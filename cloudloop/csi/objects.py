@@ -7,7 +7,9 @@ the discoverer writes (Secret ``d8-cloud-provider-discovery-data``): every class
 ``WaitForFirstConsumer``, expandable, reclaim ``Delete``, and on zonal clouds limited
 (``allowedTopologies`` under the cloud's topology key) to the zones the class serves (a vSphere
 datastore's), else to every discovered zone. The default is the cloud's own unless
-``csi.default_storage_class`` names another (``-``: none).
+``csi.default_storage_class`` names another (``-``: none). Classes matching
+``csi.storage_class_exclude`` (Deckhouse's ``storageClass.exclude``: names or regexes) are not
+made, and removed if this driver made them.
 
 Identity: the classes this driver manages carry ``cloudloop.io/csi-driver=<driver>``; a class of
 that name without the label is the user's and is never touched. A class whose immutable fields
@@ -174,7 +176,7 @@ def sync_objects(kube: Kube, settings: Settings, driver: CloudDriver) -> bool:
     document = read_discovery(kube, settings.discovery.namespace)
     if document is None or not overridden(type(driver), "storage_classes"):
         return False
-    specs = driver.storage_classes(document)
+    specs = [s for s in driver.storage_classes(document) if not csi.excluded(s.name)]
     zones = [str(z) for z in document.get("zones") or []]
     desired = storage_class_objects(
         csi.driver_name,

@@ -19,6 +19,7 @@ from cloudloop.csi.objects import DEFAULT_ANNOTATION, default_class, storage_cla
 from cloudloop.csi.spec import Features, Refused, unsupported_capability
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.messages.volume import Code
+from cloudloop.settings import CsiSettings
 
 Mode = csi_pb2.VolumeCapability.AccessMode
 
@@ -276,3 +277,22 @@ def test_dvp_and_zvirt_storage_classes_from_discovery() -> None:
     )
     assert [(c.name, c.default) for c in zvirt] == [("data-fast", True)]
     assert zvirt[0].parameters == {"storageDomainName": "data-fast", "thinProvisioning": "true"}
+
+
+@pytest.mark.parametrize(
+    ("patterns", "kept"),
+    [
+        pytest.param([], ["fast", "slow"], id="none"),
+        pytest.param(["slow"], ["fast"], id="by-name"),
+        pytest.param([".*-hdd", "^f"], ["slow"], id="regex"),
+        pytest.param(["as"], ["slow"], id="anywhere-in-the-name"),
+    ],
+)
+def test_storage_class_exclude(patterns: list[str], kept: list[str]) -> None:
+    csi = CsiSettings(storage_class_exclude=patterns)
+    assert [s.name for s in SPECS if not csi.excluded(s.name)] == kept
+
+
+def test_a_storage_class_exclude_that_is_no_regex_is_refused() -> None:
+    with pytest.raises(ValueError, match="is not a regex"):
+        CsiSettings(storage_class_exclude=["[unclosed"])

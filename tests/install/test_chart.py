@@ -386,6 +386,31 @@ def test_csi_pods_mount_an_existing_credentials_secret(
     assert not [d for d in docs if d["kind"] == "Secret"]
 
 
+def test_storage_class_exclude_and_default_reach_the_csi_controller(helm: Helm) -> None:
+    """Deckhouse's ``storageClass.exclude``/``default`` as chart values, read by the settings."""
+    from cloudloop.settings import CsiSettings
+
+    docs = render(
+        helm,
+        "aws",
+        {"csi.storageClasses.exclude[0]": ".*-hdd", "csi.storageClasses.default": "gp2"},
+    )
+    csi = _main_container(_pod(docs, "Deployment", "-csi-controller"), "csi-controller")
+    env = {e["name"]: e.get("value") for e in csi["env"]}
+    settings = CsiSettings.model_validate(
+        {
+            "storage_class_exclude": json.loads(env["CLOUDLOOP_CSI__STORAGE_CLASS_EXCLUDE"]),
+            "default_storage_class": env["CLOUDLOOP_CSI__DEFAULT_STORAGE_CLASS"],
+        }
+    )
+    assert settings.excluded("sc1-hdd") and not settings.excluded("gp3")
+    assert settings.default_storage_class == "gp2"
+    plain = render(helm, "aws", {})
+    csi = _main_container(_pod(plain, "Deployment", "-csi-controller"), "csi-controller")
+    env = {e["name"]: e.get("value") for e in csi["env"]}
+    assert json.loads(env["CLOUDLOOP_CSI__STORAGE_CLASS_EXCLUDE"]) == []
+
+
 def test_the_csi_controller_reaches_temporal_like_the_worker(helm: Helm) -> None:
     sets = {
         "temporal.tls.enabled": "true",

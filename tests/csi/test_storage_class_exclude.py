@@ -1,0 +1,55 @@
+"""Deckhouse's ``storageClass.exclude`` and ``storageClass.default`` on the real kube-apiserver:
+the CSI controller's StorageClass pass (the AWS driver's EBS classes from a discovery document)
+makes no excluded class, removes one it made before the exclusion, and keeps the user's."""
+
+from __future__ import annotations
+
+import uuid
+
+from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.csi.objects import DEFAULT_ANNOTATION, DRIVER_LABEL, STORAGE_CLASSES, sync_objects
+from cloudloop.kube.api import Kube
+from cloudloop.settings import Settings
+from devstack.csi_deployment import write_discovery
+
+
+def classes(kube: Kube, driver_name: str) -> dict[str, dict[str, object]]:
+    found = kube.list(STORAGE_CLASSES, labelSelector=f"{DRIVER_LABEL}={driver_name}")["items"]
+    return {c["metadata"]["name"]: c for c in found}
+
+
+def test_excluded_classes_are_not_made_and_made_ones_go(
+    kube: Kube, settings: Settings, namespace: str
+) -> None:
+    driver_name = f"ebs-{uuid.uuid4().hex[:6]}.csi.example"
+    base = settings.model_copy(
+        update={
+            "csi": settings.csi.model_copy(update={"driver_name": driver_name}),
+            "discovery": settings.discovery.model_copy(update={"namespace": namespace}),
+        }
+    )
+    write_discovery(kube, namespace, {"zones": ["us-east-1a"]})
+    driver = AwsDriver(AWS.section(base))
+    try:
+        assert sync_objects(kube, base, driver)
+        made = classes(kube, driver_name)
+        assert {"gp3", "st1", "sc1"} <= set(made)
+        assert made["gp3"]["metadata"]["annotations"][DEFAULT_ANNOTATION] == "true"
+
+        excluding = base.model_copy(
+            update={
+                "csi": base.csi.model_copy(update={"storage_class_exclude": ["sc1", "^st", "gp3$"]})
+            }
+        )
+        assert sync_objects(kube, excluding, driver)
+        left = classes(kube, driver_name)
+        assert not {"sc1", "st1", "gp3"} & set(left), sorted(left)
+        assert "gp3-encrypted" in left and "gp2" in left
+        # The excluded gp3 was the cloud's default: no class is the default now.
+        assert all(
+            c["metadata"]["annotations"][DEFAULT_ANNOTATION] == "false" for c in left.values()
+        )
+    finally:
+        for name in classes(kube, driver_name):
+            kube.delete(STORAGE_CLASSES, name)
