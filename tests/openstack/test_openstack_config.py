@@ -181,6 +181,16 @@ def test_registration_secret_keys_as_deckhouse(tmp_path: Path) -> None:
     assert data["type"] == "openstack"
     assert data["instanceClassKind"] == "OpenStackInstanceClass"
     assert data["machineClassKind"] == "OpenStackMachineClass"
+    assert data["instanceClassAPIVersion"] == "v1"
+    assert data["region"] == "RegionOne"
+    assert {k: data[k] for k in data if k.startswith("capi")} == {
+        "capiClusterName": "openstack",
+        "capiClusterKind": "OpenStackCluster",
+        "capiClusterAPIVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "capiMachineTemplateKind": "OpenStackMachineTemplate",
+        "capiMachineTemplateAPIVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+    }
+    assert "sshPublicKey" in data
     assert json.loads(data["zones"]) == ["nova"]
     openstack = json.loads(data["openstack"])
     assert openstack["connection"]["tenantName"] == "kube"
