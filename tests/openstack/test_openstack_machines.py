@@ -16,7 +16,13 @@ import pytest
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.driver import OpenStackDriver
-from cloudloop.cloud.openstack.machine_spec import OWNER_KEY, parse_machine_spec
+from cloudloop.cloud.openstack.machine_spec import (
+    OWNER_KEY,
+    is_quota_message,
+    parse_machine_spec,
+    to_machine,
+)
+from cloudloop.cloud.openstack.settings import NetworkingSettings
 from devstack.backends.openstack import connect, machine_spec
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.openstack.support import eventually
@@ -78,6 +84,46 @@ def test_the_spec_takes_capo_fields() -> None:
     assert parsed.scheduler_hints[0].value.value() == "nova"
     with pytest.raises(errors.InvalidRequest, match="flavor"):
         parse_machine_spec({"image": {"id": "x"}})
+
+
+@pytest.mark.parametrize(
+    ("message", "quota"),
+    [
+        ("Quota exceeded for instances: Requested 1, but already used 10 of 10 instances", True),
+        ("Quota exceeded for resources: ['port'].", True),
+        ("VolumeLimitExceeded: Maximum number of volumes allowed (10) exceeded", True),
+        ("Policy doesn't allow os_compute_api:servers:create to be performed.", False),
+    ],
+)
+def test_quota_messages(message: str, quota: bool) -> None:
+    assert is_quota_message(message) is quota
+
+
+def test_a_server_in_error_is_a_failed_machine_with_novas_fault() -> None:
+    server = {
+        "id": "s1",
+        "status": "ERROR",
+        "fault": {"message": "No valid host was found. There are not enough hosts available."},
+        "addresses": {"private": [{"addr": "10.0.0.5", "OS-EXT-IPS:type": "fixed"}]},
+    }
+    machine = to_machine(server, region="RegionOne", regional=True, networking=NetworkingSettings())
+    assert machine.failed and machine.phase == "ERROR" and not machine.addresses
+    assert machine.provider_id == "openstack://RegionOne/s1"
+    assert "No valid host" in machine.message
+    active = to_machine(
+        {**server, "status": "ACTIVE"},
+        region="RegionOne",
+        regional=False,
+        networking=NetworkingSettings(),
+    )
+    assert active.provisioned and active.provider_id == "openstack:///s1"
+    gone = to_machine(
+        {**server, "status": "ACTIVE", "OS-EXT-STS:task_state": "deleting"},
+        region="",
+        regional=False,
+        networking=NetworkingSettings(),
+    )
+    assert gone.state is models.InstanceState.TERMINATED
 
 
 # -- against the emulator ----------------------------------------------------------------------

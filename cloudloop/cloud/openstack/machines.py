@@ -104,17 +104,21 @@ class OpenStackMachines(OpenStackBase):
         return [s for s in self._servers_named(spec.name) if is_ours(s, spec)]
 
     def _our_server(self, spec: models.MachineSpec, *, live_only: bool) -> dict[str, Any] | None:
-        """The server of this InfraMachine; two of ours is an error (never picked silently)."""
-        servers = [s for s in self._our_servers(spec) if not (live_only and deleting(s))]
-        if len(servers) > 1:
+        """The server of this InfraMachine: the live one (two live ones of ours are an error,
+        never picked silently), else (``live_only`` off) one being deleted."""
+        servers = self._our_servers(spec)
+        live = [s for s in servers if not deleting(s)]
+        if len(live) > 1:
             raise errors.FailedPrecondition(
                 NAME,
                 "FindServer",
-                f"{len(servers)} servers named {spec.name} carry machine UID "
-                f"{spec.machine_uid} ({', '.join(str(s['id']) for s in servers)}); delete "
+                f"{len(live)} servers named {spec.name} carry machine UID "
+                f"{spec.machine_uid} ({', '.join(str(s['id']) for s in live)}); delete "
                 "all but one",
             )
-        return servers[0] if servers else None
+        if live:
+            return live[0]
+        return servers[0] if servers and not live_only else None
 
     def _our_ports(self, spec: models.MachineSpec) -> list[dict[str, Any]]:
         description = owner_description(spec)
@@ -439,7 +443,8 @@ class OpenStackMachines(OpenStackBase):
             if port.disable_port_security:
                 body["port_security_enabled"] = False
             else:
-                body["security_groups"] = resolved.port_groups[index]
+                if resolved.port_groups[index]:  # none: Neutron's default group
+                    body["security_groups"] = resolved.port_groups[index]
                 if port.allowed_address_pairs:
                     body["allowed_address_pairs"] = [
                         {
