@@ -373,6 +373,7 @@ class OpenStack:
                             "_az",
                             "_flavor_id",
                             "_hints",
+                            "_task_state",
                             "_bdm",
                             "_user_data",
                         )
