@@ -296,10 +296,15 @@ def test_no_valid_host_is_insufficient_capacity_and_the_retry_makes_a_new_server
 
     failed = eventually(failed_machine, timeout=20)
     assert "No valid host was found" in failed.message and failed.phase == "ERROR"
+    admin.hold("server-delete")
     with pytest.raises(errors.InsufficientCapacity, match="No valid host") as caught:
         driver.create_machine(spec, USER_DATA)  # deletes the ERROR server, keeps the port
     assert caught.value.retryable
     admin.no_valid_host("m1.small", enabled=False)
+    with pytest.raises(errors.CloudError, match="still being deleted") as pending:
+        driver.create_machine(spec, USER_DATA)  # its port is still bound to the old server
+    assert pending.value.retryable and type(pending.value) is errors.CloudError
+    admin.release("server-delete")
     eventually(lambda: not any(s["id"] == first.id for s in admin.rows("servers")), timeout=20)
     second = driver.create_machine(spec, USER_DATA)
     assert second.id != first.id

@@ -36,6 +36,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from cloudloop.cloud import errors, models
@@ -73,17 +74,17 @@ _VOLUME_BUSY = frozenset(
 )
 
 
+@dataclass
 class Resolved:
     """The spec's references as IDs (every lookup done before anything is made)."""
 
-    def __init__(self) -> None:
-        self.flavor_id = ""
-        self.image_id = ""
-        self.group_ids: list[str] = []
-        self.ports: list[PortSpec] = []
-        self.port_networks: list[str] = []
-        self.port_groups: list[list[str]] = []
-        self.server_group_id = ""
+    flavor_id: str = ""
+    image_id: str = ""
+    group_ids: list[str] = field(default_factory=list)
+    ports: list[PortSpec] = field(default_factory=list)
+    port_networks: list[str] = field(default_factory=list)
+    port_groups: list[list[str]] = field(default_factory=list)
+    server_group_id: str = ""
 
 
 class OpenStackMachines(OpenStackBase):
@@ -103,9 +104,9 @@ class OpenStackMachines(OpenStackBase):
     def _our_servers(self, spec: models.MachineSpec) -> list[dict[str, Any]]:
         return [s for s in self._servers_named(spec.name) if is_ours(s, spec)]
 
-    def _our_server(self, spec: models.MachineSpec, *, live_only: bool) -> dict[str, Any] | None:
+    def _our_server(self, spec: models.MachineSpec) -> dict[str, Any] | None:
         """The server of this InfraMachine: the live one (two live ones of ours are an error,
-        never picked silently), else (``live_only`` off) one being deleted."""
+        never picked silently), else one being deleted."""
         servers = self._our_servers(spec)
         live = [s for s in servers if not deleting(s)]
         if len(live) > 1:
@@ -118,7 +119,7 @@ class OpenStackMachines(OpenStackBase):
             )
         if live:
             return live[0]
-        return servers[0] if servers and not live_only else None
+        return servers[0] if servers else None
 
     def _our_ports(self, spec: models.MachineSpec) -> list[dict[str, Any]]:
         description = owner_description(spec)
@@ -163,8 +164,15 @@ class OpenStackMachines(OpenStackBase):
             raise errors.InvalidRequest(
                 NAME, "CreateMachine", f"user data is {len(encoded)} bytes in base64 (max 65535)"
             )
-        server = self._our_server(spec, live_only=True)
+        server = self._our_server(spec)
         if server is not None:
+            if deleting(server):  # its port and volume are still bound to it: retry later
+                raise errors.CloudError(
+                    NAME,
+                    "CreateServer",
+                    f"server {server['id']} of this machine is still being deleted; the next "
+                    "attempt makes a new one",
+                )
             if str(server.get("status")) == "ERROR":
                 self._fail_over(server)
             log.info(
@@ -533,7 +541,7 @@ class OpenStackMachines(OpenStackBase):
 
     # -- read ------------------------------------------------------------------------------
     def get_machine(self, spec: models.MachineSpec) -> models.Machine | None:
-        server = self._our_server(spec, live_only=False)
+        server = self._our_server(spec)
         return None if server is None else self._machine(server)
 
     # -- delete ----------------------------------------------------------------------------
