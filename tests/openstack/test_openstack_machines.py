@@ -198,12 +198,14 @@ def test_a_half_made_machine_is_resumed_and_another_owners_server_left_alone(
     other = conn.compute.create_server(
         name=spec.name, flavor_id="2", image_id=image.id, networks="none"
     )  # the same name, another owner
-    admin.inject("compute", 500, method="POST", route=r"/v2\.1/servers$")
+    admin.inject("network", 500, method="PUT", route=r"/ports/.*/tags$")
     with pytest.raises(errors.CloudError):
-        driver.create_machine(spec, USER_DATA)  # the port is made, the server is not
+        driver.create_machine(spec, USER_DATA)  # the port is made, untagged, no server
     assert [p["name"] for p in rows(admin, "ports", spec.name + "-")] == [f"{spec.name}-0"]
     made = driver.create_machine(spec, USER_DATA)
     assert made.id not in (other.id, stranger["id"])
+    [port] = rows(admin, "ports", f"{spec.name}-0")
+    assert port["tags"] == ["use-cluster-api=1"] and port["device_id"] == made.id
     assert admin.counts()["ports_created"] == 2  # the stranger's and ours: ours made once
     eventually(lambda: provisioned(driver, spec), timeout=20)
     assert eventually(lambda: driver.delete_machine(spec), timeout=20)

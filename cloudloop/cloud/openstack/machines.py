@@ -440,8 +440,12 @@ class OpenStackMachines(OpenStackBase):
                 (p for p in ours if p.get("name") == name and p.get("network_id") == network_id),
                 key=lambda p: (str(p.get("created_at") or ""), str(p["id"])),
             )
-            if existing:
-                ids.append(str(existing[0]["id"]))
+            tags = list(dict.fromkeys([*machine.tags, *port.tags]))
+            if existing:  # made by an earlier try, maybe before its tags were set
+                port_id = str(existing[0]["id"])
+                if not set(tags) <= set(existing[0].get("tags") or []):
+                    self._set_port_tags(port_id, tags)
+                ids.append(port_id)
                 continue
             body: dict[str, Any] = {
                 "name": name,
@@ -464,14 +468,15 @@ class OpenStackMachines(OpenStackBase):
             with self._quota():
                 made = self.request("CreatePort", "network", "POST", "/ports", json={"port": body})
             port_id = str(made["port"]["id"])
-            tags = list(dict.fromkeys([*machine.tags, *port.tags]))
             if tags:
-                self.request(
-                    "SetPortTags", "network", "PUT", f"/ports/{port_id}/tags", json={"tags": tags}
-                )
+                self._set_port_tags(port_id, tags)
             log.info("openstack: created port %s (%s) on network %s", name, port_id, network_id)
             ids.append(port_id)
         return ids
+
+    def _set_port_tags(self, port_id: str, tags: list[str]) -> None:
+        """CAPO tags ports after creating them (``PUT /ports/{id}/tags``)."""
+        self.request("SetPortTags", "network", "PUT", f"/ports/{port_id}/tags", json={"tags": tags})
 
     def _create_server(
         self,
