@@ -17,6 +17,7 @@ from bench.machine import machine_figures
 from bench.node import node_figures
 from bench.nodegroup import nodegroup_figures
 from bench.openstack import openstack_figures
+from bench.openstack_machines import openstack_machine_figures
 from bench.probe import probe_overhead
 from bench.scale import scale_figures
 from bench.termination import termination_figures
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "vsphere": vsphere_figures,
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
+    "openstack-machines": openstack_machine_figures,
     "csi": csi_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,

@@ -43,6 +43,8 @@ from temporalio.api.enums.v1 import EventType
 
 from bench.context import BenchContext
 from bench.cpu import cpu_spent, stack_cpu_by_command
+from cloudloop.cloud.capi import InfraKinds
+from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.models import MachineSpec
@@ -73,8 +75,15 @@ def _namespace(kube: Kube, prefix: str) -> str:
     return name
 
 
-def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    """The Machine (owner) and bootstrap Secret; returns the InfraMachine to create."""
+def _prepare(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    kinds: InfraKinds = DVP_KINDS,
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Machine (owner) and bootstrap Secret; returns the InfraMachine (``kinds``, default
+    DVP's, with ``spec``) to create."""
     machine_fixtures.create_bootstrap_secret(kube, namespace, f"{name}-data", CLOUD_INIT)
     machine = kube.create(
         capi.MACHINES,
@@ -89,7 +98,7 @@ def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
                 "bootstrap": {"dataSecretName": f"{name}-data"},
                 "infrastructureRef": {
                     "apiGroup": capi.INFRA_GROUP,
-                    "kind": DVP_KINDS.machine.kind,
+                    "kind": kinds.machine.kind,
                     "name": name,
                 },
             },
@@ -110,24 +119,30 @@ def _prepare(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
             "labels": {capi.CLUSTER_NAME_LABEL: "c1"},
             "ownerReferences": [owner],
         },
-        "spec": machine_fixtures.dvp_machine_spec(),
+        "spec": spec if spec is not None else machine_fixtures.dvp_machine_spec(),
     }
 
 
-def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any]) -> None:
+def _direct(
+    kube: Kube,
+    driver: CloudDriver,
+    namespace: str,
+    body: dict[str, Any],
+    kinds: InfraKinds = DVP_KINDS,
+) -> None:
     """The product's steps and kube writes, made directly: finalizer, a "creating" condition,
     the VM, polls on the same schedule, providerID, status, the ``Provisioned`` Event."""
-    obj = kube.create(DVP_KINDS.machine, body, namespace)
+    obj = kube.create(kinds.machine, body, namespace)
     name = obj["metadata"]["name"]
-    ref = ObjectRef.of(DVP_KINDS.machine, obj)
-    written = add_finalizer(kube, ref, DVP_KINDS.finalizer, obj)
+    ref = ObjectRef.of(kinds.machine, obj)
+    written = add_finalizer(kube, ref, kinds.finalizer, obj)
     assert written is not None
     spec = MachineSpec(
         name=name,
         namespace=namespace,
         cluster="c1",
         machine_uid=obj["metadata"]["uid"],
-        provider_spec=DVP_KINDS.desired_spec(obj),
+        provider_spec=kinds.desired_spec(obj),
     )
     secret = kube.get(SECRETS, f"{name}-data", namespace) or {}
     assert secret.get("data")
@@ -144,7 +159,10 @@ def _direct(kube: Kube, driver: DvpDriver, namespace: str, body: dict[str, Any])
         found = driver.get_machine(spec)
         assert found is not None
         machine = found
-    kube.patch(DVP_KINDS.machine, name, {"spec": {"providerID": machine.provider_id}}, namespace)
+    written_spec = {"providerID": machine.provider_id}
+    if kinds.id_field:
+        written_spec[kinds.id_field] = machine.id
+    kube.patch(kinds.machine, name, {"spec": written_spec}, namespace)
     ready = {
         "ready": True,
         "initialization": {"provisioned": True},
@@ -218,10 +236,11 @@ async def _burst_steps(
 
 
 class ReadyWatch:
-    """Sees DeckhouseMachines turn ready through a watch (no polling load on the process)."""
+    """Sees InfraMachines (default DeckhouseMachines) turn ready through a watch (no polling
+    load on the process)."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.informer = Informer(kube, DVP_KINDS.machine, namespace=namespace)
+    def __init__(self, kube: Kube, namespace: str, kinds: InfraKinds = DVP_KINDS) -> None:
+        self.informer = Informer(kube, kinds.machine, namespace=namespace)
         self.ready: dict[str, float] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -94,6 +94,7 @@ async def _scale_group(
     kinds: Any,
     templates: Any,
     spec: dict[str, Any],
+    zones: tuple[str, ...] = ("default",),
 ) -> float:
     kube = Kube(api_client(plane.kubeconfig, qps_pool=32))
     namespace = f"ng-{uuid.uuid4().hex[:6]}"
@@ -129,6 +130,7 @@ async def _scale_group(
         namespace=namespace,
         bootstrap=Bootstrap(data_secret_name="boot"),
         replicas=0,
+        zones=zones,
     )
     objects = render_node_group(group, kinds, templates)
     template, deployment = objects[0], objects[1]

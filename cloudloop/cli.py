@@ -346,7 +346,7 @@ def nodegroup() -> None:
     "instance_class_file",
     type=click.File("r"),
     required=True,
-    help="The DVPInstanceClass / ZvirtInstanceClass as YAML ('-': stdin).",
+    help="The InstanceClass (DVP, zVirt, OpenStack) as YAML ('-': stdin).",
 )
 @click.option("--name", required=True, help="The node group's name.")
 @click.option("--cluster", required=True, help="The Cluster API Cluster the machines join.")
@@ -356,6 +356,13 @@ def nodegroup() -> None:
 @click.option("--bootstrap-secret", help="The bootstrap data Secret every machine uses.")
 @click.option("--bootstrap-config-template", help="A KubeadmConfigTemplate name instead.")
 @click.option("--cluster-uuid", default="", help="Mixed into the names (Deckhouse's cluster UUID).")
+@click.option(
+    "--provider-values",
+    "provider_values_file",
+    type=click.File("r"),
+    help="The registration Secret's <type> subtree (JSON/YAML) the template reads as .provider.",
+)
+@click.option("--pod-subnet", default="", help="The cluster's pod subnet (.cluster.podSubnet).")
 @click.option("--max-surge", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--max-unavailable", type=click.IntRange(min=0), default=0, show_default=True)
 def nodegroup_render(
@@ -368,6 +375,8 @@ def nodegroup_render(
     bootstrap_secret: str | None,
     bootstrap_config_template: str | None,
     cluster_uuid: str,
+    provider_values_file: Any,
+    pod_subnet: str,
     max_surge: int,
     max_unavailable: int,
 ) -> None:
@@ -386,6 +395,9 @@ def nodegroup_render(
     instance_class = yaml.safe_load(instance_class_file)
     if not isinstance(instance_class, dict):
         raise click.BadParameter("not a Kubernetes object", param_hint="--instance-class")
+    provider_values = yaml.safe_load(provider_values_file) if provider_values_file else {}
+    if not isinstance(provider_values, dict):
+        raise click.BadParameter("not a mapping", param_hint="--provider-values")
     kind = str(instance_class.get("kind") or "")
     provider = next(
         (
@@ -411,6 +423,8 @@ def nodegroup_render(
         replicas=replicas,
         zones=tuple(z.strip() for z in zones.split(",") if z.strip()),
         cluster_uuid=cluster_uuid,
+        provider_values=provider_values,
+        pod_subnet=pod_subnet,
         max_surge=max_surge,
         max_unavailable=max_unavailable,
     )

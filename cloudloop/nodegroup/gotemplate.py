@@ -209,6 +209,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "keys": lambda *ds: sorted(k for d in ds for k in d),
     "has": lambda item, items: item in (items or []),
     "join": lambda sep, items: str(sep).join(go_format(v) for v in items or []),
+    "append": lambda items, item: [*(items or []), item],
+    "concat": lambda *lists: [v for items in lists for v in items or []],
+    "uniq": lambda items: list(dict.fromkeys(items or [])),
     "first": lambda items: items[0] if items else None,
     "last": lambda items: items[-1] if items else None,
     # sprig: strings

@@ -74,6 +74,7 @@ class NodeGroup:
     zones: tuple[str, ...] = (DEFAULT_ZONE,)
     cluster_uuid: str = ""
     provider_values: dict[str, Any] = field(default_factory=dict)
+    pod_subnet: str = ""
     #: Rolling update per zone (Deckhouse ``maxSurgePerZone``/``maxUnavailablePerZone``).
     max_surge: int = 1
     max_unavailable: int = 0
@@ -107,6 +108,7 @@ def render_node_group(
             node_group=group.name,
             provider=group.provider_values,
             cluster_uuid=group.cluster_uuid,
+            pod_subnet=group.pod_subnet,
         )
         template = contract.render(context)
         expected = (f"{kinds.template.group}/{kinds.template.version}", kinds.template.kind)

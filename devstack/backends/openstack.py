@@ -108,3 +108,31 @@ def cloud_conf(endpoint: OpenStackEmulatorEndpoint, *, serial: bool = False) -> 
             "",
         ]
     )
+
+
+#: The driver's timings for machine tests: quick polls, waits the emulator's steps fit in.
+QUICK_TIMINGS: dict[str, float] = {
+    "poll_interval_s": 0.05,
+    "wait_timeout_s": 20,
+    "request_timeout_s": 10,
+}
+
+
+def machine_spec(**fields: Any) -> dict[str, Any]:
+    """An OpenStackMachine spec the emulator's seed can run (CAPO v1beta1 field names): flavor
+    ``m1.small``, the cirros image, one port on ``private`` in the ``default`` security group,
+    a config drive and a tag; ``fields`` add or replace spec fields."""
+    return {
+        "flavor": "m1.small",
+        "image": {"filter": {"name": "cirros-0.6.2-x86_64-disk"}},
+        "ports": [
+            {
+                "network": {"filter": {"name": "private"}},
+                "securityGroups": [{"filter": {"name": "default"}}],
+            }
+        ],
+        "securityGroups": [{"filter": {"name": "default"}}],
+        "configDrive": True,
+        "tags": ["use-cluster-api=1"],
+        **fields,
+    }

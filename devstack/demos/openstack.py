@@ -1,6 +1,10 @@
 """The OpenStack demo of ``cloudloop dev --provider openstack``: the OpenStack API emulator with
 two Nova servers whose kwok Nodes node sync initializes, pod routes on the router, an LB
-Service whose Octavia LB gets a floating IP, and a CloudProbe.
+Service whose Octavia LB gets a floating IP, a CloudProbe, and a node group: the Cluster API
+manager runs in the dev cluster, an ``OpenStackInstanceClass`` ``demo-workers`` is rendered (as
+``cloudloop nodegroup render`` does) into an ``OpenStackMachineTemplate`` and a MachineDeployment
+in namespace ``demo-capi``, scaled 0 → 2: each machine's workflow makes its root volume, port and
+server in the emulator.
 
 The product is configured the way Deckhouse does it: a ``cloud.conf`` (written into the state
 folder, its password included) named by ``cloudloop.openstack.cloud_config_file``. The emulator's
@@ -15,13 +19,17 @@ from typing import Any
 
 import openstack
 
+from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
+from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
+from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from cloudloop.settings import Settings
 from devstack.demos.common import DEPLOYMENTS
-from devstack.kube import KWOK_NODE_ANNOTATION
+from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import (
     PRIVATE_NETWORK,
@@ -34,6 +42,14 @@ from devstack.openstack_emulator import (
 DEMO_SERVERS = (("demo-node-0", "nova"), ("demo-node-1", "nova-b"))
 #: Slow enough to watch the states in the Temporal UI and through the SDK.
 DEMO_DELAYS = Delays(server_build_s=2, lb_create_s=4, lb_update_s=1.5, lb_delete_s=2)
+#: The node group: its namespace, name and size.
+GROUP_NAMESPACE = "demo-capi"
+GROUP = "demo-workers"
+GROUP_SIZE = 2
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+MACHINE_DEPLOYMENTS = Resource(
+    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
+)
 
 
 def cloud_conf(endpoint: OpenStackEmulatorEndpoint) -> str:
@@ -70,8 +86,11 @@ class OpenStackDemo:
     name = "openstack"
 
     def stack_options(self, options: StackOptions) -> StackOptions:
+        main, *others = options.kube
+        with_capi = dataclasses.replace(main, components=(*main.components, CAPI))
         return dataclasses.replace(
             options,
+            kube=(with_capi, *others),
             openstack_emulator=OpenStackEmulatorOptions(
                 password="dev-openstack", delays=DEMO_DELAYS
             ),
@@ -86,6 +105,7 @@ class OpenStackDemo:
         conf.write_text(cloud_conf(endpoint))
         _seed_servers(endpoint)
         _seed_cluster(kube)
+        _seed_node_group(kube)
         return settings.model_copy(
             update={
                 "provider": self.name,
@@ -114,6 +134,8 @@ class OpenStackDemo:
             "   # servers, loadbalancers, routers[].routes",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='Service'\"",
+            f"  {kubectl} -n {GROUP_NAMESPACE} get machinedeployments,machines,"
+            "openstackmachines   # the node group: 2 machines, one server each",
         ]
 
 
@@ -200,3 +222,72 @@ def _seed_cluster(kube: Kube) -> None:
     except KubeError as exc:
         if not exc.conflict:
             raise
+
+
+def _seed_node_group(kube: Kube) -> None:
+    """A node group as a user makes one without Deckhouse: an ``OpenStackInstanceClass``, the
+    Cluster (with its ``OpenStackCluster``), a bootstrap Secret, and what ``cloudloop nodegroup
+    render`` prints for the class, applied with 0 replicas, then scaled to :data:`GROUP_SIZE`."""
+    kube.create(NAMESPACES, {"metadata": {"name": GROUP_NAMESPACE}})
+    instance_class = {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": OPENSTACK_TEMPLATES.instance_class.kind,
+        "metadata": {"name": GROUP},
+        "spec": {
+            "flavorName": "m1.small",
+            "imageName": "ubuntu-22.04",
+            "mainNetwork": PRIVATE_NETWORK,
+            "additionalSecurityGroups": ["default"],
+            "rootDiskSize": 10,
+        },
+    }
+    kube.create(OPENSTACK_TEMPLATES.instance_class, instance_class)
+    kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": f"{GROUP}-bootstrap", "namespace": GROUP_NAMESPACE},
+            "type": "cluster.x-k8s.io/secret",
+            "data": {"value": "I2Nsb3VkLWNvbmZpZwpydW5jbWQ6IFtlY2hvIGRlbW9dCg=="},
+        },
+        GROUP_NAMESPACE,
+    )
+    kube.create(
+        OPENSTACK_KINDS.cluster,
+        {"metadata": {"name": "demo", "namespace": GROUP_NAMESPACE}, "spec": {}},
+        GROUP_NAMESPACE,
+    )
+    kube.create(
+        capi.CLUSTERS,
+        {
+            "metadata": {"name": "demo", "namespace": GROUP_NAMESPACE},
+            "spec": {
+                "infrastructureRef": {
+                    "apiGroup": OPENSTACK_KINDS.cluster.group,
+                    "kind": OPENSTACK_KINDS.cluster.kind,
+                    "name": "demo",
+                }
+            },
+        },
+        GROUP_NAMESPACE,
+    )
+    group = NodeGroup(
+        name=GROUP,
+        instance_class=instance_class,
+        cluster="demo",
+        namespace=GROUP_NAMESPACE,
+        bootstrap=Bootstrap(data_secret_name=f"{GROUP}-bootstrap"),
+        replicas=0,
+        zones=("nova",),
+        # No workload cluster: machines never get Nodes, so a rollout must not wait for them.
+        max_surge=0,
+        max_unavailable=1,
+    )
+    template, deployment = render_node_group(group, OPENSTACK_KINDS, OPENSTACK_TEMPLATES)
+    kube.create(OPENSTACK_KINDS.template, template, GROUP_NAMESPACE)
+    made = kube.create(MACHINE_DEPLOYMENTS, deployment, GROUP_NAMESPACE)
+    kube.patch(
+        MACHINE_DEPLOYMENTS,
+        made["metadata"]["name"],
+        {"spec": {"replicas": GROUP_SIZE}},
+        GROUP_NAMESPACE,
+    )

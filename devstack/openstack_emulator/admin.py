@@ -10,9 +10,10 @@ import json
 import urllib.request
 from typing import Any
 
-#: Transition kinds that can be held or failed: ``server``, ``loadbalancer``, ``volume``, and
-#: (failure only) ``volume-attach``, ``volume-extend``.
-KINDS = ("server", "loadbalancer", "volume", "volume-attach", "volume-extend")
+#: Transition kinds that can be held or failed: ``server`` (build, power), ``loadbalancer``,
+#: ``volume``, (hold only) ``server-delete``, and (failure only) ``volume-attach``,
+#: ``volume-extend``.
+KINDS = ("server", "server-delete", "loadbalancer", "volume", "volume-attach", "volume-extend")
 
 
 class OpenStackEmulatorAdmin:
@@ -131,6 +132,28 @@ class OpenStackEmulatorAdmin:
     def fail_next(self, kind: str, count: int = 1) -> None:
         """The next ``count`` transitions of ``kind`` end in ``ERROR``."""
         self._call("POST", "/fail-next", {"kind": kind, "count": count})
+
+    def set_quotas(self, **quotas: int | None) -> dict[str, int]:
+        """Project quotas, by ``<service>_<resource>`` (``compute_instances=2``,
+        ``compute_cores``, ``compute_ram``, ``network_port``, ``volume_volumes``,
+        ``volume_gigabytes``); ``None`` or -1 lifts one. Over quota, Nova answers 403, Neutron 409
+        ``OverQuota``, Cinder 413, each with its "Quota exceeded" message."""
+        payload = {key.replace("_", ".", 1): value for key, value in quotas.items()}
+        return dict(self._call("POST", "/quotas", payload)["quotas"])
+
+    def no_valid_host(self, flavor: str, enabled: bool = True) -> None:
+        """Servers of ``flavor`` (name or ID) end in ERROR, fault "No valid host was found"."""
+        self._call("POST", "/no-valid-host", {"flavor": flavor, "enabled": enabled})
+
+    def counts(self) -> dict[str, int]:
+        """Resources made and removed since the reset: ``servers_created``, ``servers_removed``,
+        ``ports_created``, ``ports_removed``, ``volumes_created``, ``volumes_removed``."""
+        counts = self.state()["counts"]
+        return {
+            f"{kind}_{what}": int(counts.get(f"{kind}_{what}", 0))
+            for kind in ("servers", "ports", "volumes")
+            for what in ("created", "removed")
+        }
 
     def set_server_status(self, ref: str, status: str) -> None:
         """Force a server (ID or name) into ``status`` (``SHUTOFF``, ``DELETED``, ``ERROR``...)."""

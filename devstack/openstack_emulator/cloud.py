@@ -82,6 +82,8 @@ class Delays:
 
     server_build_s: float = 0.3
     server_power_s: float = 0.1
+    #: A deleted server stays (``task_state`` deleting) this long; transitions of kind
+    #: ``server-delete`` (builds and power actions are kind ``server``).
     server_delete_s: float = 0.1
     lb_create_s: float = 0.5
     lb_update_s: float = 0.2
@@ -184,6 +186,13 @@ class Cloud:
             self.held: set[str] = set()
             #: Kinds whose next transition ends in ERROR (e.g. ``loadbalancer``), with a count.
             self.fail_next: Counter[str] = Counter()
+            #: Flavors (name or ID) no host fits: their servers end in ERROR "No valid host".
+            self.no_valid_host: set[str] = set()
+            #: Project quotas (``compute.instances``, ``network.port``, ``volume.gigabytes``...);
+            #: absent or -1: unlimited, as Nova/Neutron/Cinder read -1.
+            self.quotas: dict[str, int] = {}
+            #: Resources made and removed (``servers_created``, ``ports_removed``...), for tests.
+            self.counts: Counter[str] = Counter()
             self.faults: list[InjectedFault] = []
             self.hold_triggers: list[HoldTrigger] = []
             self.service_modes: dict[str, str] = {name: "up" for name in SERVICES}
@@ -200,6 +209,14 @@ class Cloud:
         if found is None:
             raise not_found(what, resource_id)
         return found
+
+    def quota(self, key: str) -> int:
+        """The quota ``<service>.<resource>`` (-1: unlimited)."""
+        return self.quotas.get(key, -1)
+
+    def over_quota(self, key: str, used: int, wanted: int = 1) -> bool:
+        limit = self.quota(key)
+        return limit >= 0 and used + wanted > limit
 
     # -- transitions -----------------------------------------------------------------------
     def later(self, kind: str, delay_s: float, apply: Callable[[], None]) -> None:

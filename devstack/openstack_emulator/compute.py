@@ -6,7 +6,13 @@ before 2.47 and the embedded flavor (``original_name``, ``vcpus``, ...) from 2.4
 the body from 2.26. A created server is ``BUILD`` until ``server_build_s`` has passed, then
 ``ACTIVE`` with its ports bound and ``addresses`` (fixed and floating) filled from Neutron;
 ``os-stop``/``os-start`` move it between ``ACTIVE`` and ``SHUTOFF``; a deleted server is gone
-(404) after ``server_delete_s``. ``GET /servers[/detail]`` filters by ``name`` (a regex, as Nova
+(404) after ``server_delete_s``. Create takes ``block_device_mapping_v2`` (boot from an existing
+volume, or from a volume Nova makes of an image; ``delete_on_termination``), ``networks`` by
+``uuid`` or pre-created ``port``, ``security_groups``, ``os:scheduler_hints`` (``group``: a server
+group of ``/os-server-groups``), ``metadata``, ``tags`` (≥ 2.52), ``config_drive``, ``user_data``
+(base64); the project's ``compute.instances``/``cores``/``ram`` quotas answer 403 "Quota
+exceeded", and a flavor marked "no valid host" (admin) makes its servers end in ``ERROR`` with
+Nova's fault. ``GET /servers[/detail]`` filters by ``name`` (a regex, as Nova
 does), ``status``, ``uuid``, ``ip``, tags, and pages by ``limit``/``marker`` (``max_limit``
 1000, newest first) with ``servers_links``. Errors are ``{"itemNotFound": {code, message}}``.
 """
@@ -102,6 +108,10 @@ class Compute(Service):
             Route("GET", f"/v2.1/flavors/{ID}/os-extra_specs", self.flavor_extra_specs),
             Route("GET", "/v2.1/os-availability-zone", self.list_zones),
             Route("GET", "/v2.1/os-availability-zone/detail", self.list_zones),
+            Route("GET", "/v2.1/os-server-groups", self.list_server_groups),
+            Route("POST", "/v2.1/os-server-groups", self.create_server_group),
+            Route("GET", f"/v2.1/os-server-groups/{ID}", self.show_server_group),
+            Route("DELETE", f"/v2.1/os-server-groups/{ID}", self.delete_server_group),
             Route("GET", "/v2.1/os-keypairs", self.list_keypairs),
             Route("POST", "/v2.1/os-keypairs", self.create_keypair),
         ]
@@ -231,6 +241,59 @@ class Compute(Service):
         }
         self.cloud.table("keypairs")[name] = keypair
         return Reply(200, {"keypair": keypair})
+
+    # -- server groups ---------------------------------------------------------------------
+    def _render_group(self, request: Request, group: Resource) -> Resource:
+        body = {k: v for k, v in group.items() if not k.startswith("_")}
+        if request.at_least(2, 64):
+            body["policy"] = group["_policy"]
+            body["rules"] = {}
+        else:
+            body["policies"] = [group["_policy"]]
+            body["metadata"] = {}
+        return body
+
+    def server_group(self, group_id: str) -> Resource:
+        found = self.cloud.table("server_groups").get(group_id)
+        if found is None:
+            raise nova_fault(404, f"Instance group {group_id} could not be found.")
+        return found
+
+    def list_server_groups(self, request: Request) -> Reply:
+        groups = sorted(self.cloud.table("server_groups").values(), key=lambda g: g["_seq"])
+        return Reply(200, {"server_groups": [self._render_group(request, g) for g in groups]})
+
+    def show_server_group(self, request: Request, group_id: str) -> Reply:
+        return Reply(
+            200, {"server_group": self._render_group(request, self.server_group(group_id))}
+        )
+
+    def create_server_group(self, request: Request) -> Reply:
+        body = request.json_body("server_group")
+        name = body.get("name")
+        policies = body.get("policies")
+        policy = body.get("policy") if request.at_least(2, 64) else None
+        if policy is None and isinstance(policies, list) and len(policies) == 1:
+            policy = policies[0]
+        allowed = ("anti-affinity", "affinity", "soft-anti-affinity", "soft-affinity")
+        if not isinstance(name, str) or not name or policy not in allowed:
+            raise bad_request("Invalid input for field/attribute server_group.")
+        group: Resource = {
+            "id": new_id(),
+            "name": name,
+            "members": [],
+            "project_id": request.project_id,
+            "user_id": request.token.user_id if request.token else "",
+            "_policy": policy,
+            "_seq": len(self.cloud.table("server_groups")),
+        }
+        self.cloud.table("server_groups")[group["id"]] = group
+        return Reply(200, {"server_group": self._render_group(request, group)})
+
+    def delete_server_group(self, request: Request, group_id: str) -> Reply:
+        self.server_group(group_id)
+        self.cloud.table("server_groups").pop(group_id, None)
+        return Reply(204)
 
     # -- servers ---------------------------------------------------------------------------
     def server(self, server_id: str) -> Resource:
@@ -426,11 +489,15 @@ class Compute(Service):
 
     def create_server(self, request: Request) -> Reply:
         body = request.json_body("server")
+        hints = request.json_body().get("os:scheduler_hints") or {}
+        if not isinstance(hints, dict):
+            raise bad_request("Invalid input for field/attribute os:scheduler_hints.")
         server = self.build_server(
             request.project_id,
             request.token.user_id if request.token else "",
             body,
             microversion=request.microversion or (2, 1),
+            hints=hints,
         )
         reply = {
             "id": server["id"],
@@ -449,6 +516,7 @@ class Compute(Service):
         *,
         microversion: tuple[int, int] = (2, 96),
         build_s: float | None = None,
+        hints: dict[str, Any] | None = None,
     ) -> Resource:
         """Validate a create request, allocate the ports and schedule ``BUILD → ACTIVE``."""
         name = body.get("name")
@@ -469,6 +537,8 @@ class Compute(Service):
         tags = body.get("tags") or []
         if tags and microversion < (2, 52):
             raise bad_request("Additional properties are not allowed ('tags' was unexpected)")
+        if not isinstance(tags, list) or len(tags) > 50 or not all(_valid_tag(t) for t in tags):
+            raise bad_request("Invalid input for field/attribute tags.")
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
             raise bad_request("Invalid input for field/attribute metadata.")
@@ -482,6 +552,11 @@ class Compute(Service):
         if key_name and key_name not in self.cloud.table("keypairs"):
             raise bad_request("Invalid key_name provided.")
         groups = [str(g.get("name")) for g in body.get("security_groups") or [{"name": "default"}]]
+        hints = dict(hints or {})
+        group_id = str(hints.get("group") or "")
+        if group_id and group_id not in self.cloud.table("server_groups"):
+            raise bad_request(f"Invalid input: instance group {group_id} could not be found.")
+        self._check_quotas(project_id, flavor)
         server_id = new_id()
         now = iso_now()
         server: Resource = {
@@ -509,17 +584,28 @@ class Compute(Service):
             "_user_data": user_data,
             "_seq": len(self.cloud.table("servers")) + int(self.cloud.clock() * 1000),
             "_nova_ports": [],
+            "_hints": hints,
+            "_bdm": [],
         }
+        boot = self._block_devices(project_id, server, body.get("block_device_mapping_v2"), zone)
         ports = self._server_ports(project_id, server, body.get("networks", "auto"), groups)
         self.cloud.table("servers")[server_id] = server
+        self.cloud.counts["servers_created"] += 1
         for port in ports:
             port.update(device_id=server_id, device_owner=f"compute:{zone}")
+        for volume, device in boot:
+            self.volumes.attach_at_boot(volume, server_id, device)
+        if group_id:
+            self.cloud.table("server_groups")[group_id]["members"].append(server_id)
         delay = self.cloud.delays.server_build_s if build_s is None else build_s
+        no_host = flavor["id"] in self.cloud.no_valid_host or flavor["name"] in (
+            self.cloud.no_valid_host
+        )
 
         def built() -> None:
             if server_id not in self.cloud.table("servers"):
                 return
-            if self.cloud.take_failure("server"):
+            if no_host or self.cloud.take_failure("server"):
                 server.update(
                     status="ERROR",
                     _task_state=None,
@@ -540,6 +626,81 @@ class Compute(Service):
         else:
             self.cloud.later("server", delay, built)
         return server
+
+    def _check_quotas(self, project_id: str, flavor: Resource) -> None:
+        """Nova's ``instances``/``cores``/``ram`` quotas: 403 "Quota exceeded for ..."."""
+        mine = [s for s in self.cloud.table("servers").values() if s["tenant_id"] == project_id]
+        flavors = self.cloud.table("flavors")
+        used = {
+            "instances": len(mine),
+            "cores": sum(int(flavors.get(s["_flavor_id"], {}).get("vcpus", 0)) for s in mine),
+            "ram": sum(int(flavors.get(s["_flavor_id"], {}).get("ram", 0)) for s in mine),
+        }
+        wanted = {"instances": 1, "cores": int(flavor["vcpus"]), "ram": int(flavor["ram"])}
+        for resource, amount in wanted.items():
+            limit = self.cloud.quota(f"compute.{resource}")
+            if self.cloud.over_quota(f"compute.{resource}", used[resource], amount):
+                raise nova_fault(
+                    403,
+                    f"Quota exceeded for {resource}: Requested {amount}, but already used "
+                    f"{used[resource]} of {limit} {resource}",
+                )
+
+    def _block_devices(
+        self, project_id: str, server: Resource, mappings: Any, zone: str
+    ) -> list[tuple[Resource, str]]:
+        """``block_device_mapping_v2``: the volumes to attach at boot (``/dev/vda`` first).
+
+        ``source_type`` ``volume`` boots an existing, available, bootable volume; ``image`` with
+        ``destination_type`` ``volume`` makes a ``volume_size`` GiB volume of the image (Nova's
+        own, counted against Cinder's quota). ``delete_on_termination`` volumes go with the
+        server."""
+        if not mappings:
+            return []
+        if not isinstance(mappings, list):
+            raise bad_request("Invalid input for field/attribute block_device_mapping_v2.")
+        found: list[tuple[Resource, str]] = []
+        ordered = sorted(
+            mappings, key=lambda m: int(m.get("boot_index", -1)) if isinstance(m, dict) else 0
+        )
+        ordered = [m for m in ordered if int(m.get("boot_index", -1)) >= 0] + [
+            m for m in ordered if int(m.get("boot_index", -1)) < 0
+        ]
+        for index, mapping in enumerate(ordered):
+            source = mapping.get("source_type")
+            destination = mapping.get("destination_type", "volume")
+            if destination != "volume":
+                raise bad_request(f"Block device mapping destination {destination} not supported")
+            ref = str(mapping.get("uuid") or "")
+            if source == "volume":
+                volume = self.cloud.table("volumes").get(ref)
+                if volume is None:
+                    raise bad_request(
+                        f"Block Device Mapping is Invalid: failed to get volume {ref}."
+                    )
+                if volume["status"] != "available" or volume["attachments"]:
+                    raise bad_request(
+                        f"Invalid volume: volume {ref} status must be available, "
+                        f"but the current status is {volume['status']}."
+                    )
+                if index == 0 and volume.get("bootable") != "true":
+                    raise bad_request(f"Block Device {ref} is not bootable.")
+            elif source == "image":
+                if ref not in self.cloud.table("images"):
+                    raise bad_request(f"Image {ref} could not be found.")
+                size = mapping.get("volume_size")
+                if not isinstance(size, int) or size < 1:
+                    raise bad_request("Block Device Mapping is Invalid: volume_size is required.")
+                volume = self.volumes.make_volume(
+                    project_id, size=size, zone=zone, image_id=ref, name=""
+                )
+            else:
+                raise bad_request(f"Block Device Mapping is Invalid: source_type {source}.")
+            device = f"/dev/vd{chr(ord('a') + index)}"
+            found.append((volume, device))
+            if mapping.get("delete_on_termination"):
+                server["_bdm"].append(volume["id"])
+        return found
 
     def _server_ports(
         self, project_id: str, server: Resource, networks: Any, groups: list[str]
@@ -616,19 +777,25 @@ class Compute(Service):
         def deleted() -> None:
             self.remove_server(server_id)
 
-        self.cloud.later("server", self.cloud.delays.server_delete_s, deleted)
+        self.cloud.later("server-delete", self.cloud.delays.server_delete_s, deleted)
         return Reply(204)
 
     def remove_server(self, server_id: str) -> None:
         server = self.cloud.table("servers").pop(server_id, None)
         if server is None:
             return
+        self.cloud.counts["servers_removed"] += 1
         for port in self.network.ports_of(server_id):
             if port["id"] in server["_nova_ports"]:
                 self.network.delete_port(port["id"])
             else:
                 port.update(device_id="", device_owner="", status="DOWN")
         self.volumes.server_gone(server_id)
+        for volume_id in server.get("_bdm") or []:
+            self.volumes.drop_volume(volume_id)
+        for group in self.cloud.table("server_groups").values():
+            if server_id in group["members"]:
+                group["members"].remove(server_id)
 
     def server_action(self, request: Request, server_id: str) -> Reply:
         server = self.server(server_id)

@@ -526,6 +526,12 @@ class Network(Service):
 
     def create_port(self, project_id: str, body: dict[str, Any]) -> Resource:
         network = self.find("networks", str(body.get("network_id", "")))
+        ports = self.cloud.table("ports")
+        used = sum(1 for p in ports.values() if p["project_id"] == project_id)
+        if self.cloud.over_quota("network.port", used):
+            raise neutron_fault(409, "OverQuota", "Quota exceeded for resources: ['port'].")
+        for group_id in body.get("security_groups") or []:
+            self.find("security-groups", str(group_id))
         requested = body.pop("fixed_ips", None)
         fixed_ips: list[dict[str, str]] = []
         if requested:
@@ -582,7 +588,8 @@ class Network(Service):
         )
         item["allowed_address_pairs"] = [self._pair(item, p) for p in pairs]
         item["fixed_ips"] = fixed_ips
-        self.cloud.table("ports")[item["id"]] = item
+        ports[item["id"]] = item
+        self.cloud.counts["ports_created"] += 1
         return item
 
     def _subnet_for_ip(self, network: Resource, address: str | None) -> str:
@@ -661,7 +668,8 @@ class Network(Service):
         port.update(changes)
 
     def delete_port(self, port_id: str) -> None:
-        self.cloud.table("ports").pop(port_id, None)
+        if self.cloud.table("ports").pop(port_id, None) is not None:
+            self.cloud.counts["ports_removed"] += 1
         for fip in self.cloud.table("floatingips").values():
             if fip["port_id"] == port_id:
                 self._disassociate(fip)

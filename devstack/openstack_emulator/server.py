@@ -338,6 +338,11 @@ class AdminServer:
                     HoldTrigger(**{k: v for k, v in payload.items() if k in known})
                 )
             return {}
+        if method == "POST" and path == "/quotas":
+            return {"quotas": openstack.set_quotas(dict(payload))}
+        if method == "POST" and path == "/no-valid-host":
+            flavor, enabled = str(payload["flavor"]), bool(payload.get("enabled", True))
+            return {"flavors": openstack.set_no_valid_host(flavor, enabled)}
         if method == "POST" and path == "/fail-next":
             openstack.fail_next(str(payload["kind"]), int(payload.get("count", 1)))
             return {}

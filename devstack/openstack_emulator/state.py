@@ -208,6 +208,7 @@ class OpenStack:
                     "qos_specs_id": None,
                     "_default": default,
                 }
+            self.cloud.counts.clear()  # the seed is not counted
 
     def _rekey(self, table: str, item: Resource, new_id: str) -> None:
         rows = self.cloud.table(table)
@@ -310,6 +311,27 @@ class OpenStack:
                 self.cloud.advance()
             return sorted(self.cloud.held)
 
+    def set_quotas(self, quotas: dict[str, int]) -> dict[str, int]:
+        """Set project quotas by ``<service>.<resource>`` (``compute.instances``,
+        ``compute.cores``, ``compute.ram``, ``network.port``, ``volume.volumes``,
+        ``volume.gigabytes``); -1 or ``None`` lifts one."""
+        with self.cloud.lock:
+            for key, value in quotas.items():
+                if value is None or int(value) < 0:
+                    self.cloud.quotas.pop(key, None)
+                else:
+                    self.cloud.quotas[key] = int(value)
+            return dict(self.cloud.quotas)
+
+    def set_no_valid_host(self, flavor: str, enabled: bool) -> list[str]:
+        """Servers of ``flavor`` (name or ID) end in ERROR "No valid host was found"."""
+        with self.cloud.lock:
+            if enabled:
+                self.cloud.no_valid_host.add(flavor)
+            else:
+                self.cloud.no_valid_host.discard(flavor)
+            return sorted(self.cloud.no_valid_host)
+
     def fail_next(self, kind: str, count: int) -> None:
         with self.cloud.lock:
             self.cloud.fail_next[kind] = count
@@ -324,6 +346,8 @@ class OpenStack:
         with self.cloud.lock:
             self.cloud.faults.clear()
             self.cloud.fail_next.clear()
+            self.cloud.no_valid_host.clear()
+            self.cloud.quotas.clear()
             self.cloud.held.clear()
             self.cloud.hold_triggers.clear()
 
@@ -348,6 +372,10 @@ class OpenStack:
                             "_monitor_id",
                             "_az",
                             "_flavor_id",
+                            "_hints",
+                            "_task_state",
+                            "_bdm",
+                            "_user_data",
                         )
                     }
                     for row in tables.get(name, {}).values()
@@ -368,6 +396,10 @@ class OpenStack:
                 "members": rows("lb_members"),
                 "healthmonitors": rows("lb_healthmonitors"),
                 "volumes": rows("volumes"),
+                "server_groups": rows("server_groups"),
+                "counts": dict(self.cloud.counts),
+                "quotas": dict(self.cloud.quotas),
+                "no_valid_host": sorted(self.cloud.no_valid_host),
                 "service_modes": dict(self.cloud.service_modes),
                 "held": sorted(self.cloud.held),
                 "faults": [dict(f.__dict__) for f in self.cloud.faults],

@@ -200,46 +200,99 @@ class BlockStorage(Service):
                     "Invalid input received: Volume size must not be less than "
                     "the source volume size."
                 )
+        image_id = str(body.get("imageRef") or "")
+        if image_id and image_id not in self.cloud.table("images"):
+            raise bad_request("Invalid image identifier or unable to access requested image.")
+        volume = self.make_volume(
+            project_id,
+            size=size,
+            zone=str(zone),
+            image_id=image_id,
+            name=body.get("name"),
+            description=body.get("description"),
+            volume_type=volume_type,
+            metadata=metadata,
+            multiattach=bool(body.get("multiattach", False)),
+            snapshot_id=body.get("snapshot_id"),
+            source_volid=body.get("source_volid"),
+            user_id=request.token.user_id if request.token else "",
+            hints=dict(
+                body.get("scheduler_hints")
+                or request.json_body().get("OS-SCH-HNT:scheduler_hints")
+                or {}
+            ),
+        )
+        return Reply(202, {"volume": self.render(request, volume)})
+
+    def _check_quota(self, size: int) -> None:
         volumes = self.cloud.table("volumes")
         used = sum(v["size"] for v in volumes.values())
-        if used + size > self.gigabytes_quota:
+        gigabytes = self.cloud.quota("volume.gigabytes")
+        gigabytes = self.gigabytes_quota if gigabytes < 0 else gigabytes
+        if used + size > gigabytes:
             raise ApiFault(
                 413,
                 (
                     "VolumeSizeExceedsAvailableQuota: Requested volume or snapshot "
                     f"exceeds allowed gigabytes quota. Requested {size}G, quota "
-                    f"is {self.gigabytes_quota}G and {used}G has been consumed."
+                    f"is {gigabytes}G and {used}G has been consumed."
                 ),
                 headers={"Retry-After": "0"},
             )
-        if len(volumes) >= self.volumes_quota:
+        count = self.cloud.quota("volume.volumes")
+        count = self.volumes_quota if count < 0 else count
+        if len(volumes) >= count:
             raise ApiFault(
                 413,
                 (
                     "VolumeLimitExceeded: Maximum number of volumes allowed "
-                    f"({self.volumes_quota}) exceeded for quota 'volumes'."
+                    f"({count}) exceeded for quota 'volumes'."
                 ),
             )
+
+    def make_volume(
+        self,
+        project_id: str,
+        *,
+        size: int,
+        zone: str,
+        image_id: str = "",
+        name: Any = None,
+        description: Any = None,
+        volume_type: Resource | None = None,
+        metadata: dict[str, Any] | None = None,
+        multiattach: bool = False,
+        snapshot_id: Any = None,
+        source_volid: Any = None,
+        user_id: str = "",
+        hints: dict[str, Any] | None = None,
+    ) -> Resource:
+        """A new ``creating`` volume (quota checked), ``available`` after ``volume_create_s``;
+        made of an image it is bootable. Used by ``POST /volumes`` and by Nova's block device
+        mappings."""
+        self._check_quota(size)
+        volumes = self.cloud.table("volumes")
+        volume_type = volume_type or self.volume_type(self.default_type_id())
         now = iso_now()
         volume: Resource = {
             "id": new_id(),
-            "name": body.get("name"),
-            "description": body.get("description"),
+            "name": name,
+            "description": description,
             "status": "creating",
             "size": size,
             "availability_zone": zone,
             "created_at": now,
             "updated_at": None,
             "attachments": [],
-            "bootable": "false",
+            "bootable": "true" if image_id else "false",
             "encrypted": False,
-            "metadata": {str(k): str(v) for k, v in metadata.items()},
-            "multiattach": bool(body.get("multiattach", False)),
+            "metadata": {str(k): str(v) for k, v in (metadata or {}).items()},
+            "multiattach": multiattach,
             "os-vol-tenant-attr:tenant_id": project_id,
             "replication_status": None,
-            "snapshot_id": body.get("snapshot_id"),
-            "source_volid": body.get("source_volid"),
-            "user_id": request.token.user_id if request.token else "",
+            "snapshot_id": snapshot_id,
+            "source_volid": source_volid,
+            "user_id": user_id,
             "volume_type": volume_type["name"],
             "consistencygroup_id": None,
             "migration_status": None,
@@ -247,13 +300,13 @@ class BlockStorage(Service):
             "provider_id": None,
             "_type_id": volume_type["id"],
             "_seq": len(volumes),
-            "_hints": dict(
-                body.get("scheduler_hints")
-                or request.json_body().get("OS-SCH-HNT:scheduler_hints")
-                or {}
-            ),
+            "_hints": dict(hints or {}),
         }
+        if image_id:
+            image = self.cloud.table("images")[image_id]
+            volume["volume_image_metadata"] = {"image_id": image_id, "image_name": image["name"]}
         volumes[volume["id"]] = volume
+        self.cloud.counts["volumes_created"] += 1
 
         def created() -> None:
             if volume["id"] not in volumes or volume["status"] != "creating":
@@ -262,7 +315,19 @@ class BlockStorage(Service):
             self._set_status(volume, "error" if failed else "available")
 
         self.cloud.later("volume", self.cloud.delays.volume_create_s, created)
-        return Reply(202, {"volume": self.render(request, volume)})
+        return volume
+
+    def drop_volume(self, volume_id: str) -> None:
+        """Remove a volume at once (Nova's ``delete_on_termination``)."""
+        if self.cloud.table("volumes").pop(volume_id, None) is not None:
+            self.cloud.counts["volumes_removed"] += 1
+
+    def attach_at_boot(self, volume: Resource, server_id: str, device: str) -> None:
+        """Nova attaches a block device mapping's volume while it builds the server."""
+        volume.pop("_pending_attach", None)
+        if volume["status"] == "creating":  # Nova waits for its own image volume
+            volume["status"] = "available"
+        self._attached(volume, server_id, device, new_id())
 
     @staticmethod
     def _set_status(volume: Resource, status: str) -> None:
@@ -299,7 +364,7 @@ class BlockStorage(Service):
         self._set_status(volume, "deleting")
 
         def deleted() -> None:
-            self.cloud.table("volumes").pop(volume_id, None)
+            self.drop_volume(volume_id)
 
         self.cloud.later("volume", self.cloud.delays.volume_delete_s, deleted)
         return Reply(202)

@@ -1,6 +1,7 @@
 """``cloudloop dev --provider openstack`` as a user runs it: the emulator's servers become
 initialized Nodes with pod routes on the router, the LB Service gets its floating IP, the
-CloudProbe answers, and Ctrl-C stops everything."""
+CloudProbe answers, the demo node group's 2 machines get their servers, and Ctrl-C stops
+everything."""
 
 from __future__ import annotations
 
@@ -93,6 +94,20 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
             return sum(len(r["routes"]) for r in routers) == 2
 
         wait_for(routed, "two pod routes on router1")
+
+        provider_ids = "jsonpath={.items[*].spec.providerID}"
+        wait_for(
+            lambda: (
+                len(get("machines", "-n", "demo-capi", "-o", provider_ids).split()) == 2
+                and len(get("openstackmachines", "-n", "demo-capi", "-o", provider_ids).split())
+                == 2
+            ),
+            "the node group's 2 machines provisioned",
+        )
+        with urllib.request.urlopen(f"{admin_url}/state", timeout=5) as response:
+            state = json.loads(response.read())
+        made = [s for s in state["servers"] if s["name"].startswith("demo-workers-")]
+        assert len(made) == 2 and all(s["status"] == "ACTIVE" for s in made), made
     finally:
         proc.send_signal(signal.SIGINT)
         try:

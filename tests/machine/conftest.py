@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -59,4 +60,13 @@ def contract_namespace(contract_kube: Kube) -> Iterator[str]:
 def ovirt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OvirtEmulatorEndpoint]:
     """The oVirt Engine emulator alone, with quick delays."""
     with ovirt_engine(tmp_path_factory.mktemp("ovirt"), password="machine-engine") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def openstack_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The OpenStack emulator alone, with quick delays (OpenStack cases)."""
+    from devstack.backends.openstack import openstack_emulator
+
+    with openstack_emulator(tmp_path_factory.mktemp("openstack")) as endpoint:
         yield endpoint

@@ -19,13 +19,17 @@ what could be orphaned is a VM, a disk or a cloud-init Secret in the parent, und
 UID. zVirt (the oVirt Engine emulator) is killed while cloning, down before the start (its boot
 disk growing), up but not reported, powering down, removing, and deleted while dead; zVirt keeps
 no cloud-init Secret in the cloud (the bootstrap data goes with the start request), so what could
-be orphaned is a VM or a disk.
+be orphaned is a VM or a disk. OpenStack (the OpenStack emulator) is killed with the port made but
+no server yet, the server building, ACTIVE but not reported, the server deleting, the server gone
+with its port and root volume still there, and deleted while dead; what could be orphaned is a
+server, a port or a volume.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import uuid
 from abc import ABC, abstractmethod
@@ -38,16 +42,22 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
 from devstack import dvp_simulator as sim
 from devstack import machine_fixtures
 from devstack.backends import section_env
 from devstack.backends.dvp import dvp_settings
+from devstack.backends.openstack import QUICK as OS_QUICK
+from devstack.backends.openstack import QUICK_TIMINGS as OS_QUICK_TIMINGS
+from devstack.backends.openstack import machine_spec as os_machine_spec
+from devstack.backends.openstack import openstack_emulator, openstack_settings
 from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, ovirt_engine, zvirt_settings
 from devstack.devmode import stack_settings
 from devstack.dvp_simulator import DvpParent
 from devstack.local import LocalStack
+from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from devstack.ovirt_emulator import Delays, OvirtEmulatorAdmin, OvirtEmulatorEndpoint
 from starters.machine import MachineStarter
 from tests.helpers import eventually
@@ -620,12 +630,279 @@ def zvirt_rig(
     yield ZvirtRig(WorkerProcess(env, log_dir), task_queue, endpoint)
 
 
+# -- OpenStack: the OpenStack emulator --------------------------------------------------------
+OS_STEP_S = 1.2
+OS_DELAYS = dataclasses.replace(OS_QUICK, server_build_s=OS_STEP_S, server_delete_s=OS_STEP_S)
+
+
+@pytest.fixture(scope="module")
+def slow_openstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenStackEmulatorEndpoint]:
+    """The OpenStack emulator alone, servers building and deleting long enough to kill mid-step."""
+    state = tmp_path_factory.mktemp("openstack-faults")
+    with openstack_emulator(state, delays=OS_DELAYS) as endpoint:
+        yield endpoint
+
+
+class OpenStackScene(Scene):
+    """A server booting from its root volume ``<name>-root`` with one port ``<name>-0``."""
+
+    def __init__(
+        self,
+        name: str,
+        worker: WorkerProcess,
+        kube: Kube,
+        namespace: str,
+        endpoint: OpenStackEmulatorEndpoint,
+    ) -> None:
+        super().__init__(name, worker)
+        self.kube, self.namespace = kube, namespace
+        self.admin = OpenStackEmulatorAdmin(endpoint.admin_url)
+        self.seen: dict[str, set[str]] = {"ports": set(), "volumes": set()}
+
+    # -- the cloud -------------------------------------------------------------------------
+    def cloud(self) -> dict[str, list[dict[str, Any]]]:
+        """This machine's servers, ports and volumes (by name, under any owner)."""
+        state = self.admin.state()
+        return {
+            "servers": [s for s in state["servers"] if s["name"] == self.name],
+            "ports": [p for p in state["ports"] if p["name"].startswith(f"{self.name}-")],
+            "volumes": [v for v in state["volumes"] if v["name"] == f"{self.name}-root"],
+        }
+
+    def server(self) -> dict[str, Any]:
+        return next(iter(self.cloud()["servers"]), {})
+
+    def vm_id(self) -> str:
+        return str(self.server().get("id", ""))
+
+    def port_ids(self) -> set[str]:
+        return {p["id"] for p in self.cloud()["ports"]}
+
+    def note_cloud(self) -> None:
+        found = self.cloud()
+        self.seen["ports"] |= {p["id"] for p in found["ports"]}
+        self.seen["volumes"] |= {v["id"] for v in found["volumes"]}
+
+    def server_status_is(self, status: str) -> bool:
+        return self.server().get("status") == status
+
+    def server_deleting(self) -> bool:
+        return self.server().get("_task_state") == "deleting"
+
+    def ports_without_server(self) -> bool:
+        found = self.cloud()
+        return bool(found["ports"]) and not found["servers"]
+
+    # -- the OpenStackMachine --------------------------------------------------------------
+    def infra(self) -> dict[str, Any] | None:
+        return self.kube.get(OPENSTACK_KINDS.machine, self.name, self.namespace)
+
+    def ready(self) -> dict[str, Any] | None:
+        obj = self.infra() or {}
+        status = obj.get("status") or {}
+        provisioned = (status.get("initialization") or {}).get("provisioned")
+        return obj if status.get("ready") and provisioned else None
+
+    async def create(self) -> None:
+        spec = os_machine_spec(rootVolume={"sizeGiB": 1})
+
+        def make() -> None:
+            secret = f"{self.name}-bootstrap"
+            machine_fixtures.create_bootstrap_secret(self.kube, self.namespace, secret, CLOUD_INIT)
+            machine_fixtures.create_machine(
+                self.kube,
+                self.namespace,
+                self.name,
+                cluster="c1",
+                kinds=OPENSTACK_KINDS,
+                spec=spec,
+                bootstrap_secret=secret,
+            )
+
+        await asyncio.to_thread(make)
+
+    async def provisioned(self) -> None:
+        """Ready, with exactly one server, one port on it and one root volume attached to it."""
+        infra = await eventually(self.ready, timeout=CONVERGE_TIMEOUT, what=f"{self.name} ready")
+        found = await asyncio.to_thread(self.cloud)
+        assert len(found["servers"]) == 1, found["servers"]
+        [server] = found["servers"]
+        assert server["status"] == "ACTIVE"
+        assert infra["spec"]["providerID"] == f"openstack:///{server['id']}"
+        assert infra["spec"]["instanceID"] == server["id"]
+        assert [(p["name"], p["device_id"]) for p in found["ports"]] == [
+            (f"{self.name}-0", server["id"])
+        ]
+        assert [[a["server_id"] for a in v["attachments"]] for v in found["volumes"]] == [
+            [server["id"]]
+        ]
+        await asyncio.to_thread(self.note_cloud)
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(
+            self.kube.delete, OPENSTACK_KINDS.machine, self.name, self.namespace
+        )
+
+    async def deleted(self) -> None:
+        """The finalizer goes last: when the OpenStackMachine is gone, so is everything."""
+
+        def gone() -> bool:
+            infra = self.infra()
+            if infra is not None:
+                assert OPENSTACK_KINDS.finalizer in infra["metadata"].get("finalizers", [])
+            return infra is None
+
+        await eventually(gone, timeout=CONVERGE_TIMEOUT, what=f"{self.name} deleted")
+        found = await asyncio.to_thread(self.cloud)
+        assert found == {"servers": [], "ports": [], "volumes": []}, found
+        assert self.seen["ports"] and self.seen["volumes"], self.seen
+
+
+async def os_ports_before_server(scene: OpenStackScene, point: KillPoint[OpenStackScene]) -> None:
+    """Killed with the port made and no server yet: the next worker adopts the port (the same
+    one) and makes the server."""
+    point.hold(scene)
+    await scene.create()
+    await scene.kill_at(point)
+    ports = await asyncio.to_thread(scene.port_ids)
+    await scene.restart_worker()
+    await scene.provisioned()
+    assert await asyncio.to_thread(scene.port_ids) == ports  # adopted, not made again
+    await scene.delete()
+    await scene.deleted()
+
+
+async def os_active_while_dead(scene: OpenStackScene) -> None:
+    """The server comes up while no worker runs: the next one reports it."""
+    await eventually(functools.partial(scene.server_status_is, "ACTIVE"), what="server ACTIVE")
+    assert scene.ready() is None
+
+
+def os_slow(service: str, method: str, route: str) -> Callable[[OpenStackScene], None]:
+    """Hold a step: the next matching request answers only after a step's time."""
+
+    def hold(scene: OpenStackScene) -> None:
+        scene.admin.inject(service, 0, method=method, route=route, latency_s=OS_STEP_S * 2)
+
+    return hold
+
+
+def os_building(scene: OpenStackScene) -> bool:
+    return scene.server_status_is("BUILD")
+
+
+OPENSTACK_KILL_POINTS: list[KillPoint[OpenStackScene]] = [
+    KillPoint(
+        "ports-no-server",
+        os_ports_before_server,
+        at=OpenStackScene.ports_without_server,
+        what="port made, no server yet (tagging the port)",
+        hold=os_slow("network", "PUT", r"/ports/.*/tags$"),
+    ),
+    KillPoint(
+        "server-build",
+        killed_while_provisioning,
+        at=os_building,
+        what="server BUILD (the create activity polling it)",
+    ),
+    KillPoint(
+        "active-not-reported",
+        killed_while_provisioning,
+        at=os_building,
+        what="server BUILD; it becomes ACTIVE while no worker runs",
+        while_dead=os_active_while_dead,
+    ),
+    KillPoint(
+        "deleting-server",
+        killed_while_deleting,
+        at=OpenStackScene.server_deleting,
+        what="server deleting",
+    ),
+    KillPoint(
+        "deleting-ports",
+        killed_while_deleting,
+        at=OpenStackScene.ports_without_server,
+        what="server gone, its port and root volume still there",
+        hold=os_slow("network", "DELETE", r"/ports/"),
+    ),
+    KillPoint(
+        "deleted-while-dead",
+        deleted_while_dead,
+        at=os_building,
+        what="server BUILD",
+    ),
+]
+
+
+@dataclass
+class OpenStackRig:
+    worker: WorkerProcess
+    task_queue: str
+    endpoint: OpenStackEmulatorEndpoint
+
+    @contextlib.asynccontextmanager
+    async def scenes(
+        self, kube: Kube, namespace: str, client: Client
+    ) -> AsyncIterator[Callable[[str], Scene]]:
+        await asyncio.to_thread(
+            machine_fixtures.create_cluster, kube, namespace, "c1", OPENSTACK_KINDS
+        )
+        starter = MachineStarter(
+            kube,
+            client,
+            kinds=OPENSTACK_KINDS,
+            task_queue=self.task_queue,
+            cluster="osfaults",
+            namespace=namespace,
+            timings=TEST_TIMINGS,
+        )
+        task = asyncio.create_task(starter.run())
+        try:
+            yield lambda name: OpenStackScene(name, self.worker, kube, namespace, self.endpoint)
+        finally:
+            starter.stop()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            items = await asyncio.to_thread(kube.list, OPENSTACK_KINDS.machine, namespace)
+            for obj in items.get("items", []):
+                if obj["metadata"].get("finalizers"):
+                    await asyncio.to_thread(
+                        kube.patch,
+                        OPENSTACK_KINDS.machine,
+                        obj["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        namespace,
+                    )
+            OpenStackEmulatorAdmin(self.endpoint.admin_url).clear_faults()
+
+
+@contextlib.contextmanager
+def openstack_rig(
+    request: pytest.FixtureRequest, stack: LocalStack, log_dir: Path
+) -> Iterator[OpenStackRig]:
+    endpoint: OpenStackEmulatorEndpoint = request.getfixturevalue("slow_openstack")
+    task_queue = f"osfaults-{uuid.uuid4().hex[:8]}"
+    section = openstack_settings(endpoint, router=False, **OS_QUICK_TIMINGS)
+    env = worker_env(
+        stack_settings(stack, task_queue=task_queue, cluster="osfaults"),
+        stack,
+        {"CLOUDLOOP_PROVIDER": "openstack"},
+        section_env("openstack", section),
+    )
+    yield OpenStackRig(WorkerProcess(env, log_dir), task_queue, endpoint)
+
+
 # -- the test --------------------------------------------------------------------------------
 RIGS: dict[str, Callable[[pytest.FixtureRequest, LocalStack, Path], Any]] = {
     "dvp": dvp_rig,
     "zvirt": zvirt_rig,
+    "openstack": openstack_rig,
 }
-KILL_POINTS: dict[str, list[Any]] = {"dvp": DVP_KILL_POINTS, "zvirt": ZVIRT_KILL_POINTS}
+KILL_POINTS: dict[str, list[Any]] = {
+    "dvp": DVP_KILL_POINTS,
+    "zvirt": ZVIRT_KILL_POINTS,
+    "openstack": OPENSTACK_KILL_POINTS,
+}
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Node groups from InstanceClasses with the real Cluster API manager, on DVP and on zVirt.
+"""Node groups from InstanceClasses with the real Cluster API manager, on DVP, zVirt and OpenStack.
 
 The user's path without Deckhouse: an InstanceClass in the cluster, ``cloudloop nodegroup render``
 turns it into a MachineDeployment and its InfraMachineTemplate, ``kubectl apply`` and
@@ -29,6 +29,8 @@ from temporalio.client import Client
 from cloudloop.cloud.dvp import resources as dvp
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
+from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
+from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.kube.api import Kube
@@ -117,6 +119,8 @@ class Cloud:
     requests: Callable[[], dict[str, tuple[int, int]]] = lambda: {}
     #: Kinds every machine has exactly one of (name suffixes per machine for DVP).
     per_machine: dict[str, Callable[[str], str]] = field(default_factory=dict)
+    #: Extra ``cloudloop nodegroup render`` arguments (zones, provider values).
+    render_args: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -248,6 +252,72 @@ def zvirt_cloud(endpoint: OvirtEmulatorEndpoint) -> Iterator[Cloud]:
     )
 
 
+@contextlib.contextmanager
+def openstack_cloud(endpoint: Any) -> Iterator[Cloud]:
+    """The OpenStack emulator: a server, its port ``<machine>-0`` and root volume ``-root`` per
+    machine, each counted by the emulator as made and removed."""
+    from devstack.backends.openstack import QUICK_TIMINGS, machine_spec, openstack_settings
+    from devstack.openstack_emulator import OpenStackEmulatorAdmin
+
+    admin = OpenStackEmulatorAdmin(endpoint.admin_url)
+    admin.reset()
+    spec = machine_spec()
+
+    def snapshot() -> dict[str, dict[str, str]]:
+        state = admin.state()
+        return {
+            "vms": {s["id"]: s["name"] for s in state["servers"]},
+            "ports": {p["id"]: p["name"] for p in state["ports"] if p["name"]},
+            "volumes": {v["id"]: v["name"] for v in state["volumes"]},
+        }
+
+    def requests() -> dict[str, tuple[int, int]]:
+        counts = admin.counts()
+        return {
+            kind: (counts[f"{kind}_created"], counts[f"{kind}_removed"])
+            for kind in ("servers", "ports", "volumes")
+        }
+
+    def server(name: str) -> dict[str, Any]:
+        return next((s for s in admin.rows("servers") if s["name"] == name), {})
+
+    def provider_id(name: str) -> str:
+        found = server(name)
+        return f"openstack:///{found['id']}" if found else ""
+
+    yield Cloud(
+        name="openstack",
+        kinds=OPENSTACK_KINDS,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1",
+            "kind": OPENSTACK_TEMPLATES.instance_class.kind,
+            "metadata": {"name": f"ng-{uuid.uuid4().hex[:6]}"},
+            "spec": {
+                "flavorName": spec["flavor"],
+                "imageName": spec["image"]["filter"]["name"],
+                "mainNetwork": "private",
+                "additionalSecurityGroups": ["default"],
+                "rootDiskSize": 2,
+            },
+        },
+        change=lambda spec: spec.update(flavorName="m1.medium"),
+        vm_shows_change=lambda name: server(name).get("_flavor_id") == "3",
+        env={
+            "CLOUDLOOP_PROVIDER": "openstack",
+            **section_env("openstack", openstack_settings(endpoint, router=False, **QUICK_TIMINGS)),
+        },
+        snapshot=snapshot,
+        provider_id=provider_id,
+        requests=requests,
+        per_machine={
+            "vms": lambda m: m,
+            "ports": lambda m: f"{m}-0",
+            "volumes": lambda m: f"{m}-root",
+        },
+        render_args=("--zones=nova",),
+    )
+
+
 # -- the rig -------------------------------------------------------------------------------------
 @dataclass
 class Group:
@@ -294,6 +364,7 @@ class Group:
         ]  # fmt: skip
         if replicas is not None:
             args.append(f"--replicas={replicas}")
+        args += self.cloud.render_args
         rendered = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
         assert rendered.returncode == 0, rendered.stderr
         objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
@@ -336,6 +407,7 @@ class Group:
 CLOUDS: dict[str, Callable[[pytest.FixtureRequest], contextlib.AbstractContextManager[Cloud]]] = {
     "dvp": lambda request: dvp_cloud(request.getfixturevalue("dvp_parent")),
     "zvirt": lambda request: zvirt_cloud(request.getfixturevalue("ovirt")),
+    "openstack": lambda request: openstack_cloud(request.getfixturevalue("openstack_endpoint")),
 }
 
 

@@ -10,6 +10,8 @@ import yaml
 
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
+from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
+from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.nodegroup.contract import Contract, ContractError, RenderContext
@@ -39,6 +41,8 @@ from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
         ('{{ printf "%s-%d" .a .b }}', {"a": "x", "b": 3.0}, "x-3"),
         ("{{/* a comment */}}ok", {}, "ok"),
         ('{{ eq .a "x" }} {{ ne .a "x" }}', {"a": "x"}, "true false"),
+        ('{{ uniq (concat .a .b) | join "," }}', {"a": ["x", "y"], "b": ["y", "z"]}, "x,y,z"),
+        ("{{ append .a 3 | toJson }}", {"a": [1, 2]}, "[1,2,3]"),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None,
 )
@@ -176,6 +180,120 @@ def test_zvirt_template_renders_capz_fields_with_defaults() -> None:
     }
 
 
+OPENSTACK_CLASS: dict[str, Any] = {
+    "flavorName": "m1.large",
+    "rootDiskSize": 30.0,
+    "additionalNetworks": ["storage"],
+    "additionalSecurityGroups": ["web", "ssh"],
+    "additionalTags": {"team": "a", "env": "dev"},
+    "tags": ["raw-tag"],
+}
+OPENSTACK_PROVIDER: dict[str, Any] = {
+    "instances": {
+        "imageName": "ubuntu-22.04",
+        "mainNetwork": "kube",
+        "securityGroups": ["ssh", "base"],
+        "sshKeyPairName": "cluster-key",
+    },
+    "internalNetworkNames": ["kube"],
+    "podNetworkMode": "DirectRoutingWithPortSecurityEnabled",
+    "tags": {"env": "prod", "owner": "ops"},
+}
+
+
+def test_openstack_template_renders_capo_fields_as_deckhouse_maps_them() -> None:
+    contract = Contract.parse(OPENSTACK_TEMPLATES.contract_text())
+    context = RenderContext(
+        instance_class=OPENSTACK_CLASS,
+        zone="nova",
+        node_group="w",
+        provider=OPENSTACK_PROVIDER,
+        cluster_uuid="u1",
+        pod_subnet="10.111.0.0/16",
+    )
+    obj = contract.render(context)
+    assert (obj["apiVersion"], obj["kind"]) == (
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "OpenStackMachineTemplate",
+    )
+    groups = [{"filter": {"name": n}} for n in ("ssh", "base", "web")]
+    assert obj["spec"]["template"]["spec"] == {
+        "flavor": "m1.large",
+        "image": {"filter": {"name": "ubuntu-22.04"}},
+        "sshKeyName": "cluster-key",
+        "configDrive": True,
+        "securityGroups": groups,
+        "ports": [
+            {
+                "network": {"filter": {"name": "kube"}},
+                "securityGroups": groups,
+                "allowedAddressPairs": [{"ipAddress": "10.111.0.0/16"}],
+            },
+            {"network": {"filter": {"name": "storage"}}, "securityGroups": groups},
+        ],
+        "rootVolume": {"sizeGiB": 30, "availabilityZone": {"from": "Machine"}},
+        "tags": [
+            "owner=ops",
+            "env=dev",
+            "team=a",
+            "raw-tag",
+            "deckhouse-u1=1",
+            "role-deckhouse-w-nova=1",
+            "use-cluster-api=1",
+        ],
+        "serverMetadata": [
+            {"key": "kubernetes.io-cluster-deckhouse-u1", "value": "1"},
+            {"key": "kubernetes.io-role-deckhouse-w-nova", "value": "1"},
+        ],
+        "schedulerHintAdditionalProperties": [
+            {"name": "deckhouse-zone", "value": {"type": "String", "string": "nova"}}
+        ],
+    }
+    assert contract.machine_deployment_fields(context) == {"failureDomain": "nova"}
+
+
+def test_openstack_template_needs_an_image_and_a_network() -> None:
+    contract = Contract.parse(OPENSTACK_TEMPLATES.contract_text())
+    with pytest.raises(ContractError, match="imageName"):
+        contract.render(RenderContext(instance_class={"flavorName": "f"}, zone="z", node_group="g"))
+    with pytest.raises(ContractError, match="mainNetwork"):
+        contract.render(
+            RenderContext(
+                instance_class={"flavorName": "f", "imageName": "i"}, zone="z", node_group="g"
+            )
+        )
+    obj = contract.render(
+        RenderContext(
+            instance_class={"flavorName": "f", "imageName": "i", "mainNetwork": "n"},
+            zone="z",
+            node_group="g",
+        )
+    )
+    spec = obj["spec"]["template"]["spec"]
+    assert spec["ports"] == [{"network": {"filter": {"name": "n"}}}]
+    assert "rootVolume" not in spec and "securityGroups" not in spec
+
+
+@pytest.mark.parametrize(
+    ("change", "rolls"),
+    [
+        (lambda c: c.update(flavorName="m1.xlarge"), True),
+        (lambda c: c.update(rootDiskSize=30), False),
+        (lambda c: c["tags"].append("x"), True),
+        (lambda c: c.update(capacity={"cpu": 2, "memory": "4Gi"}), False),
+    ],
+    ids=["flavor", "same-number", "tags", "capacity"],
+)
+def test_openstack_rollout_fields(change: Any, rolls: bool) -> None:
+    import copy
+
+    contract = Contract.parse(OPENSTACK_TEMPLATES.contract_text())
+    changed = copy.deepcopy(OPENSTACK_CLASS)
+    change(changed)
+    before = contract.rollout_digest(OPENSTACK_CLASS, "z", "uuid")
+    assert (contract.rollout_digest(changed, "z", "uuid") != before) is rolls
+
+
 @pytest.mark.parametrize(
     ("change", "rolls"),
     [
@@ -204,8 +322,14 @@ def test_rollout_digest_changes_only_with_rollout_fields(change: Any, rolls: boo
     [
         (DVP_KINDS, DVP_TEMPLATES, DVP_CLASS, "DVPInstanceClass"),
         (ZVIRT_KINDS, ZVIRT_TEMPLATES, ZVIRT_CLASS, "ZvirtInstanceClass"),
+        (
+            OPENSTACK_KINDS,
+            OPENSTACK_TEMPLATES,
+            {**OPENSTACK_CLASS, "imageName": "i", "mainNetwork": "n"},
+            "OpenStackInstanceClass",
+        ),
     ],
-    ids=["dvp", "zvirt"],
+    ids=["dvp", "zvirt", "openstack"],
 )
 def test_node_group_renders_a_machine_deployment_per_zone(
     kinds: Any, templates: Any, spec: dict[str, Any], kind: str
@@ -256,3 +380,39 @@ def test_templates_secret_is_where_the_node_manager_reads_it() -> None:
         == "capi"
     )
     assert "template.yaml" in secret["data"]
+
+
+def test_cli_renders_an_openstack_class_with_the_provider_values(tmp_path: Any) -> None:
+    """``cloudloop nodegroup render --provider-values``: the registration Secret's ``openstack``
+    subtree is the template's ``.provider`` (image, network, groups default from it)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cloudloop.cli import main
+
+    ic = tmp_path / "ic.yaml"
+    ic.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "deckhouse.io/v1",
+                "kind": "OpenStackInstanceClass",
+                "metadata": {"name": "w"},
+                "spec": {"flavorName": "m1.small"},
+            }
+        )
+    )
+    values = tmp_path / "openstack.json"
+    values.write_text(json.dumps(OPENSTACK_PROVIDER))
+    args = ["nodegroup", "render", f"--instance-class={ic}", "--name=workers", "--cluster=c1"]
+    args += ["--bootstrap-secret=boot", "--zones=nova", "--pod-subnet=10.111.0.0/16"]
+    result = CliRunner().invoke(main, [*args, f"--provider-values={values}"])
+    assert result.exit_code == 0, result.output
+    template, deployment = [o for o in yaml.safe_load_all(result.output) if o]
+    spec = template["spec"]["template"]["spec"]
+    assert spec["image"] == {"filter": {"name": "ubuntu-22.04"}}
+    assert spec["ports"][0]["network"] == {"filter": {"name": "kube"}}
+    assert spec["ports"][0]["allowedAddressPairs"] == [{"ipAddress": "10.111.0.0/16"}]
+    assert deployment["spec"]["template"]["spec"]["failureDomain"] == "nova"
+    missing = CliRunner().invoke(main, args)
+    assert missing.exit_code != 0 and "imageName" in missing.output

@@ -140,6 +140,8 @@ provider:
     -----END CERTIFICATE-----
 zones: [nova, nova-b]
 sshPublicKey: ssh-ed25519 AAAA
+tags:
+  team: platform
 masterNodeGroup:
   replicas: 1
 """
@@ -149,6 +151,7 @@ def test_the_cluster_configuration_provider_block(tmp_path: Path) -> None:
     values = parse_cluster_configuration(CLUSTER_CONFIGURATION)
     assert values["zones"] == ["nova", "nova-b"]
     assert values["networking"] == {"public_network_names": ["public"]}
+    assert values["tags"] == {"team": "platform"}  # node-group servers' tags (registration)
     path = tmp_path / "cluster.yaml"
     path.write_text(CLUSTER_CONFIGURATION)
     settings = resolve(OpenStackSettings(cluster_configuration_file=path))
@@ -181,6 +184,16 @@ def test_registration_secret_keys_as_deckhouse(tmp_path: Path) -> None:
     assert data["type"] == "openstack"
     assert data["instanceClassKind"] == "OpenStackInstanceClass"
     assert data["machineClassKind"] == "OpenStackMachineClass"
+    assert data["instanceClassAPIVersion"] == "v1"
+    assert data["region"] == "RegionOne"
+    assert {k: data[k] for k in data if k.startswith("capi")} == {
+        "capiClusterName": "openstack",
+        "capiClusterKind": "OpenStackCluster",
+        "capiClusterAPIVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "capiMachineTemplateKind": "OpenStackMachineTemplate",
+        "capiMachineTemplateAPIVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+    }
+    assert "sshPublicKey" in data
     assert json.loads(data["zones"]) == ["nova"]
     openstack = json.loads(data["openstack"])
     assert openstack["connection"]["tenantName"] == "kube"

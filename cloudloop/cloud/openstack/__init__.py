@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cloudloop.cloud.openstack.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.provider import Provider
 
@@ -34,5 +35,7 @@ PROVIDER = Provider(
     name="openstack",
     settings=OpenStackSettings,
     driver=_driver,
+    infra_kinds=INFRA_KINDS,
     registration=_registration,
+    node_templates=NODE_TEMPLATES,
 )

@@ -3,8 +3,9 @@
 :func:`parse_cloud_conf` reads cloud-provider-openstack's ``cloud.conf`` the way gcfg does
 (case-insensitive sections and keys, ``[LoadBalancerClass "name"]`` subsections, quoted values
 with escapes, ``;``/``#`` comments, repeated keys for lists, durations such as ``5s``);
-:func:`parse_cluster_configuration` reads the ``provider`` block (and network names, zones) of
-an ``OpenStackClusterConfiguration``. :func:`resolve` lays both over the settings.
+:func:`parse_cluster_configuration` reads the ``provider`` block (and network names, zones,
+tags, SSH key) of an ``OpenStackClusterConfiguration``. :func:`resolve` lays both over the
+settings.
 
 Rules: unknown keys are ignored (gcfg's non-fatal errors, as CPO reads with ``FatalOnly``), a
 malformed line or value is a :class:`ConfigError` naming the line; nothing here logs a value.
@@ -260,6 +261,8 @@ def parse_cluster_configuration(text: str) -> dict[str, Any]:
         values["zones"] = [str(z) for z in document["zones"]]
     if document.get("sshPublicKey"):
         values["ssh_public_key"] = str(document["sshPublicKey"])
+    if isinstance(document.get("tags"), dict):
+        values["tags"] = {str(k): str(v) for k, v in document["tags"].items()}
     if isinstance(section, dict) and section.get("podNetworkMode"):
         values["pod_network_mode"] = str(section["podNetworkMode"])
     return values

@@ -1,9 +1,11 @@
 """The node manager's registration Secret for OpenStack (Deckhouse ``templates/registration.yaml``).
 
 ``kube-system/d8-node-manager-cloud-provider`` (and the copy ``...-openstack``) tells the node
-manager to use ``OpenStackInstanceClass``/``OpenStackMachineClass`` and hands it the connection
-(``openstack`` key: ``connection``, ``internalNetworkNames``, ``externalNetworkNames``,
-``instances``, ``podNetworkMode``), key for key as Deckhouse renders it. The ``openstack`` key
+manager to use ``OpenStackInstanceClass``/``OpenStackMachineClass`` and the Cluster API kinds
+(``capi*`` keys: ``OpenStackCluster``/``OpenStackMachineTemplate`` v1beta1, cluster ``openstack``)
+and hands it the connection (``openstack`` key: ``connection``, ``internalNetworkNames``,
+``externalNetworkNames``, ``instances``, ``podNetworkMode``, ``tags``: the subtree the machine
+template reads as ``.provider``), key for key as Deckhouse renders it. The ``openstack`` key
 holds the password: it is a Secret, but it is never logged. Every value is base64.
 """
 
@@ -13,6 +15,8 @@ import base64
 import json
 from typing import Any
 
+from cloudloop.cloud.capi import INFRA_GROUP
+from cloudloop.cloud.openstack.capi import INFRA_KINDS
 from cloudloop.cloud.openstack.config import resolve
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 
@@ -58,11 +62,22 @@ def registration_values(raw: OpenStackSettings) -> dict[str, str]:
         openstack["externalNetworkNames"] = list(settings.networking.public_network_names)
     if settings.instances:
         openstack["instances"] = dict(settings.instances)
+    if settings.tags:
+        openstack["tags"] = dict(settings.tags)
+    infra_api_version = f"{INFRA_GROUP}/{INFRA_KINDS.machine.version}"
     values = {
         "type": NAME,
+        "region": c.region,
         "zones": _json(list(settings.zones)),
+        "instanceClassAPIVersion": "v1",
         "instanceClassKind": "OpenStackInstanceClass",
         "machineClassKind": "OpenStackMachineClass",
+        "capiClusterName": NAME,
+        "capiClusterKind": INFRA_KINDS.cluster.kind,
+        "capiClusterAPIVersion": infra_api_version,
+        "capiMachineTemplateKind": INFRA_KINDS.template.kind,
+        "capiMachineTemplateAPIVersion": infra_api_version,
+        "sshPublicKey": settings.ssh_public_key,
         "openstack": _json(openstack),
     }
     return {key: _b64(value) for key, value in values.items()}

@@ -160,3 +160,5 @@ class OpenStackSettings(BaseModel):
     instances: dict[str, Any] = Field(default_factory=dict)
     pod_network_mode: str = "DirectRoutingWithPortSecurityEnabled"
     ssh_public_key: str = ""
+    #: The cluster's tags (``OpenStackClusterConfiguration.tags``): node-group servers get them.
+    tags: dict[str, str] = Field(default_factory=dict)
