@@ -327,9 +327,10 @@ def _patch_lifecycle() -> None:
     def terminate_later(self: Any) -> Any:
         delay = LIFECYCLE["shutting_down_s"]
         current = self._state  # settles a due transition first
-        if delay <= 0 or current.name in ("shutting-down", "terminated"):
-            if current.name == "shutting-down":
-                return copy_state(current)
+        if current.name == "shutting-down":
+            return copy_state(current)
+        self.__dict__.pop("_cloudloop_due", None)  # a pending instance never comes up now
+        if delay <= 0 or current.name == "terminated":
             return terminate(self)
         previous = copy_state(current)
         current.name, current.code = "shutting-down", 32

@@ -300,6 +300,14 @@ def test_instances_pass_through_pending_and_shutting_down(aws: None) -> None:
         assert state() == "shutting-down" and volumes()
         assert within(10, lambda: not volumes())  # listing volumes settles the termination
         assert state() == "terminated"
+
+        # Terminated while pending: it never comes up afterwards.
+        moto_ext.LIFECYCLE.update(pending_s=0.2, shutting_down_s=0.0)
+        [raw] = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"]
+        instance = raw["InstanceId"]
+        ec2.terminate_instances(InstanceIds=[instance])
+        time.sleep(0.3)  # past the moment it would have come up
+        assert state() == "terminated"
     finally:
         moto_ext.LIFECYCLE.update(pending_s=0.0, shutting_down_s=0.0)
 
