@@ -115,6 +115,8 @@ def test_create_adopt_get_delete(driver: AwsDriver, endpoint: str, cloud: Machin
     [volume] = ec2.describe_volumes(VolumeIds=[device["Ebs"]["VolumeId"]])["Volumes"]
     assert (volume["Size"], volume["VolumeType"]) == (30, "gp3")
     assert {t["Key"]: t["Value"] for t in volume["Tags"]} == tags
+    # A node's root volume is no data disk: discovery never reports it as orphaned.
+    assert volume["VolumeId"] not in {d.id for d in driver.list_cluster_disks(cloud.cluster)}
     data = ec2.describe_instance_attribute(InstanceId=created.id, Attribute="userData")
     assert base64.b64decode(data["UserData"]["Value"]) == USER_DATA
 
