@@ -906,3 +906,40 @@ async def test_worker_sigkill_converges(
 ) -> None:
     scene = scenes(point.id)
     await point.flow(scene, point)
+
+
+@pytest.mark.parametrize("rig", ["aws"], indirect=True)
+async def test_aws_quota_is_reported_then_retried(scenes: Callable[[str], Scene]) -> None:
+    """EC2 refuses the launch for quota (the front's fault switch; moto never does): every
+    attempt of the create activity fails, the AWSMachine shows the cloud's message in a Warning
+    Event and its condition, then the workflow retries on its own and gets one instance."""
+    from cloudloop.kube.resources import EVENTS
+    from workflows.machine import CREATE_RETRY
+
+    scene = scenes("aws-quota")
+    assert isinstance(scene, AwsScene)
+    message = "You have requested more vCPU capacity than your current vCPU limit allows"
+    attempts = CREATE_RETRY.maximum_attempts
+    aws_front.inject_fault(scene.rig.endpoint, "RunInstances", "VcpuLimitExceeded", message,
+                           count=attempts)  # fmt: skip
+    await scene.create()
+
+    def warned() -> dict[str, Any] | None:
+        events = scene.kube.list(
+            EVENTS, scene.namespace, fieldSelector=f"involvedObject.name={scene.name}"
+        )
+        return next(
+            (
+                e
+                for e in events.get("items", [])
+                if e.get("reason") == "ProvisioningFailed" and message in e.get("message", "")
+            ),
+            None,
+        )
+
+    event = await eventually(warned, timeout=CONVERGE_TIMEOUT, what="a ProvisioningFailed Event")
+    assert event["type"] == "Warning" and "QuotaExceeded" in event["message"]
+    assert scene.vm_id() == ""  # nothing launched meanwhile
+    await scene.provisioned()  # retried automatically once the quota allows
+    await scene.delete()
+    await scene.deleted()
