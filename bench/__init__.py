@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.actions import temporal_action_figures
+from bench.aws_machines import aws_machine_figures
 from bench.context import BenchContext
 from bench.csi import csi_figures
 from bench.lbscale import lb_scale_figures
@@ -35,6 +36,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
     "openstack-machines": openstack_machine_figures,
+    "aws-machines": aws_machine_figures,
     "csi": csi_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,

@@ -47,7 +47,7 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerTarget,
 )
 from cloudloop.messages.machine import MachineTimings, PollSchedule
-from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+from cloudloop.nodegroup.render import DEFAULT_ZONE, Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from devstack.backends.dvp import create_node_vms, dvp_settings
 from devstack.backends.zvirt import machine_spec, ovirt_engine, zvirt_settings
@@ -94,7 +94,8 @@ async def _scale_group(
     kinds: Any,
     templates: Any,
     spec: dict[str, Any],
-    zones: tuple[str, ...] = ("default",),
+    *,
+    zones: tuple[str, ...] = (),
 ) -> float:
     kube = Kube(api_client(plane.kubeconfig, qps_pool=32))
     namespace = f"ng-{uuid.uuid4().hex[:6]}"
@@ -130,7 +131,7 @@ async def _scale_group(
         namespace=namespace,
         bootstrap=Bootstrap(data_secret_name="boot"),
         replicas=0,
-        zones=zones,
+        zones=zones or (DEFAULT_ZONE,),
     )
     objects = render_node_group(group, kinds, templates)
     template, deployment = objects[0], objects[1]

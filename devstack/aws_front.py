@@ -12,7 +12,14 @@ Admin endpoints (JSON): ``POST /_cloudloop/aws/limits`` with ``{"rate_per_s": r,
 "storm": {"fraction": 0.5, "duration_s": 60, "services": ["ec2"]}}`` (``{"storm": {}}`` ends a
 storm, ``"rate_per_s": null`` lifts the rate); ``GET /_cloudloop/aws/stats`` (requests and
 refusals by service, action and code; ``DELETE`` resets them); the lifecycle endpoints of
-:mod:`devstack.autoscaling_ext`. ``python -m devstack.aws_front --port P --upstream URL
+:mod:`devstack.autoscaling_ext`. Two switches for fault tests: ``POST /_cloudloop/aws/faults``
+``{"service": "ec2", "action": "RunInstances", "code": "InstanceLimitExceeded", "message": m,
+"status": 400, "count": 1}`` answers the next ``count`` such requests with that AWS error (moto
+never answers quota or capacity errors; ``DELETE`` clears them), and ``POST
+/_cloudloop/aws/holds`` ``{"RunInstances": 1.5}`` holds each answer of an action that long after
+moto made it, so a test can stop a client between "done in the cloud" and "answer received"
+(``{}`` lifts every hold). Other ``/_cloudloop/`` paths go to moto (:mod:`devstack.moto_ext`).
+``python -m devstack.aws_front --port P --upstream URL
 [--rate R --burst B]`` runs it.
 """
 
@@ -23,6 +30,7 @@ import http.client
 import json
 import re
 import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -43,6 +51,8 @@ from devstack.aws_limits import RateLimiter, Refusal, check_limits, service_of, 
 
 LIMITS_PATH = "/_cloudloop/aws/limits"
 STATS_PATH = "/_cloudloop/aws/stats"
+AWS_FAULTS_PATH = "/_cloudloop/aws/faults"
+HOLDS_PATH = "/_cloudloop/aws/holds"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "trailer"}
 
 
@@ -108,6 +118,15 @@ def make_server(
     limiter = RateLimiter(rate_per_s=rate_per_s, burst=burst)
     stats = Stats()
     target = urllib.parse.urlsplit(upstream)
+    #: (service, action) → the refusals still to answer; action → seconds an answer is held.
+    faults: dict[tuple[str, str], list[Refusal]] = {}
+    holds: dict[str, float] = {}
+    switches = threading.Lock()
+
+    def next_fault(service: str, action: str) -> Refusal | None:
+        with switches:
+            queued = faults.get((service, action))
+            return queued.pop(0) if queued else None
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -149,6 +168,25 @@ def make_server(
             elif path == LIMITS_PATH and self.command == "POST":
                 limiter.configure(json.loads(body or b"{}"))
                 self._send(200, b"{}", "application/json")
+            elif path == AWS_FAULTS_PATH and self.command in ("POST", "DELETE"):
+                with switches:
+                    if self.command == "DELETE":
+                        faults.clear()
+                    else:
+                        fault = json.loads(body or b"{}")
+                        refusal = Refusal(
+                            int(fault.get("status", 400)),
+                            str(fault["code"]),
+                            str(fault.get("message", fault["code"])),
+                        )
+                        key = (str(fault.get("service", "ec2")), str(fault["action"]))
+                        faults.setdefault(key, []).extend([refusal] * int(fault.get("count", 1)))
+                self._send(200, b"{}", "application/json")
+            elif path == HOLDS_PATH and self.command == "POST":
+                with switches:
+                    holds.clear()
+                    holds.update({str(k): float(v) for k, v in json.loads(body or b"{}").items()})
+                self._send(200, b"{}", "application/json")
             elif path == STATS_PATH:
                 if self.command == "DELETE":
                     stats.reset()
@@ -168,6 +206,8 @@ def make_server(
             refusal = check_limits(service, action, params)
             if refusal is None and service not in ("", "tagging") and not limiter.admit(service):
                 refusal = throttled(service)
+            if refusal is None:
+                refusal = next_fault(service, action)
             if refusal is not None:
                 with stats.lock:
                     stats.refused[f"{service}:{action}:{refusal.code}"] += 1
@@ -179,7 +219,9 @@ def make_server(
                 xml = success_xml(action) if status == 200 else error_xml(status, code, message)
                 self._send(status, xml.encode(), "text/xml")
                 return
-            status, payload = self._forward(body)
+            with switches:
+                hold_s = holds.get(action, 0.0)
+            status, payload = self._forward(body, hold_s)
             if status >= 400:
                 code = _error_code(payload)
                 with stats.lock:
@@ -201,7 +243,7 @@ def make_server(
             query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
             return str(query.get("Action", "")), query
 
-        def _forward(self, body: bytes) -> tuple[int, bytes]:
+        def _forward(self, body: bytes, hold_s: float = 0.0) -> tuple[int, bytes]:
             connection = http.client.HTTPConnection(
                 target.hostname or "127.0.0.1", target.port or 80, timeout=60
             )
@@ -210,6 +252,8 @@ def make_server(
                 connection.request(self.command, self.path, body=body or None, headers=headers)
                 response = connection.getresponse()
                 payload = response.read()
+                if hold_s > 0:
+                    time.sleep(hold_s)  # done in moto, not yet answered
                 self.send_response(response.status)
                 for key, value in response.getheaders():
                     if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
@@ -259,6 +303,54 @@ def throttling_storm(
     set_limits(
         endpoint,
         storm={"fraction": fraction, "duration_s": duration_s, "services": list(services)},
+    )
+
+
+def inject_fault(
+    endpoint: str,
+    action: str,
+    code: str,
+    message: str = "",
+    *,
+    service: str = "ec2",
+    status: int = 400,
+    count: int = 1,
+) -> None:
+    """Answer the next ``count`` ``action`` requests with the AWS error ``code``."""
+    _post(
+        endpoint,
+        AWS_FAULTS_PATH,
+        {
+            "service": service,
+            "action": action,
+            "code": code,
+            "message": message or code,
+            "status": status,
+            "count": count,
+        },
+    )
+
+
+def clear_faults(endpoint: str) -> None:
+    request = urllib.request.Request(endpoint + AWS_FAULTS_PATH, method="DELETE")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def hold_answers(endpoint: str, **seconds: float) -> None:
+    """Hold each answer of the named actions (``RunInstances=1.5``) after moto made it; no
+    arguments lift every hold."""
+    _post(endpoint, HOLDS_PATH, seconds)
+
+
+def ec2_lifecycle(endpoint: str, *, pending_s: float = 0.0, shutting_down_s: float = 0.0) -> None:
+    """moto's instance transitions (through the front to :mod:`devstack.moto_ext`): new
+    instances ``pending`` for ``pending_s``, terminated ones ``shutting-down`` for
+    ``shutting_down_s``; zeros make both instant again."""
+    _post(
+        endpoint,
+        "/_cloudloop/moto/ec2-lifecycle",
+        {"pending_s": pending_s, "shutting_down_s": shutting_down_s},
     )
 
 

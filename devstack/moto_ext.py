@@ -20,6 +20,15 @@ from the AWS API reference, and changes nothing else:
 - NLB ``SubnetMappings`` are kept: each zone shows its ``LoadBalancerAddresses`` (the Elastic IP's
   ``AllocationId`` and address, or the ``PrivateIPv4Address``), and an unknown allocation is
   ``AllocationIdNotFound``.
+- EC2 instances go through AWS's transitional states when asked: with a lifecycle set
+  (``POST /_cloudloop/moto/ec2-lifecycle`` ``{"pending_s": p, "shutting_down_s": s}``, served by
+  this process; ``{}`` sets both back to 0) a new instance is ``pending`` for ``p`` seconds before
+  ``running``, and a terminated one ``shutting-down`` for ``s`` seconds before ``terminated``
+  (its delete-on-termination volumes go then, as in AWS). moto moves both instantly otherwise.
+- ``RunInstances`` checks its image and instance type, as AWS does (``InvalidAMIID.NotFound``,
+  ``InvalidInstanceType``): moto's own switches for both (``MOTO_ENABLE_AMI_VALIDATION``,
+  ``MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION``) are turned on; and the security groups of its
+  network interfaces must exist (``InvalidGroup.NotFound``; moto made up a group of that ID).
 - An EC2 resource reads its own tags by its id (moto scanned every tag of the region, with a
   regular expression per tag, for every resource it rendered: a 1,000-instance page took
   seconds); the tags shown are the same.
@@ -31,11 +40,17 @@ Tested through boto3 in ``tests/devstack/test_moto_ext.py``.
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+import time
 from typing import Any
 
+from moto import settings as moto_settings
+from moto.ec2.exceptions import InvalidSecurityGroupNotFoundError
 from moto.ec2.models import core as ec2_core_models
 from moto.ec2.models import ec2_backends
+from moto.ec2.models import instances as instance_models
 from moto.ec2.models import subnets as subnet_models
 from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
 from moto.elb import models as elb_models
@@ -269,21 +284,153 @@ def _patch_tags() -> None:
     resource_cls.get_tags = get_tags
 
 
+#: The admin path of the EC2 instance lifecycle (served by this process, not by moto).
+LIFECYCLE_PATH = "/_cloudloop/moto/ec2-lifecycle"
+#: Seconds a new instance stays ``pending`` and a terminated one ``shutting-down``.
+LIFECYCLE: dict[str, float] = {"pending_s": 0.0, "shutting_down_s": 0.0}
+_lifecycle_lock = threading.RLock()
+
+
+def _patch_lifecycle() -> None:
+    """Instance states through a property: transitions fall due when the state is read."""
+    instance_cls: Any = instance_models.Instance
+    init = instance_cls.__init__
+    terminate = instance_cls.terminate
+
+    def state_get(self: Any) -> Any:
+        due = self.__dict__.get("_cloudloop_due")
+        if due is not None and time.monotonic() >= due[0]:
+            with _lifecycle_lock:
+                due = self.__dict__.pop("_cloudloop_due", None)
+                if due is not None:
+                    due[1](self)
+        return self.__dict__["_cloudloop_state"]
+
+    def state_set(self: Any, value: Any) -> None:
+        self.__dict__["_cloudloop_state"] = value
+
+    def run(self: Any) -> None:
+        state = self.__dict__["_cloudloop_state"]
+        state.name, state.code = "running", 16
+
+    def finish_termination(self: Any) -> None:
+        terminate(self)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        pending = LIFECYCLE["pending_s"]
+        if pending > 0:
+            state = self.__dict__["_cloudloop_state"]
+            state.name, state.code = "pending", 0
+            self.__dict__["_cloudloop_due"] = (time.monotonic() + pending, run)
+
+    def terminate_later(self: Any) -> Any:
+        delay = LIFECYCLE["shutting_down_s"]
+        current = self._state  # settles a due transition first
+        if current.name == "shutting-down":
+            return copy_state(current)
+        self.__dict__.pop("_cloudloop_due", None)  # a pending instance never comes up now
+        if delay <= 0 or current.name == "terminated":
+            return terminate(self)
+        previous = copy_state(current)
+        current.name, current.code = "shutting-down", 32
+        self.__dict__["_cloudloop_due"] = (time.monotonic() + delay, finish_termination)
+        return previous
+
+    instance_cls._state = property(state_get, state_set)
+    instance_cls.__init__ = __init__
+    instance_cls.terminate = terminate_later
+
+
+def copy_state(state: Any) -> Any:
+    return instance_models.InstanceState(state.name, state.code)
+
+
+def settle_instances() -> None:
+    """Let every due transition happen (before volumes are listed: a terminated instance's
+    volumes go when it is terminated)."""
+    for regions in ec2_backends.values():
+        for backend in regions.values():
+            for reservation in list(backend.reservations.values()):
+                for instance in list(reservation.instances):
+                    _ = instance._state
+
+
+def _patch_volume_listing() -> None:
+    from moto.ec2.models import elastic_block_store as ebs_models
+
+    backend_cls: Any = ebs_models.EBSBackend
+    describe = backend_cls.describe_volumes
+
+    def describe_volumes(self: Any, *args: Any, **kwargs: Any) -> Any:
+        settle_instances()
+        return describe(self, *args, **kwargs)
+
+    backend_cls.describe_volumes = describe_volumes
+
+
+def _validate_launches() -> None:
+    """AWS refuses an unknown image, instance type or interface security group."""
+    settings: Any = moto_settings
+    settings.ENABLE_AMI_VALIDATION = True
+    settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+    backend_cls: Any = instance_models.InstanceBackend
+    run = backend_cls.run_instances
+
+    def run_instances(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for nic in kwargs.get("nics") or []:
+            for group_id in nic.get("Groups") or []:
+                if self.get_security_group_from_id(group_id) is None:
+                    raise InvalidSecurityGroupNotFoundError(group_id)
+        return run(self, *args, **kwargs)
+
+    backend_cls.run_instances = run_instances
+
+
 def install() -> None:
-    """Patch moto's ELB, subnet and EC2 tag models (once per process)."""
+    """Patch moto's ELB, subnet and EC2 tag and instance models (once per process)."""
     if getattr(elb_models, _PATCHED, False):
         return
     _patch_classic()
     _patch_nlb()
     _patch_subnets()
     _patch_tags()
+    _patch_lifecycle()
+    _patch_volume_listing()
+    _validate_launches()
     setattr(elb_models, _PATCHED, True)
+
+
+def _with_lifecycle_admin(app_cls: Any) -> Any:
+    """moto's WSGI application, answering :data:`LIFECYCLE_PATH` itself."""
+
+    class Application(app_cls):  # type: ignore[misc]
+        def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+            if environ.get("PATH_INFO") != LIFECYCLE_PATH:
+                return super().__call__(environ, start_response)
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length) if length else b""
+            wanted = json.loads(body or b"{}")
+            with _lifecycle_lock:
+                for key in LIFECYCLE:
+                    LIFECYCLE[key] = float(wanted.get(key, 0.0))
+                payload = json.dumps(LIFECYCLE).encode()
+            start_response(
+                "200 OK",
+                [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))],
+            )
+            return [payload]
+
+    return Application
 
 
 def main(argv: list[str] | None = None) -> None:
     install()
+    import moto.server
     from moto.server import main as moto_main
 
+    server: Any = moto.server
+    server.DomainDispatcherApplication = _with_lifecycle_admin(server.DomainDispatcherApplication)
     moto_main(argv if argv is not None else sys.argv[1:])
 
 

@@ -265,3 +265,67 @@ def rebalance(instance: str, event_id: str = "") -> str:
     return eventbridge(
         "aws.ec2", "EC2 Instance Rebalance Recommendation", {"instance-id": instance}, event_id
     )
+
+
+# -- node groups (Cluster API machines) ---------------------------------------------------------
+@dataclass
+class MachineCloud:
+    """A cluster's network and node defaults for machines: what Deckhouse's ``aws`` provider
+    values hold (node security group, IAM profile, a subnet per zone, cluster tags)."""
+
+    cluster: str
+    network: ClusterNetwork
+    profile: str
+
+    @property
+    def subnets(self) -> dict[str, str]:
+        return dict(zip(ZONES, self.network.subnet_ids, strict=True))
+
+    def settings(self, endpoint: str, **overrides: Any) -> AwsSettings:
+        """The driver's settings for machines of this cluster (quick delete polling)."""
+        values: dict[str, Any] = {
+            "instances": {
+                "ami": AMI,
+                "additional_security_groups": [self.network.node_group_id],
+                "iam_profile_name": self.profile,
+            },
+            "zone_to_subnet_id_map": self.subnets,
+            "key_name": self.cluster,
+            "tags": {"cluster-owner": "cloudloop-tests"},
+            "poll_interval_s": 0.1,
+            "delete_wait_s": 2.0,
+        }
+        values.update(overrides)
+        return aws_settings(endpoint, **values)
+
+
+def machine_cloud(endpoint: str, cluster: str) -> MachineCloud:
+    """A VPC, subnets, node group and IAM instance profile ``<cluster>-node`` and key pair
+    ``<cluster>`` for ``cluster``'s machines, as Terraform's base infrastructure makes them."""
+    ec2 = aws_client("ec2", endpoint)
+    network = create_cluster_network(ec2, cluster)
+    profile = f"{cluster}-node"
+    aws_client("iam", endpoint).create_instance_profile(InstanceProfileName=profile)
+    ec2.create_key_pair(KeyName=cluster)
+    return MachineCloud(cluster, network, profile)
+
+
+def machine_instances(ec2: Any, cluster: str) -> list[dict[str, Any]]:
+    """Every instance launched for a machine of ``cluster`` (any state but terminated)."""
+    found: list[dict[str, Any]] = []
+    filters = [
+        {"Name": "tag-key", "Values": [f"kubernetes.io/role/{cluster}"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "shutting-down",
+                                                  "stopping", "stopped"]},
+    ]  # fmt: skip
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            found += reservation["Instances"]
+    return found
+
+
+def machine_volumes(ec2: Any, cluster: str) -> list[dict[str, Any]]:
+    """Every volume launched for a machine of ``cluster`` that is not deleted."""
+    filters = [{"Name": "tag-key", "Values": [f"kubernetes.io/role/{cluster}"]}]
+    volumes = ec2.describe_volumes(Filters=filters)["Volumes"]
+    return [v for v in volumes if v.get("State") != "deleted"]

@@ -2,32 +2,47 @@
 
 A VPC with cluster-tagged subnets and route table, two instances whose Nodes node sync
 initializes and routes sync gives pod routes, an LB Service, a CloudProbe and an SQS queue that
-``cloudloop inject spot-interruption`` feeds.
+``cloudloop inject spot-interruption`` feeds; and a node group: the Cluster API manager runs in
+the demo's control plane, an ``AWSInstanceClass`` rendered into a MachineDeployment
+(``render_node_group``, what ``cloudloop nodegroup render`` prints) is scaled 0 → 2, and each
+AWSMachine's ``Machine`` workflow launches its EC2 instance.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import SecretStr
 
 from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
+from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
-from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.aws.settings import AwsNodeDefaults, AwsSettings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
+from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from cloudloop.settings import Settings
-from devstack.backends.aws import create_cluster_network
+from devstack.backends.aws import AMI, ZONES, ClusterNetwork, create_cluster_network
 from devstack.demos.common import DEPLOYMENTS
-from devstack.kube import KWOK_NODE_ANNOTATION
+from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 
 DEMO_NODES = 2
+#: The demo node group: its name, InstanceClass and size.
+GROUP = "demo-workers"
+GROUP_SIZE = 2
+MACHINE_DEPLOYMENTS = Resource(
+    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
+)
 
 
 class AwsDemo:
@@ -36,7 +51,14 @@ class AwsDemo:
     name = "aws"
 
     def stack_options(self, options: StackOptions) -> StackOptions:
-        return options
+        """The Cluster API manager joins the demo's control plane (for the node group)."""
+        kube = tuple(
+            dataclasses.replace(k, components=(*k.components, CAPI))
+            if k.name == "main" and CAPI not in k.components
+            else k
+            for k in options.kube
+        )
+        return dataclasses.replace(options, kube=kube)
 
     def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
         queue = AwsDriver(AWS.section(settings)).client("sqs").create_queue(QueueName=DEMO_QUEUE)
@@ -44,7 +66,9 @@ class AwsDemo:
             update={"nth": settings.nth.model_copy(update={"queue_url": queue["QueueUrl"]})}
         )
         (stack.state_dir / DEMO_FILE).write_text(json.dumps({"queue_url": queue["QueueUrl"]}))
-        _seed_cloud_and_cluster(kube, settings)
+        network = _seed_cloud_and_cluster(kube, settings)
+        settings = _node_group_settings(settings, network)
+        _seed_node_group(kube, settings)
         return settings
 
     def endpoints(self, stack: LocalStack) -> list[str]:
@@ -62,10 +86,15 @@ class AwsDemo:
             f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='CloudProbe'\"",
+            f"  {kubectl} get machinedeployments,machines,awsmachines -n default   # node group "
+            f"{GROUP}: 0 -> {GROUP_SIZE}",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"WorkflowType='Machine'\"",
+            f"  {kubectl} scale machinedeployment -n default -l node-group={GROUP} --replicas=3",
         ]
 
 
-def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> None:
+def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> ClusterNetwork:
     """The demo, in a fresh moto cloud and cluster:
 
     - a VPC with cluster-tagged subnets, a route table and a node security group;
@@ -146,6 +175,89 @@ def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> None:
     except KubeError as exc:
         if not exc.conflict:
             raise
+    return network
+
+
+def _node_group_settings(settings: Settings, network: ClusterNetwork) -> Settings:
+    """The ``aws`` node defaults (Deckhouse's provider values) for the demo's network, with the
+    IAM instance profile and key pair Terraform would have made."""
+    driver = AwsDriver(AWS.section(settings))
+    profile = f"{settings.cluster_name}-node"
+    driver.client("iam").create_instance_profile(InstanceProfileName=profile)
+    driver.client("ec2").create_key_pair(KeyName=settings.cluster_name)
+    aws = AWS.section(settings).model_copy(
+        update={
+            "instances": AwsNodeDefaults(
+                ami=AMI,
+                additional_security_groups=[network.node_group_id],
+                iam_profile_name=profile,
+            ),
+            "zone_to_subnet_id_map": dict(zip(ZONES, network.subnet_ids, strict=True)),
+            "key_name": settings.cluster_name,
+            "tags": {"demo": "cloudloop-dev"},
+        }
+    )
+    return settings.model_copy(update={"aws": aws})
+
+
+def _seed_node_group(kube: Kube, settings: Settings) -> None:
+    """An AWSInstanceClass, the CAPI Cluster with its AWSCluster, a bootstrap Secret, and the
+    node group rendered from the class (0 replicas), then scaled to :data:`GROUP_SIZE`."""
+    namespace = "default"
+    instance_class: dict[str, Any] = {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": AWS_TEMPLATES.instance_class.kind,
+        "metadata": {"name": GROUP},
+        "spec": {"instanceType": "m5.large", "diskSizeGb": 30, "diskType": "gp3"},
+    }
+    kube.create(AWS_TEMPLATES.instance_class, instance_class)
+    boot = "#cloud-config\nruncmd: [echo cloudloop-dev]\n"
+    kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": f"{GROUP}-bootstrap"},
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": {"value": boot, "format": "cloud-config"},
+        },
+        namespace,
+    )
+    kube.create(AWS_KINDS.cluster, {"metadata": {"name": "dev"}, "spec": {}}, namespace)
+    kube.create(
+        capi.CLUSTERS,
+        {
+            "metadata": {"name": "dev"},
+            "spec": {
+                "infrastructureRef": {
+                    "apiGroup": AWS_KINDS.cluster.group,
+                    "kind": AWS_KINDS.cluster.kind,
+                    "name": "dev",
+                }
+            },
+        },
+        namespace,
+    )
+    group = NodeGroup(
+        name=GROUP,
+        instance_class=instance_class,
+        cluster="dev",
+        namespace=namespace,
+        bootstrap=Bootstrap(data_secret_name=f"{GROUP}-bootstrap"),
+        replicas=0,
+        zones=(ZONES[0],),
+        max_surge=0,
+        max_unavailable=1,
+    )
+    objects = render_node_group(group, AWS_KINDS, AWS_TEMPLATES)
+    for obj in objects:
+        resource = AWS_KINDS.template if obj["kind"] == AWS_KINDS.template.kind else None
+        kube.create(resource or MACHINE_DEPLOYMENTS, obj, namespace)
+    deployment = next(o for o in objects if o["kind"] == "MachineDeployment")
+    kube.patch(
+        MACHINE_DEPLOYMENTS,
+        deployment["metadata"]["name"],
+        {"spec": {"replicas": GROUP_SIZE}},
+        namespace,
+    )
 
 
 DEMO_QUEUE = "cloudloop-dev-interruptions"

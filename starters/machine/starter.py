@@ -6,6 +6,10 @@ queue keys (``machine:<ns>/<name>``, ``cluster:<ns>/<name>``) in the starters' w
 workers reconcile each key from the informers' stores, one at a time per key, so a burst of events
 is one reconcile and objects are handled side by side. A Machine event queues its InfraMachine; a
 Cluster event queues its InfraMachines and its InfraCluster. Failures retry with per-key backoff.
+
+A cluster without Cluster API (no ``cluster.x-k8s.io`` Machine CRD, or no CRD of the provider's
+InfraMachine) turns machines off at start: its informers would only fail (and make the starter
+not ready); e.g. an AWS cluster that runs cloudloop as its CCM only.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from temporalio.client import Client
 
 from cloudloop.cloud.driver import Capability
 from cloudloop.cloud.registry import provider_for
-from cloudloop.kube.api import Kube
+from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.informer import Informer, Informers, WatchEvent
 from cloudloop.kube.resources import Resource
 from cloudloop.kube.workqueue import WorkQueue
@@ -91,6 +95,10 @@ class MachineStarter:
             return None
         if not context.driver.supports(Capability.MACHINES):
             log.info("machines off: the %s driver has no machines", context.driver.provider)
+            return None
+        missing = _not_served(context.kube, [capi.MACHINES, kinds.machine])
+        if missing:
+            log.info("machines off: %s not served (Cluster API not installed)", missing)
             return None
         return cls(
             context.kube,
@@ -170,3 +178,16 @@ class MachineStarter:
 def _key(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _not_served(kube: Kube, resources: list[Resource]) -> str:
+    """The kinds among ``resources`` the API server answers 404 for (no CRD); other errors
+    count as served (the informers retry them)."""
+    missing = []
+    for resource in resources:
+        try:
+            kube.list(resource, None, limit=1)
+        except KubeError as exc:
+            if exc.status == 404:
+                missing.append(resource.kind)
+    return ", ".join(missing)

@@ -262,3 +262,66 @@ def test_resources_show_their_own_tags(aws: None) -> None:
         ("role", "instance"),
         ("name", "instance"),
     }
+
+
+def test_instances_pass_through_pending_and_shutting_down(aws: None) -> None:
+    """With a lifecycle set, a new instance is pending, then running; a terminated one
+    shutting-down (its root volume still there), then terminated with the volume gone."""
+    import time
+
+    from devstack import moto_ext
+
+    ec2 = aws_client("ec2")
+    moto_ext.LIFECYCLE.update(pending_s=2.0, shutting_down_s=2.0)
+    try:
+        [raw] = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"]
+        instance = raw["InstanceId"]
+
+        def state() -> str:
+            found = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]
+            return str(found["Instances"][0]["State"]["Name"])
+
+        def volumes() -> list[Any]:
+            filters = [{"Name": "attachment.instance-id", "Values": [instance]}]
+            return list(ec2.describe_volumes(Filters=filters)["Volumes"])
+
+        def within(seconds: float, check: Any) -> bool:
+            deadline = time.monotonic() + seconds
+            while not check():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+            return True
+
+        assert raw["State"]["Name"] == "pending" and state() == "pending"
+        assert within(10, lambda: state() == "running")
+        answer = ec2.terminate_instances(InstanceIds=[instance])["TerminatingInstances"][0]
+        assert answer["CurrentState"]["Name"] == "shutting-down"
+        assert state() == "shutting-down" and volumes()
+        assert within(10, lambda: not volumes())  # listing volumes settles the termination
+        assert state() == "terminated"
+
+        # Terminated while pending: it never comes up afterwards.
+        moto_ext.LIFECYCLE.update(pending_s=0.2, shutting_down_s=0.0)
+        [raw] = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"]
+        instance = raw["InstanceId"]
+        ec2.terminate_instances(InstanceIds=[instance])
+        time.sleep(0.3)  # past the moment it would have come up
+        assert state() == "terminated"
+    finally:
+        moto_ext.LIFECYCLE.update(pending_s=0.0, shutting_down_s=0.0)
+
+
+def test_launches_check_image_type_and_interface_groups(aws: None) -> None:
+    ec2 = aws_client("ec2")
+    [subnet] = _subnets(ec2)[:1]
+
+    def code(**run: Any) -> str:
+        with pytest.raises(ClientError) as raised:
+            ec2.run_instances(MinCount=1, MaxCount=1, **{"ImageId": "ami-12c6146b", **run})
+        return str(raised.value.response["Error"]["Code"])
+
+    assert code(ImageId="ami-0000000000000000f") == "InvalidAMIID.NotFound"
+    assert code(InstanceType="t9.nano").startswith("InvalidInstanceType")
+    interface = {"DeviceIndex": 0, "SubnetId": subnet, "Groups": ["sg-0000000000000000f"]}
+    assert code(NetworkInterfaces=[interface]) == "InvalidGroup.NotFound"

@@ -61,6 +61,9 @@ DYNAMIC: dict[str, dict[str, list[tuple[Target, str, str]]] | None] = {
             for verb in ("list", "watch")
         ]
     },
+    "starters.machine.starter:_not_served": {
+        "starter": [(INFRA_MACHINE, "", "list"), (MACHINES, "", "list")]
+    },
     # PatchStatus: the CloudProbe's status (workflows/probe.py).
     "activities.kube:_patch_status": {
         "worker": [(CLOUD_PROBES, "", "get"), (CLOUD_PROBES, "status", "patch")]

@@ -101,6 +101,12 @@ PROJECT_INFRA: dict[str, tuple[str, str, str, dict[str, Any]]] = {
             "rootDiskSizeGb": 20,
         },
     ),
+    "aws": (
+        "AWSMachine",
+        "AWSCluster",
+        "aws:///us-east-1a/{name}",
+        {"instanceType": "t3.micro", "rootVolume": {"size": 20, "type": "gp3"}},
+    ),
 }
 
 
@@ -222,6 +228,7 @@ async def test_manager_serves_defaulting_validation_and_conversion(
         pytest.param("ContractV1beta1", id="v1beta1-contract"),
         pytest.param("dvp", id="dvp-crds"),
         pytest.param("zvirt", id="zvirt-crds"),
+        pytest.param("aws", id="aws-crds"),
     ],
 )
 async def test_manager_honours_infra_machine_contract(

@@ -22,7 +22,10 @@ no cloud-init Secret in the cloud (the bootstrap data goes with the start reques
 be orphaned is a VM or a disk. OpenStack (the OpenStack emulator) is killed with the port made but
 no server yet, the server building, ACTIVE but not reported, the server deleting, the server gone
 with its port and root volume still there, and deleted while dead; what could be orphaned is a
-server, a port or a volume.
+server, a port or a volume. AWS (moto behind the dev stack's AWS front) is killed while
+``RunInstances`` has been carried out but not answered (the front holds the answer), while the
+instance is pending (it comes up while no worker runs), while it is shutting down, and deleted
+while dead; what could be orphaned is an instance or its root volume.
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ from typing import Any, Generic, Protocol, TypeVar
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
+from devstack import aws_front, machine_fixtures
 from devstack import dvp_simulator as sim
-from devstack import machine_fixtures
+from devstack.backends import aws as aws_backend
 from devstack.backends import section_env
 from devstack.backends.dvp import dvp_settings
 from devstack.backends.openstack import QUICK as OS_QUICK
@@ -892,16 +897,245 @@ def openstack_rig(
     yield OpenStackRig(WorkerProcess(env, log_dir), task_queue, endpoint)
 
 
+# -- AWS: moto behind the dev stack's AWS front ------------------------------------------------
+#: How long the front holds a RunInstances answer, and moto keeps an instance pending or
+#: shutting-down, at the step a kill aims at.
+AWS_STEP_S = 2.0
+
+
+class AwsScene(Scene):
+    def __init__(
+        self, name: str, worker: WorkerProcess, kube: Kube, namespace: str, rig: AwsRig
+    ) -> None:
+        super().__init__(name, worker)
+        self.kube, self.namespace, self.rig = kube, namespace, rig
+        self.uid = ""
+
+    # -- the cloud -------------------------------------------------------------------------
+    def _named(self, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [o for o in objects if {"Key": "Name", "Value": self.name} in o.get("Tags", [])]
+
+    def instances(self) -> list[dict[str, Any]]:
+        """Every instance of this name, any machine UID, not yet terminated."""
+        return self._named(aws_backend.machine_instances(self.rig.ec2, self.rig.cluster))
+
+    def volumes(self) -> list[dict[str, Any]]:
+        """Every volume of this name, any machine UID, not yet deleted."""
+        return self._named(aws_backend.machine_volumes(self.rig.ec2, self.rig.cluster))
+
+    def state_is(self, state: str) -> bool:
+        return any(i["State"]["Name"] == state for i in self.instances())
+
+    def vm_id(self) -> str:
+        return next((str(i["InstanceId"]) for i in self.instances()), "")
+
+    def note_cloud(self) -> None:
+        """Nothing to remember: instances and volumes carry the machine's name and UID."""
+
+    # -- the AWSMachine --------------------------------------------------------------------
+    def infra(self) -> dict[str, Any] | None:
+        return self.kube.get(AWS_KINDS.machine, self.name, self.namespace)
+
+    def ready(self) -> dict[str, Any] | None:
+        obj = self.infra() or {}
+        status = obj.get("status") or {}
+        provisioned = (status.get("initialization") or {}).get("provisioned")
+        return obj if status.get("ready") and provisioned else None
+
+    def launched_not_reported(self) -> bool:
+        """An instance exists, the AWSMachine has no providerID yet."""
+        return bool(self.vm_id()) and not ((self.infra() or {}).get("spec") or {}).get("providerID")
+
+    async def create(self) -> None:
+        spec = {"instanceType": "t3.micro", "subnet": {"id": self.rig.subnet}}
+
+        def make() -> None:
+            secret = f"{self.name}-bootstrap"
+            machine_fixtures.create_bootstrap_secret(self.kube, self.namespace, secret, CLOUD_INIT)
+            infra = machine_fixtures.create_machine(
+                self.kube,
+                self.namespace,
+                self.name,
+                cluster="c1",
+                kinds=AWS_KINDS,
+                spec=spec,
+                bootstrap_secret=secret,
+            )
+            self.uid = str(infra["metadata"]["uid"])
+
+        await asyncio.to_thread(make)
+
+    async def provisioned(self) -> None:
+        """Ready, exactly one instance of this name (this machine's), running, one volume."""
+        infra = await eventually(self.ready, timeout=CONVERGE_TIMEOUT, what=f"{self.name} ready")
+        instances = await asyncio.to_thread(self.instances)
+        assert len(instances) == 1, instances
+        [instance] = instances
+        assert instance["State"]["Name"] == "running"
+        zone = instance["Placement"]["AvailabilityZone"]
+        assert infra["spec"]["providerID"] == f"aws:///{zone}/{instance['InstanceId']}"
+        assert infra["spec"]["instanceID"] == instance["InstanceId"]
+        assert {"Key": "cloudloop.io/machine-uid", "Value": self.uid} in instance["Tags"]
+        volumes = await asyncio.to_thread(self.volumes)
+        assert [v["State"] for v in volumes] == ["in-use"], volumes  # its root volume only
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.kube.delete, AWS_KINDS.machine, self.name, self.namespace)
+
+    async def deleted(self) -> None:
+        """The finalizer goes last: when the AWSMachine is gone, so are the instance and its
+        root volume."""
+
+        def gone() -> bool:
+            infra = self.infra()
+            if infra is not None:
+                assert AWS_KINDS.finalizer in infra["metadata"].get("finalizers", [])
+            return infra is None
+
+        await eventually(gone, timeout=CONVERGE_TIMEOUT, what=f"{self.name} deleted")
+        assert await asyncio.to_thread(self.instances) == []
+        assert await asyncio.to_thread(self.volumes) == []
+
+
+def aws_hold_run_answer(scene: AwsScene) -> None:
+    aws_front.hold_answers(scene.rig.endpoint, RunInstances=AWS_STEP_S)
+
+
+def aws_hold_pending(scene: AwsScene) -> None:
+    aws_front.ec2_lifecycle(scene.rig.endpoint, pending_s=AWS_STEP_S)
+
+
+def aws_hold_shutting_down(scene: AwsScene) -> None:
+    aws_front.ec2_lifecycle(scene.rig.endpoint, shutting_down_s=AWS_STEP_S)
+
+
+def aws_release(scene: AwsScene) -> None:
+    aws_front.hold_answers(scene.rig.endpoint)
+    aws_front.ec2_lifecycle(scene.rig.endpoint)
+
+
+async def aws_running_while_dead(scene: AwsScene) -> None:
+    """The instance comes up while no worker runs: ready is not written until the next one."""
+    await eventually(lambda: scene.state_is("running"), what="instance running")
+    assert scene.ready() is None
+
+
+def aws_pending(scene: AwsScene) -> bool:
+    return scene.state_is("pending")
+
+
+AWS_KILL_POINTS: list[KillPoint[AwsScene]] = [
+    KillPoint(
+        "run-not-answered",
+        killed_while_provisioning,
+        at=AwsScene.launched_not_reported,
+        what="RunInstances carried out, its answer held by the front",
+        hold=aws_hold_run_answer,
+        release=aws_release,
+    ),
+    KillPoint(
+        "running-not-reported",
+        killed_while_provisioning,
+        at=aws_pending,
+        what="instance pending; it comes up while no worker runs",
+        hold=aws_hold_pending,
+        while_dead=aws_running_while_dead,
+        release=aws_release,
+    ),
+    KillPoint(
+        "shutting-down",
+        killed_while_deleting,
+        at=lambda s: s.state_is("shutting-down"),
+        what="instance shutting down, its root volume still there",
+        hold=aws_hold_shutting_down,
+        release=aws_release,
+    ),
+    KillPoint(
+        "deleted-while-dead",
+        deleted_while_dead,
+        at=aws_pending,
+        what="instance pending",
+        hold=aws_hold_pending,
+    ),
+]
+
+
+@dataclass
+class AwsRig:
+    worker: WorkerProcess
+    task_queue: str
+    endpoint: str
+    subnet: str
+    #: The worker's cluster name: its instances' cluster and role tags (one per rig).
+    cluster: str
+
+    @functools.cached_property
+    def ec2(self) -> Any:
+        return aws_backend.aws_client("ec2", self.endpoint)
+
+    @contextlib.asynccontextmanager
+    async def scenes(
+        self, kube: Kube, namespace: str, client: Client
+    ) -> AsyncIterator[Callable[[str], Scene]]:
+        await asyncio.to_thread(machine_fixtures.create_cluster, kube, namespace, "c1", AWS_KINDS)
+        starter = MachineStarter(
+            kube,
+            client,
+            kinds=AWS_KINDS,
+            task_queue=self.task_queue,
+            cluster=self.cluster,
+            namespace=namespace,
+            timings=TEST_TIMINGS,
+        )
+        task = asyncio.create_task(starter.run())
+        try:
+            yield lambda name: AwsScene(name, self.worker, kube, namespace, self)
+        finally:
+            starter.stop()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            # The stack's front and moto serve other tests too: no hold outlives the test.
+            aws_front.hold_answers(self.endpoint)
+            aws_front.ec2_lifecycle(self.endpoint)
+            items = await asyncio.to_thread(kube.list, AWS_KINDS.machine, namespace)
+            for obj in items.get("items", []):
+                if obj["metadata"].get("finalizers"):
+                    await asyncio.to_thread(
+                        kube.patch,
+                        AWS_KINDS.machine,
+                        obj["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        namespace,
+                    )
+
+
+@contextlib.contextmanager
+def aws_rig(request: pytest.FixtureRequest, stack: LocalStack, log_dir: Path) -> Iterator[AwsRig]:
+    cluster = f"afaults-{uuid.uuid4().hex[:6]}"
+    made = aws_backend.machine_cloud(stack.aws_endpoint, cluster)
+    task_queue = f"afaults-{uuid.uuid4().hex[:8]}"
+    env = worker_env(
+        stack_settings(stack, task_queue=task_queue, cluster=cluster),
+        stack,
+        {"CLOUDLOOP_PROVIDER": "aws"},
+        section_env("aws", made.settings(stack.aws_endpoint)),
+    )
+    subnet = made.subnets[aws_backend.ZONES[0]]
+    yield AwsRig(WorkerProcess(env, log_dir), task_queue, stack.aws_endpoint, subnet, cluster)
+
+
 # -- the test --------------------------------------------------------------------------------
 RIGS: dict[str, Callable[[pytest.FixtureRequest, LocalStack, Path], Any]] = {
     "dvp": dvp_rig,
     "zvirt": zvirt_rig,
     "openstack": openstack_rig,
+    "aws": aws_rig,
 }
 KILL_POINTS: dict[str, list[Any]] = {
     "dvp": DVP_KILL_POINTS,
     "zvirt": ZVIRT_KILL_POINTS,
     "openstack": OPENSTACK_KILL_POINTS,
+    "aws": AWS_KILL_POINTS,
 }
 
 
@@ -946,3 +1180,40 @@ async def test_worker_sigkill_converges(
 ) -> None:
     scene = scenes(point.id)
     await point.flow(scene, point)
+
+
+@pytest.mark.parametrize("rig", ["aws"], indirect=True)
+async def test_aws_quota_is_reported_then_retried(scenes: Callable[[str], Scene]) -> None:
+    """EC2 refuses the launch for quota (the front's fault switch; moto never does): every
+    attempt of the create activity fails, the AWSMachine shows the cloud's message in a Warning
+    Event and its condition, then the workflow retries on its own and gets one instance."""
+    from cloudloop.kube.resources import EVENTS
+    from workflows.machine import CREATE_RETRY
+
+    scene = scenes("aws-quota")
+    assert isinstance(scene, AwsScene)
+    message = "You have requested more vCPU capacity than your current vCPU limit allows"
+    attempts = CREATE_RETRY.maximum_attempts
+    aws_front.inject_fault(scene.rig.endpoint, "RunInstances", "VcpuLimitExceeded", message,
+                           count=attempts)  # fmt: skip
+    await scene.create()
+
+    def warned() -> dict[str, Any] | None:
+        events = scene.kube.list(
+            EVENTS, scene.namespace, fieldSelector=f"involvedObject.name={scene.name}"
+        )
+        return next(
+            (
+                e
+                for e in events.get("items", [])
+                if e.get("reason") == "ProvisioningFailed" and message in e.get("message", "")
+            ),
+            None,
+        )
+
+    event = await eventually(warned, timeout=CONVERGE_TIMEOUT, what="a ProvisioningFailed Event")
+    assert event["type"] == "Warning" and "QuotaExceeded" in event["message"]
+    assert scene.vm_id() == ""  # nothing launched meanwhile
+    await scene.provisioned()  # retried automatically once the quota allows
+    await scene.delete()
+    await scene.deleted()

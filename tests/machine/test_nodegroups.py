@@ -1,4 +1,5 @@
-"""Node groups from InstanceClasses with the real Cluster API manager, on DVP, zVirt and OpenStack.
+"""Node groups from InstanceClasses with the real Cluster API manager, on DVP, zVirt, OpenStack
+and AWS.
 
 The user's path without Deckhouse: an InstanceClass in the cluster, ``cloudloop nodegroup render``
 turns it into a MachineDeployment and its InfraMachineTemplate, ``kubectl apply`` and
@@ -26,6 +27,8 @@ import pytest
 import yaml
 from temporalio.client import Client
 
+from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
+from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.dvp import resources as dvp
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
@@ -318,6 +321,93 @@ def openstack_cloud(endpoint: Any) -> Iterator[Cloud]:
     )
 
 
+@contextlib.contextmanager
+def aws_cloud(stack: LocalStack) -> Iterator[Cloud]:
+    """moto behind the AWS front of the contract stack: instances and their root volumes."""
+    from devstack.aws_front import stats
+    from devstack.backends.aws import (
+        ZONES,
+        aws_client,
+        machine_cloud,
+        machine_instances,
+        machine_volumes,
+    )
+
+    cluster = "nodegroups"  # the worker's cluster name: the instances' cluster and role tags
+    made = machine_cloud(stack.aws_endpoint, cluster)
+    ec2 = aws_client("ec2", stack.aws_endpoint)
+
+    def snapshot() -> dict[str, dict[str, str]]:
+        def name(obj: dict[str, Any]) -> str:
+            return next((t["Value"] for t in obj.get("Tags", []) if t["Key"] == "Name"), "")
+
+        return {
+            "vms": {i["InstanceId"]: name(i) for i in machine_instances(ec2, cluster)},
+            "volumes": {v["VolumeId"]: name(v) for v in machine_volumes(ec2, cluster)},
+        }
+
+    def answered(counts: dict[str, dict[str, int]], action: str) -> int:
+        """Requests of ``action`` moto carried out (not refused by the front, not failed)."""
+        key = f"ec2:{action}"
+        failed = sum(
+            n
+            for group in ("refused", "errors")
+            for k, n in counts[group].items()
+            if k.startswith(f"{key}:")
+        )
+        return counts["requests"].get(key, 0) - failed
+
+    baseline = stats(stack.aws_endpoint)
+
+    def requests() -> dict[str, tuple[int, int]]:
+        now = stats(stack.aws_endpoint)
+        return {
+            "vms": (
+                answered(now, "RunInstances") - answered(baseline, "RunInstances"),
+                answered(now, "TerminateInstances") - answered(baseline, "TerminateInstances"),
+            )
+        }
+
+    def live(name: str) -> dict[str, Any]:
+        return next(
+            (
+                i
+                for i in machine_instances(ec2, cluster)
+                if {"Key": "Name", "Value": name} in i.get("Tags", [])
+                and i["State"]["Name"] != "shutting-down"
+            ),
+            {},
+        )
+
+    def provider_id(name: str) -> str:
+        instance = live(name)
+        if not instance:
+            return ""
+        return f"aws:///{instance['Placement']['AvailabilityZone']}/{instance['InstanceId']}"
+
+    yield Cloud(
+        name="aws",
+        kinds=AWS_KINDS,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1",
+            "kind": AWS_TEMPLATES.instance_class.kind,
+            "metadata": {"name": f"ng-{uuid.uuid4().hex[:6]}"},
+            "spec": {"instanceType": "t3.micro", "diskSizeGb": 10},
+        },
+        change=lambda spec: spec.update(instanceType="t3.small"),
+        vm_shows_change=lambda name: live(name).get("InstanceType") == "t3.small",
+        env={
+            "CLOUDLOOP_PROVIDER": "aws",
+            **section_env("aws", made.settings(stack.aws_endpoint)),
+        },
+        snapshot=snapshot,
+        provider_id=provider_id,
+        requests=requests,
+        per_machine={"vms": lambda m: m, "volumes": lambda m: m},  # one root volume each
+        render_args=(f"--zones={ZONES[0]}",),
+    )
+
+
 # -- the rig -------------------------------------------------------------------------------------
 @dataclass
 class Group:
@@ -408,6 +498,7 @@ CLOUDS: dict[str, Callable[[pytest.FixtureRequest], contextlib.AbstractContextMa
     "dvp": lambda request: dvp_cloud(request.getfixturevalue("dvp_parent")),
     "zvirt": lambda request: zvirt_cloud(request.getfixturevalue("ovirt")),
     "openstack": lambda request: openstack_cloud(request.getfixturevalue("openstack_endpoint")),
+    "aws": lambda request: aws_cloud(request.getfixturevalue("contract_stack")),
 }
 
 

@@ -306,3 +306,28 @@ async def test_infra_cluster_is_provisioned_at_once(
     status = (rig.kube.get(DVP_KINDS.cluster, "c1", NS) or {}).get("status") or {}
     assert (status.get("ready") is True) is provisioned
     assert ((status.get("initialization") or {}).get("provisioned") is True) is provisioned
+
+
+def test_machines_are_off_without_cluster_api() -> None:
+    """A cluster without the Cluster API CRDs (an AWS cluster running only the CCM) turns the
+    machine starter off instead of failing informers that make the starter not ready."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from cloudloop.cloud.aws.driver import AwsDriver
+    from cloudloop.cloud.aws.settings import AwsSettings
+    from cloudloop.kube.api import KubeError
+    from cloudloop.settings import Settings
+    from starters.context import StarterContext
+    from starters.machine import MachineStarter
+
+    class NoCapi:
+        def list(self, resource: object, namespace: object = None, **query: object) -> None:
+            raise KubeError(404, "NotFound", {"message": "the server could not find it"})
+
+    context = SimpleNamespace(
+        settings=Settings().model_copy(update={"provider": "aws"}),
+        driver=AwsDriver(AwsSettings()),
+        kube=NoCapi(),
+    )
+    assert MachineStarter.from_context(cast(StarterContext, context)) is None

@@ -106,8 +106,10 @@ def test_unreachable_is_never_not_found() -> None:
     assert not isinstance(translate("DescribeInstances", exc), errors.NotFound)
 
 
-def test_unsupported_capability_is_explicit() -> None:
+def test_machines_are_a_capability_and_need_a_cluster_name() -> None:
+    """AWS drives Cluster API machines (node groups); without a cluster name it refuses rather
+    than tag instances for no cluster."""
     driver = AwsDriver(AwsSettings())
-    with pytest.raises(errors.NotSupported) as err:
+    assert "machines" in driver.capabilities
+    with pytest.raises(errors.InvalidRequest, match="cluster name"):
         driver.delete_machine(MachineSpec(name="m-1", namespace="ns", cluster="c", machine_uid="u"))
-    assert err.value.capability == "machines"

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
+from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
+from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
@@ -274,6 +276,102 @@ def test_openstack_template_needs_an_image_and_a_network() -> None:
     assert "rootVolume" not in spec and "securityGroups" not in spec
 
 
+# -- AWS: CAPA's AWSMachineTemplate from an AWSInstanceClass -----------------------------------
+AWS_PROVIDER: dict[str, Any] = {
+    "instances": {
+        "ami": "ami-0a1b2c3d",
+        "additionalSecurityGroups": ["sg-0node"],
+        "associatePublicIPAddress": False,
+        "iamProfileName": "pfx-node",
+    },
+    "internal": {"zoneToSubnetIdMap": {"eu-west-1a": "subnet-0a", "eu-west-1b": "subnet-0b"}},
+    "keyName": "pfx",
+    "tags": {"team": "infra", "env": "prod"},
+}
+
+
+def test_aws_template_renders_capa_fields_with_deckhouse_defaults() -> None:
+    contract = Contract.parse(AWS_TEMPLATES.contract_text())
+    obj = contract.render(
+        RenderContext(
+            instance_class={"instanceType": "m5.large"}, zone="eu-west-1a", node_group="g"
+        )
+    )
+    assert (obj["apiVersion"], obj["kind"]) == (
+        "infrastructure.cluster.x-k8s.io/v1beta2",
+        "AWSMachineTemplate",
+    )
+    # No provider values (`cloudloop nodegroup render`): the driver fills the rest.
+    assert obj["spec"]["template"]["spec"] == {
+        "instanceType": "m5.large",
+        "rootVolume": {"size": 20, "type": "gp2"},
+    }
+    context = RenderContext(instance_class={"instanceType": "m5.large"}, zone="z", node_group="g")
+    assert contract.machine_deployment_fields(context) == {"failureDomain": "z"}
+
+
+def test_aws_template_takes_the_provider_values_as_mcm_does() -> None:
+    contract = Contract.parse(AWS_TEMPLATES.contract_text())
+    instance_class = {
+        "instanceType": "m5.large",
+        "spot": True,
+        "diskType": "io1",
+        "iops": "4000",
+        "diskSizeGb": 50.0,  # numbers arrive as floats
+        "additionalTags": {"env": "dev"},
+        "additionalSecurityGroups": ["sg-0node", "sg-0extra"],
+        "capacity": {"cpu": 2, "memory": "8Gi"},
+    }
+    obj = contract.render(
+        RenderContext(
+            instance_class=instance_class,
+            zone="eu-west-1b",
+            node_group="g",
+            provider=AWS_PROVIDER,
+        )
+    )
+    assert obj["spec"]["template"]["spec"] == {
+        "instanceType": "m5.large",
+        "ami": {"id": "ami-0a1b2c3d"},
+        "iamInstanceProfile": "pfx-node",
+        "additionalSecurityGroups": [{"id": "sg-0node"}, {"id": "sg-0extra"}],  # uniq
+        "subnet": {"id": "subnet-0b"},
+        "publicIP": False,
+        "sshKeyName": "pfx",
+        "rootVolume": {"size": 50, "type": "io1", "iops": 4000},
+        "spotMarketOptions": {},
+        "additionalTags": {"env": "dev", "team": "infra"},  # the class wins
+    }
+    own_ami = contract.render(
+        RenderContext(
+            instance_class={"instanceType": "m5.large", "ami": "ami-0own"},
+            zone="eu-west-1a",
+            node_group="g",
+            provider=AWS_PROVIDER,
+        )
+    )
+    assert own_ami["spec"]["template"]["spec"]["ami"] == {"id": "ami-0own"}
+
+
+@pytest.mark.parametrize(
+    ("change", "rolls"),
+    [
+        (lambda c: c.update(instanceType="m5.xlarge"), True),
+        (lambda c: c.update(diskSizeGb=30), True),
+        (lambda c: c.update(spot=True), True),
+        (lambda c: c.update(additionalTags={"a": "b"}), True),
+        (lambda c: c.update(capacity={"cpu": 4}), False),
+    ],
+    ids=["type", "disk", "spot", "tags", "capacity"],
+)
+def test_aws_rollout_fields(change: Any, rolls: bool) -> None:
+    contract = Contract.parse(AWS_TEMPLATES.contract_text())
+    before = {"instanceType": "m5.large", "diskSizeGb": 20}
+    changed = dict(before)
+    change(changed)
+    assert bool(contract.changes(before, changed)) is rolls
+
+
 @pytest.mark.parametrize(
     ("change", "rolls"),
     [
@@ -328,8 +426,9 @@ def test_rollout_digest_changes_only_with_rollout_fields(change: Any, rolls: boo
             {**OPENSTACK_CLASS, "imageName": "i", "mainNetwork": "n"},
             "OpenStackInstanceClass",
         ),
+        (AWS_KINDS, AWS_TEMPLATES, {"instanceType": "t3.large"}, "AWSInstanceClass"),
     ],
-    ids=["dvp", "zvirt", "openstack"],
+    ids=["dvp", "zvirt", "openstack", "aws"],
 )
 def test_node_group_renders_a_machine_deployment_per_zone(
     kinds: Any, templates: Any, spec: dict[str, Any], kind: str

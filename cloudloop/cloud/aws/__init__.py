@@ -1,4 +1,5 @@
-"""AWS: EC2 instances, Classic ELB and NLB load balancers, VPC routes, EBS volumes, discovery.
+"""AWS: EC2 instances, Classic ELB and NLB load balancers, VPC routes, EBS volumes, discovery,
+and Cluster API machines for node groups (CAPA's kinds, from ``AWSInstanceClass``).
 
 The provider record; the boto3-backed driver is :mod:`cloudloop.cloud.aws.driver` (one mixin per
 capability) and the node termination handler's client :mod:`cloudloop.cloud.aws.termination`.
@@ -8,8 +9,9 @@ Rules: importing this package loads no SDK; the factories import their modules w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cloudloop.cloud.aws.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.provider import Provider
 
@@ -31,4 +33,18 @@ def _termination(settings: AwsSettings, nth: NthSettings) -> AwsTermination:
     return AwsTermination(settings, nth)
 
 
-PROVIDER = Provider(name="aws", settings=AwsSettings, driver=_driver, termination=_termination)
+def _registration(settings: AwsSettings) -> list[dict[str, Any]]:
+    from cloudloop.cloud.aws.registration import registration_secrets
+
+    return registration_secrets(settings)
+
+
+PROVIDER = Provider(
+    name="aws",
+    settings=AwsSettings,
+    driver=_driver,
+    termination=_termination,
+    infra_kinds=INFRA_KINDS,
+    registration=_registration,
+    node_templates=NODE_TEMPLATES,
+)

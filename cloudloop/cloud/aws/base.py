@@ -40,6 +40,10 @@ _AUTH_CODES = {
     "ExpiredToken",
     "OptInRequired",
 }
+#: The account's limits (retryable: they free up or are raised).
+_QUOTA_CODES = {"InstanceLimitExceeded", "VcpuLimitExceeded"}
+#: No capacity for the request right now (retryable with backoff, as CAPA/MCM requeue).
+_CAPACITY_CODES = {"InsufficientInstanceCapacity", "InsufficientCapacity", "SpotMaxPriceTooLow"}
 _THROTTLE_CODES = {
     "Throttling",
     "ThrottlingException",
@@ -94,6 +98,10 @@ def error_class(code: str, status: int) -> type[errors.CloudError]:
         return errors.CloudAuthFailed
     if code in _THROTTLE_CODES or status == 429:
         return errors.CloudThrottled
+    if code in _QUOTA_CODES:
+        return errors.QuotaExceeded
+    if code in _CAPACITY_CODES:
+        return errors.InsufficientCapacity
     if code.endswith("NotFound"):
         return errors.NotFound
     if code.endswith("AlreadyExists") or code.endswith(".Duplicate"):

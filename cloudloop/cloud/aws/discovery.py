@@ -1,4 +1,9 @@
-"""AWS discovery: zones and instance types of the region, and the EBS volumes of the cluster."""
+"""AWS discovery: zones and instance types of the region, and the EBS volumes of the cluster.
+
+The cluster's volumes are its data disks: a node's root volume (tagged at launch with the node
+role tag ``kubernetes.io/role/<cluster>``, as MCM and cloudloop's machines tag them) is not one,
+so it never reads as an orphaned disk.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import Any
 
 from cloudloop.cloud import models
 from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.cloud.aws.machine_spec import role_tag_key
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
 
 #: Deckhouse's document type for the AWS discovery data.
@@ -58,6 +64,8 @@ class AwsDiscovery(AwsBase):
                 for page in paginator.paginate(Filters=filters):
                     for raw in page.get("Volumes", []):
                         tags = tag_dict(raw.get("Tags"))
+                        if role_tag_key(cluster) in tags:
+                            continue  # a node's root volume, not a data disk
                         if tagged_for_cluster(tags, cluster):
                             disks[str(raw["VolumeId"])] = self._to_disk(raw, tags)
         return list(disks.values())

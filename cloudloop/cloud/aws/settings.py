@@ -1,4 +1,5 @@
-"""The AWS section of the settings (``CLOUDLOOP_AWS__*``): region, endpoint and credentials.
+"""The AWS section of the settings (``CLOUDLOOP_AWS__*``): region, endpoint and credentials, and
+the cluster's node defaults (Deckhouse's ``aws`` provider values) for node groups.
 
 Credentials come from a mounted shared-credentials file, the standard chain, or SecretStr values;
 they never print. A cloud that does not answer within ``timeout_s`` is an error, never "gone".
@@ -6,9 +7,23 @@ they never print. A cloud that does not answer within ``timeout_s`` is an error,
 
 from __future__ import annotations
 
+import configparser
 from pathlib import Path
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
+
+
+class AwsNodeDefaults(BaseModel):
+    """Deckhouse's ``aws.instances``: what every node-group instance gets unless its class says."""
+
+    #: The AMI of an instance class without ``ami`` (Deckhouse: the masters' image).
+    ami: str = ""
+    #: Security groups of every node (Deckhouse: the ``<prefix>-node`` group).
+    additional_security_groups: list[str] = Field(default_factory=list)
+    #: A public IPv4 address on each node (Deckhouse: true in the WithoutNAT layout).
+    associate_public_ip_address: bool = False
+    #: The IAM instance profile of nodes (Deckhouse: ``<prefix>-node``).
+    iam_profile_name: str = ""
 
 
 class AwsSettings(BaseModel):
@@ -23,3 +38,44 @@ class AwsSettings(BaseModel):
     #: Per-request connect/read timeout; a cloud that does not answer is an error, never "gone".
     timeout_s: float = 10.0
     max_attempts: int = 3
+
+    # -- node groups (Cluster API machines; Deckhouse's ``aws`` provider values) --------------
+    instances: AwsNodeDefaults = Field(default_factory=AwsNodeDefaults)
+    #: The cluster's subnet in each zone (Deckhouse ``internal.zoneToSubnetIdMap``): a machine
+    #: without ``subnet`` goes into its failure domain's subnet.
+    zone_to_subnet_id_map: dict[str, str] = Field(default_factory=dict)
+    #: The zones announced to the node manager; unset: the zones of ``zone_to_subnet_id_map``.
+    zones: list[str] = Field(default_factory=list)
+    #: The EC2 key pair of nodes (Deckhouse ``keyName`` = the cluster prefix).
+    key_name: str = ""
+    #: Tags on every instance and volume (``AWSClusterConfiguration.tags``); a class's win.
+    tags: dict[str, str] = Field(default_factory=dict)
+    #: Deckhouse ``loadBalancerSecurityGroup`` (published for the node manager only).
+    load_balancer_security_group: str = ""
+    #: ``sshPublicKey`` of the registration Secret (the CAPI bootstrap's authorized key).
+    ssh_public_key: str = ""
+    #: How long one delete call waits for ``shutting-down`` to end before it returns (and is
+    #: called again): short, so the delete activity heartbeats between calls.
+    delete_wait_s: float = 5.0
+    #: How often a waiting delete polls.
+    poll_interval_s: float = 1.0
+
+    def zone_names(self) -> list[str]:
+        return list(self.zones) or sorted(self.zone_to_subnet_id_map)
+
+    def static_credentials(self) -> tuple[str, str]:
+        """The access key pair for the registration Secret: the SecretStr values, else the
+        credentials file's profile; empty strings when neither (the standard chain, IRSA)."""
+        key, secret = self.access_key_id, self.secret_access_key
+        if key is not None and secret is not None:
+            return key.get_secret_value(), secret.get_secret_value()
+        if self.credentials_file is not None and self.credentials_file.is_file():
+            parser = configparser.ConfigParser()
+            parser.read(self.credentials_file)
+            section = self.profile or "default"
+            if parser.has_section(section):
+                return (
+                    parser.get(section, "aws_access_key_id", fallback=""),
+                    parser.get(section, "aws_secret_access_key", fallback=""),
+                )
+        return "", ""
