@@ -21,6 +21,7 @@ detach, attach again).
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
@@ -72,6 +73,8 @@ from workflows.volume import (
     snapshot_workflow_id,
     volume_workflow_id,
 )
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=VolumeResult)
 
@@ -133,6 +136,7 @@ class VolumeOperations:
             else:
                 self.limits.check_volume_request(size, parameters, volume_type)
         except errors.CloudError as err:
+            log.warning("refused before any workflow (%s): %s", err.kind, err.message)
             raise RequestRejected(code_for(err.kind), err.message) from None
 
     async def create(
