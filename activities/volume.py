@@ -319,6 +319,8 @@ class VolumeActivities:
         with cloud_errors(), _alive(progress):
             self._check_provider(input.provider)
             volume = self.driver.get_volume(input.volume_id)
+            # The type's limits, known now (the controller checked the largest of any type).
+            self.driver.check_volume_size(input.size_gib, volume.volume_type)
             if volume.size_gib >= input.size_gib:
                 return ExpandResult(
                     size_gib=volume.size_gib,

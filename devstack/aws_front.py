@@ -47,7 +47,15 @@ from devstack.autoscaling_ext import (
     error_xml,
     success_xml,
 )
-from devstack.aws_limits import RateLimiter, Refusal, check_limits, service_of, throttled
+from devstack.aws_limits import (
+    EbsVolumeState,
+    RateLimiter,
+    Refusal,
+    check_ebs,
+    check_limits,
+    service_of,
+    throttled,
+)
 
 LIMITS_PATH = "/_cloudloop/aws/limits"
 STATS_PATH = "/_cloudloop/aws/stats"
@@ -96,6 +104,39 @@ def _refusal_body(service: str, refusal: Refusal) -> tuple[bytes, str, dict[str,
     return error_xml(refusal.status, refusal.code, refusal.message).encode(), "text/xml", {}
 
 
+# -- EBS volume limits -------------------------------------------------------------------------
+# CreateVolume/ModifyVolume outside their type's size, IOPS and throughput limits are answered as
+# AWS answers them (:func:`devstack.aws_limits.check_ebs`); a ModifyVolume is checked against the
+# volume as moto describes it (type, size, IOPS, throughput).
+#: The EC2 actions :func:`devstack.aws_limits.check_ebs` answers for.
+EBS_ACTIONS = frozenset({"CreateVolume", "ModifyVolume"})
+
+
+def ebs_volume_state(describe_volumes_xml: str) -> EbsVolumeState | None:
+    """The first volume of a DescribeVolumes answer (type, size, IOPS, throughput)."""
+    item = re.search(r"<item>(.*?)</item>", describe_volumes_xml, re.DOTALL)
+    if item is None:
+        return None
+
+    def field(name: str) -> str:
+        found = re.search(rf"<{name}>([^<]*)</{name}>", item.group(1))
+        return found.group(1) if found else ""
+
+    def number(name: str) -> int:
+        value = field(name)
+        return int(value) if value.isdigit() else 0
+
+    if not field("volumeType"):
+        return None
+    return EbsVolumeState(
+        volume_type=field("volumeType"),
+        size_gib=number("size"),
+        iops=number("iops"),
+        throughput=number("throughput"),
+    )
+
+
+# -- end of EBS volume limits ------------------------------------------------------------------
 def _error_code(payload: bytes) -> str:
     """The error code of an AWS error answer (XML ``<Code>`` or JSON ``__type``)."""
     text = payload[:4096].decode(errors="replace")
@@ -204,6 +245,11 @@ def make_server(
             with stats.lock:
                 stats.requests[f"{service}:{action}"] += 1
             refusal = check_limits(service, action, params)
+            # -- EBS volume limits (CreateVolume/ModifyVolume as AWS refuses them) -----------
+            if refusal is None and service == "ec2" and action in EBS_ACTIONS:
+                current = self._ebs_volume(params) if action == "ModifyVolume" else None
+                refusal = check_ebs(action, params, current)
+            # -- end of EBS volume limits ------------------------------------------------------
             if refusal is None and service not in ("", "tagging") and not limiter.admit(service):
                 refusal = throttled(service)
             if refusal is None:
@@ -243,6 +289,38 @@ def make_server(
             query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
             return str(query.get("Action", "")), query
 
+        # -- EBS volume limits: the volume a ModifyVolume changes, as moto describes it -------
+        def _ebs_volume(self, params: dict[str, Any]) -> EbsVolumeState | None:
+            """The volume ``VolumeId`` names (None when moto does not know it or is not
+            reachable: moto then answers the ModifyVolume itself). moto reads no signature, so
+            the request's own ``Authorization`` header routes the DescribeVolumes to EC2."""
+            body = urllib.parse.urlencode(
+                {
+                    "Action": "DescribeVolumes",
+                    "Version": str(params.get("Version") or "2016-11-15"),
+                    "VolumeId.1": str(params.get("VolumeId", "")),
+                }
+            ).encode()
+            headers = {
+                "Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
+                "Authorization": self.headers.get("Authorization", ""),
+            }
+            connection = http.client.HTTPConnection(
+                target.hostname or "127.0.0.1", target.port or 80, timeout=30
+            )
+            try:
+                connection.request("POST", "/", body=body, headers=headers)
+                response = connection.getresponse()
+                payload = response.read().decode(errors="replace")
+            except OSError:
+                return None
+            finally:
+                connection.close()
+            if response.status != 200:
+                return None
+            return ebs_volume_state(payload)
+
+        # -- end of EBS volume limits --------------------------------------------------------
         def _forward(self, body: bytes, hold_s: float = 0.0) -> tuple[int, bytes]:
             connection = http.client.HTTPConnection(
                 target.hostname or "127.0.0.1", target.port or 80, timeout=60

@@ -7,6 +7,8 @@ breaks a documented limit the product's calls could reach; :class:`RateLimiter` 
 configured share of requests during a "storm". Pure logic; :mod:`devstack.aws_front` serves it.
 
 Limits enforced (AWS API references):
+- EBS ``CreateVolume``/``ModifyVolume``: size, IOPS, IOPS per GiB and gp3 throughput per volume
+  type (:func:`check_ebs`, ``InvalidParameterValue`` and AWS's other codes and message shapes).
 - EC2 ``Filter.N.Value.M``: at most 200 values per filter (``FilterLimitExceeded``).
 - EC2 ``MaxResults``: DescribeInstances 5-1000 and never with ``InstanceId.N``
   (``InvalidParameterCombination``); DescribeSubnets, DescribeSecurityGroups,
@@ -210,3 +212,132 @@ def throttled(service: str) -> Refusal:
     if service == "sqs":
         return Refusal(400, "ThrottlingException", "Rate exceeded")
     return Refusal(400, "Throttling", "Rate exceeded")
+
+
+# -- EBS volume limits: CreateVolume and ModifyVolume as AWS refuses them ----------------------
+# Sizes, IOPS and throughput per volume type (EC2 API Reference, CreateVolume/ModifyVolume; EBS
+# User Guide, "Amazon EBS volume types"). Kept apart from the product's own table
+# (cloudloop.cloud.aws.ebs_limits) on purpose: this is the cloud's side of the contract.
+# (min GiB, max GiB, min IOPS, max IOPS, max IOPS per GiB, min MiB/s, max MiB/s)
+EBS_TYPES: dict[str, tuple[int, int, int, int, int, int, int]] = {
+    "gp2": (1, 16384, 0, 0, 0, 0, 0),
+    "gp3": (1, 65536, 3000, 80000, 500, 125, 2000),
+    "io1": (4, 16384, 100, 64000, 50, 0, 0),
+    "io2": (4, 65536, 100, 256000, 1000, 0, 0),
+    "st1": (125, 16384, 0, 0, 0, 0, 0),
+    "sc1": (125, 16384, 0, 0, 0, 0, 0),
+    "standard": (1, 1024, 0, 0, 0, 0, 0),
+}
+#: CreateVolume's default type; gp3's included IOPS and throughput, and its MiB/s per IOPS.
+EBS_DEFAULT_TYPE = "gp2"
+GP3_BASELINE = (3000, 125)
+GP3_MIBPS_PER_IOPS = 0.25
+
+
+@dataclass(frozen=True)
+class EbsVolumeState:
+    """What ModifyVolume changes: the volume as DescribeVolumes shows it."""
+
+    volume_type: str
+    size_gib: int
+    iops: int = 0
+    throughput: int = 0
+
+
+def _integer(params: dict[str, Any], name: str) -> int | None:
+    value = params.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _invalid_value(message: str) -> Refusal:
+    return Refusal(400, "InvalidParameterValue", message)
+
+
+def check_ebs(
+    action: str, params: dict[str, Any], current: EbsVolumeState | None = None
+) -> Refusal | None:
+    """AWS's answer to an EBS ``CreateVolume``/``ModifyVolume`` outside its type's limits, or
+    ``None``. ``current`` is the volume a ModifyVolume changes (None: moto answers for it)."""
+    if action == "ModifyVolume" and current is None:
+        return None
+    if action not in ("CreateVolume", "ModifyVolume"):
+        return None
+    size, iops = _integer(params, "Size"), _integer(params, "Iops")
+    throughput = _integer(params, "Throughput")
+    if action == "CreateVolume":
+        volume_type = str(params.get("VolumeType") or EBS_DEFAULT_TYPE)
+        if size is None:
+            return None  # from a snapshot: its size (moto checks the snapshot)
+    else:
+        assert current is not None
+        volume_type = str(params.get("VolumeType") or current.volume_type)
+        if size is not None and size < current.size_gib:
+            return _invalid_value(
+                f"New size cannot be smaller than existing size of {current.size_gib}GiB"
+            )
+        size = current.size_gib if size is None else size
+    limits = EBS_TYPES.get(volume_type)
+    if limits is None:
+        return _invalid_value(
+            f"Value ({volume_type}) for parameter volumeType is invalid. "
+            f"Valid values: {', '.join(EBS_TYPES)}"
+        )
+    min_gib, max_gib, min_iops, max_iops, per_gib, min_mibps, max_mibps = limits
+    if current is not None and volume_type == current.volume_type:
+        # ModifyVolume keeps the IOPS and throughput a type that has them was given.
+        if iops is None and max_iops and current.iops:
+            iops = current.iops
+        if throughput is None and max_mibps and current.throughput:
+            throughput = current.throughput
+    if size > max_gib:
+        return _invalid_value(
+            f"Volume of {size}GiB is too large for volume type {volume_type}; "
+            f"maximum is {max_gib}GiB"
+        )
+    if size < min_gib:
+        return _invalid_value(f"Volume of {size}GiB is too small; minimum is {min_gib}GiB")
+    if iops is not None and not max_iops:
+        return Refusal(
+            400,
+            "InvalidParameterCombination",
+            f"The parameter iops is not supported for {volume_type} volumes.",
+        )
+    if iops is None and volume_type in ("io1", "io2") and action == "CreateVolume":
+        return Refusal(400, "MissingParameter", "The request must contain the parameter iops")
+    if iops is not None:
+        if iops > max_iops:
+            return _invalid_value(f"Volume iops of {iops} is too high; maximum is {max_iops}.")
+        if iops < min_iops:
+            return _invalid_value(f"Volume iops of {iops} is too low; minimum is {min_iops}.")
+        floor = GP3_BASELINE[0] if volume_type == "gp3" else 0
+        if iops > floor and iops > per_gib * size:
+            return _invalid_value(
+                f"Iops to volume size ratio of {iops / size:f} is too high; maximum is {per_gib}"
+            )
+    if throughput is not None and not max_mibps:
+        return Refusal(
+            400,
+            "InvalidParameterCombination",
+            "throughput can only be specified for volumeType gp3.",
+        )
+    if throughput is not None:
+        if throughput > max_mibps:
+            return _invalid_value(
+                f"Volume throughput of {throughput} is too high; maximum is {max_mibps}."
+            )
+        if throughput < min_mibps:
+            return _invalid_value(
+                f"Volume throughput of {throughput} is too low; minimum is {min_mibps}."
+            )
+        provisioned = iops or GP3_BASELINE[0]
+        if throughput > GP3_MIBPS_PER_IOPS * provisioned:
+            return _invalid_value(
+                f"Throughput (MiBps) to iops ratio of {throughput / provisioned:f} is too high; "
+                f"maximum is {GP3_MIBPS_PER_IOPS:f} MiBps per iops."
+            )
+    return None

@@ -1,9 +1,12 @@
-"""The real CSI sidecars for the stack: external-provisioner, external-attacher, external-resizer.
+"""The real CSI sidecars for the stack: external-provisioner, external-attacher, external-resizer,
+and the livenessprobe.
 
 Built from their Go modules (``gotools``), run against a control plane's admin kubeconfig and the
 controller's socket, with the flags a Deployment of them uses (leader election off: one of
 each), and the retry intervals shortened so tests see a retry within seconds rather than minutes.
-Each serves metrics on a free port, which is also its readiness check.
+Each serves metrics on a free port, which is also its readiness check; the livenessprobe (no
+kubeconfig: it only calls the driver's Probe) is ready when its /healthz answers 200, that is when
+the controller's Probe does (the chart's liveness probe asks the same).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from pathlib import Path
 from devstack import gotools
 from devstack.process import ManagedProcess, free_port, http_ok
 
-SIDECARS = ("csi-provisioner", "csi-attacher", "csi-resizer")
+SIDECARS = ("csi-provisioner", "csi-attacher", "csi-resizer", "livenessprobe")
+#: The livenessprobe's per-request Probe timeout (the chart's ``csi.controller.liveness``).
+LIVENESS_PROBE_TIMEOUT = "3s"
 
 
 def _flags(name: str, timeout: str) -> list[str]:
@@ -50,6 +55,22 @@ def sidecar_processes(
     for name in SIDECARS:
         port = free_port()
         endpoint = f"127.0.0.1:{port}"
+        if name == "livenessprobe":
+            processes.append(
+                ManagedProcess(
+                    name,
+                    [
+                        str(binaries[name]),
+                        f"--csi-address={socket}",
+                        f"--http-endpoint={endpoint}",
+                        f"--probe-timeout={LIVENESS_PROBE_TIMEOUT}",
+                        "--v=4",
+                    ],
+                    log_dir=log_dir,
+                    ready=lambda endpoint=endpoint: http_ok(f"http://{endpoint}/healthz"),  # type: ignore[misc]
+                )
+            )
+            continue
         processes.append(
             ManagedProcess(
                 name,

@@ -36,6 +36,10 @@ CSI_SANITY_VERSION = "v5.6.0"
 CSI_PROVISIONER_VERSION = "v6.4.0"
 CSI_ATTACHER_VERSION = "v4.13.0"
 CSI_RESIZER_VERSION = "v2.3.0"
+#: The chart's livenessprobe image tag. The Go module proxy does not serve
+#: github.com/kubernetes-csi/livenessprobe, so the stack builds a stand-in with the same flags and
+#: /healthz answers from csi-lib-utils (gotools/livenessprobe, versioned by its own sources).
+LIVENESSPROBE_VERSION = "v2.17.0"
 #: Helm renders, lints and validates the chart in the install tests (not needed by the stack).
 HELM_VERSION = "v3.22.0"
 
@@ -115,6 +119,12 @@ TOOLS: dict[str, GoTool] = {
             (f"-X main.version={CSI_RESIZER_VERSION}",),
         ),
         GoTool(
+            "livenessprobe",
+            "livenessprobe",
+            "cloudloop.invalid/gotools/livenessprobe/cmd/livenessprobe",
+            "csi-lib-utils-v0.24.0",
+        ),
+        GoTool(
             "cluster-api-manager",
             "cluster-api",
             "sigs.k8s.io/cluster-api",
@@ -146,11 +156,15 @@ def cache_root() -> Path:
 
 
 def _module_digest(module: str) -> str:
+    """The wrapper's pins, and the Go sources of a wrapper that has its own (livenessprobe)."""
     digest = hashlib.sha256()
+    folder = GOTOOLS_DIR / module
     for name in ("go.mod", "go.sum"):
-        path = GOTOOLS_DIR / module / name
+        path = folder / name
         if path.exists():
             digest.update(path.read_bytes())
+    for path in sorted(folder.rglob("*.go")):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -231,6 +231,18 @@ class CloudDriver:
         the well-known zone label unless the cloud's driver says another)."""
         return ZONE_LABEL
 
+    def check_volume_request(
+        self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
+    ) -> None:
+        """Refuse a new volume the cloud would refuse, without calling it: ``InvalidRequest``
+        for an unknown StorageClass parameter or a malformed value (the message lists the valid
+        ones), ``OutOfRange`` for a size or rate outside the cloud's limits. The CSI controller
+        calls it before any workflow starts. Default: no checks (the cloud answers)."""
+
+    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
+        """``OutOfRange`` for a size no volume of ``volume_type`` ("": of any type) can have,
+        without calling the cloud (an expand checks it before and after reading the volume)."""
+
     def volume_capacity(self, parameters: dict[str, str]) -> int:
         """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
         clouds that can say implement it."""

@@ -5,6 +5,9 @@
 constraints for zonal clouds, online expansion), the same on both sides, as the sidecars and
 csi-sanity expect; ``Probe`` asks the process's own readiness check (the controller: Temporal
 answers) and says not ready (``ready=false``) rather than failing while it does not pass.
+The chart's livenessprobe sidecar turns a Probe that fails, says not ready or does not answer
+within its timeout into a 500 on /healthz, and the kubelet restarts the controller after several:
+a hung controller, or one that has lost Temporal for that long, starts afresh.
 """
 
 from __future__ import annotations

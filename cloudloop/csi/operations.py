@@ -1,9 +1,11 @@
 """The volume contract a CSI controller calls: one method per controller RPC, each returning a
 result with a CSI code (never raising for a cloud's answer).
 
-A call checks the request (``INVALID_ARGUMENT``, ``OUT_OF_RANGE`` before any workflow starts),
-then starts the operation's workflow under its deterministic ID with conflict policy
-``USE_EXISTING`` and the request's fingerprint in the memo:
+A call checks the request (``INVALID_ARGUMENT``, ``OUT_OF_RANGE`` before any workflow starts:
+the CSI rules, then the cloud's own limits through ``limits``, the configured cloud's driver,
+whose ``check_volume_request``/``check_volume_size`` call no cloud), then starts the operation's
+workflow under its deterministic ID with conflict policy ``USE_EXISTING`` and the request's
+fingerprint in the memo:
 
 - nothing runs under the ID: the workflow starts;
 - the same request runs (a retried RPC): the call joins it and returns its result;
@@ -19,15 +21,17 @@ detach, attach again).
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, TerminatedError
 
 from cloudloop import searchattrs
+from cloudloop.cloud import errors
 from cloudloop.messages.volume import (
     AttachResult,
     AttachVolumeInput,
@@ -56,6 +60,7 @@ from cloudloop.messages.volume import (
     VolumeInput,
     VolumeResult,
     VolumeWorkflow,
+    code_for,
 )
 from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
 from cloudloop.settings import Domain, Settings
@@ -69,7 +74,20 @@ from workflows.volume import (
     volume_workflow_id,
 )
 
+log = logging.getLogger(__name__)
+
 R = TypeVar("R", bound=VolumeResult)
+
+
+class VolumeLimits(Protocol):
+    """The cloud's own refusals, made without calling it (a :class:`CloudDriver` is one)."""
+
+    def check_volume_request(
+        self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
+    ) -> None: ...
+
+    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None: ...
+
 
 #: Search-attribute kind of every volume workflow (``CloudloopKind='Volume'``).
 VOLUME_KIND = "Volume"
@@ -79,19 +97,47 @@ class VolumeOperations:
     """Starts or joins the volume workflows on ``task_queue`` for ``cluster``'s volumes."""
 
     @classmethod
-    def from_settings(cls, client: Client, settings: Settings) -> VolumeOperations:
+    def from_settings(
+        cls, client: Client, settings: Settings, *, limits: VolumeLimits | None = None
+    ) -> VolumeOperations:
         return cls(
             client,
             task_queue=settings.temporal.queue_for(Domain.VOLUME),
             cluster=settings.cluster_name,
             provider=settings.provider,
+            limits=limits,
         )
 
-    def __init__(self, client: Client, *, task_queue: str, cluster: str, provider: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        cluster: str,
+        provider: str,
+        limits: VolumeLimits | None = None,
+    ) -> None:
         self.client = client
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
+        #: The cloud's limits, checked before any workflow starts (None: the cloud answers).
+        self.limits = limits
+
+    def _check_limits(
+        self, size: int, parameters: Mapping[str, str] | None = None, volume_type: str = ""
+    ) -> None:
+        """The cloud's refusal (an expand: ``parameters`` None) as :class:`RequestRejected`."""
+        if self.limits is None:
+            return
+        try:
+            if parameters is None:
+                self.limits.check_volume_size(size, volume_type)
+            else:
+                self.limits.check_volume_request(size, parameters, volume_type)
+        except errors.CloudError as err:
+            log.warning("refused before any workflow (%s): %s", err.kind, err.message)
+            raise RequestRejected(code_for(err.kind), err.message) from None
 
     async def create(
         self, request: CreateVolumeRequest, *, timeout: float | None = None
@@ -99,6 +145,7 @@ class VolumeOperations:
         try:
             check_request(request)
             size = size_gib(request.capacity)
+            self._check_limits(size, request.parameters, volume_type=request.volume_type)
         except RequestRejected as err:
             return CreateVolumeResult(code=err.code, message=err.message)
         input = CreateVolumeInput(
@@ -195,6 +242,7 @@ class VolumeOperations:
         try:
             check_request(request)
             size = size_gib(request.capacity)
+            self._check_limits(size)
         except RequestRejected as err:
             return ExpandResult(code=err.code, message=err.message)
         input = ExpandVolumeInput(

@@ -65,7 +65,11 @@ async def serve(server: aio.Server, endpoint: str, stop: asyncio.Event) -> None:
 def controller_server(
     operations: VolumeOperations, settings: Settings, driver: CloudDriver
 ) -> aio.Server:
+    """The controller's gRPC server; ``operations`` check the driver's volume limits (no cloud
+    call) before any workflow starts, unless they were given other limits."""
     features = Features.of(driver)
+    if operations.limits is None:
+        operations.limits = driver
 
     async def ready() -> bool:
         await operations.client.workflow_service.get_system_info(GetSystemInfoRequest())

@@ -7,6 +7,10 @@ discovery document (as the discoverer writes it from the same cloud): ``WaitForF
 expandable, zonal clouds limited to the zones the class serves under the cloud's topology key,
 the cloud's default marked. The PVC uses the
 generated default class; its Pod is placed by the scheduler on a kwok Node of the cloud.
+
+On AWS a PVC of 100000Gi (beyond every EBS type) stays Pending: the provisioner's
+``ProvisioningFailed`` Event carries the controller's ``OutOfRange`` naming the gp3 limit, and no
+``CreateVolume`` reaches the AWS front.
 """
 
 from __future__ import annotations
@@ -21,8 +25,19 @@ from temporalio.client import Client
 
 from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, STORAGE_CLASSES, default_class
 from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import EVENTS, PODS
 from cloudloop.settings import LeaderElectionSettings, Settings
-from devstack.csi_deployment import CsiDeployment, kwok_node, objects_removed, write_discovery
+from devstack.aws_front import stats as front_stats
+from devstack.csi_deployment import (
+    PVCS,
+    CsiDeployment,
+    delete_pod,
+    kwok_node,
+    objects_removed,
+    pod,
+    pvc,
+    write_discovery,
+)
 from devstack.local import LocalStack
 from tests.csi.clouds import CsiCloud
 from tests.csi.scenario import detach_resize_delete, provision_and_attach
@@ -50,6 +65,32 @@ def discovery_document(cloud: CsiCloud) -> dict[str, Any]:
     data = cloud.driver.discovery_data()
     zones = sorted(z.name for z in data.zones if z.state == "available")
     return {**data.extra, "zones": zones}
+
+
+async def huge_claim_is_refused(
+    kube: Kube, stack: LocalStack, namespace: str, storage_class: str, node: str
+) -> None:
+    creates = int(front_stats(stack.aws_endpoint)["requests"].get("ec2:CreateVolume", 0))
+    kube.create(PVCS, pvc("huge", storage_class, "100000Gi"), namespace)
+    kube.create(PODS, pod("huge-app", "huge", node), namespace)
+
+    def refusal() -> str | None:
+        for event in kube.list(EVENTS, namespace)["items"]:
+            involved = event.get("involvedObject") or {}
+            if (involved.get("kind"), involved.get("name")) == (
+                "PersistentVolumeClaim",
+                "huge",
+            ) and event.get("reason") == "ProvisioningFailed":
+                return str(event.get("message", ""))
+        return None
+
+    message = await eventually(refusal, timeout=120, what="ProvisioningFailed on PVC huge")
+    assert "OutOfRange" in message and "1-65536 GiB" in message, message
+    claim = kube.get(PVCS, "huge", namespace) or {}
+    assert (claim.get("status") or {}).get("phase") == "Pending", claim.get("status")
+    assert int(front_stats(stack.aws_endpoint)["requests"].get("ec2:CreateVolume", 0)) == creates
+    delete_pod(kube, namespace, "huge-app")
+    kube.delete(PVCS, "huge", namespace)
 
 
 async def test_pvc_pod_resize_delete(
@@ -112,6 +153,8 @@ async def test_pvc_pod_resize_delete(
                 )
                 volume = await asyncio.to_thread(cloud.driver.get_volume, volume_id)
                 assert volume.tags.get("kubernetes.io/created-for/pvc/name") in ("data", None)
+                if cloud.name == "aws":
+                    await huge_claim_is_refused(kube, stack, namespace, storage_class, node)
                 await detach_resize_delete(
                     kube, cloud.driver, namespace=namespace, volume_id=volume_id
                 )

@@ -149,8 +149,8 @@ def test_ebs_storage_classes() -> None:
             id="gp3-iops-throughput",
         ),
         pytest.param(
-            {"type": "io2", "iopsPerGB": "1000"},
-            {"VolumeType": "io2", "Iops": 5000},
+            {"type": "io2", "iopsPerGB": "2000"},
+            {"VolumeType": "io2", "Iops": 10000},
             id="io2-iops-per-gib-capped",
         ),
         pytest.param(

@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 
 from cloudloop.cloud.registry import PROVIDERS
 from cloudloop.settings import Domain, Settings, TaskQueueSettings
+from devstack import gotools
 from tests.install.chart import (
     CHART,
     Helm,
@@ -333,6 +334,37 @@ CSI_PODS = [
     pytest.param("Deployment", "-csi-controller", "csi-controller", id="csi-controller"),
     pytest.param("DaemonSet", "-csi-node", "csi-node", id="csi-node"),
 ]
+
+
+def _duration_s(value: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", value)
+    assert match, value
+    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[match.group(2)]
+
+
+def test_a_hung_csi_controller_is_restarted(manifests: list[dict[str, Any]]) -> None:
+    """aws-ebs-csi-driver's shape: the livenessprobe sidecar on the controller's socket serves
+    /healthz on the ``healthz`` port of the controller container, whose liveness (and
+    readiness) probe asks it; the sidecar answers before the kubelet gives up waiting."""
+    pod = _pod(manifests, "Deployment", "-csi-controller")
+    controller = _main_container(pod, "csi-controller")
+    sidecar = _main_container(pod, "liveness-probe")
+    args = dict(a.removeprefix("--").split("=", 1) for a in sidecar["args"])
+    socket = next(e["value"] for e in controller["env"] if e["name"] == "CLOUDLOOP_CSI__ENDPOINT")
+    assert args["csi-address"] == socket.removeprefix("unix://") == "/csi/csi.sock"
+    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert mounts == {"socket-dir": "/csi"}
+    (port,) = controller["ports"]
+    assert (port["name"], port["containerPort"]) == ("healthz", int(args["health-port"]))
+    for kind in ("livenessProbe", "readinessProbe"):
+        probe = controller[kind]
+        assert probe["httpGet"] == {"path": "/healthz", "port": "healthz"}
+        assert probe["failureThreshold"] >= 3 and probe["periodSeconds"] > 0
+        assert _duration_s(args["probe-timeout"]) < probe["timeoutSeconds"]
+    tag = sidecar["image"].rsplit(":", 1)[1]
+    assert sidecar["image"].startswith("registry.k8s.io/sig-storage/livenessprobe:")
+    assert tag == gotools.LIVENESSPROBE_VERSION
+    assert "resources" in sidecar and "--leader-election=true" not in sidecar["args"]
 
 
 @pytest.mark.parametrize("kind, suffix, name", CSI_PODS)

@@ -14,12 +14,13 @@ import re
 import string
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import botocore.exceptions
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.aws import ebs_limits
 from cloudloop.cloud.aws.base import NAME, AwsBase, translate
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 
@@ -29,9 +30,7 @@ CSI_NAME_TAG = "CSIVolumeName"
 EBS_CSI_CLUSTER_TAG = "ebs.csi.aws.com/cluster"
 DEFAULT_VOLUME_TYPE = "gp3"
 #: EBS volume types and the StorageClass each gets (aws-ebs-csi-driver's parameters).
-VOLUME_TYPES = ("gp3", "gp2", "io1", "io2", "st1", "sc1", "standard")
-#: StorageClass parameters the driver reads (aws-ebs-csi-driver's names); others are refused.
-PARAMETERS = frozenset({"type", "iops", "iopsPerGB", "throughput", "encrypted", "kmsKeyId"})
+VOLUME_TYPES = ebs_limits.VOLUME_TYPES
 #: Volumes an instance takes when its type is unknown (aws-ebs-csi-driver, Nitro instances).
 DEFAULT_MAX_VOLUMES = 25
 
@@ -39,7 +38,6 @@ DEFAULT_MAX_VOLUMES = 25
 DEVICE_NAMES = tuple(f"/dev/xvd{a}{b}" for a in "bc" for b in string.ascii_lowercase)
 
 _VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
-_MAX_IOPS_PER_GIB = {"io1": 50, "io2": 500, "gp3": 500}
 _GONE_STATES = {"deleting", "deleted"}
 _GONE_INSTANCE_STATES = {"shutting-down", "terminated"}
 
@@ -66,42 +64,30 @@ def nvme_serial(volume_id: str) -> str:
 
 
 def create_arguments(spec: models.VolumeSpec) -> dict[str, Any]:
-    """``CreateVolume`` arguments from the StorageClass parameters (aws-ebs-csi-driver's keys:
-    ``type``, ``iops``, ``iopsPerGB``, ``throughput``, ``encrypted``, ``kmsKeyId``)."""
-    unknown = sorted(set(spec.parameters) - PARAMETERS)
-    if unknown:
-        raise errors.InvalidRequest(NAME, "CreateVolume", f"unknown parameters {unknown}")
-    params = spec.parameters
-    volume_type = spec.volume_type or params.get("type") or DEFAULT_VOLUME_TYPE
-    if volume_type not in VOLUME_TYPES:
-        raise errors.InvalidRequest(NAME, "CreateVolume", f"unknown type {volume_type!r}")
-    kwargs: dict[str, Any] = {"VolumeType": volume_type}
-    try:
-        if params.get("iops"):
-            kwargs["Iops"] = int(params["iops"])
-        elif params.get("iopsPerGB"):
-            per_gib = int(params["iopsPerGB"])
-            kwargs["Iops"] = min(per_gib, _MAX_IOPS_PER_GIB.get(volume_type, per_gib)) * (
-                spec.size_gib
-            )
-        if params.get("throughput"):
-            kwargs["Throughput"] = int(params["throughput"])
-    except ValueError as exc:
-        raise errors.InvalidRequest(NAME, "CreateVolume", f"not a number: {exc}") from None
-    if "Iops" in kwargs and volume_type not in ("io1", "io2", "gp3"):
-        raise errors.InvalidRequest(NAME, "CreateVolume", f"{volume_type} takes no iops")
-    if "Throughput" in kwargs and volume_type != "gp3":
-        raise errors.InvalidRequest(NAME, "CreateVolume", "only gp3 takes a throughput")
-    encrypted = params.get("encrypted", "").lower()
-    if encrypted not in ("", "true", "false"):
-        raise errors.InvalidRequest(NAME, "CreateVolume", f"encrypted={encrypted!r}")
-    if encrypted == "true":
+    """``CreateVolume`` arguments from the StorageClass parameters, checked against the EBS
+    limits first (:mod:`~cloudloop.cloud.aws.ebs_limits`: ``InvalidRequest``/``OutOfRange``)."""
+    request = ebs_limits.check_request(
+        spec.size_gib, spec.parameters, spec.volume_type, default_type=DEFAULT_VOLUME_TYPE
+    )
+    kwargs: dict[str, Any] = {"VolumeType": request.volume_type}
+    if request.iops is not None:
+        kwargs["Iops"] = request.iops
+    if request.throughput is not None:
+        kwargs["Throughput"] = request.throughput
+    if request.encrypted:
         kwargs["Encrypted"] = True
-        if params.get("kmsKeyId"):
-            kwargs["KmsKeyId"] = params["kmsKeyId"]
+        if request.kms_key_id:
+            kwargs["KmsKeyId"] = request.kms_key_id
     if spec.snapshot_id:
         kwargs["SnapshotId"] = spec.snapshot_id
     return kwargs
+
+
+def parameter_tags(spec: models.VolumeSpec) -> dict[str, str]:
+    """The ``tagSpecification_<n>: key=value`` tags of the StorageClass parameters."""
+    return ebs_limits.check_request(
+        spec.size_gib, spec.parameters, spec.volume_type, default_type=DEFAULT_VOLUME_TYPE
+    ).tags
 
 
 def ebs_storage_classes() -> list[models.StorageClassSpec]:
@@ -238,6 +224,16 @@ class AwsVolumes(AwsBase):
     def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
         return ebs_storage_classes()
 
+    def check_volume_request(
+        self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
+    ) -> None:
+        ebs_limits.check_request(
+            size_gib, parameters, volume_type, default_type=DEFAULT_VOLUME_TYPE
+        )
+
+    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
+        ebs_limits.check_size(size_gib, volume_type, "ModifyVolume")
+
     # -- volumes ---------------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
         filters = [
@@ -271,6 +267,7 @@ class AwsVolumes(AwsBase):
         if not spec.zone:
             raise errors.InvalidRequest(NAME, "CreateVolume", "an EBS volume needs a zone")
         tags = {
+            **parameter_tags(spec),
             **spec.tags,
             CSI_NAME_TAG: spec.name,
             EBS_CSI_CLUSTER_TAG: "true",
