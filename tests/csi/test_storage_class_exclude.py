@@ -5,6 +5,7 @@ makes no excluded class, removes one it made before the exclusion, and keeps the
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
@@ -14,7 +15,7 @@ from cloudloop.settings import Settings
 from devstack.csi_deployment import write_discovery
 
 
-def classes(kube: Kube, driver_name: str) -> dict[str, dict[str, object]]:
+def classes(kube: Kube, driver_name: str) -> dict[str, dict[str, Any]]:
     found = kube.list(STORAGE_CLASSES, labelSelector=f"{DRIVER_LABEL}={driver_name}")["items"]
     return {c["metadata"]["name"]: c for c in found}
 
