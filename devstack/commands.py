@@ -88,7 +88,7 @@ def register(group: click.Group) -> None:
 
     @group.group()
     def stack() -> None:
-        """The embedded local stack's Go tools."""
+        """The embedded local stack's Go tools (and the real Keystone of the identity tests)."""
 
     @stack.command("build")
     @click.argument("names", nargs=-1)
@@ -97,3 +97,11 @@ def register(group: click.Group) -> None:
         from devstack import gotools
 
         gotools.main(list(names))
+
+    @stack.command("keystone")
+    def stack_keystone() -> None:
+        """Install and initialise the real Keystone of the identity tests (cached); print where."""
+        from devstack import keystone
+
+        venv, state = keystone.ensure_installed()
+        click.echo(f"{venv}\n{state}")

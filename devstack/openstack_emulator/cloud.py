@@ -112,6 +112,8 @@ class RequestRecord:
     status: int
     user_agent: str
     microversion: str = ""
+    #: The catalog region whose endpoint was called (a second region's URLs carry a prefix).
+    region: str = ""
 
 
 @dataclass

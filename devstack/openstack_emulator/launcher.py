@@ -61,6 +61,15 @@ class OpenStackEmulatorEndpoint:
     app_credential_id: str = ""
     app_credential_secret: str = field(default="", repr=False)
     zones: tuple[str, ...] = ()
+    #: The second region (same services under a URL prefix) and the second domain's account
+    #: (its user has :attr:`password` too; its seeded application credential the same secret).
+    region_two: str = ""
+    second_domain: str = ""
+    second_domain_id: str = ""
+    second_username: str = ""
+    second_project: str = ""
+    second_project_id: str = ""
+    second_app_credential_id: str = ""
 
     @property
     def seed(self) -> Seed:
@@ -126,6 +135,17 @@ def emulator_process(
         ),
         app_credential_secret=options.application_credential_secret,
         zones=options.zones,
+        region_two=identity.region_two,
+        second_domain=identity.second_domain,
+        second_domain_id=identity.second_domain_id,
+        second_username=identity.second_username,
+        second_project=identity.second_project_name,
+        second_project_id=identity.second_project_id,
+        second_app_credential_id=(
+            identity.second_application_credential_id
+            if options.application_credential_secret
+            else ""
+        ),
     )
     env = {**os.environ, PASSWORD_ENV: options.password}
     if options.application_credential_secret:

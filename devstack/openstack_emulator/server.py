@@ -2,10 +2,12 @@
 
 Each service answers on its own port, so "service down" closes that port (connection refused)
 while the others keep working; ``503`` answers as a load balancer in front of a dead API does
-(HTML), ``500`` with the service's own error body. A request goes: service mode → injected fault
-(latency and/or status) → route → token (``X-Auth-Token``; 401 with ``WWW-Authenticate``) →
-microversion (406 out of range) → handler under the cloud lock. Every request is recorded as
-``"<METHOD> <service> <route label>"``. The admin API (plain HTTP, JSON) is for tests only.
+(HTML), ``500`` with the service's own error body. A request goes: region prefix (a second
+region's endpoints are the same listeners under ``/<region>``) → service mode → injected fault
+(latency and/or status) → route → token (``X-Auth-Token``; 401 with ``WWW-Authenticate``; an
+unscoped token is 403 outside Keystone) → microversion (406 out of range) → handler under the
+cloud lock. Every request is recorded as ``"<METHOD> <service> <route label>"`` with its region.
+The admin API (plain HTTP, JSON) is for tests only.
 """
 
 from __future__ import annotations
@@ -107,6 +109,12 @@ class ServiceServer:
         service: Service = openstack.services[self.name]
         parts = urlsplit(raw_path)
         path = unquote(parts.path).rstrip("/")
+        # A second region's endpoints are these listeners under a path prefix (see identity).
+        region, base_url = openstack.identity.options.region, self.url
+        for prefix, named in openstack.identity.region_prefixes().items():
+            if path == prefix or path.startswith(f"{prefix}/"):
+                path, region, base_url = path[len(prefix) :], named, f"{self.url}{prefix}"
+                break
         label = route_label(path)
         query = parse_qs(parts.query, keep_blank_values=True)
         request_id = f"req-{uuid.uuid4()}"
@@ -142,7 +150,7 @@ class ServiceServer:
                 query=query,
                 headers=headers,
                 body=json.loads(body) if body.strip() else None,
-                base_url=self.url,
+                base_url=base_url,
             )
             if not route.public:
                 token_id = next((v for k, v in headers.items() if k.lower() == "x-auth-token"), "")
@@ -156,6 +164,8 @@ class ServiceServer:
                         "Unauthorized",
                         headers={"WWW-Authenticate": f'Keystone uri="{auth_url}"'},
                     )
+                if not request.token.project_id and self.name != "identity":
+                    raise ApiFault(403, "A project-scoped token is required.", "Forbidden")
             version = service.negotiate(headers)
             request.microversion = version
             with cloud.lock:
@@ -195,6 +205,7 @@ class ServiceServer:
                     status=status,
                     user_agent=headers.get("User-Agent", ""),
                     microversion=f"{version[0]}.{version[1]}" if version else "",
+                    region=region,
                 )
             )
         reply_headers.update(service.version_headers(version))

@@ -50,7 +50,10 @@ def test_a_password_token_carries_the_catalog(
     )
     for entry in catalog.values():
         assert {e["interface"] for e in entry["endpoints"]} == {"public", "internal", "admin"}
-        assert {e["region_id"] for e in entry["endpoints"]} == {endpoint.region}
+        assert {e["region_id"] for e in entry["endpoints"]} == {
+            endpoint.region,
+            endpoint.region_two,
+        }
     assert catalog["compute"]["endpoints"][0]["url"].endswith("/v2.1")
     assert catalog["block-storage"]["endpoints"][0]["url"].endswith(f"/v3/{endpoint.project_id}")
 
@@ -110,7 +113,7 @@ def test_bad_credentials_are_refused(
 def test_an_unknown_region_has_no_endpoints(
     endpoint: OpenStackEmulatorEndpoint, admin: OpenStackEmulatorAdmin
 ) -> None:
-    elsewhere = connect(endpoint, region_name="RegionTwo")
+    elsewhere = connect(endpoint, region_name="RegionX")
     with pytest.raises((exceptions.SDKException, ksa_exceptions.EndpointNotFound)):
         list(elsewhere.compute.flavors())
 

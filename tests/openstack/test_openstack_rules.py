@@ -341,6 +341,33 @@ def test_translate(exc: Exception, kind: type[errors.CloudError]) -> None:
     assert translated.provider == "openstack"
 
 
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pytest.param(
+            sdk_exc.ServiceDisabledException(
+                "Service 'compute' is disabled because its configuration could not be loaded. "
+                "The service is not present in the service catalog: public endpoint for "
+                "compute service in RegionX region not found"
+            ),
+            id="sdk-service-disabled",
+        ),
+        pytest.param(
+            ksa_exc.EndpointNotFound("public endpoint for compute service in RegionX region"),
+            id="ksa-endpoint-not-found",
+        ),
+        pytest.param(sdk_exc.EndpointNotFound("compute"), id="sdk-endpoint-not-found"),
+        pytest.param(ksa_exc.EmptyCatalog("The service catalog is empty."), id="empty-catalog"),
+    ],
+)
+def test_a_catalog_miss_is_an_invalid_request_naming_the_region(exc: Exception) -> None:
+    translated = translate("ListServers", exc, region="RegionX", interface="public")
+    assert type(translated) is errors.InvalidRequest
+    assert "region 'RegionX'" in str(translated) and "public endpoint" in str(translated)
+    if "compute service" in str(exc) or "Service 'compute'" in str(exc):
+        assert "service 'compute'" in str(translated)
+
+
 def test_next_link_styles() -> None:
     assert next_link({"servers_links": [{"rel": "next", "href": "h1"}]}, "servers") == "h1"
     assert next_link({"links": [{"rel": "next", "href": "h2"}]}, "volumes") == "h2"

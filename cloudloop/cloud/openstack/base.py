@@ -8,10 +8,16 @@ SDK or keystoneauth failure becomes a :mod:`cloudloop.cloud.errors` class.
 
 Rules:
 - Only an HTTP 404 from the resource's own URL is :class:`NotFound`; a missing catalog entry or
-  region is an :class:`InvalidRequest`, a refused or timed-out connection and 502/503/504 are
-  :class:`CloudUnreachable`, 401/403 :class:`CloudAuthFailed`, 413 :class:`ResourceExhausted`
-  (Cinder/Nova quota), 429 :class:`CloudThrottled`, Octavia's 409 "immutable" a retryable
-  :class:`CloudError`.
+  region (keystoneauth's ``EndpointNotFound``/``EmptyCatalog``, the SDK's ``EndpointNotFound`` and
+  the ``ServiceDisabledException`` it raises for a service the catalog lacks) is an
+  :class:`InvalidRequest` naming the region, interface and service, a refused or timed-out
+  connection and 502/503/504 are :class:`CloudUnreachable`, 401/403 :class:`CloudAuthFailed`,
+  413 :class:`ResourceExhausted` (Cinder/Nova quota), 429 :class:`CloudThrottled`, Octavia's
+  409 "immutable" a retryable :class:`CloudError`.
+- A password login needs a project (``tenant-id`` or ``tenant-name``): Keystone answers an
+  unscoped request with a token that carries no catalog, so no service could ever be reached.
+  Such a configuration is an :class:`InvalidRequest` before any request (upstream: every call
+  fails later with "no suitable endpoint"). An application credential carries its own project.
 - Lists that may be long (servers, ports, volumes) are read as raw JSON through the SDK's
   service proxies (``conn.compute.get(...)``) and paged by the services' ``*_links``: building
   SDK resource objects costs ~10 ms each, too much for a thousand servers every few seconds.
@@ -20,6 +26,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +40,7 @@ import requests
 from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import session as ksa_session
 from keystoneauth1.identity import v3
+from pydantic import BaseModel
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.calls import CallResult, cloud_call
@@ -65,11 +73,35 @@ def _message(exc: BaseException) -> str:
     return text.splitlines()[0][:500]
 
 
-def translate(operation: str, exc: BaseException) -> errors.CloudError:
-    """Map an openstacksdk / keystoneauth / requests failure onto the contract's errors."""
+_CATALOG_ERRORS = (
+    ksa_exc.EndpointNotFound,
+    ksa_exc.EmptyCatalog,
+    sdk_exc.EndpointNotFound,
+    sdk_exc.ServiceDisabledException,
+)
+_SERVICE_IN_MESSAGE = re.compile(r"Service '([^']+)'|for ([\w-]+) service")
+
+
+def _catalog_miss(exc: BaseException) -> str:
+    """The service a catalog failure names (``?`` when the message does not say)."""
+    found = _SERVICE_IN_MESSAGE.search(str(exc))
+    return next((g for g in found.groups() if g), "?") if found is not None else "?"
+
+
+def translate(
+    operation: str, exc: BaseException, *, region: str = "", interface: str = ""
+) -> errors.CloudError:
+    """Map an openstacksdk / keystoneauth / requests failure onto the contract's errors
+    (``region``/``interface``: the connection's, named when the catalog lacks an endpoint)."""
     message = _message(exc)
-    if isinstance(exc, ksa_exc.EndpointNotFound | ksa_exc.EmptyCatalog):
-        return errors.InvalidRequest(NAME, operation, f"no endpoint in the catalog: {message}")
+    if isinstance(exc, _CATALOG_ERRORS):
+        where = f"region {region!r}" if region else "any region"
+        return errors.InvalidRequest(
+            NAME,
+            operation,
+            f"the service catalog has no {interface or 'public'} endpoint for service "
+            f"{_catalog_miss(exc)!r} in {where} ([Global] region, os-endpoint-type): {message}",
+        )
     if isinstance(exc, ksa_exc.SSLError):
         return errors.CloudUnreachable(NAME, operation, f"TLS: {message}")
     if isinstance(
@@ -102,6 +134,22 @@ def translate(operation: str, exc: BaseException) -> errors.CloudError:
     if isinstance(exc, ksa_exc.DiscoveryFailure):
         return errors.CloudUnreachable(NAME, operation, message)
     return errors.CloudError(NAME, operation, f"{type(exc).__name__}: {message}")
+
+
+class ConnectionScope(BaseModel):
+    """Whom a configuration logs in as: the token's scope and the region's compute endpoint."""
+
+    user_id: str
+    project_id: str
+    project_name: str
+    project_domain_id: str
+    project_domain_name: str
+    application_credential_id: str = ""
+    region: str
+    #: The compute endpoint of the configured region and interface (every capability needs it).
+    compute_url: str
+    #: Every region the token's catalog has an endpoint in.
+    catalog_regions: list[str]
 
 
 def is_conflict(error: errors.CloudError) -> bool:
@@ -151,6 +199,14 @@ class OpenStackBase(CloudDriver):
                     user_id=c.user_id or None,
                     user_domain_id=user_domain_id,
                     user_domain_name=user_domain_name,
+                )
+            if not (c.tenant_id or c.tenant_name):
+                raise errors.InvalidRequest(
+                    NAME,
+                    "Connect",
+                    "[Global] tenant-id or tenant-name is required with a password login "
+                    "(Keystone gives an unscoped token no service catalog); or use an "
+                    "application credential",
                 )
             return v3.Password(
                 auth_url=c.auth_url,
@@ -225,11 +281,15 @@ class OpenStackBase(CloudDriver):
             except Exception:
                 log.debug("openstack: closing a connection failed", exc_info=True)
 
+    def _translate(self, operation: str, exc: BaseException) -> errors.CloudError:
+        c = self.settings.connection
+        return translate(operation, exc, region=c.region, interface=c.os_endpoint_type)
+
     @contextmanager
     def calling(self, operation: str) -> Iterator[CallResult]:
         """One counted cloud request; a broken connection is dropped for the next call."""
         try:
-            with cloud_call(NAME, operation, translate) as result:
+            with cloud_call(NAME, operation, self._translate) as result:
                 yield result
         except (errors.CloudUnreachable, errors.CloudAuthFailed):
             self._drop_connection()
@@ -239,6 +299,47 @@ class OpenStackBase(CloudDriver):
         """Run ``request(connection)`` as one counted cloud request."""
         with self.calling(operation):
             return request(self.conn)
+
+    def connection_scope(self) -> ConnectionScope:
+        """Log in as configured (one counted ``Authenticate`` call) and say as whom: the token's
+        project and the compute endpoint of ``[Global] region``. A region or interface the
+        catalog lacks is an :class:`InvalidRequest`, a refused login a :class:`CloudAuthFailed`.
+        Only Keystone is asked: the endpoint is read from the catalog, not probed."""
+        c = self.settings.connection
+        interface = c.os_endpoint_type or "public"
+
+        def read(connection: Any) -> ConnectionScope:
+            session = connection.session
+            access = session.auth.get_access(session)
+            url = session.get_endpoint(
+                service_type="compute", interface=interface, region_name=c.region or None
+            )
+            if not url:
+                raise ksa_exc.EndpointNotFound(
+                    f"{interface} endpoint for compute service in {c.region} region not found"
+                )
+            catalog = access.service_catalog.get_endpoints() if access.has_service_catalog() else {}
+            regions = {
+                str(e.get("region_id") or e.get("region"))
+                for endpoints in catalog.values()
+                for e in endpoints
+                if e.get("region_id") or e.get("region")
+            }
+            return ConnectionScope(
+                user_id=str(access.user_id or ""),
+                project_id=str(access.project_id or ""),
+                project_name=str(access.project_name or ""),
+                project_domain_id=str(access.project_domain_id or ""),
+                project_domain_name=str(access.project_domain_name or ""),
+                application_credential_id=str(
+                    getattr(access, "application_credential_id", None) or ""
+                ),
+                region=c.region,
+                compute_url=str(url),
+                catalog_regions=sorted(regions),
+            )
+
+        return self.call("Authenticate", read)
 
     # -- raw JSON through the service proxies ----------------------------------------------
     def _proxy(self, service: str) -> Any:
