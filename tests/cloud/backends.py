@@ -67,6 +67,23 @@ class Backend:
     unknown: dict[Capability, Call] = field(default_factory=dict)
 
 
+def _for_cluster(driver: CloudDriver, cluster: str) -> CloudDriver:
+    """``driver`` serving ``cluster``, as ``Provider.make_driver`` sets it."""
+    driver.cluster = cluster
+    return driver
+
+
+def absent_machine(name: str, provider_spec: dict[str, Any] | None = None) -> models.MachineSpec:
+    """A machine no VM was made for (a fresh UID): ``get_machine`` must answer ``None``."""
+    return models.MachineSpec(
+        name=name,
+        namespace="default",
+        cluster="conformance",
+        machine_uid=str(uuid.uuid4()),
+        provider_spec=provider_spec or {},
+    )
+
+
 # -- AWS: moto, and a second moto that checks credentials (IAM auth on, tests/cloud/conftest.py)
 def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 30) -> AwsSettings:
     return aws_settings(endpoint, access_key_id=SecretStr(key), timeout_s=timeout_s, max_attempts=1)
@@ -96,7 +113,7 @@ def aws_backend(request: pytest.FixtureRequest) -> Backend:
     cluster = f"conformance-{uuid.uuid4().hex[:6]}"
     return Backend(
         name="aws",
-        driver=lambda: AwsDriver(_aws_settings(stack.moto_endpoint)),
+        driver=lambda: _for_cluster(AwsDriver(_aws_settings(stack.moto_endpoint)), cluster),
         # A dead port is refused at once; the generous read timeout is for a loaded machine,
         # where moto can take seconds to answer (a timeout is not the answer being tested).
         unreachable=lambda: AwsDriver(_aws_settings(f"http://{DEAD}")),
@@ -109,9 +126,11 @@ def aws_backend(request: pytest.FixtureRequest) -> Backend:
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
             Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", cluster),
             Capability.SNAPSHOTS: lambda d: d.list_snapshots(cluster),
+            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
         },
         unknown={
             Capability.INSTANCES: lambda d: d.list_instances(["i-0123456789abcdef0"]).found,
+            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
             Capability.VOLUMES: lambda d: d.get_volume("vol-0123456789abcdef0"),
             Capability.SNAPSHOTS: lambda d: d.get_snapshot("snap-0123456789abcdef0"),
@@ -280,9 +299,11 @@ def openstack_backend(request: pytest.FixtureRequest) -> Backend:
             Capability.ROUTES: lambda d: d.list_routes("conformance"),
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
             Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
+            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
         },
         unknown={
             Capability.INSTANCES: lambda d: d.list_instances([unknown]).found,
+            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
             Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
             Capability.VOLUMES: lambda d: d.get_volume(unknown),
         },
