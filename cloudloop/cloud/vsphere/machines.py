@@ -14,9 +14,12 @@ Rules:
 - Every step checks what is there, so a create that stopped half-way (crash, timeout) is simply
   called again: a powered-off clone is reconfigured (idempotent: NICs only replaced when they
   differ, the disk only grown) and powered on; a powered-on VM is only read.
+- Tasks a crashed call left running on the VM (reconfigure, power change, destroy) are waited
+  for before the next step, as CAPV waits for its ``taskRef``.
 - A clone in flight after a crash (no VM yet, a ``CloneVM_Task`` running whose
-  ``VmBeingClonedEvent`` names this VM): waited for, never cloned twice. A second clone that
-  races anyway fails ``DuplicateName`` in vCenter; the VM is then found by its instance UUID.
+  ``VmBeingClonedEvent`` of the last 6 hours names this VM): waited for, never cloned twice. A
+  second clone that races anyway fails ``DuplicateName`` in vCenter; the VM is then found by its
+  instance UUID.
 - Delete powers off (hard, as CAPV's default ``powerOffMode``) and destroys (``Destroy_Task``:
   the VM and the disks it owns); ``True`` once no VM carries the instance UUID and no clone of
   it is in flight. Disks attached later by CSI are first-class disks and are detached by their
@@ -180,6 +183,9 @@ class VsphereMachines(VsphereBase):
         if at_path is None or not isinstance(at_path, vim.VirtualMachine):
             return None
         state = self._vm_state(at_path)
+        foreign = state is not None and state.instance_uuid != spec.machine_uid.lower()
+        if foreign and state is not None and self.settle(state):
+            state = self._vm_state(at_path)  # a crashed create's reconfigure may have stamped it
         if state is None:
             return None
         if state.instance_uuid != spec.machine_uid.lower():
@@ -190,6 +196,38 @@ class VsphereMachines(VsphereBase):
                 f"not this machine's {spec.machine_uid}; left untouched",
             )
         return state
+
+    def settle(self, vm: VmState) -> bool:
+        """Wait for the tasks queued or running on ``vm`` (a crashed call's reconfigure, power
+        change or destroy: CAPV waits for its task too); ``True`` if there were any."""
+
+        def in_flight(si: Any) -> list[str]:
+            tasks = vim.VirtualMachine(vm.moref, si._stub).recentTask or []
+            if not tasks:
+                return []
+            spec = PC.FilterSpec(
+                objectSet=[PC.ObjectSpec(obj=t) for t in tasks],
+                propSet=[PC.PropertySpec(type=vim.Task, pathSet=["info.state"])],
+            )
+            found = si.content.propertyCollector.RetrieveContents([spec])
+            return [
+                str(o.obj._moId)
+                for o in found
+                if str(o.propSet[0].val if o.propSet else "") in ("queued", "running")
+            ]
+
+        try:
+            tasks = self.call("ListVmTasks", in_flight)
+        except errors.NotFound:
+            return False
+        for task in tasks:
+            log.info("vsphere: waiting for task %s on VM %s", task, vm.name)
+            try:
+                self.wait_task("WaitVmTask", task)
+            except errors.CloudError as exc:
+                if exc.retryable:
+                    raise  # still running: the caller retries
+        return bool(tasks)
 
     # -- placement -------------------------------------------------------------------------
     def _datacenter(self, name: str) -> tuple[Any, str]:
@@ -391,6 +429,8 @@ class VsphereMachines(VsphereBase):
         dc, dc_name = self._datacenter(machine.datacenter)
         folder_path = self._path(dc_name, "vm", machine.folder)
         vm = self.find_vm(spec, folder_path)
+        if vm is not None and vm.power_state != "poweredOn" and self.settle(vm):
+            vm = self._vm_state(vim.VirtualMachine(vm.moref))  # a crashed call's task finished
         if vm is not None and vm.power_state == "poweredOn":
             return to_machine(vm)
         place = self._placement(machine, spec, dc, dc_name)
@@ -601,6 +641,11 @@ class VsphereMachines(VsphereBase):
             except errors.CloudError as exc:
                 if exc.retryable:
                     raise
+            found = self._find_by_instance_uuid(spec.machine_uid)
+            vm = self._vm_state(found) if found is not None else None
+            if vm is None:
+                return True
+        if self.settle(vm):  # a crashed delete's power-off or destroy finished
             found = self._find_by_instance_uuid(spec.machine_uid)
             vm = self._vm_state(found) if found is not None else None
             if vm is None:
