@@ -17,9 +17,9 @@ Rules:
 - Tasks a crashed call left running on the VM (reconfigure, power change, destroy) are waited
   for before the next step, as CAPV waits for its ``taskRef``.
 - A clone in flight after a crash (no VM yet, a ``CloneVM_Task`` running whose
-  ``VmBeingClonedEvent`` of the last 6 hours names this VM): waited for, never cloned twice. A
-  second clone that races anyway fails ``DuplicateName`` in vCenter; the VM is then found by its
-  instance UUID.
+  ``VmBeingClonedEvent`` of the last 6 hours names this VM): waited for, never cloned twice (the
+  clone carries the instance UUID, so the waiter finds it as its own). A second clone that races
+  anyway fails ``DuplicateName`` in vCenter; the VM is then found by its instance UUID.
 - Delete powers off (hard, as CAPV's default ``powerOffMode``) and destroys (``Destroy_Task``:
   the VM and the disks it owns); ``True`` once no VM carries the instance UUID and no clone of
   it is in flight. Disks attached later by CSI are first-class disks and are detached by their
@@ -183,9 +183,6 @@ class VsphereMachines(VsphereBase):
         if at_path is None or not isinstance(at_path, vim.VirtualMachine):
             return None
         state = self._vm_state(at_path)
-        foreign = state is not None and state.instance_uuid != spec.machine_uid.lower()
-        if foreign and state is not None and self.settle(state):
-            state = self._vm_state(at_path)  # a crashed create's reconfigure may have stamped it
         if state is None:
             return None
         if state.instance_uuid != spec.machine_uid.lower():
@@ -500,15 +497,7 @@ class VsphereMachines(VsphereBase):
                 log.info("vsphere: the earlier clone of %s failed: %s", spec.name, exc.message)
             elif exc.retryable:
                 raise
-        try:
-            return self.find_vm(spec, folder_path)
-        except errors.AlreadyExists as exc:
-            # The clone carries another instance UUID: another machine's VM, or (vcsim, which
-            # drops the clone's config spec) ours before its creator stamped it. Try again later:
-            # once no clone is in flight, a VM still not ours is AlreadyExists for good.
-            raise errors.CloudError(
-                PROVIDER, "CreateMachine", f"{exc.message} (just cloned; retrying)"
-            ) from None
+        return self.find_vm(spec, folder_path)
 
     def _clone_in_flight(self, name: str) -> str | None:
         """The moref of a queued or running ``CloneVM_Task`` whose ``VmBeingClonedEvent`` names
@@ -573,8 +562,6 @@ class VsphereMachines(VsphereBase):
             lambda si: list(vim.VirtualMachine(vm.moref, si._stub).config.hardware.device),
         )
         config = vim.vm.ConfigSpec(
-            # Already set by the clone on vCenter; vcsim 0.46 drops the clone's config spec.
-            instanceUuid=spec.machine_uid.lower(),
             extraConfig=_options(extra_config(machine, spec.name, spec.machine_uid, user_data)),
             deviceChange=_disk_change(devices, machine, vm.name)
             + _nic_changes(devices, place.networks),
