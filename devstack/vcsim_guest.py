@@ -4,15 +4,16 @@ vcsim runs no guests, so a VM a machine driver cloned and powered on never repor
 and its Cluster API machine never gets ``provisioned``. :class:`GuestAgent` plays the guest's
 VMware Tools: every ``interval_s`` it reads the VMs (one property-collector retrieval) and gives
 each powered-on VM that carries cloud-init's ``guestinfo.metadata`` but reports no IP yet an
-address from ``network`` and the metadata's ``local-hostname`` as ``guest.hostName``.
+address from ``network`` and the metadata's ``local-hostname`` as ``guest.hostName``, once it has
+been seen powered on for ``boot_s`` (the guest's boot).
 
 Rules:
 - Only VMs with ``guestinfo.metadata`` (made through the VMware cloud-init datasource, as the
   machine drivers make them) are touched; the stack's seeded VMs are left alone.
 - The report goes through vcsim's ``SET.guest.*`` extraConfig hook (simulator-only), the same
   way a real guest's Tools update ``guest.ipAddress``: the driver under test only reads.
-- Failures (a VM destroyed meanwhile, a reconfigure racing a power-off) are ignored: the next
-  pass tries again.
+- Failures (a VM destroyed meanwhile, a reconfigure racing a power-off) are ignored: a report
+  not visible after ``retry_s`` is sent again.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import ipaddress
 import json
 import logging
 import threading
+import time
 from types import TracebackType
 from typing import Any
 
@@ -51,10 +53,17 @@ class GuestAgent:
     """A thread reporting guest addresses for powered-on cloud-init VMs (see the module)."""
 
     def __init__(
-        self, endpoint: VcsimEndpoint, network: str = "10.77.0.0/16", interval_s: float = 0.2
+        self,
+        endpoint: VcsimEndpoint,
+        network: str = "10.77.0.0/16",
+        interval_s: float = 0.2,
+        boot_s: float = 0.0,
+        retry_s: float = 5.0,
     ) -> None:
         self.endpoint = endpoint
-        self.interval_s = interval_s
+        self.interval_s, self.boot_s, self.retry_s = interval_s, boot_s, retry_s
+        self._on_since: dict[str, float] = {}  # VM moref → when first seen powered on
+        self._sent: dict[str, float] = {}  # VM moref → when its report was sent
         self._hosts = ipaddress.ip_network(network).hosts()
         self._given: dict[str, str] = {}  # VM moref → IP
         self._stop = threading.Event()
@@ -109,14 +118,23 @@ class GuestAgent:
         finally:
             view.Destroy()
         reported = 0
+        now = time.monotonic()
         for obj in found:
             props = {p.name: p.val for p in obj.propSet}
-            if props.get("runtime.powerState") != "poweredOn" or props.get("guest.ipAddress"):
+            moref = str(obj.obj._moId)
+            if props.get("runtime.powerState") != "poweredOn":
+                self._on_since.pop(moref, None)
+                continue
+            if props.get("guest.ipAddress"):
                 continue
             options = {o.key: str(o.value) for o in props.get("config.extraConfig") or []}
             if "guestinfo.metadata" not in options:
                 continue
-            moref = str(obj.obj._moId)
+            if now - self._on_since.setdefault(moref, now) < self.boot_s:
+                continue  # still booting
+            if now - self._sent.get(moref, -self.retry_s) < self.retry_s:
+                continue  # sent; vcsim applies it when its reconfigure task runs
+            self._sent[moref] = now
             ip = self._given.get(moref) or str(next(self._hosts))
             self._given[moref] = ip
             host = _host_name(options, str(props.get("name", "")))
