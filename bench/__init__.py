@@ -22,6 +22,7 @@ from bench.scale import scale_figures
 from bench.termination import termination_figures
 from bench.volume import volume_figures
 from bench.vsphere import vsphere_figures
+from bench.vsphere_machines import vsphere_machine_figures
 
 BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "vsphere": vsphere_figures,
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
+    "vsphere-machines": vsphere_machine_figures,
     "csi": csi_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
