@@ -24,6 +24,7 @@ from bench.scale import scale_figures
 from bench.termination import termination_figures
 from bench.volume import volume_figures
 from bench.vsphere import vsphere_figures
+from bench.vsphere_machines import vsphere_machine_figures
 
 BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,
@@ -37,6 +38,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "nodegroups": nodegroup_figures,
     "openstack-machines": openstack_machine_figures,
     "aws-machines": aws_machine_figures,
+    "vsphere-machines": vsphere_machine_figures,
     "csi": csi_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,

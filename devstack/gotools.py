@@ -3,7 +3,10 @@
 Every tool is one :class:`GoTool` line in :data:`TOOLS`. A tool's module is a small wrapper module
 committed under ``gotools/<module>/`` (``go.mod`` + ``go.sum`` pin every version), built with
 ``GOTOOLCHAIN=local`` and cached under ``<cache>/bin/<module>-<digest>/`` where the digest covers
-the wrapper's pins, so a version bump rebuilds and anything else reuses the cached binary.
+the wrapper's pins, so a version bump rebuilds and anything else reuses the cached binary. A
+wrapper may carry ``patches.json``: exact one-time string replacements in files of its modules
+(backported upstream fixes), built from an edited copy of the module (the module cache is never
+changed) and covered by the digest.
 """
 
 from __future__ import annotations
@@ -155,11 +158,14 @@ def cache_root() -> Path:
     return Path(base) / "cloudloop"
 
 
+PATCHES_FILE = "patches.json"
+
+
 def _module_digest(module: str) -> str:
-    """The wrapper's pins, and the Go sources of a wrapper that has its own (livenessprobe)."""
+    """The wrapper's pins and patches, and the Go sources of a wrapper that has its own."""
     digest = hashlib.sha256()
     folder = GOTOOLS_DIR / module
-    for name in ("go.mod", "go.sum"):
+    for name in ("go.mod", "go.sum", PATCHES_FILE):
         path = folder / name
         if path.exists():
             digest.update(path.read_bytes())
@@ -195,6 +201,35 @@ def _go_binary_name(package: str) -> str:
     return parts[-1]
 
 
+def _patched(module: str, staging: Path) -> list[str]:
+    """``go build`` arguments applying the wrapper's ``patches.json`` (none without one): each
+    patched module is copied into ``staging``, edited there and swapped in by a ``replace`` in
+    a copy of the wrapper's ``go.mod`` (``-modfile``); Go refuses overlays of the module cache."""
+    path = GOTOOLS_DIR / module / PATCHES_FILE
+    if not path.exists():
+        return []
+    replaces: list[str] = []
+    for module_path, files in json.loads(path.read_text())["modules"].items():
+        copy = staging / "src" / module_path.replace("/", "_")
+        shutil.copytree(module_source(module, module_path), copy)
+        for relative, edits in files.items():
+            target = copy / relative
+            text = target.read_text()
+            for old, new in edits:
+                if text.count(old) != 1:
+                    raise RuntimeError(f"{PATCHES_FILE}: {old!r} is not once in {relative}")
+                text = text.replace(old, new)
+            target.chmod(0o644)
+            target.write_text(text)
+        replaces.append(f"replace {module_path} => {copy}")
+    modfile = staging / "go.mod"
+    modfile.write_text(
+        (GOTOOLS_DIR / module / "go.mod").read_text() + "\n" + "\n".join(replaces) + "\n"
+    )
+    shutil.copyfile(GOTOOLS_DIR / module / "go.sum", staging / "go.sum")
+    return ["-modfile", str(modfile)]
+
+
 def _build_module(module: str, tools: list[GoTool]) -> None:
     go = shutil.which("go")
     if go is None:
@@ -214,6 +249,7 @@ def _build_module(module: str, tools: list[GoTool]) -> None:
         "-trimpath",
         "-ldflags",
         ldflags,
+        *_patched(module, staging),
         "-o",
         f"{staging}/",
         *[t.package for t in tools],

@@ -6,6 +6,8 @@ drivers verify TLS by CA file or by thumbprint), and describes where vcsim answe
 Rules:
 - The build is the real ``vcsim`` command of govmomi v0.46.3 (``gotools/govmomi``); newer
   releases either lack the command on the module proxy or break pyvmomi (see ``gotools.py``).
+  It carries govmomi's fix of v0.55 for clones (``gotools/govmomi/patches.json``): a clone gets
+  its spec's instance UUID, CPUs, memory and extraConfig, as on vCenter.
 - vcsim accepts exactly ``username``/``password``: wrong credentials fail as on vCenter. The
   password goes in a file (vcsim reads a flag value naming a file), never on the command line.
 - vcsim keeps its datastores as folders under ``$TMPDIR``; the process gets its own ``TMPDIR``

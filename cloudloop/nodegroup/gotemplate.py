@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -118,6 +119,14 @@ def _dict(*pairs: Any) -> dict[str, Any]:
     return {
         str(pairs[i]): pairs[i + 1] if i + 1 < len(pairs) else "" for i in range(0, len(pairs), 2)
     }
+
+
+def _go_div(a: int, b: int) -> int:
+    """Go's integer ``/``: truncated toward zero (division by zero fails the render)."""
+    if b == 0:
+        raise TemplateError("integer divide by zero")
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
 
 
 def _trunc(length: Any, text: Any) -> str:
@@ -232,6 +241,14 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "splitList": lambda sep, s: go_format(s).split(str(sep)),
     "nindent": lambda n, s: "\n" + _indent(_to_int(n), s),
     "indent": lambda n, s: _indent(_to_int(n), s),
+    # sprig: integer math (int64 as sprig's; ``div`` truncates as Go's ``/``)
+    "add": lambda *a: sum(_to_int(v) for v in a),
+    "sub": lambda a, b: _to_int(a) - _to_int(b),
+    "mul": lambda *a: math.prod(_to_int(v) for v in a),
+    "div": lambda a, b: _go_div(_to_int(a), _to_int(b)),
+    "mod": lambda a, b: _to_int(a) - _go_div(_to_int(a), _to_int(b)) * _to_int(b),
+    "max": lambda *a: max(_to_int(v) for v in a),
+    "min": lambda *a: min(_to_int(v) for v in a),
     # sprig: encodings and digests (deterministic)
     "b64enc": lambda s: base64.b64encode(go_format(s).encode()).decode(),
     "b64dec": lambda s: base64.b64decode(go_format(s)).decode(),

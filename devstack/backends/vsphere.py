@@ -37,3 +37,38 @@ def vsphere_settings(endpoint: VcsimEndpoint, **overrides: Any) -> VsphereSettin
     }
     values.update(overrides)
     return VsphereSettings(**values)
+
+
+#: vcsim's default inventory: the VM node-group machines are cloned from, and the network
+#: (``-pg 0`` puts every NIC on the standard network ``VM Network``).
+TEMPLATE = "DC0_C0_RP0_VM0"
+NETWORK = "VM Network"
+#: Driver timings for tests: short polls, a task wait well under an activity's timeout.
+QUICK_TIMINGS: dict[str, float] = {"poll_interval_s": 0.05, "wait_timeout_s": 30.0}
+
+
+def instance_class_spec(**fields: Any) -> dict[str, Any]:
+    """A VsphereInstanceClass spec for vcsim's default inventory (1 vCPU, 1 GiB, 20 GiB disk);
+    ``fields`` add or replace spec fields."""
+    return {
+        "numCPUs": 1,
+        "memory": 1024,
+        "rootDiskSize": 20,
+        "template": TEMPLATE,
+        "mainNetwork": NETWORK,
+        **fields,
+    }
+
+
+def machine_spec(**fields: Any) -> dict[str, Any]:
+    """A VSphereMachine spec cloning vcsim's first VM onto ``VM Network``; ``fields`` add or
+    replace spec fields."""
+    return {
+        "template": TEMPLATE,
+        "cloneMode": "fullClone",
+        "numCPUs": 1,
+        "memoryMiB": 1024,
+        "diskGiB": 20,
+        "network": {"devices": [{"networkName": NETWORK, "dhcp4": True}]},
+        **fields,
+    }

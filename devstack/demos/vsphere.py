@@ -4,7 +4,11 @@ vcsim joins the stack; two node VMs are cloned into two clusters whose ``k8s-zon
 ``zone-a`` and ``zone-b`` (the datacenter carries the ``k8s-region`` tag ``region-a``, each
 datastore its zone's tag); kwok Nodes named after the guests' host names wait for node sync to
 initialize them (providerID, zone/region labels, instance type, addresses); a first-class disk is
-created in ``zone-a`` and attached to that zone's node through the volume workflows.
+created in ``zone-a`` and attached to that zone's node through the volume workflows. The Cluster
+API manager runs on the control plane: a node group ``demo-workers`` rendered from the
+``VsphereInstanceClass`` ``demo-workers`` (as ``cloudloop nodegroup render`` does) scales 0 → 2,
+each VSphereMachine a ``Machine`` workflow cloning vcsim's first VM; a ``GuestAgent`` plays the
+guests' VMware Tools (their IPs).
 
 Rules:
 - vcsim is seeded as an operator would (:mod:`devstack.vcsim_inventory`: pyvmomi and the tagging
@@ -29,7 +33,7 @@ from cloudloop import temporal
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import NODES
+from cloudloop.kube.resources import NODES, Resource
 from cloudloop.messages.volume import (
     AttachVolumeRequest,
     CapacityRange,
@@ -39,12 +43,17 @@ from cloudloop.messages.volume import (
 )
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from cloudloop.settings import Settings
-from devstack.kube import KWOK_NODE_ANNOTATION
+from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
+from devstack.vcsim_guest import GuestAgent
 from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
 
 log = logging.getLogger(__name__)
+
+MACHINE_DEPLOYMENTS = Resource(
+    "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
+)
 
 DEMO_NODES = (
     NodeVm("demo-node-a", "10.0.1.10", cluster="DC0_C0"),
@@ -54,6 +63,10 @@ LAYOUT = ZoneLayout()
 DEMO_DISK = "demo-disk"
 DEMO_FILE = "vsphere-demo.json"
 GIB = 1024**3
+#: The demo node group: its InstanceClass, MachineDeployment prefix, namespace and size.
+NODE_GROUP = "demo-workers"
+NODE_GROUP_NAMESPACE = "default"
+NODE_GROUP_REPLICAS = 2
 
 
 class VsphereDemo:
@@ -62,7 +75,11 @@ class VsphereDemo:
     name = "vsphere"
 
     def stack_options(self, options: StackOptions) -> StackOptions:
-        return dataclasses.replace(options, vcsim=VcsimOptions(), moto=False)
+        kube = tuple(
+            dataclasses.replace(k, components=(*k.components, CAPI)) if i == 0 else k
+            for i, k in enumerate(options.kube)
+        )
+        return dataclasses.replace(options, vcsim=VcsimOptions(), moto=False, kube=kube)
 
     def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
         endpoint = _endpoint(stack)
@@ -79,6 +96,8 @@ class VsphereDemo:
             daemon=True,
         )
         thread.start()
+        GuestAgent(endpoint).__enter__()  # a daemon thread for the stack's life
+        _node_group(kube)
         return settings
 
     def endpoints(self, stack: LocalStack) -> list[str]:
@@ -97,6 +116,10 @@ class VsphereDemo:
             "--query \"CloudloopKind='Volume'\"",
             f"  {kubectl} -n kube-system get secret d8-cloud-provider-discovery-data "
             "-o jsonpath='{.data.discovery-data\\.json}' | base64 -d",
+            f"  {kubectl} -n {NODE_GROUP_NAMESPACE} get machinedeployments,machines,"
+            "vspheremachines   # the demo node group",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"CloudloopKind='Machine'\"",
         ]
 
 
@@ -119,6 +142,42 @@ def _settings(settings: Settings, endpoint: VcsimEndpoint, password: Path) -> Se
         timeout_s=10,
     )
     return settings.model_copy(update={"provider": "vsphere", "vsphere": vsphere})
+
+
+def _node_group(kube: Kube) -> None:
+    """The demo node group: a VsphereInstanceClass, a CAPI Cluster, and what ``cloudloop
+    nodegroup render`` makes of them (a VSphereMachineTemplate and a MachineDeployment of 2)."""
+    from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
+    from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+    from devstack import machine_fixtures
+    from devstack.backends.vsphere import instance_class_spec
+
+    namespace = NODE_GROUP_NAMESPACE
+    instance_class = {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": NODE_TEMPLATES.instance_class.kind,
+        "metadata": {"name": NODE_GROUP},
+        "spec": instance_class_spec(numCPUs=2, memory=2048),
+    }
+    kube.create(NODE_TEMPLATES.instance_class, instance_class)
+    machine_fixtures.create_cluster(kube, namespace, "demo", INFRA_KINDS)
+    bootstrap = f"{NODE_GROUP}-bootstrap"
+    machine_fixtures.create_bootstrap_secret(
+        kube, namespace, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
+    )
+    group = NodeGroup(
+        name=NODE_GROUP,
+        instance_class=instance_class,
+        cluster="demo",
+        namespace=namespace,
+        bootstrap=Bootstrap(data_secret_name=bootstrap),
+        replicas=NODE_GROUP_REPLICAS,
+        max_surge=0,
+        max_unavailable=1,
+    )
+    template, deployment = render_node_group(group, INFRA_KINDS, NODE_TEMPLATES)
+    kube.create(INFRA_KINDS.template, template, namespace)
+    kube.create(MACHINE_DEPLOYMENTS, deployment, namespace)
 
 
 def _create_node(kube: Kube, name: str) -> None:

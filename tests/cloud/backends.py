@@ -36,6 +36,7 @@ from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from devstack.backends.aws import aws_settings, create_cluster_network, launch_instances
 from devstack.backends.dvp import dvp_settings
+from devstack.backends.vsphere import machine_spec as vsphere_machine_spec
 from devstack.backends.vsphere import vsphere_settings
 from devstack.backends.zvirt import machine_spec as zvirt_machine_spec
 from devstack.backends.zvirt import zvirt_settings
@@ -257,6 +258,16 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
         return vsphere_settings(endpoint, **{**timings, **overrides})
 
     unknown_uuid = "00000000-0000-0000-0000-00000000abcd"
+
+    def machine(name: str) -> models.MachineSpec:
+        return models.MachineSpec(
+            name=name,
+            namespace="default",
+            cluster="conformance",
+            machine_uid=str(uuid.uuid4()),
+            provider_spec=vsphere_machine_spec(),
+        )
+
     return Backend(
         name="vsphere",
         driver=lambda: VsphereDriver(settings()),
@@ -265,11 +276,13 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
         probe=lambda d: d.list_instances([unknown_uuid]),
         proves={
             Capability.INSTANCES: lambda d: d.find_instances_by_name(["conformance-a"]),
+            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
             Capability.DISCOVERY: lambda d: d.discovery_data(),
             Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
         },
         unknown={
             Capability.INSTANCES: lambda d: d.list_instances([unknown_uuid]).found,
+            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
             Capability.VOLUMES: lambda d: d.get_volume("datastore-1:00000000-abcd"),
         },
     )

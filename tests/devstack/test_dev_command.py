@@ -184,7 +184,8 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
 
 def test_dev_vsphere_demo(tmp_path: Path) -> None:
     """``cloudloop dev --provider vsphere``: vcsim VMs in two tagged zones become initialized
-    Nodes with zone labels, and the demo disk is created and attached through the workflows."""
+    Nodes with zone labels, the demo disk is created and attached through the workflows, and the
+    demo node group's 2 machines get their VMs."""
     from cloudloop.cloud.vsphere.driver import VsphereDriver
     from cloudloop.cloud.vsphere.settings import VsphereSettings
 
@@ -277,6 +278,25 @@ def test_dev_vsphere_demo(tmp_path: Path) -> None:
             driver.close()
         uuid = nodes["demo-node-a"][0].removeprefix("vsphere://")
         assert (disk.zone, disk.attached_to, disk.name) == ("zone-a", [uuid], "demo-disk")
+
+        # The demo node group: 2 Machines, each with its vcsim VM (Machine workflows).
+        def provisioned() -> list[str]:
+            out = subprocess.run(
+                [*kubectl, "-n", "default", "get", "machines", "-o", "json"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            return [
+                m["spec"]["providerID"]
+                for m in json.loads(out)["items"]
+                if (m.get("status") or {}).get("phase") in ("Provisioned", "Running")
+                and (m.get("spec") or {}).get("providerID", "").startswith("vsphere://")
+            ]
+
+        while len(provisioned()) < 2:
+            assert time.monotonic() < deadline + 120, log_path.read_text()
+            time.sleep(0.5)
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)

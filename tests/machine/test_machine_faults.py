@@ -25,7 +25,10 @@ with its port and root volume still there, and deleted while dead; what could be
 server, a port or a volume. AWS (moto behind the dev stack's AWS front) is killed while
 ``RunInstances`` has been carried out but not answered (the front holds the answer), while the
 instance is pending (it comes up while no worker runs), while it is shutting down, and deleted
-while dead; what could be orphaned is an instance or its root volume.
+while dead; what could be orphaned is an instance or its root volume. vSphere (vcsim, its tasks
+delayed) is killed while cloning, while the clone is reconfigured (powered off), powering on, on but
+not reported, powering off, destroying, and deleted while dead; vcsim's disks belong to their VM,
+so what could be orphaned is a VM.
 """
 
 from __future__ import annotations
@@ -47,26 +50,32 @@ from temporalio.client import Client
 from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
+from cloudloop.cloud.vsphere.capi import INFRA_KINDS as VSPHERE_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
 from devstack import aws_front, machine_fixtures
 from devstack import dvp_simulator as sim
 from devstack.backends import aws as aws_backend
 from devstack.backends import section_env
+from devstack.backends import vsphere as vsphere_backend
 from devstack.backends.dvp import dvp_settings
 from devstack.backends.openstack import QUICK as OS_QUICK
 from devstack.backends.openstack import QUICK_TIMINGS as OS_QUICK_TIMINGS
 from devstack.backends.openstack import machine_spec as os_machine_spec
 from devstack.backends.openstack import openstack_emulator, openstack_settings
+from devstack.backends.vsphere import vcsim_server
 from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, ovirt_engine, zvirt_settings
 from devstack.devmode import stack_settings
 from devstack.dvp_simulator import DvpParent
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from devstack.ovirt_emulator import Delays, OvirtEmulatorAdmin, OvirtEmulatorEndpoint
+from devstack.vcsim import VcsimEndpoint, VcsimOptions
+from devstack.vcsim_guest import GuestAgent
 from starters.machine import MachineStarter
 from tests.helpers import eventually
 from tests.machine.dvp_machines import TEST_TIMINGS, DvpMachines, dvp_machines
+from tests.machine.vsphere_machines import VcsimMachines
 from tests.support.workers import WorkerProcess, worker_env
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -1124,18 +1133,258 @@ def aws_rig(request: pytest.FixtureRequest, stack: LocalStack, log_dir: Path) ->
     yield AwsRig(WorkerProcess(env, log_dir), task_queue, stack.aws_endpoint, subnet, cluster)
 
 
+# -- vSphere: vcsim (govmomi v0.46.3) ------------------------------------------------------------
+VSPHERE_CLOUD_INIT = b"#cloud-config\nruncmd: [echo vsphere-faults]\n"
+#: vcsim's ``descriptionId`` of a reconfigure task (vCenter's is ``VirtualMachine.reconfigure``).
+RECONFIGURE = "VirtualMachine.reconfigVm"
+#: vcsim runs these tasks (by task name) for STEP_S; reads are not held (``LockHandoff: 0``).
+VSPHERE_DELAYS = (
+    *(
+        (task, int(STEP_S * 1000))
+        for task in ("CloneVm", "ReconfigVm", "PowerOn", "PowerOff", "Destroy")
+    ),
+    ("LockHandoff", 0),
+)
+
+
+@pytest.fixture(scope="module")
+def slow_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VcsimEndpoint]:
+    """vcsim whose clone, reconfigure, power and destroy tasks last long enough to kill mid-step."""
+    state = tmp_path_factory.mktemp("vsphere-faults-vcsim")
+    with vcsim_server(state, VcsimOptions(method_delays=VSPHERE_DELAYS)) as endpoint:
+        yield endpoint
+
+
+class VsphereScene(Scene):
+    def __init__(
+        self, name: str, worker: WorkerProcess, kube: Kube, namespace: str, made: VcsimMachines
+    ) -> None:
+        super().__init__(name, worker)
+        self.kube, self.namespace, self.made = kube, namespace, made
+
+    def vm(self) -> tuple[str, dict[str, Any]]:
+        return next(iter(self.made.named(self.name).items()), ("", {}))
+
+    def vm_id(self) -> str:
+        return str(self.vm()[1].get("config.uuid") or "")
+
+    def power_state_is(self, state: str) -> bool:
+        return self.vm()[1].get("runtime.powerState") == state
+
+    def running(self, task: str) -> bool:
+        return self.made.running(self.name, task)
+
+    def note_cloud(self) -> None:
+        """Nothing to remember: vcsim's disks are the VM's own, they go with it."""
+
+    def infra(self) -> dict[str, Any] | None:
+        return self.kube.get(VSPHERE_KINDS.machine, self.name, self.namespace)
+
+    def ready(self) -> dict[str, Any] | None:
+        obj = self.infra() or {}
+        status = obj.get("status") or {}
+        provisioned = (status.get("initialization") or {}).get("provisioned")
+        return obj if status.get("ready") and provisioned else None
+
+    async def create(self) -> None:
+        def make() -> None:
+            secret = f"{self.name}-bootstrap"
+            machine_fixtures.create_bootstrap_secret(
+                self.kube, self.namespace, secret, VSPHERE_CLOUD_INIT
+            )
+            machine_fixtures.create_machine(
+                self.kube,
+                self.namespace,
+                self.name,
+                cluster="c1",
+                kinds=VSPHERE_KINDS,
+                spec=vsphere_backend.machine_spec(diskGiB=30),
+                bootstrap_secret=secret,
+            )
+
+        await asyncio.to_thread(make)
+
+    async def provisioned(self) -> None:
+        """Ready, with exactly one VM (every VM made is this one), on, powered on once."""
+        infra = await eventually(self.ready, timeout=CONVERGE_TIMEOUT, what=f"{self.name} ready")
+        made = await asyncio.to_thread(self.made.made)
+        assert [p["name"] for p in made.values()] == [self.name], made  # nothing orphaned
+        [(moref, vm)] = made.items()
+        assert vm["runtime.powerState"] == "poweredOn"
+        assert vm["config.instanceUuid"] == infra["metadata"]["uid"]
+        assert infra["spec"]["providerID"] == f"vsphere://{vm['config.uuid'].lower()}"
+        tasks = await asyncio.to_thread(self.made.tasks, moref)
+        # Powered on once (a later worker's power-on of a VM already on fails, harmlessly).
+        assert tasks.count(("VirtualMachine.powerOn", "success")) == 1, tasks
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.kube.delete, VSPHERE_KINDS.machine, self.name, self.namespace)
+
+    async def deleted(self) -> None:
+        def gone() -> bool:
+            infra = self.infra()
+            if infra is not None:
+                assert VSPHERE_KINDS.finalizer in infra["metadata"].get("finalizers", [])
+            return infra is None
+
+        await eventually(gone, timeout=CONVERGE_TIMEOUT, what=f"{self.name} deleted")
+        assert await asyncio.to_thread(self.made.made) == {}  # no VM left, none orphaned
+
+
+async def vsphere_not_powered_on(scene: VsphereScene) -> None:
+    """The reconfigure finishes while no worker runs; nothing powers the VM on meanwhile."""
+    await eventually(lambda: not scene.running(RECONFIGURE), what="reconfigured")
+    assert scene.power_state_is("poweredOff")
+
+
+async def vsphere_reported_while_dead(scene: VsphereScene) -> None:
+    """The guest reports its IP while no worker runs: the next one reports it, never powers the
+    VM on again."""
+    await eventually(lambda: scene.vm()[1].get("guest.ipAddress"), what="the guest's IP")
+    assert scene.ready() is None
+
+
+def vsphere_on_not_reported(scene: VsphereScene) -> bool:
+    return scene.power_state_is("poweredOn") and not scene.vm()[1].get("guest.ipAddress")
+
+
+async def vsphere_killed_while_cloning(scene: VsphereScene, point: KillPoint[VsphereScene]) -> None:
+    """As :func:`killed_while_provisioning`, but the VM does not exist while its clone runs: the
+    next worker waits for that clone and adopts its VM; one clone was ever started."""
+    await scene.create()
+    await scene.kill_at(point)
+    await scene.restart_worker()
+    await scene.provisioned()
+    assert await asyncio.to_thread(scene.made.clones_of, scene.name) == 1
+    await scene.delete()
+    await scene.deleted()
+
+
+VSPHERE_KILL_POINTS: list[KillPoint[VsphereScene]] = [
+    KillPoint(
+        "cloning",
+        vsphere_killed_while_cloning,
+        at=lambda s: not s.vm_id() and s.made.cloning(),
+        what="the clone task running, no VM yet",
+    ),
+    KillPoint(
+        "cloned-not-powered-on",
+        killed_while_provisioning,
+        at=lambda s: s.power_state_is("poweredOff") and s.running(RECONFIGURE),
+        what="VM cloned, powered off, being reconfigured",
+        while_dead=vsphere_not_powered_on,
+    ),
+    KillPoint(
+        "powering-on",
+        killed_while_provisioning,
+        at=lambda s: s.running("VirtualMachine.powerOn"),
+        what="VM powering on",
+    ),
+    KillPoint(
+        "on-not-reported",
+        killed_while_provisioning,
+        at=vsphere_on_not_reported,
+        what="VM powered on, its guest not reporting an IP yet",
+        while_dead=vsphere_reported_while_dead,
+    ),
+    KillPoint(
+        "deleting-powering-off",
+        killed_while_deleting,
+        at=lambda s: s.running("VirtualMachine.powerOff"),
+        what="VM powering off",
+    ),
+    KillPoint(
+        "deleting-destroying",
+        killed_while_deleting,
+        at=lambda s: s.running("VirtualMachine.destroy"),
+        what="VM being destroyed",
+    ),
+    KillPoint(
+        "deleted-while-dead",
+        deleted_while_dead,
+        at=vsphere_on_not_reported,
+        what="VM powered on, not reported",
+    ),
+]
+
+
+@dataclass
+class VsphereRig:
+    worker: WorkerProcess
+    task_queue: str
+    made: VcsimMachines
+
+    @contextlib.asynccontextmanager
+    async def scenes(
+        self, kube: Kube, namespace: str, client: Client
+    ) -> AsyncIterator[Callable[[str], Scene]]:
+        await asyncio.to_thread(
+            machine_fixtures.create_cluster, kube, namespace, "c1", VSPHERE_KINDS
+        )
+        starter = MachineStarter(
+            kube,
+            client,
+            kinds=VSPHERE_KINDS,
+            task_queue=self.task_queue,
+            cluster="vfaults",
+            namespace=namespace,
+            timings=TEST_TIMINGS,
+        )
+        task = asyncio.create_task(starter.run())
+        try:
+            yield lambda name: VsphereScene(name, self.worker, kube, namespace, self.made)
+        finally:
+            starter.stop()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            items = await asyncio.to_thread(kube.list, VSPHERE_KINDS.machine, namespace)
+            for obj in items.get("items", []):
+                if obj["metadata"].get("finalizers"):
+                    await asyncio.to_thread(
+                        kube.patch,
+                        VSPHERE_KINDS.machine,
+                        obj["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        namespace,
+                    )
+
+
+@contextlib.contextmanager
+def vsphere_rig(
+    request: pytest.FixtureRequest, stack: LocalStack, log_dir: Path
+) -> Iterator[VsphereRig]:
+    endpoint: VcsimEndpoint = request.getfixturevalue("slow_vcsim")
+    task_queue = f"vfaults-{uuid.uuid4().hex[:8]}"
+    section = vsphere_backend.vsphere_settings(endpoint, **vsphere_backend.QUICK_TIMINGS)
+    env = worker_env(
+        stack_settings(stack, task_queue=task_queue, cluster="vfaults"),
+        stack,
+        {"CLOUDLOOP_PROVIDER": "vsphere"},
+        section_env("vsphere", section),
+    )
+    made = VcsimMachines(endpoint)
+    try:
+        # The guest boots for STEP_S before its Tools report an IP (the on-not-reported step).
+        with GuestAgent(endpoint, boot_s=STEP_S):
+            yield VsphereRig(WorkerProcess(env, log_dir), task_queue, made)
+    finally:
+        made.close()
+
+
 # -- the test --------------------------------------------------------------------------------
 RIGS: dict[str, Callable[[pytest.FixtureRequest, LocalStack, Path], Any]] = {
     "dvp": dvp_rig,
     "zvirt": zvirt_rig,
     "openstack": openstack_rig,
     "aws": aws_rig,
+    "vsphere": vsphere_rig,
 }
 KILL_POINTS: dict[str, list[Any]] = {
     "dvp": DVP_KILL_POINTS,
     "zvirt": ZVIRT_KILL_POINTS,
     "openstack": OPENSTACK_KILL_POINTS,
     "aws": AWS_KILL_POINTS,
+    "vsphere": VSPHERE_KILL_POINTS,
 }
 
 

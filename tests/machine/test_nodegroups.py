@@ -1,5 +1,5 @@
-"""Node groups from InstanceClasses with the real Cluster API manager, on DVP, zVirt, OpenStack
-and AWS.
+"""Node groups from InstanceClasses with the real Cluster API manager, on DVP, zVirt, OpenStack,
+AWS and vSphere.
 
 The user's path without Deckhouse: an InstanceClass in the cluster, ``cloudloop nodegroup render``
 turns it into a MachineDeployment and its InfraMachineTemplate, ``kubectl apply`` and
@@ -45,6 +45,7 @@ from devstack.devmode import stack_settings
 from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint
+from devstack.vcsim import VcsimEndpoint
 from starters.machine import MachineStarter
 from tests.helpers import eventually
 from tests.machine import capi_objects
@@ -408,6 +409,40 @@ def aws_cloud(stack: LocalStack) -> Iterator[Cloud]:
     )
 
 
+@contextlib.contextmanager
+def vsphere_cloud(endpoint: VcsimEndpoint) -> Iterator[Cloud]:
+    from cloudloop.cloud.vsphere.capi import INFRA_KINDS as VSPHERE_KINDS
+    from cloudloop.cloud.vsphere.capi import NODE_TEMPLATES as VSPHERE_TEMPLATES
+    from devstack.backends import vsphere
+    from devstack.vcsim_guest import GuestAgent
+    from tests.machine.vsphere_machines import VcsimMachines
+
+    made = VcsimMachines(endpoint)
+    with GuestAgent(endpoint):  # the guests' VMware Tools report an IP once powered on
+        yield Cloud(
+            name="vsphere",
+            kinds=VSPHERE_KINDS,
+            instance_class={
+                "apiVersion": "deckhouse.io/v1",
+                "kind": VSPHERE_TEMPLATES.instance_class.kind,
+                "metadata": {"name": f"ng-{uuid.uuid4().hex[:6]}"},
+                "spec": vsphere.instance_class_spec(),
+            },
+            change=lambda spec: spec.update(numCPUs=2),
+            vm_shows_change=lambda name: made.cpus(name) == 2,
+            env={
+                "CLOUDLOOP_PROVIDER": "vsphere",
+                **section_env(
+                    "vsphere", vsphere.vsphere_settings(endpoint, **vsphere.QUICK_TIMINGS)
+                ),
+            },
+            snapshot=made.snapshot,
+            provider_id=made.provider_id,
+            per_machine={"vms": lambda m: m},
+        )
+    made.close()
+
+
 # -- the rig -------------------------------------------------------------------------------------
 @dataclass
 class Group:
@@ -499,6 +534,7 @@ CLOUDS: dict[str, Callable[[pytest.FixtureRequest], contextlib.AbstractContextMa
     "zvirt": lambda request: zvirt_cloud(request.getfixturevalue("ovirt")),
     "openstack": lambda request: openstack_cloud(request.getfixturevalue("openstack_endpoint")),
     "aws": lambda request: aws_cloud(request.getfixturevalue("contract_stack")),
+    "vsphere": lambda request: vsphere_cloud(request.getfixturevalue("vcsim")),
 }
 
 

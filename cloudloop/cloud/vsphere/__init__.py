@@ -1,4 +1,4 @@
-"""vSphere: node sync, discovery and first-class-disk volumes over one vCenter.
+"""vSphere: node sync, discovery, first-class-disk volumes and Cluster API machines, one vCenter.
 
 The provider record; the driver (:mod:`cloudloop.cloud.vsphere.driver`) talks SOAP through
 pyvmomi and tags through the legacy ``/rest`` paths; tests run it against vcsim.
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud.provider import Provider
+from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ PROVIDER = Provider(
     name="vsphere",
     settings=VsphereSettings,
     driver=_driver,
+    infra_kinds=INFRA_KINDS,
     registration=_registration,
+    node_templates=NODE_TEMPLATES,
     load_balancer_hint=(
         "vSphere without NSX-T has no load-balancer service (as upstream's vSphere cloud "
         "provider); serve the Service with a software load balancer in the cluster "

@@ -1,20 +1,28 @@
 """The node manager's registration Secret for vSphere (Deckhouse ``templates/registration.yaml``).
 
 ``kube-system/d8-node-manager-cloud-provider`` and its copy ``...-vsphere`` tell the node manager
-the region, zones and InstanceClass kind and hand it the vCenter connection (the ``vsphere`` key
-holds the password: it is a Secret, but it is never logged). Every value is base64.
+the region, zones, the InstanceClass and Cluster API kinds (CAPV's ``VSphereCluster`` and
+``VSphereMachineTemplate``) and hand it the vCenter connection and the instance defaults the
+machine template reads (the ``vsphere`` key holds the password: it is a Secret, but it is never
+logged). Every value is base64.
 
 Rules: the values are rendered from the settings only (no vCenter call), so a vCenter outage
 never blanks the Secret; zones are the configured ``zones`` (discovery publishes the live ones).
-Departs from Deckhouse: no Cluster API kinds yet (vSphere machines are not implemented).
+The ``vsphere`` subtree has Deckhouse's keys (``server``, ``instances.mainNetwork``,
+``instanceClassDefaults``, ``zoneComputeClusterPaths``, ``datacenter``...); ``host`` and a top-level
+``disableTimesync`` stay for readers of cloudloop's earlier Secret. No MCM: ``machineClassKind``
+is empty, so the node manager picks the Cluster API engine.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from typing import Any
 
+from cloudloop.cloud.capi import INFRA_GROUP
+from cloudloop.cloud.vsphere.capi import INFRA_KINDS as VSPHERE
 from cloudloop.cloud.vsphere.config import ConfigError
 from cloudloop.cloud.vsphere.mapping import PROVIDER
 from cloudloop.cloud.vsphere.settings import (
@@ -56,7 +64,9 @@ def registration_values(settings: VsphereSettings) -> dict[str, str]:
         insecure = settings.insecure
         region_category = settings.region_tag_category or DEFAULT_REGION_CATEGORY
         zone_category = settings.zone_tag_category or DEFAULT_ZONE_CATEGORY
+    defaults = settings.instance_class_defaults
     vsphere = {
+        "server": host,
         "host": host,
         "username": username,
         "password": password,
@@ -66,8 +76,21 @@ def registration_values(settings: VsphereSettings) -> dict[str, str]:
         "region": settings.region,
         "vmFolderPath": settings.vm_folder_path,
         "sshKey": settings.ssh_public_key,
-        "disableTimesync": True,
+        "disableTimesync": defaults.disable_timesync,
+        "datacenter": settings.datacenter,
+        "instances": {"mainNetwork": settings.main_network},
+        "instanceClassDefaults": {
+            "template": defaults.template,
+            "datastore": defaults.datastore,
+            "resourcePoolPath": defaults.resource_pool_path,
+            "disableTimesync": defaults.disable_timesync,
+        },
+        "zoneComputeClusterPaths": dict(settings.zone_compute_cluster_paths),
     }
+    if settings.ca_bundle is not None:
+        with contextlib.suppress(OSError):  # unreadable now: published at the next write
+            vsphere["caBundle"] = settings.ca_bundle.read_text()
+    infra_api_version = f"{INFRA_GROUP}/{VSPHERE.machine.version}"
     values = {
         "type": PROVIDER,
         "region": settings.region,
@@ -75,6 +98,11 @@ def registration_values(settings: VsphereSettings) -> dict[str, str]:
         "instanceClassAPIVersion": "v1",
         "instanceClassKind": "VsphereInstanceClass",
         "machineClassKind": "",
+        "capiClusterKind": VSPHERE.cluster.kind,
+        "capiClusterAPIVersion": infra_api_version,
+        "capiClusterName": PROVIDER,
+        "capiMachineTemplateKind": VSPHERE.template.kind,
+        "capiMachineTemplateAPIVersion": infra_api_version,
         "sshPublicKey": settings.ssh_public_key,
         "vsphere": _json(vsphere),
     }

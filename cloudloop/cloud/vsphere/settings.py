@@ -47,6 +47,18 @@ DEFAULT_ZONE_CATEGORY = "k8s-zone"
 DEFAULT_SECRETS_DIR = Path("/etc/cloud/secrets")
 
 
+class InstanceClassDefaults(BaseModel):
+    """Deckhouse ``instanceClassDefaults``: what a VsphereInstanceClass leaves out (published in
+    the registration Secret; the machine template reads them)."""
+
+    #: The VM template, relative to the datacenter (Deckhouse ``template``).
+    template: str = ""
+    datastore: str = ""
+    #: The resource pool, relative to the zone's compute cluster (Deckhouse ``resourcePoolPath``).
+    resource_pool_path: str = ""
+    disable_timesync: bool = True
+
+
 class VsphereSettings(BaseModel):
     """vCenter access and the CPI's options (``CLOUDLOOP_VSPHERE__*``)."""
 
@@ -78,6 +90,16 @@ class VsphereSettings(BaseModel):
     #: Zones the cluster uses (Deckhouse ``zones``); empty: every zone tag found.
     zones: list[str] = []
     vm_folder_path: str = ""
+    #: The datacenter node-group VMs go to (paths in machine specs are relative to it; empty:
+    #: the only one vCenter has).
+    datacenter: str = ""
+    #: The first NIC's network of node-group VMs (Deckhouse ``instances.mainNetwork``).
+    main_network: str = ""
+    #: What a VsphereInstanceClass leaves out (Deckhouse ``instanceClassDefaults``).
+    instance_class_defaults: InstanceClassDefaults = InstanceClassDefaults()
+    #: Zone → its compute cluster's inventory path (Deckhouse ``zoneComputeClusterPaths``): a
+    #: machine in that zone with no resource pool goes to the cluster's root pool.
+    zone_compute_cluster_paths: dict[str, str] = {}
     base_resource_pool: str = ""
     internal_network_names: list[str] = []
     external_network_names: list[str] = []
