@@ -36,6 +36,8 @@ CSI_SANITY_VERSION = "v5.6.0"
 CSI_PROVISIONER_VERSION = "v6.4.0"
 CSI_ATTACHER_VERSION = "v4.13.0"
 CSI_RESIZER_VERSION = "v2.3.0"
+#: csi-snapshotter and the snapshot-controller (one module; its client module holds the CRDs).
+CSI_SNAPSHOTTER_VERSION = "v8.7.0"
 #: Helm renders, lints and validates the chart in the install tests (not needed by the stack).
 HELM_VERSION = "v3.22.0"
 
@@ -113,6 +115,20 @@ TOOLS: dict[str, GoTool] = {
             "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer",
             CSI_RESIZER_VERSION,
             (f"-X main.version={CSI_RESIZER_VERSION}",),
+        ),
+        GoTool(
+            "csi-snapshotter",
+            "external-snapshotter",
+            "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter",
+            CSI_SNAPSHOTTER_VERSION,
+            (f"-X main.version={CSI_SNAPSHOTTER_VERSION}",),
+        ),
+        GoTool(
+            "snapshot-controller",
+            "external-snapshotter",
+            "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller",
+            CSI_SNAPSHOTTER_VERSION,
+            (f"-X main.version={CSI_SNAPSHOTTER_VERSION}",),
         ),
         GoTool(
             "cluster-api-manager",
