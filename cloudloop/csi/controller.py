@@ -18,6 +18,7 @@ aws-ebs-csi-driver tags them, and ``csi.storage.k8s.io/fstype`` goes to the volu
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -94,6 +95,30 @@ def split_parameters(
         elif not key.startswith(RESERVED_PREFIX):
             cloud[key] = value
     return cloud, tags, context
+
+
+#: VolumeSnapshotClass parameters: ``tagSpecification_<n>: "key=value"``, as aws-ebs-csi-driver's.
+TAG_SPECIFICATION = re.compile(r"tagSpecification_[0-9]+")
+SNAPSHOT_PARAMETERS = "tagSpecification_<n> (a 'key=value' tag)"
+
+
+def snapshot_tags(parameters: dict[str, str]) -> dict[str, str]:
+    """CreateSnapshot parameters → the snapshot's tags: the snapshotter's metadata and the class's
+    ``tagSpecification_<n>``; anything else is ``INVALID_ARGUMENT`` naming what is valid."""
+    cloud, tags, _ = split_parameters(parameters)
+    for key, value in sorted(cloud.items()):
+        if not TAG_SPECIFICATION.fullmatch(key):
+            raise Refused(
+                Code.INVALID_ARGUMENT,
+                f"unknown snapshot parameter {key!r}; valid: {SNAPSHOT_PARAMETERS}",
+            )
+        tag, sep, tag_value = value.partition("=")
+        if not sep or not tag.strip():
+            raise Refused(
+                Code.INVALID_ARGUMENT, f"snapshot parameter {key}={value!r} is not 'key=value'"
+            )
+        tags[tag.strip()] = tag_value.strip()
+    return tags
 
 
 def page(items: Sequence[T], starting_token: str, max_entries: int) -> tuple[list[T], str]:
@@ -375,7 +400,7 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             self._snapshots_supported()
             required(request.name, "snapshot name")
             required(request.source_volume_id, "source volume ID")
-            _, tags, _ = split_parameters(dict(request.parameters))
+            tags = snapshot_tags(dict(request.parameters))
             result = self._ok(
                 await self.operations.create_snapshot(
                     CreateSnapshotRequest(

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from cloudloop.cloud.models import Snapshot
-from cloudloop.csi.controller import Context, Controller, split_parameters
+from cloudloop.csi.controller import Context, Controller, snapshot_tags, split_parameters
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.spec import Features
 from cloudloop.csi.v1 import csi_pb2
@@ -193,3 +193,45 @@ def test_the_snapshotters_metadata_becomes_the_snapshots_tags() -> None:
         "kubernetes.io/created-for/volumesnapshot/namespace": "shop",
         "kubernetes.io/created-for/volumesnapshotcontent/name": "snapcontent-1",
     }
+
+
+def test_snapshot_class_tag_specifications_become_tags() -> None:
+    tags = snapshot_tags(
+        {
+            "tagSpecification_1": "team=storage",
+            "tagSpecification_2": " backup = nightly ",
+            "tagSpecification_3": "empty=",
+            "csi.storage.k8s.io/volumesnapshot/name": "backup",
+        }
+    )
+
+    assert tags == {
+        "team": "storage",
+        "backup": "nightly",
+        "empty": "",
+        "kubernetes.io/created-for/volumesnapshot/name": "backup",
+    }
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"type": "gp3"}, "unknown snapshot parameter 'type'; valid: tagSpecification_<n>"),
+        ({"tagSpecification_x": "a=b"}, "unknown snapshot parameter 'tagSpecification_x'"),
+        ({"tagSpecification_1": "no-equals"}, "is not 'key=value'"),
+        ({"tagSpecification_1": "=value"}, "is not 'key=value'"),
+    ],
+)
+async def test_a_bad_snapshot_parameter_is_refused_before_any_workflow(
+    controller: Controller, reads: FakeReads, parameters: dict[str, str], message: str
+) -> None:
+    request = csi_pb2.CreateSnapshotRequest(
+        name="snapshot-1", source_volume_id="vol-00000001", parameters=parameters
+    )
+
+    with pytest.raises(Aborted) as refused:
+        await controller.CreateSnapshot(request, cast(Context, FakeContext()))
+
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in str(refused.value)
+    assert reads.calls == []
