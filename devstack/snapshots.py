@@ -16,8 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cloudloop.kube.api import Kube
 from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
@@ -79,9 +77,11 @@ def controller_process(kubeconfig: Path, log_dir: Path) -> ManagedProcess:
     )
 
 
-def snapshot_class(name: str, driver: str, *, default: bool = True) -> dict[str, Any]:
+def snapshot_class(
+    name: str, driver: str, *, default: bool = True, parameters: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A VolumeSnapshotClass of ``driver`` (deletionPolicy Delete), as the chart ships it."""
-    return {
+    body: dict[str, Any] = {
         "metadata": {
             "name": name,
             "annotations": {DEFAULT_SNAPSHOT_CLASS_ANNOTATION: "true" if default else "false"},
@@ -89,6 +89,9 @@ def snapshot_class(name: str, driver: str, *, default: bool = True) -> dict[str,
         "driver": driver,
         "deletionPolicy": "Delete",
     }
+    if parameters:
+        body["parameters"] = dict(parameters)
+    return body
 
 
 def volume_snapshot(name: str, claim: str, snapshot_class_name: str) -> dict[str, Any]:
@@ -99,8 +102,3 @@ def volume_snapshot(name: str, claim: str, snapshot_class_name: str) -> dict[str
             "source": {"persistentVolumeClaimName": claim},
         },
     }
-
-
-def load_crds() -> list[dict[str, Any]]:
-    """The CRD documents (for checks against the chart)."""
-    return [yaml.safe_load(path.read_text()) for path in crd_paths()]

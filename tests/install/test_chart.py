@@ -640,6 +640,7 @@ def test_the_volume_snapshot_class_is_the_drivers_default_and_deletes(helm: Helm
     assert snapshot_class["metadata"]["name"] == "cloudloop"
     assert snapshot_class["driver"] == "ebs.example.io"
     assert snapshot_class["deletionPolicy"] == "Delete"
+    assert "parameters" not in snapshot_class
     annotations = snapshot_class["metadata"]["annotations"]
     assert annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
 
@@ -649,11 +650,13 @@ def test_the_volume_snapshot_class_is_the_drivers_default_and_deletes(helm: Helm
         {
             "csi.snapshots.volumeSnapshotClass.name": "ebs",
             "csi.snapshots.volumeSnapshotClass.default": "false",
+            "csi.snapshots.volumeSnapshotClass.parameters.tagSpecification_1": "team=storage",
         },
         api_versions=(SNAPSHOT_API,),
     )
     other = find(named, "VolumeSnapshotClass")
     assert other["metadata"]["name"] == "ebs"
+    assert other["parameters"] == {"tagSpecification_1": "team=storage"}
     assert other["metadata"]["annotations"]["snapshot.storage.kubernetes.io/is-default-class"] == (
         "false"
     )
