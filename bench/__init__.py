@@ -19,6 +19,7 @@ from bench.nodegroup import nodegroup_figures
 from bench.openstack import openstack_figures
 from bench.probe import probe_overhead
 from bench.scale import scale_figures
+from bench.snapshots import snapshot_figures
 from bench.termination import termination_figures
 from bench.volume import volume_figures
 from bench.vsphere import vsphere_figures
@@ -34,6 +35,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
     "csi": csi_figures,
+    "snapshots": snapshot_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
     # last: counts the histories the benchmarks above left behind
