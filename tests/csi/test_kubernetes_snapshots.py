@@ -7,7 +7,8 @@ VolumeSnapshotClass, as the chart ships it, with a ``tagSpecification_1`` parame
 readyToUse, its VolumeSnapshotContent's handle an EBS snapshot of that volume, tagged for the
 VolumeSnapshot and with the class's tag → a new PVC with the VolumeSnapshot as
 ``dataSource`` → Bound to a new EBS volume made from that snapshot → the VolumeSnapshot deleted →
-its content and the EBS snapshot gone (deletionPolicy Delete); the restored volume stays.
+its content and the EBS snapshot gone (deletionPolicy Delete); the restored volume stays. On the
+way, CreateSnapshot of a volume that is gone is ``NOT_FOUND`` naming it and leaves no snapshot.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from temporalio.client import Client
 
@@ -25,6 +27,7 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.csi.objects import STORAGE_CLASSES, default_class
+from cloudloop.csi.v1 import csi_pb2
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import PERSISTENT_VOLUMES, PODS
 from cloudloop.settings import Settings
@@ -44,13 +47,14 @@ from devstack.local import LocalStack
 from devstack.process import ManagedProcess
 from tests.csi.clouds import aws_cloud
 from tests.csi.scenario import cloud_volume, provision_and_attach
-from tests.csi.support import volume_worker
+from tests.csi.support import channel, stubs, volume_worker
 from tests.csi.test_kubernetes import deployment_settings, discovery_document
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.stack
 
 TIMEOUT = 180
+GONE_VOLUME = "vol-0123456789abcdef0"
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +171,21 @@ async def test_snapshot_restore_delete_through_kubernetes(
                 assert tags["kubernetes.io/created-for/volumesnapshot/namespace"] == namespace
                 assert tags["team"] == "storage"
                 assert tags["CSIVolumeSnapshotName"] == f"snapshot-{snapshot['metadata']['uid']}"
+
+                # A snapshot of a volume that is gone: NOT_FOUND naming it, no EBS snapshot made.
+                async with channel(f"unix://{deployment.socket}") as opened:
+                    _, controller, _ = stubs(opened)
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await controller.CreateSnapshot(
+                            csi_pb2.CreateSnapshotRequest(
+                                name=f"snapshot-{uuid.uuid4()}", source_volume_id=GONE_VOLUME
+                            ),
+                            timeout=60,
+                        )
+                    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+                    assert GONE_VOLUME in str(refused.value.details())
+                    listed = await controller.ListSnapshots(csi_pb2.ListSnapshotsRequest())
+                    assert [e.snapshot.snapshot_id for e in listed.entries] == [snapshot_id]
 
                 restored = pvc("restored", storage_class, "1Gi")
                 restored["spec"]["dataSource"] = {
