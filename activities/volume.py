@@ -360,7 +360,8 @@ class VolumeActivities:
     # -- reads ---------------------------------------------------------------------------
     @activity.defn(name=VolumeActivity.READ)
     def read(self, input: ReadVolumesInput) -> ReadVolumesResult:
-        """One read, no change: the volume, the cluster's volumes, capacity or snapshots."""
+        """One read, no change: the volume, the cluster's volumes, capacity, the cluster's
+        snapshots or one snapshot."""
         with cloud_errors():
             self._check_provider(input.provider)
             if input.kind == "volume":
@@ -371,6 +372,8 @@ class VolumeActivities:
                 return ReadVolumesResult(
                     capacity_bytes=self.driver.volume_capacity(input.parameters)
                 )
+            if input.kind == "snapshot":
+                return ReadVolumesResult(snapshots=[self.driver.get_snapshot(input.snapshot_id)])
             return ReadVolumesResult(snapshots=self.driver.list_snapshots(input.cluster))
 
     # -- snapshots -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from bench.openstack import openstack_figures
 from bench.openstack_machines import openstack_machine_figures
 from bench.probe import probe_overhead
 from bench.scale import scale_figures
+from bench.snapshots import snapshot_figures
 from bench.termination import termination_figures
 from bench.volume import volume_figures
 from bench.vsphere import vsphere_figures
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "aws-machines": aws_machine_figures,
     "vsphere-machines": vsphere_machine_figures,
     "csi": csi_figures,
+    "snapshots": snapshot_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
     # last: counts the histories the benchmarks above left behind

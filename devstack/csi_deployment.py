@@ -2,9 +2,10 @@
 real sidecars, a kwok Node with its CSINode, and the PVC and Pod bodies a user would write.
 
 :class:`CsiDeployment` runs what the chart's controller Deployment runs (the controller command
-and the three sidecars, on one socket); the worker runs beside it (a test, the benchmark). Each
-user gets a driver name, a Lease and a discovery namespace of its own, and removes its
-StorageClasses, CSIDriver and CSINode when it ends. Test stack and benchmarks only.
+and the three sidecars, plus csi-snapshotter with ``snapshots``, on one socket); the worker runs
+beside it (a test, the benchmark). Each user gets a driver name, a Lease and a discovery
+namespace of its own, and removes its StorageClasses, CSIDriver and CSINode when it ends. Test
+stack and benchmarks only.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class CsiDeployment:
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp")))
     controller: ManagedProcess | None = None
     sidecars: list[ManagedProcess] = field(default_factory=list)
+    #: Run csi-snapshotter too (the chart does for a cloud whose driver has snapshots).
+    snapshots: bool = False
 
     @property
     def socket(self) -> Path:
@@ -96,7 +99,9 @@ class CsiDeployment:
 
     def start(self) -> CsiDeployment:
         self.start_controller()
-        self.sidecars = sidecar_processes(self.socket, self.kubeconfig, self.log_dir)
+        self.sidecars = sidecar_processes(
+            self.socket, self.kubeconfig, self.log_dir, snapshots=self.snapshots
+        )
         for sidecar in self.sidecars:
             sidecar.start()
         for sidecar in self.sidecars:

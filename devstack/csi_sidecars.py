@@ -1,5 +1,5 @@
 """The real CSI sidecars for the stack: external-provisioner, external-attacher, external-resizer,
-and the livenessprobe.
+the livenessprobe (and external-snapshotter's csi-snapshotter for a driver with snapshots).
 
 Built from their Go modules (``gotools``), run against a control plane's admin kubeconfig and the
 controller's socket, with the flags a Deployment of them uses (leader election off: one of
@@ -19,6 +19,11 @@ from devstack.process import ManagedProcess, free_port, http_ok
 SIDECARS = ("csi-provisioner", "csi-attacher", "csi-resizer", "livenessprobe")
 #: The livenessprobe's per-request Probe timeout (the chart's ``csi.controller.liveness``).
 LIVENESS_PROBE_TIMEOUT = "3s"
+# -- snapshots (issue 29): csi-snapshotter, only beside a driver with snapshots ----------------
+SNAPSHOTTER = "csi-snapshotter"
+#: As the chart runs it: no volume group snapshots (the driver has no GroupController service).
+SNAPSHOTTER_FLAGS = ("--feature-gates=CSIVolumeGroupSnapshot=false", "--extra-create-metadata")
+# -- end snapshots --------------------------------------------------------------------------
 
 
 def _flags(name: str, timeout: str) -> list[str]:
@@ -30,6 +35,13 @@ def _flags(name: str, timeout: str) -> list[str]:
             "--retry-interval-start=500ms",
             "--retry-interval-max=5s",
             "--default-fstype=ext4",
+        ]
+    if name == SNAPSHOTTER:
+        return [
+            f"--timeout={timeout}",
+            "--retry-interval-start=500ms",
+            "--retry-interval-max=5s",
+            *SNAPSHOTTER_FLAGS,
         ]
     if name == "csi-attacher":
         return [
@@ -47,12 +59,18 @@ def _flags(name: str, timeout: str) -> list[str]:
 
 
 def sidecar_processes(
-    socket: Path, kubeconfig: Path, log_dir: Path, *, timeout: str = "15s"
+    socket: Path,
+    kubeconfig: Path,
+    log_dir: Path,
+    *,
+    timeout: str = "15s",
+    snapshots: bool = False,
 ) -> list[ManagedProcess]:
-    """One process per sidecar (not started)."""
-    binaries = gotools.ensure_built(SIDECARS)
+    """One process per sidecar (not started); ``snapshots`` adds csi-snapshotter."""
+    names = (*SIDECARS, SNAPSHOTTER) if snapshots else SIDECARS
+    binaries = gotools.ensure_built(names)
     processes = []
-    for name in SIDECARS:
+    for name in names:
         port = free_port()
         endpoint = f"127.0.0.1:{port}"
         if name == "livenessprobe":

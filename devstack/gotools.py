@@ -43,6 +43,8 @@ CSI_RESIZER_VERSION = "v2.3.0"
 #: github.com/kubernetes-csi/livenessprobe, so the stack builds a stand-in with the same flags and
 #: /healthz answers from csi-lib-utils (gotools/livenessprobe, versioned by its own sources).
 LIVENESSPROBE_VERSION = "v2.17.0"
+#: csi-snapshotter and the snapshot-controller (one module; its client module holds the CRDs).
+CSI_SNAPSHOTTER_VERSION = "v8.7.0"
 #: Helm renders, lints and validates the chart in the install tests (not needed by the stack).
 HELM_VERSION = "v3.22.0"
 
@@ -126,6 +128,20 @@ TOOLS: dict[str, GoTool] = {
             "livenessprobe",
             "cloudloop.invalid/gotools/livenessprobe/cmd/livenessprobe",
             "csi-lib-utils-v0.24.0",
+        ),
+        GoTool(
+            "csi-snapshotter",
+            "external-snapshotter",
+            "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter",
+            CSI_SNAPSHOTTER_VERSION,
+            (f"-X main.version={CSI_SNAPSHOTTER_VERSION}",),
+        ),
+        GoTool(
+            "snapshot-controller",
+            "external-snapshotter",
+            "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller",
+            CSI_SNAPSHOTTER_VERSION,
+            (f"-X main.version={CSI_SNAPSHOTTER_VERSION}",),
         ),
         GoTool(
             "cluster-api-manager",

@@ -18,6 +18,7 @@ aws-ebs-csi-driver tags them, and ``csi.storage.k8s.io/fstype`` goes to the volu
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -56,11 +57,20 @@ Context = aio.ServicerContext[object, object]
 R = TypeVar("R", bound=VolumeResult)
 T = TypeVar("T")
 
-#: The provisioner's ``--extra-create-metadata`` keys → the tags the volume gets.
+#: The provisioner's and the snapshotter's ``--extra-create-metadata`` keys → the tags the
+#: volume or snapshot gets.
 METADATA_TAGS = {
     "csi.storage.k8s.io/pvc/name": "kubernetes.io/created-for/pvc/name",
     "csi.storage.k8s.io/pvc/namespace": "kubernetes.io/created-for/pvc/namespace",
     "csi.storage.k8s.io/pv/name": "kubernetes.io/created-for/pv/name",
+    # csi-snapshotter's --extra-create-metadata (CreateSnapshot), tagged as aws-ebs-csi-driver does
+    "csi.storage.k8s.io/volumesnapshot/name": "kubernetes.io/created-for/volumesnapshot/name",
+    "csi.storage.k8s.io/volumesnapshot/namespace": (
+        "kubernetes.io/created-for/volumesnapshot/namespace"
+    ),
+    "csi.storage.k8s.io/volumesnapshotcontent/name": (
+        "kubernetes.io/created-for/volumesnapshotcontent/name"
+    ),
 }
 FS_TYPE_KEYS = ("csi.storage.k8s.io/fstype", "fsType")
 RESERVED_PREFIX = "csi.storage.k8s.io/"
@@ -85,6 +95,30 @@ def split_parameters(
         elif not key.startswith(RESERVED_PREFIX):
             cloud[key] = value
     return cloud, tags, context
+
+
+#: VolumeSnapshotClass parameters: ``tagSpecification_<n>: "key=value"``, as aws-ebs-csi-driver's.
+TAG_SPECIFICATION = re.compile(r"tagSpecification_[0-9]+")
+SNAPSHOT_PARAMETERS = "tagSpecification_<n> (a 'key=value' tag)"
+
+
+def snapshot_tags(parameters: dict[str, str]) -> dict[str, str]:
+    """CreateSnapshot parameters → the snapshot's tags: the snapshotter's metadata and the class's
+    ``tagSpecification_<n>``; anything else is ``INVALID_ARGUMENT`` naming what is valid."""
+    cloud, tags, _ = split_parameters(parameters)
+    for key, value in sorted(cloud.items()):
+        if not TAG_SPECIFICATION.fullmatch(key):
+            raise Refused(
+                Code.INVALID_ARGUMENT,
+                f"unknown snapshot parameter {key!r}; valid: {SNAPSHOT_PARAMETERS}",
+            )
+        tag, sep, tag_value = value.partition("=")
+        if not sep or not tag.strip():
+            raise Refused(
+                Code.INVALID_ARGUMENT, f"snapshot parameter {key}={value!r} is not 'key=value'"
+            )
+        tags[tag.strip()] = tag_value.strip()
+    return tags
 
 
 def page(items: Sequence[T], starting_token: str, max_entries: int) -> tuple[list[T], str]:
@@ -366,7 +400,7 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             self._snapshots_supported()
             required(request.name, "snapshot name")
             required(request.source_volume_id, "source volume ID")
-            _, tags, _ = split_parameters(dict(request.parameters))
+            tags = snapshot_tags(dict(request.parameters))
             result = self._ok(
                 await self.operations.create_snapshot(
                     CreateSnapshotRequest(
@@ -398,19 +432,32 @@ class Controller(csi_pb2_grpc.ControllerServicer):
             raise
         return csi_pb2.DeleteSnapshotResponse()
 
+    async def _listed_snapshots(
+        self, request: csi_pb2.ListSnapshotsRequest, context: Context
+    ) -> list[Snapshot]:
+        """The cluster's snapshots, or the one ``snapshot_id`` names, the cluster's or not (the
+        snapshotter asks for a pre-provisioned VolumeSnapshotContent's); unknown: none."""
+        if not request.snapshot_id:
+            result = await self.operations.read("snapshots", timeout=self._timeout(context))
+            return list(self._ok(result).snapshots)
+        result = await self.operations.read(
+            "snapshot", snapshot_id=request.snapshot_id, timeout=self._timeout(context)
+        )
+        if result.code == Code.NOT_FOUND:
+            return []
+        return list(self._ok(result).snapshots)
+
     async def ListSnapshots(
         self, request: csi_pb2.ListSnapshotsRequest, context: Context
     ) -> csi_pb2.ListSnapshotsResponse:
         try:
             self._snapshots_supported()
-            result = self._ok(
-                await self.operations.read("snapshots", timeout=self._timeout(context))
-            )
+            if request.max_entries < 0:
+                raise Refused(Code.INVALID_ARGUMENT, "max_entries must not be negative")
             found = [
                 s
-                for s in result.snapshots
-                if request.snapshot_id in ("", s.id)
-                and request.source_volume_id in ("", s.source_volume_id)
+                for s in await self._listed_snapshots(request, context)
+                if request.source_volume_id in ("", s.source_volume_id)
             ]
             snapshots, next_token = page(found, request.starting_token, request.max_entries)
         except Refused as error:

@@ -311,6 +311,7 @@ class VolumeOperations:
         kind: ReadKind,
         *,
         volume_id: str = "",
+        snapshot_id: str = "",
         parameters: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> ReadVolumesResult:
@@ -322,6 +323,7 @@ class VolumeOperations:
             provider=self.provider,
             kind=kind,
             volume_id=volume_id,
+            snapshot_id=snapshot_id,
             parameters=parameters or {},
         )
         workflow_id = read_workflow_id(kind, uuid.uuid4().hex)
@@ -336,9 +338,9 @@ class VolumeOperations:
                 provider=self.provider,
                 kind=VOLUME_KIND,
                 namespace="",
-                name=volume_id or kind,
+                name=volume_id or snapshot_id or kind,
             ),
-            static_summary=f"read {kind} {volume_id}".strip(),
+            static_summary=f"read {kind} {volume_id or snapshot_id}".strip(),
             request_eager_start=True,
         )
         try:

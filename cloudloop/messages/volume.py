@@ -144,7 +144,7 @@ class DeleteSnapshotRequest(BaseModel):
     snapshot_id: str
 
 
-ReadKind = Literal["volume", "volumes", "capacity", "snapshots"]
+ReadKind = Literal["volume", "volumes", "capacity", "snapshots", "snapshot"]
 
 
 # -- workflow and activity inputs (one model per workflow; the activity takes the same) ------
@@ -184,10 +184,12 @@ class ExpandVolumeInput(VolumeInput):
 
 
 class ReadVolumesInput(VolumeInput):
-    """A read for the CSI controller: one volume, all volumes, free capacity, snapshots."""
+    """A read for the CSI controller: one volume, all volumes, free capacity, the cluster's
+    snapshots, one snapshot (any, the cluster's or not: a pre-provisioned one)."""
 
     kind: ReadKind
     volume_id: str = ""
+    snapshot_id: str = ""
     parameters: dict[str, str] = Field(default_factory=dict)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.driver import Capability
 from cloudloop.kube.api import Kube
 from tests.csi.clouds import CsiCloud
 from tests.csi.support import (
@@ -52,3 +53,19 @@ async def test_csi_sanity(cloud: CsiCloud, client: Client, kube: Kube, tmp_path:
     assert result.returncode == 0, result.output[-20000:]
     counts = result.counts()
     assert counts["failed"] == 0 and counts["passed"] >= 50, result.summary
+    # Where the driver has snapshots, csi-sanity's snapshot specs ran and passed (with the
+    # snapshot class parameters), all but those of what it does not offer: GetSnapshot and
+    # group snapshots (optional), snapshot topology (EBS snapshots are regional).
+    snapshot_specs = {n: s for n, s in result.specs.items() if "snapshot" in n.lower()}
+    print("\n".join(f"  {state}: {name}" for name, state in sorted(snapshot_specs.items())))
+    if cloud.driver.supports(Capability.SNAPSHOTS):
+        not_offered = ("GetSnapshot", "GroupController", "snapshot with accessibility")
+        not_passed = sorted(
+            n
+            for n, s in snapshot_specs.items()
+            if s != "passed" and not any(o in n for o in not_offered)
+        )
+        assert not_passed == [] and len(result.passed("Snapshot")) >= 15, not_passed
+        assert "create volume from an existing source snapshot" in " ".join(
+            result.passed("source snapshot")
+        )

@@ -70,9 +70,12 @@ class Helm:
         namespace: str = "cloudloop",
         release: str = "cloudloop",
         check: bool = True,
+        api_versions: tuple[str, ...] = (),
     ) -> subprocess.CompletedProcess[str]:
         args = ["template", release, str(CHART), "--namespace", namespace]
         args += ["--kube-version", KUBE_VERSION, "--include-crds"]
+        for api_version in api_versions:  # what the cluster serves beyond Kubernetes (CRDs)
+            args += ["--api-versions", api_version]
         for path in values:
             args += ["--values", str(path)]
         for key, value in (sets or {}).items():

@@ -652,3 +652,101 @@ def test_metrics_without_authorization_stay_plain_http(helm: Helm) -> None:
     assert "scheme" not in find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
     probe = container(find(docs, "Deployment", "-worker"))["readinessProbe"]["httpGet"]
     assert probe["scheme"] == "HTTP"
+
+
+# -- VolumeSnapshots (issue 29) ---------------------------------------------------------------
+SNAPSHOT_API = "snapshot.storage.k8s.io/v1/VolumeSnapshotClass"
+
+
+def _containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    deployment = find(docs, "Deployment", "-csi-controller")
+    return {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+
+
+@pytest.mark.parametrize("provider", PROVIDER_NAMES, ids=PROVIDER_NAMES)
+def test_csi_snapshotter_runs_where_the_clouds_driver_has_snapshots(
+    helm: Helm, provider: str
+) -> None:
+    from cloudloop.cloud.driver import Capability
+    from devstack.csi_sidecars import SNAPSHOTTER_FLAGS
+    from devstack.gotools import CSI_SNAPSHOTTER_VERSION
+
+    record = PROVIDERS[provider]
+    has_snapshots = record.driver(record.settings()).supports(Capability.SNAPSHOTS)
+    block = yaml.safe_load((CHART / "values.yaml").read_text())["providers"][provider]
+    docs = render(helm, provider, api_versions=(SNAPSHOT_API,))
+    containers = _containers(docs)
+    classes = [d for d in docs if d["kind"] == "VolumeSnapshotClass"]
+
+    assert bool(block.get("csiSnapshots")) == has_snapshots
+    assert ("csi-snapshotter" in containers) == has_snapshots
+    assert len(classes) == int(has_snapshots)
+    if has_snapshots:
+        snapshotter = containers["csi-snapshotter"]
+        assert snapshotter["image"].endswith(f"/csi-snapshotter:{CSI_SNAPSHOTTER_VERSION}")
+        assert "--csi-address=/csi/csi.sock" in snapshotter["args"]
+        assert "--leader-election=true" in snapshotter["args"]
+        # The stack's csi-snapshotter (tests/csi) runs with the chart's flags.
+        assert set(SNAPSHOTTER_FLAGS) <= set(snapshotter["args"])
+        assert snapshotter["volumeMounts"] == containers["csi-provisioner"]["volumeMounts"]
+
+
+def test_the_volume_snapshot_class_is_the_drivers_default_and_deletes(helm: Helm) -> None:
+    docs = render(helm, "aws", {"csi.driverName": "ebs.example.io"}, api_versions=(SNAPSHOT_API,))
+    snapshot_class = find(docs, "VolumeSnapshotClass")
+
+    assert snapshot_class["apiVersion"] == "snapshot.storage.k8s.io/v1"
+    assert snapshot_class["metadata"]["name"] == "cloudloop"
+    assert snapshot_class["driver"] == "ebs.example.io"
+    assert snapshot_class["deletionPolicy"] == "Delete"
+    assert "parameters" not in snapshot_class
+    annotations = snapshot_class["metadata"]["annotations"]
+    assert annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
+
+    named = render(
+        helm,
+        "aws",
+        {
+            "csi.snapshots.volumeSnapshotClass.name": "ebs",
+            "csi.snapshots.volumeSnapshotClass.default": "false",
+            "csi.snapshots.volumeSnapshotClass.parameters.tagSpecification_1": "team=storage",
+        },
+        api_versions=(SNAPSHOT_API,),
+    )
+    other = find(named, "VolumeSnapshotClass")
+    assert other["metadata"]["name"] == "ebs"
+    assert other["parameters"] == {"tagSpecification_1": "team=storage"}
+    assert other["metadata"]["annotations"]["snapshot.storage.kubernetes.io/is-default-class"] == (
+        "false"
+    )
+
+
+def test_without_the_snapshot_crds_no_class_is_rendered_but_the_sidecar_runs(helm: Helm) -> None:
+    docs = render(helm, "aws")
+
+    assert [d for d in docs if d["kind"] == "VolumeSnapshotClass"] == []
+    assert "csi-snapshotter" in _containers(docs)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        {"csi.snapshots.enabled": "false"},
+        {"csi.snapshots.volumeSnapshotClass.create": "false"},
+    ],
+    ids=["snapshots-off", "no-class"],
+)
+def test_snapshots_can_be_turned_off(helm: Helm, sets: dict[str, str]) -> None:
+    docs = render(helm, "aws", sets, api_versions=(SNAPSHOT_API,))
+    role = find(docs, "ClusterRole", "-csi-controller")
+    snapshot_rules = [
+        r
+        for r in role["rules"]
+        if "snapshot.storage.k8s.io" in r["apiGroups"]
+        and ({"volumesnapshotclasses", "volumesnapshotcontents/status"} & set(r["resources"]))
+    ]
+
+    assert [d for d in docs if d["kind"] == "VolumeSnapshotClass"] == []
+    sidecar_on = sets.get("csi.snapshots.enabled") != "false"
+    assert ("csi-snapshotter" in _containers(docs)) == sidecar_on
+    assert bool(snapshot_rules) == sidecar_on

@@ -195,3 +195,51 @@ def test_the_starter_may_write_the_node_manager_secrets_by_name(helm: Helm, prov
 
     assert set(names) <= allowed
     assert sorted(chart["registrationSecrets"]) == sorted(names)
+
+
+# -- VolumeSnapshots (issue 29) ---------------------------------------------------------------
+def upstream_snapshotter_rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """csi-snapshotter's documented RBAC at the version the stack builds (its
+    ``deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml``, from the Go module cache):
+    (ClusterRole rules, Role rules), volume group snapshots left out (the chart turns them off)."""
+    from devstack import gotools
+
+    source = gotools.module_source(
+        "external-snapshotter", "github.com/kubernetes-csi/external-snapshotter/v8"
+    )
+    path = source / "deploy" / "kubernetes" / "csi-snapshotter" / "rbac-csi-snapshotter.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    cluster = [
+        rule
+        for d in docs
+        if d["kind"] == "ClusterRole"
+        for rule in d["rules"]
+        if "groupsnapshot.storage.k8s.io" not in rule["apiGroups"]
+    ]
+    namespaced = [rule for d in docs if d["kind"] == "Role" for rule in d["rules"]]
+    return cluster, namespaced
+
+
+def test_the_csi_controller_gets_csi_snapshotters_upstream_rbac(helm: Helm) -> None:
+    docs = render(helm, "aws", namespace="cloudloop")
+    account = find(docs, "Deployment", "-csi-controller")["spec"]["template"]["spec"][
+        "serviceAccountName"
+    ]
+    rules = Rules.bound_to(docs, "cloudloop", account)
+    cluster, namespaced = upstream_snapshotter_rules()
+    missing = [
+        f"{verb} {group or 'core'}/{resource}"
+        for rule in [*cluster, *namespaced]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if not allows(rules, verb, group, resource)
+    ]
+
+    assert {r for rule in cluster for r in rule["resources"]} >= {
+        "volumesnapshotcontents",
+        "volumesnapshotcontents/status",
+        "volumesnapshotclasses",
+        "events",
+    }
+    assert missing == []

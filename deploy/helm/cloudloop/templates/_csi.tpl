@@ -27,3 +27,15 @@ volumeMounts:
   - name: socket-dir
     mountPath: /csi
 {{- end }}
+
+{{/* -- snapshots (issue 29) -------------------------------------------------------------------
+     "true" when csi-snapshotter runs: CSI on, snapshots on, and the provider's driver has them. */}}
+{{- define "cloudloop.csi.snapshots" -}}
+{{- $provider := include "cloudloop.provider" . | fromYaml }}
+{{- if and .Values.csi.enabled .Values.csi.snapshots.enabled $provider.csiSnapshots }}true{{ end }}
+{{- end }}
+
+{{- define "cloudloop.csi.snapshotClassName" -}}
+{{- .Values.csi.snapshots.volumeSnapshotClass.name | default (include "cloudloop.fullname" .) }}
+{{- end }}
+{{/* -- end snapshots ------------------------------------------------------------------------ */}}
