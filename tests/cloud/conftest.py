@@ -33,6 +33,7 @@ def authenticating_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
     )
     process.start()
     try:
+        process.wait_ready(60)  # moto_server takes seconds to import on a loaded machine
         yield endpoint
     finally:
         process.stop()
