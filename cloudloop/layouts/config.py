@@ -640,14 +640,15 @@ ProviderConfiguration = (
 )
 Rules = Callable[[Mapping[str, Any]], Iterable[ConfigError]]
 
-#: kind → (model, cross-field rules, provider name).
-DOCUMENTS: dict[str, tuple[type[BaseModel], Rules, str]] = {
-    "AWSClusterConfiguration": (AWSClusterConfiguration, _aws_rules, "aws"),
-    "OpenStackClusterConfiguration": (OpenStackClusterConfiguration, _openstack_rules, "openstack"),
-    "VsphereClusterConfiguration": (VsphereClusterConfiguration, _vsphere_rules, "vsphere"),
-    "ZvirtClusterConfiguration": (ZvirtClusterConfiguration, _zvirt_rules, "zvirt"),
-    "DVPClusterConfiguration": (DVPClusterConfiguration, _dvp_rules, "dvp"),
+#: kind → (model, cross-field rules).
+DOCUMENTS: dict[str, tuple[type[BaseModel], Rules]] = {
+    "AWSClusterConfiguration": (AWSClusterConfiguration, _aws_rules),
+    "OpenStackClusterConfiguration": (OpenStackClusterConfiguration, _openstack_rules),
+    "VsphereClusterConfiguration": (VsphereClusterConfiguration, _vsphere_rules),
+    "ZvirtClusterConfiguration": (ZvirtClusterConfiguration, _zvirt_rules),
+    "DVPClusterConfiguration": (DVPClusterConfiguration, _dvp_rules),
 }
+KIND_SUFFIX = "ClusterConfiguration"
 
 
 def _layout_section(doc: Mapping[str, Any], sections: Mapping[str, str]) -> Iterable[ConfigError]:
@@ -713,7 +714,7 @@ def validate_document(doc: Any, *, source: str = "") -> ProviderConfiguration:
             ],
             source,
         )
-    model, rules, _ = DOCUMENTS[str(kind)]
+    model, rules = DOCUMENTS[str(kind)]
     errors: list[ConfigError] = []
     parsed: BaseModel | None = None
     try:
@@ -729,8 +730,10 @@ def validate_document(doc: Any, *, source: str = "") -> ProviderConfiguration:
 
 
 def provider_of(config: ProviderConfiguration) -> str:
-    """The provider name (``aws``...) of a validated document."""
-    return DOCUMENTS[config.kind][2]
+    """The provider name of a validated document: its kind without ``ClusterConfiguration``,
+    lower case (``AWSClusterConfiguration`` → the ``aws`` provider); provider names stay in
+    the cloud packages and the registry."""
+    return config.kind.removesuffix(KIND_SUFFIX).lower()
 
 
 # -- the cluster --------------------------------------------------------------------------
