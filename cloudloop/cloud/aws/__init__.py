@@ -16,6 +16,7 @@ from cloudloop.cloud.provider import Provider
 if TYPE_CHECKING:
     from cloudloop.cloud.aws.termination import AwsTermination
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
     from cloudloop.settings import NthSettings
 
 
@@ -31,4 +32,16 @@ def _termination(settings: AwsSettings, nth: NthSettings) -> AwsTermination:
     return AwsTermination(settings, nth)
 
 
-PROVIDER = Provider(name="aws", settings=AwsSettings, driver=_driver, termination=_termination)
+def _layouts() -> LayoutPart:
+    from cloudloop.cloud.aws.layout_resources import AwsLayouts
+
+    return AwsLayouts()
+
+
+PROVIDER = Provider(
+    name="aws",
+    settings=AwsSettings,
+    driver=_driver,
+    termination=_termination,
+    layouts=_layouts,
+)
