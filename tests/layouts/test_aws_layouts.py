@@ -8,15 +8,12 @@ shows in the plan and the next apply repairs it; destroy leaves nothing of the c
 
 from __future__ import annotations
 
-import json
-import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from temporalio.client import Client
 
 from activities.layout import LayoutActivities
@@ -27,24 +24,16 @@ from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import Settings, TemporalSettings
 from devstack.backends.aws import aws_client
-from devstack.local import LocalStack, StackOptions
+from devstack.local import LocalStack
 from starters.layout import run_layout
+from tests.layouts.support import Front, config_file
 from workflows.layout import LAYOUT_WORKFLOWS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
 #: Calls that change nothing in the cloud.
 READ_ONLY = ("Describe", "Get", "List")
 
-
-@pytest.fixture(scope="module")
-def aws_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """Temporal and moto behind the AWS front; no control plane."""
-    local = LocalStack(StackOptions(state_dir=tmp_path_factory.mktemp("layouts"), kube=()))
-    local.start()
-    try:
-        yield local
-    finally:
-        local.stop()
+pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
@@ -75,31 +64,6 @@ async def layout_worker(layout_client: Client, layout_settings: Settings) -> Asy
     )
     async with worker:
         yield
-
-
-class Front:
-    def __init__(self, endpoint: str) -> None:
-        self.url = f"{endpoint}/_cloudloop/aws/stats"
-
-    def reset(self) -> None:
-        urllib.request.urlopen(urllib.request.Request(self.url, method="DELETE"), timeout=5)
-
-    def mutating(self) -> dict[str, int]:
-        with urllib.request.urlopen(self.url, timeout=5) as answer:
-            requests: dict[str, int] = json.load(answer)["requests"]
-        return {k: v for k, v in requests.items() if not k.split(":", 1)[1].startswith(READ_ONLY)}
-
-
-def config_file(tmp_path: Path, example: str, prefix: str) -> Path:
-    docs = list(yaml.safe_load_all((EXAMPLES / f"{example}.yaml").read_text()))
-    for doc in docs:
-        if doc["kind"] == "ClusterConfiguration":
-            doc["cloud"]["prefix"] = prefix
-        else:
-            doc["provider"].update(providerAccessKeyId="testing", providerSecretAccessKey="testing")
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(docs))
-    return path
 
 
 async def run(

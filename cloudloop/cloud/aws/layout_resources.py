@@ -19,6 +19,9 @@ Identity and crash rules:
   IAM documents, profile role, EIP association, volume attachment, IGW attachment. Immutable
   fields (CIDRs, zones, instance type, AMI) are reported, never repaired.
 - A second ensure of an unchanged resource makes only Describe/Get calls.
+- A refusal that passes once something settles (``DependencyViolation`` while a terminated
+  instance's interface lingers, IAM's eventual consistency) repeats the whole step — find
+  first, so nothing is made twice — for up to ``wait_s``, heartbeating meanwhile.
 - ``delete`` is idempotent and waits for what must be gone before the next step (instances
   terminated, NAT gateways deleted, volumes detached).
 """
@@ -121,6 +124,33 @@ def _desired_rules(rules: list[dict[str, Any]]) -> set[tuple[str, int, int, str,
     return out
 
 
+#: Refusals that pass once something else settles: a terminated instance's interface still
+#: in the subnet or group, a role still in a profile, a new instance profile not yet visible
+#: to EC2 (IAM is eventually consistent).
+_SETTLING = (
+    "DependencyViolation",
+    "DeleteConflict",
+    "Invalid IAM Instance Profile",
+)
+#: NotFound codes of the IDs the layout's own steps return (eventual consistency).
+_UNSEEN = (
+    "InvalidInstanceID.NotFound",
+    "InvalidAllocationID.NotFound",
+    "InvalidSubnetID.NotFound",
+    "InvalidVpcID.NotFound",
+    "InvalidRouteTableID.NotFound",
+    "InvalidInternetGatewayID.NotFound",
+    "InvalidNatGatewayID.NotFound",
+    "InvalidVolume.NotFound",
+)
+_UNSEEN_S = 60.0
+#: A new group's rules: none in, everything out.
+_DEFAULT_RULES: dict[str, set[tuple[str, int, int, str, str]]] = {
+    "ingress": set(),
+    "egress": {("-1", -1, -1, "cidr", "0.0.0.0/0")},
+}
+
+
 def _permission(rule: tuple[str, int, int, str, str]) -> dict[str, Any]:
     proto, low, high, source, value = rule
     perm: dict[str, Any] = {"IpProtocol": proto}
@@ -182,7 +212,32 @@ class AwsLayoutResources(AwsBase):
             return None
         return Found(outputs=self._outputs(resource, raw), drift=drift(resource, properties, raw))
 
+    def _patiently(self, call: Callable[[], Any]) -> Any:
+        """``call`` again (it finds before it acts) while AWS answers that something it
+        depends on is still settling: up to ``wait_s`` for a dependency, up to
+        :data:`_UNSEEN_S` for an ID another step just returned that EC2 does not show yet."""
+        started = time.monotonic()
+        while True:
+            try:
+                return call()
+            except (errors.InvalidRequest, errors.NotFound) as exc:
+                unseen = isinstance(exc, errors.NotFound) and exc.message.startswith(_UNSEEN)
+                settling = unseen or (
+                    isinstance(exc, errors.InvalidRequest)
+                    and any(code in exc.message for code in _SETTLING)
+                )
+                limit = _UNSEEN_S if unseen else self.wait_s
+                if not settling:
+                    raise
+                if time.monotonic() - started > limit:
+                    raise errors.CloudError(NAME, exc.operation, exc.message) from exc
+            time.sleep(self.poll_s)
+
     def ensure(self, resource: ResourceDef, properties: Props) -> Ensured:
+        result: Ensured = self._patiently(lambda: self._ensure(resource, properties))
+        return result
+
+    def _ensure(self, resource: ResourceDef, properties: Props) -> Ensured:
         find, create, drift, fix, _ = self._handler(resource)
         raw = find(resource, properties)
         if raw is None:
@@ -197,6 +252,10 @@ class AwsLayoutResources(AwsBase):
         return Ensured("updated", self._outputs(resource, raw), changed)
 
     def delete(self, resource: ResourceDef, properties: Props) -> bool:
+        deleted: bool = self._patiently(lambda: self._delete(resource, properties))
+        return deleted
+
+    def _delete(self, resource: ResourceDef, properties: Props) -> bool:
         find, _, _, _, delete = self._handler(resource)
         raw = find(resource, properties)
         if raw is None:
@@ -685,7 +744,8 @@ class AwsLayoutResources(AwsBase):
             self.ec2.delete_security_group(GroupId=raw["_id"])
 
     # -- security group rules --------------------------------------------------------------
-    def _find_rules(self, resource: ResourceDef, props: Props) -> dict[str, Any] | None:
+    def _group_rules(self, props: Props) -> dict[str, Any] | None:
+        """The group with the rules this resource owns (``_managed``); ``None`` if it is gone."""
         try:
             found = self._describe(
                 "DescribeSecurityGroups",
@@ -705,6 +765,13 @@ class AwsLayoutResources(AwsBase):
         }
         return raw
 
+    def _find_rules(self, resource: ResourceDef, props: Props) -> dict[str, Any] | None:
+        raw = self._group_rules(props)
+        want = {d: _desired_rules(props[d]) for d in ("ingress", "egress")}
+        if raw is None or (raw["_managed"] == _DEFAULT_RULES and want != _DEFAULT_RULES):
+            return None  # no group, or the group as EC2 made it: these rules were never set
+        return raw
+
     @staticmethod
     def _managed(
         rules: set[tuple[str, int, int, str, str]], props: Props
@@ -714,7 +781,7 @@ class AwsLayoutResources(AwsBase):
         return {r for r in rules if r[3] == "cidr" or r[4] in own}
 
     def _create_rules(self, resource: ResourceDef, props: Props) -> dict[str, Any]:
-        raw = self._find_rules(resource, props)
+        raw = self._group_rules(props)
         if raw is None:
             raise errors.NotFound(NAME, "DescribeSecurityGroups", f"group {props['group_id']}")
         drift = self._drift_rules(resource, props, raw)
