@@ -71,9 +71,6 @@ class _Follower:
     async def poll(self, handle: WorkflowHandle[LayoutWorkflow, LayoutResult]) -> None:
         with contextlib.suppress(RPCError):
             progress: LayoutProgress = await handle.query(LayoutWorkflow.progress)
-            if progress.phase != self.phase:
-                self.phase = progress.phase
-                self.report(f"{progress.action}: {progress.phase}")
             for module in progress.modules:
                 if module.state == "pending" or module.module in self.finished:
                     continue
@@ -88,6 +85,9 @@ class _Follower:
                     self._resources(module.module, detail.resources)
                 if module.state in ("done", "failed"):
                     self.finished.add(module.module)
+            if progress.phase != self.phase:  # after the steps that led to it
+                self.phase = progress.phase
+                self.report(f"{progress.action}: {progress.phase}")
 
     def _resources(self, module: str, resources: list[ResourceStatus]) -> None:
         for status in resources:
