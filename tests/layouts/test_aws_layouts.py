@@ -25,7 +25,7 @@ from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import Settings, TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.local import LocalStack
-from starters.layout import run_layout
+from starters.layout import LayoutFailed, run_layout
 from tests.layouts.support import Front, config_file
 from workflows.layout import LAYOUT_WORKFLOWS
 
@@ -197,6 +197,19 @@ async def test_apply_reapply_drift_destroy(
     assert updated == drifted
     plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
     assert set(plan_actions(plan).values()) == {"no-op"}
+
+    # destroy is refused while the cluster's own load balancer is in its network
+    elb = aws_client("elb", aws_stack.moto_endpoint)
+    elb.create_load_balancer(
+        LoadBalancerName=f"{prefix}-svc",
+        Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+        Subnets=[subnets[0]["SubnetId"]],
+    )
+    with pytest.raises(LayoutFailed, match=f"ELB {prefix}-svc") as refused:
+        await run(layout_client, layout_settings, "destroy", path, prefix, cluster_uuid)
+    assert refused.value.kind == "DestroyBlocked"
+    assert tagged(ec2, "describe_vpcs", "Vpcs", prefix) != []  # nothing was deleted
+    elb.delete_load_balancer(LoadBalancerName=f"{prefix}-svc")
 
     # destroy: nothing of the cluster is left
     await run(layout_client, layout_settings, "destroy", path, prefix, cluster_uuid)
