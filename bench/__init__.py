@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from bench.actions import temporal_action_figures
 from bench.context import BenchContext
 from bench.csi import csi_figures
+from bench.layout import layout_figures
 from bench.lbscale import lb_scale_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
@@ -34,6 +35,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
     "csi": csi_figures,
+    "layouts": layout_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
     # last: counts the histories the benchmarks above left behind
