@@ -1,10 +1,10 @@
 """Layout activities: one per resource step, through the provider's layouts part.
 
 Each activity reads the configuration from its :class:`~cloudloop.layouts.model.ConfigSource`
-(a file on the worker's host or a Secret key), validates it and opens the provider's layout
-session with the document's credentials and this worker's settings section (endpoint, timeouts);
-the session is kept while the source is unchanged (file mtime / Secret resourceVersion). So
-credentials never enter an input, a result or a log: only the reference does.
+(a file on the worker's host; in a cluster, a Secret mounted into the worker), validates it and
+opens the provider's layout session with the document's credentials and this worker's settings
+section (endpoint, timeouts); the session is kept while the file is unchanged (its mtime). So
+credentials never enter an input, a result or a log: only the path does.
 
 - ``define``: the cloud's zones, then the layout's definitions (data).
 - ``plan_module``: read-only; per resource (dependency order) ``create`` when absent (or a
@@ -20,7 +20,6 @@ cloud error's kind (:func:`activities.cloud.cloud_errors`).
 
 from __future__ import annotations
 
-import base64
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +31,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
-from activities.kube import kube_errors
 from cloudloop.cloud.layouts import Drift, LayoutPart, LayoutResources
 from cloudloop.cloud.registry import PROVIDERS
-from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import SECRETS
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import (
@@ -74,40 +70,23 @@ class _Session:
 
 
 class LayoutActivities:
-    def __init__(self, settings: Settings, kube: Kube | None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.kube = kube
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._lock = threading.Lock()
 
     # -- the configuration and the session -------------------------------------------------
     def _read(self, source: ConfigSource) -> tuple[str, str]:
         """(text, stamp) of the source; the stamp changes when its content may have."""
-        if source.file:
-            path = Path(source.file)
-            try:
-                return path.read_text(), str(path.stat().st_mtime_ns)
-            except OSError as exc:
-                raise ApplicationError(
-                    f"configuration {source.file}: {exc.strerror or exc}",
-                    type="LayoutConfigMissing",
-                    non_retryable=True,
-                ) from None
-        if self.kube is None or not source.secret_name:
+        path = Path(source.file)
+        try:
+            return path.read_text(), str(path.stat().st_mtime_ns)
+        except OSError as exc:
             raise ApplicationError(
-                "no configuration source", type="LayoutConfigMissing", non_retryable=True
-            )
-        with kube_errors():
-            secret = self.kube.get(SECRETS, source.secret_name, source.secret_namespace)
-        encoded = ((secret or {}).get("data") or {}).get(source.secret_key)
-        if not encoded:
-            raise ApplicationError(
-                f"configuration {source.describe()} not found",
+                f"configuration {source.file}: {exc.strerror or exc}",
                 type="LayoutConfigMissing",
                 non_retryable=True,
-            )
-        stamp = str((secret or {}).get("metadata", {}).get("resourceVersion", ""))
-        return base64.b64decode(encoded).decode(), stamp
+            ) from None
 
     def _session(self, provider: str, source: ConfigSource) -> _Session:
         text, stamp = self._read(source)

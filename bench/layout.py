@@ -123,7 +123,7 @@ async def layout_figures(ctx: BenchContext) -> dict[str, float]:
             ctx.client,
             queue,
             workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(ctx.settings, ctx.kube).all(),  # type: ignore[arg-type]
+            activities=LayoutActivities(ctx.settings).all(),  # type: ignore[arg-type]
         )
         async with worker:
             before = _aws_requests()

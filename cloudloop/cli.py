@@ -428,8 +428,8 @@ def layout() -> None:
     ``--config`` is the cluster's YAML: its ``<Provider>ClusterConfiguration`` (with the
     credentials) and optionally its ``ClusterConfiguration`` (``cloud.prefix``,
     ``podSubnetCIDR``). The document is validated here, every error at once, before anything
-    else happens; the workers read the file themselves (only its path goes to Temporal), so it
-    must be readable by them at the same path (or use the chart's Secret source).
+    else happens; the workers read the file themselves (only its path goes to Temporal): at the
+    same path, or at ``--worker-config-path`` (e.g. a Secret mounted into the worker).
     """
 
 
@@ -446,6 +446,10 @@ def layout_options(command: F) -> F:
     @click.option("--pod-subnet-cidr", help="podSubnetCIDR (wins over the ClusterConfiguration's).")
     @click.option("--temporal-address", help="Temporal frontend [temporal.address].")
     @click.option("--task-queue", help="The workers' task queue [temporal.task_queue].")
+    @click.option(
+        "--worker-config-path",
+        help="Where the workers read this file (a mounted Secret in a cluster) [its own path].",
+    )
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return command(*args, **kwargs)
@@ -498,7 +502,7 @@ def _layout_run(action: str, flags: dict[str, Any]) -> Any:
     input = LayoutInput(
         action=action,
         provider=loaded.provider,
-        source=ConfigSource(file=str(path.resolve())),
+        source=ConfigSource(file=flags["worker_config_path"] or str(path.resolve())),
         cluster=loaded.cluster,
     )
 

@@ -108,7 +108,7 @@ def all_activities(
     activities += LoadBalancerActivities(driver, kube).all()
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
-    activities += LayoutActivities(settings, kube).all()
+    activities += LayoutActivities(settings).all()
     provider = provider_for(settings)
     termination = (
         provider.termination(provider.section(settings), settings.nth)

@@ -77,14 +77,10 @@ class LayoutDef(BaseModel):
 
 class ConfigSource(BaseModel):
     """Where the activities read the configuration (with its credentials) from: a file on the
-    worker's host, or a key of a Kubernetes Secret. Only this reference enters workflow history."""
+    workers' host (in a cluster, a Secret mounted into the worker at that path). Only this
+    reference enters workflow history."""
 
-    file: str = ""
-    secret_namespace: str = ""
-    secret_name: str = ""
-    secret_key: str = "cluster.yaml"
+    file: str
 
     def describe(self) -> str:
-        if self.file:
-            return self.file
-        return f"secret {self.secret_namespace}/{self.secret_name}[{self.secret_key}]"
+        return self.file

@@ -59,7 +59,7 @@ async def layout_worker(layout_client: Client, layout_settings: Settings) -> Asy
         layout_client,
         layout_settings.temporal.task_queue,
         workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(layout_settings, None).all(),  # type: ignore[arg-type]
+        activities=LayoutActivities(layout_settings).all(),  # type: ignore[arg-type]
         graceful_shutdown_s=1,
     )
     async with worker:

@@ -114,7 +114,7 @@ async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
         client,
         queue,
         workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings, None).all(),  # type: ignore[arg-type]
+        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
         graceful_shutdown_s=1,
     )
     async with worker:
