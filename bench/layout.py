@@ -16,7 +16,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import yaml
 from prometheus_client import REGISTRY
@@ -27,7 +26,7 @@ from cloudloop import temporal
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from devstack.backends.aws import aws_client
+from devstack.backends.aws_layouts import cluster_resources
 from starters.layout import run_layout
 from workflows.layout import LAYOUT_WORKFLOWS
 
@@ -52,50 +51,6 @@ def _aws_requests() -> dict[str, float]:
 
 def _since(before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in _aws_requests().items() if v > before.get(k, 0)}
-
-
-def leftovers(endpoint: str, prefix: str) -> int:
-    """The cluster's resources still in the cloud."""
-    ec2, iam = aws_client("ec2", endpoint), aws_client("iam", endpoint)
-    named = [{"Name": "tag-key", "Values": ["Name"]}]
-    found = 0
-    calls: list[tuple[Any, str]] = [
-        (ec2.describe_vpcs, "Vpcs"),
-        (ec2.describe_subnets, "Subnets"),
-        (ec2.describe_route_tables, "RouteTables"),
-        (ec2.describe_internet_gateways, "InternetGateways"),
-        (ec2.describe_addresses, "Addresses"),
-        (ec2.describe_volumes, "Volumes"),
-        (ec2.describe_security_groups, "SecurityGroups"),
-    ]
-    for call, key in calls:
-        for item in call(Filters=named)[key]:
-            tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-            found += tags["Name"].startswith(prefix)
-    nats = ec2.describe_nat_gateways(
-        Filters=[{"Name": "state", "Values": ["pending", "available"]}]
-    )
-    found += sum(
-        1
-        for nat in nats["NatGateways"]
-        if any(t["Value"].startswith(prefix) for t in nat.get("Tags", []) if t["Key"] == "Name")
-    )
-    live = [
-        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
-    ]
-    for reservation in ec2.describe_instances(Filters=live)["Reservations"]:
-        for item in reservation["Instances"]:
-            tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-            found += tags.get("Name", "").startswith(prefix)
-    found += sum(r["RoleName"].startswith(prefix) for r in iam.list_roles()["Roles"])
-    found += sum(
-        p["InstanceProfileName"].startswith(prefix)
-        for p in iam.list_instance_profiles()["InstanceProfiles"]
-    )
-    found += len(
-        ec2.describe_key_pairs(Filters=[{"Name": "key-name", "Values": [prefix]}])["KeyPairs"]
-    )
-    return int(found)
 
 
 async def layout_figures(ctx: BenchContext) -> dict[str, float]:
@@ -135,7 +90,7 @@ async def layout_figures(ctx: BenchContext) -> dict[str, float]:
             await run_layout(ctx.client, queue, input("apply"), poll_s=1.0)
             mutating = sum(v for k, v in _since(before).items() if not k.startswith(READ_ONLY))
             await run_layout(ctx.client, queue, input("destroy"), poll_s=1.0)
-        left = leftovers(endpoint, prefix)
+        left = len(cluster_resources(endpoint, prefix))
     return {
         "aws_layout_apply_wall_s": wall,
         "aws_layout_apply_cloud_calls": apply_calls,

@@ -1,5 +1,6 @@
 """A real ``cloudloop worker`` SIGKILLed in the middle of an AWS layout apply, at resource steps:
-the apply converges, with no resource made twice, and a re-apply makes no mutating call.
+the apply converges, with no resource made twice, and a re-apply makes no mutating call; killed
+again in the middle of the destroy, the destroy converges with nothing of the cluster left.
 
 The worker process is :mod:`tests.loadbalancer.fault_worker`: it blocks right after the named
 AWS call returned (the resource exists, the step has not reported), so the kill lands between
@@ -13,7 +14,6 @@ import asyncio
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -23,7 +23,7 @@ from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import TemporalSettings
-from devstack.backends.aws import aws_client
+from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import run_layout
 from tests.helpers import eventually_async
@@ -31,6 +31,7 @@ from tests.layouts.support import SECRET, Front, config_file
 from tests.support.workers import Workers
 
 KILL_AT = ("after-call.ec2.CreateSubnet", "after-call.ec2.RunInstances")
+KILL_DESTROY_AT = "after-call.ec2.TerminateInstances"
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
@@ -60,32 +61,6 @@ def worker_env(stack: LocalStack, queue: str, folder: Path, fault: str = "") -> 
         env["LB_FAULT_AT"] = fault
         env["LB_FAULT_MARKER"] = str(folder / f"reached-{fault.rsplit('.', 1)[-1]}")
     return env
-
-
-def names(ec2: Any, prefix: str) -> Counter[tuple[str, str]]:
-    """How many live resources of each type carry each ``Name`` of the cluster (a duplicate
-    shows as a count above 1)."""
-    found: Counter[tuple[str, str]] = Counter()
-    describe: list[tuple[Any, str, list[Any]]] = [
-        (ec2.describe_vpcs, "Vpcs", []),
-        (ec2.describe_subnets, "Subnets", []),
-        (ec2.describe_route_tables, "RouteTables", []),
-        (ec2.describe_internet_gateways, "InternetGateways", []),
-        (ec2.describe_addresses, "Addresses", []),
-        (ec2.describe_volumes, "Volumes", []),
-    ]
-    for call, key, filters in describe:
-        for item in call(Filters=[{"Name": "tag-key", "Values": ["Name"]}, *filters])[key]:
-            tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-            if tags["Name"].startswith(prefix):
-                found[key, tags["Name"]] += 1
-    live = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
-    for reservation in ec2.describe_instances(Filters=live)["Reservations"]:
-        for item in reservation["Instances"]:
-            tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-            if tags.get("Name", "").startswith(prefix):
-                found["Instances", tags["Name"]] += 1
-    return found
 
 
 async def test_sigkill_at_resource_steps_converges_without_duplicates(
@@ -128,11 +103,10 @@ async def test_sigkill_at_resource_steps_converges_without_duplicates(
         result: LayoutResult = await asyncio.wait_for(apply, timeout=300)
         assert result.cloud_discovery_data["keyName"] == prefix
 
-        ec2 = aws_client("ec2", aws_stack.moto_endpoint)
-        counted = names(ec2, prefix)
+        counted = Counter(cluster_resources(aws_stack.moto_endpoint, prefix))
         assert {n: c for n, c in counted.items() if c > 1} == {}
-        assert counted["Subnets", f"{prefix}-public-0"] == 1
-        assert counted["Instances", f"{prefix}-master-0"] == 1
+        assert counted[f"Subnets/{prefix}-public-0"] == 1
+        assert counted[f"Instances/{prefix}-master-0"] == 1
 
         # the credentials stayed in the file: no history, no worker log has them
         histories = [
@@ -147,5 +121,25 @@ async def test_sigkill_at_resource_steps_converges_without_duplicates(
         front.reset()
         await run_layout(client, queue, input, poll_s=0.5)
         assert front.mutating() == {}
+
+        # destroy, killed right after an instance's termination was asked for
+        worker.kill()
+        worker = workers.start(
+            worker_env(aws_stack, queue, tmp_path, KILL_DESTROY_AT),
+            module="tests.loadbalancer.fault_worker",
+        )
+        destroy = input.model_copy(update={"action": "destroy"})
+        destroying = asyncio.ensure_future(run_layout(client, queue, destroy, poll_s=0.5))
+        marker = tmp_path / f"reached-{KILL_DESTROY_AT.rsplit('.', 1)[-1]}"
+
+        async def terminating() -> bool:
+            assert not destroying.done(), destroying.result()
+            return marker.exists()
+
+        await eventually_async(terminating, timeout=120)
+        worker.kill()
+        worker = workers.start(worker_env(aws_stack, queue, tmp_path), module="cloudloop.cli")
+        await asyncio.wait_for(destroying, timeout=300)
+        assert cluster_resources(aws_stack.moto_endpoint, prefix) == []  # nothing left
     finally:
         workers.stop_all()

@@ -24,6 +24,7 @@ from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import Settings, TemporalSettings
 from devstack.backends.aws import aws_client
+from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed, run_layout
 from tests.layouts.support import Front, config_file
@@ -212,7 +213,9 @@ async def test_apply_reapply_drift_destroy(
     elb.delete_load_balancer(LoadBalancerName=f"{prefix}-svc")
 
     # destroy: nothing of the cluster is left
+    assert len(cluster_resources(aws_stack.moto_endpoint, prefix)) >= 16
     await run(layout_client, layout_settings, "destroy", path, prefix, cluster_uuid)
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
     assert tagged(ec2, "describe_vpcs", "Vpcs", prefix) == []
     live = ec2.describe_instances(
         Filters=[
