@@ -457,7 +457,7 @@ def layout_options(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _layout_run(action: str, flags: dict[str, Any]) -> Any:
+def _layout_run(action: str, flags: dict[str, Any], *, plan_destroy: bool = False) -> Any:
     """Validate, start the action, follow it; the result (or a clean error exit)."""
     from cloudloop.cloud.registry import PROVIDERS
     from cloudloop.layouts.config import InvalidConfig, load_documents
@@ -504,6 +504,7 @@ def _layout_run(action: str, flags: dict[str, Any]) -> Any:
         provider=loaded.provider,
         source=ConfigSource(file=flags["worker_config_path"] or str(path.resolve())),
         cluster=loaded.cluster,
+        plan_destroy=plan_destroy,
     )
 
     async def go() -> Any:
@@ -532,9 +533,11 @@ def _leave(code: int) -> NoReturn:
 
 @layout.command("plan")
 @layout_options
-def layout_plan(**flags: Any) -> None:
-    """Show what apply would create, change (drift included) or leave; changes nothing."""
-    result = _layout_run("plan", flags)
+@click.option("--destroy", "plan_destroy", is_flag=True, help="Plan the destroy instead.")
+def layout_plan(plan_destroy: bool, **flags: Any) -> None:
+    """Show what apply would create, change (drift included) or leave — or, with
+    ``--destroy``, what destroy would delete; changes nothing."""
+    result = _layout_run("plan", flags, plan_destroy=plan_destroy)
     counts = {"create": 0, "update": 0, "delete": 0, "no-op": 0}
     for module in result.plan:
         for resource in module.resources:

@@ -12,7 +12,7 @@ and the cloud's zones), then:
   node modules' children, then the base's: each child deletes its resources in reverse
   dependency order.
 - **plan**: ``layout.plan_module`` per module (base first, its found outputs feeding the others):
-  a read-only diff, nothing changes.
+  a read-only diff, nothing changes; ``plan_destroy`` lists what a destroy would delete.
 
 ``LayoutModule`` (ID ``layout/<prefix>/<module>``) runs one activity per resource, in dependency
 waves (a wave's steps at once): ``layout.ensure_resource`` finds the resource by name/tags,
@@ -273,11 +273,17 @@ class LayoutWorkflow:
         )
 
     async def _plan(self, base: ModuleDef, nodes: list[ModuleDef]) -> list[PlanModuleResult]:
+        destroy = self._input.plan_destroy
         try:
-            base_plan = await _plan_module(self._plan_input(base, {}), self._input.timings)
+            base_plan = await _plan_module(
+                self._plan_input(base, {}, destroy=destroy), self._input.timings
+            )
             found = {p.key: p.outputs for p in base_plan.resources if p.outputs}
             others = await asyncio.gather(
-                *(_plan_module(self._plan_input(m, found), self._input.timings) for m in nodes)
+                *(
+                    _plan_module(self._plan_input(m, found, destroy=destroy), self._input.timings)
+                    for m in nodes
+                )
             )
         except ActivityError as err:
             raise self._failed(_failure(err, "planning")) from err

@@ -66,6 +66,8 @@ class LayoutInput(BaseModel):
     source: ConfigSource
     cluster: ClusterIdentity
     timings: LayoutTimings = Field(default_factory=LayoutTimings)
+    #: A plan of the destroy: what exists is listed as ``delete``.
+    plan_destroy: bool = False
 
 
 class DefineInput(BaseModel):

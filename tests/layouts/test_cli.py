@@ -165,6 +165,13 @@ async def test_apply_reapply_plan_destroy_through_the_cli(
     assert code == 0, out
     assert "Plan: 0 to create, 0 to change, 0 to destroy" in out
 
+    code, out = await cli(aws_stack, cli_queue, "plan", "--destroy", *common)
+    assert code == 0, out
+    assert (
+        f"- aws.vpc/{prefix} (base)" in out
+        and "0 to create, 0 to change, 23 to destroy, 0 unchanged" in out
+    )
+
     code, out = await cli(aws_stack, cli_queue, "destroy", *common)
     assert code == 0, out
     assert f"- aws.vpc/{prefix} deleted" in out and "Destroy complete" in out

@@ -237,3 +237,16 @@ async def test_a_layout_the_cloud_cannot_build_fails_before_any_step(wf: Harness
         await handle.result()
     assert "zone 'x'" in str(caught.value.cause)
     assert wf.script.names() == [LayoutActivity.DEFINE]
+
+
+async def test_a_plan_of_the_destroy_looks_at_every_module_as_a_destroy(wf: Harness) -> None:
+    wf.script.on(LayoutActivity.PLAN, found(VPC, SUBNET, SG, INSTANCE))
+    input = layout_input("plan").model_copy(update={"plan_destroy": True})
+    result: LayoutResult = await wf.execute(
+        LayoutWorkflow.run, input, id=f"{workflow_id(PREFIX)}/plan"
+    )
+    plans = wf.script.inputs(LayoutActivity.PLAN)
+    assert [(p.module.id, p.destroy) for p in plans] == [("base", True), ("master-0", True)]
+    actions = {r.key: r.action for m in result.plan for r in m.resources}
+    assert actions[INSTANCE] == "delete" and actions[VPC] == "delete"
+    assert set(wf.script.names()) == {LayoutActivity.DEFINE, LayoutActivity.PLAN}
