@@ -179,3 +179,36 @@ async def test_apply_reapply_plan_destroy_through_the_cli(
     code, out = await cli(aws_stack, cli_queue, "plan", *common)
     assert code == 0, out
     assert "0 to change, 0 to destroy, 0 unchanged" in out
+
+
+def test_the_discoverer_reads_what_apply_writes() -> None:
+    """The published ``cloud_discovery_data`` is what the discoverer merges live data into."""
+    from cloudloop.cloud.aws.discovery import DISCOVERY_KIND
+    from cloudloop.cloud.aws.layout import DISCOVERY_KIND as LAYOUT_KIND
+    from cloudloop.cloud.models import DiscoveryData, Zone
+    from cloudloop.rules import discovery as cloud_data
+
+    assert LAYOUT_KIND == DISCOVERY_KIND
+    written = {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": LAYOUT_KIND,
+        "keyName": "p",
+        "instances": {"ami": "ami-1", "additionalSecurityGroups": ["sg-1"]},
+        "loadBalancerSecurityGroup": "sg-2",
+        "zones": ["us-east-1a"],
+        "zoneToSubnetIdMap": {"us-east-1a": "subnet-1"},
+    }
+    kube = FakeKube()
+    result = LayoutResult(
+        action="apply", layout="WithNAT", prefix="p", cloud_discovery_data=written
+    )
+    publish(kube, result)  # type: ignore[arg-type]
+    raw = kube.objects["kube-system", cloud_data.PROVIDER_CONFIGURATION_SECRET]["data"]
+    base = cloud_data.parse_provider_document(
+        base64.b64decode(raw[cloud_data.PROVIDER_DISCOVERY_KEY]).decode()
+    )
+    live = DiscoveryData(
+        region="us-east-1", zones=[Zone(name="us-east-1a", region="us-east-1")], kind=DISCOVERY_KIND
+    )
+    merged = cloud_data.discovery_document(base, live, [])
+    assert merged == written
