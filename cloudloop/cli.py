@@ -1,5 +1,5 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
-``temporal setup``, ``retry`` and ``nodegroup``, plus the commands of plugins.
+``temporal setup``, ``retry``, ``nodegroup`` and ``layout``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
 group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import yaml
@@ -433,6 +433,189 @@ def nodegroup_render(
     except ContractError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+
+
+@main.group()
+def layout() -> None:
+    """Layouts: base infrastructure, master and static nodes as durable workflows.
+
+    ``--config`` is the cluster's YAML: its ``<Provider>ClusterConfiguration`` (with the
+    credentials) and optionally its ``ClusterConfiguration`` (``cloud.prefix``,
+    ``podSubnetCIDR``). The document is validated here, every error at once, before anything
+    else happens; the workers read the file themselves (only its path goes to Temporal): at the
+    same path, or at ``--worker-config-path`` (e.g. a Secret mounted into the worker).
+    """
+
+
+def layout_options(command: F) -> F:
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        required=True,
+        help="The cluster's configuration YAML.",
+    )
+    @click.option("--prefix", help="cloud.prefix (wins over the ClusterConfiguration's).")
+    @click.option("--cluster-uuid", help="The cluster's UUID (in every resource's tags).")
+    @click.option("--pod-subnet-cidr", help="podSubnetCIDR (wins over the ClusterConfiguration's).")
+    @click.option("--temporal-address", help="Temporal frontend [temporal.address].")
+    @click.option("--task-queue", help="The workers' task queue [temporal.task_queue].")
+    @click.option(
+        "--worker-config-path",
+        help="Where the workers read this file (a mounted Secret in a cluster) [its own path].",
+    )
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return command(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _layout_run(action: str, flags: dict[str, Any], *, plan_destroy: bool = False) -> Any:
+    """Validate, start the action, follow it; the result (or a clean error exit)."""
+    from cloudloop.cloud.registry import PROVIDERS
+    from cloudloop.layouts.config import InvalidConfig, load_documents
+    from cloudloop.layouts.model import ConfigSource
+    from cloudloop.messages.layout import LayoutInput
+    from starters.layout import LayoutFailed, run_layout
+
+    path: Path = flags["config_path"]
+    try:
+        loaded = load_documents(
+            list(yaml.safe_load_all(path.read_text())),
+            source=str(path),
+            prefix=flags["prefix"],
+            uuid=flags["cluster_uuid"],
+            pod_subnet_cidr=flags["pod_subnet_cidr"],
+        )
+    except yaml.YAMLError as exc:
+        raise click.ClickException(f"{path}: not YAML: {exc}") from None
+    except InvalidConfig as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    record = PROVIDERS.get(loaded.provider)
+    if record is None or record.layouts is None:
+        raise click.ClickException(f"{loaded.provider}: no layouts yet")
+    supported = record.layouts().layouts
+    if loaded.document.layout not in supported:
+        raise click.ClickException(
+            f"{loaded.provider} layout {loaded.document.layout} is not supported "
+            f"(supported: {', '.join(supported)})"
+        )
+    settings = Settings()
+    temporal_settings = settings.temporal.model_copy(
+        update={
+            k: v
+            for k, v in (
+                ("address", flags["temporal_address"]),
+                ("task_queue", flags["task_queue"]),
+            )
+            if v
+        }
+    )
+    input = LayoutInput(
+        action=action,
+        provider=loaded.provider,
+        source=ConfigSource(file=flags["worker_config_path"] or str(path.resolve())),
+        cluster=loaded.cluster,
+        plan_destroy=plan_destroy,
+    )
+
+    async def go() -> Any:
+        from cloudloop.temporal import connect
+
+        client = await connect(temporal_settings)
+        return await run_layout(client, temporal_settings.task_queue, input, report=click.echo)
+
+    try:
+        return asyncio.run(go())
+    except LayoutFailed as exc:
+        click.echo(f"Error: {action} failed: {exc}", err=True)
+        _leave(1)
+    except (ConnectionError, RuntimeError) as exc:
+        click.echo(f"Error: Temporal at {temporal_settings.address}: {exc}", err=True)
+        _leave(1)
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit without finalizing the interpreter: the Temporal SDK's core threads may still call
+    into Python while it finalizes (an abort at exit, as ``temporal setup`` found)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@layout.command("plan")
+@layout_options
+@click.option("--destroy", "plan_destroy", is_flag=True, help="Plan the destroy instead.")
+def layout_plan(plan_destroy: bool, **flags: Any) -> None:
+    """Show what apply would create, change (drift included) or leave — or, with
+    ``--destroy``, what destroy would delete; changes nothing."""
+    result = _layout_run("plan", flags, plan_destroy=plan_destroy)
+    counts = {"create": 0, "update": 0, "delete": 0, "no-op": 0}
+    for module in result.plan:
+        for resource in module.resources:
+            counts[resource.action] += 1
+            if resource.action == "no-op":
+                continue
+            sign = {"create": "+", "update": "~", "delete": "-"}[resource.action]
+            click.echo(f"{sign} {resource.key} ({module.module})")
+            for change in resource.changes:
+                click.echo(f"    {change.field}: {change.have!r} -> {change.want!r}")
+    click.echo(
+        f"Plan: {counts['create']} to create, {counts['update']} to change, "
+        f"{counts['delete']} to destroy, {counts['no-op']} unchanged."
+    )
+    _leave(0)
+
+
+@layout.command("apply")
+@layout_options
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the results into this cluster's Secrets.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the outputs (discovery data, nodes) here as JSON.",
+)
+def layout_apply(kubeconfig: Path | None, output: Path | None, **flags: Any) -> None:
+    """Create what is missing and repair drift, following each resource's step."""
+    result = _layout_run("apply", flags)
+    outputs = {
+        "cloud_discovery_data": result.cloud_discovery_data,
+        **result.outputs,
+        "nodes": {m.node_name: m.outputs for m in result.modules if m.node_name},
+    }
+    text = json.dumps(outputs, indent=2, sort_keys=True)
+    click.echo(text)
+    if output is not None:
+        output.write_text(text + "\n")
+    if kubeconfig is not None:
+        from cloudloop.kube.api import Kube, KubeError
+        from cloudloop.kube.client import api_client
+        from starters.layout import publish
+
+        try:
+            for secret in publish(Kube(api_client(kubeconfig)), result):
+                click.echo(f"written: Secret {secret}")
+        except (KubeError, OSError) as exc:
+            click.echo(f"Error: writing the results into the cluster: {exc}", err=True)
+            _leave(1)
+    _leave(0)
+
+
+@layout.command("destroy")
+@layout_options
+def layout_destroy(**flags: Any) -> None:
+    """Delete the layout's resources in reverse order (refused while the cluster's own load
+    balancers, volumes or other instances remain in its network)."""
+    result = _layout_run("destroy", flags)
+    deleted = sum(1 for m in result.modules for s in m.steps if s.action == "deleted")
+    click.echo(f"Destroy complete: {deleted} resource(s) deleted.")
+    _leave(0)
 
 
 def _load_plugins() -> None:

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
+from activities.layout import LayoutActivities
 from activities.loadbalancer import LoadBalancerActivities
 from activities.machine import MachineActivities
 from activities.termination import DrainActivities
@@ -32,6 +33,7 @@ from cloudloop.metrics import MetricsServer
 from cloudloop.metrics_auth import protect_metrics
 from cloudloop.net import free_port
 from cloudloop.settings import Domain, Settings
+from workflows.layout import LAYOUT_WORKFLOWS
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow
 from workflows.probe import CloudProbeWorkflow
@@ -47,7 +49,8 @@ DOMAIN_WORKFLOWS: dict[str, list[type]] = {
     Domain.VOLUME: list(VOLUME_WORKFLOWS),
     Domain.DRAIN: list(DRAIN_WORKFLOWS),
 }
-WORKFLOWS: list[type] = [CloudProbeWorkflow]
+#: The general queue's workflows: the probes and the layouts (``cloudloop layout``), then all.
+WORKFLOWS: list[type] = [CloudProbeWorkflow, *LAYOUT_WORKFLOWS]
 for _workflows in DOMAIN_WORKFLOWS.values():
     WORKFLOWS += _workflows
 
@@ -105,6 +108,7 @@ def all_activities(
     activities += LoadBalancerActivities(driver, kube).all()
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
+    activities += LayoutActivities(settings).all()
     provider = provider_for(settings)
     termination = (
         provider.termination(provider.section(settings), settings.nth)

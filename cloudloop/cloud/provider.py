@@ -10,7 +10,7 @@ Rules:
   (``CLOUDLOOP_<NAME>__*``); ``settings`` is that section's model.
 - Optional parts are ``None`` when the cloud has none: Cluster API kinds, the node manager's
   registration Secrets, node-group templates (InstanceClass kind and machine-template contract),
-  the termination handler's client.
+  the termination handler's client, the layouts part.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from cloudloop.cloud.capi import InfraKinds, NodeTemplates
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
     from cloudloop.settings import NthSettings, Settings
 
 S = TypeVar("S", bound=BaseModel)
@@ -50,6 +51,9 @@ class Provider(Generic[S]):
     #: On a cloud without load balancers: what serves ``type: LoadBalancer`` Services instead
     #: (said in the Warning each such Service gets).
     load_balancer_hint: str = ""
+    #: Layouts (base infrastructure, master and static nodes as durable workflows): a factory
+    #: of the cloud's :class:`~cloudloop.cloud.layouts.LayoutPart` (imports it lazily), if any.
+    layouts: Callable[[], LayoutPart] | None = None
 
     def section(self, settings: Settings) -> S:
         """This provider's section of ``settings``."""

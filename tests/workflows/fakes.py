@@ -15,7 +15,17 @@ from typing import Any
 
 from temporalio import activity
 
+from cloudloop.layouts.model import LayoutDef
 from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
+from cloudloop.messages.layout import (
+    CheckDestroyInput,
+    DefineInput,
+    LayoutActivity,
+    PlanModuleInput,
+    PlanModuleResult,
+    StepInput,
+    StepResult,
+)
 from cloudloop.messages.loadbalancer import (
     DeleteLoadBalancerInput,
     EnsureLoadBalancerInput,
@@ -224,6 +234,28 @@ class FakeVolume(Fakes):
         return await self.script.answer(VolumeActivity.DELETE_SNAPSHOT, input, SnapshotResult)
 
 
+class FakeLayout(Fakes):
+    @activity.defn(name=LayoutActivity.DEFINE)
+    async def define(self, input: DefineInput) -> LayoutDef:
+        return await self.script.answer(LayoutActivity.DEFINE, input, LayoutDef)
+
+    @activity.defn(name=LayoutActivity.PLAN)
+    async def plan_module(self, input: PlanModuleInput) -> PlanModuleResult:
+        return await self.script.answer(LayoutActivity.PLAN, input, PlanModuleResult)
+
+    @activity.defn(name=LayoutActivity.ENSURE)
+    async def ensure_resource(self, input: StepInput) -> StepResult:
+        return await self.script.answer(LayoutActivity.ENSURE, input, StepResult)
+
+    @activity.defn(name=LayoutActivity.DELETE)
+    async def delete_resource(self, input: StepInput) -> StepResult:
+        return await self.script.answer(LayoutActivity.DELETE, input, StepResult)
+
+    @activity.defn(name=LayoutActivity.CHECK_DESTROY)
+    async def check_destroy(self, input: CheckDestroyInput) -> list[str]:
+        return await self.script.answer(LayoutActivity.CHECK_DESTROY, input, list)
+
+
 FAKES: tuple[type[Fakes], ...] = (
     FakeKube,
     FakeProbe,
@@ -231,6 +263,7 @@ FAKES: tuple[type[Fakes], ...] = (
     FakeMachine,
     FakeDrain,
     FakeVolume,
+    FakeLayout,
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from workflows.layout import LAYOUT_WORKFLOWS
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow
 from workflows.probe import CloudProbeWorkflow
@@ -30,6 +31,7 @@ ALL_WORKFLOWS: list[type] = [
     MachineWorkflow,
     *DRAIN_WORKFLOWS,
     *VOLUME_WORKFLOWS,
+    *LAYOUT_WORKFLOWS,
 ]
 
 

@@ -9,6 +9,7 @@ from temporalio import activity
 
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
+from activities.layout import LayoutActivities
 from activities.loadbalancer import LoadBalancerActivities
 from activities.machine import MachineActivities
 from activities.termination import DrainActivities
@@ -32,6 +33,7 @@ REAL = [
     MachineActivities,
     DrainActivities,
     VolumeActivities,
+    LayoutActivities,
 ]
 
 

@@ -18,6 +18,7 @@ from cloudloop.cloud.provider import Provider
 if TYPE_CHECKING:
     from cloudloop.cloud.aws.termination import AwsTermination
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
     from cloudloop.settings import NthSettings
 
 
@@ -39,6 +40,12 @@ def _registration(settings: AwsSettings) -> list[dict[str, Any]]:
     return registration_secrets(settings)
 
 
+def _layouts() -> LayoutPart:
+    from cloudloop.cloud.aws.layout_resources import AwsLayouts
+
+    return AwsLayouts()
+
+
 PROVIDER = Provider(
     name="aws",
     settings=AwsSettings,
@@ -47,4 +54,5 @@ PROVIDER = Provider(
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,
+    layouts=_layouts,
 )

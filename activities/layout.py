@@ -1,0 +1,265 @@
+"""Layout activities: one per resource step, through the provider's layouts part.
+
+Each activity reads the configuration from its :class:`~cloudloop.layouts.model.ConfigSource`
+(a file on the worker's host; in a cluster, a Secret mounted into the worker), validates it and
+opens the provider's layout session with the document's credentials and this worker's settings
+section (endpoint, timeouts); the session is kept while the file is unchanged (its mtime). So
+credentials never enter an input, a result or a log: only the path does.
+
+- ``define``: the cloud's zones, then the layout's definitions (data).
+- ``plan_module``: read-only; per resource (dependency order) ``create`` when absent (or a
+  reference it needs is not there yet), ``update`` with the drifted fields, ``no-op``; with
+  ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
+- ``ensure_resource`` / ``delete_resource``: one resource, found before created, idempotent.
+- ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked``.
+
+Every activity heartbeats from a side thread (:func:`activities.heartbeats.heartbeating`), so a
+killed worker is noticed after the heartbeat timeout; errors become ``ApplicationError`` with the
+cloud error's kind (:func:`activities.cloud.cloud_errors`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.cloud import cloud_errors
+from activities.heartbeats import heartbeating
+from cloudloop.cloud.layouts import Drift, LayoutPart, LayoutResources
+from cloudloop.cloud.registry import PROVIDERS
+from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
+from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
+from cloudloop.messages.layout import (
+    CheckDestroyInput,
+    DefineInput,
+    FieldChange,
+    LayoutActivity,
+    PlanModuleInput,
+    PlanModuleResult,
+    ResourcePlan,
+    StepInput,
+    StepResult,
+)
+from cloudloop.rules import layout as rules
+from cloudloop.settings import Settings
+
+#: Heartbeat period of every layout activity (the workflow's timeout is 15 s).
+HEARTBEAT_S = 2.0
+
+
+def _changes(drift: list[Drift]) -> list[FieldChange]:
+    return [
+        FieldChange(
+            field=d.field + (" (needs replacement; not repaired)" if d.immutable else ""),
+            have=d.have,
+            want=d.want,
+        )
+        for d in drift
+    ]
+
+
+class _Session:
+    def __init__(self, stamp: str, part: LayoutPart, config: Any, resources: LayoutResources):
+        self.stamp, self.part, self.config, self.resources = stamp, part, config, resources
+
+
+class LayoutActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._sessions: dict[tuple[str, str], _Session] = {}
+        self._lock = threading.Lock()
+
+    # -- the configuration and the session -------------------------------------------------
+    def _read(self, source: ConfigSource) -> tuple[str, str]:
+        """(text, stamp) of the source; the stamp changes when its content may have."""
+        path = Path(source.file)
+        try:
+            return path.read_text(), str(path.stat().st_mtime_ns)
+        except OSError as exc:
+            raise ApplicationError(
+                f"configuration {source.file}: {exc.strerror or exc}",
+                type="LayoutConfigMissing",
+                non_retryable=True,
+            ) from None
+
+    def _session(self, provider: str, source: ConfigSource) -> _Session:
+        text, stamp = self._read(source)
+        key = (provider, source.describe())
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is not None and session.stamp == stamp:
+                return session
+        record = PROVIDERS.get(provider)
+        if record is None or record.layouts is None:
+            raise ApplicationError(
+                f"provider {provider!r} has no layouts", type="NotSupported", non_retryable=True
+            )
+        try:
+            docs = [
+                d
+                for d in yaml.safe_load_all(text)
+                if isinstance(d, dict) and d.get("kind") in DOCUMENTS
+            ]
+            config = validate_document(docs[0] if len(docs) == 1 else None, source=source.file)
+        except (yaml.YAMLError, InvalidConfig) as exc:
+            raise ApplicationError(
+                f"configuration {source.describe()}: {exc}",
+                type="LayoutConfigInvalid",
+                non_retryable=True,
+            ) from None
+        part = record.layouts()
+        with cloud_errors():
+            resources = part.connect(config, record.section(self.settings))
+        session = _Session(stamp, part, config, resources)
+        with self._lock:
+            self._sessions[key] = session
+        return session
+
+    def _beating(self, details: Callable[[], Any] | None = None) -> Any:
+        return heartbeating(HEARTBEAT_S, details=details)
+
+    # -- activities ------------------------------------------------------------------------
+    @activity.defn(name=LayoutActivity.DEFINE)
+    def define(self, input: DefineInput) -> LayoutDef:
+        with self._beating():
+            session = self._session(input.provider, input.source)
+            if session.config.layout not in session.part.layouts:
+                raise ApplicationError(
+                    f"layout {session.config.layout!r} is not supported for {input.provider} "
+                    f"(supported: {', '.join(session.part.layouts)})",
+                    type="NotSupported",
+                    non_retryable=True,
+                )
+            with cloud_errors():
+                zones = session.resources.layout_zones()
+            try:
+                return session.part.define(session.config, input.cluster, zones)
+            except ValueError as exc:
+                raise ApplicationError(
+                    f"{session.config.kind}: {exc}", type="LayoutConfigInvalid", non_retryable=True
+                ) from None
+
+    @activity.defn(name=LayoutActivity.PLAN)
+    def plan_module(self, input: PlanModuleInput) -> PlanModuleResult:
+        progress: dict[str, Any] = {"looked_at": 0}
+        with self._beating(lambda: dict(progress)):
+            session = self._session(input.provider, input.source)
+            known: dict[str, Any] = dict(input.external)
+            plans: dict[str, ResourcePlan] = {}
+            for wave in rules.waves(input.module.resources):
+                for resource in wave:
+                    plans[resource.key] = self._plan_one(session, resource, known, input.destroy)
+                    if plans[resource.key].outputs:
+                        known[resource.key] = plans[resource.key].outputs
+                    progress["looked_at"] = len(plans)
+            return PlanModuleResult(
+                module=input.module.id,
+                resources=[plans[r.key] for r in input.module.resources],
+            )
+
+    def _plan_one(
+        self, session: _Session, resource: ResourceDef, known: dict[str, Any], destroy: bool
+    ) -> ResourcePlan:
+        plan = ResourcePlan(
+            key=resource.key, kind=resource.kind, name=resource.name, action="create"
+        )
+        try:
+            properties = rules.resolve(resource.properties, known)
+        except rules.Unresolved:
+            # something it needs does not exist: it cannot exist either (it would refer to it)
+            plan.action = "no-op" if destroy else "create"
+            return plan
+        with cloud_errors():
+            found = session.resources.inspect(resource, properties)
+        if found is None:
+            if resource.read_only and not destroy:
+                raise ApplicationError(
+                    f"{resource.key}: not found (it is looked up, never created)",
+                    type="NotFound",
+                    non_retryable=True,
+                )
+            plan.action = "no-op" if destroy else "create"
+            return plan
+        plan.outputs = found.outputs
+        if destroy:
+            plan.action = "no-op" if resource.read_only else "delete"
+        else:
+            plan.changes = _changes(found.drift)
+            plan.action = "update" if found.drift else "no-op"
+        return plan
+
+    @activity.defn(name=LayoutActivity.ENSURE)
+    def ensure_resource(self, input: StepInput) -> StepResult:
+        resource = input.resource
+        with self._beating(lambda: {"key": resource.key}):
+            session = self._session(input.provider, input.source)
+            try:
+                properties = rules.resolve(resource.properties, input.inputs)
+            except rules.Unresolved as exc:
+                raise ApplicationError(
+                    f"{resource.key}: {exc} is not known", type="LayoutFailed", non_retryable=True
+                ) from None
+            if resource.read_only:
+                with cloud_errors():
+                    found = session.resources.inspect(resource, properties)
+                if found is None:
+                    raise ApplicationError(
+                        f"{resource.key}: not found (it is looked up, never created)",
+                        type="NotFound",
+                        non_retryable=True,
+                    )
+                return StepResult(key=resource.key, action="unchanged", outputs=found.outputs)
+            with activity.shield_thread_cancel_exception(), cloud_errors():
+                ensured = session.resources.ensure(resource, properties)
+            activity.logger.info("%s: %s", resource.key, ensured.action)
+            return StepResult(
+                key=resource.key,
+                action=ensured.action,
+                changes=_changes(ensured.drift),
+                outputs=ensured.outputs,
+            )
+
+    @activity.defn(name=LayoutActivity.DELETE)
+    def delete_resource(self, input: StepInput) -> StepResult:
+        resource = input.resource
+        with self._beating(lambda: {"key": resource.key}):
+            session = self._session(input.provider, input.source)
+            try:
+                properties = rules.resolve(resource.properties, input.inputs)
+            except rules.Unresolved:
+                return StepResult(key=resource.key, action="absent")
+            with activity.shield_thread_cancel_exception(), cloud_errors():
+                deleted = session.resources.delete(resource, properties)
+            activity.logger.info("%s: %s", resource.key, "deleted" if deleted else "absent")
+            return StepResult(key=resource.key, action="deleted" if deleted else "absent")
+
+    @activity.defn(name=LayoutActivity.CHECK_DESTROY)
+    def check_destroy(self, input: CheckDestroyInput) -> list[str]:
+        with self._beating():
+            session = self._session(input.provider, input.source)
+            with cloud_errors():
+                blockers = session.resources.blockers(input.layout, input.found)
+            if blockers:
+                raise ApplicationError(
+                    "the cluster still owns cloud resources the layout did not make; delete "
+                    "them first (LoadBalancer Services, PersistentVolumes, ephemeral nodes): "
+                    + "; ".join(blockers),
+                    type="DestroyBlocked",
+                    non_retryable=True,
+                )
+            return blockers
+
+    def all(self) -> list[object]:
+        return [
+            self.define,
+            self.plan_module,
+            self.ensure_resource,
+            self.delete_resource,
+            self.check_destroy,
+        ]

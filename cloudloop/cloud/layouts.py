@@ -1,0 +1,73 @@
+"""The layouts part of a provider record: build a layout's definitions, and act on them.
+
+A cloud with layouts sets ``Provider.layouts`` to a factory of a :class:`LayoutPart` (imported
+lazily, as drivers are). The part turns a validated ``<Provider>ClusterConfiguration`` into
+:class:`~cloudloop.layouts.model.LayoutDef` (pure, given the cloud's zones) and opens a
+:class:`LayoutResources` session from the document's credentials and the worker's settings
+section (endpoint, timeouts). The engine (``activities/layout.py``, ``workflows/layout.py``) is
+the same for every cloud.
+
+Rules for a :class:`LayoutResources`:
+- ``inspect`` is read-only: the resource found by its name/tags (``None`` when the cloud says it
+  does not exist) and how it differs from the definition (:class:`Drift`). A cloud error is an
+  error, never "absent" (fail closed).
+- ``ensure`` finds before it creates, creates with the name/tags in the same call where the cloud
+  allows (so a crash right after still leaves a findable resource), and repairs drift; a repeat
+  with nothing to do makes no mutating call.
+- ``delete`` is idempotent: absent is success.
+- ``blockers`` names what must go first before a destroy (the cluster's own load balancers,
+  volumes, instances the layout did not make); empty means the destroy may start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import LayoutDef, ResourceDef
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One field of a found resource that differs from its definition."""
+
+    field: str
+    have: Any = None
+    want: Any = None
+    #: The cloud cannot change it in place (a subnet's CIDR): reported, never repaired.
+    immutable: bool = False
+
+
+@dataclass
+class Found:
+    outputs: dict[str, Any]
+    drift: list[Drift] = field(default_factory=list)
+
+
+@dataclass
+class Ensured:
+    action: Literal["created", "updated", "unchanged"]
+    outputs: dict[str, Any]
+    drift: list[Drift] = field(default_factory=list)
+
+
+class LayoutResources(Protocol):
+    def layout_zones(self) -> list[str]: ...
+
+    def inspect(self, resource: ResourceDef, properties: dict[str, Any]) -> Found | None: ...
+
+    def ensure(self, resource: ResourceDef, properties: dict[str, Any]) -> Ensured: ...
+
+    def delete(self, resource: ResourceDef, properties: dict[str, Any]) -> bool: ...
+
+    def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]: ...
+
+
+class LayoutPart(Protocol):
+    #: The layouts this cloud builds (``WithoutNAT``...).
+    layouts: tuple[str, ...]
+
+    def define(self, config: Any, cluster: ClusterIdentity, zones: list[str]) -> LayoutDef: ...
+
+    def connect(self, config: Any, section: Any) -> LayoutResources: ...

@@ -1,0 +1,187 @@
+"""Models, IDs, query and activity names of the layout workflows (``Layout``, ``LayoutModule``).
+
+One ``Layout`` workflow per cluster (``layout/<prefix>``) runs an action (apply, destroy, plan)
+over the layout's definitions; apply and destroy run a ``LayoutModule`` child per module
+instance (``layout/<prefix>/base``, ``…/master-<i>``, ``…/static-<ng>-<i>``), one activity per
+resource. Inputs carry only the :class:`ConfigSource` (a file or Secret reference) and
+non-secret definitions; the activities read the credentials themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import ConfigSource, LayoutDef, ModuleDef, ResourceDef
+
+Action = Literal["apply", "destroy", "plan"]
+#: What a plan says about one resource.
+PlanAction = Literal["create", "update", "delete", "no-op"]
+#: What a step did to one resource.
+StepAction = Literal["created", "updated", "unchanged", "deleted", "absent"]
+StepState = Literal["pending", "running", "done", "failed"]
+
+
+class LayoutActivity:
+    DEFINE = "layout.define"
+    ENSURE = "layout.ensure_resource"
+    DELETE = "layout.delete_resource"
+    PLAN = "layout.plan_module"
+    CHECK_DESTROY = "layout.check_destroy"
+
+
+class LayoutQuery:
+    PROGRESS = "progress"
+
+
+def workflow_id(prefix: str) -> str:
+    return f"layout/{prefix}"
+
+
+def module_workflow_id(prefix: str, module_id: str) -> str:
+    return f"layout/{prefix}/{module_id}"
+
+
+def plan_workflow_id(prefix: str) -> str:
+    return f"layout/{prefix}/plan"
+
+
+class LayoutTimings(BaseModel):
+    """Activity timeouts: a dead worker costs at most ``heartbeat_timeout_s`` (or the short
+    ``start_to_close`` of a quick step)."""
+
+    heartbeat_timeout_s: float = 15.0
+    #: The longest a step may take (a NAT gateway or an instance to become available).
+    step_timeout_s: float = 900.0
+    #: A read-only step (define, plan, check): no heartbeat, a short deadline.
+    read_timeout_s: float = 15.0
+    max_attempts: int = 8
+
+
+class LayoutInput(BaseModel):
+    action: Action
+    provider: str
+    source: ConfigSource
+    cluster: ClusterIdentity
+    timings: LayoutTimings = Field(default_factory=LayoutTimings)
+    #: A plan of the destroy: what exists is listed as ``delete``.
+    plan_destroy: bool = False
+
+
+class DefineInput(BaseModel):
+    provider: str
+    source: ConfigSource
+    cluster: ClusterIdentity
+
+
+class FieldChange(BaseModel):
+    field: str
+    have: Any = None
+    want: Any = None
+
+
+class ResourcePlan(BaseModel):
+    key: str
+    kind: str
+    name: str
+    action: PlanAction
+    changes: list[FieldChange] = Field(default_factory=list)
+    #: What was found (``id`` and the definition's outputs); empty when absent.
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanModuleInput(BaseModel):
+    provider: str
+    source: ConfigSource
+    module: ModuleDef
+    #: Found outputs of other modules' resources (the base's, for a node module).
+    external: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: Plan the destroy: whatever exists is a ``delete``.
+    destroy: bool = False
+
+
+class PlanModuleResult(BaseModel):
+    module: str
+    resources: list[ResourcePlan]
+
+
+class StepInput(BaseModel):
+    """One resource's step (ensure or delete); ``inputs`` = the outputs it refers to."""
+
+    provider: str
+    source: ConfigSource
+    resource: ResourceDef
+    inputs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class StepResult(BaseModel):
+    key: str
+    action: StepAction
+    changes: list[FieldChange] = Field(default_factory=list)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckDestroyInput(BaseModel):
+    provider: str
+    source: ConfigSource
+    layout: LayoutDef
+    found: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class ModuleInput(BaseModel):
+    action: Literal["apply", "destroy"]
+    provider: str
+    source: ConfigSource
+    module: ModuleDef
+    external: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    timings: LayoutTimings = Field(default_factory=LayoutTimings)
+
+
+class ResourceStatus(BaseModel):
+    key: str
+    state: StepState = "pending"
+    action: StepAction | None = None
+    changes: list[FieldChange] = Field(default_factory=list)
+    error: str = ""
+
+
+class ModuleProgress(BaseModel):
+    module: str
+    action: str
+    resources: list[ResourceStatus] = Field(default_factory=list)
+
+
+class ModuleResult(BaseModel):
+    module: str
+    steps: list[StepResult]
+    #: The module's outputs with references resolved (``master_ip_address_for_ssh``...).
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    node_name: str = ""
+
+
+class ModuleState(BaseModel):
+    module: str
+    workflow_id: str
+    state: StepState = "pending"
+    error: str = ""
+
+
+class LayoutProgress(BaseModel):
+    action: Action
+    phase: str = "defining"
+    modules: list[ModuleState] = Field(default_factory=list)
+    error: str = ""
+
+
+class LayoutResult(BaseModel):
+    action: Action
+    layout: str
+    prefix: str
+    modules: list[ModuleResult] = Field(default_factory=list)
+    plan: list[PlanModuleResult] = Field(default_factory=list)
+    #: ``cloud_discovery_data`` (apply; the upstream document).
+    cloud_discovery_data: dict[str, Any] = Field(default_factory=dict)
+    #: ``bastion_ip_address_for_ssh`` when the layout has a bastion.
+    outputs: dict[str, Any] = Field(default_factory=dict)

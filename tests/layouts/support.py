@@ -1,0 +1,48 @@
+"""What the layout stack tests share: a config file from an example, the AWS front's counts."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
+#: The configs' AWS secret key (moto takes any): it must never reach a history or a log.
+SECRET = "layout-s3cr3t-value"
+#: Calls that change nothing in the cloud.
+READ_ONLY = ("Describe", "Get", "List")
+
+
+class Front:
+    """The AWS front's request counts (``service:Action``)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.url = f"{endpoint}/_cloudloop/aws/stats"
+
+    def reset(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(self.url, method="DELETE"), timeout=5)
+
+    def requests(self) -> dict[str, int]:
+        with urllib.request.urlopen(self.url, timeout=5) as answer:
+            counts: dict[str, int] = json.load(answer)["requests"]
+        return counts
+
+    def mutating(self) -> dict[str, int]:
+        return {
+            k: v for k, v in self.requests().items() if not k.split(":", 1)[1].startswith(READ_ONLY)
+        }
+
+
+def config_file(folder: Path, example: str, prefix: str) -> Path:
+    """The example with ``prefix`` and moto's credentials, written into ``folder``."""
+    docs = list(yaml.safe_load_all((EXAMPLES / f"{example}.yaml").read_text()))
+    for doc in docs:
+        if doc["kind"] == "ClusterConfiguration":
+            doc["cloud"]["prefix"] = prefix
+        else:
+            doc["provider"].update(providerAccessKeyId="testing", providerSecretAccessKey=SECRET)
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path

@@ -1,0 +1,238 @@
+"""AWS ``WithoutNAT`` and ``WithNAT`` end to end: the layout workflows on the Temporal dev server,
+their activities in a worker, moto behind the AWS front (one stack for the module).
+
+Apply makes every resource with the reference's names and tags; a second apply makes no
+mutating call (counted in the front); drift made out of band (a deleted route, a changed SG rule)
+shows in the plan and the next apply repairs it; destroy leaves nothing of the cluster.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from activities.layout import LayoutActivities
+from cloudloop import temporal
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import ConfigSource
+from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.settings import Settings, TemporalSettings
+from devstack.backends.aws import aws_client
+from devstack.backends.aws_layouts import cluster_resources
+from devstack.local import LocalStack
+from starters.layout import LayoutFailed, run_layout
+from tests.layouts.support import Front, config_file
+from workflows.layout import LAYOUT_WORKFLOWS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
+#: Calls that change nothing in the cloud.
+READ_ONLY = ("Describe", "Get", "List")
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def layout_settings(aws_stack: LocalStack) -> Settings:
+    """The worker's settings: Temporal and the AWS front (credentials come from the config)."""
+    return Settings(
+        provider="aws",
+        temporal=TemporalSettings(
+            address=aws_stack.temporal_address, task_queue=f"layouts-{uuid.uuid4().hex[:8]}"
+        ),
+        aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
+    )
+
+
+@pytest.fixture(scope="module")
+async def layout_client(aws_stack: LocalStack, layout_settings: Settings) -> Client:
+    return await temporal.connect(layout_settings.temporal)
+
+
+@pytest.fixture(scope="module")
+async def layout_worker(layout_client: Client, layout_settings: Settings) -> AsyncIterator[None]:
+    worker = temporal.make_worker(
+        layout_client,
+        layout_settings.temporal.task_queue,
+        workflows=LAYOUT_WORKFLOWS,
+        activities=LayoutActivities(layout_settings).all(),  # type: ignore[arg-type]
+        graceful_shutdown_s=1,
+    )
+    async with worker:
+        yield
+
+
+async def run(
+    client: Client, settings: Settings, action: str, path: Path, prefix: str, cluster_uuid: str
+) -> LayoutResult:
+    """The action as ``cloudloop layout`` runs it (start or join, follow, result)."""
+    input = LayoutInput(
+        action=action,
+        provider="aws",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(max_attempts=3),
+    )
+    return await run_layout(client, settings.temporal.task_queue, input, poll_s=0.2)
+
+
+def tagged(ec2: Any, describe: str, key: str, name: str) -> list[dict[str, Any]]:
+    answer = getattr(ec2, describe)(Filters=[{"Name": "tag:Name", "Values": [name]}])
+    return list(answer[key])
+
+
+def plan_actions(result: LayoutResult) -> dict[str, str]:
+    return {r.key: r.action for m in result.plan for r in m.resources}
+
+
+@pytest.mark.parametrize("example", ["aws-without-nat", "aws-with-nat"])
+async def test_apply_reapply_drift_destroy(
+    example: str,
+    aws_stack: LocalStack,
+    layout_client: Client,
+    layout_settings: Settings,
+    layout_worker: None,
+    tmp_path: Path,
+) -> None:
+    prefix, cluster_uuid = f"t{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, example, prefix)
+    ec2 = aws_client("ec2", aws_stack.moto_endpoint)
+    front = Front(aws_stack.aws_endpoint)
+
+    # plan of nothing: everything is created
+    plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
+    assert set(plan_actions(plan).values()) == {"create"}
+
+    applied = await run(layout_client, layout_settings, "apply", path, prefix, cluster_uuid)
+    nat = example == "aws-with-nat"
+    [vpc] = tagged(ec2, "describe_vpcs", "Vpcs", prefix)
+    subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])[
+        "Subnets"
+    ]
+    names = sorted(t["Value"] for s in subnets for t in s["Tags"] if t["Key"] == "Name")
+    expected = [f"{prefix}-public-0", f"{prefix}-public-1"]
+    if nat:
+        expected = [f"{prefix}-internal-0", f"{prefix}-internal-1", *expected]
+    assert names == expected
+    for subnet in subnets:
+        tags = {t["Key"]: t["Value"] for t in subnet["Tags"]}
+        assert tags[f"kubernetes.io/cluster/{cluster_uuid}"] == "shared"
+        assert tags[f"kubernetes.io/cluster/{prefix}"] == "shared"
+    masters = tagged(ec2, "describe_instances", "Reservations", f"{prefix}-master-0")
+    assert len(masters) == 1
+    [master] = masters[0]["Instances"]
+    assert master["KeyName"] == prefix
+    assert master["IamInstanceProfile"]["Arn"].endswith(f"/{prefix}-node")
+    [data] = tagged(ec2, "describe_volumes", "Volumes", f"{prefix}-kubernetes-data-0")
+    assert data["Attachments"][0]["Device"] == "/dev/xvdf"
+    assert data["Attachments"][0]["InstanceId"] == master["InstanceId"]
+    groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])[
+        "SecurityGroups"
+    ]
+    by_name = {g["GroupName"]: g for g in groups}
+    assert {f"{prefix}-node", f"{prefix}-loadbalancer", f"{prefix}-ssh-accessible"} <= set(by_name)
+    assert len(tagged(ec2, "describe_nat_gateways", "NatGateways", prefix)) == (1 if nat else 0)
+    if nat:
+        assert tagged(ec2, "describe_instances", "Reservations", f"{prefix}-bastion")
+        assert applied.outputs["bastion_ip_address_for_ssh"]
+    discovery = applied.cloud_discovery_data
+    side = "internal" if nat else "public"
+    subnet_ids = {
+        s["AvailabilityZone"]: s["SubnetId"]
+        for s in subnets
+        if any(t["Value"].startswith(f"{prefix}-{side}-") for t in s["Tags"] if t["Key"] == "Name")
+    }
+    assert discovery == {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": "AWSCloudDiscoveryData",
+        "keyName": prefix,
+        "instances": {
+            "ami": "ami-12c6146b",
+            "additionalSecurityGroups": [by_name[f"{prefix}-node"]["GroupId"]],
+            "associatePublicIPAddress": not nat,
+            "iamProfileName": f"{prefix}-node",
+        },
+        "loadBalancerSecurityGroup": by_name[f"{prefix}-loadbalancer"]["GroupId"],
+        "zones": ["us-east-1a", "us-east-1b"],
+        "zoneToSubnetIdMap": subnet_ids,
+    }
+    [master_result] = [m for m in applied.modules if m.module == "master-0"]
+    assert master_result.outputs["kubernetes_data_device_path"] == "/dev/xvdf"
+    assert master_result.outputs["node_internal_ip_address"] == master["PrivateIpAddress"]
+
+    # a second apply changes nothing
+    front.reset()
+    again = await run(layout_client, layout_settings, "apply", path, prefix, cluster_uuid)
+    changed = [(s.key, s.changes) for m in again.modules for s in m.steps if s.changes]
+    assert front.mutating() == {}, changed
+    assert {s.action for m in again.modules for s in m.steps} == {"unchanged"}
+
+    # drift out of band: the public default route goes, the SSH rule opens to another CIDR
+    [public] = tagged(ec2, "describe_route_tables", "RouteTables", f"{prefix}-public")
+    ec2.delete_route(RouteTableId=public["RouteTableId"], DestinationCidrBlock="0.0.0.0/0")
+    ssh = by_name[f"{prefix}-ssh-accessible"]["GroupId"]
+    ec2.authorize_security_group_ingress(
+        GroupId=ssh,
+        IpPermissions=[
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 22,
+                "ToPort": 22,
+                "IpRanges": [{"CidrIp": "6.6.6.6/32"}],
+            }
+        ],
+    )
+    plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
+    drifted = {k for k, a in plan_actions(plan).items() if a != "no-op"}
+    assert drifted == {
+        f"aws.route_table/{prefix}-public",
+        f"aws.security_group_rules/{prefix}-ssh-accessible",
+    }
+    repaired = await run(layout_client, layout_settings, "apply", path, prefix, cluster_uuid)
+    updated = {s.key for m in repaired.modules for s in m.steps if s.action == "updated"}
+    assert updated == drifted
+    plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
+    assert set(plan_actions(plan).values()) == {"no-op"}
+
+    # destroy is refused while the cluster's own load balancer is in its network
+    elb = aws_client("elb", aws_stack.moto_endpoint)
+    elb.create_load_balancer(
+        LoadBalancerName=f"{prefix}-svc",
+        Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+        Subnets=[subnets[0]["SubnetId"]],
+    )
+    with pytest.raises(LayoutFailed, match=f"ELB {prefix}-svc") as refused:
+        await run(layout_client, layout_settings, "destroy", path, prefix, cluster_uuid)
+    assert refused.value.kind == "DestroyBlocked"
+    assert tagged(ec2, "describe_vpcs", "Vpcs", prefix) != []  # nothing was deleted
+    elb.delete_load_balancer(LoadBalancerName=f"{prefix}-svc")
+
+    # destroy: nothing of the cluster is left
+    assert len(cluster_resources(aws_stack.moto_endpoint, prefix)) >= 16
+    await run(layout_client, layout_settings, "destroy", path, prefix, cluster_uuid)
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
+    assert tagged(ec2, "describe_vpcs", "Vpcs", prefix) == []
+    live = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:kubernetes.io/cluster/" + cluster_uuid, "Values": ["shared"]},
+            {
+                "Name": "instance-state-name",
+                "Values": ["pending", "running", "stopping", "stopped"],
+            },
+        ]
+    )["Reservations"]
+    assert live == []
+    assert tagged(ec2, "describe_volumes", "Volumes", f"{prefix}-kubernetes-data-0") == []
+    assert tagged(ec2, "describe_addresses", "Addresses", f"{prefix}-master-0") == []
+    assert (
+        ec2.describe_key_pairs(Filters=[{"Name": "key-name", "Values": [prefix]}])["KeyPairs"] == []
+    )
+    iam = aws_client("iam", aws_stack.moto_endpoint)
+    assert f"{prefix}-node" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
+    plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
+    assert set(plan_actions(plan).values()) == {"create"}

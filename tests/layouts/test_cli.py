@@ -1,0 +1,214 @@
+"""``cloudloop layout plan|apply|destroy`` as a user runs it: a bad document is refused with every
+error before anything else; against the stack (the CLI a real process, the worker in this
+one) apply prints each resource's step and the outputs, a second apply changes nothing, plan says
+so, destroy removes it all; the results land in the cluster's Secrets when asked."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from activities.layout import LayoutActivities
+from cloudloop import temporal
+from cloudloop.cli import main
+from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.messages.layout import LayoutResult, ModuleResult
+from cloudloop.settings import Settings, TemporalSettings
+from devstack.local import LocalStack
+from starters.layout import publish
+from tests.layouts.support import EXAMPLES, SECRET, config_file
+from workflows.layout import LAYOUT_WORKFLOWS
+
+UUID = "3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60"
+
+
+def test_a_bad_document_is_refused_with_every_error_before_anything_else(tmp_path: Path) -> None:
+    docs = list(yaml.safe_load_all((EXAMPLES / "aws-with-nat.yaml").read_text()))
+    docs[1]["layout"] = "Everywhere"
+    docs[1]["masterNodeGroup"]["replicas"] = 0
+    docs[1]["existingVPCID"] = "vpc-1"
+    docs[1]["provider"]["providerSecretAccessKey"] = SECRET
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    result = CliRunner().invoke(
+        main,
+        ["layout", "apply", "--config", str(path), "--temporal-address", "127.0.0.1:9"],
+    )
+    assert result.exit_code == 2, result.output
+    for where in ("layout:", "masterNodeGroup.replicas:", "vpcNetworkCIDR:", "clusterUUID:"):
+        assert where in result.output
+    assert SECRET not in result.output
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {
+            ("kube-system", "d8-provider-cluster-configuration"): {
+                "data": {"cloud-provider-cluster-configuration.yaml": "eA=="}
+            }
+        }
+
+    def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.objects.get((namespace, name))
+
+    def create(self, resource: Any, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+        self.objects[namespace, obj["metadata"]["name"]] = obj
+        return obj
+
+    def patch(self, resource: Any, name: str, patch: dict[str, Any], namespace: str) -> None:
+        self.objects[namespace, name]["data"].update(patch["data"])
+
+
+def test_publish_writes_the_discovery_data_and_the_data_device_paths() -> None:
+    kube = FakeKube()
+    result = LayoutResult(
+        action="apply",
+        layout="WithoutNAT",
+        prefix="p",
+        cloud_discovery_data={"kind": "AWSCloudDiscoveryData", "keyName": "p"},
+        modules=[
+            ModuleResult(
+                module="master-0",
+                steps=[],
+                node_name="p-master-0",
+                outputs={"kubernetes_data_device_path": "/dev/xvdf"},
+            )
+        ],
+    )
+    written = publish(kube, result)  # type: ignore[arg-type]
+    assert written == [
+        "kube-system/d8-provider-cluster-configuration",
+        "d8-system/d8-masters-kubernetes-data-device-path",
+    ]
+    provider = kube.objects["kube-system", "d8-provider-cluster-configuration"]["data"]
+    assert "cloud-provider-cluster-configuration.yaml" in provider  # other keys kept
+    assert json.loads(base64.b64decode(provider["cloud-provider-discovery-data.json"])) == {
+        "kind": "AWSCloudDiscoveryData",
+        "keyName": "p",
+    }
+    devices = kube.objects["d8-system", "d8-masters-kubernetes-data-device-path"]["data"]
+    assert base64.b64decode(devices["p-master-0"]) == b"/dev/xvdf"
+
+
+@pytest.fixture
+async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
+    """A task queue with a layout worker in this process (the CLI connects to it)."""
+    queue = f"layout-cli-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        provider="aws",
+        temporal=TemporalSettings(address=aws_stack.temporal_address, task_queue=queue),
+        aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
+    )
+    client = await temporal.connect(settings.temporal)
+    worker = temporal.make_worker(
+        client,
+        queue,
+        workflows=LAYOUT_WORKFLOWS,
+        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
+        graceful_shutdown_s=1,
+    )
+    async with worker:
+        yield queue
+
+
+async def cli(stack: LocalStack, queue: str, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cloudloop.cli",
+        "layout",
+        *args,
+        "--temporal-address",
+        stack.temporal_address,
+        "--task-queue",
+        queue,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=240)
+    return int(process.returncode or 0), out.decode()
+
+
+@pytest.mark.stack
+async def test_apply_reapply_plan_destroy_through_the_cli(
+    aws_stack: LocalStack, cli_queue: str, tmp_path: Path
+) -> None:
+    prefix = f"c{uuid.uuid4().hex[:6]}"
+    path = str(config_file(tmp_path, "aws-without-nat", prefix))
+    common = ["--config", path, "--cluster-uuid", UUID]
+    output = tmp_path / "outputs.json"
+
+    code, out = await cli(aws_stack, cli_queue, "apply", *common, "--output", str(output))
+    assert code == 0, out
+    assert f"+ aws.vpc/{prefix} created" in out
+    assert f"+ aws.instance/{prefix}-master-0 created" in out
+    outputs = json.loads(output.read_text())
+    assert outputs["cloud_discovery_data"]["keyName"] == prefix
+    assert outputs["nodes"][f"{prefix}-master-0"]["kubernetes_data_device_path"] == "/dev/xvdf"
+    assert SECRET not in out
+
+    code, out = await cli(aws_stack, cli_queue, "apply", *common)
+    assert code == 0, out
+    assert f"= aws.vpc/{prefix} unchanged" in out and " created" not in out
+
+    code, out = await cli(aws_stack, cli_queue, "plan", *common)
+    assert code == 0, out
+    assert "Plan: 0 to create, 0 to change, 0 to destroy" in out
+
+    code, out = await cli(aws_stack, cli_queue, "plan", "--destroy", *common)
+    assert code == 0, out
+    assert (
+        f"- aws.vpc/{prefix} (base)" in out
+        and "0 to create, 0 to change, 23 to destroy, 0 unchanged" in out
+    )
+
+    code, out = await cli(aws_stack, cli_queue, "destroy", *common)
+    assert code == 0, out
+    assert f"- aws.vpc/{prefix} deleted" in out and "Destroy complete" in out
+
+    code, out = await cli(aws_stack, cli_queue, "plan", *common)
+    assert code == 0, out
+    assert "0 to change, 0 to destroy, 0 unchanged" in out
+
+
+def test_the_discoverer_reads_what_apply_writes() -> None:
+    """The published ``cloud_discovery_data`` is what the discoverer merges live data into."""
+    from cloudloop.cloud.aws.discovery import DISCOVERY_KIND
+    from cloudloop.cloud.aws.layout import DISCOVERY_KIND as LAYOUT_KIND
+    from cloudloop.cloud.models import DiscoveryData, Zone
+    from cloudloop.rules import discovery as cloud_data
+
+    assert LAYOUT_KIND == DISCOVERY_KIND
+    written = {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": LAYOUT_KIND,
+        "keyName": "p",
+        "instances": {"ami": "ami-1", "additionalSecurityGroups": ["sg-1"]},
+        "loadBalancerSecurityGroup": "sg-2",
+        "zones": ["us-east-1a"],
+        "zoneToSubnetIdMap": {"us-east-1a": "subnet-1"},
+    }
+    kube = FakeKube()
+    result = LayoutResult(
+        action="apply", layout="WithNAT", prefix="p", cloud_discovery_data=written
+    )
+    publish(kube, result)  # type: ignore[arg-type]
+    raw = kube.objects["kube-system", cloud_data.PROVIDER_CONFIGURATION_SECRET]["data"]
+    base = cloud_data.parse_provider_document(
+        base64.b64decode(raw[cloud_data.PROVIDER_DISCOVERY_KEY]).decode()
+    )
+    live = DiscoveryData(
+        region="us-east-1", zones=[Zone(name="us-east-1a", region="us-east-1")], kind=DISCOVERY_KIND
+    )
+    merged = cloud_data.discovery_document(base, live, [])
+    assert merged == written
