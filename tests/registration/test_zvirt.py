@@ -10,18 +10,15 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from cloudloop.cloud.registration import NAMESPACE, SECRET_NAME
 from cloudloop.cloud.registry import driver_for
 from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
-from cloudloop.cloud.zvirt.registration import (
-    NAMESPACE,
-    SECRET_NAME,
-    registration_values,
-    write_registration_secrets,
-)
+from cloudloop.cloud.zvirt.registration import registration_secrets, registration_values
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.kube.resources import SECRETS
 from cloudloop.settings import Settings
+from starters.registration import write_secrets
 from tests.fakes import MemoryKube
 
 
@@ -70,8 +67,8 @@ def test_both_secrets_are_written_once_and_the_password_never_logged(
     kube = MemoryKube()
     caplog.set_level(logging.DEBUG)
 
-    assert write_registration_secrets(kube, zvirt_section) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
-    assert write_registration_secrets(kube, zvirt_section) == []  # unchanged: no write
+    assert write_secrets(kube, registration_secrets(zvirt_section)) == 2
+    assert write_secrets(kube, registration_secrets(zvirt_section)) == 0  # unchanged: no write
 
     for name in (SECRET_NAME, f"{SECRET_NAME}-zvirt"):
         secret = kube.get(SECRETS, name, namespace=NAMESPACE)
@@ -80,7 +77,7 @@ def test_both_secrets_are_written_once_and_the_password_never_logged(
         assert secret["metadata"]["labels"]["cloud-provider.deckhouse.io/name"] == "zvirt"
         assert secret["type"] == "Opaque"
     rotated = zvirt_section.model_copy(update={"password": SecretStr("rotated")})
-    assert write_registration_secrets(kube, rotated) == [SECRET_NAME, f"{SECRET_NAME}-zvirt"]
+    assert write_secrets(kube, registration_secrets(rotated)) == 2
     password = zvirt_section.password_value()
     assert password not in caplog.text and "rotated" not in caplog.text
 

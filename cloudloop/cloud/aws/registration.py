@@ -14,29 +14,16 @@ storage version of ``AWSInstanceClass``), as node-controller requires from Deckh
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
+from cloudloop.cloud import registration
 from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.capi import INFRA_GROUP
+from cloudloop.cloud.registration import encoded, helm_json
 
-SECRET_NAME = "d8-node-manager-cloud-provider"
-NAMESPACE = "kube-system"
-REGISTRATION_LABEL = "cloud-provider.deckhouse.io/registration"
-PROVIDER_NAME_LABEL = "cloud-provider.deckhouse.io/name"
 #: The provider's name (here rather than from the driver's base: no boto3 in the starter).
 NAME = AWS.provider
-
-
-def _b64(value: str) -> str:
-    return base64.b64encode(value.encode()).decode()
-
-
-def _json(value: object) -> str:
-    """JSON as Helm's ``toJson`` writes it: compact, keys sorted."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def provider_values(settings: AwsSettings) -> dict[str, Any]:
@@ -67,7 +54,7 @@ def registration_values(settings: AwsSettings) -> dict[str, str]:
     values = {
         "type": NAME,
         "region": settings.region,
-        "zones": _json(settings.zone_names()),
+        "zones": helm_json(settings.zone_names()),
         "instanceClassAPIVersion": "v1",
         "instanceClassKind": "AWSInstanceClass",
         "machineClassKind": "",
@@ -78,26 +65,13 @@ def registration_values(settings: AwsSettings) -> dict[str, str]:
         "capiMachineTemplateKind": AWS.template.kind,
         "capiMachineTemplateAPIVersion": infra_api_version,
         "capiMachineTemplateAPIGroup": INFRA_GROUP,
-        "aws": _json(provider_values(settings)),
+        "aws": helm_json(provider_values(settings)),
     }
     if settings.ssh_public_key:
         values["sshPublicKey"] = settings.ssh_public_key
-    return {key: _b64(value) for key, value in values.items()}
+    return encoded(values)
 
 
 def registration_secrets(settings: AwsSettings) -> list[dict[str, Any]]:
     """Both Secrets (the generic name and the ``-aws`` copy) with Deckhouse's labels."""
-    data = registration_values(settings)
-    labels = {
-        REGISTRATION_LABEL: "",
-        PROVIDER_NAME_LABEL: NAME,
-        "app.kubernetes.io/managed-by": "cloudloop",
-    }
-    return [
-        {
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": dict(labels)},
-            "type": "Opaque",
-            "data": dict(data),
-        }
-        for name in (SECRET_NAME, f"{SECRET_NAME}-{NAME}")
-    ]
+    return registration.registration_secrets(NAME, registration_values(settings))

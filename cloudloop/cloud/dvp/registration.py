@@ -6,23 +6,15 @@ which InstanceClass and which Cluster API kinds this provider uses; every value 
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
+from cloudloop.cloud import registration
 from cloudloop.cloud.capi import INFRA_GROUP
 from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, REGION
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP
 from cloudloop.cloud.dvp.settings import DvpSettings
-
-SECRET_NAME = "d8-node-manager-cloud-provider"
-NAMESPACE = "kube-system"
-REGISTRATION_LABEL = "cloud-provider.deckhouse.io/registration"
-PROVIDER_NAME_LABEL = "cloud-provider.deckhouse.io/name"
-
-
-def _b64(value: str) -> str:
-    return base64.b64encode(value.encode()).decode()
+from cloudloop.cloud.registration import encoded
 
 
 def registration_values(settings: DvpSettings) -> dict[str, str]:
@@ -49,22 +41,9 @@ def registration_values(settings: DvpSettings) -> dict[str, str]:
     if settings.ssh_public_key:
         values["sshPublicKey"] = settings.ssh_public_key
     values["dvp"] = json.dumps(dvp, separators=(",", ":"), sort_keys=True)
-    return {key: _b64(value) for key, value in values.items()}
+    return encoded(values)
 
 
 def registration_secrets(settings: DvpSettings) -> list[dict[str, Any]]:
     """Both Secrets (the generic name and the ``-dvp`` copy) with Deckhouse's labels."""
-    data = registration_values(settings)
-    labels = {
-        REGISTRATION_LABEL: "",
-        PROVIDER_NAME_LABEL: NAME,
-        "app.kubernetes.io/managed-by": "cloudloop",
-    }
-    return [
-        {
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-            "type": "Opaque",
-            "data": data,
-        }
-        for name in (SECRET_NAME, f"{SECRET_NAME}-{NAME}")
-    ]
+    return registration.registration_secrets(NAME, registration_values(settings))

@@ -11,29 +11,16 @@ holds the password: it is a Secret, but it is never logged. Every value is base6
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
+from cloudloop.cloud import registration
 from cloudloop.cloud.capi import INFRA_GROUP
 from cloudloop.cloud.openstack.capi import INFRA_KINDS
 from cloudloop.cloud.openstack.config import resolve
 from cloudloop.cloud.openstack.settings import OpenStackSettings
+from cloudloop.cloud.registration import encoded, helm_json
 
 NAME = "openstack"
-SECRET_NAME = "d8-node-manager-cloud-provider"
-NAMESPACE = "kube-system"
-REGISTRATION_LABEL = "cloud-provider.deckhouse.io/registration"
-PROVIDER_NAME_LABEL = "cloud-provider.deckhouse.io/name"
-
-
-def _b64(value: str) -> str:
-    return base64.b64encode(value.encode()).decode()
-
-
-def _json(value: object) -> str:
-    """JSON as Helm's ``toJson`` writes it: compact, keys sorted."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def registration_values(raw: OpenStackSettings) -> dict[str, str]:
@@ -68,7 +55,7 @@ def registration_values(raw: OpenStackSettings) -> dict[str, str]:
     values = {
         "type": NAME,
         "region": c.region,
-        "zones": _json(list(settings.zones)),
+        "zones": helm_json(list(settings.zones)),
         "instanceClassAPIVersion": "v1",
         "instanceClassKind": "OpenStackInstanceClass",
         "machineClassKind": "OpenStackMachineClass",
@@ -78,24 +65,11 @@ def registration_values(raw: OpenStackSettings) -> dict[str, str]:
         "capiMachineTemplateKind": INFRA_KINDS.template.kind,
         "capiMachineTemplateAPIVersion": infra_api_version,
         "sshPublicKey": settings.ssh_public_key,
-        "openstack": _json(openstack),
+        "openstack": helm_json(openstack),
     }
-    return {key: _b64(value) for key, value in values.items()}
+    return encoded(values)
 
 
 def registration_secrets(settings: OpenStackSettings) -> list[dict[str, Any]]:
     """Both Secrets (the generic name and the ``-openstack`` copy) with Deckhouse's labels."""
-    data = registration_values(settings)
-    labels = {
-        REGISTRATION_LABEL: "",
-        PROVIDER_NAME_LABEL: NAME,
-        "app.kubernetes.io/managed-by": "cloudloop",
-    }
-    return [
-        {
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": dict(labels)},
-            "type": "Opaque",
-            "data": dict(data),
-        }
-        for name in (SECRET_NAME, f"{SECRET_NAME}-{NAME}")
-    ]
+    return registration.registration_secrets(NAME, registration_values(settings))

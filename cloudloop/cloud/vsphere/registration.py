@@ -16,12 +16,12 @@ is empty, so the node manager picks the Cluster API engine.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 from typing import Any
 
+from cloudloop.cloud import registration
 from cloudloop.cloud.capi import INFRA_GROUP
+from cloudloop.cloud.registration import encoded, helm_json
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS as VSPHERE
 from cloudloop.cloud.vsphere.config import ConfigError
 from cloudloop.cloud.vsphere.mapping import PROVIDER
@@ -31,20 +31,6 @@ from cloudloop.cloud.vsphere.settings import (
     VsphereSettings,
     resolve,
 )
-
-SECRET_NAME = "d8-node-manager-cloud-provider"
-NAMESPACE = "kube-system"
-REGISTRATION_LABEL = "cloud-provider.deckhouse.io/registration"
-PROVIDER_NAME_LABEL = "cloud-provider.deckhouse.io/name"
-
-
-def _b64(value: str) -> str:
-    return base64.b64encode(value.encode()).decode()
-
-
-def _json(value: object) -> str:
-    """JSON as Helm's ``toJson`` writes it: compact, keys sorted."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def registration_values(settings: VsphereSettings) -> dict[str, str]:
@@ -94,7 +80,7 @@ def registration_values(settings: VsphereSettings) -> dict[str, str]:
     values = {
         "type": PROVIDER,
         "region": settings.region,
-        "zones": _json(list(settings.zones)),
+        "zones": helm_json(list(settings.zones)),
         "instanceClassAPIVersion": "v1",
         "instanceClassKind": "VsphereInstanceClass",
         "machineClassKind": "",
@@ -104,24 +90,11 @@ def registration_values(settings: VsphereSettings) -> dict[str, str]:
         "capiMachineTemplateKind": VSPHERE.template.kind,
         "capiMachineTemplateAPIVersion": infra_api_version,
         "sshPublicKey": settings.ssh_public_key,
-        "vsphere": _json(vsphere),
+        "vsphere": helm_json(vsphere),
     }
-    return {key: _b64(value) for key, value in values.items()}
+    return encoded(values)
 
 
 def registration_secrets(settings: VsphereSettings) -> list[dict[str, Any]]:
     """Both Secrets (the generic name and the ``-vsphere`` copy) with Deckhouse's labels."""
-    data = registration_values(settings)
-    labels = {
-        REGISTRATION_LABEL: "",
-        PROVIDER_NAME_LABEL: PROVIDER,
-        "app.kubernetes.io/managed-by": "cloudloop",
-    }
-    return [
-        {
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": dict(labels)},
-            "type": "Opaque",
-            "data": dict(data),
-        }
-        for name in (SECRET_NAME, f"{SECRET_NAME}-{PROVIDER}")
-    ]
+    return registration.registration_secrets(PROVIDER, registration_values(settings))
