@@ -108,8 +108,46 @@ NOT_EXERCISED: dict[str, list[tuple[str, dict[str, Any]]]] = {
             NAMESPACE,
             rule([""], ["configmaps"], ["get"], resourceNames=["cloudloop-starter-lb-nodes"]),
         ),
+        # activities/machine.py: AWS node groups (CAPA's kinds); this run makes no machine: the
+        # bootstrap data Secret, the AWSMachine's spec, status and finalizer.
+        ("", rule([""], ["secrets"], ["get"])),
+        (
+            "",
+            rule(
+                ["infrastructure.cluster.x-k8s.io"],
+                ["awsclusters", "awsmachines"],
+                ["get", "patch"],
+            ),
+        ),
+        (
+            "",
+            rule(
+                ["infrastructure.cluster.x-k8s.io"],
+                ["awsclusters/finalizers", "awsmachines/finalizers"],
+                ["update"],
+            ),
+        ),
+        (
+            "",
+            rule(
+                ["infrastructure.cluster.x-k8s.io"],
+                ["awsclusters/status", "awsmachines/status"],
+                ["patch"],
+            ),
+        ),
     ],
     "starter": [
+        # starters/machine: AWS node groups; no AWSMachine in this run (the starter's reports
+        # and the finalizer it adds).
+        (
+            "",
+            rule(
+                ["infrastructure.cluster.x-k8s.io"],
+                ["awsclusters/status", "awsmachines/status"],
+                ["patch"],
+            ),
+        ),
+        ("", rule(["infrastructure.cluster.x-k8s.io"], ["awsmachines"], ["get", "patch"])),
         # starters/loadbalancer.py: a node set past 16 KiB is written to a ConfigMap beside the
         # Lease before the signal (this run's three nodes go inline).
         (
