@@ -40,10 +40,13 @@ def write_secrets(kube: Kube, bodies: list[dict[str, Any]]) -> int:
         if existing.get("data") != body["data"] or any(
             labels.get(k) != v for k, v in meta.get("labels", {}).items()
         ):
+            # A merge patch keeps keys it does not name: a key the values no longer have (another
+            # provider's subtree, an unset ``sshPublicKey``) is removed with null.
+            stale = dict.fromkeys(set(existing.get("data") or {}) - set(body["data"]))
             kube.patch(
                 SECRETS,
                 name,
-                {"metadata": {"labels": meta.get("labels", {})}, "data": body["data"]},
+                {"metadata": {"labels": meta.get("labels", {})}, "data": {**stale, **body["data"]}},
                 namespace,
             )
             written += 1

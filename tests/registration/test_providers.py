@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+import uuid
+from typing import Any
 
 import pytest
 
 from cloudloop.cloud.registry import PROVIDERS
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import SECRETS
 from cloudloop.settings import Settings
 
 
@@ -55,3 +59,29 @@ def test_registration_publishes_the_machine_template_contract(provider: str) -> 
     rendered = contract.template.source
     assert data["capiMachineTemplateKind"] in rendered
     assert data["capiMachineTemplateAPIVersion"] in rendered
+
+
+def test_rewriting_the_secret_drops_the_keys_the_values_no_longer_have(kube: Kube) -> None:
+    """On the real kube-apiserver: a Secret another provider's values wrote (its ``aws``
+    subtree), then this provider's: only this provider's keys are left (a merge patch alone
+    would keep the stale ones)."""
+    from starters.registration import write_secrets
+
+    aws, dvp = PROVIDERS["aws"], PROVIDERS["dvp"]
+    assert aws.registration is not None and dvp.registration is not None
+    name = f"reg-{uuid.uuid4().hex[:6]}"
+
+    def renamed(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        first = bodies[0]
+        return [{**first, "metadata": {**first["metadata"], "name": name}}]
+
+    try:
+        assert write_secrets(kube, renamed(aws.registration(aws.section(Settings())))) == 1
+        wanted = renamed(dvp.registration(dvp.section(Settings())))
+        assert write_secrets(kube, wanted) == 1
+        secret = kube.get(SECRETS, name, "kube-system") or {}
+        assert secret["data"] == wanted[0]["data"]
+        assert "aws" not in secret["data"]
+        assert write_secrets(kube, wanted) == 0
+    finally:
+        kube.delete(SECRETS, name, "kube-system")
