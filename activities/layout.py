@@ -32,7 +32,7 @@ from temporalio.exceptions import ApplicationError
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
 from cloudloop.cloud.layouts import Drift, LayoutPart, LayoutResources
-from cloudloop.cloud.registry import PROVIDERS
+from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import (
@@ -47,7 +47,6 @@ from cloudloop.messages.layout import (
     StepResult,
 )
 from cloudloop.rules import layout as rules
-from cloudloop.settings import Settings
 
 #: Heartbeat period of every layout activity (the workflow's timeout is 15 s).
 HEARTBEAT_S = 2.0

@@ -28,11 +28,12 @@ from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import VolumeSpec
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.resources import PODS, VOLUME_ATTACHMENTS
-from cloudloop.settings import CsiSettings, Domain, Settings
+from cloudloop.settings import CsiSettings, Domain
 from devstack.backends.aws import launch_instance
 from devstack.csi_deployment import (
     PVCS,

@@ -27,10 +27,11 @@ from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import SnapshotSpec, VolumeSpec
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
-from cloudloop.settings import CsiSettings, Domain, Settings
+from cloudloop.settings import CsiSettings, Domain
 from workers.main import build_worker
 
 SAMPLES = 20

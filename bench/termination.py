@@ -29,9 +29,10 @@ from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.termination import AwsTermination
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
-from cloudloop.settings import NthSettings, Settings
+from cloudloop.settings import NthSettings
 from devstack.backends.aws import NthCloud, asg_terminate, spot_itn, state_change
 from devstack.kube import KWOK_NODE_ANNOTATION
 from starters.termination import QueueProcessor

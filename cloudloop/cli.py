@@ -30,7 +30,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import yaml
 
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 LOG_FORMATS = ("text", "json")

@@ -1,12 +1,15 @@
 """Process settings from environment (``CLOUDLOOP_*``, nested with ``__``) and a YAML file.
 
-The YAML file is named by ``CLOUDLOOP_CONFIG``; environment values win over it. Each registered
-provider adds its own section (``CLOUDLOOP_AWS__*``, ...), read through its provider record.
+The YAML file is named by ``CLOUDLOOP_CONFIG``; environment values win over it. This module
+holds the core sections only and imports nothing of the product (an import-linter contract);
+the registry (:mod:`cloudloop.cloud.registry`) composes :class:`CoreSettings` with one section
+per provider (``CLOUDLOOP_AWS__*``, ...) into ``Settings``, read through each provider record.
 
 Rules:
 - Secrets are read from files or typed as :class:`pydantic.SecretStr`, so they never print in
   logs, reprs or workflow history.
-- ``provider`` must name a registered provider; an unknown one fails at start, loudly.
+- ``provider`` must name a registered provider; an unknown one fails at start, loudly (checked
+  by the composed ``Settings``).
 - Code outside a provider's package reads its section only as ``record.section(settings)``.
 """
 
@@ -16,17 +19,15 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, create_model, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
-
-from cloudloop.cloud.registry import DEFAULT_PROVIDER, PROVIDERS
 
 
 class TemporalTlsSettings(BaseModel):
@@ -275,8 +276,9 @@ class CoreSettings(BaseSettings):
     )
 
     cluster_name: str = "cloudloop"
-    #: The cloud: a name in :data:`cloudloop.cloud.registry.PROVIDERS`.
-    provider: str = DEFAULT_PROVIDER
+    #: The cloud: a name in :data:`cloudloop.cloud.registry.PROVIDERS` (its default and the
+    #: check that it is registered come with the composed ``Settings``).
+    provider: str = ""
     #: Path of a kubeconfig; in-cluster config when unset and ``KUBECONFIG`` is unset too.
     kubeconfig: Path | None = None
     metrics_port: int = 9464
@@ -295,13 +297,6 @@ class CoreSettings(BaseSettings):
     nth: NthSettings = NthSettings()
     csi: CsiSettings = Field(default_factory=CsiSettings)
 
-    @field_validator("provider")
-    @classmethod
-    def _known_provider(cls, value: str) -> str:
-        if value not in PROVIDERS:
-            raise ValueError(f"unknown provider {value!r}; one of: {', '.join(sorted(PROVIDERS))}")
-        return value
-
     @classmethod
     def settings_customise_sources(
         cls,
@@ -317,18 +312,3 @@ class CoreSettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
         sources.append(file_secret_settings)
         return tuple(sources)
-
-
-def _with_provider_sections() -> type[CoreSettings]:
-    """:class:`CoreSettings` plus one section per registered provider (``CLOUDLOOP_<NAME>__*``)."""
-    sections: dict[str, Any] = {
-        name: (record.settings, Field(default_factory=record.settings))
-        for name, record in PROVIDERS.items()
-    }
-    return create_model("Settings", __base__=CoreSettings, __module__=__name__, **sections)
-
-
-if TYPE_CHECKING:
-    Settings = CoreSettings
-else:
-    Settings = _with_provider_sections()

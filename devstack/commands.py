@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from devstack.demos import DEMOS
 
 DEFAULT_STATE = Path(".cloudloop/state")

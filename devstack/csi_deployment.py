@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudloop.cloud.registry import provider_for
+from cloudloop.cloud.registry import Settings, provider_for
 from cloudloop.csi.objects import CSI_DRIVERS, DRIVER_LABEL, STORAGE_CLASSES
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import NODES, PODS, SECRETS, Resource
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
-from cloudloop.settings import Settings
 from devstack.backends import section_env
 from devstack.csi_sidecars import sidecar_processes
 from devstack.kube import KWOK_NODE_ANNOTATION

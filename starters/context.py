@@ -8,10 +8,10 @@ from typing import Protocol
 from temporalio.client import Client
 
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.health import Health
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
-from cloudloop.settings import Settings
 
 
 @dataclass

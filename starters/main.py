@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from cloudloop import temporal
-from cloudloop.cloud.registry import driver_for
+from cloudloop.cloud.registry import Settings, driver_for
 from cloudloop.health import Health
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
@@ -23,7 +23,6 @@ from cloudloop.kube.informer import Informers
 from cloudloop.kube.leader import run_as_leader
 from cloudloop.metrics import MetricsServer
 from cloudloop.metrics_auth import protect_metrics
-from cloudloop.settings import Settings
 from starters.context import Starter, StarterContext
 from starters.discovery import CloudDataDiscoverer
 from starters.loadbalancer import ServiceStarter, UnservedLoadBalancers

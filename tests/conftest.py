@@ -20,11 +20,11 @@ from temporalio.client import Client
 
 from cloudloop import temporal
 from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
-from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_args
 from devstack.backends.aws import aws_client
 from devstack.backends.vsphere import vcsim_server

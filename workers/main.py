@@ -27,12 +27,12 @@ from activities.termination import DrainActivities
 from activities.volume import VolumeActivities
 from cloudloop import temporal
 from cloudloop.cloud.driver import CloudDriver
-from cloudloop.cloud.registry import provider_for
+from cloudloop.cloud.registry import Settings, provider_for
 from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
 from cloudloop.metrics_auth import protect_metrics
 from cloudloop.net import free_port
-from cloudloop.settings import Domain, Settings
+from cloudloop.settings import Domain
 from workflows.layout import LAYOUT_WORKFLOWS
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow

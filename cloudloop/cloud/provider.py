@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from cloudloop.cloud.capi import InfraKinds, NodeTemplates
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
-    from cloudloop.settings import NthSettings, Settings
+    from cloudloop.settings import CoreSettings, NthSettings
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -55,11 +55,11 @@ class Provider(Generic[S]):
     #: of the cloud's :class:`~cloudloop.cloud.layouts.LayoutPart` (imports it lazily), if any.
     layouts: Callable[[], LayoutPart] | None = None
 
-    def section(self, settings: Settings) -> S:
+    def section(self, settings: CoreSettings) -> S:
         """This provider's section of ``settings``."""
         return cast(S, getattr(settings, self.name))
 
-    def make_driver(self, settings: Settings) -> CloudDriver:
+    def make_driver(self, settings: CoreSettings) -> CloudDriver:
         driver = self.driver(self.section(settings))
         driver.cluster = settings.cluster_name
         return driver

@@ -30,11 +30,11 @@ from typing import Any
 
 from cloudloop.cloud.driver import CloudDriver, overridden
 from cloudloop.cloud.models import StorageClassSpec
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
-from cloudloop.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ from temporalio.exceptions import CancelledError, TerminatedError
 
 from cloudloop import searchattrs
 from cloudloop.cloud import errors
+from cloudloop.cloud.registry import Settings
 from cloudloop.messages.volume import (
     AttachResult,
     AttachVolumeInput,
@@ -63,7 +64,7 @@ from cloudloop.messages.volume import (
     code_for,
 )
 from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
-from cloudloop.settings import Domain, Settings
+from cloudloop.settings import Domain
 from cloudloop.temporal import started_run
 from workflows.volume import (
     create_workflow_id,

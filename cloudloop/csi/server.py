@@ -20,6 +20,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from cloudloop import temporal
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.controller import Controller
 from cloudloop.csi.identity import Identity
 from cloudloop.csi.mounter import DirectoryMounter, Mounter
@@ -27,7 +28,6 @@ from cloudloop.csi.node import Node
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.spec import ZONE_KEY, Features
 from cloudloop.csi.v1 import csi_pb2_grpc
-from cloudloop.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from cloudloop.cloud.registry import Settings
     from cloudloop.kube.api import Kube
-    from cloudloop.settings import Settings
     from devstack.local import LocalStack, StackOptions
 
 

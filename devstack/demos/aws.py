@@ -24,13 +24,13 @@ from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsNodeDefaults, AwsSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
 from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
-from cloudloop.settings import Settings
 from devstack.backends.aws import AMI, ZONES, ClusterNetwork, create_cluster_network
 from devstack.demos.common import DEPLOYMENTS
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION

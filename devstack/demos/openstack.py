@@ -22,12 +22,12 @@ import openstack
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
 from cloudloop.cloud.openstack.settings import OpenStackSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
 from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
-from cloudloop.settings import Settings
 from devstack.demos.common import DEPLOYMENTS
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions

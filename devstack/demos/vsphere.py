@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudloop import temporal
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
@@ -42,7 +43,6 @@ from cloudloop.messages.volume import (
     Topology,
 )
 from cloudloop.rules.node import UNINITIALIZED_TAINT
-from cloudloop.settings import Settings
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 from devstack.vcsim import VcsimEndpoint, VcsimOptions

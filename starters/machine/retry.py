@@ -13,12 +13,11 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from cloudloop import temporal
-from cloudloop.cloud.registry import infra_kinds, provider_for
+from cloudloop.cloud.registry import Settings, infra_kinds, provider_for
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import ObjectRef
 from cloudloop.messages.machine import MachineSignal, RetryRequest, workflow_id
 from cloudloop.rules import machine as capi
-from cloudloop.settings import Settings
 
 
 async def request_retry(settings: Settings, namespace: str, name: str) -> str:

@@ -18,8 +18,7 @@ from prometheus_client import REGISTRY
 from cloudloop.cloud import errors
 from cloudloop.cloud.calls import OUTCOMES
 from cloudloop.cloud.driver import CAPABILITY_OPERATIONS, Capability, CloudDriver
-from cloudloop.cloud.registry import PROVIDERS
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import PROVIDERS, Settings
 from tests.cloud.backends import BACKENDS, Backend, is_absence
 
 pytestmark = pytest.mark.stack

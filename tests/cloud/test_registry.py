@@ -16,8 +16,7 @@ import pytest
 from cloudloop.cloud import driver as contract
 from cloudloop.cloud.driver import CAPABILITY_OPERATIONS, Capability, CloudDriver
 from cloudloop.cloud.models import Route
-from cloudloop.cloud.registry import PROVIDERS
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import PROVIDERS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("cloudloop", "workflows", "activities", "starters", "workers")

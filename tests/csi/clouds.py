@@ -25,7 +25,7 @@ from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.driver import CloudDriver
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from devstack.backends.aws import aws_client, launch_instance
 from tests.helpers import eventually
 

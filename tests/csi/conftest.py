@@ -12,7 +12,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import pytest
 
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from devstack.backends.zvirt import ovirt_engine
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import OpenStackEmulatorEndpoint

@@ -25,11 +25,12 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server, node_server
 from cloudloop.csi.v1 import csi_pb2_grpc
 from cloudloop.kube.api import Kube
-from cloudloop.settings import CsiSettings, Domain, Settings
+from cloudloop.settings import CsiSettings, Domain
 from devstack import gotools
 from workers.main import build_worker
 

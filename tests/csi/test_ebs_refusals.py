@@ -22,9 +22,9 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from devstack.aws_front import stats
 from devstack.backends.aws import aws_client
 from devstack.local import LocalStack

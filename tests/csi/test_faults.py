@@ -30,9 +30,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from devstack.backends.zvirt import ovirt_engine
 from devstack.csi_deployment import CsiDeployment, controller_env
 from devstack.local import LocalStack, StackOptions

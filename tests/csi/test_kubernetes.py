@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, STORAGE_CLASSES, default_class
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, PODS
-from cloudloop.settings import LeaderElectionSettings, Settings
+from cloudloop.settings import LeaderElectionSettings
 from devstack.aws_front import stats as front_stats
 from devstack.csi_deployment import (
     PVCS,

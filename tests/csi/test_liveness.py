@@ -24,10 +24,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.net import free_port
-from cloudloop.settings import Settings
 from devstack import gotools
 from tests.csi.support import socket_folder
 from tests.helpers import eventually

@@ -22,8 +22,8 @@ import pytest
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
-from cloudloop.settings import Settings
 from tests.csi.support import channel, csi_settings, node_service, socket_folder
 
 MIB = 1 << 20

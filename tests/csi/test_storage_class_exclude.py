@@ -9,9 +9,9 @@ from typing import Any
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.objects import DEFAULT_ANNOTATION, DRIVER_LABEL, STORAGE_CLASSES, sync_objects
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from devstack.csi_deployment import write_discovery
 
 

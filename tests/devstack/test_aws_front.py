@@ -13,7 +13,7 @@ import pytest
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from devstack.aws_front import set_limits, stats, throttling_storm
 from devstack.local import LocalStack
 

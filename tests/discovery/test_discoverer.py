@@ -17,6 +17,7 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType, Zone
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import (
     CONFIG_MAPS,
@@ -25,7 +26,7 @@ from cloudloop.kube.resources import (
     SECRETS,
 )
 from cloudloop.rules import discovery as cloud_data
-from cloudloop.settings import DiscoverySettings, Settings
+from cloudloop.settings import DiscoverySettings
 from starters.context import StarterContext
 from starters.discovery import CloudDataDiscoverer
 from tests.fakes import MemoryKube

@@ -14,6 +14,7 @@ import pytest
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import (
     INSTANCE_TYPES_CATALOGS,
@@ -21,7 +22,6 @@ from cloudloop.kube.resources import (
     SECRETS,
 )
 from cloudloop.rules import discovery as cloud_data
-from cloudloop.settings import Settings
 from starters.discovery import CloudDataDiscoverer
 from tests.discovery.support import (
     conditions,

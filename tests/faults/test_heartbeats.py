@@ -11,12 +11,12 @@ import pytest
 from pydantic import SecretStr
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.kube.api import Kube
 from cloudloop.messages.machine import workflow_id
-from cloudloop.settings import Settings
 from devstack import machine_fixtures
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import Delays, OvirtEmulatorEndpoint, OvirtEmulatorOptions

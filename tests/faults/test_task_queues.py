@@ -12,11 +12,12 @@ from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import workflow_id as lb_workflow_id
-from cloudloop.settings import Domain, Settings, TaskQueueSettings
+from cloudloop.settings import Domain, TaskQueueSettings
 from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
 from starters.context import StarterContext

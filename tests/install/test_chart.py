@@ -16,8 +16,8 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from cloudloop.cloud.registry import PROVIDERS
-from cloudloop.settings import Domain, Settings, TaskQueueSettings
+from cloudloop.cloud.registry import PROVIDERS, Settings
+from cloudloop.settings import Domain, TaskQueueSettings
 from devstack import gotools
 from tests.install.chart import (
     CHART,
@@ -550,7 +550,7 @@ def _chart_config() -> dict[str, Any]:
 
 
 def test_every_tunable_setting_is_a_chart_value() -> None:
-    from cloudloop.settings import Settings
+    from cloudloop.cloud.registry import Settings
 
     settings = Settings()
     tunables = {
@@ -565,7 +565,7 @@ def test_every_tunable_setting_is_a_chart_value() -> None:
 
 
 def test_chart_config_defaults_are_the_settings_defaults() -> None:
-    from cloudloop.settings import Settings
+    from cloudloop.cloud.registry import Settings
 
     settings = Settings()
     for section, values in _chart_config().items():
@@ -578,7 +578,7 @@ def test_chart_config_defaults_are_the_settings_defaults() -> None:
 def test_the_rendered_config_loads_into_the_settings(
     helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cloudloop.settings import Settings
+    from cloudloop.cloud.registry import Settings
 
     docs = render(helm, "aws", {"config.ccm.load_balancer_resync_period_s": "120"})
     config = tmp_path / "config.yaml"

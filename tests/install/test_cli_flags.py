@@ -14,8 +14,7 @@ import click
 import pytest
 
 from cloudloop import cli
-from cloudloop.cloud.registry import PROVIDERS
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import PROVIDERS, Settings
 
 CLOUDLOOP = str(Path(sys.executable).parent / "cloudloop")
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cloudloop.cli import main as cli
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from devstack.compose import CLOUDS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,10 +19,11 @@ from temporalio.client import Client
 from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
-from cloudloop.settings import Settings, TemporalSettings
+from cloudloop.settings import TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack

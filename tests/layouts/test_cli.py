@@ -22,8 +22,9 @@ from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cli import main
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.messages.layout import LayoutResult, ModuleResult
-from cloudloop.settings import Settings, TemporalSettings
+from cloudloop.settings import TemporalSettings
 from devstack.local import LocalStack
 from starters.layout import publish
 from tests.layouts.support import EXAMPLES, SECRET, config_file

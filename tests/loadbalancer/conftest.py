@@ -10,8 +10,8 @@ from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from tests.loadbalancer.support import (
     AwsWorld,

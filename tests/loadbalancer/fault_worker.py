@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 
 from cloudloop.cloud.aws.base import AwsBase
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from workers.main import run
 
 

@@ -20,11 +20,11 @@ from cloudloop.cloud.aws.loadbalancers import (
     security_group_name,
 )
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES, SERVICES
 from cloudloop.messages.loadbalancer import default_load_balancer_name
-from cloudloop.settings import Settings
 from devstack.backends.aws import ZONES, aws_client, create_cluster_network, launch_instances
 from starters.loadbalancer import INLINE_NODES_MAX_BYTES, ServiceStarter
 

@@ -17,9 +17,9 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES
-from cloudloop.settings import Settings
 from tests.helpers import eventually
 from tests.loadbalancer.support import (
     AwsWorld,

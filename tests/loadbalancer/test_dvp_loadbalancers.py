@@ -25,11 +25,11 @@ from cloudloop.cloud.dvp.loadbalancers import (
     TENANT_SERVICE_NAME_LABEL,
     TENANT_SERVICE_NAMESPACE_LABEL,
 )
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, SERVICES
 from cloudloop.messages.loadbalancer import LB_FINALIZER
 from cloudloop.rules.loadbalancer import EXCLUDE_FROM_LB_LABEL
-from cloudloop.settings import Settings
 from devstack.backends.dvp import create_node_vms, dvp_settings
 from devstack.dvp_simulator import DvpParent
 from tests.helpers import eventually

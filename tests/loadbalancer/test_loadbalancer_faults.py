@@ -17,10 +17,10 @@ from temporalio.client import Client
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import LoadBalancerQuery, LoadBalancerState, workflow_id
-from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
 from tests.loadbalancer.support import (

@@ -14,6 +14,7 @@ from temporalio.service import RPCError
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import (
@@ -24,7 +25,6 @@ from cloudloop.messages.loadbalancer import (
     workflow_id,
 )
 from cloudloop.rules.loadbalancer import EXCLUDE_FROM_LB_LABEL
-from cloudloop.settings import Settings
 from tests.helpers import eventually, eventually_async
 from tests.loadbalancer.support import (
     AwsWorld,

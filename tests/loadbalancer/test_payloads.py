@@ -22,6 +22,7 @@ from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import LoadBalancerPort
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import LoadBalancerSettings, OpenStackSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import CONFIG_MAPS, NODES
@@ -32,7 +33,6 @@ from cloudloop.messages.loadbalancer import (
     NodeSetRef,
 )
 from cloudloop.rules import loadbalancer as rules
-from cloudloop.settings import Settings
 from tests.helpers import eventually
 from tests.loadbalancer.support import AwsWorld, ingress, lb_name, make_service, service_starter
 from workers.main import build_worker

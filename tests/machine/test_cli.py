@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cloudloop.cli import main
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 
 
 @pytest.mark.parametrize(

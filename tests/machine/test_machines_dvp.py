@@ -28,13 +28,13 @@ from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.registration import registration_secrets
 from cloudloop.cloud.models import InstanceState, MachineSpec
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import EVENTS, Resource
 from cloudloop.messages.machine import MachineProgress, MachineQuery, MachineResult, workflow_id
 from cloudloop.metrics import CLOUD_API_REQUESTS
 from cloudloop.rules import machine as capi
-from cloudloop.settings import Settings
 from devstack import dvp_simulator as sim
 from devstack import machine_fixtures
 from devstack.dvp_simulator import DvpParent

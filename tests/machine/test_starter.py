@@ -316,8 +316,8 @@ def test_machines_are_off_without_cluster_api() -> None:
 
     from cloudloop.cloud.aws.driver import AwsDriver
     from cloudloop.cloud.aws.settings import AwsSettings
+    from cloudloop.cloud.registry import Settings
     from cloudloop.kube.api import KubeError
-    from cloudloop.settings import Settings
     from starters.context import StarterContext
     from starters.machine import MachineStarter
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from tests.node.support import fast_sync
 
 

@@ -11,11 +11,11 @@ from typing import Any
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
-from cloudloop.settings import Settings
 from starters.node import NodeSync
 
 

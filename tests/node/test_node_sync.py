@@ -12,10 +12,10 @@ from prometheus_client import REGISTRY
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
-from cloudloop.settings import Settings
 from devstack.backends.aws import launch_instances
 from tests.helpers import eventually
 from tests.node.support import cleanup, make_node, node_sync, node_when, set_ready

@@ -24,11 +24,11 @@ from cloudloop.cloud import models
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp import resources as dvp
 from cloudloop.cloud.dvp.driver import DvpDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
-from cloudloop.settings import Settings
 from devstack.backends.dvp import create_node_vms, dvp_settings
 from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, ovirt_engine, zvirt_settings
 from devstack.dvp_simulator import VM_CLASS, DvpParent

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.mapping import swap_uuid_bytes
@@ -19,7 +20,6 @@ from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
-from cloudloop.settings import Settings
 from devstack.backends import emulator_only
 from devstack.backends.vsphere import vsphere_settings
 from devstack.vcsim import VcsimEndpoint, VcsimOptions

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from devstack.backends.openstack import openstack_emulator
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.openstack.lb_support import delete_nodes, make_nodes

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
-from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
 from tests.support.workers import worker_env

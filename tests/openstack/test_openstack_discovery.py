@@ -14,9 +14,9 @@ import pytest
 
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import LoadBalancerSettings, NetworkingSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import INSTANCE_TYPES_CATALOGS, PERSISTENT_VOLUMES, SECRETS
-from cloudloop.settings import Settings
 from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.discovery import CloudDataDiscoverer

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES
-from cloudloop.settings import Settings
 from devstack.backends.openstack import cloud_conf
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint

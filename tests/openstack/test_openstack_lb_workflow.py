@@ -14,9 +14,9 @@ from temporalio.worker import Worker
 
 from cloudloop.cloud.openstack import PROVIDER as OPENSTACK
 from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SERVICES
-from cloudloop.settings import Settings
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
 from tests.helpers import eventually
 from tests.loadbalancer.support import events, ingress, make_service, service_starter

@@ -13,10 +13,10 @@ import pytest
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import NetworkingSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
-from cloudloop.settings import Settings
 from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.helpers import eventually

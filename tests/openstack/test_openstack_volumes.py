@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 
 from cloudloop.cloud.openstack import PROVIDER as OPENSTACK
 from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
 from cloudloop.messages.volume import (
@@ -27,7 +28,7 @@ from cloudloop.messages.volume import (
     ExpandVolumeRequest,
     Topology,
 )
-from cloudloop.settings import Domain, Settings
+from cloudloop.settings import Domain
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
 from tests.volume.support import GIB, unique
 from workers.main import build_worker

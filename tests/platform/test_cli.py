@@ -6,7 +6,7 @@ import click
 import pytest
 
 from cloudloop.cli import parse_duration, with_ccm_flags
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.net import free_port
-from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from tests.support.workers import aws_process_env
 

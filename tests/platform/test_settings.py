@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 
 
 def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

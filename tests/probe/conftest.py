@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from starters.probe import CloudProbeStarter
 
 

@@ -18,11 +18,11 @@ from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.informer import WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, EVENTS
-from cloudloop.settings import Settings
 from starters.probe import CloudProbeStarter
 from tests.helpers import eventually, eventually_async
 from workers.main import build_worker

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from cloudloop.cloud.registry import PROVIDERS
+from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SECRETS
-from cloudloop.settings import Settings
 
 
 @pytest.mark.parametrize(

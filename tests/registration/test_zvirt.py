@@ -11,13 +11,12 @@ import pytest
 from pydantic import SecretStr
 
 from cloudloop.cloud.registration import NAMESPACE, SECRET_NAME
-from cloudloop.cloud.registry import driver_for
+from cloudloop.cloud.registry import Settings, driver_for
 from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.registration import registration_secrets, registration_values
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.kube.resources import SECRETS
-from cloudloop.settings import Settings
 from starters.registration import write_secrets
 from tests.fakes import MemoryKube
 

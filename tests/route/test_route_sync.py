@@ -17,10 +17,11 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.models import Route
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.informer import Informer, Informers, WatchEvent
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
-from cloudloop.settings import CcmSettings, Settings
+from cloudloop.settings import CcmSettings
 from starters.context import StarterContext
 from starters.route import RouteSync
 from tests.fakes import MemoryKube

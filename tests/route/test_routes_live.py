@@ -13,11 +13,11 @@ import pytest
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
-from cloudloop.settings import Settings
 from devstack.backends.aws import create_cluster_network, launch_instances
 from devstack.kube import CLUSTER_CIDR
 from starters.route import RouteSync

@@ -17,8 +17,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.net import free_port
-from cloudloop.settings import Settings
 from devstack.local import LocalStack
 from devstack.process import ManagedProcess, http_ok
 

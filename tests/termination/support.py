@@ -17,9 +17,10 @@ from prometheus_client import REGISTRY
 from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, NODES, PDBS, PODS, Resource
-from cloudloop.settings import NthSettings, Settings
+from cloudloop.settings import NthSettings
 from devstack.autoscaling_ext import lifecycle_calls
 from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack

@@ -11,9 +11,9 @@ from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PODS, Resource
-from cloudloop.settings import Settings
 from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async

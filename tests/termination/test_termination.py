@@ -17,10 +17,10 @@ from temporalio.client import Client
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.termination import AwsTermination
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, VOLUME_ATTACHMENTS
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
-from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_log, read_evictions
 from devstack.autoscaling_ext import inject_fault
 from devstack.backends.aws import NthCloud, asg_terminate, rebalance, spot_itn, state_change

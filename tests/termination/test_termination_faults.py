@@ -14,10 +14,10 @@ from temporalio.exceptions import ApplicationError
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
-from cloudloop.settings import Settings
 from devstack.audit import eviction_audit_log, read_evictions
 from devstack.backends.aws import NthCloud, asg_terminate, spot_itn
 from devstack.local import LocalStack

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import (
     AttachVolumeRequest,
@@ -24,7 +25,6 @@ from cloudloop.messages.volume import (
     DetachVolumeRequest,
     Topology,
 )
-from cloudloop.settings import Settings
 from devstack.backends.aws import launch_instance
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async

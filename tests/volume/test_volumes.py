@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.tags import cluster_tag_key
+from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
 from cloudloop.messages.volume import (
@@ -32,7 +33,7 @@ from cloudloop.messages.volume import (
     ExpandVolumeRequest,
     Topology,
 )
-from cloudloop.settings import Domain, Settings
+from cloudloop.settings import Domain
 from devstack.backends.aws import launch_instance
 from tests.helpers import eventually_async
 from tests.volume.support import (

@@ -20,11 +20,12 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud import models
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import AttachVolumeRequest, Code
-from cloudloop.settings import Domain, Settings
+from cloudloop.settings import Domain
 from devstack.backends.vsphere import vcsim_server, vsphere_settings
 from devstack.local import LocalStack
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
