@@ -33,6 +33,7 @@ from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.resources import PODS, VOLUME_ATTACHMENTS
+from cloudloop.messages.volume import create_workflow_id
 from cloudloop.settings import CsiSettings, Domain
 from devstack.backends.aws import launch_instance
 from devstack.csi_deployment import (
@@ -45,7 +46,6 @@ from devstack.csi_deployment import (
     write_discovery,
 )
 from workers.main import build_worker
-from workflows.volume import create_workflow_id
 
 SAMPLES = 20
 PVC_SAMPLES = 5

@@ -24,11 +24,10 @@ from bench.node import cloud_requests
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.operations import VolumeOperations
-from cloudloop.messages.volume import AttachVolumeRequest, Code
+from cloudloop.messages.volume import AttachVolumeRequest, Code, volume_workflow_id
 from cloudloop.settings import Domain
 from devstack.backends.aws import launch_instance
 from workers.main import build_worker
-from workflows.volume import volume_workflow_id
 
 SAMPLES = 20
 ZONE = "us-east-1a"

@@ -22,10 +22,10 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informer, WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
 from cloudloop.kube.workqueue import WorkQueue
-from cloudloop.messages.probe import ProbeInput
+from cloudloop.messages.probe import ProbeInput, workflow_id
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
-from workflows.probe import CloudProbeWorkflow, workflow_id
+from workflows.probe import CloudProbeWorkflow
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,14 @@ from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
 from cloudloop.messages.kube import EventSource
 from cloudloop.messages.termination import (
+    DRAIN_SIGNAL,
     DrainInput,
     DrainOptions,
     DrainResult,
     InterruptionEvent,
     LifecycleInput,
+    drain_workflow_id,
+    lifecycle_workflow_id,
 )
 from cloudloop.metrics import (
     NTH_EVENTS_ERROR,
@@ -60,14 +63,7 @@ from cloudloop.rules.termination import MalformedMessage, give_up_reason, parse_
 from cloudloop.settings import Domain, NthSettings
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
-from workflows.termination import (
-    DRAIN_SIGNAL,
-    CompleteLifecycleWorkflow,
-    DrainNodeWorkflow,
-    drain_workflow_id,
-    is_cordon_only,
-    lifecycle_workflow_id,
-)
+from workflows.termination import CompleteLifecycleWorkflow, DrainNodeWorkflow, is_cordon_only
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,6 @@ KUBE_RETRY = RetryPolicy(
 )
 
 
-def workflow_id(input: ProbeInput) -> str:
-    ref = input.object
-    return f"probe/{ref.namespace}/{ref.name}/{ref.uid}/g{input.generation}"
-
-
 @workflow.defn(name="CloudProbe")
 class CloudProbeWorkflow:
     @workflow.run

@@ -1,9 +1,10 @@
 """DrainNodeWorkflow: one interruption of one instance → taint, cordon, drain, lifecycle action.
 
-The workflow ID names the node and the instance incarnation (:func:`drain_workflow_id`), not the
-message, so one interruption delivered as an ASG lifecycle action, a Spot warning and a state
-change, in duplicate, by several starter replicas, is one workflow: the starter signals-with-start
-every event into it (``USE_EXISTING``), and each event adds its taint and, for ASG events, its
+The workflow ID names the node and the instance incarnation
+(:func:`cloudloop.messages.termination.drain_workflow_id`), not the message, so one interruption
+delivered as an ASG lifecycle action, a Spot warning and a state change, in duplicate, by several
+starter replicas, is one workflow: the starter signals-with-start every event into it
+(``USE_EXISTING``), and each event adds its taint and, for ASG events, its
 lifecycle action. Steps:
 
 1. wait until the earliest event's start time minus the node termination grace period;
@@ -26,7 +27,7 @@ failure).
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -36,6 +37,7 @@ from workflows.timeouts import SINGLE_CALL_TIMEOUT
 
 with workflow.unsafe.imports_passed_through():
     from cloudloop.messages.termination import (
+        DRAIN_SIGNAL,
         CordonNodeInput,
         DrainActivity,
         DrainInput,
@@ -56,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
         WebhookInput,
     )
 
-DRAIN_SIGNAL = "add_event"
 #: Kubernetes calls: retry until they work (the drain's deadline bounds the eviction rounds).
 KUBE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -71,23 +72,6 @@ HEARTBEAT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_att
 ONCE = RetryPolicy(maximum_attempts=1)
 #: Pod lists per drain: the last one confirms no pod arrived while the others were evicted.
 MAX_PLANS = 3
-
-
-def incarnation(launch_time: datetime | None) -> str:
-    return launch_time.strftime("%Y%m%dT%H%M%SZ") if launch_time else "unknown-launch"
-
-
-def drain_workflow_id(
-    node: str, instance_id: str, launch_time: datetime | None, *, cordon_only: bool = False
-) -> str:
-    """``drain/<node>/<instance-id>/<launch>``: the same for every message about one
-    interruption of one instance incarnation; cordon-only work has its own ID."""
-    wf_id = f"drain/{node}/{instance_id}/{incarnation(launch_time)}"
-    return wf_id + "/cordon" if cordon_only else wf_id
-
-
-def lifecycle_workflow_id(action: LifecycleAction) -> str:
-    return f"lifecycle/{action.instance_id}/{action.token}"
 
 
 def is_cordon_only(event: InterruptionEvent, *, cordon_only: bool, rebalance_drains: bool) -> bool:

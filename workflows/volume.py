@@ -66,33 +66,6 @@ CLOUD_RETRY = RetryPolicy(
 )
 
 
-def create_workflow_id(name: str) -> str:
-    return f"volume-create/{name}"
-
-
-def volume_workflow_id(volume_id: str) -> str:
-    """The one ID every operation on an existing volume runs under (the per-volume lock)."""
-    return f"volume/{volume_id}"
-
-
-def snapshot_create_workflow_id(name: str) -> str:
-    return f"snapshot-create/{name}"
-
-
-def snapshot_workflow_id(snapshot_id: str) -> str:
-    return f"snapshot/{snapshot_id}"
-
-
-def read_workflow_id(kind: str, token: str) -> str:
-    """Reads take no lock and have no identity of their own: ``volume-read/<kind>/<token>``."""
-    return f"volume-read/{kind}/{token}"
-
-
-def operation_name(kind: str, volume: str, node: str | None = None) -> str:
-    """The operation's own name: ``attach/<volume>/<node>``, ``expand/<volume>``, ..."""
-    return f"{kind}/{volume}/{node}" if node is not None else f"{kind}/{volume}"
-
-
 def _root_application_error(err: BaseException | None) -> ApplicationError | None:
     while err is not None:
         if isinstance(err, ApplicationError):

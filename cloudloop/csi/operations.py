@@ -62,11 +62,6 @@ from cloudloop.messages.volume import (
     VolumeResult,
     VolumeWorkflow,
     code_for,
-)
-from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
-from cloudloop.settings import Domain
-from cloudloop.temporal import started_run
-from workflows.volume import (
     create_workflow_id,
     operation_name,
     read_workflow_id,
@@ -74,6 +69,9 @@ from workflows.volume import (
     snapshot_workflow_id,
     volume_workflow_id,
 )
+from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
+from cloudloop.settings import Domain
+from cloudloop.temporal import started_run
 
 log = logging.getLogger(__name__)
 

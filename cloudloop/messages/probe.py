@@ -34,3 +34,8 @@ class ProbeResult(BaseModel):
     reason: str
     message: str
     zones: list[str] = Field(default_factory=list)
+
+
+def workflow_id(input: ProbeInput) -> str:
+    ref = input.object
+    return f"probe/{ref.namespace}/{ref.name}/{ref.uid}/g{input.generation}"

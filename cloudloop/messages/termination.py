@@ -240,3 +240,24 @@ class OutcomeInput(BaseModel):
 class LifecycleActionInput(BaseModel):
     action: LifecycleAction
     result: Literal["CONTINUE", "ABANDON"] = "CONTINUE"
+
+
+#: The signal every further event of one interruption is sent to the drain workflow as.
+DRAIN_SIGNAL = "add_event"
+
+
+def incarnation(launch_time: datetime | None) -> str:
+    return launch_time.strftime("%Y%m%dT%H%M%SZ") if launch_time else "unknown-launch"
+
+
+def drain_workflow_id(
+    node: str, instance_id: str, launch_time: datetime | None, *, cordon_only: bool = False
+) -> str:
+    """``drain/<node>/<instance-id>/<launch>``: the same for every message about one
+    interruption of one instance incarnation; cordon-only work has its own ID."""
+    wf_id = f"drain/{node}/{instance_id}/{incarnation(launch_time)}"
+    return wf_id + "/cordon" if cordon_only else wf_id
+
+
+def lifecycle_workflow_id(action: LifecycleAction) -> str:
+    return f"lifecycle/{action.instance_id}/{action.token}"

@@ -3,7 +3,8 @@
 The requests are what a CSI controller passes (capacity range, topology, node ID); the inputs are
 what the workflows and activities take (sizes already rounded to GiB); every result carries a
 CSI-style :class:`Code`, so a refusal ("already exists", "operation pending", ...) is a result the
-gRPC layer turns into a status, never a workflow failure.
+gRPC layer turns into a status, never a workflow failure. The workflow IDs and operation names
+are here too (the CSI layer builds them without importing the workflows).
 """
 
 from __future__ import annotations
@@ -247,3 +248,30 @@ class ReadVolumesResult(VolumeResult):
 
 class SnapshotResult(VolumeResult):
     snapshot: Snapshot | None = None
+
+
+def create_workflow_id(name: str) -> str:
+    return f"volume-create/{name}"
+
+
+def volume_workflow_id(volume_id: str) -> str:
+    """The one ID every operation on an existing volume runs under (the per-volume lock)."""
+    return f"volume/{volume_id}"
+
+
+def snapshot_create_workflow_id(name: str) -> str:
+    return f"snapshot-create/{name}"
+
+
+def snapshot_workflow_id(snapshot_id: str) -> str:
+    return f"snapshot/{snapshot_id}"
+
+
+def read_workflow_id(kind: str, token: str) -> str:
+    """Reads take no lock and have no identity of their own: ``volume-read/<kind>/<token>``."""
+    return f"volume-read/{kind}/{token}"
+
+
+def operation_name(kind: str, volume: str, node: str | None = None) -> str:
+    """The operation's own name: ``attach/<volume>/<node>``, ``expand/<volume>``, ..."""
+    return f"{kind}/{volume}/{node}" if node is not None else f"{kind}/{volume}"

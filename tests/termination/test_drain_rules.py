@@ -13,10 +13,16 @@ import pytest
 
 from activities.termination import classify_pods, selector_matches
 from activities.webhook import go_time, render, send, template_fields
-from cloudloop.messages.termination import EventKind, InterruptionEvent, ListPodsInput, WebhookInput
+from cloudloop.messages.termination import (
+    EventKind,
+    InterruptionEvent,
+    ListPodsInput,
+    WebhookInput,
+    drain_workflow_id,
+)
 from cloudloop.settings import NTH_WEBHOOK_TEMPLATE
 from devstack.autoscaling_ext import LifecycleLedger
-from workflows.termination import drain_workflow_id, is_cordon_only
+from workflows.termination import is_cordon_only
 
 LAUNCH = datetime(2024, 5, 1, 10, 0, 0, tzinfo=UTC)
 

@@ -9,8 +9,13 @@ import pytest
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.volumes import ebs_calling, is_volume_id
-from cloudloop.messages.volume import Code, code_for
-from workflows.volume import create_workflow_id, operation_name, volume_workflow_id
+from cloudloop.messages.volume import (
+    Code,
+    code_for,
+    create_workflow_id,
+    operation_name,
+    volume_workflow_id,
+)
 
 
 @pytest.mark.parametrize(

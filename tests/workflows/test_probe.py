@@ -16,11 +16,11 @@ from temporalio.testing import WorkflowEnvironment
 from cloudloop.cloud.models import Zone
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
 from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
-from cloudloop.messages.probe import ProbeActivity, ProbeInput, ZoneList
+from cloudloop.messages.probe import ProbeActivity, ProbeInput, ZoneList, workflow_id
 from tests.workflows.conftest import Harness, running
 from tests.workflows.histories import record
 from tests.workflows.scripted import Script, fail, gaps
-from workflows.probe import CloudProbeWorkflow, workflow_id
+from workflows.probe import CloudProbeWorkflow
 
 ZONES = ZoneList(
     zones=[Zone(name="us-east-1b", region="us-east-1"), Zone(name="us-east-1a", region="us-east-1")]

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from cloudloop.messages.termination import (
+    DRAIN_SIGNAL,
     DrainActivity,
     DrainInput,
     DrainOptions,
@@ -31,16 +32,12 @@ from cloudloop.messages.termination import (
     PodNote,
     PodPlan,
     PodRef,
+    drain_workflow_id,
 )
 from tests.workflows.conftest import Harness, running
 from tests.workflows.histories import record
 from tests.workflows.scripted import Gate, Script, fail
-from workflows.termination import (
-    DRAIN_SIGNAL,
-    CompleteLifecycleWorkflow,
-    DrainNodeWorkflow,
-    drain_workflow_id,
-)
+from workflows.termination import CompleteLifecycleWorkflow, DrainNodeWorkflow
 
 A = DrainActivity
 PODS = [PodRef(namespace="ns", name=f"web-{i}", uid=f"u{i}") for i in range(2)]

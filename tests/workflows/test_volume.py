@@ -33,6 +33,11 @@ from cloudloop.messages.volume import (
     ReadVolumesResult,
     SnapshotResult,
     VolumeActivity,
+    create_workflow_id,
+    read_workflow_id,
+    snapshot_create_workflow_id,
+    snapshot_workflow_id,
+    volume_workflow_id,
 )
 from tests.workflows.conftest import Harness, running
 from tests.workflows.histories import record
@@ -48,11 +53,6 @@ from workflows.volume import (
     DetachVolumeWorkflow,
     ExpandVolumeWorkflow,
     ReadVolumesWorkflow,
-    create_workflow_id,
-    read_workflow_id,
-    snapshot_create_workflow_id,
-    snapshot_workflow_id,
-    volume_workflow_id,
 )
 
 COMMON = {"cluster": "c1", "provider": "aws"}
