@@ -28,6 +28,7 @@ from cloudloop.cloud.termination import TerminationClient
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import NODES, PDBS, PODS, VOLUME_ATTACHMENTS, ObjectRef
+from cloudloop.messages.errors import ErrorKind
 from cloudloop.messages.kube import EventSource
 from cloudloop.messages.termination import (
     CordonNodeInput,
@@ -163,7 +164,9 @@ class DrainActivities:
                 except KubeError as exc:
                     if not exc.conflict:
                         raise
-            raise ApplicationError(f"node {input.node}: taints kept conflicting", type="Conflict")
+            raise ApplicationError(
+                f"node {input.node}: taints kept conflicting", type=ErrorKind.CONFLICT
+            )
 
     @activity.defn(name=DrainActivity.CORDON_NODE)
     def cordon_node(self, input: CordonNodeInput) -> bool:

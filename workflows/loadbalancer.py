@@ -45,6 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from workflows.timeouts import SINGLE_CALL_TIMEOUT
 
 with workflow.unsafe.imports_passed_through():
+    from cloudloop.messages.errors import ErrorKind
     from cloudloop.messages.kube import EventSource, KubeActivity, RecordEventInput
     from cloudloop.messages.loadbalancer import (
         ApplyRequest,
@@ -88,7 +89,7 @@ def _failure(err: ActivityError) -> tuple[str, str]:
     """The error kind (``ApplicationError.type``) and message behind an activity failure."""
     cause = err.cause
     if isinstance(cause, ApplicationError):
-        return cause.type or "CloudError", cause.message
+        return cause.type or ErrorKind.CLOUD_ERROR, cause.message
     return type(cause).__name__ if cause else "ActivityError", str(cause or err)
 
 
@@ -301,7 +302,7 @@ class LoadBalancerWorkflow:
         except ActivityError as err:
             kind, message = _failure(err)
             self.last_error = f"{kind}: {message}"
-            if kind == "NotSupported":  # another controller's LB: nothing to do, silently
+            if kind == ErrorKind.NOT_SUPPORTED:  # another controller's LB: nothing to do, silently
                 workflow.logger.info("load balancer handled elsewhere: %s", message)
                 self.state.applied = desired
                 self._succeeded()
@@ -309,7 +310,9 @@ class LoadBalancerWorkflow:
             self._event(
                 "Warning", "SyncLoadBalancerFailed", f"Error syncing load balancer: {message}"
             )
-            if kind == "InvalidRequest":  # retrying cannot help; wait for the Service to change
+            if (
+                kind == ErrorKind.INVALID_REQUEST
+            ):  # retrying cannot help; wait for the Service to change
                 workflow.logger.warning("invalid load balancer request, not retried: %s", message)
                 self.state.rejected = desired
                 self._succeeded()
@@ -342,11 +345,11 @@ class LoadBalancerWorkflow:
         except ActivityError as err:
             kind, message = _failure(err)
             self.last_error = f"{kind}: {message}"
-            if kind == "NotFound":  # the LB went missing: ensure it again
+            if kind == ErrorKind.NOT_FOUND:  # the LB went missing: ensure it again
                 workflow.logger.info("load balancer not found (%s); ensuring it again", message)
                 self.state.applied = None
                 return
-            if kind == "NotSupported":
+            if kind == ErrorKind.NOT_SUPPORTED:
                 self.state.applied = desired
                 return
             hosts = _hosts(desired)
@@ -355,7 +358,7 @@ class LoadBalancerWorkflow:
                 "UpdateLoadBalancerFailed",
                 f"Error updating load balancer with new hosts [{hosts}]: {message}",
             )
-            if kind == "InvalidRequest":
+            if kind == ErrorKind.INVALID_REQUEST:
                 self.state.rejected = desired
                 self._succeeded()
             else:
@@ -398,9 +401,12 @@ class LoadBalancerWorkflow:
             kind, message = _failure(err)
             self.last_error = f"{kind}: {message}"
             workflow.logger.warning("drift check failed (%s): %s", kind, message)
-            if kind in ("NotSupported", "InvalidRequest"):  # not until the Service changes
+            if kind in (
+                ErrorKind.NOT_SUPPORTED,
+                ErrorKind.INVALID_REQUEST,
+            ):  # not until the Service changes
                 self.resync_off = self.version
-            if kind != "NotSupported":
+            if kind != ErrorKind.NOT_SUPPORTED:
                 self._event(
                     "Warning",
                     "SyncLoadBalancerFailed",

@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from workflows.timeouts import SINGLE_CALL_TIMEOUT
 
 with workflow.unsafe.imports_passed_through():
+    from cloudloop.messages.errors import ErrorKind
     from cloudloop.messages.kube import (
         ConditionUpdate,
         KubeActivity,
@@ -62,7 +63,9 @@ class CloudProbeWorkflow:
         except ActivityError as err:
             cause = err.cause
             reason = (
-                cause.type if isinstance(cause, ApplicationError) and cause.type else "CloudError"
+                cause.type
+                if isinstance(cause, ApplicationError) and cause.type
+                else ErrorKind.CLOUD_ERROR
             )
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
             result = ProbeResult(ok=False, reason=reason, message=message)

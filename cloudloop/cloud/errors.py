@@ -1,16 +1,19 @@
 """Errors a cloud driver raises, classified so activities can decide retry vs. fail fast.
 
 A cloud error is never "not found": only :class:`NotFound` means the cloud positively said a
-resource does not exist, and only then may a caller act on absence (fail closed).
+resource does not exist, and only then may a caller act on absence (fail closed). Each class's
+``kind`` is a :class:`~cloudloop.messages.errors.ErrorKind` (the ``ApplicationError.type``).
 """
 
 from __future__ import annotations
+
+from cloudloop.messages.errors import ErrorKind
 
 
 class CloudError(Exception):
     """Any failure talking to a cloud. ``retryable`` tells whether trying again can help."""
 
-    kind = "CloudError"
+    kind = ErrorKind.CLOUD_ERROR
     retryable = True
 
     def __init__(self, provider: str, operation: str, message: str) -> None:
@@ -23,57 +26,57 @@ class CloudError(Exception):
 class CloudUnreachable(CloudError):
     """The endpoint did not answer (connection refused, DNS, timeout)."""
 
-    kind = "CloudUnreachable"
+    kind = ErrorKind.CLOUD_UNREACHABLE
 
 
 class CloudAuthFailed(CloudError):
     """Credentials were rejected or lack permission; retrying will not help."""
 
-    kind = "CloudAuthFailed"
+    kind = ErrorKind.CLOUD_AUTH_FAILED
     retryable = False
 
 
 class CloudThrottled(CloudError):
-    kind = "CloudThrottled"
+    kind = ErrorKind.CLOUD_THROTTLED
 
 
 class InvalidRequest(CloudError):
     """The cloud refused the request as invalid (bad parameter, unknown type)."""
 
-    kind = "InvalidRequest"
+    kind = ErrorKind.INVALID_REQUEST
     retryable = False
 
 
 class NotFound(CloudError):
     """The cloud answered without error that the resource does not exist."""
 
-    kind = "NotFound"
+    kind = ErrorKind.NOT_FOUND
     retryable = False
 
 
 class AlreadyExists(CloudError):
-    kind = "AlreadyExists"
+    kind = ErrorKind.ALREADY_EXISTS
     retryable = False
 
 
 class FailedPrecondition(CloudError):
     """The resource is in a state that forbids the request (e.g. deleting an attached volume)."""
 
-    kind = "FailedPrecondition"
+    kind = ErrorKind.FAILED_PRECONDITION
     retryable = False
 
 
 class OutOfRange(CloudError):
     """A size or other quantity outside what the request or the cloud allows."""
 
-    kind = "OutOfRange"
+    kind = ErrorKind.OUT_OF_RANGE
     retryable = False
 
 
 class ResourceExhausted(CloudError):
     """No capacity fits the request: no allowed zone, no free device name (attach limit)."""
 
-    kind = "ResourceExhausted"
+    kind = ErrorKind.RESOURCE_EXHAUSTED
     retryable = False
 
 
@@ -83,7 +86,7 @@ class QuotaExceeded(CloudError):
     Retryable: the quota frees up when other resources go or an operator raises it, so callers
     retry with backoff and report the cloud's message meanwhile."""
 
-    kind = "QuotaExceeded"
+    kind = ErrorKind.QUOTA_EXCEEDED
 
 
 class InsufficientCapacity(CloudError):
@@ -91,20 +94,20 @@ class InsufficientCapacity(CloudError):
 
     Retryable with backoff, as upstream machine controllers do."""
 
-    kind = "InsufficientCapacity"
+    kind = ErrorKind.INSUFFICIENT_CAPACITY
 
 
 class OperationPending(CloudError):
     """Another operation on the same resource is running; try again when it has finished."""
 
-    kind = "OperationPending"
+    kind = ErrorKind.OPERATION_PENDING
     retryable = False
 
 
 class NotSupported(CloudError):
     """This cloud does not implement the capability (upstream's ``ImplementedElsewhere``)."""
 
-    kind = "NotSupported"
+    kind = ErrorKind.NOT_SUPPORTED
     retryable = False
 
     def __init__(self, provider: str, capability: str) -> None:
@@ -115,7 +118,7 @@ class NotSupported(CloudError):
 
 
 #: Every error kind, by its ``kind`` name (the Temporal ``ApplicationError.type``).
-KINDS: dict[str, type[CloudError]] = {
+KINDS: dict[ErrorKind, type[CloudError]] = {
     cls.kind: cls
     for cls in (
         CloudError,

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from cloudloop.cloud.models import Snapshot, Volume
+from cloudloop.messages.errors import ErrorKind
 
 
 class VolumeActivity:
@@ -61,20 +62,20 @@ class Code(StrEnum):
 
 #: Cloud error kinds (``ApplicationError.type``) → the code a CSI controller returns.
 CODE_BY_ERROR_KIND: dict[str, Code] = {
-    "NotFound": Code.NOT_FOUND,
-    "AlreadyExists": Code.ALREADY_EXISTS,
-    "InvalidRequest": Code.INVALID_ARGUMENT,
-    "FailedPrecondition": Code.FAILED_PRECONDITION,
-    "OutOfRange": Code.OUT_OF_RANGE,
-    "ResourceExhausted": Code.RESOURCE_EXHAUSTED,
-    "QuotaExceeded": Code.RESOURCE_EXHAUSTED,
-    "InsufficientCapacity": Code.RESOURCE_EXHAUSTED,
-    "OperationPending": Code.ABORTED,
-    "NotSupported": Code.UNIMPLEMENTED,
-    "CloudAuthFailed": Code.PERMISSION_DENIED,
-    "CloudUnreachable": Code.UNAVAILABLE,
-    "CloudThrottled": Code.UNAVAILABLE,
-    "CloudError": Code.UNAVAILABLE,
+    ErrorKind.NOT_FOUND: Code.NOT_FOUND,
+    ErrorKind.ALREADY_EXISTS: Code.ALREADY_EXISTS,
+    ErrorKind.INVALID_REQUEST: Code.INVALID_ARGUMENT,
+    ErrorKind.FAILED_PRECONDITION: Code.FAILED_PRECONDITION,
+    ErrorKind.OUT_OF_RANGE: Code.OUT_OF_RANGE,
+    ErrorKind.RESOURCE_EXHAUSTED: Code.RESOURCE_EXHAUSTED,
+    ErrorKind.QUOTA_EXCEEDED: Code.RESOURCE_EXHAUSTED,
+    ErrorKind.INSUFFICIENT_CAPACITY: Code.RESOURCE_EXHAUSTED,
+    ErrorKind.OPERATION_PENDING: Code.ABORTED,
+    ErrorKind.NOT_SUPPORTED: Code.UNIMPLEMENTED,
+    ErrorKind.CLOUD_AUTH_FAILED: Code.PERMISSION_DENIED,
+    ErrorKind.CLOUD_UNREACHABLE: Code.UNAVAILABLE,
+    ErrorKind.CLOUD_THROTTLED: Code.UNAVAILABLE,
+    ErrorKind.CLOUD_ERROR: Code.UNAVAILABLE,
 }
 
 
