@@ -215,10 +215,6 @@ class ServiceStarter:
             if rules.wants_load_balancer(service) or rules.has_finalizer(service):
                 self.enqueue(key)
 
-    def lb_nodes(self, label_keys: frozenset[str] = frozenset()) -> list[LoadBalancerNode]:
-        """The LB node set with the labels ``label_keys`` names (cached until a node change)."""
-        return self._projection(label_keys).nodes
-
     def _projection(self, label_keys: frozenset[str]) -> Projection:
         projection = self._lb_nodes.get(label_keys)
         if projection is None:

@@ -17,15 +17,6 @@ def cluster_tag_key(cluster: str) -> str:
     return f"{CLUSTER_TAG_PREFIX}{cluster}"
 
 
-def cluster_tag_filter(cluster: str) -> dict[str, Any]:
-    """One EC2 filter naming both tag keys (AWS ORs the values of one filter).
-
-    Caveat: moto matches a multi-value ``tag-key`` filter as a set comparison, so a resource
-    with other tags besides the cluster tag is missed there; see :func:`cluster_tag_filters`.
-    """
-    return {"Name": "tag-key", "Values": [cluster_tag_key(cluster), LEGACY_CLUSTER_TAG]}
-
-
 def cluster_tag_filters(cluster: str) -> list[list[dict[str, Any]]]:
     """EC2 filter sets for the current tag style, then the legacy one.
 
