@@ -30,7 +30,6 @@ from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.kube.api import Kube
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
@@ -38,6 +37,7 @@ from cloudloop.kube.resources import ObjectRef
 from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
 from devstack.backends.aws import ZONES, MachineCloud, machine_cloud
+from devstack.crds import apply_crds
 from starters.machine import MachineStarter
 from workers.main import build_worker
 

@@ -10,7 +10,7 @@ from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
+from devstack.crds import apply_crds
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 

@@ -38,7 +38,6 @@ from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES, SECRETS, SERVICES, ObjectRef, Resource
 from cloudloop.messages.loadbalancer import (
@@ -51,6 +50,7 @@ from cloudloop.nodegroup.render import DEFAULT_ZONE, Bootstrap, NodeGroup, rende
 from cloudloop.rules import machine as capi
 from devstack.backends.dvp import create_node_vms, dvp_settings
 from devstack.backends.zvirt import machine_spec, ovirt_engine, zvirt_settings
+from devstack.crds import apply_crds
 from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
 from devstack.kube import CAPI, KubeOptions
 from devstack.local import LocalStack, StackOptions

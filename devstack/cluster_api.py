@@ -19,9 +19,9 @@ import yaml
 
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
 from devstack import gotools, pki
+from devstack.crds import apply_crds
 from devstack.process import ManagedProcess, free_port, http_ok
 
 #: The GoTool (and control-plane component) name of the manager.

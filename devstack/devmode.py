@@ -20,12 +20,12 @@ from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import NODES
 from cloudloop.net import free_port
 from cloudloop.rules.node import INSTANCE_TYPE_LABELS, ZONE_LABELS
 from cloudloop.settings import LeaderElectionSettings, TemporalSettings
 from devstack import gotools
+from devstack.crds import apply_crds
 from devstack.demos import DEMOS, Demo
 from devstack.kube import ALL_COMPONENTS, CLUSTER_CIDR, KubeOptions
 from devstack.local import LocalStack, StackOptions

@@ -37,9 +37,9 @@ from cloudloop.cloud.dvp import resources as r
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.conditions import now_rfc3339
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import Resource
+from devstack.crds import apply_crds
 from devstack.dvp import VIRTUALIZATION_CRDS, served_resources
 from devstack.dvp_loadbalancer import ParentLoadBalancers
 from devstack.kube import KubeOptions

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from cloudloop.kube.api import Kube
-from cloudloop.kube.crds import CRDS, apply_crds
 from cloudloop.kube.resources import SECRETS
 from cloudloop.rules import machine as capi
+from devstack.crds import CRDS, apply_crds
 
 MINIMAL_CAPI_CRDS = Path(__file__).parent / "capi-minimal-crds.yaml"
 CAPI_API_VERSION = f"{capi.CAPI_GROUP}/{capi.MACHINES.version}"

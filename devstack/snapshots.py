@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from cloudloop.kube.api import Kube
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
 from devstack import gotools
+from devstack.crds import apply_crds
 from devstack.process import ManagedProcess, free_port, http_ok
 
 CONTROLLER = "snapshot-controller"

@@ -23,11 +23,11 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import Resource
 from devstack.audit import eviction_audit_args
 from devstack.backends.aws import aws_client
 from devstack.backends.vsphere import vcsim_server
+from devstack.crds import apply_crds
 from devstack.devmode import stack_settings
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions

@@ -32,7 +32,6 @@ from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.conditions import get_condition
-from cloudloop.kube.crds import apply_crds
 from cloudloop.kube.resources import (
     CLOUD_PROBES,
     CONFIG_MAPS,
@@ -43,6 +42,7 @@ from cloudloop.kube.resources import (
 )
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET, encode_document
 from devstack import gotools
+from devstack.crds import apply_crds
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 from devstack.process import free_port

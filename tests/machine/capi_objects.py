@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.crds import CRD_DIR
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.rules import machine as capi
+from devstack.crds import CRD_DIR
 from devstack.kube import CAPI, KubeOptions
 from devstack.local import LocalStack, StackOptions
 

@@ -17,8 +17,8 @@ from temporalio.client import Client
 from cloudloop import temporal
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import apply_crds
 from devstack.backends.zvirt import ovirt_engine
+from devstack.crds import apply_crds
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint

@@ -24,9 +24,9 @@ import pytest
 
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
-from cloudloop.kube.crds import CRDS
 from cloudloop.kube.resources import NODES, Resource
 from cloudloop.rules import machine as capi
+from devstack.crds import CRDS
 from devstack.kube import CAPI, KubeOptions
 from devstack.local import LocalStack, StackOptions
 from tests.conftest import NAMESPACES

@@ -1,4 +1,8 @@
-"""Installs CustomResourceDefinitions from YAML files and waits until they are served."""
+"""Installs CustomResourceDefinitions from YAML files and waits until they are served.
+
+Dev stack only: the product never installs CRDs (the chart ships them from deploy/crds); tests,
+benchmarks and ``cloudloop dev`` apply them to their local API servers through this module.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ CRDS = Resource(
     namespaced=False,
 )
 #: The project's CRDs, shipped in deploy/crds.
-CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+CRD_DIR = Path(__file__).resolve().parents[1] / "deploy" / "crds"
 
 
 def apply_crds(kube: Kube, paths: list[Path] | None = None, *, timeout_s: float = 30) -> list[str]:
