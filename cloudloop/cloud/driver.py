@@ -1,24 +1,30 @@
-"""The cloud contract: one driver class per provider, every capability behind one interface.
+"""The cloud contract: a thin facade whose attributes are the cloud's capabilities.
 
-:class:`CloudDriver` defines every operation controllers may ask of a cloud; a driver overrides
-what its cloud supports, and its capabilities are derived from what it overrides.
+Each capability (instances, machines, load balancers, volumes, snapshots, routes, discovery) is a
+:class:`~typing.Protocol` below; a driver sets the attribute of every capability its cloud has
+to an object built from the provider's session (``base.py``: clients, the call wrapper, error
+translation) and its collaborators, given explicitly. ``supports(c)`` means the attribute is set.
+Consumers take the capability they use (``driver.instances``), not the whole driver.
 
 Rules:
-- A capability is implemented when the driver overrides every *required* operation of it
-  (:data:`CAPABILITY_OPERATIONS`); optional operations may raise ``NotSupported`` on their own.
-  ``capabilities`` is computed at class creation, never hand-kept, so it cannot drift.
-- The default bodies raise :class:`~cloudloop.cloud.errors.NotSupported` (upstream's
-  ``ImplementedElsewhere``), so a missing capability is explicit; controllers check
-  :meth:`CloudDriver.supports` before they start work.
+- A capability object implements every *required* operation of its Protocol
+  (:data:`CAPABILITY_OPERATIONS`); optional operations it lacks come from the ``*Defaults``
+  classes here and raise ``NotSupported`` (upstream's ``ImplementedElsewhere``), so a missing
+  capability or operation is explicit; controllers check :meth:`CloudDriver.supports` first.
+- The flat operations of :class:`CloudDriver` (``driver.list_instances(...)``) forward to the
+  capability attribute, so callers move to the capability objects one at a time.
+- Transition: a driver not yet split into capability objects (one class of mixins sharing one
+  ``self``) overrides the flat operations; its capabilities are derived from what it overrides
+  (computed at class creation, never hand-kept) and each capability attribute is the driver.
 - Drivers are synchronous (the SDKs are blocking) and run in activity or starter threads; every
   SDK call goes through :func:`cloudloop.cloud.calls.cloud_call` (counted, errors translated).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, Protocol, TypeVar
 
 from cloudloop.cloud import models
 from cloudloop.cloud.errors import NotSupported
@@ -80,6 +86,152 @@ CAPABILITY_OPERATIONS: dict[Capability, tuple[tuple[str, ...], tuple[str, ...]]]
 }
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def default(operation: F) -> F:
+    """Marks a contract default (an operation that raises ``NotSupported``, or a no-op check)."""
+    operation.__cloudloop_default__ = True  # type: ignore[attr-defined]
+    return operation
+
+
+def is_default(operation: object) -> bool:
+    return bool(getattr(operation, "__cloudloop_default__", False))
+
+
+# -- the capabilities ----------------------------------------------------------------------
+class Instances(Protocol):
+    """Node sync: instances by ID and by node name."""
+
+    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing: ...
+    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing: ...
+    def instance_id_from_provider_id(self, provider_id: str) -> str: ...
+
+
+class Machines(Protocol):
+    """Cluster API machines: create (or adopt), read, delete."""
+
+    def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine: ...
+    def get_machine(self, spec: models.MachineSpec) -> models.Machine | None: ...
+    def delete_machine(self, spec: models.MachineSpec) -> bool: ...
+
+
+class LoadBalancers(Protocol):
+    def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus: ...
+    def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None: ...
+    def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None: ...
+    def delete_load_balancer(self, name: str) -> None: ...
+    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]: ...
+    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]: ...
+    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]: ...
+
+
+class Volumes(Protocol):
+    zonal_volumes: bool
+    max_volumes_per_node: int
+
+    @property
+    def volume_topology_key(self) -> str: ...
+    def find_volume(self, name: str, cluster: str) -> models.Volume | None: ...
+    def get_volume(self, volume_id: str) -> models.Volume: ...
+    def create_volume(self, spec: models.VolumeSpec) -> models.Volume: ...
+    def delete_volume(self, volume_id: str) -> None: ...
+    def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment: ...
+    def detach_volume(self, volume_id: str, instance_id: str) -> None: ...
+    def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification: ...
+    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None: ...
+    def list_volumes(self, cluster: str) -> list[models.Volume]: ...
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]: ...
+    def check_volume_request(
+        self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
+    ) -> None: ...
+    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None: ...
+    def volume_capacity(self, parameters: dict[str, str]) -> int: ...
+
+
+class Snapshots(Protocol):
+    def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None: ...
+    def get_snapshot(self, snapshot_id: str) -> models.Snapshot: ...
+    def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot: ...
+    def delete_snapshot(self, snapshot_id: str) -> None: ...
+    def list_snapshots(self, cluster: str) -> list[models.Snapshot]: ...
+
+
+class Routes(Protocol):
+    def list_routes(self, cluster: str) -> list[models.Route]: ...
+    def create_route(self, cluster: str, route: models.Route) -> None: ...
+    def delete_route(self, cluster: str, route: models.Route) -> None: ...
+
+
+class Discovery(Protocol):
+    def zones(self) -> list[models.Zone]: ...
+    def instance_types(self) -> list[models.InstanceType]: ...
+    def discovery_data(self) -> models.DiscoveryData: ...
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]: ...
+
+
+# -- defaults of the optional operations, for capability classes to inherit ----------------
+class VolumeDefaults:
+    """The optional volume operations and settings, as the contract has them by default."""
+
+    provider: str = "none"
+    #: Volumes live in one zone and attach only there (CSI accessibility constraints).
+    zonal_volumes: bool = False
+    #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
+    max_volumes_per_node: int = 0
+
+    @property
+    def volume_topology_key(self) -> str:
+        """The CSI topology segment key of a zonal volume's zone (the upstream driver's key;
+        the well-known zone label unless the cloud's driver says another)."""
+        return ZONE_LABEL
+
+    @default
+    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
+        """The volume's latest size change, if it ever had one."""
+        raise NotSupported(self.provider, Capability.VOLUMES.value)
+
+    @default
+    def list_volumes(self, cluster: str) -> list[models.Volume]:
+        """Every live volume ``cluster`` created (with its attachments), for CSI ListVolumes."""
+        raise NotSupported(self.provider, Capability.VOLUMES.value)
+
+    @default
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
+        """The StorageClasses this cloud offers, from the discovery document (no cloud call)."""
+        raise NotSupported(self.provider, Capability.VOLUMES.value)
+
+    def check_volume_request(
+        self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
+    ) -> None:
+        """Refuse a new volume the cloud would refuse, without calling it (default: no checks;
+        see :meth:`CloudDriver.check_volume_request`)."""
+
+    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
+        """``OutOfRange`` for a size no volume of ``volume_type`` can have (default: none)."""
+
+    @default
+    def volume_capacity(self, parameters: dict[str, str]) -> int:
+        """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
+        clouds that can say implement it."""
+        raise NotSupported(self.provider, "volume_capacity")
+
+
+class DiscoveryDefaults:
+    """The optional discovery operations, as the contract has them by default."""
+
+    provider: str = "none"
+
+    @default
+    def instance_types(self) -> list[models.InstanceType]:
+        raise NotSupported(self.provider, Capability.DISCOVERY.value)
+
+    @default
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
+        """Every disk tagged for ``cluster``, for the orphaned-disk check."""
+        raise NotSupported(self.provider, Capability.DISCOVERY.value)
+
+
 def overridden(cls: type[CloudDriver], operation: str) -> bool:
     """``cls`` implements ``operation`` itself (not the contract's ``NotSupported`` default)."""
     return getattr(cls, operation) is not getattr(CloudDriver, operation)
@@ -94,37 +246,98 @@ def implemented_capabilities(cls: type[CloudDriver]) -> frozenset[Capability]:
     )
 
 
+class _Itself:
+    """A not-yet-split driver's capability attribute: the driver itself."""
+
+    def __get__(self, obj: object, owner: type | None = None) -> object:
+        return obj
+
+
+#: operation → the capability it belongs to.
+OPERATION_CAPABILITY: dict[str, Capability] = {
+    op: capability
+    for capability, (required, optional) in CAPABILITY_OPERATIONS.items()
+    for op in (*required, *optional)
+}
+
+
 class CloudDriver:
-    """Base of every driver: override every operation of each capability the cloud supports."""
+    """The facade: one attribute per capability (``None``: the cloud has none)."""
 
     provider: str = "none"
     #: The cluster this driver serves (set by :meth:`Provider.make_driver`); a driver may use it
     #: to narrow listings to the cluster's own resources. Empty: unknown.
     cluster: str = ""
-    #: Derived from the overridden operations when the class is created.
-    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    #: The capabilities whose attribute is set (a not-yet-split driver: derived from the
+    #: operations it overrides, when the class is created).
+    capabilities: frozenset[Capability] = frozenset()
+
+    instances: Instances | None = None
+    machines: Machines | None = None
+    load_balancers: LoadBalancers | None = None
+    volumes: Volumes | None = None
+    snapshots: Snapshots | None = None
+    routes: Routes | None = None
+    discovery: Discovery | None = None
+
+    #: Volumes live in one zone and attach only there (CSI accessibility constraints).
+    zonal_volumes: bool = False
+    #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
+    max_volumes_per_node: int = 0
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        cls.capabilities = implemented_capabilities(cls)
+        implemented = implemented_capabilities(cls)
+        if implemented:  # a driver of mixins sharing one ``self``: it is each of its parts
+            cls.capabilities = implemented
+            for capability in implemented:
+                setattr(cls, capability.value, _Itself())
+
+    def assembled(self) -> None:
+        """Called by a facade driver once its capability attributes are set."""
+        self.capabilities = frozenset(c for c in Capability if getattr(self, c.value) is not None)
+        if self.volumes is not None:
+            self.zonal_volumes = self.volumes.zonal_volumes
+            self.max_volumes_per_node = self.volumes.max_volumes_per_node
 
     def supports(self, capability: Capability) -> bool:
-        return capability in self.capabilities
+        return getattr(self, capability.value) is not None
+
+    def implements(self, operation: str) -> bool:
+        """Whether ``operation`` (required or optional) is the cloud's own, not a default."""
+        part = getattr(self, OPERATION_CAPABILITY[operation].value)
+        if part is None:
+            return False
+        if part is self:
+            return overridden(type(self), operation)
+        return hasattr(part, operation) and not is_default(getattr(type(part), operation, None))
 
     def _unsupported(self, capability: Capability) -> NotSupported:
         return NotSupported(self.provider, capability.value)
 
+    def _part(self, capability: Capability) -> Any:
+        """The capability object an operation forwards to (``NotSupported`` when there is none,
+        or when a not-yet-split driver did not override the operation)."""
+        part = getattr(self, capability.value)
+        if part is None or part is self:
+            raise self._unsupported(capability)
+        return part
+
+    # -- the flat operations: each forwards to its capability object ------------------------
     # -- instances (node sync) -------------------------------------------------------------
     def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
         """Batched lookup by instance ID; IDs missing from the answer positively do not exist."""
-        raise self._unsupported(Capability.INSTANCES)
+        part: Instances = self._part(Capability.INSTANCES)
+        return part.list_instances(ids)
 
     def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
         """Batched lookup by node name (e.g. AWS private DNS name); keyed by name."""
-        raise self._unsupported(Capability.INSTANCES)
+        part: Instances = self._part(Capability.INSTANCES)
+        return part.find_instances_by_name(names)
 
     def instance_id_from_provider_id(self, provider_id: str) -> str:
-        raise self._unsupported(Capability.INSTANCES)
+        part: Instances = self._part(Capability.INSTANCES)
+        return part.instance_id_from_provider_id(provider_id)
 
     # -- machines (Cluster API) ------------------------------------------------------------
     def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine:
@@ -132,36 +345,44 @@ class CloudDriver:
 
         Returns as soon as the cloud accepted the request; callers poll :meth:`get_machine`.
         """
-        raise self._unsupported(Capability.MACHINES)
+        part: Machines = self._part(Capability.MACHINES)
+        return part.create_machine(spec, user_data)
 
     def get_machine(self, spec: models.MachineSpec) -> models.Machine | None:
         """The VM of ``spec``; ``None`` only when the cloud positively says it does not exist."""
-        raise self._unsupported(Capability.MACHINES)
+        part: Machines = self._part(Capability.MACHINES)
+        return part.get_machine(spec)
 
     def delete_machine(self, spec: models.MachineSpec) -> bool:
         """Remove the VM and all it was created with (disks, attachments, cloud-init data).
 
         Idempotent; ``True`` once nothing is left, ``False`` while the cloud is still removing.
         """
-        raise self._unsupported(Capability.MACHINES)
+        part: Machines = self._part(Capability.MACHINES)
+        return part.delete_machine(spec)
 
     # -- load balancers --------------------------------------------------------------------
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
-        raise self._unsupported(Capability.LOAD_BALANCERS)
+        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
+        return part.ensure_load_balancer(spec)
 
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
-        raise self._unsupported(Capability.LOAD_BALANCERS)
+        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
+        part.update_load_balancer_backends(spec)
 
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
-        raise self._unsupported(Capability.LOAD_BALANCERS)
+        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
+        return part.get_load_balancer(name)
 
     def delete_load_balancer(self, name: str) -> None:
-        raise self._unsupported(Capability.LOAD_BALANCERS)
+        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
+        part.delete_load_balancer(name)
 
     def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
         """What of the cloud LB differs from ``spec`` (each a short phrase; empty: in sync),
         read without changing anything; ``ensure_load_balancer`` puts it back."""
-        raise self._unsupported(Capability.LOAD_BALANCERS)
+        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
+        return part.load_balancer_drift(spec)
 
     # What a load balancer is made from: the load-balancer controller sends the workflow only
     # these parts of a Service and its nodes, so an unrelated change sends nothing and the
@@ -169,67 +390,81 @@ class CloudDriver:
     # they cannot parse is kept as it is (the ensure refuses it with ``InvalidRequest``).
     def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         """The Service annotations this cloud's load balancers read (default: all of them)."""
-        return dict(annotations)
+        part = self.load_balancers
+        if part is None or part is self:
+            return dict(annotations)
+        return part.load_balancer_annotations(annotations)
 
     def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
         """The node label keys this cloud selects LB backends by, for a Service with
         ``annotations`` (e.g. those ``target-node-labels`` names; default: none)."""
-        return frozenset()
+        part = self.load_balancers
+        if part is None or part is self:
+            return frozenset()
+        return part.load_balancer_node_labels(annotations)
 
     # -- volumes (CSI) ---------------------------------------------------------------------
     # Each call issues one cloud change and returns without waiting; the activities wait (with
     # heartbeats) and apply the CSI rules (idempotency, topology, single-node access).
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
         """The live volume ``cluster`` created for ``name`` (tag lookup), if there is one."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.find_volume(name, cluster)
 
     def get_volume(self, volume_id: str) -> models.Volume:
         """The volume with its attachments; ``NotFound`` also for a malformed ID."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.get_volume(volume_id)
 
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
         """Create it tagged for ``spec.cluster`` and ``spec.name``; it may still be creating."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.create_volume(spec)
 
     def delete_volume(self, volume_id: str) -> None:
         """``NotFound`` when it does not exist, ``FailedPrecondition`` while it is attached."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        part.delete_volume(volume_id)
 
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
         """Attach under a device name free on the instance (or return the existing attachment
         to that instance); ``NotFound`` for an unknown instance."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.attach_volume(volume, instance_id)
 
     def detach_volume(self, volume_id: str, instance_id: str) -> None:
         """Start detaching; a volume not attached to the instance is not an error."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        part.detach_volume(volume_id, instance_id)
 
     def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
         """Start growing the volume to ``size_gib``."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.expand_volume(volume_id, size_gib)
 
     def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
         """The volume's latest size change, if it ever had one."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.get_volume_modification(volume_id)
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
         """Every live volume ``cluster`` created (with its attachments), for CSI ListVolumes."""
-        raise self._unsupported(Capability.VOLUMES)
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.list_volumes(cluster)
 
     def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
         """The StorageClasses this cloud offers, from the discovery document (no cloud call)."""
-        raise self._unsupported(Capability.VOLUMES)
-
-    #: Volumes live in one zone and attach only there (CSI accessibility constraints).
-    zonal_volumes: bool = False
-    #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
-    max_volumes_per_node: int = 0
+        part: Volumes = self._part(Capability.VOLUMES)
+        return part.storage_classes(discovery)
 
     @property
     def volume_topology_key(self) -> str:
         """The CSI topology segment key of a zonal volume's zone (the upstream driver's key;
         the well-known zone label unless the cloud's driver says another)."""
-        return ZONE_LABEL
+        part = self.volumes
+        if part is None or part is self:
+            return ZONE_LABEL
+        return part.volume_topology_key
 
     def check_volume_request(
         self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
@@ -238,61 +473,82 @@ class CloudDriver:
         for an unknown StorageClass parameter or a malformed value (the message lists the valid
         ones), ``OutOfRange`` for a size or rate outside the cloud's limits. The CSI controller
         calls it before any workflow starts. Default: no checks (the cloud answers)."""
+        part = self.volumes
+        if part is not None and part is not self:
+            part.check_volume_request(size_gib, parameters, volume_type)
 
     def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
         """``OutOfRange`` for a size no volume of ``volume_type`` ("": of any type) can have,
         without calling the cloud (an expand checks it before and after reading the volume)."""
+        part = self.volumes
+        if part is not None and part is not self:
+            part.check_volume_size(size_gib, volume_type)
 
     def volume_capacity(self, parameters: dict[str, str]) -> int:
         """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
         clouds that can say implement it."""
-        raise NotSupported(self.provider, "volume_capacity")
+        part = self.volumes
+        if part is None or part is self:
+            raise NotSupported(self.provider, "volume_capacity")
+        return part.volume_capacity(parameters)
 
     # -- snapshots (CSI) -------------------------------------------------------------------
     def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None:
         """The live snapshot ``cluster`` took for ``name`` (tag lookup), if there is one."""
-        raise self._unsupported(Capability.SNAPSHOTS)
+        part: Snapshots = self._part(Capability.SNAPSHOTS)
+        return part.find_snapshot(name, cluster)
 
     def get_snapshot(self, snapshot_id: str) -> models.Snapshot:
         """``NotFound`` also for a malformed ID."""
-        raise self._unsupported(Capability.SNAPSHOTS)
+        part: Snapshots = self._part(Capability.SNAPSHOTS)
+        return part.get_snapshot(snapshot_id)
 
     def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot:
         """Start a snapshot tagged for ``spec.cluster`` and ``spec.name``; it may be pending."""
-        raise self._unsupported(Capability.SNAPSHOTS)
+        part: Snapshots = self._part(Capability.SNAPSHOTS)
+        return part.create_snapshot(spec)
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """``NotFound`` when it does not exist."""
-        raise self._unsupported(Capability.SNAPSHOTS)
+        part: Snapshots = self._part(Capability.SNAPSHOTS)
+        part.delete_snapshot(snapshot_id)
 
     def list_snapshots(self, cluster: str) -> list[models.Snapshot]:
         """Every live snapshot ``cluster`` took."""
-        raise self._unsupported(Capability.SNAPSHOTS)
+        part: Snapshots = self._part(Capability.SNAPSHOTS)
+        return part.list_snapshots(cluster)
 
     # -- routes ----------------------------------------------------------------------------
     def list_routes(self, cluster: str) -> list[models.Route]:
         """The cluster's instance and blackhole routes, in one cloud call where possible."""
-        raise self._unsupported(Capability.ROUTES)
+        part: Routes = self._part(Capability.ROUTES)
+        return part.list_routes(cluster)
 
     def create_route(self, cluster: str, route: models.Route) -> None:
         """Route ``destination_cidr`` to ``target_instance_id`` (idempotent)."""
-        raise self._unsupported(Capability.ROUTES)
+        part: Routes = self._part(Capability.ROUTES)
+        part.create_route(cluster, route)
 
     def delete_route(self, cluster: str, route: models.Route) -> None:
         """Remove the route for ``destination_cidr``; an absent route is not an error."""
-        raise self._unsupported(Capability.ROUTES)
+        part: Routes = self._part(Capability.ROUTES)
+        part.delete_route(cluster, route)
 
     # -- discovery -------------------------------------------------------------------------
     def zones(self) -> list[models.Zone]:
-        raise self._unsupported(Capability.DISCOVERY)
+        part: Discovery = self._part(Capability.DISCOVERY)
+        return part.zones()
 
     def instance_types(self) -> list[models.InstanceType]:
-        raise self._unsupported(Capability.DISCOVERY)
+        part: Discovery = self._part(Capability.DISCOVERY)
+        return part.instance_types()
 
     def discovery_data(self) -> models.DiscoveryData:
         """Live provider data (zones, provider fields); the discoverer adds instance types."""
-        raise self._unsupported(Capability.DISCOVERY)
+        part: Discovery = self._part(Capability.DISCOVERY)
+        return part.discovery_data()
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
         """Every disk tagged for ``cluster``, for the orphaned-disk check."""
-        raise self._unsupported(Capability.DISCOVERY)
+        part: Discovery = self._part(Capability.DISCOVERY)
+        return part.list_cluster_disks(cluster)

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from cloudloop.cloud.driver import CloudDriver, overridden
+from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import StorageClassSpec
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.spec import ZONE_KEY
@@ -174,7 +174,7 @@ def sync_objects(kube: Kube, settings: Settings, driver: CloudDriver) -> bool:
     csi = settings.csi
     ensure_csi_driver(kube, csi.driver_name)
     document = read_discovery(kube, settings.discovery.namespace)
-    if document is None or not overridden(type(driver), "storage_classes"):
+    if document is None or not driver.implements("storage_classes"):
         return False
     specs = [s for s in driver.storage_classes(document) if not csi.excluded(s.name)]
     zones = [str(z) for z in document.get("zones") or []]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import grpc
 from grpc import aio
 
-from cloudloop.cloud.driver import ZONE_LABEL, Capability, CloudDriver, overridden
+from cloudloop.cloud.driver import ZONE_LABEL, Capability, CloudDriver
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.messages.volume import Code
 
@@ -99,9 +99,9 @@ class Features:
         return cls(
             zonal=driver.zonal_volumes,
             snapshots=driver.supports(Capability.SNAPSHOTS),
-            capacity=overridden(type(driver), "volume_capacity"),
+            capacity=driver.implements("volume_capacity"),
             max_volumes_per_node=driver.max_volumes_per_node,
-            list_volumes=overridden(type(driver), "list_volumes"),
+            list_volumes=driver.implements("list_volumes"),
             topology_key=driver.volume_topology_key,
         )
 

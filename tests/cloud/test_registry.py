@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudloop.cloud import driver as contract
 from cloudloop.cloud.driver import CAPABILITY_OPERATIONS, Capability, CloudDriver
+from cloudloop.cloud.errors import NotSupported
 from cloudloop.cloud.models import Route
 from cloudloop.cloud.registry import PROVIDERS, Settings
 
@@ -92,9 +92,8 @@ def test_importing_the_registry_loads_no_cloud_sdk() -> None:
 def test_every_capability_is_all_or_nothing(name: str) -> None:
     """A driver implements all required operations of a capability, or none of them."""
     driver = PROVIDERS[name].make_driver(Settings(provider=name))
-    cls = type(driver)
     for capability, (required, _) in CAPABILITY_OPERATIONS.items():
-        done = {op for op in required if contract.overridden(cls, op)}
+        done = {op for op in required if driver.implements(op)}
         assert done in (set(), set(required)), f"{name} {capability}: only {sorted(done)}"
         assert driver.supports(capability) == bool(done)
 
@@ -116,3 +115,28 @@ def test_capabilities_follow_the_overridden_operations() -> None:
 
     assert RoutesOnly.capabilities == frozenset({Capability.ROUTES})
     assert Half.capabilities == frozenset()
+    assert RoutesOnly().routes is not None and Half().routes is None
+
+
+def test_a_facade_supports_what_it_has_parts_for() -> None:
+    class Routing:
+        def list_routes(self, cluster: str) -> list[Route]:
+            return []
+
+        def create_route(self, cluster: str, route: Route) -> None:
+            return None
+
+        def delete_route(self, cluster: str, route: Route) -> None:
+            return None
+
+    class Facade(CloudDriver):
+        def __init__(self) -> None:
+            self.routes = Routing()
+            self.assembled()
+
+    facade = Facade()
+    assert facade.capabilities == frozenset({Capability.ROUTES})
+    assert facade.supports(Capability.ROUTES) and not facade.supports(Capability.VOLUMES)
+    assert facade.list_routes("c") == [] and facade.implements("delete_route")
+    with pytest.raises(NotSupported):
+        facade.zones()

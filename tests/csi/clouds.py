@@ -136,12 +136,12 @@ async def zvirt_cloud(
             return api.vms_service().vm_service(node_id)
 
         with contextlib.suppress(errors.CloudError):  # already down
-            await asyncio.to_thread(driver.call, "StopVm", lambda api: vm(api).stop())
-        await asyncio.to_thread(driver.call, "RemoveVm", lambda api: vm(api).remove())
+            await asyncio.to_thread(driver.session.call, "StopVm", lambda api: vm(api).stop())
+        await asyncio.to_thread(driver.session.call, "RemoveVm", lambda api: vm(api).remove())
 
         def gone() -> bool:
             try:
-                driver.call("GetVm", lambda api: vm(api).get())
+                driver.session.call("GetVm", lambda api: vm(api).get())
             except errors.NotFound:
                 return True
             return False

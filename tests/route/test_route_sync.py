@@ -33,7 +33,7 @@ class ScriptedRoutes(CloudDriver):
     capabilities = frozenset({Capability.ROUTES})
 
     def __init__(self, routes: list[Route] | None = None) -> None:
-        self.routes = routes or []
+        self.table = routes or []
         self.list_error: errors.CloudError | None = None
         self.create_errors: dict[str, list[errors.CloudError]] = {}
         self.created: list[Route] = []
@@ -51,7 +51,7 @@ class ScriptedRoutes(CloudDriver):
     def list_routes(self, cluster: str) -> list[Route]:
         if self.list_error is not None:
             raise self.list_error
-        return list(self.routes)
+        return list(self.table)
 
     def create_route(self, cluster: str, route: Route) -> None:
         with self._lock:

@@ -20,7 +20,6 @@ import ovirtsdk4.types as sdk_types
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.calls import cloud_call
-from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.zvirt.mapping import (
     NAME,
     AttachmentView,
@@ -80,8 +79,9 @@ def is_conflict(error: errors.CloudError) -> bool:
     return isinstance(cause, sdk.Error) and cause.code == 409
 
 
-class ZvirtBase(CloudDriver):
-    """A small pool of SDK connections shared by the driver's threads.
+class ZvirtBase:
+    """The zVirt session: a small pool of SDK connections shared by the driver's threads, the
+    call wrapper (counted, errors translated) and the waits; every capability object takes it.
 
     An ``ovirtsdk4.Connection`` holds one SSO token and one curl multi handle; it is used by one
     call at a time. A connection that failed at the transport or authentication level is closed

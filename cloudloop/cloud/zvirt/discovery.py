@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.zvirt.base import ZvirtBase, storage_domain_view
 from cloudloop.cloud.zvirt.mapping import (
     DISCOVERY_API_VERSION,
@@ -17,7 +18,12 @@ from cloudloop.cloud.zvirt.mapping import (
 )
 
 
-class ZvirtDiscovery(ZvirtBase):
+class ZvirtDiscovery(DiscoveryDefaults):
+    provider = NAME
+
+    def __init__(self, session: ZvirtBase) -> None:
+        self.session = session
+
     # -- discovery -------------------------------------------------------------------------
     def zones(self) -> list[models.Zone]:
         """oVirt/zVirt has no zones; Deckhouse mocks ``default`` (no engine call)."""
@@ -35,7 +41,7 @@ class ZvirtDiscovery(ZvirtBase):
         def listing(api: Any) -> list[StorageDomainView]:
             return [storage_domain_view(d) for d in api.storage_domains_service().list()]
 
-        return self.call("ListStorageDomains", listing)
+        return self.session.call("ListStorageDomains", listing)
 
     def discovery_data(self) -> models.DiscoveryData:
         """``ZvirtCloudProviderDiscoveryData``: ``storageDomains`` (sorted, first is default)."""

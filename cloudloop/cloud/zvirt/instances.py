@@ -20,7 +20,10 @@ from cloudloop.cloud.zvirt.mapping import (
 INSTANCE_FOLLOW = "nics,reported_devices"
 
 
-class ZvirtInstances(ZvirtBase):
+class ZvirtInstances:
+    def __init__(self, session: ZvirtBase) -> None:
+        self.session = session
+
     # -- instances -------------------------------------------------------------------------
     def instance_id_from_provider_id(self, provider_id: str) -> str:
         """``zvirt://<uuid>`` → the VM's UUID (lower case, as the engine writes it)."""
@@ -48,7 +51,7 @@ class ZvirtInstances(ZvirtBase):
                 found = api.vms_service().list(search=query, max=limit, follow=INSTANCE_FOLLOW)
                 return [vm_view(vm) for vm in found]
 
-            vms = self.call("ListVms", search)
+            vms = self.session.call("ListVms", search)
             listing.requests += 1
             for vm in vms:
                 if key(vm) in wanted:

@@ -50,7 +50,10 @@ _RUNNING = frozenset(
 )
 
 
-class ZvirtMachines(ZvirtBase):
+class ZvirtMachines:
+    def __init__(self, session: ZvirtBase) -> None:
+        self.session = session
+
     # -- reads -----------------------------------------------------------------------------
     def find_vm(self, name: str, *, follow: str = "") -> VmView | None:
         """The VM named exactly ``name`` (one search request), or ``None``."""
@@ -60,16 +63,16 @@ class ZvirtMachines(ZvirtBase):
             found = api.vms_service().list(search=query, case_sensitive=True, follow=follow or None)
             return [vm_view(vm) for vm in found]
 
-        return next((vm for vm in self.call("ListVms", search) if vm.name == name), None)
+        return next((vm for vm in self.session.call("ListVms", search) if vm.name == name), None)
 
     def get_vm(self, vm_id: str, *, follow: str = "") -> VmView:
-        return self.call(
+        return self.session.call(
             "GetVm",
             lambda api: vm_view(api.vms_service().vm_service(vm_id).get(follow=follow or None)),
         )
 
     def _attachments(self, vm_id: str) -> list[AttachmentView]:
-        return self.call(
+        return self.session.call(
             "ListDiskAttachments",
             lambda api: [
                 attachment_view(a)
@@ -78,7 +81,7 @@ class ZvirtMachines(ZvirtBase):
         )
 
     def _disk(self, disk_id: str) -> DiskView:
-        return self.call(
+        return self.session.call(
             "GetDisk", lambda api: disk_view(api.disks_service().disk_service(disk_id).get())
         )
 
@@ -87,7 +90,7 @@ class ZvirtMachines(ZvirtBase):
         machine = parse_machine_spec(spec.provider_spec)
         name = check_vm_name(spec.name)
         script = cloud_init_script(user_data)
-        deadline = self.deadline()
+        deadline = self.session.deadline()
 
         vm = self.find_vm(name)
         if vm is not None and owner_uid(vm.description) != spec.machine_uid:
@@ -103,7 +106,7 @@ class ZvirtMachines(ZvirtBase):
             log.info("zvirt: adopting VM %s (%s), status %s", name, vm.id, vm.status)
         vm_id = vm.id
         if vm.status == "image_locked":
-            vm = self.wait_until(
+            vm = self.session.wait_until(
                 "WaitForVmDown",
                 lambda: self.get_vm(vm_id),
                 lambda current: current.status != "image_locked",
@@ -116,7 +119,7 @@ class ZvirtMachines(ZvirtBase):
         return to_machine(self.get_vm(vm_id, follow=MACHINE_FOLLOW), machine.nic_name)
 
     def _add_vm(self, spec: models.MachineSpec, machine: ZvirtMachineSpec) -> VmView:
-        cluster_id = self.settings.cluster_id
+        cluster_id = self.session.settings.cluster_id
         if not cluster_id:
             raise errors.InvalidRequest(NAME, "CreateMachine", "zvirt.cluster_id is not set")
         template_id = self._template_id(machine.template)
@@ -139,7 +142,7 @@ class ZvirtMachines(ZvirtBase):
             type=types.VmType.HIGH_PERFORMANCE,
         )
         try:
-            created = self.call(
+            created = self.session.call(
                 "AddVm", lambda api: vm_view(api.vms_service().add(definition, clone=True))
             )
         except errors.NotFound as exc:  # the cluster (or template) named in the request
@@ -165,14 +168,14 @@ class ZvirtMachines(ZvirtBase):
                 if t.name == name
             ]
 
-        matches = self.call("ListTemplates", search)
+        matches = self.session.call("ListTemplates", search)
         if not matches:
             raise errors.InvalidRequest(NAME, "CreateMachine", f"no template named {name!r}")
         return max(matches, key=lambda match: match[1])[0]  # the latest template version
 
     def _check_vnic_profile(self, profile_id: str) -> None:
         try:
-            self.call(
+            self.session.call(
                 "GetVnicProfile",
                 lambda api: api.vnic_profiles_service().profile_service(profile_id).get(),
             )
@@ -195,7 +198,7 @@ class ZvirtMachines(ZvirtBase):
         if disk.provisioned_size < wanted:
             if disk.status != "ok":
                 disk = self._wait_disk_ok(disk.id, deadline)
-            self.call(
+            self.session.call(
                 "UpdateDisk",
                 lambda api: (
                     api.disks_service()
@@ -212,7 +215,7 @@ class ZvirtMachines(ZvirtBase):
         self._wait_disk_ok(disk.id, deadline)
 
     def _wait_disk_ok(self, disk_id: str, deadline: float) -> DiskView:
-        return self.wait_until(
+        return self.session.wait_until(
             "WaitForDiskOk",
             lambda: self._disk(disk_id),
             lambda disk: disk.status == "ok",
@@ -220,7 +223,7 @@ class ZvirtMachines(ZvirtBase):
         )
 
     def _ensure_nic(self, vm_id: str, machine: ZvirtMachineSpec) -> None:
-        nics = self.call(
+        nics = self.session.call(
             "ListNics",
             lambda api: [
                 nic_view(n) for n in api.vms_service().vm_service(vm_id).nics_service().list()
@@ -242,14 +245,16 @@ class ZvirtMachines(ZvirtBase):
             vnic_profile=types.VnicProfile(id=machine.vnic_profile_id),
             interface=types.NicInterface.VIRTIO,
         )
-        self.call("AddNic", lambda api: api.vms_service().vm_service(vm_id).nics_service().add(nic))
+        self.session.call(
+            "AddNic", lambda api: api.vms_service().vm_service(vm_id).nics_service().add(nic)
+        )
 
     def _start(self, vm_id: str, host_name: str, script: str) -> None:
         run_once = types.Vm(
             initialization=types.Initialization(host_name=host_name, custom_script=script)
         )
         try:
-            self.call(
+            self.session.call(
                 "StartVm",
                 lambda api: (
                     api.vms_service().vm_service(vm_id).start(use_cloud_init=True, vm=run_once)
@@ -275,7 +280,7 @@ class ZvirtMachines(ZvirtBase):
         Non-boot disks (volumes attached later, e.g. by CSI) are detached and kept, as capz
         does; the boot disk cloned from the template goes with the VM.
         """
-        deadline = self.deadline()
+        deadline = self.session.deadline()
         shutdown_sent: float | None = None
         while True:
             vm = self.find_vm(spec.name)
@@ -283,7 +288,7 @@ class ZvirtMachines(ZvirtBase):
                 return True
             overdue = (
                 shutdown_sent is not None
-                and time.monotonic() - shutdown_sent >= self.settings.shutdown_timeout_s
+                and time.monotonic() - shutdown_sent >= self.session.settings.shutdown_timeout_s
             )
             if vm.status == "down":
                 self._detach_data_disks(vm.id)
@@ -300,13 +305,13 @@ class ZvirtMachines(ZvirtBase):
                 self._vm_request(vm.id, "StopVm", lambda service: service.stop())
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(self.settings.poll_interval_s)
+            time.sleep(self.session.settings.poll_interval_s)
 
     def _vm_request(self, vm_id: str, operation: str, request: Callable[[Any], object]) -> bool:
         """One request on the VM's service; ``False`` when the engine refused it for now (409)
         or the VM is already gone."""
         try:
-            self.call(operation, lambda api: request(api.vms_service().vm_service(vm_id)))
+            self.session.call(operation, lambda api: request(api.vms_service().vm_service(vm_id)))
         except errors.NotFound:
             return False
         except errors.CloudError as exc:

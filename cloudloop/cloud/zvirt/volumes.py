@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import VolumeDefaults
 from cloudloop.cloud.zvirt.base import ZvirtBase, is_conflict, types
 from cloudloop.cloud.zvirt.mapping import NAME
 
@@ -44,9 +45,13 @@ def described(description: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-class ZvirtVolumes(ZvirtBase):
+class ZvirtVolumes(VolumeDefaults):
+    provider = NAME
     zonal_volumes = False
     max_volumes_per_node = MAX_VOLUMES
+
+    def __init__(self, session: ZvirtBase) -> None:
+        self.session = session
 
     # -- reads -----------------------------------------------------------------------------
     def _attached_to(self) -> dict[str, str]:
@@ -60,7 +65,7 @@ class ZvirtVolumes(ZvirtBase):
                     found[str(disk_id)] = str(vm.id)
             return found
 
-        return self.call("ListVms", listing)
+        return self.session.call("ListVms", listing)
 
     def _to_volume(self, disk: Any, attached: dict[str, str]) -> models.Volume:
         disk_id = str(disk.id)
@@ -88,13 +93,15 @@ class ZvirtVolumes(ZvirtBase):
     def _get_disk(self, volume_id: str) -> Any:
         if not _UUID.match(volume_id):
             raise errors.NotFound(NAME, "GetDisk", f"no volume {volume_id!r}")
-        return self.call("GetDisk", lambda api: api.disks_service().disk_service(volume_id).get())
+        return self.session.call(
+            "GetDisk", lambda api: api.disks_service().disk_service(volume_id).get()
+        )
 
     def get_volume(self, volume_id: str) -> models.Volume:
         return self._to_volume(self._get_disk(volume_id), self._attached_to())
 
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        disks = self.call(
+        disks = self.session.call(
             "ListDisks", lambda api: list(api.disks_service().list(search=f"name={name}"))
         )
         mine = [
@@ -108,7 +115,7 @@ class ZvirtVolumes(ZvirtBase):
         return self._to_volume(oldest, self._attached_to())
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
-        disks = self.call("ListDisks", lambda api: list(api.disks_service().list()))
+        disks = self.session.call("ListDisks", lambda api: list(api.disks_service().list()))
         mine = [d for d in disks if described(d.description).get("cluster") == cluster]
         if not mine:
             return []
@@ -117,7 +124,7 @@ class ZvirtVolumes(ZvirtBase):
 
     # -- storage domains -------------------------------------------------------------------
     def _domains(self) -> list[Any]:
-        return self.call(
+        return self.session.call(
             "ListStorageDomains", lambda api: list(api.storage_domains_service().list())
         )
 
@@ -166,12 +173,14 @@ class ZvirtVolumes(ZvirtBase):
             sparse=thin,
             storage_domains=[types.StorageDomain(id=domain.id)],
         )
-        created = self.call("AddDisk", lambda api: api.disks_service().add(disk))
+        created = self.session.call("AddDisk", lambda api: api.disks_service().add(disk))
         return self._to_volume(created, {})
 
     def delete_volume(self, volume_id: str) -> None:
         self._get_disk(volume_id)
-        self.call("RemoveDisk", lambda api: api.disks_service().disk_service(volume_id).remove())
+        self.session.call(
+            "RemoveDisk", lambda api: api.disks_service().disk_service(volume_id).remove()
+        )
 
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
         attachment = types.DiskAttachment(
@@ -186,7 +195,7 @@ class ZvirtVolumes(ZvirtBase):
             return service.add(attachment)
 
         try:
-            self.call("AddDiskAttachment", attach)
+            self.session.call("AddDiskAttachment", attach)
         except errors.CloudError as exc:
             if not is_conflict(exc):
                 raise
@@ -205,14 +214,14 @@ class ZvirtVolumes(ZvirtBase):
             return vm.disk_attachments_service().attachment_service(volume_id).remove()
 
         try:
-            self.call("RemoveDiskAttachment", detach)
+            self.session.call("RemoveDiskAttachment", detach)
         except errors.NotFound:
             return  # not attached there, or the VM is gone
 
     def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
         self._get_disk(volume_id)
         grown = types.Disk(provisioned_size=size_gib * GIB)
-        self.call(
+        self.session.call(
             "UpdateDisk", lambda api: api.disks_service().disk_service(volume_id).update(grown)
         )
         return models.VolumeModification(
