@@ -238,7 +238,7 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     parent_namespace = parent.new_namespace("bench-lb")
     driver = DvpDriver(dvp_settings(parent, parent_namespace))
     vms = [f"bench-lb-{scope}-{i}" for i in range(3)]
-    create_node_vms(parent, parent_namespace, driver.cluster_labels(), vms)
+    create_node_vms(parent, parent_namespace, driver.session.cluster_labels(), vms)
     for name in vms:
         kube.create(
             NODES,

@@ -217,6 +217,24 @@ class VolumeDefaults:
         raise NotSupported(self.provider, "volume_capacity")
 
 
+class LoadBalancerDefaults:
+    """The optional load-balancer operations, as the contract has them by default."""
+
+    provider: str = "none"
+
+    @default
+    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
+        raise NotSupported(self.provider, Capability.LOAD_BALANCERS.value)
+
+    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """The Service annotations this cloud's load balancers read (default: all of them)."""
+        return dict(annotations)
+
+    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
+        """The node label keys this cloud selects LB backends by (default: none)."""
+        return frozenset()
+
+
 class DiscoveryDefaults:
     """The optional discovery operations, as the contract has them by default."""
 

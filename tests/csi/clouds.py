@@ -94,7 +94,7 @@ async def dvp_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCl
     async def remove_node(node_id: str) -> None:
         from cloudloop.cloud.dvp import resources
 
-        await asyncio.to_thread(driver.delete, resources.VIRTUAL_MACHINES, node_id)
+        await asyncio.to_thread(driver.session.delete, resources.VIRTUAL_MACHINES, node_id)
 
     return CsiCloud(DVP.name, settings, driver, new_node, remove_node)
 

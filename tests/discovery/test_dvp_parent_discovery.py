@@ -43,7 +43,7 @@ async def test_failure_domain_places_the_vm_and_node_sync_reads_the_zone(
     driver: DvpDriver,
 ) -> None:
     await asyncio.to_thread(driver.create_machine, spec("zoned", "zone-b"), b"#cloud-config\n")
-    vm = await asyncio.to_thread(driver.get, r.VIRTUAL_MACHINES, "zoned")
+    vm = await asyncio.to_thread(driver.session.get, r.VIRTUAL_MACHINES, "zoned")
     assert vm is not None and vm["spec"]["nodeSelector"] == {r.ZONE_LABEL: "zone-b"}
 
     listing = await asyncio.to_thread(driver.list_instances, ["zoned"])
@@ -65,7 +65,9 @@ async def test_disks_without_a_vm_are_orphan_candidates(
     await asyncio.to_thread(driver.create_machine, machine, b"#cloud-config\n")
     await eventually(
         lambda: (
-            (driver.get(r.VIRTUAL_DISKS, "holder-boot") or {}).get("status", {}).get("phase")
+            (driver.session.get(r.VIRTUAL_DISKS, "holder-boot") or {})
+            .get("status", {})
+            .get("phase")
             == "Ready"
             or None
         ),
@@ -76,13 +78,13 @@ async def test_disks_without_a_vm_are_orphan_candidates(
         dvp_parent.kube.create(
             r.VIRTUAL_DISKS,
             {
-                "metadata": {"name": name, "namespace": driver.namespace, "labels": labels},
+                "metadata": {"name": name, "namespace": driver.session.namespace, "labels": labels},
                 "spec": {"persistentVolumeClaim": {"storageClassName": "ceph-rbd", "size": "3Gi"}},
             },
-            driver.namespace,
+            driver.session.namespace,
         )
 
-    await asyncio.to_thread(disk, "left-behind", driver.cluster_labels())
+    await asyncio.to_thread(disk, "left-behind", driver.session.cluster_labels())
     await asyncio.to_thread(disk, "another-cluster", {r.CLUSTER_UUID_LABEL: "someone-else"})
 
     disks = await asyncio.to_thread(driver.list_cluster_disks, "c1")

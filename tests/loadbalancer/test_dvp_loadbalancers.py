@@ -77,7 +77,7 @@ async def world(
     driver = DvpDriver(dvp_settings(dvp_parent, parent_namespace, lb_ingress_timeout_s=20))
     names = [f"lb-{scope}-{i}" for i in range(3)]
     await asyncio.to_thread(
-        create_node_vms, dvp_parent, parent_namespace, driver.cluster_labels(), names
+        create_node_vms, dvp_parent, parent_namespace, driver.session.cluster_labels(), names
     )
     world = DvpWorld(dvp_parent, parent_namespace, driver, names, names)
     for name in names:

@@ -93,7 +93,7 @@ def test_vm_body_as_capdvp_makes_it(control_plane: bool, migration: str) -> None
     driver = DvpDriver(SETTINGS)
     spec = machine_spec(additionalDisks=[{"size": "5Gi", "storageClass": "fast"}])
     spec.control_plane = control_plane
-    body = driver._vm_body(spec, parse_spec(spec.provider_spec))
+    body = driver.machines._vm_body(spec, parse_spec(spec.provider_spec))
     assert body["metadata"]["labels"] == {
         "team": "infra",
         r.MANAGED_BY_LABEL: "deckhouse",
@@ -116,7 +116,7 @@ def test_disks_and_secret_are_owned_by_the_vm() -> None:
     driver = DvpDriver(SETTINGS)
     spec = machine_spec(additionalDisks=[{"size": "5Gi", "storageClass": "fast"}])
     owner = owner_reference({"metadata": {"name": "m1", "uid": "vm-uid"}})
-    boot, extra = driver._disk_bodies(spec, parse_spec(spec.provider_spec), owner)
+    boot, extra = driver.machines._disk_bodies(spec, parse_spec(spec.provider_spec), owner)
     assert boot["metadata"]["name"] == "m1-boot"
     assert boot["spec"]["dataSource"]["objectRef"] == {
         "kind": "ClusterVirtualImage",
@@ -127,7 +127,7 @@ def test_disks_and_secret_are_owned_by_the_vm() -> None:
     assert extra["spec"]["persistentVolumeClaim"] == {"storageClassName": "fast", "size": "5Gi"}
     assert boot["metadata"]["ownerReferences"] == [owner]
     assert extra["metadata"]["labels"][r.DISK_NAME_LABEL] == "m1-additional-disk-0"
-    secret = driver._secret_body(spec, b"#cloud-config", owner)
+    secret = driver.machines._secret_body(spec, b"#cloud-config", owner)
     assert secret["type"] == "provisioning.virtualization.deckhouse.io/cloud-init"
     assert base64.b64decode(secret["data"]["userData"]) == b"#cloud-config"
     assert secret["metadata"]["ownerReferences"] == [owner]
@@ -269,5 +269,5 @@ def test_base64_kubeconfig_is_read(tmp_path: Any) -> None:
     }
     encoded = base64.b64encode(json.dumps(kubeconfig).encode()).decode()
     driver = DvpDriver(DvpSettings.model_validate({"namespace": "p", "kubeconfig_base64": encoded}))
-    assert driver.kube.api.configuration.host == "https://127.0.0.1:1"
+    assert driver.session.kube.api.configuration.host == "https://127.0.0.1:1"
     assert "s3cr3t" not in repr(driver.settings)

@@ -77,11 +77,11 @@ def test_failure_domain_places_the_vm(
     zones: list[str], failure_domain: str, selector: dict[str, str]
 ) -> None:
     driver = DvpDriver(DvpSettings(namespace="ns", zones=zones))
-    assert driver.zone_selector(machine(failure_domain)) == selector
+    assert driver.machines.zone_selector(machine(failure_domain)) == selector
 
 
 @pytest.mark.parametrize(("zones", "failure_domain"), [([], "z9"), (["a"], "b")], ids=str)
 def test_unknown_failure_domain_is_invalid(zones: list[str], failure_domain: str) -> None:
     driver = DvpDriver(DvpSettings(namespace="ns", zones=zones))
     with pytest.raises(errors.InvalidRequest, match="not a configured zone"):
-        driver.zone_selector(machine(failure_domain))
+        driver.machines.zone_selector(machine(failure_domain))

@@ -71,7 +71,7 @@ def dvp_cloud(parent: DvpParent) -> Iterator[Cloud]:
         )
 
     def make_vm(name: str) -> str:
-        create_node_vms(parent, namespace, driver.cluster_labels(), [name])
+        create_node_vms(parent, namespace, driver.session.cluster_labels(), [name])
         return f"dvp://{name}"
 
     def stop_vm(name: str) -> None:

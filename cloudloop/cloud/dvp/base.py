@@ -21,7 +21,6 @@ from kubernetes import client, config
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.calls import cloud_call
-from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp.resources import CLUSTER_UUID_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.kube.api import Kube, KubeError
@@ -82,8 +81,9 @@ def parent_api_client(settings: DvpSettings) -> client.ApiClient:
     )
 
 
-class DvpBase(CloudDriver):
-    """The parent cluster's client (made on first use) and counted, translated calls."""
+class DvpBase:
+    """The DVP session: the parent cluster's client (made on first use) and counted, translated
+    calls; every capability object takes it."""
 
     provider = NAME
 

@@ -16,8 +16,9 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from cloudloop.cloud import models
+from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.dvp import resources as r
-from cloudloop.cloud.dvp.base import DEFAULT_ZONES, REGION, DvpBase
+from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, REGION, DvpBase
 
 DISCOVERY_KIND = "DVPCloudProviderDiscoveryData"
 
@@ -34,24 +35,29 @@ def volume_types(storage_class_names: list[str]) -> list[dict[str, Any]]:
     return entries
 
 
-class DvpDiscovery(DvpBase):
+class DvpDiscovery(DiscoveryDefaults):
+    provider = NAME
+
+    def __init__(self, session: DvpBase) -> None:
+        self.session = session
+
     def zones(self) -> list[models.Zone]:
         """The configured zones (DVP has none of its own); asks the parent once so an
         unreachable parent or rejected credentials show as an error, not as zones."""
-        self.call(
+        self.session.call(
             "ListVirtualMachines",
-            lambda: self.kube.list(r.VIRTUAL_MACHINES, self.namespace, limit=1),
+            lambda: self.session.kube.list(r.VIRTUAL_MACHINES, self.session.namespace, limit=1),
         )
-        names = self.settings.zones or list(DEFAULT_ZONES)
+        names = self.session.settings.zones or list(DEFAULT_ZONES)
         return [models.Zone(name=name, region=REGION) for name in names]
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
         """The cluster's VirtualDisks no VM uses (``cluster`` is implied by the settings'
         cluster UUID, which labels every disk this cluster made)."""
-        selector = self.cluster_selector()
-        disks = self.list_objects(r.VIRTUAL_DISKS, label_selector=selector)
+        selector = self.session.cluster_selector()
+        disks = self.session.list_objects(r.VIRTUAL_DISKS, label_selector=selector)
         used: set[str] = set()
-        for vm in self.list_objects(r.VIRTUAL_MACHINES):
+        for vm in self.session.list_objects(r.VIRTUAL_MACHINES):
             for ref in (vm.get("spec") or {}).get("blockDeviceRefs") or []:
                 if ref.get("kind") == "VirtualDisk":
                     used.add(str(ref.get("name")))
@@ -74,7 +80,7 @@ class DvpDiscovery(DvpBase):
         return found
 
     def discovery_data(self) -> models.DiscoveryData:
-        classes = self.list_objects(r.STORAGE_CLASSES)
+        classes = self.session.list_objects(r.STORAGE_CLASSES)
         names = [str(sc["metadata"]["name"]) for sc in classes]
         return models.DiscoveryData(
             region=REGION,

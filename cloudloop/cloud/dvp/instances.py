@@ -71,7 +71,10 @@ def vm_instance(vm: dict[str, Any], zones: Sequence[str] = DEFAULT_ZONES) -> mod
     )
 
 
-class DvpInstances(DvpBase):
+class DvpInstances:
+    def __init__(self, session: DvpBase) -> None:
+        self.session = session
+
     def instance_id_from_provider_id(self, provider_id: str) -> str:
         """``dvp://<vm-name>`` (or ``dvp:///<vm-name>``) → the VM name."""
         if not provider_id.startswith(PROVIDER_ID_PREFIX):
@@ -96,10 +99,10 @@ class DvpInstances(DvpBase):
         listing = models.InstanceListing()
         if not wanted:
             return listing
-        vms, listing.requests = self.list_object_pages(
-            r.VIRTUAL_MACHINES, label_selector=self.cluster_selector()
+        vms, listing.requests = self.session.list_object_pages(
+            r.VIRTUAL_MACHINES, label_selector=self.session.cluster_selector()
         )
-        zones = self.settings.zones or list(DEFAULT_ZONES)
+        zones = self.session.settings.zones or list(DEFAULT_ZONES)
         for vm in vms:
             instance = vm_instance(vm, zones)
             if key(instance) in wanted:

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import LoadBalancerDefaults
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import NAME, DvpBase
 
@@ -75,12 +76,17 @@ def ingress_of(service: dict[str, Any]) -> models.LoadBalancerStatus | None:
     return None
 
 
-class DvpLoadBalancers(DvpBase):
+class DvpLoadBalancers(LoadBalancerDefaults):
+    provider = NAME
+
+    def __init__(self, session: DvpBase) -> None:
+        self.session = session
+
     # -- bodies ----------------------------------------------------------------------------
     def _lb_labels(self, spec: models.LoadBalancerSpec) -> dict[str, str]:
         namespace, _, name = spec.service.partition("/")
         return {
-            **self.cluster_labels(),
+            **self.session.cluster_labels(),
             TENANT_SERVICE_NAME_LABEL: name[:63],
             TENANT_SERVICE_NAMESPACE_LABEL: namespace[:63],
             TENANT_CLUSTER_LABEL: spec.cluster[:63],
@@ -112,7 +118,7 @@ class DvpLoadBalancers(DvpBase):
                     "apiVersion": r.API_VERSION,
                     "kind": "VirtualMachine",
                     "name": instance_id,
-                    "namespace": self.namespace,
+                    "namespace": self.session.namespace,
                 },
             }
             node = (vm.get("status") or {}).get("nodeName")
@@ -135,12 +141,14 @@ class DvpLoadBalancers(DvpBase):
     # -- helpers ---------------------------------------------------------------------------
     def _ours(self, obj: dict[str, Any], uid: str | None = None) -> bool:
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        if not all(labels.get(k) == v for k, v in self.cluster_labels().items()):
+        if not all(labels.get(k) == v for k, v in self.session.cluster_labels().items()):
             return False
         return uid is None or labels.get(SERVICE_UID_LABEL) == uid
 
     def _backend_vms(self) -> dict[str, dict[str, Any]]:
-        vms = self.list_objects(r.VIRTUAL_MACHINES, label_selector=self.cluster_selector())
+        vms = self.session.list_objects(
+            r.VIRTUAL_MACHINES, label_selector=self.session.cluster_selector()
+        )
         return {str(vm["metadata"]["name"]): vm for vm in vms}
 
     def _write_slice(
@@ -155,7 +163,7 @@ class DvpLoadBalancers(DvpBase):
             SERVICE_NAME_LABEL: spec.name,
             MANAGED_BY_LABEL: MANAGED_BY,
         }
-        existing = self.get(r.ENDPOINT_SLICES, spec.name)
+        existing = self.session.get(r.ENDPOINT_SLICES, spec.name)
         if existing is None:
             owner = {
                 "apiVersion": "v1",
@@ -163,12 +171,12 @@ class DvpLoadBalancers(DvpBase):
                 "name": spec.name,
                 "uid": service["metadata"]["uid"],
             }
-            created = self.create(
+            created = self.session.create(
                 r.ENDPOINT_SLICES,
                 {
                     "metadata": {
                         "name": spec.name,
-                        "namespace": self.namespace,
+                        "namespace": self.session.namespace,
                         "labels": labels,
                         "ownerReferences": [owner],
                     },
@@ -177,7 +185,7 @@ class DvpLoadBalancers(DvpBase):
             )
             if created is not None:
                 return
-            existing = self.get(r.ENDPOINT_SLICES, spec.name)
+            existing = self.session.get(r.ENDPOINT_SLICES, spec.name)
             if existing is None:
                 raise errors.CloudError(NAME, "CreateEndpointSlice", "slice vanished; retry")
         if not self._ours(existing, spec.service_uid):
@@ -186,10 +194,10 @@ class DvpLoadBalancers(DvpBase):
             )
         if all(existing.get(k) == v for k, v in body.items()):
             return
-        self.patch(r.ENDPOINT_SLICES, spec.name, {"metadata": {"labels": labels}, **body})
+        self.session.patch(r.ENDPOINT_SLICES, spec.name, {"metadata": {"labels": labels}, **body})
 
     def _service(self, spec: models.LoadBalancerSpec) -> dict[str, Any] | None:
-        service = self.get(r.SERVICES, spec.name)
+        service = self.session.get(r.SERVICES, spec.name)
         if service is not None and not self._ours(service, spec.service_uid):
             raise errors.AlreadyExists(
                 NAME, "GetService", f"Service {spec.name!r} in the parent belongs to another"
@@ -210,12 +218,12 @@ class DvpLoadBalancers(DvpBase):
         service = self._service(spec)
         if service is None:
             wanted = {k: v for k, v in wanted.items() if v is not None}
-            created = self.create(
+            created = self.session.create(
                 r.SERVICES,
                 {
                     "metadata": {
                         "name": spec.name,
-                        "namespace": self.namespace,
+                        "namespace": self.session.namespace,
                         "labels": self._lb_labels(spec),
                         "annotations": annotations,
                     },
@@ -231,7 +239,7 @@ class DvpLoadBalancers(DvpBase):
             current = service["metadata"].get("annotations") or {}
             patch_annotations: dict[str, Any] = {k: None for k in current if k not in annotations}
             patch_annotations.update(annotations)
-            service = self.patch(
+            service = self.session.patch(
                 r.SERVICES,
                 spec.name,
                 {
@@ -244,7 +252,7 @@ class DvpLoadBalancers(DvpBase):
 
     def _wait_for_ingress(self, service: dict[str, Any]) -> models.LoadBalancerStatus:
         name = service["metadata"]["name"]
-        deadline = time.monotonic() + self.settings.lb_ingress_timeout_s
+        deadline = time.monotonic() + self.session.settings.lb_ingress_timeout_s
         delay = 0.05
         while True:
             status = ingress_of(service)
@@ -258,7 +266,7 @@ class DvpLoadBalancers(DvpBase):
                 )
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
-            found = self.get(r.SERVICES, name)
+            found = self.session.get(r.SERVICES, name)
             if found is None:
                 raise errors.CloudError(NAME, "EnsureLoadBalancer", f"Service {name!r} vanished")
             service = found
@@ -270,13 +278,13 @@ class DvpLoadBalancers(DvpBase):
         self._write_slice(spec, service, self._backend_vms())
 
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
-        service = self.get(r.SERVICES, name)
+        service = self.session.get(r.SERVICES, name)
         if service is None or not self._ours(service):
             return None
         return ingress_of(service) or models.LoadBalancerStatus(name=name)
 
     def delete_load_balancer(self, name: str) -> None:
         for piece in (r.ENDPOINT_SLICES, r.SERVICES):
-            found = self.get(piece, name)
+            found = self.session.get(piece, name)
             if found is not None and self._ours(found):
-                self.delete(piece, name)
+                self.session.delete(piece, name)

@@ -70,11 +70,14 @@ def owner_reference(vm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class DvpMachines(DvpBase):
+class DvpMachines:
+    def __init__(self, session: DvpBase) -> None:
+        self.session = session
+
     # -- labels and bodies -----------------------------------------------------------------
     def _labels(self, spec: models.MachineSpec, **extra: str) -> dict[str, str]:
         return {
-            **self.cluster_labels(),
+            **self.session.cluster_labels(),
             r.HOSTNAME_LABEL: spec.name,
             r.MACHINE_UID_LABEL: spec.machine_uid,
             **extra,
@@ -88,11 +91,11 @@ class DvpMachines(DvpBase):
         """The machine's failure domain as a parent-node selector (only for configured zones:
         DVP's mock ``default`` zone, configured or not, places nothing)."""
         zone = spec.failure_domain
-        mock_only = self.settings.zones in ([], list(DEFAULT_ZONES))
+        mock_only = self.session.settings.zones in ([], list(DEFAULT_ZONES))
         if not zone or (mock_only and zone in DEFAULT_ZONES):
             return {}
-        if zone not in self.settings.zones:
-            known = ", ".join(self.settings.zones or DEFAULT_ZONES)
+        if zone not in self.session.settings.zones:
+            known = ", ".join(self.session.settings.zones or DEFAULT_ZONES)
             raise errors.InvalidRequest(
                 NAME, "CreateVirtualMachine", f"zone {zone!r} is not a configured zone ({known})"
             )
@@ -115,10 +118,10 @@ class DvpMachines(DvpBase):
             placement["priorityClassName"] = vm.priority_class_name
         metadata: dict[str, Any] = {
             "name": spec.name,
-            "namespace": self.namespace,
+            "namespace": self.session.namespace,
             "labels": {
                 **vm.additional_labels,
-                **self.settings.additional_vm_labels,
+                **self.session.settings.additional_vm_labels,
                 **self._labels(spec),
             },
         }
@@ -151,7 +154,7 @@ class DvpMachines(DvpBase):
             return {
                 "metadata": {
                     "name": name,
-                    "namespace": self.namespace,
+                    "namespace": self.session.namespace,
                     "labels": self._labels(spec, **{r.DISK_NAME_LABEL: name}),
                     "ownerReferences": [owner],
                 },
@@ -192,7 +195,7 @@ class DvpMachines(DvpBase):
         return {
             "metadata": {
                 "name": r.cloud_init_secret_name(spec.name),
-                "namespace": self.namespace,
+                "namespace": self.session.namespace,
                 "labels": self._labels(spec),
                 "ownerReferences": [owner],
             },
@@ -204,11 +207,11 @@ class DvpMachines(DvpBase):
     def _validate_references(self, vm: DeckhouseMachineSpec) -> None:
         """The image and the VM class must exist before a VM is made (as capdvp checks)."""
         image = vm.boot_disk_image_ref
-        if not self.exists(r.IMAGE_RESOURCES[image.kind], image.name):
+        if not self.session.exists(r.IMAGE_RESOURCES[image.kind], image.name):
             raise errors.InvalidRequest(
                 NAME, "CreateVirtualMachine", f"{image.kind} {image.name!r} does not exist"
             )
-        if not self.exists(r.VIRTUAL_MACHINE_CLASSES, vm.vm_class_name):
+        if not self.session.exists(r.VIRTUAL_MACHINE_CLASSES, vm.vm_class_name):
             raise errors.InvalidRequest(
                 NAME,
                 "CreateVirtualMachine",
@@ -219,15 +222,15 @@ class DvpMachines(DvpBase):
         self, resource: Resource, body: dict[str, Any], spec: models.MachineSpec
     ) -> dict[str, Any]:
         name = body["metadata"]["name"]
-        created = self.create(resource, body)
+        created = self.session.create(resource, body)
         if created is not None:
             return created
-        existing = self.get(resource, name)
+        existing = self.session.get(resource, name)
         if existing is None:  # deleted in between: try once more
-            created = self.create(resource, body)
+            created = self.session.create(resource, body)
             if created is not None:
                 return created
-            existing = self.get(resource, name)
+            existing = self.session.get(resource, name)
         if existing is None or not self._owned(existing, spec):
             raise errors.AlreadyExists(
                 NAME,
@@ -238,7 +241,7 @@ class DvpMachines(DvpBase):
 
     def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine:
         vm_spec = parse_spec(spec.provider_spec)
-        vm = self.get(r.VIRTUAL_MACHINES, spec.name)
+        vm = self.session.get(r.VIRTUAL_MACHINES, spec.name)
         if vm is None:
             self._validate_references(vm_spec)
             vm = self._create_or_adopt(r.VIRTUAL_MACHINES, self._vm_body(spec, vm_spec), spec)
@@ -256,14 +259,14 @@ class DvpMachines(DvpBase):
         secret = self._secret_body(spec, user_data, owner)
         existing = self._create_or_adopt(r.SECRETS, secret, spec)
         if (existing.get("data") or {}).get(r.CLOUD_INIT_KEY) != secret["data"][r.CLOUD_INIT_KEY]:
-            self.patch(r.SECRETS, secret["metadata"]["name"], {"data": secret["data"]})
+            self.session.patch(r.SECRETS, secret["metadata"]["name"], {"data": secret["data"]})
         for disk in self._disk_bodies(spec, vm_spec, owner):
             self._create_or_adopt(r.VIRTUAL_DISKS, disk, spec)
         return self.to_machine(vm)
 
     # -- get -------------------------------------------------------------------------------
     def get_machine(self, spec: models.MachineSpec) -> models.Machine | None:
-        vm = self.get(r.VIRTUAL_MACHINES, spec.name)
+        vm = self.session.get(r.VIRTUAL_MACHINES, spec.name)
         if vm is None or not self._owned(vm, spec):
             return None
         return self.to_machine(vm)
@@ -286,7 +289,7 @@ class DvpMachines(DvpBase):
 
         Each call does the next step and returns: one GET while the VM is still stopping.
         """
-        vm = self.get(r.VIRTUAL_MACHINES, spec.name)
+        vm = self.session.get(r.VIRTUAL_MACHINES, spec.name)
         if vm is not None and self._owned(vm, spec):
             if vm["metadata"].get("deletionTimestamp"):
                 return False  # stopping; disks go once the VM no longer uses them
@@ -295,7 +298,7 @@ class DvpMachines(DvpBase):
         remaining = self._detach_all(spec)
         selector = f"{r.MACHINE_UID_LABEL}={spec.machine_uid}"
         for resource in (r.VIRTUAL_DISKS, r.SECRETS):
-            for obj in self.list_objects(resource, label_selector=selector):
+            for obj in self.session.list_objects(resource, label_selector=selector):
                 if self._delete_object(resource, obj):
                     remaining = True
         return not remaining
@@ -303,7 +306,7 @@ class DvpMachines(DvpBase):
     def _detach_all(self, spec: models.MachineSpec) -> bool:
         """Delete the VM's block-device attachments; True while any is still there."""
         remaining = False
-        for attachment in self.list_objects(
+        for attachment in self.session.list_objects(
             r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS,
             label_selector=f"{r.ATTACHMENT_MACHINE_LABEL}={spec.name}",
         ):
@@ -316,4 +319,4 @@ class DvpMachines(DvpBase):
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return True
-        return self.delete(resource, meta["name"]) == "deleting"
+        return self.session.delete(resource, meta["name"]) == "deleting"

@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import VolumeDefaults
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import NAME, DvpBase
 
@@ -85,14 +86,18 @@ _STATES = {
 }
 
 
-class DvpVolumes(DvpBase):
+class DvpVolumes(VolumeDefaults):
+    provider = NAME
     zonal_volumes = False
     max_volumes_per_node = MAX_VOLUMES
+
+    def __init__(self, session: DvpBase) -> None:
+        self.session = session
 
     # -- reads -----------------------------------------------------------------------------
     def _attachments(self, disk: str | None = None) -> list[dict[str, Any]]:
         selector = f"{r.ATTACHMENT_DISK_LABEL}={disk}" if disk else None
-        return self.list_objects(
+        return self.session.list_objects(
             r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, label_selector=selector
         )
 
@@ -140,7 +145,7 @@ class DvpVolumes(DvpBase):
     def _disk(self, volume_id: str) -> dict[str, Any]:
         if not _OBJECT_NAME.match(volume_id) or len(volume_id) > 253:
             raise errors.NotFound(NAME, "GetVirtualDisk", f"no volume {volume_id!r}")
-        disk = self.get(r.VIRTUAL_DISKS, volume_id)
+        disk = self.session.get(r.VIRTUAL_DISKS, volume_id)
         if disk is None:
             raise errors.NotFound(NAME, "GetVirtualDisk", f"no volume {volume_id!r}")
         return disk
@@ -149,7 +154,7 @@ class DvpVolumes(DvpBase):
         return self._to_volume(self._disk(volume_id), self._attachments(volume_id))
 
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        disk = self.get(r.VIRTUAL_DISKS, disk_name(name))
+        disk = self.session.get(r.VIRTUAL_DISKS, disk_name(name))
         if disk is None or not self._is_volume_of(disk, name, cluster):
             return None
         return self._to_volume(disk, self._attachments(disk["metadata"]["name"]))
@@ -162,7 +167,7 @@ class DvpVolumes(DvpBase):
         ) == cluster
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
-        disks = self.list_objects(
+        disks = self.session.list_objects(
             r.VIRTUAL_DISKS,
             label_selector=f"{CSI_VOLUME_LABEL}=true,{CSI_CLUSTER_LABEL}={cluster}",
         )
@@ -187,9 +192,9 @@ class DvpVolumes(DvpBase):
         body = {
             "metadata": {
                 "name": name,
-                "namespace": self.namespace,
+                "namespace": self.session.namespace,
                 "labels": {
-                    **self.cluster_labels(),
+                    **self.session.cluster_labels(),
                     r.DISK_NAME_LABEL: name,
                     CSI_VOLUME_LABEL: "true",
                     CSI_CLUSTER_LABEL: spec.cluster,
@@ -201,9 +206,9 @@ class DvpVolumes(DvpBase):
             },
             "spec": {"persistentVolumeClaim": claim},
         }
-        created = self.create(r.VIRTUAL_DISKS, body)
+        created = self.session.create(r.VIRTUAL_DISKS, body)
         if created is None:
-            existing = self.get(r.VIRTUAL_DISKS, name)
+            existing = self.session.get(r.VIRTUAL_DISKS, name)
             if existing is None or not self._is_volume_of(existing, spec.name, spec.cluster):
                 raise errors.AlreadyExists(
                     NAME, "CreateVirtualDisk", f"VirtualDisk {name!r} exists and is not {spec.name}"
@@ -221,10 +226,10 @@ class DvpVolumes(DvpBase):
                 f"volume {volume_id} is attached to {live[0]['spec']['virtualMachineName']}",
             )
         if not _going(disk):
-            self.delete(r.VIRTUAL_DISKS, volume_id)
+            self.session.delete(r.VIRTUAL_DISKS, volume_id)
 
     def _vm(self, instance_id: str) -> dict[str, Any]:
-        vm = self.get(r.VIRTUAL_MACHINES, instance_id)
+        vm = self.session.get(r.VIRTUAL_MACHINES, instance_id)
         if vm is None or _going(vm):
             raise errors.NotFound(NAME, "GetVirtualMachine", f"no VM {instance_id!r}")
         return vm
@@ -241,9 +246,9 @@ class DvpVolumes(DvpBase):
         body = {
             "metadata": {
                 "name": name,
-                "namespace": self.namespace,
+                "namespace": self.session.namespace,
                 "labels": {
-                    **self.cluster_labels(),
+                    **self.session.cluster_labels(),
                     r.ATTACHMENT_DISK_LABEL: volume.id,
                     r.ATTACHMENT_MACHINE_LABEL: hostname,
                 },
@@ -253,8 +258,8 @@ class DvpVolumes(DvpBase):
                 "blockDeviceRef": {"kind": "VirtualDisk", "name": volume.id},
             },
         }
-        if self.create(r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, body) is None:
-            existing = self.get(r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, name)
+        if self.session.create(r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, body) is None:
+            existing = self.session.get(r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, name)
             if existing is not None and _going(existing):
                 raise errors.OperationPending(
                     NAME, "AttachVolume", f"{name} is still being removed; try again"
@@ -266,13 +271,13 @@ class DvpVolumes(DvpBase):
             if attachment["spec"].get("virtualMachineName") == instance_id and not _going(
                 attachment
             ):
-                self.delete(
+                self.session.delete(
                     r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment["metadata"]["name"]
                 )
 
     def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
         self._disk(volume_id)
-        self.patch(
+        self.session.patch(
             r.VIRTUAL_DISKS,
             volume_id,
             {"spec": {"persistentVolumeClaim": {"size": f"{size_gib}Gi"}}},
