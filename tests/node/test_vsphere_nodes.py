@@ -138,7 +138,7 @@ def test_one_read_and_one_tag_listing_per_pass(seeded: Inventory, driver: Vspher
 def test_session_is_reestablished(seeded: Inventory, driver: VsphereDriver) -> None:
     ids = [seeded.vms["node-a"].uuid]
     driver.list_instances(ids)
-    driver._si.content.sessionManager.Logout()  # the session ends on the vCenter side
+    driver.session._si.content.sessionManager.Logout()  # the session ends on the vCenter side
     assert set(driver.list_instances(ids).found) == set(ids)
 
 

@@ -33,7 +33,6 @@ import requests
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.calls import cloud_call
-from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.vsphere.config import ConfigError
 from cloudloop.cloud.vsphere.mapping import PROVIDER, Entity, GuestNic, Inventory, VmProps
 from cloudloop.cloud.vsphere.settings import Connection, VsphereSettings, resolve
@@ -132,8 +131,9 @@ def _is_session_gone(exc: BaseException) -> bool:
     return isinstance(exc, vmodl.MethodFault) and isinstance(exc, vim.fault.NotAuthenticated)
 
 
-class VsphereBase(CloudDriver):
-    """One vCenter: a kept SOAP session, a kept tagging session, a container view."""
+class VsphereBase:
+    """The vSphere session (one vCenter): a kept SOAP session, a kept tagging session, a
+    container view, counted calls; every capability object takes it."""
 
     provider = PROVIDER
 

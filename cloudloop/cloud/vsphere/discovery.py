@@ -17,12 +17,16 @@ from __future__ import annotations
 import hashlib
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.vsphere.base import VsphereBase
 from cloudloop.cloud.vsphere.mapping import DISCOVERY_API_VERSION, DISCOVERY_KIND, PROVIDER
 from cloudloop.cloud.vsphere.vmomi import PC, SoapStubAdapter, pbm, vim
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.vsphere.volumes import VsphereVolumes
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,20 @@ class DatastoreView:
     free_bytes: int = 0
 
 
-class VsphereDiscovery(VsphereBase):
+class VsphereDiscovery(DiscoveryDefaults):
+    provider = PROVIDER
+    #: The volumes part, whose disks are the cluster's disks (set by the driver once both are
+    #: made: volumes take discovery for their datastores, discovery takes volumes for this).
+    volumes: VsphereVolumes | None = None
+
+    def __init__(self, session: VsphereBase) -> None:
+        self.session = session
+
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
+        if self.volumes is None:
+            raise errors.NotSupported(PROVIDER, "list_cluster_disks")
+        return self.volumes.list_cluster_disks(cluster)
+
     # -- datastores ------------------------------------------------------------------------------
     def datastores(self) -> list[DatastoreView]:
         """Every datastore with its URL and type, in one retrieval over a container view."""
@@ -90,12 +107,12 @@ class VsphereDiscovery(VsphereBase):
                 )
             return sorted(result, key=lambda d: d.name)
 
-        return self.call("ListDatastores", read)
+        return self.session.call("ListDatastores", read)
 
     def datastore_zones(self) -> dict[str, list[str]]:
         """Datastore moref → its zone tags."""
-        conn = self.connection()
-        tags = self.tags_by_object([conn.zone_category])
+        conn = self.session.connection()
+        tags = self.session.tags_by_object([conn.zone_category])
         return {
             moref: sorted(tag for category, tag in pairs if category == conn.zone_category)
             for moref, pairs in tags.items()
@@ -104,9 +121,9 @@ class VsphereDiscovery(VsphereBase):
     # -- zones -----------------------------------------------------------------------------------
     def _region_and_zones(self) -> tuple[str, str, list[str]]:
         """``(datacenter name, region, zones)``."""
-        conn = self.connection()
-        inventory = self.inventory()
-        tags = self.tags_by_object([conn.region_category, conn.zone_category])
+        conn = self.session.connection()
+        inventory = self.session.inventory()
+        tags = self.session.tags_by_object([conn.region_category, conn.zone_category])
         datacenters = {m: e for m, e in inventory.entities.items() if e.type == "Datacenter"}
         regions = {
             m: tag
@@ -114,7 +131,7 @@ class VsphereDiscovery(VsphereBase):
             for category, tag in tags.get(m, ())
             if category == conn.region_category
         }
-        wanted = self.settings.region
+        wanted = self.session.settings.region
         candidates = [m for m, r in regions.items() if not wanted or r == wanted]
         if conn.datacenters:
             candidates = [m for m in candidates if datacenters[m].name in conn.datacenters]
@@ -133,8 +150,8 @@ class VsphereDiscovery(VsphereBase):
             if datacenter not in inventory.ancestors(moref):
                 continue
             zones.update(tag for c, tag in tags.get(moref, ()) if c == conn.zone_category)
-        if self.settings.zones:
-            zones &= set(self.settings.zones)
+        if self.session.settings.zones:
+            zones &= set(self.session.settings.zones)
         return datacenters[datacenter].name, regions[datacenter], sorted(zones)
 
     def zones(self) -> list[models.Zone]:
@@ -150,13 +167,13 @@ class VsphereDiscovery(VsphereBase):
         """PBM requirement profiles ``[{name, id}]`` (one PBM session on the vCenter cookie)."""
 
         def read(si: Any) -> list[dict[str, str]]:
-            conn = self.connection()
+            conn = self.session.connection()
             stub = SoapStubAdapter(
                 host=conn.host,
                 port=conn.port,
                 path="/pbm",
                 version="pbm.version.version11",
-                sslContext=self._ssl_context(conn),
+                sslContext=self.session._ssl_context(conn),
                 thumbprint=conn.thumbprint.replace(":", "").lower() or None,
             )
             stub.cookie = si._stub.cookie
@@ -172,20 +189,20 @@ class VsphereDiscovery(VsphereBase):
                 key=lambda p: p["name"],
             )
 
-        return self.call("PbmQueryProfile", read)
+        return self.session.call("PbmQueryProfile", read)
 
     def thumbprint(self) -> str:
         """vCenter's certificate SHA-1 thumbprint (``AB:CD:...``), as Deckhouse publishes it."""
-        conn = self.connection()
+        conn = self.session.connection()
 
         def read() -> str:
             pem = ssl.get_server_certificate(
-                (conn.host, conn.port), timeout=self.settings.timeout_s
+                (conn.host, conn.port), timeout=self.session.settings.timeout_s
             )
             digest = hashlib.sha1(ssl.PEM_cert_to_DER_cert(pem)).hexdigest().upper()
             return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 
-        return self._counted("GetThumbprint", read)
+        return self.session._counted("GetThumbprint", read)
 
     # -- the document ------------------------------------------------------------------------------
     def discovery_data(self) -> models.DiscoveryData:
@@ -204,17 +221,17 @@ class VsphereDiscovery(VsphereBase):
             for d in (tagged or stores)
         ]
         extra: dict[str, object] = {
-            "vmFolderPath": self.settings.vm_folder_path,
+            "vmFolderPath": self.session.settings.vm_folder_path,
             "datacenter": datacenter,
             "zones": zones,
             "datastores": datastores,
             "storagePolicies": self.storage_policies(),
             "thumbprint": self.thumbprint(),
         }
-        if self.settings.base_resource_pool:
-            extra["resourcePoolPath"] = self.settings.base_resource_pool
-        if self.settings.internal_network_names:
-            extra["internalNetworkNames"] = list(self.settings.internal_network_names)
+        if self.session.settings.base_resource_pool:
+            extra["resourcePoolPath"] = self.session.settings.base_resource_pool
+        if self.session.settings.internal_network_names:
+            extra["internalNetworkNames"] = list(self.session.settings.internal_network_names)
         return models.DiscoveryData(
             region=region,
             zones=[models.Zone(name=z, region=region) for z in zones],

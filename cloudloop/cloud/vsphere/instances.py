@@ -51,7 +51,10 @@ log = logging.getLogger(__name__)
 TAG_MISS_REFRESH_S = 5.0
 
 
-class VsphereInstances(VsphereBase):
+class VsphereInstances:
+    def __init__(self, session: VsphereBase) -> None:
+        self.session = session
+
     def instance_id_from_provider_id(self, provider_id: str) -> str:
         """``vsphere://<uuid>`` → the lower-case UUID; anything else is not this cloud's."""
         if not provider_id.startswith(PROVIDER_ID_PREFIX):
@@ -71,21 +74,21 @@ class VsphereInstances(VsphereBase):
         """The inventory and its zone tags: read fresh (2 round trips), or with ``reuse`` a
         read younger than ``name_lookup_reuse_s`` (by-name lookups never prove absence, so a
         slightly old answer can only delay an init, never delete a node)."""
-        cached = self._last_snapshot
+        cached = self.session._last_snapshot
         if (
             reuse
             and cached is not None
-            and time.monotonic() - cached[0] < (self.settings.name_lookup_reuse_s)
+            and time.monotonic() - cached[0] < (self.session.settings.name_lookup_reuse_s)
         ):
             return cached[1], cached[2], 0
-        conn = self.connection()
-        inventory = self.inventory()
-        tags = self.tags_by_object([conn.region_category, conn.zone_category])
-        self._last_snapshot = (time.monotonic(), inventory, tags)
+        conn = self.session.connection()
+        inventory = self.session.inventory()
+        tags = self.session.tags_by_object([conn.region_category, conn.zone_category])
+        self.session._last_snapshot = (time.monotonic(), inventory, tags)
         return inventory, tags, 2
 
     def _in_scope(self, inventory: Inventory, vm: VmProps) -> bool:
-        datacenters = self.connection().datacenters
+        datacenters = self.session.connection().datacenters
         return not datacenters or inventory.datacenter_of(vm.moref) in datacenters
 
     def _instance(
@@ -96,7 +99,7 @@ class VsphereInstances(VsphereBase):
     ) -> models.Instance | None:
         """The instance of ``vm``; ``None`` when it is powered on but its guest gives no
         usable address yet (undecided)."""
-        conn = self.connection()
+        conn = self.session.connection()
         state = instance_state(vm.power_state)
         try:
             addresses = node_addresses(vm, conn.nodes, conn.ip_families)
@@ -138,9 +141,11 @@ class VsphereInstances(VsphereBase):
         passes over zoned VMs keep the cached names (``tag_cache_s``)."""
         listing = lookup()
         missing = any(i.init_error for i in listing.found.values())
-        if missing and time.monotonic() - self._tags_read_at > TAG_MISS_REFRESH_S:
-            self._tags_read_at = 0.0  # stale: the next association read lists the names again
-            self._last_snapshot = None
+        if missing and time.monotonic() - self.session._tags_read_at > TAG_MISS_REFRESH_S:
+            self.session._tags_read_at = (
+                0.0  # stale: the next association read lists the names again
+            )
+            self.session._last_snapshot = None
             first = listing.requests
             listing = lookup()
             listing.requests += first

@@ -122,7 +122,10 @@ def machine_error(operation: str, exc: errors.CloudError) -> errors.CloudError:
     return exc
 
 
-class VsphereMachines(VsphereBase):
+class VsphereMachines:
+    def __init__(self, session: VsphereBase) -> None:
+        self.session = session
+
     # -- reads -----------------------------------------------------------------------------
     def _vm_state(self, vm: Any) -> VmState | None:
         """The machine properties of ``vm``; ``None`` when it is gone (or has no config yet)."""
@@ -136,7 +139,7 @@ class VsphereMachines(VsphereBase):
             return {p.name: p.val for p in found[0].propSet} if found else {}
 
         try:
-            props = self.call("GetVm", read)
+            props = self.session.call("GetVm", read)
         except errors.NotFound:
             return None
         uuid = str(props.get("config.uuid") or "").lower()
@@ -157,7 +160,7 @@ class VsphereMachines(VsphereBase):
         )
 
     def _find_by_instance_uuid(self, machine_uid: str) -> Any | None:
-        return self.call(
+        return self.session.call(
             "FindByUuid",
             lambda si: si.content.searchIndex.FindByUuid(
                 None, machine_uid, True, instanceUuid=True
@@ -165,7 +168,7 @@ class VsphereMachines(VsphereBase):
         )
 
     def _find_by_path(self, path: str) -> Any | None:
-        return self.call(
+        return self.session.call(
             "FindByInventoryPath", lambda si: si.content.searchIndex.FindByInventoryPath(path)
         )
 
@@ -214,13 +217,13 @@ class VsphereMachines(VsphereBase):
             ]
 
         try:
-            tasks = self.call("ListVmTasks", in_flight)
+            tasks = self.session.call("ListVmTasks", in_flight)
         except errors.NotFound:
             return False
         for task in tasks:
             log.info("vsphere: waiting for task %s on VM %s", task, vm.name)
             try:
-                self.wait_task("WaitVmTask", task)
+                self.session.wait_task("WaitVmTask", task)
             except errors.CloudError as exc:
                 if exc.retryable:
                     raise  # still running: the caller retries
@@ -229,7 +232,7 @@ class VsphereMachines(VsphereBase):
     # -- placement -------------------------------------------------------------------------
     def _datacenter(self, name: str) -> tuple[Any, str]:
         """The datacenter (name or path; empty: the configured one, else the only one)."""
-        wanted = (name or self.settings.datacenter).strip("/")
+        wanted = (name or self.session.settings.datacenter).strip("/")
         if wanted:
             found = self._find_by_path(f"/{wanted}")
             if not isinstance(found, vim.Datacenter):
@@ -245,7 +248,7 @@ class VsphereMachines(VsphereBase):
             finally:
                 view.Destroy()
 
-        dcs = self.call("ListDatacenters", list_dcs)
+        dcs = self.session.call("ListDatacenters", list_dcs)
         if len(dcs) != 1:
             raise errors.InvalidRequest(
                 PROVIDER,
@@ -302,7 +305,7 @@ class VsphereMachines(VsphereBase):
                 return [str(child.name) for child in obj.resourcePool]
             return []
 
-        return self.call("ListChildren", read)
+        return self.session.call("ListChildren", read)
 
     def _placement(
         self, machine: VsphereMachineSpec, spec: models.MachineSpec, dc: Any, dc_name: str
@@ -334,7 +337,7 @@ class VsphereMachines(VsphereBase):
         if isinstance(found, vim.VirtualMachine):
             return found
         if "/" not in template:
-            matches = self.call(
+            matches = self.session.call(
                 "FindByName",
                 lambda si: _vms_named(si, template),
             )
@@ -354,11 +357,11 @@ class VsphereMachines(VsphereBase):
             if not path.startswith("/"):
                 path = f"/{dc_name}/host/{path.strip('/')}"
             return self._resolve(path, (vim.ResourcePool,), "resource pool")
-        cluster = self.settings.zone_compute_cluster_paths.get(spec.failure_domain, "")
+        cluster = self.session.settings.zone_compute_cluster_paths.get(spec.failure_domain, "")
         if cluster:
             path = self._path(dc_name, "host", cluster)
             return self._resolve(f"{path}/Resources", (vim.ResourcePool,), "resource pool")
-        pool = self.call(
+        pool = self.session.call(
             "GetTemplatePool",
             lambda si: vim.VirtualMachine(template._moId, si._stub).resourcePool,
         )
@@ -379,7 +382,7 @@ class VsphereMachines(VsphereBase):
             finally:
                 view.Destroy()
 
-        available = self.call("ListNetworks", read)
+        available = self.session.call("ListNetworks", read)
         resolved: list[Any] = []
         for name in names:
             matches = [n for n, n_name in available if n_name == name.rsplit("/", 1)[-1]]
@@ -411,8 +414,8 @@ class VsphereMachines(VsphereBase):
     def _check_server(self, machine: VsphereMachineSpec) -> None:
         if not machine.server:
             return
-        conn = self.connection()
-        accepted = {conn.host, f"{conn.host}:{conn.port}", self.settings.server}
+        conn = self.session.connection()
+        accepted = {conn.host, f"{conn.host}:{conn.port}", self.session.settings.server}
         if machine.server.removeprefix("https://").rstrip("/") not in accepted:
             raise errors.InvalidRequest(
                 PROVIDER,
@@ -465,7 +468,7 @@ class VsphereMachines(VsphereBase):
         clone_spec = vim.vm.CloneSpec(
             location=relocate, powerOn=False, template=False, config=config
         )
-        task = self.call(
+        task = self.session.call(
             "CloneVM",
             lambda si: vim.VirtualMachine(place.template._moId, si._stub).CloneVM_Task(
                 folder=vim.Folder(place.folder._moId, si._stub), name=spec.name, spec=clone_spec
@@ -473,7 +476,7 @@ class VsphereMachines(VsphereBase):
         )
         log.info("vsphere: cloning VM %s from the template (task %s)", spec.name, task._moId)
         try:
-            created = self.wait_task("CloneVM", task._moId)
+            created = self.session.wait_task("CloneVM", task._moId)
         except errors.AlreadyExists:  # DuplicateName: a racing create of this machine won
             log.info("vsphere: VM %s was cloned meanwhile; adopting it", spec.name)
             created = None
@@ -491,7 +494,7 @@ class VsphereMachines(VsphereBase):
             return None
         log.info("vsphere: a clone of %s is in flight (task %s); waiting for it", spec.name, task)
         try:
-            self.wait_task("CloneVM", task)
+            self.session.wait_task("CloneVM", task)
         except errors.CloudError as exc:
             if not exc.retryable and not isinstance(exc, errors.AlreadyExists):
                 log.info("vsphere: the earlier clone of %s failed: %s", spec.name, exc.message)
@@ -526,7 +529,7 @@ class VsphereMachines(VsphereBase):
                     out[str(obj.obj._moId)] = str(props.get("info.entityName", ""))
             return out
 
-        clones = self.call("ListRecentTasks", running)
+        clones = self.session.call("ListRecentTasks", running)
         if not clones:
             return None
         begin = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=6)
@@ -538,7 +541,7 @@ class VsphereMachines(VsphereBase):
             )
             return list(si.content.eventManager.QueryEvents(spec) or [])
 
-        named = [e for e in self.call("QueryEvents", events) if str(e.destName) == name]
+        named = [e for e in self.session.call("QueryEvents", events) if str(e.destName) == name]
         if not named:
             return None
         sources = {str(e.vm.vm._moId) for e in named if e.vm is not None and e.vm.vm is not None}
@@ -557,7 +560,7 @@ class VsphereMachines(VsphereBase):
         user_data: bytes,
     ) -> None:
         """One ``ReconfigVM_Task`` bringing a powered-off clone to the spec (idempotent)."""
-        devices = self.call(
+        devices = self.session.call(
             "GetDevices",
             lambda si: list(vim.VirtualMachine(vm.moref, si._stub).config.hardware.device),
         )
@@ -581,24 +584,24 @@ class VsphereMachines(VsphereBase):
             config.nestedHVEnabled = machine.nested_hv
         if machine.sync_time_with_host is not None:
             config.tools = vim.vm.ToolsConfigInfo(syncTimeWithHost=machine.sync_time_with_host)
-        task = self.call(
+        task = self.session.call(
             "ReconfigVM",
             lambda si: vim.VirtualMachine(vm.moref, si._stub).ReconfigVM_Task(spec=config),
         )
-        self.wait_task("ReconfigVM", task._moId)
+        self.session.wait_task("ReconfigVM", task._moId)
 
     def _attach_tags(self, vm: VmState, tag_ids: list[str]) -> None:
         obj = ObjectId(id=vm.moref, type="VirtualMachine")
         for tag_id in tag_ids:
-            self.tag_call("AttachTag", functools.partial(_attach, tag_id, obj))
+            self.session.tag_call("AttachTag", functools.partial(_attach, tag_id, obj))
 
     def _power_on(self, vm: VmState) -> None:
         try:
-            task = self.call(
+            task = self.session.call(
                 "PowerOnVM",
                 lambda si: vim.VirtualMachine(vm.moref, si._stub).PowerOnVM_Task(),
             )
-            self.wait_task("PowerOnVM", task._moId)
+            self.session.wait_task("PowerOnVM", task._moId)
         except errors.FailedPrecondition:
             current = self._vm_state(vim.VirtualMachine(vm.moref))
             if current is None or current.power_state != "poweredOn":
@@ -624,7 +627,7 @@ class VsphereMachines(VsphereBase):
                 "vsphere: a clone of %s is in flight (task %s); deleting after it", spec.name, task
             )
             try:
-                self.wait_task("CloneVM", task)
+                self.session.wait_task("CloneVM", task)
             except errors.CloudError as exc:
                 if exc.retryable:
                     raise
@@ -640,10 +643,10 @@ class VsphereMachines(VsphereBase):
         if vm.power_state != "poweredOff":
             self._power_off(vm)
         try:
-            task = self.call(
+            task = self.session.call(
                 "DestroyVM", lambda si: vim.VirtualMachine(vm.moref, si._stub).Destroy_Task()
             )
-            self.wait_task("DestroyVM", task._moId)
+            self.session.wait_task("DestroyVM", task._moId)
         except errors.NotFound:
             pass  # gone meanwhile
         log.info("vsphere: destroyed VM %s (%s)", vm.name, vm.uuid)
@@ -651,10 +654,10 @@ class VsphereMachines(VsphereBase):
 
     def _power_off(self, vm: VmState) -> None:
         try:
-            task = self.call(
+            task = self.session.call(
                 "PowerOffVM", lambda si: vim.VirtualMachine(vm.moref, si._stub).PowerOffVM_Task()
             )
-            self.wait_task("PowerOffVM", task._moId)
+            self.session.wait_task("PowerOffVM", task._moId)
         except errors.FailedPrecondition:  # InvalidPowerState: off meanwhile
             pass
         except errors.NotFound:

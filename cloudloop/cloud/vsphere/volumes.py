@@ -74,6 +74,8 @@ import re
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import VolumeDefaults
+from cloudloop.cloud.vsphere.base import VsphereBase
 from cloudloop.cloud.vsphere.discovery import DatastoreView, VsphereDiscovery
 from cloudloop.cloud.vsphere.mapping import PROVIDER
 from cloudloop.cloud.vsphere.settings import DEFAULT_ZONE_CATEGORY
@@ -120,16 +122,22 @@ def parse_volume_id(value: str) -> tuple[str, str]:
     return datastore, disk
 
 
-class VsphereVolumes(VsphereDiscovery):
+class VsphereVolumes(VolumeDefaults):
+    provider = PROVIDER
     zonal_volumes = True
     max_volumes_per_node = MAX_VOLUMES
+
+    def __init__(self, session: VsphereBase, discovery: VsphereDiscovery) -> None:
+        self.session = session
+        #: The datastores, their zones and the storage policies volumes are placed by.
+        self.discovery = discovery
 
     @property
     def volume_topology_key(self) -> str:
         try:
-            category = self.connection().zone_category
+            category = self.session.connection().zone_category
         except errors.CloudError:  # a configuration error shows at the first cloud call
-            category = self.settings.zone_tag_category or DEFAULT_ZONE_CATEGORY
+            category = self.session.settings.zone_tag_category or DEFAULT_ZONE_CATEGORY
         return f"{TOPOLOGY_PREFIX}{category}"
 
     # -- helpers -----------------------------------------------------------------------------
@@ -140,7 +148,7 @@ class VsphereVolumes(VsphereDiscovery):
         return manager
 
     def _retrieve(self, datastore: str, disk: str) -> Any:
-        return self.call(
+        return self.session.call(
             "RetrieveVStorageObject",
             lambda si: self._manager(si).RetrieveVStorageObject(
                 vim.vslm.ID(id=disk), vim.Datastore(datastore, si._stub)
@@ -148,7 +156,7 @@ class VsphereVolumes(VsphereDiscovery):
         )
 
     def _list(self, datastore: str) -> list[str]:
-        found = self.call(
+        found = self.session.call(
             "ListVStorageObject",
             lambda si: self._manager(si).ListVStorageObject(vim.Datastore(datastore, si._stub)),
         )
@@ -156,23 +164,24 @@ class VsphereVolumes(VsphereDiscovery):
 
     def _cluster_tag(self, cluster: str) -> tuple[str, str]:
         """Find or create the cluster's tag (and its category) in the tagging service."""
-        category = self.settings.cluster_tag_category
+        category = self.session.settings.cluster_tag_category
         categories = {
-            c.name: c.id for c in self.tag_call("ListCategories", lambda c: c.list_categories())
+            c.name: c.id
+            for c in self.session.tag_call("ListCategories", lambda c: c.list_categories())
         }
-        category_id = categories.get(category) or self.tag_call(
+        category_id = categories.get(category) or self.session.tag_call(
             "CreateCategory", lambda c: c.create_category(category, cardinality="MULTIPLE")
         )
         tags = {
             t.name: t.id
-            for t in self.tag_call("ListTags", lambda c: c.tags_in_category(category_id))
+            for t in self.session.tag_call("ListTags", lambda c: c.tags_in_category(category_id))
         }
         if cluster not in tags:
-            self.tag_call("CreateTag", lambda c: c.create_tag(cluster, category_id))
+            self.session.tag_call("CreateTag", lambda c: c.create_tag(cluster, category_id))
         return category, cluster
 
     def _disk_tags(self, disk: str) -> list[tuple[str, str]]:
-        found = self.call(
+        found = self.session.call(
             "ListTagsAttachedToVStorageObject",
             lambda si: self._manager(si).ListTagsAttachedToVStorageObject(vim.vslm.ID(id=disk)),
         )
@@ -180,7 +189,7 @@ class VsphereVolumes(VsphereDiscovery):
 
     def _tag_disk(self, disk: str, cluster: str) -> None:
         category, tag = self._cluster_tag(cluster)
-        self.call(
+        self.session.call(
             "AttachTagToVStorageObject",
             lambda si: self._manager(si).AttachTagToVStorageObject(
                 vim.vslm.ID(id=disk), category, tag
@@ -226,7 +235,7 @@ class VsphereVolumes(VsphereDiscovery):
             for consumer in obj.config.consumerId or []:
                 instance = str(consumer.id).lower()
                 found[instance] = self._disk_serial(instance, disk)
-        return self._volume(datastore, obj, self.datastore_zones(), found)
+        return self._volume(datastore, obj, self.discovery.datastore_zones(), found)
 
     def _disk_serial(self, instance_id: str, disk: str) -> str:
         """The SCSI UUID (``wwn-0x`` form) of the VM's virtual disk backed by the FCD ``disk``;
@@ -248,7 +257,7 @@ class VsphereVolumes(VsphereDiscovery):
             return list(props.get("config.hardware.device") or [])
 
         try:
-            devices = self.call("ReadVmDevices", read)
+            devices = self.session.call("ReadVmDevices", read)
         except errors.NotFound:
             return ""
         for device in devices:
@@ -261,7 +270,7 @@ class VsphereVolumes(VsphereDiscovery):
         return ""
 
     def _vm(self, instance_id: str) -> Any:
-        vm = self.call(
+        vm = self.session.call(
             "FindByUuid",
             lambda si: si.content.searchIndex.FindByUuid(None, instance_id, True, None),
         )
@@ -270,8 +279,8 @@ class VsphereVolumes(VsphereDiscovery):
         return vm
 
     def _candidate_datastores(self) -> list[DatastoreView]:
-        stores = self.datastores()
-        zoned = self.datastore_zones()
+        stores = self.discovery.datastores()
+        zoned = self.discovery.datastore_zones()
         tagged = [d for d in stores if zoned.get(d.moref)]
         return tagged or stores
 
@@ -291,7 +300,9 @@ class VsphereVolumes(VsphereDiscovery):
         stores = self._candidate_datastores()
         url = parameters.get(DATASTORE_URL_PARAMETER, "")
         if url:
-            by_url = [d for d in self.datastores() if d.url.rstrip("/") == url.rstrip("/")]
+            by_url = [
+                d for d in self.discovery.datastores() if d.url.rstrip("/") == url.rstrip("/")
+            ]
             if not by_url:
                 raise errors.InvalidRequest(PROVIDER, operation, f"no datastore at {url}")
             return by_url
@@ -303,15 +314,15 @@ class VsphereVolumes(VsphereDiscovery):
         """The storage policy of ``StoragePolicyName`` (by name, through PBM), else the setting."""
         name = parameters.get(STORAGE_POLICY_PARAMETER, "")
         if not name:
-            return self.settings.storage_policy_id
-        for policy in self.storage_policies():
+            return self.session.settings.storage_policy_id
+        for policy in self.discovery.storage_policies():
             if policy["name"] == name:
                 return policy["id"]
         raise errors.InvalidRequest(PROVIDER, "CreateDisk", f"no storage policy named {name!r}")
 
     # -- the contract ----------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        zones = self.datastore_zones()
+        zones = self.discovery.datastore_zones()
         matches: list[tuple[Any, str, Any]] = []
         for store in self._candidate_datastores():
             for disk in self._list(store.moref):
@@ -325,7 +336,9 @@ class VsphereVolumes(VsphereDiscovery):
         for _, datastore, obj in matches:
             disk = str(obj.config.id.id)
             owners = [
-                t for c, t in self._disk_tags(disk) if c == self.settings.cluster_tag_category
+                t
+                for c, t in self._disk_tags(disk)
+                if c == self.session.settings.cluster_tag_category
             ]
             if owners and cluster not in owners:
                 continue  # another cluster's disk of the same name
@@ -340,9 +353,9 @@ class VsphereVolumes(VsphereDiscovery):
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
         """Every FCD tagged for ``cluster`` (one tag query, then one read per disk)."""
-        category = self.settings.cluster_tag_category
+        category = self.session.settings.cluster_tag_category
         try:
-            ids = self.call(
+            ids = self.session.call(
                 "ListVStorageObjectsAttachedToTag",
                 lambda si: self._manager(si).ListVStorageObjectsAttachedToTag(category, cluster),
             )
@@ -351,9 +364,9 @@ class VsphereVolumes(VsphereDiscovery):
         wanted = {str(i.id) for i in ids or []}
         if not wanted:
             return []
-        zones = self.datastore_zones()
+        zones = self.discovery.datastore_zones()
         volumes: list[models.Volume] = []
-        for store in self.datastores():
+        for store in self.discovery.datastores():
             for disk in self._list(store.moref):
                 if disk not in wanted:
                     continue
@@ -374,8 +387,8 @@ class VsphereVolumes(VsphereDiscovery):
             (
                 str(p.get("name"))
                 for p in discovery.get("storagePolicies") or []
-                if self.settings.storage_policy_id
-                and p.get("id") == self.settings.storage_policy_id
+                if self.session.settings.storage_policy_id
+                and p.get("id") == self.session.settings.storage_policy_id
             ),
             "",
         )
@@ -390,8 +403,8 @@ class VsphereVolumes(VsphereDiscovery):
             parameters = {"DatastoreURL": url}
             if policy:
                 parameters["StoragePolicyName"] = policy
-            default = bool(self.settings.default_datastore) and (
-                self.settings.default_datastore in (name, url)
+            default = bool(self.session.settings.default_datastore) and (
+                self.session.settings.default_datastore in (name, url)
             )
             specs.setdefault(
                 storage_class_name(name),
@@ -410,14 +423,16 @@ class VsphereVolumes(VsphereDiscovery):
     def volume_capacity(self, parameters: dict[str, str]) -> int:
         """Free bytes of the datastore a volume of these parameters would go to."""
         params = self._parameters(parameters, "GetCapacity")
-        stores = self._datastores_for(params, self.settings.default_datastore, "GetCapacity")
+        stores = self._datastores_for(
+            params, self.session.settings.default_datastore, "GetCapacity"
+        )
         return stores[0].free_bytes if stores else 0
 
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
         params = self._parameters(spec.parameters, "CreateDisk")
-        wanted = spec.volume_type or self.settings.default_datastore
+        wanted = spec.volume_type or self.session.settings.default_datastore
         stores = self._datastores_for(params, wanted, "CreateDisk")
-        zones = self.datastore_zones()
+        zones = self.discovery.datastore_zones()
         if spec.zone:
             stores = [d for d in stores if spec.zone in zones.get(d.moref, [])]
         if not stores:
@@ -446,8 +461,8 @@ class VsphereVolumes(VsphereDiscovery):
                 create_spec.profile = [vim.vm.DefinedProfileSpec(profileId=policy)]
             return str(self._manager(si).CreateDisk_Task(create_spec)._moId)
 
-        task = self.call("CreateDisk", create)
-        obj = self.wait_task("CreateDisk", task)
+        task = self.session.call("CreateDisk", create)
+        obj = self.session.wait_task("CreateDisk", task)
         disk = str(obj.config.id.id)
         if spec.cluster:
             self._tag_disk(disk, spec.cluster)
@@ -460,7 +475,7 @@ class VsphereVolumes(VsphereDiscovery):
             raise errors.FailedPrecondition(
                 PROVIDER, "DeleteVStorageObject", f"volume {volume_id} is attached"
             )
-        task = self.call(
+        task = self.session.call(
             "DeleteVStorageObject",
             lambda si: str(
                 self._manager(si)
@@ -468,7 +483,7 @@ class VsphereVolumes(VsphereDiscovery):
                 ._moId
             ),
         )
-        self.wait_task("DeleteVStorageObject", task)
+        self.session.wait_task("DeleteVStorageObject", task)
 
     def _tasks_in_flight(self, holder: Any, holder_type: Any, wanted: Any) -> list[str]:
         """The queued or running tasks in ``holder``'s ``recentTask`` whose ``descriptionId``
@@ -494,7 +509,7 @@ class VsphereVolumes(VsphereDiscovery):
             return list(si.content.propertyCollector.RetrieveContents([spec]) or [])
 
         running = []
-        for obj in self.call("RetrieveRecentTasks", read):
+        for obj in self.session.call("RetrieveRecentTasks", read):
             props = {p.name: p.val for p in obj.propSet}
             if wanted(str(props.get("info.descriptionId") or "")) and str(
                 props.get("info.state")
@@ -516,7 +531,7 @@ class VsphereVolumes(VsphereDiscovery):
         for task in pending:
             log.info("vsphere: waiting for %s task %s%s", what, task, where)
             try:
-                self.wait_task("TaskInFlight", task)
+                self.session.wait_task("TaskInFlight", task)
             except errors.NotFound:
                 continue  # the task aged out of vCenter's memory
             except errors.CloudError as exc:
@@ -562,7 +577,7 @@ class VsphereVolumes(VsphereDiscovery):
             if any(a.instance_id == instance_id for a in current.attachments):
                 return self._mine(volume.id, instance_id) or current.attachments[0]
             self._refuse_other_consumer(current)
-        task = self.call(
+        task = self.session.call(
             "AttachDisk",
             lambda si: str(
                 vim.VirtualMachine(vm._moId, si._stub)
@@ -572,7 +587,7 @@ class VsphereVolumes(VsphereDiscovery):
                 ._moId
             ),
         )
-        self.wait_task("AttachDisk", task)
+        self.session.wait_task("AttachDisk", task)
         return self._mine(volume.id, instance_id) or models.Attachment(
             volume_id=volume.id, instance_id=instance_id, state="attached"
         )
@@ -585,7 +600,7 @@ class VsphereVolumes(VsphereDiscovery):
         vm = self._vm(instance_id)
         if self._settle(vm._moId) and instance_id not in self._read(volume_id).attached_to:
             return
-        task = self.call(
+        task = self.session.call(
             "DetachDisk",
             lambda si: str(
                 vim.VirtualMachine(vm._moId, si._stub)
@@ -593,7 +608,7 @@ class VsphereVolumes(VsphereDiscovery):
                 ._moId
             ),
         )
-        self.wait_task("DetachDisk", task)
+        self.session.wait_task("DetachDisk", task)
 
     def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
         datastore, disk = parse_volume_id(volume_id)
@@ -603,7 +618,7 @@ class VsphereVolumes(VsphereDiscovery):
                 PROVIDER, "ExtendDisk", f"{size_gib} GiB is smaller than {current.size_gib} GiB"
             )
         if size_gib > current.size_gib:
-            task = self.call(
+            task = self.session.call(
                 "ExtendDisk",
                 lambda si: str(
                     self._manager(si)
@@ -615,7 +630,7 @@ class VsphereVolumes(VsphereDiscovery):
                     ._moId
                 ),
             )
-            self.wait_task("ExtendDisk", task)
+            self.session.wait_task("ExtendDisk", task)
         return models.VolumeModification(
             volume_id=volume_id, state="completed", target_size_gib=size_gib
         )
@@ -629,7 +644,7 @@ class VsphereVolumes(VsphereDiscovery):
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
         """Every FCD tagged for ``cluster`` (:meth:`list_volumes`), for the orphan gauges."""
-        category = self.settings.cluster_tag_category
+        category = self.session.settings.cluster_tag_category
         return [
             models.Disk(
                 id=volume.id,
