@@ -180,11 +180,11 @@ async def openstack_cloud(
 
     async def remove_node(node_id: str) -> None:
         path = f"/servers/{node_id}"
-        await asyncio.to_thread(driver.request, "DeleteServer", "compute", "DELETE", path)
+        await asyncio.to_thread(driver.session.request, "DeleteServer", "compute", "DELETE", path)
 
         def gone() -> bool:
             try:
-                driver.request("GetServer", "compute", "GET", path)
+                driver.session.request("GetServer", "compute", "GET", path)
             except errors.NotFound:
                 return True
             return False

@@ -98,7 +98,7 @@ def connect_as(tmp_path: Path, account: Account, **global_: str) -> ConnectionSc
     )
     driver = OpenStackDriver(OpenStackSettings(cloud_config_file=conf, request_timeout_s=10))
     try:
-        return driver.connection_scope()
+        return driver.session.connection_scope()
     finally:
         driver.close()
 

@@ -44,7 +44,6 @@ from pydantic import BaseModel
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.calls import CallResult, cloud_call
-from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.openstack.config import resolve
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 
@@ -169,8 +168,9 @@ def next_link(body: Mapping[str, Any], key: str) -> str | None:
     return str(glance) if isinstance(glance, str) and glance else None
 
 
-class OpenStackBase(CloudDriver):
-    """Connections per thread, counted calls, waits."""
+class OpenStackBase:
+    """The OpenStack session: connections per thread, counted calls, waits; every capability
+    object takes it."""
 
     provider = NAME
 

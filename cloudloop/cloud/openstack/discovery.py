@@ -16,16 +16,24 @@ import json
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase
 
 DISCOVERY_KIND = "OpenStackCloudDiscoveryData"
 CLUSTER_METADATA = "cinder.csi.openstack.org/cluster"
 
 
-class OpenStackDiscovery(OpenStackBase):
+class OpenStackDiscovery(DiscoveryDefaults):
+    provider = NAME
+
+    def __init__(self, session: OpenStackBase) -> None:
+        self.session = session
+
     def zones(self) -> list[models.Zone]:
-        body = self.request("ListAvailabilityZones", "compute", "GET", "/os-availability-zone")
-        region = self.settings.connection.region
+        body = self.session.request(
+            "ListAvailabilityZones", "compute", "GET", "/os-availability-zone"
+        )
+        region = self.session.settings.connection.region
         return [
             models.Zone(
                 name=str(z["zoneName"]),
@@ -36,7 +44,7 @@ class OpenStackDiscovery(OpenStackBase):
         ]
 
     def instance_types(self) -> list[models.InstanceType]:
-        flavors = self.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
+        flavors = self.session.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
         return [
             models.InstanceType(
                 name=str(f["name"]),
@@ -49,7 +57,7 @@ class OpenStackDiscovery(OpenStackBase):
         ]
 
     def _volume_types(self) -> list[dict[str, Any]]:
-        body = self.request("ListVolumeTypes", "block_storage", "GET", "/types")
+        body = self.session.request("ListVolumeTypes", "block_storage", "GET", "/types")
         types = (body or {}).get("volume_types") or []
         if not types:
             raise errors.CloudError(NAME, "ListVolumeTypes", "Cinder lists no volume type")
@@ -68,12 +76,12 @@ class OpenStackDiscovery(OpenStackBase):
         ]
 
     def discovery_data(self) -> models.DiscoveryData:
-        settings = self.settings
-        networks = self.list_all("ListNetworks", "network", "/networks", "networks")
+        settings = self.session.settings
+        networks = self.session.list_all("ListNetworks", "network", "/networks", "networks")
         external = settings.networking.public_network_names or sorted(
             str(n["name"]) for n in networks if n.get("router:external")
         )
-        images = self.list_all("ListImages", "image", "/images", "images")
+        images = self.session.list_all("ListImages", "image", "/images", "images")
         extra: dict[str, Any] = {
             "externalNetworkNames": external,
             "volumeTypes": self._volume_types(),
@@ -101,7 +109,7 @@ class OpenStackDiscovery(OpenStackBase):
         )
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
-        volumes = self.list_all(
+        volumes = self.session.list_all(
             "ListVolumes",
             "block_storage",
             "/volumes/detail",

@@ -29,14 +29,17 @@ log = logging.getLogger(__name__)
 NAME_BATCH = 100
 
 
-class OpenStackInstances(OpenStackBase):
+class OpenStackInstances:
+    def __init__(self, session: OpenStackBase) -> None:
+        self.session = session
+
     def instance_id_from_provider_id(self, provider_id: str) -> str:
-        return server_id_from_provider_id(provider_id, self.settings.connection.region)
+        return server_id_from_provider_id(provider_id, self.session.settings.connection.region)
 
     def _servers(self, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        microversion = self.settings.compute_microversion
+        microversion = self.session.settings.compute_microversion
         try:
-            return self.list_all(
+            return self.session.list_all(
                 "ListServers",
                 "compute",
                 "/servers/detail",
@@ -47,7 +50,7 @@ class OpenStackInstances(OpenStackBase):
         except errors.InvalidRequest as exc:
             if exc.__cause__ is None or status_of(exc.__cause__) != 406:
                 raise
-            return self.list_all(
+            return self.session.list_all(
                 "ListServers", "compute", "/servers/detail", "servers", params=params
             )
 
@@ -55,11 +58,11 @@ class OpenStackInstances(OpenStackBase):
         """Flavor ID → name, read only when a server carries no embedded flavor (< 2.47)."""
         if all((s.get("flavor") or {}).get("original_name") for s in servers):
             return {}
-        flavors = self.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
+        flavors = self.session.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
         return {str(f["id"]): str(f.get("name") or f["id"]) for f in flavors}
 
     def _to_instances(self, servers: list[dict[str, Any]]) -> list[models.Instance]:
-        settings = self.settings
+        settings = self.session.settings
         names = self._flavor_names(servers)
         return [
             to_instance(

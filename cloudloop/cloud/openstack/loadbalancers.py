@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.openstack.base import NAME
+from cloudloop.cloud.driver import LoadBalancerDefaults
+from cloudloop.cloud.openstack.base import NAME, OpenStackBase
 from cloudloop.cloud.openstack.instances import OpenStackInstances
 from cloudloop.cloud.openstack.lb_options import (
     INTERNAL_ANNOTATION,
@@ -160,13 +161,20 @@ class Plan:
         ]
 
 
-class OpenStackLoadBalancers(OpenStackInstances):
+class OpenStackLoadBalancers(LoadBalancerDefaults):
+    provider = NAME
+
+    def __init__(self, session: OpenStackBase, instances: OpenStackInstances) -> None:
+        self.session = session
+        #: The servers the members point at.
+        self.instances = instances
+
     # -- Octavia reads ---------------------------------------------------------------------
     def _octavia(self, operation: str, method: str, url: str, **kwargs: Any) -> Any:
-        return self.request(operation, LB_SERVICE, method, url, **kwargs)
+        return self.session.request(operation, LB_SERVICE, method, url, **kwargs)
 
     def _lbs(self, **params: str) -> list[dict[str, Any]]:
-        found = self.list_all(
+        found = self.session.list_all(
             "ListLoadBalancers", LB_SERVICE, "/lbaas/loadbalancers", "loadbalancers", params=params
         )
         return [lb for lb in found if lb.get("provisioning_status") not in _GONE]
@@ -193,7 +201,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     def _settled(self, lb_id: str, what: str) -> dict[str, Any]:
         """Wait until the LB is no longer ``PENDING_*``; its state then (ACTIVE or ERROR)."""
-        return self.wait_until(
+        return self.session.wait_until(
             f"{what} (load balancer {lb_id})",
             lambda: self._get_lb(lb_id),
             lambda lb: not str(lb.get("provisioning_status", "")).startswith("PENDING_"),
@@ -221,11 +229,11 @@ class OpenStackLoadBalancers(OpenStackInstances):
                 return True
             return False
 
-        self.wait_until(f"DeleteLoadBalancer {lb_id}", read, bool)
+        self.session.wait_until(f"DeleteLoadBalancer {lb_id}", read, bool)
 
     # -- the plan --------------------------------------------------------------------------
     def _plan(self, spec: models.LoadBalancerSpec) -> Plan:
-        options = parse_options(spec, self.settings.load_balancer)
+        options = parse_options(spec, self.session.settings.load_balancer)
         if not spec.ports:
             raise invalid("the Service has no ports")
         for port in spec.ports:
@@ -261,7 +269,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
                 log.warning("%s: no floating network found; the LB stays internal", spec.service)
         requested_fip = None
         if spec.load_balancer_ip and floating_network:
-            found = self.list_all(
+            found = self.session.list_all(
                 "ListFloatingIPs",
                 "network",
                 "/floatingips",
@@ -296,7 +304,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
         chosen = [b for b in backends if node_matches(b.labels, options.node_selector)]
         if not chosen:
             return []
-        found = self.list_instances([b.instance_id for b in chosen]).found
+        found = self.instances.list_instances([b.instance_id for b in chosen]).found
         members: list[tuple[str, str]] = []
         for backend in sorted(chosen, key=lambda b: b.node_name):
             instance = found.get(backend.instance_id)
@@ -323,7 +331,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
         if not members:
             raise invalid("no subnet-id is configured and no node to take the subnet from")
         address = members[0][1]
-        ports = self.list_all(
+        ports = self.session.list_all(
             "ListPorts", "network", "/ports", "ports", params={"fixed_ips": f"ip_address={address}"}
         )
         for port in ports:
@@ -334,7 +342,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     def _external_network(self) -> str:
         """Upstream's autodetect: the first ``router:external`` network with an IPv4 subnet."""
-        networks = self.list_all(
+        networks = self.session.list_all(
             "ListNetworks", "network", "/networks", "networks", params={"router:external": "true"}
         )
         for network in networks:
@@ -347,7 +355,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
             return [options.floating_subnet_id]
         if not (options.floating_subnet or options.floating_subnet_tags):
             return []
-        subnets = self.list_all(
+        subnets = self.session.list_all(
             "ListSubnets", "network", "/subnets", "subnets", params={"network_id": network_id}
         )
         chosen = []
@@ -444,9 +452,9 @@ class OpenStackLoadBalancers(OpenStackInstances):
     def _enabled(self, operation: str) -> bool:
         """``[LoadBalancer] enabled`` (upstream's ``LoadBalancer()``); ``operation`` names the
         caller for the log."""
-        if not self.settings.load_balancer.enabled:
+        if not self.session.settings.load_balancer.enabled:
             log.debug("%s: load balancers are off in [LoadBalancer]", operation)
-        return bool(self.settings.load_balancer.enabled)
+        return bool(self.session.settings.load_balancer.enabled)
 
     def _disabled(self) -> errors.NotSupported:
         return errors.NotSupported(NAME, "load_balancers ([LoadBalancer] enabled = false)")
@@ -460,7 +468,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
     def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
         """The keys of the node selector (the annotation's, else ``[LoadBalancer]``'s)."""
         text = annotations.get(PREFIX + "node-selector", "").strip()
-        text = text or self.settings.load_balancer.node_selector
+        text = text or self.session.settings.load_balancer.node_selector
         return frozenset(k for k in (p.partition("=")[0].strip() for p in text.split(",")) if k)
 
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
@@ -561,14 +569,14 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     def _reconcile_children(self, plan: Plan, lb: dict[str, Any]) -> None:
         lb_id = lb["id"]
-        listeners = self.list_all(
+        listeners = self.session.list_all(
             "ListListeners",
             LB_SERVICE,
             "/lbaas/listeners",
             "listeners",
             params={"loadbalancer_id": lb_id},
         )
-        pools = self.list_all(
+        pools = self.session.list_all(
             "ListPools", LB_SERVICE, "/lbaas/pools", "pools", params={"loadbalancer_id": lb_id}
         )
         by_key = {(str(x["protocol"]), int(x["protocol_port"])): x for x in listeners}
@@ -669,7 +677,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
         return pool
 
     def _sync_members(self, plan: Plan, lb_id: str, pool_id: str, wanted: list[Member]) -> None:
-        current = self.list_all(
+        current = self.session.list_all(
             "ListMembers", LB_SERVICE, f"/lbaas/pools/{pool_id}/members", "members"
         )
         if sorted(member_key(m) for m in current) == sorted(m.key() for m in wanted):
@@ -739,7 +747,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
 
     # -- floating IP and status ------------------------------------------------------------
     def _fips_on(self, port_id: str) -> list[dict[str, Any]]:
-        return self.list_all(
+        return self.session.list_all(
             "ListFloatingIPs", "network", "/floatingips", "floatingips", params={"port_id": port_id}
         )
 
@@ -753,7 +761,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
             for fip in attached:
                 if str(fip.get("description") or "").startswith(FIP_DESCRIPTION_PREFIX):
                     if plan.options.keep_floating_ip:
-                        self.request(
+                        self.session.request(
                             "UpdateFloatingIP",
                             "network",
                             "PUT",
@@ -761,7 +769,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
                             json={"floatingip": {"port_id": None}},
                         )
                     else:
-                        self.request(
+                        self.session.request(
                             "DeleteFloatingIP", "network", "DELETE", f"/floatingips/{fip['id']}"
                         )
             return vip_address
@@ -779,7 +787,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
             if subnet_id:
                 body["subnet_id"] = subnet_id
             try:
-                fip = self.request(
+                fip = self.session.request(
                     "CreateFloatingIP", "network", "POST", "/floatingips", json={"floatingip": body}
                 )["floatingip"]
             except errors.CloudError as exc:
@@ -799,7 +807,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
         (found by the plan), attached to the VIP port (OCCM); it is the user's, so a delete
         only detaches it (the VIP port goes with the LB)."""
         wanted = plan.spec.load_balancer_ip
-        self.request(
+        self.session.request(
             "UpdateFloatingIP",
             "network",
             "PUT",
@@ -831,7 +839,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
         if not self._enabled("UpdateLoadBalancer"):
             raise self._disabled()
-        options = parse_options(spec, self.settings.load_balancer)
+        options = parse_options(spec, self.session.settings.load_balancer)
         lb = self._find(spec.name, upstream_name(spec))
         if lb is None:
             raise errors.NotFound(
@@ -854,14 +862,14 @@ class OpenStackLoadBalancers(OpenStackInstances):
             "",
             [],
         )
-        listeners = self.list_all(
+        listeners = self.session.list_all(
             "ListListeners",
             LB_SERVICE,
             "/lbaas/listeners",
             "listeners",
             params={"loadbalancer_id": lb["id"]},
         )
-        pools = self.list_all(
+        pools = self.session.list_all(
             "ListPools", LB_SERVICE, "/lbaas/pools", "pools", params={"loadbalancer_id": lb["id"]}
         )
         by_key = {(str(x["protocol"]), int(x["protocol_port"])): x for x in listeners}
@@ -879,7 +887,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
                 raise errors.NotFound(
                     NAME, "UpdateLoadBalancer", f"no listener for port {port.port}; ensuring again"
                 )
-            members = self.list_all(
+            members = self.session.list_all(
                 "ListMembers", LB_SERVICE, f"/lbaas/pools/{pool['id']}/members", "members"
             )
             subnet = next((str(m.get("subnet_id") or "") for m in members), "") or str(
@@ -908,7 +916,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
         if not (str(lb.get("name", "")).startswith("kube_service_") or lb.get("name") == name):
             self._release(lb, name)  # given by load-balancer-id: the user's, kept (OCCM)
             return
-        self._delete_lb(lb, cascade=self.settings.load_balancer.cascade_delete)
+        self._delete_lb(lb, cascade=self.session.settings.load_balancer.cascade_delete)
 
     def _release(self, lb: dict[str, Any], name: str) -> None:
         """A load balancer the Service was given: its listeners (with their pools) and our
@@ -916,10 +924,10 @@ class OpenStackLoadBalancers(OpenStackInstances):
         lb_id = str(lb["id"])
         tags = list(lb.get("tags") or [])
         ours = {t for t in tags if t.startswith("kube_service_")}
-        pools = self.list_all(
+        pools = self.session.list_all(
             "ListPools", LB_SERVICE, "/lbaas/pools", "pools", params={"loadbalancer_id": lb_id}
         )
-        for listener in self.list_all(
+        for listener in self.session.list_all(
             "ListListeners",
             LB_SERVICE,
             "/lbaas/listeners",
@@ -935,7 +943,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
             for fip in self._fips_on(str(lb["vip_port_id"])):
                 if str(fip.get("description") or "").startswith(FIP_DESCRIPTION_PREFIX):
                     with contextlib.suppress(errors.NotFound):
-                        self.request(
+                        self.session.request(
                             "DeleteFloatingIP", "network", "DELETE", f"/floatingips/{fip['id']}"
                         )
         kept = [t for t in tags if t not in ours | {identity_tag(name), KEEP_FLOATING_IP_TAG}]
@@ -955,7 +963,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
             for fip in self._fips_on(str(lb["vip_port_id"])):
                 if str(fip.get("description") or "").startswith(FIP_DESCRIPTION_PREFIX):
                     with contextlib.suppress(errors.NotFound):
-                        self.request(
+                        self.session.request(
                             "DeleteFloatingIP", "network", "DELETE", f"/floatingips/{fip['id']}"
                         )
         try:
@@ -975,7 +983,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
         log.info("deleted load balancer %s", lb_id)
 
     def _delete_children(self, lb_id: str) -> None:
-        pools = self.list_all(
+        pools = self.session.list_all(
             "ListPools", LB_SERVICE, "/lbaas/pools", "pools", params={"loadbalancer_id": lb_id}
         )
         for pool in pools:
@@ -987,7 +995,7 @@ class OpenStackLoadBalancers(OpenStackInstances):
                     f"/lbaas/healthmonitors/{pool['healthmonitor_id']}",
                 )
             self._write("DeletePool", lb_id, "DELETE", f"/lbaas/pools/{pool['id']}")
-        for listener in self.list_all(
+        for listener in self.session.list_all(
             "ListListeners",
             LB_SERVICE,
             "/lbaas/listeners",

@@ -87,11 +87,14 @@ class Resolved:
     server_group_id: str = ""
 
 
-class OpenStackMachines(OpenStackBase):
+class OpenStackMachines:
+    def __init__(self, session: OpenStackBase) -> None:
+        self.session = session
+
     # -- reads -----------------------------------------------------------------------------
     def _servers_named(self, name: str) -> list[dict[str, Any]]:
         """Every server named exactly ``name`` (Nova's ``name`` filter is a regex)."""
-        found = self.list_all(
+        found = self.session.list_all(
             "ListServers",
             "compute",
             "/servers/detail",
@@ -123,13 +126,13 @@ class OpenStackMachines(OpenStackBase):
 
     def _our_ports(self, spec: models.MachineSpec) -> list[dict[str, Any]]:
         description = owner_description(spec)
-        found = self.list_all(
+        found = self.session.list_all(
             "ListPorts", "network", "/ports", "ports", params={"description": description}
         )
         return [p for p in found if owner_of_description(p.get("description")) == spec.machine_uid]
 
     def _our_volumes(self, spec: models.MachineSpec) -> list[dict[str, Any]]:
-        found = self.list_all(
+        found = self.session.list_all(
             "ListVolumes",
             "block_storage",
             "/volumes/detail",
@@ -147,7 +150,7 @@ class OpenStackMachines(OpenStackBase):
         ]
 
     def _machine(self, server: dict[str, Any]) -> models.Machine:
-        settings = self.settings
+        settings = self.session.settings
         return to_machine(
             server,
             region=settings.connection.region,
@@ -257,7 +260,7 @@ class OpenStackMachines(OpenStackBase):
     def _default_port(self, problems: list[str]) -> PortSpec:
         """No ``ports``: one port on the cluster's first internal network (CAPO: the cluster
         network)."""
-        names = self.settings.networking.internal_network_names
+        names = self.session.settings.networking.internal_network_names
         if not names:
             problems.append("ports: no port and no internal-network-name to default to")
             return PortSpec()
@@ -265,7 +268,7 @@ class OpenStackMachines(OpenStackBase):
 
     def _flavor_id(self, machine: OpenStackMachineSpec) -> str:
         wanted = machine.flavor or machine.flavor_id
-        flavors = self.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
+        flavors = self.session.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
         if machine.flavor:
             matches = [f for f in flavors if f.get("name") == machine.flavor]
         else:
@@ -281,7 +284,7 @@ class OpenStackMachines(OpenStackBase):
     def _image_id(self, machine: OpenStackMachineSpec) -> str:
         if machine.image.id:
             try:
-                self.request("GetImage", "image", "GET", f"/images/{machine.image.id}")
+                self.session.request("GetImage", "image", "GET", f"/images/{machine.image.id}")
             except errors.NotFound:
                 raise errors.InvalidRequest(
                     NAME, "CreateMachine", f"no image {machine.image.id}"
@@ -290,7 +293,7 @@ class OpenStackMachines(OpenStackBase):
         name = machine.image.filter.name if machine.image.filter else ""
         images = [
             i
-            for i in self.list_all(
+            for i in self.session.list_all(
                 "ListImages", "image", "/images", "images", params={"name": name}
             )
             if i.get("name") == name
@@ -311,7 +314,7 @@ class OpenStackMachines(OpenStackBase):
         key = collection.replace("-", "_")
         if ref.id:
             try:
-                self.request(
+                self.session.request(
                     f"Get{what.title().replace(' ', '')}",
                     "network",
                     "GET",
@@ -322,7 +325,7 @@ class OpenStackMachines(OpenStackBase):
             return ref.id
         found = [
             item
-            for item in self.list_all(
+            for item in self.session.list_all(
                 f"List{what.title().replace(' ', '')}s",
                 "network",
                 f"/{collection}",
@@ -342,7 +345,7 @@ class OpenStackMachines(OpenStackBase):
         return str(found[0]["id"])
 
     def _server_group_id(self, ref: Ref) -> str:
-        body = self.request("ListServerGroups", "compute", "GET", "/os-server-groups")
+        body = self.session.request("ListServerGroups", "compute", "GET", "/os-server-groups")
         groups = list((body or {}).get("server_groups") or [])
         found = [g for g in groups if (g.get("id") if ref.id else g.get("name")) == ref.label]
         if len(found) != 1:
@@ -398,7 +401,7 @@ class OpenStackMachines(OpenStackBase):
                 body["volume_type"] = root.type
             try:
                 with self._quota():
-                    made = self.request(
+                    made = self.session.request(
                         "CreateVolume", "block_storage", "POST", "/volumes", json={"volume": body}
                     )
             except errors.NotFound as exc:  # an unknown volume type
@@ -412,12 +415,12 @@ class OpenStackMachines(OpenStackBase):
             )
         volume_id = str(volume["id"])
         if volume.get("status") != "available":
-            ready = self.wait_until(
+            ready = self.session.wait_until(
                 "WaitForVolume",
                 lambda: dict(
-                    self.request("GetVolume", "block_storage", "GET", f"/volumes/{volume_id}")[
-                        "volume"
-                    ]
+                    self.session.request(
+                        "GetVolume", "block_storage", "GET", f"/volumes/{volume_id}"
+                    )["volume"]
                 ),
                 lambda v: v.get("status") in ("available", "error", "in-use"),
             )
@@ -466,7 +469,9 @@ class OpenStackMachines(OpenStackBase):
                         for p in port.allowed_address_pairs
                     ]
             with self._quota():
-                made = self.request("CreatePort", "network", "POST", "/ports", json={"port": body})
+                made = self.session.request(
+                    "CreatePort", "network", "POST", "/ports", json={"port": body}
+                )
             port_id = str(made["port"]["id"])
             if tags:
                 self._set_port_tags(port_id, tags)
@@ -476,7 +481,9 @@ class OpenStackMachines(OpenStackBase):
 
     def _set_port_tags(self, port_id: str, tags: list[str]) -> None:
         """CAPO tags ports after creating them (``PUT /ports/{id}/tags``)."""
-        self.request("SetPortTags", "network", "PUT", f"/ports/{port_id}/tags", json={"tags": tags})
+        self.session.request(
+            "SetPortTags", "network", "PUT", f"/ports/{port_id}/tags", json={"tags": tags}
+        )
 
     def _create_server(
         self,
@@ -519,7 +526,7 @@ class OpenStackMachines(OpenStackBase):
         if hints:
             body["os:scheduler_hints"] = hints
         with self._quota():
-            made = self.request(
+            made = self.session.request(
                 "CreateServer", "compute", "POST", "/servers", json=body, microversion=MICROVERSION
             )
         server_id = str(made["server"]["id"])
@@ -537,7 +544,7 @@ class OpenStackMachines(OpenStackBase):
 
     def _get_server(self, server_id: str) -> dict[str, Any] | None:
         try:
-            body = self.request(
+            body = self.session.request(
                 "GetServer", "compute", "GET", f"/servers/{server_id}", microversion=MICROVERSION
             )
         except errors.NotFound:
@@ -552,7 +559,7 @@ class OpenStackMachines(OpenStackBase):
     # -- delete ----------------------------------------------------------------------------
     def delete_machine(self, spec: models.MachineSpec) -> bool:
         """The server, then its ports and root volume; ``True`` once none is left."""
-        deadline = time.monotonic() + self.settings.wait_timeout_s
+        deadline = time.monotonic() + self.session.settings.wait_timeout_s
         while True:
             servers = self._our_servers(spec)
             for server in servers:
@@ -569,25 +576,25 @@ class OpenStackMachines(OpenStackBase):
                     return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(self.settings.poll_interval_s)
+            time.sleep(self.session.settings.poll_interval_s)
 
     def _delete_server(self, server_id: str) -> None:
         try:
-            self.request("DeleteServer", "compute", "DELETE", f"/servers/{server_id}")
+            self.session.request("DeleteServer", "compute", "DELETE", f"/servers/{server_id}")
         except errors.NotFound:
             return
         log.info("openstack: deleting server %s", server_id)
 
     def _delete_port(self, port_id: str) -> None:
         try:
-            self.request("DeletePort", "network", "DELETE", f"/ports/{port_id}")
+            self.session.request("DeletePort", "network", "DELETE", f"/ports/{port_id}")
         except errors.NotFound:
             return
         log.info("openstack: deleted port %s", port_id)
 
     def _delete_volume(self, volume_id: str) -> None:
         try:
-            self.request("DeleteVolume", "block_storage", "DELETE", f"/volumes/{volume_id}")
+            self.session.request("DeleteVolume", "block_storage", "DELETE", f"/volumes/{volume_id}")
         except errors.NotFound:
             return
         except errors.InvalidRequest as exc:  # still attached or in a transition: next round

@@ -23,7 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.openstack.base import NAME
+from cloudloop.cloud.openstack.base import NAME, OpenStackBase
 from cloudloop.cloud.openstack.instances import OpenStackInstances
 from cloudloop.cloud.openstack.servers import server_addresses
 
@@ -43,11 +43,16 @@ def _version(text: str) -> int:
     return ipaddress.ip_network(text, strict=False).version
 
 
-class OpenStackRoutes(OpenStackInstances):
+class OpenStackRoutes:
     _router_lock = threading.Lock()
 
+    def __init__(self, session: OpenStackBase, instances: OpenStackInstances) -> None:
+        self.session = session
+        #: The servers the routes point at.
+        self.instances = instances
+
     def _router_id(self) -> str:
-        router_id = self.settings.route.router_id
+        router_id = self.session.settings.route.router_id
         if not router_id:
             raise errors.NotSupported(NAME, "routes ([Route] router-id is not set)")
         return router_id
@@ -55,7 +60,7 @@ class OpenStackRoutes(OpenStackInstances):
     def _extensions(self) -> set[str]:
         cached: set[str] | None = self.__dict__.get("_neutron_extensions")
         if cached is None:
-            body = self.request("ListExtensions", "network", "GET", "/extensions")
+            body = self.session.request("ListExtensions", "network", "GET", "/extensions")
             cached = {str(e.get("alias")) for e in (body or {}).get("extensions") or []}
             self.__dict__["_neutron_extensions"] = cached
         if not cached & {ATOMIC, EXTRAROUTE}:
@@ -63,7 +68,7 @@ class OpenStackRoutes(OpenStackInstances):
         return cached
 
     def _router(self) -> dict[str, Any]:
-        body = self.request("GetRouter", "network", "GET", f"/routers/{self._router_id()}")
+        body = self.session.request("GetRouter", "network", "GET", f"/routers/{self._router_id()}")
         return dict(body["router"])
 
     # -- routes ----------------------------------------------------------------------------
@@ -71,8 +76,8 @@ class OpenStackRoutes(OpenStackInstances):
         self._extensions()
         router = self._router()
         holders: dict[str, str] = {}
-        for server in self._servers():
-            for address in server_addresses(server, self.settings.networking):
+        for server in self.instances._servers():
+            for address in server_addresses(server, self.session.settings.networking):
                 holders.setdefault(address.address, str(server["id"]))
         by_destination: dict[str, list[str]] = defaultdict(list)
         for entry in router.get("routes") or []:
@@ -99,15 +104,15 @@ class OpenStackRoutes(OpenStackInstances):
         return routes
 
     def _nexthop(self, server_id: str, destination: str) -> str:
-        body = self.request(
+        body = self.session.request(
             "GetServer",
             "compute",
             "GET",
             f"/servers/{server_id}",
-            microversion=self.settings.compute_microversion,
+            microversion=self.session.settings.compute_microversion,
         )
         family = _version(destination)
-        for address in server_addresses(body["server"], self.settings.networking):
+        for address in server_addresses(body["server"], self.session.settings.networking):
             if (
                 address.type == "InternalIP"
                 and ipaddress.ip_address(address.address).version == family
@@ -156,7 +161,7 @@ class OpenStackRoutes(OpenStackInstances):
     def _add_routes(self, entries: list[dict[str, str]], extensions: set[str]) -> None:
         router_id = self._router_id()
         if ATOMIC in extensions:
-            self.request(
+            self.session.request(
                 "AddExtraRoutes",
                 "network",
                 "PUT",
@@ -168,7 +173,7 @@ class OpenStackRoutes(OpenStackInstances):
             routes = list(self._router().get("routes") or [])
             merged = routes + [e for e in entries if e not in routes]
             if merged != routes:
-                self.request(
+                self.session.request(
                     "UpdateRouter",
                     "network",
                     "PUT",
@@ -179,7 +184,7 @@ class OpenStackRoutes(OpenStackInstances):
     def _remove_routes(self, entries: list[dict[str, str]], extensions: set[str]) -> None:
         router_id = self._router_id()
         if ATOMIC in extensions:
-            self.request(
+            self.session.request(
                 "RemoveExtraRoutes",
                 "network",
                 "PUT",
@@ -199,7 +204,7 @@ class OpenStackRoutes(OpenStackInstances):
                 not in entries
             ]
             if kept != routes:
-                self.request(
+                self.session.request(
                     "UpdateRouter",
                     "network",
                     "PUT",
@@ -212,7 +217,7 @@ class OpenStackRoutes(OpenStackInstances):
         params = {"fixed_ips": f"ip_address={hop}"}
         if server_id:
             params["device_id"] = server_id
-        for port in self.list_all("ListPorts", "network", "/ports", "ports", params=params):
+        for port in self.session.list_all("ListPorts", "network", "/ports", "ports", params=params):
             if not port.get("port_security_enabled", True):
                 continue
             pairs = list(port.get("allowed_address_pairs") or [])
@@ -223,7 +228,7 @@ class OpenStackRoutes(OpenStackInstances):
                 pairs = [p for p in pairs if _normal(str(p.get("ip_address", ""))) != destination]
             else:
                 continue
-            self.request(
+            self.session.request(
                 "UpdatePort",
                 "network",
                 "PUT",

@@ -34,9 +34,9 @@ import threading
 from typing import Any
 
 from cloudloop.cloud import errors, models
+from cloudloop.cloud.driver import VolumeDefaults
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase, status_of
 from cloudloop.cloud.openstack.discovery import CLUSTER_METADATA
-from cloudloop.cloud.openstack.settings import OpenStackSettings
 
 DESCRIPTION = "Created by OpenStack Cinder CSI driver"
 #: Upstream's CSI driver name and topology key (a volume's zone is its Cinder AZ).
@@ -66,14 +66,15 @@ def storage_class_name(volume_type: str) -> str:
     return kept.strip("-.").lower()
 
 
-class OpenStackVolumes(OpenStackBase):
+class OpenStackVolumes(VolumeDefaults):
+    provider = NAME
     _expanding: dict[str, int] = {}
     _expanding_lock = threading.Lock()
     zonal_volumes = True
 
-    def __init__(self, settings: OpenStackSettings) -> None:
-        super().__init__(settings)
-        limit = self.settings.block_storage.node_volume_attach_limit
+    def __init__(self, session: OpenStackBase) -> None:
+        self.session = session
+        limit = self.session.settings.block_storage.node_volume_attach_limit
         self.max_volumes_per_node = min(limit, MAX_ATTACH_LIMIT) if limit > 0 else MAX_ATTACH_LIMIT
 
     @property
@@ -107,12 +108,12 @@ class OpenStackVolumes(OpenStackBase):
         )
 
     def _raw_volume(self, volume_id: str) -> dict[str, Any]:
-        body = self.request("GetVolume", "block_storage", "GET", f"/volumes/{volume_id}")
+        body = self.session.request("GetVolume", "block_storage", "GET", f"/volumes/{volume_id}")
         return dict(body["volume"])
 
     # -- the contract ----------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        found = self.list_all(
+        found = self.session.list_all(
             "ListVolumes",
             "block_storage",
             "/volumes/detail",
@@ -135,7 +136,7 @@ class OpenStackVolumes(OpenStackBase):
         return self._to_volume(self._raw_volume(volume_id))
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
-        found = self.list_all(
+        found = self.session.list_all(
             "ListVolumes",
             "block_storage",
             "/volumes/detail",
@@ -182,13 +183,13 @@ class OpenStackVolumes(OpenStackBase):
             "metadata": metadata,
         }
         zone = spec.parameters.get(AVAILABILITY_PARAMETER) or spec.zone
-        if zone and not self.settings.block_storage.ignore_volume_az:
+        if zone and not self.session.settings.block_storage.ignore_volume_az:
             body["availability_zone"] = zone
         volume_type = spec.volume_type or spec.parameters.get(TYPE_PARAMETER, "")
         if volume_type:
             body["volume_type"] = volume_type
         try:
-            created = self.request(
+            created = self.session.request(
                 "CreateVolume", "block_storage", "POST", "/volumes", json={"volume": body}
             )
         except errors.NotFound as exc:  # Cinder answers 404 for an unknown volume type
@@ -210,12 +211,12 @@ class OpenStackVolumes(OpenStackBase):
         if raw.get("status") == "deleting":
             return
         try:
-            self.request("DeleteVolume", "block_storage", "DELETE", f"/volumes/{volume_id}")
+            self.session.request("DeleteVolume", "block_storage", "DELETE", f"/volumes/{volume_id}")
         except errors.InvalidRequest as exc:
             raise errors.FailedPrecondition(NAME, "DeleteVolume", exc.message) from exc
 
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
-        body = self.request(
+        body = self.session.request(
             "ListVolumeAttachments",
             "compute",
             "GET",
@@ -232,7 +233,7 @@ class OpenStackVolumes(OpenStackBase):
                     serial=volume.id,
                 )
         try:
-            made = self.request(
+            made = self.session.request(
                 "AttachVolume",
                 "compute",
                 "POST",
@@ -252,7 +253,7 @@ class OpenStackVolumes(OpenStackBase):
 
     def detach_volume(self, volume_id: str, instance_id: str) -> None:
         try:
-            self.request(
+            self.session.request(
                 "DetachVolume",
                 "compute",
                 "DELETE",
@@ -274,14 +275,14 @@ class OpenStackVolumes(OpenStackBase):
             raise errors.OperationPending(
                 NAME, "ExtendVolume", f"volume {volume_id} is being extended already"
             )
-        if status == "in-use" and self.settings.block_storage.ignore_volume_microversion:
+        if status == "in-use" and self.session.settings.block_storage.ignore_volume_microversion:
             raise errors.FailedPrecondition(
                 NAME, "ExtendVolume", f"volume {volume_id} is in use (online extend is off)"
             )
         if status not in ("available", "in-use"):
             raise errors.FailedPrecondition(NAME, "ExtendVolume", f"volume {volume_id} is {status}")
         try:
-            self.request(
+            self.session.request(
                 "ExtendVolume",
                 "block_storage",
                 "POST",
