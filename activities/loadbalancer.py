@@ -25,7 +25,7 @@ from temporalio import activity
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
 from activities.kube import kube_errors
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import Instances, LoadBalancers
 from cloudloop.cloud.errors import CloudError, InvalidRequest, NotSupported
 from cloudloop.cloud.models import LoadBalancerBackend, LoadBalancerSpec, LoadBalancerStatus
 from cloudloop.kube import nodesets
@@ -62,15 +62,18 @@ def ingress_of(status: LoadBalancerStatus) -> list[str]:
 
 
 class LoadBalancerActivities:
-    def __init__(self, driver: CloudDriver, kube: Kube) -> None:
-        self.driver = driver
+    def __init__(self, load_balancers: LoadBalancers, instances: Instances, kube: Kube) -> None:
+        self.load_balancers = load_balancers
+        #: Maps each node's providerID to the instance the LB points at.
+        self.instances = instances
         self.kube = kube
         self.node_sets = nodesets.NodeSetReader(kube)
 
     def _check_provider(self, target: LoadBalancerTarget) -> None:
-        if target.provider != self.driver.provider:
+        if target.provider != self.load_balancers.provider:
             raise NotSupported(
-                target.provider, f"provider {target.provider!r} on a {self.driver.provider} worker"
+                target.provider,
+                f"provider {target.provider!r} on a {self.load_balancers.provider} worker",
             )
 
     def nodes(
@@ -94,7 +97,7 @@ class LoadBalancerActivities:
         backends: list[LoadBalancerBackend] = []
         for node in self.nodes(target, desired):
             try:
-                instance_id = self.driver.instance_id_from_provider_id(node.provider_id)
+                instance_id = self.instances.instance_id_from_provider_id(node.provider_id)
             except CloudError as exc:  # another cloud's node: never a backend here
                 log.warning("%s: node %s skipped: %s", target.service.key, node.name, exc)
                 continue
@@ -147,7 +150,7 @@ class LoadBalancerActivities:
                         return EnsureLoadBalancerResult(service_gone=True)
                 try:
                     spec = self.spec(input.target, input.desired)
-                    status = self.driver.ensure_load_balancer(spec)
+                    status = self.load_balancers.ensure_load_balancer(spec)
                 except InvalidRequest as exc:
                     log.warning("%s: load balancer not changed: %s", ref.key, exc)
                     raise
@@ -168,7 +171,9 @@ class LoadBalancerActivities:
     def update_backends(self, input: UpdateBackendsInput) -> None:
         with heartbeating(), cloud_errors(), kube_errors():
             self._check_provider(input.target)
-            self.driver.update_load_balancer_backends(self.spec(input.target, input.desired))
+            self.load_balancers.update_load_balancer_backends(
+                self.spec(input.target, input.desired)
+            )
 
     @activity.defn(name=LoadBalancerActivity.RESYNC)
     def resync_load_balancer(self, input: ResyncLoadBalancerInput) -> ResyncLoadBalancerResult:
@@ -176,11 +181,11 @@ class LoadBalancerActivities:
         with heartbeating(), cloud_errors(), kube_errors():
             self._check_provider(input.target)
             spec = self.spec(input.target, input.desired)
-            drift = self.driver.load_balancer_drift(spec)
+            drift = self.load_balancers.load_balancer_drift(spec)
             if not drift:
                 return ResyncLoadBalancerResult(ingress=input.current_ingress)
             log.warning("%s: load balancer drifted: %s", ref.key, "; ".join(drift))
-            status = self.driver.ensure_load_balancer(spec)
+            status = self.load_balancers.ensure_load_balancer(spec)
             ingress = ingress_of(status)
             if ingress != input.current_ingress and not self._write_ingress(
                 ref, ingress, hostname=bool(status.hostname)
@@ -188,7 +193,7 @@ class LoadBalancerActivities:
                 return ResyncLoadBalancerResult(service_gone=True)
             if not self._write_annotations(ref, status, input.desired):
                 return ResyncLoadBalancerResult(service_gone=True)
-            remaining = set(self.driver.load_balancer_drift(spec))
+            remaining = set(self.load_balancers.load_balancer_drift(spec))
         repaired = [d for d in drift if d not in remaining]
         if remaining:
             log.warning("%s: drift an ensure cannot repair: %s", ref.key, sorted(remaining))
@@ -209,7 +214,7 @@ class LoadBalancerActivities:
     def get_load_balancer(self, input: LoadBalancerLookup) -> LoadBalancerFound:
         with cloud_errors():
             self._check_provider(input.target)
-            status = self.driver.get_load_balancer(input.target.name)
+            status = self.load_balancers.get_load_balancer(input.target.name)
             if status is None:
                 return LoadBalancerFound(exists=False)
             return LoadBalancerFound(exists=True, hostname=status.hostname or status.ip)
@@ -220,7 +225,7 @@ class LoadBalancerActivities:
         ref = input.target.service
         with heartbeating(), cloud_errors(), kube_errors():
             self._check_provider(input.target)
-            self.driver.delete_load_balancer(input.target.name)
+            self.load_balancers.delete_load_balancer(input.target.name)
             self._write_ingress(ref, [], hostname=True)
             return remove_finalizer(self.kube, ref, LB_FINALIZER)
 

@@ -118,7 +118,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         concurrency=PARALLELISM,
     )
     # The LB workflow and its activities only, with PARALLELISM activity slots.
-    activities = [*LoadBalancerActivities(driver, kube).all(), *KubeActivities(kube).all()]
+    activities = [*LoadBalancerActivities(driver, driver, kube).all(), *KubeActivities(kube).all()]
     worker = temporal.make_worker(
         ctx.client,
         settings.temporal.task_queue,
@@ -134,7 +134,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         )
         for name, instance_id in zip(node_names, world["instances"], strict=True)
     ]
-    lb_activities = LoadBalancerActivities(driver, kube)
+    lb_activities = LoadBalancerActivities(driver, driver, kube)
 
     def direct_spec(service: ObjectRef) -> LoadBalancerSpec:
         """What ``lb.ensure`` hands the driver for a Service like the ones created here."""

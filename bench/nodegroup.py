@@ -272,7 +272,7 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     worker = build_worker(ctx.client, settings, driver=driver, kube=kube)
     from activities.loadbalancer import LoadBalancerActivities
 
-    lb_activities = LoadBalancerActivities(driver, kube)
+    lb_activities = LoadBalancerActivities(driver, driver, kube)
     nodes = [LoadBalancerNode(name=n, provider_id=f"dvp://{n}") for n in vms]
     store = starter.services.store
 

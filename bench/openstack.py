@@ -222,7 +222,7 @@ async def _load_balancers(
         cluster=settings.cluster_name,
         provider=settings.provider,
     )
-    activities = [*LoadBalancerActivities(driver, kube).all(), *KubeActivities(kube).all()]
+    activities = [*LoadBalancerActivities(driver, driver, kube).all(), *KubeActivities(kube).all()]
     worker = temporal.make_worker(
         ctx.client,
         settings.temporal.task_queue,

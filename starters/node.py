@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import Instances
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import Instance
 from cloudloop.kube.api import Kube, KubeError
@@ -60,10 +60,10 @@ class Lookup:
 
 class NodeSync:
     def __init__(
-        self, kube: Kube, driver: CloudDriver, informer: Informer, settings: CcmSettings
+        self, kube: Kube, instances: Instances, informer: Informer, settings: CcmSettings
     ) -> None:
         self.kube = kube
-        self.driver = driver
+        self.instances = instances
         self.informer = informer
         self.settings = settings
         self.queue = WorkQueue("node-init", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
@@ -74,7 +74,8 @@ class NodeSync:
 
     @classmethod
     def from_context(cls, context: StarterContext) -> NodeSync | None:
-        if not context.driver.supports(Capability.INSTANCES):
+        instances = context.driver.instances
+        if instances is None:
             log.info("node sync off: %s has no instances capability", context.driver.provider)
             return None
         ccm = context.settings.ccm
@@ -83,7 +84,7 @@ class NodeSync:
             if ccm.node_selector
             else context.informers.get(NODES)
         )
-        return cls(context.kube, context.driver, informer, ccm)
+        return cls(context.kube, instances, informer, ccm)
 
     def stop(self) -> None:
         self.queue.shut_down()
@@ -123,7 +124,7 @@ class NodeSync:
                 by_name.append(name)
                 continue
             try:
-                by_id[self.driver.instance_id_from_provider_id(pid)] = name
+                by_id[self.instances.instance_id_from_provider_id(pid)] = name
             except CloudError as exc:  # not a providerID of this cloud: never act on it
                 # Said once per node and value (the lifecycle pass runs every few seconds).
                 level = logging.DEBUG if self._logged_invalid.get(name) == pid else logging.WARNING
@@ -133,7 +134,7 @@ class NodeSync:
                 result.invalid[name] = str(exc)
         if by_id:
             try:
-                listing = self.driver.list_instances(list(by_id))
+                listing = self.instances.list_instances(list(by_id))
                 for instance_id, name in by_id.items():
                     if instance_id in listing.undecided:
                         result.failed.add(name)
@@ -146,7 +147,7 @@ class NodeSync:
                 result.why.update(dict.fromkeys(by_id.values(), f"the cloud did not answer: {exc}"))
         if by_name:
             try:
-                listing = self.driver.find_instances_by_name(by_name)
+                listing = self.instances.find_instances_by_name(by_name)
                 for name in by_name:
                     if name in listing.undecided:
                         result.failed.add(name)

@@ -105,7 +105,10 @@ def all_activities(
 ) -> list[Callable[..., object]]:
     """Every activity, bound to ``driver`` and ``kube``."""
     activities = [*CloudActivities(driver).all(), *KubeActivities(kube).all()]
-    activities += LoadBalancerActivities(driver, kube).all()
+    # The capabilities the activities use; a cloud without load balancers registers them on the
+    # facade, whose operations answer NotSupported (the LB workflow then leaves the Service).
+    lb_parts = (driver.load_balancers or driver, driver.instances or driver)
+    activities += LoadBalancerActivities(*lb_parts, kube).all()
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
     activities += LayoutActivities(settings).all()

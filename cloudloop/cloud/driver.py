@@ -117,6 +117,9 @@ class Machines(Protocol):
 
 
 class LoadBalancers(Protocol):
+    #: The provider name (an LB target names the cloud it belongs to).
+    provider: str
+
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus: ...
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None: ...
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None: ...
