@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import Instances, Routes
 from cloudloop.cloud.errors import CloudError, CloudThrottled, NotSupported
 from cloudloop.cloud.models import Route
 from cloudloop.kube.api import Kube, KubeError
@@ -47,7 +47,8 @@ class RouteSync:
     def __init__(
         self,
         kube: Kube,
-        driver: CloudDriver,
+        routes: Routes,
+        instances: Instances,
         informer: Informer,
         *,
         cluster: str,
@@ -58,7 +59,9 @@ class RouteSync:
         retry_base_s: float = 0.5,
     ) -> None:
         self.kube = kube
-        self.driver = driver
+        self.routes = routes
+        #: Maps each node's providerID to the instance its route points at.
+        self.instances = instances
         self.informer = informer
         self.cluster = cluster
         self.cluster_cidrs = cluster_cidrs
@@ -78,7 +81,8 @@ class RouteSync:
         if not ccm.configure_cloud_routes:
             log.info("route controller off: configure_cloud_routes is false")
             return None
-        if not context.driver.supports(Capability.ROUTES):
+        routes, instances = context.driver.routes, context.driver.instances
+        if routes is None or instances is None:
             log.info("route controller off: %s has no routes capability", context.driver.provider)
             return None
         try:
@@ -98,7 +102,8 @@ class RouteSync:
         )
         return cls(
             context.kube,
-            context.driver,
+            routes,
+            instances,
             informer,
             cluster=context.cluster,
             cluster_cidrs=cidrs,
@@ -178,7 +183,7 @@ class RouteSync:
         instance_id = ""
         if provider_id:
             try:
-                instance_id = self.driver.instance_id_from_provider_id(provider_id)
+                instance_id = self.instances.instance_id_from_provider_id(provider_id)
             except CloudError as exc:
                 log.debug("routes: node %s: no instance: %s", meta.get("name"), exc)
         return rules.NodeTarget(
@@ -192,7 +197,7 @@ class RouteSync:
         """One pass; ``None`` when the routes could not be listed (nothing was changed)."""
         nodes = list(self.informer.store.values())
         try:
-            routes = await self._call(self.driver.list_routes, self.cluster)
+            routes = await self._call(self.routes.list_routes, self.cluster)
         except NotSupported as exc:  # the cloud's configuration offers no routes (upstream
             log.info("route controller off: %s", exc)  # Routes() is false): stop quietly
             self.stop()
@@ -225,7 +230,7 @@ class RouteSync:
     async def _delete(self, route: Route, limit: asyncio.Semaphore) -> None:
         async with limit:
             try:
-                await self._call(self.driver.delete_route, self.cluster, route)
+                await self._call(self.routes.delete_route, self.cluster, route)
                 log.info("routes: deleted %s", route.name)
             except CloudError as exc:
                 log.warning("routes: could not delete %s: %s", route.name, exc)
@@ -234,7 +239,7 @@ class RouteSync:
         for attempt in range(CREATE_ATTEMPTS):
             try:
                 async with limit:
-                    await self._call(self.driver.create_route, self.cluster, route)
+                    await self._call(self.routes.create_route, self.cluster, route)
                 log.info(
                     "routes: created %s to %s for node %s",
                     route.destination_cidr,

@@ -141,6 +141,7 @@ async def route_sync(kube: Kube, driver: OpenStackDriver, scope: str) -> AsyncIt
     sync = RouteSync(
         kube,
         driver,
+        driver,
         informer,
         cluster="c",
         cluster_cidrs=rules.parse_cluster_cidrs(CLUSTER_CIDR),

@@ -92,6 +92,7 @@ def route_sync(
     return RouteSync(
         kube,
         driver,
+        driver,
         informer,
         cluster="c",
         cluster_cidrs=rules.parse_cluster_cidrs("10.244.0.0/16"),
@@ -300,6 +301,7 @@ async def test_node_change_wakes_the_loop_and_status_changes_do_not() -> None:
     driver = ScriptedRoutes()
     sync = CountingRouteSync(
         MemoryKube(),
+        driver,
         driver,
         informer,
         cluster="c",

@@ -91,6 +91,7 @@ async def route_sync(
     sync = RouteSync(
         kube,
         driver,
+        driver,
         informer,
         cluster=cluster,
         cluster_cidrs=rules.parse_cluster_cidrs(CLUSTER_CIDR),
