@@ -377,6 +377,8 @@ class VsphereProvider(_Open):
     username: NonEmpty
     password: SecretStr
     insecure: bool = False
+    #: PEM CA bundle of vCenter (excludes ``insecure: true``).
+    caBundle: str | None = None
 
 
 class VsphereIPAddress(_Open):
@@ -437,6 +439,11 @@ class VsphereClusterConfiguration(_Open):
 
 
 def _vsphere_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
+    provider = doc.get("provider")
+    if isinstance(provider, Mapping) and provider.get("caBundle") and provider.get("insecure"):
+        yield ConfigError(
+            path="provider.caBundle", message="caBundle and insecure: true exclude each other"
+        )
     master = doc.get("masterNodeGroup") or {}
     addresses = (master.get("instanceClass") or {}).get("mainNetworkIPAddresses") or []
     replicas = master.get("replicas")

@@ -123,6 +123,12 @@ def machine_error(operation: str, exc: errors.CloudError) -> errors.CloudError:
 
 
 class VsphereMachines(VsphereBase):
+    def _extra_config(
+        self, machine: VsphereMachineSpec, spec: models.MachineSpec, user_data: bytes
+    ) -> dict[str, str]:
+        """The clone's extraConfig (CAPV's keys; the layout's VMs write Deckhouse's)."""
+        return extra_config(machine, spec.name, spec.machine_uid, user_data)
+
     # -- reads -----------------------------------------------------------------------------
     def _vm_state(self, vm: Any) -> VmState | None:
         """The machine properties of ``vm``; ``None`` when it is gone (or has no config yet)."""
@@ -456,7 +462,7 @@ class VsphereMachines(VsphereBase):
             relocate.datastore = place.datastore
         config = vim.vm.ConfigSpec(
             instanceUuid=spec.machine_uid.lower(),
-            extraConfig=_options(extra_config(machine, spec.name, spec.machine_uid, user_data)),
+            extraConfig=_options(self._extra_config(machine, spec, user_data)),
         )
         if machine.num_cpus:
             config.numCPUs = machine.num_cpus
@@ -562,7 +568,7 @@ class VsphereMachines(VsphereBase):
             lambda si: list(vim.VirtualMachine(vm.moref, si._stub).config.hardware.device),
         )
         config = vim.vm.ConfigSpec(
-            extraConfig=_options(extra_config(machine, spec.name, spec.machine_uid, user_data)),
+            extraConfig=_options(self._extra_config(machine, spec, user_data)),
             deviceChange=_disk_change(devices, machine, vm.name)
             + _nic_changes(devices, place.networks),
         )
