@@ -1,5 +1,8 @@
-"""What a vSphere layout left in vcsim, and the tasks vCenter ran (tests, bench).
+"""vcsim for vSphere layouts: its tags and a config, what a layout left, the tasks vCenter ran.
 
+- :func:`seed_layout_tags`: the region tag on ``DC0``, a zone tag on each cluster (Deckhouse's
+  categories), as an operator prepares vCenter; :func:`layout_config`: the ``vsphere-standard``
+  example made for it (tests, bench).
 - :func:`cluster_resources`: read-only; every VM named ``<prefix>-…`` (anywhere), every resource
   pool and VM folder named ``<prefix>`` (the tests' ``vmFolderPath``), every data disk
   ``deckhouse/<cluster uuid>-kubernetes-data-*.vmdk`` on any datastore: so a duplicate shows as
@@ -15,13 +18,72 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from cloudloop.cloud.vsphere.vmomi import PC, vim
+from devstack.backends.vsphere import NETWORK, TEMPLATE
 from devstack.vcsim import VcsimEndpoint
-from devstack.vcsim_inventory import connect, disconnect, wait_task
+from devstack.vcsim_inventory import (
+    Tags,
+    ZoneLayout,
+    connect,
+    disconnect,
+    seed_zones,
+    tagging_client,
+    wait_task,
+)
 
 _TASK_NUMBER = re.compile(r"(\d+)$")
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
+REGION, ZONES = "region-a", ["zone-a", "zone-b"]
+
+
+def seed_layout_tags(endpoint: VcsimEndpoint) -> None:
+    """``region-a`` on ``DC0``; ``zone-a``/``zone-b`` on ``DC0_C0``/``DC0_C1`` and their
+    datastores (categories ``k8s-region``/``k8s-zone``)."""
+    si = connect(endpoint)
+    client = tagging_client(endpoint)
+    try:
+        seed_zones(si, Tags(client), ZoneLayout(region=REGION))
+    finally:
+        client.logout()
+        disconnect(si)
+
+
+def layout_config(folder: Path, endpoint: VcsimEndpoint, prefix: str, **master_class: Any) -> Path:
+    """The ``vsphere-standard`` example on vcsim: its CA and credentials, the region and zones of
+    :func:`seed_layout_tags`, ``vmFolderPath`` = ``prefix``, one master and one static node
+    (``worker``); ``master_class`` changes the master's instance class."""
+    docs = list(yaml.safe_load_all((EXAMPLE / "vsphere-standard.yaml").read_text()))
+    assert endpoint.ca_file is not None
+    instance_class = {
+        "numCPUs": 2,
+        "memory": 2048,
+        "template": TEMPLATE,
+        "mainNetwork": NETWORK,
+        "datastore": "LocalDS_0",
+    }
+    for doc in docs:
+        if doc["kind"] == "ClusterConfiguration":
+            doc["cloud"]["prefix"] = prefix
+            continue
+        doc["provider"] = {
+            "server": endpoint.server,
+            "username": endpoint.username,
+            "password": endpoint.password,
+            "caBundle": endpoint.ca_file.read_text(),
+        }
+        doc.update(region=REGION, zones=ZONES, vmFolderPath=prefix)
+        doc["masterNodeGroup"]["instanceClass"] = {**instance_class, **master_class}
+        doc["nodeGroups"] = [
+            {"name": "worker", "replicas": 1, "instanceClass": {**instance_class, "numCPUs": 1}}
+        ]
+    path = folder / f"{prefix}.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
 
 
 def _all(si: Any, kind: Any, paths: list[str]) -> list[tuple[Any, dict[str, Any]]]:
