@@ -245,18 +245,32 @@ async def test_apply_reapply_drift_destroy(
     assert set(plan_actions(plan).values()) == {"create", "no-op"}
 
 
-async def test_missing_template_fails_with_vcenters_message(
-    vs_stack: LocalStack, vs_client: Client, vs_settings: Settings, vs_worker: None, tmp_path: Path
+@pytest.mark.parametrize(
+    ("master_class", "message"),
+    [
+        ({"template": "no-such-template"}, "template 'no-such-template' not found"),
+        ({"datastore": "NoSuchDS"}, "datastore 'NoSuchDS' not found"),
+    ],
+    ids=["template", "datastore"],
+)
+async def test_cloud_error_fails_the_step_with_its_message(
+    master_class: dict[str, str],
+    message: str,
+    vs_stack: LocalStack,
+    vs_client: Client,
+    vs_settings: Settings,
+    vs_worker: None,
+    tmp_path: Path,
 ) -> None:
     assert vs_stack.vcsim is not None
     endpoint = vs_stack.vcsim
     prefix, cluster_uuid = f"e{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
-    path = config_file(tmp_path, endpoint, prefix, template="no-such-template")
+    path = config_file(tmp_path, endpoint, prefix, **master_class)
 
     async def act(action: str) -> LayoutResult:
         return await run(vs_client, vs_settings, action, path, prefix, cluster_uuid)
 
-    with pytest.raises(LayoutFailed, match="template 'no-such-template' not found") as failed:
+    with pytest.raises(LayoutFailed, match=message) as failed:
         await act("apply")
     assert failed.value.kind == "InvalidRequest"
     plan = await act("plan")

@@ -425,6 +425,8 @@ class VsphereLayoutResources(VsphereMachines):
 
     def _find_disk(self, resource: ResourceDef, props: Props) -> dict[str, Any] | None:
         dc = self._dc_ref(props["datacenter"])
+        if not self._has_datastore(props["datacenter"], props["datastore"]):
+            return None  # vCenter has no such datastore: no disk on it either
         name = self._disk_name(props)
         try:
             self.call(
@@ -439,8 +441,6 @@ class VsphereLayoutResources(VsphereMachines):
             # vcsim answers CannotAccessFile for a missing file (vCenter: FileNotFound); a
             # wrong guess is safe: the create refuses to replace an existing disk.
             if "CannotAccessFile" in exc.message and "not found" in exc.message:
-                return None
-            if "datastore" in exc.message.lower() and "not found" in exc.message.lower():
                 return None
             raise
         return {"id": name}
@@ -477,9 +477,12 @@ class VsphereLayoutResources(VsphereMachines):
         log.info("vsphere: created disk %s", name)
         return {"id": name}
 
-    def _check_datastore(self, dc_name: str, datastore: str) -> None:
+    def _has_datastore(self, dc_name: str, datastore: str) -> bool:
         found = self._find_by_path(f"/{dc_name}/datastore/{datastore}")
-        if not isinstance(found, vim.Datastore):
+        return isinstance(found, vim.Datastore)
+
+    def _check_datastore(self, dc_name: str, datastore: str) -> None:
+        if not self._has_datastore(dc_name, datastore):
             raise errors.InvalidRequest(
                 PROVIDER, "FindDatastore", f"datastore {datastore!r} not found in {dc_name}"
             )
