@@ -77,7 +77,7 @@ async def test_sigkill_after_add_vm_converges_without_duplicates(
     try:
         worker = workers.start(
             worker_env(zvirt_stack, queue, tmp_path, KILL_AT),
-            module="tests.layouts.zvirt_fault_worker",
+            module="tests.layouts.virt_fault_worker",
         )
         apply = asyncio.ensure_future(run_layout(client, queue, input, poll_s=0.5))
         marker = tmp_path / f"reached-{KILL_AT}"
