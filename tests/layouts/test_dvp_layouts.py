@@ -5,7 +5,8 @@ in a worker, a parent DVP cluster (kube-apiserver with the virtualization CRDs a
 Apply makes the NetworkPolicy, each node's root (and, for masters, kubernetes-data) VirtualDisk,
 cloud-init Secret and VirtualMachine with the reference's names and labels; a second apply makes
 no mutating request; drift made out of band (the NetworkPolicy deleted, a VM label changed) shows
-in the plan and the next apply repairs it; destroy leaves nothing. An image the parent does not
+in the plan and the next apply repairs it; destroy is refused while a VM labelled for the
+cluster is not the layout's, then leaves nothing. An image the parent does not
 have fails the apply with the parent's word for it.
 """
 
@@ -28,6 +29,7 @@ from devstack.backends.dvp_layouts import (
 from devstack.dvp_simulator import DvpParent
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed
+from tests.helpers import eventually_async
 from tests.layouts.dvp_support import (
     dvp_client,
     dvp_config,
@@ -127,8 +129,28 @@ async def test_apply_reapply_drift_destroy(
     )
     assert set(plan_actions(await act("plan")).values()) == {"no-op"}
 
+    # destroy is refused while a VM labelled for the cluster is not the layout's (a machine)
+    foreign = f"{prefix}-worker-5f7c9-x2v4q"
+    kube.create(
+        r.VIRTUAL_MACHINES,
+        {
+            "metadata": {"name": foreign, "labels": {r.CLUSTER_UUID_LABEL: cluster_uuid}},
+            "spec": {**vm["spec"], "blockDeviceRefs": [{"kind": "VirtualDisk", "name": foreign}]},
+        },
+        namespace,
+    )
+    with pytest.raises(LayoutFailed, match=f"VirtualMachine {foreign}") as refused:
+        await act("destroy")
+    assert refused.value.kind == "DestroyBlocked"
+    assert f"NetworkPolicy/isolated-{prefix}" in cluster_resources(kube, namespace, prefix)
+    kube.delete(r.VIRTUAL_MACHINES, foreign, namespace)
+
     await act("destroy")
-    assert cluster_resources(kube, namespace, prefix) == []
+
+    async def nothing_left() -> bool:
+        return cluster_resources(kube, namespace, prefix) == []
+
+    await eventually_async(nothing_left, timeout=60)  # the foreign VM's finalizer goes too
 
 
 async def test_missing_image_fails_with_the_parents_word(

@@ -5,7 +5,8 @@ Apply makes the masters and static nodes with the reference's names and shapes (
 template, ``nic1``, the ``-kubernetes-data`` disk attached, started with cloud-init); a second
 apply makes no mutating engine request; drift made out of band (a NIC removed, a VM powered off,
 the data disk detached) shows in the plan and the next apply repairs it; destroy leaves nothing.
-A template the engine does not have fails the step with the engine's answer.
+Destroy is refused while the cluster has a VM the layout did not make. A template the engine
+does not have fails the step with the engine's answer.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import ovirtsdk4 as sdk
+import ovirtsdk4.types
 import pytest
 from temporalio.client import Client
 
@@ -22,6 +25,7 @@ from devstack.backends.zvirt_layouts import cluster_resources, mutating_calls
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorAdmin
 from starters.layout import LayoutFailed
+from tests.helpers import eventually_async
 from tests.layouts.zvirt_support import (
     SECRET,
     STORAGE_DOMAIN_ID,
@@ -121,8 +125,6 @@ async def test_apply_reapply_drift_destroy(
     assert {s.action for m in again.modules for s in m.steps} == {"unchanged"}
 
     # drift out of band: the worker's NIC goes, the master is powered off, its disk detached
-    import ovirtsdk4 as sdk
-
     connection = sdk.Connection(
         url=ovirt.api_url, username=ovirt.username, password=SECRET, ca_file=str(ovirt.ca_file)
     )
@@ -152,6 +154,36 @@ async def test_apply_reapply_drift_destroy(
     assert vm is not None and vm["status"] == "up"
     assert len(vm["disk_attachments"]) == 2
     assert set(plan_actions(await act("plan")).values()) == {"no-op"}
+
+    # destroy is refused while the cluster has a VM the layout did not make (an ephemeral node)
+    foreign = f"{prefix}-worker-5f7c9-x2v4q"
+    connection = sdk.Connection(
+        url=ovirt.api_url, username=ovirt.username, password=SECRET, ca_file=str(ovirt.ca_file)
+    )
+    try:
+        vms = connection.system_service().vms_service()
+        made = vms.add(
+            sdk.types.Vm(
+                name=foreign,
+                cluster=sdk.types.Cluster(id=ovirt.cluster_id),
+                template=sdk.types.Template(name=ovirt.template),
+            )
+        )
+        with pytest.raises(LayoutFailed, match=f"VM {foreign}") as refused:
+            await act("destroy")
+        assert refused.value.kind == "DestroyBlocked"
+        assert f"VM/{master}" in cluster_resources(ovirt.admin_url, prefix)  # nothing deleted
+
+        async def removed() -> bool:
+            if admin.vm(foreign) is None:
+                return True
+            if admin.vm(foreign)["status"] == "down":  # type: ignore[index]
+                vms.vm_service(made.id).remove()
+            return False
+
+        await eventually_async(removed, timeout=60)
+    finally:
+        connection.close()
 
     # destroy: nothing of the cluster is left
     await act("destroy")

@@ -26,7 +26,9 @@ Identity and crash rules:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -502,11 +504,13 @@ class ZvirtLayouts:
         provider = config.provider
         ca_bundle = base.ca_bundle
         if provider.caBundle.strip():
-            with tempfile.NamedTemporaryFile(
-                "w", prefix="zvirt-ca-", suffix=".pem", delete=False
-            ) as handle:
-                handle.write(provider.caBundle)
-            ca_bundle = Path(handle.name)
+            # one file per distinct bundle (a new session with the same bundle reuses it)
+            digest = hashlib.sha256(provider.caBundle.encode()).hexdigest()[:16]
+            ca_bundle = Path(tempfile.gettempdir()) / f"cloudloop-zvirt-ca-{digest}.pem"
+            if not ca_bundle.exists():
+                partial = ca_bundle.with_suffix(f".{os.getpid()}.tmp")
+                partial.write_text(provider.caBundle)
+                partial.replace(ca_bundle)
         settings = base.model_copy(
             update={
                 "api_url": provider.server,
