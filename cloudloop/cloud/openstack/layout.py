@@ -32,8 +32,9 @@ Departures from the Terraform modules (and why):
 - floating IPs have no name in Neutron: each is created with ``description`` = the node's name
   (definition name ``<node>@<pool>``) and found by (description, floating network);
 - the server group is made once in the base (the reference's place), not per master;
-- images and flavors are looked up once, in the base (every module reads their IDs), so a wrong
-  name stops the apply before any server is made;
+- images, flavors and existing networks and security groups are looked up once, first and alone,
+  in the base (every module reads their IDs), so a wrong name stops the apply before anything is
+  made; servers name the key pair ``<prefix>`` (upstream looks it up by that name);
 - security group rules are one resource per group (``openstack.security_group_rules/<prefix>``),
   authoritative over ingress; egress keeps Neutron's defaults, as upstream leaves them;
 - a SimpleWithInternalNetwork static node gets the pod-CIDR address pair on its main network
@@ -81,6 +82,10 @@ FLOATING_IP = "openstack.floating_ip"
 
 class LayoutError(ValueError):
     """The document asks for something this layout cannot build."""
+
+
+def _refs(resource: ResourceDef) -> bool:
+    return "$ref" in str(resource.properties)
 
 
 def _key(kind: str, name: str) -> str:
@@ -262,7 +267,11 @@ class _Builder:
     def _network(self) -> list[ResourceDef]:
         p = self.p
         network = _key(NETWORK, p)
-        resources = [ResourceDef(kind=NETWORK, name=p, properties={"admin_state_up": True})]
+        resources = [
+            ResourceDef(
+                kind=NETWORK, name=p, properties={"admin_state_up": True}, outputs=["id", "name"]
+            )
+        ]
         if self.layout == "Standard":
             std = self.c.standard
             assert std is not None
@@ -337,14 +346,14 @@ class _Builder:
             name=name,
             properties={
                 "flavor_id": self.flavor(klass.flavorName),
-                "key_name": ref(_key(KEYPAIR, self.p), "name"),
+                "key_name": self.p,
                 "availability_zone": zone,
                 "config_drive": False,
                 "ports": [ref(port.key)],
                 "root_volume_id": ref(root.key),
                 "metadata": metadata,
             },
-            depends_on=[_key(INTERFACE, self.p)],
+            depends_on=[_key(INTERFACE, self.p), _key(KEYPAIR, self.p)],
             outputs=["id", "ip"],
         )
         return [port, root, server, self._floating_ip(name, self.external, port.key)]
@@ -439,7 +448,7 @@ class _Builder:
         resources += ports
         server_props: dict[str, Any] = {
             "flavor_id": self.flavor(klass.flavorName),
-            "key_name": ref(_key(KEYPAIR, p), "name"),
+            "key_name": p,
             "availability_zone": zone,
             "config_drive": False if self.layout == "Standard" else not self.dhcp,
             "metadata": metadata,
@@ -468,7 +477,13 @@ class _Builder:
             server_props["image_id"] = self.image(klass.imageName)
         if self.server_group is not None:
             server_props["server_group_id"] = self.server_group
-        server = ResourceDef(kind=SERVER, name=name, properties=server_props, outputs=["id", "ip"])
+        server = ResourceDef(
+            kind=SERVER,
+            name=name,
+            properties=server_props,
+            depends_on=[_key(KEYPAIR, p)],
+            outputs=["id", "ip"],
+        )
         resources.append(server)
         data = f"{p}-kubernetes-data-{index}"
         resources += [
@@ -555,7 +570,7 @@ class _Builder:
         resources: list[ResourceDef] = list(ports)
         server_props: dict[str, Any] = {
             "flavor_id": self.flavor(klass.flavorName),
-            "key_name": ref(_key(KEYPAIR, p), "name"),
+            "key_name": p,
             "availability_zone": zone,
             "config_drive": klass.configDrive,
             "ports": [ref(port.key) for port in ports],
@@ -577,7 +592,13 @@ class _Builder:
             server_props["root_volume_id"] = ref(root.key)
         else:
             server_props["image_id"] = self.image(klass.imageName)
-        server = ResourceDef(kind=SERVER, name=name, properties=server_props, outputs=["id", "ip"])
+        server = ResourceDef(
+            kind=SERVER,
+            name=name,
+            properties=server_props,
+            depends_on=[_key(KEYPAIR, p)],
+            outputs=["id", "ip"],
+        )
         resources.append(server)
         resources += [self._floating_ip(name, pool, ports[0].key) for pool in klass.floatingIPPools]
         return ModuleDef(
@@ -608,7 +629,7 @@ class _Builder:
             "zones": list(self.zones),
         }
         instances: dict[str, Any] = {
-            "sshKeyPairName": ref(_key(KEYPAIR, p), "name"),
+            "sshKeyPairName": p,
             "imageName": self.c.masterNodeGroup.instanceClass.imageName,
         }
         groups = [p] if self.security else []
@@ -665,7 +686,11 @@ def define(
     for group in config.nodeGroups:
         nodes += [build.static(group, i) for i in range(group.replicas)]
     discovery = build.discovery()
-    # the lookups every module needs come first in the base (they depend on nothing)
+    # the lookups every module needs come first in the base, alone in its first wave: a name
+    # the cloud does not know stops the apply before anything is made
+    lookups = [r.key for r in build.base_resources if not r.depends_on and not _refs(r)]
+    for resource in base.resources:
+        resource.depends_on = [*lookups, *resource.depends_on]
     base.resources = [*build.base_resources, *base.resources]
     return LayoutDef(
         provider="openstack",
