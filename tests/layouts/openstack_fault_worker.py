@@ -32,7 +32,7 @@ def stop_after(operation: str, marker: Path) -> None:
             threading.Event().wait()
         return answer
 
-    OpenStackBase.request = request  # type: ignore[method-assign]
+    OpenStackBase.request = request  # type: ignore[method-assign,assignment]
 
 
 if __name__ == "__main__":
