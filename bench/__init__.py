@@ -13,6 +13,7 @@ from bench.aws_machines import aws_machine_figures
 from bench.context import BenchContext
 from bench.csi import csi_figures
 from bench.layout import layout_figures
+from bench.layout_openstack import openstack_layout_figures
 from bench.lbscale import lb_scale_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "csi": csi_figures,
     "snapshots": snapshot_figures,
     "layouts": layout_figures,
+    "openstack-layouts": openstack_layout_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
     # last: counts the histories the benchmarks above left behind
