@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from cloudloop.cloud.openstack.layout import LayoutError, define, host
-from cloudloop.layouts.config import ClusterIdentity, OpenStackClusterConfiguration, load_documents
+from cloudloop.layouts.config import (
+    ClusterIdentity,
+    InvalidConfig,
+    OpenStackClusterConfiguration,
+    load_documents,
+    validate_document,
+)
 from cloudloop.layouts.model import REF, LayoutDef
 from cloudloop.rules import layout as rules
 
@@ -144,3 +150,20 @@ def test_masters_spread_over_the_volume_type_zones() -> None:
 def test_cidrhost() -> None:
     assert host("10.0.0.0/24", 1) == "10.0.0.1"
     assert host("10.0.0.0/16", 254) == "10.0.0.254"
+
+
+def test_an_internal_cidr_with_host_bits_is_refused() -> None:
+    """Upstream's ``variables.tf`` validation: ``cidrsubnet(cidr, 0, 0) == cidr``."""
+    loaded = load_documents(
+        yaml.safe_load_all((EXAMPLES / "openstack-standard.yaml").read_text()), uuid=UUID
+    )
+    doc = loaded.document.model_dump(mode="json")
+    doc["provider"]["password"] = "x"
+    doc["standard"]["internalNetworkCIDR"] = "192.168.198.5/24"
+    with pytest.raises(InvalidConfig) as refused:
+        validate_document(doc)
+    assert {e.path: e.message for e in refused.value.errors} == {
+        "standard.internalNetworkCIDR": (
+            "not a network address (host bits set): 192.168.198.5/24, use 192.168.198.0/24"
+        )
+    }

@@ -6,8 +6,8 @@ Apply makes every resource with the reference's names and metadata and publishes
 ``OpenStackCloudDiscoveryData``; a second apply makes no mutating request (counted by the
 emulator); drift made out of band (a deleted key pair, changed server metadata, a deleted
 security group rule) shows in the plan and the next apply repairs it; destroy leaves nothing of
-the cluster. A cloud error ends the step with the cloud's message, and a plan afterwards shows
-what exists.
+the cluster (and is refused while a load balancer of the cluster is on its subnet). A cloud error
+ends the step with the cloud's message, and a plan afterwards shows what exists.
 """
 
 from __future__ import annotations
@@ -265,6 +265,17 @@ async def test_apply_reapply_drift_destroy(
     assert sdk.compute.get_server_metadata(master.id).metadata == {}
     plan = await run(os_client, os_settings, "plan", path, prefix)
     assert set(plan_actions(plan).values()) == {"no-op"}
+
+    if layout == "Standard":
+        # destroy is refused while the cluster's own load balancer is on its subnet
+        lb = sdk.load_balancer.create_load_balancer(name=f"{prefix}-svc", vip_subnet_id=subnet.id)
+        sdk.load_balancer.wait_for_load_balancer(lb.id, interval=0.1, wait=30)
+        with pytest.raises(LayoutFailed, match=f"load balancer {prefix}-svc") as refused:
+            await run(os_client, os_settings, "destroy", path, prefix)
+        assert refused.value.kind == "DestroyBlocked"
+        assert list(sdk.network.networks(name=prefix)) != []  # nothing was deleted
+        sdk.load_balancer.delete_load_balancer(lb.id)
+        sdk.load_balancer.wait_for_delete(lb, interval=0.1, wait=30)
 
     # destroy: nothing of the cluster is left
     assert len(cluster_resources(endpoint.admin_url, prefix)) >= 3
