@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from temporalio.client import Client
 
 from activities.layout import LayoutActivities
@@ -316,5 +317,44 @@ async def test_cloud_errors_end_the_step_with_the_clouds_message(
     assert plan[f"openstack.keypair/{prefix}"] == "no-op"
     assert plan[f"openstack.volume/{prefix}-kubernetes-data-0"] == "no-op"  # made in its wave
     assert plan[f"openstack.server/{prefix}-master-0"] == "create"
+    await run(os_client, os_settings, "destroy", path, prefix)
+    assert cluster_resources(endpoint.admin_url, prefix) == []
+
+
+async def test_standard_with_bastion_and_server_group(
+    os_stack: LocalStack,
+    os_client: Client,
+    os_settings: Settings,
+    os_worker: None,
+    sdk: Any,
+    tmp_path: Path,
+) -> None:
+    """The bastion (port, root volume, server booted from it, floating IP) is in the base and
+    takes the master's floating IP; AntiAffinity masters are in server group ``<prefix>``."""
+    endpoint = endpoint_of(os_stack)
+    prefix = f"b{uuid.uuid4().hex[:6]}"
+    bastion = {"instanceClass": {"flavorName": "m1.small", "imageName": "ubuntu-22.04"}}
+    path = config_file(tmp_path, "openstack-standard", prefix, endpoint, bastion=bastion)
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        if doc["kind"] == "OpenStackClusterConfiguration":
+            doc["masterNodeGroup"]["serverGroup"] = {"policy": "AntiAffinity"}
+            doc.pop("nodeGroups")
+    path.write_text(yaml.safe_dump_all(docs))
+
+    applied = await run(os_client, os_settings, "apply", path, prefix)
+    server = one(list(sdk.compute.servers(name=f"^{prefix}-bastion$")), "bastion")
+    root = one(list(sdk.block_storage.volumes(name=f"{prefix}-bastion-root-volume")), "root")
+    assert root.size == 50 and root.attachments[0]["server_id"] == server.id
+    fip = one(list(sdk.network.ips(description=f"{prefix}-bastion")), "bastion floating IP")
+    assert applied.outputs["bastion_ip_address_for_ssh"] == fip.floating_ip_address
+    assert list(sdk.network.ips(description=f"{prefix}-master-0")) == []
+    [master_module] = [m for m in applied.modules if m.module == "master-0"]
+    outputs = master_module.outputs
+    assert outputs["master_ip_address_for_ssh"] == outputs["node_internal_ip_address"]
+    master = one(list(sdk.compute.servers(name=f"^{prefix}-master-0$")), "master")
+    group = one([g for g in sdk.compute.server_groups() if g.name == prefix], "server group")
+    assert group.member_ids == [master.id]
+
     await run(os_client, os_settings, "destroy", path, prefix)
     assert cluster_resources(endpoint.admin_url, prefix) == []
