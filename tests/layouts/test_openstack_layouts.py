@@ -238,7 +238,9 @@ async def test_apply_reapply_drift_destroy(
         assert discovery["loadBalancer"] == {"subnetID": subnet.id, "floatingNetworkID": public.id}
         worker_root = one(list(sdk.block_storage.volumes(name=f"{prefix}-worker-0")), "root")
         assert worker_root.size == 10
-    assert master.metadata == {}
+    metadata = {"team": "demo", "role": "master"} if layout == "Standard" else {}
+    assert master.metadata == metadata  # tags ⊕ additionalTags
+    assert data.metadata == ({"team": "demo"} if layout == "Standard" else {})  # tags
 
     # a second apply changes nothing
     requests.reset()
@@ -263,7 +265,7 @@ async def test_apply_reapply_drift_destroy(
     acted = {s.key: s.action for m in repaired.modules for s in m.steps if s.action != "unchanged"}
     assert set(acted) == drifted
     assert acted[f"openstack.keypair/{prefix}"] == "created"
-    assert sdk.compute.get_server_metadata(master.id).metadata == {}
+    assert sdk.compute.get_server_metadata(master.id).metadata == metadata
     plan = await run(os_client, os_settings, "plan", path, prefix)
     assert set(plan_actions(plan).values()) == {"no-op"}
 
