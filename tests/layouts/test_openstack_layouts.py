@@ -332,7 +332,8 @@ async def test_standard_with_bastion_and_server_group(
     tmp_path: Path,
 ) -> None:
     """The bastion (port, root volume, server booted from it, floating IP) is in the base and
-    takes the master's floating IP; AntiAffinity masters are in server group ``<prefix>``."""
+    takes the master's floating IP; AntiAffinity masters are in server group ``<prefix>``; a
+    bigger ``etcdDiskSizeGb`` grows the attached data volume."""
     endpoint = endpoint_of(os_stack)
     prefix = f"b{uuid.uuid4().hex[:6]}"
     bastion = {"instanceClass": {"flavorName": "m1.small", "imageName": "ubuntu-22.04"}}
@@ -357,6 +358,19 @@ async def test_standard_with_bastion_and_server_group(
     master = one(list(sdk.compute.servers(name=f"^{prefix}-master-0$")), "master")
     group = one([g for g in sdk.compute.server_groups() if g.name == prefix], "server group")
     assert group.member_ids == [master.id]
+
+    # a bigger etcd disk: the attached data volume grows in place (never shrinks)
+    for doc in docs:
+        if doc["kind"] == "OpenStackClusterConfiguration":
+            doc["masterNodeGroup"]["instanceClass"]["etcdDiskSizeGb"] = 11
+    path.write_text(yaml.safe_dump_all(docs))
+    data_key = f"openstack.volume/{prefix}-kubernetes-data-0"
+    plan = await run(os_client, os_settings, "plan", path, prefix)
+    assert {k for k, a in plan_actions(plan).items() if a != "no-op"} == {data_key}
+    grown = await run(os_client, os_settings, "apply", path, prefix)
+    assert [s.action for m in grown.modules for s in m.steps if s.key == data_key] == ["updated"]
+    data = one(list(sdk.block_storage.volumes(name=f"{prefix}-kubernetes-data-0")), "data")
+    assert data.size == 11 and data.status == "in-use"
 
     await run(os_client, os_settings, "destroy", path, prefix)
     assert cluster_resources(endpoint.admin_url, prefix) == []

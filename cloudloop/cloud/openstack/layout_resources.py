@@ -15,8 +15,9 @@ Identity and crash rules:
 - Two resources with one name is an error (``AlreadyExists``), never a guess.
 - Drift repaired in place: security group ingress rules (authoritative), a port's security
   groups and address pairs, a server's metadata, a floating IP's port, a router's external
-  gateway, a subnet's DNS servers. Immutable fields (CIDRs, sizes, flavors, images, zones, a key
-  pair's public key) are reported, never repaired.
+  gateway, a subnet's DNS servers, a volume smaller than asked (``os-extend``, online as
+  upstream's ``enable_online_resize``). Immutable fields (CIDRs, a shrink, volume types, flavors,
+  zones, a key pair's public key) are reported, never repaired.
 - A second ensure of an unchanged resource makes only GET requests.
 - ``create`` waits for what the next step needs (a server ACTIVE, a volume available, an
   attachment in-use) and ``delete`` for what must be gone first (a server deleted, a volume
@@ -46,6 +47,8 @@ Props = dict[str, Any]
 Raw = dict[str, Any]
 #: Nova microversion of server requests (tags in bodies; 2.47 embeds the flavor).
 COMPUTE_MICROVERSION = "2.52"
+#: Cinder microversion of ``os-extend`` (an in-use volume grows from 3.42).
+EXTEND_MICROVERSION = "3.42"
 #: Kind → the suffix of its handler methods (``_find_<s>``, ``_create_<s>``, ``_drift_<s>``,
 #: ``_fix_<s>``, ``_delete_<s>``).
 _HANDLERS = {
@@ -684,7 +687,35 @@ class OpenStackLayoutResources(OpenStackBase):
         return self._wait_volume(str(made["volume"]["id"]), ("available", "in-use"))
 
     def _drift_volume(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
-        return self._immutable(raw, props, ("size", "size"), ("volume_type", "volume_type"))
+        drift = self._immutable(raw, props, ("volume_type", "volume_type"))
+        have = int(raw.get("size") or 0)
+        if have != props["size"]:
+            # upstream's enable_online_resize: a volume grows in place, it never shrinks
+            drift.append(Drift("size", have, props["size"], immutable=have > props["size"]))
+        return drift
+
+    def _fix_volume(
+        self, resource: ResourceDef, props: Props, raw: Raw, drift: list[Drift]
+    ) -> None:
+        if any(d.field == "size" for d in drift):
+            status = str(raw.get("status"))
+            self.request(
+                "ExtendVolume",
+                "block_storage",
+                "POST",
+                f"/volumes/{raw['id']}/action",
+                json={"os-extend": {"new_size": props["size"]}},
+                microversion=EXTEND_MICROVERSION,
+            )
+
+            def extended(volume: Raw | None) -> bool:
+                if volume is not None and str(volume.get("status")).startswith("error"):
+                    raise errors.CloudError(
+                        NAME, "ExtendVolume", f"volume {raw['id']} is {volume.get('status')}"
+                    )
+                return volume is not None and volume.get("status") == status
+
+            self.wait_until("ExtendVolume", lambda: self._volume(str(raw["id"])), extended)
 
     def _delete_volume(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
         volume_id = str(raw["id"])
