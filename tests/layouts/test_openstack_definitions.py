@@ -167,3 +167,37 @@ def test_an_internal_cidr_with_host_bits_is_refused() -> None:
             "not a network address (host bits set): 192.168.198.5/24, use 192.168.198.0/24"
         )
     }
+
+
+def test_the_discoverer_keeps_what_apply_publishes() -> None:
+    """The published ``cloud_discovery_data`` is the document the OpenStack discoverer merges its
+    live data into: kind, layout, instances, networks and load balancer are kept."""
+    from cloudloop.cloud.models import DiscoveryData, Zone
+    from cloudloop.cloud.openstack.discovery import DISCOVERY_KIND
+    from cloudloop.cloud.openstack.layout import DISCOVERY_KIND as LAYOUT_KIND
+    from cloudloop.rules import discovery as cloud_data
+
+    assert LAYOUT_KIND == DISCOVERY_KIND
+    written = rules.resolve(
+        build("openstack-standard").discovery,
+        {
+            "openstack.network/demo-os": {"id": "net-1", "name": "demo-os"},
+            "openstack.network/public": {"id": "ext-1", "name": "public"},
+            "openstack.subnet/demo-os": {"id": "subnet-1"},
+        },
+    )
+    live = DiscoveryData(
+        region="RegionOne",
+        zones=[Zone(name="nova", region="RegionOne"), Zone(name="nova-b", region="RegionOne")],
+        kind=DISCOVERY_KIND,
+        extra={"externalNetworkNames": ["public"], "images": ["ubuntu-22.04"]},
+    )
+    merged = cloud_data.discovery_document(written, live, [])
+    assert merged == {**written, "images": ["ubuntu-22.04"]}
+    assert merged["instances"] == {
+        "sshKeyPairName": "demo-os",
+        "imageName": "ubuntu-22.04",
+        "mainNetwork": "demo-os",
+        "securityGroups": ["demo-os"],
+    }
+    assert merged["loadBalancer"] == {"subnetID": "subnet-1", "floatingNetworkID": "ext-1"}
