@@ -7,7 +7,8 @@ Apply makes every resource with the reference's names and metadata and publishes
 emulator); drift made out of band (a deleted key pair, changed server metadata, a deleted
 security group rule) shows in the plan and the next apply repairs it; destroy leaves nothing of
 the cluster (and is refused while a load balancer of the cluster is on its subnet). A cloud error
-ends the step with the cloud's message, and a plan afterwards shows what exists.
+ends the step with the cloud's message, and a plan afterwards shows what exists; a server that
+ends in ERROR is deleted and made again by the next apply from the same root volume.
 """
 
 from __future__ import annotations
@@ -319,6 +320,26 @@ async def test_cloud_errors_end_the_step_with_the_clouds_message(
     assert plan[f"openstack.keypair/{prefix}"] == "no-op"
     assert plan[f"openstack.volume/{prefix}-kubernetes-data-0"] == "no-op"  # made in its wave
     assert plan[f"openstack.server/{prefix}-master-0"] == "create"
+    await run(os_client, os_settings, "destroy", path, prefix)
+    assert cluster_resources(endpoint.admin_url, prefix) == []
+
+    # no valid host: the server in ERROR is deleted and the step fails with Nova's fault; the
+    # next apply boots a new server from the same root volume
+    path = config_file(tmp_path, "openstack-standard", prefix, endpoint)
+    admin.no_valid_host("m1.large")
+    try:
+        with pytest.raises(LayoutFailed, match="No valid host was found") as no_host:
+            await run(os_client, os_settings, "apply", path, prefix)
+    finally:
+        admin.no_valid_host("m1.large", enabled=False)
+    assert no_host.value.kind == "InsufficientCapacity"
+    left = cluster_resources(endpoint.admin_url, prefix)
+    assert f"Server/{prefix}-master-0" not in left
+    assert left.count(f"Volume/{prefix}-master-root-volume-0") == 1
+    await run(os_client, os_settings, "apply", path, prefix)
+    counted = cluster_resources(endpoint.admin_url, prefix)
+    assert counted.count(f"Server/{prefix}-master-0") == 1
+    assert counted.count(f"Volume/{prefix}-master-root-volume-0") == 1
     await run(os_client, os_settings, "destroy", path, prefix)
     assert cluster_resources(endpoint.admin_url, prefix) == []
 

@@ -39,6 +39,9 @@ Departures from the Terraform modules (and why):
   authoritative over ingress; egress keeps Neutron's defaults, as upstream leaves them;
 - a SimpleWithInternalNetwork static node gets the pod-CIDR address pair on its main network
   (upstream: on the network of ``internalSubnetName``, which its main network is in practice);
+- a root volume is not ``delete_on_termination``: it is a resource of its own, deleted by its
+  own step after the server, so a server that ends in ERROR can be deleted and made again from
+  the same volume;
 - volume metadata and zone are not repaired (upstream ``ignore_changes``); ``user_data``
   (dhctl's ``cloudConfig``) is not set: the layout makes the machines, bootstrap is dhctl's or
   Cluster API's.

@@ -21,7 +21,8 @@ Identity and crash rules:
 - A second ensure of an unchanged resource makes only GET requests.
 - ``create`` waits for what the next step needs (a server ACTIVE, a volume available, an
   attachment in-use) and ``delete`` for what must be gone first (a server deleted, a volume
-  detached); a server in ERROR fails the step with Nova's fault.
+  detached); a server in ERROR is deleted and the step fails with Nova's fault (retryable:
+  the next attempt makes a new server; "No valid host" is ``InsufficientCapacity``).
 - Cloud errors keep the cloud's message; Nova's 403 "Quota exceeded" becomes
   ``QuotaExceeded`` (translated as 403 it would read as refused credentials), Neutron's 409
   ``OverQuota`` too.
@@ -793,16 +794,25 @@ class OpenStackLayoutResources(OpenStackBase):
             if server is None:
                 raise errors.CloudError(NAME, "GetServer", f"server {server_id} disappeared")
             if server.get("status") == "ERROR":
-                fault = str((server.get("fault") or {}).get("message") or "no fault reported")
-                if "No valid host" in fault:
-                    raise errors.InsufficientCapacity(NAME, "CreateServer", fault)
-                raise errors.CloudError(NAME, "CreateServer", f"server in ERROR: {fault}")
+                self._fail_over(server)
             return server.get("status") == "ACTIVE"
 
         found = self.wait_until("GetServer", lambda: self._server_by_id(server_id), done)
         assert found is not None
         found["_ip"] = self._server_ip(found)
         return found
+
+    def _fail_over(self, server: Raw) -> None:
+        """A server in ERROR is deleted (its ports and volumes stay for the next attempt, as
+        upstream machine controllers do) and the step fails with Nova's fault: the retry
+        makes a new one, and nothing broken is left behind."""
+        server_id = str(server["id"])
+        fault = str((server.get("fault") or {}).get("message") or "no fault reported")
+        self.request("DeleteServer", "compute", "DELETE", f"/servers/{server_id}")
+        self._gone("DeleteServer", lambda: self._server_by_id(server_id))
+        if "No valid host" in fault:
+            raise errors.InsufficientCapacity(NAME, "CreateServer", fault)
+        raise errors.CloudError(NAME, "CreateServer", f"server in ERROR: {fault}")
 
     def _find_server(self, resource: ResourceDef, props: Props) -> Raw | None:
         found = self.list_all(
@@ -847,7 +857,9 @@ class OpenStackLayoutResources(OpenStackBase):
                     "boot_index": 0,
                     "source_type": "volume",
                     "destination_type": "volume",
-                    "delete_on_termination": True,
+                    # the root volume is a resource of its own (deleted by its own step): a
+                    # server that fails over leaves it for the next attempt
+                    "delete_on_termination": False,
                 }
             ]
         else:
