@@ -1,8 +1,9 @@
 """QueueProcessor: aws-node-termination-handler's queue-processor mode as a starter.
 
-It long-polls the SQS queue, parses each message (:mod:`cloudloop.rules.termination`), finds the
-instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per interruption
-(ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure), so duplicates
+It long-polls the SQS queue, parses each message (the cloud's own format, through
+``TerminationClient.parse_message``), finds the instance (EC2) and its Node, and
+signals-with-start one :class:`DrainNodeWorkflow` per interruption (ID from node + instance
+incarnation, ``USE_EXISTING``, reuse only after a failure), so duplicates
 across messages, kinds and replicas join one drain. While the workflow runs the message stays held
 (its visibility is extended); it is deleted only after the workflow succeeded, and left for
 redelivery when it failed, but not forever: a drain that failed for good (``DrainRefused``,
@@ -36,7 +37,12 @@ from temporalio.exceptions import ApplicationError
 from cloudloop import searchattrs
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.registry import provider_for
-from cloudloop.cloud.termination import InstanceInfo, QueueMessage, TerminationClient
+from cloudloop.cloud.termination import (
+    InstanceInfo,
+    MalformedMessage,
+    QueueMessage,
+    TerminationClient,
+)
 from cloudloop.kube.api import Kube
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
@@ -56,7 +62,7 @@ from cloudloop.metrics import (
     NTH_TAGGED_NODES,
     POISON_MESSAGES,
 )
-from cloudloop.rules.termination import MalformedMessage, give_up_reason, parse_message
+from cloudloop.rules.termination import give_up_reason
 from cloudloop.settings import Domain, NthSettings
 from cloudloop.temporal import signal_with_start
 from starters.context import StarterContext
@@ -211,7 +217,7 @@ class QueueProcessor:
 
     async def _handle(self, message: QueueMessage) -> str:
         try:
-            parsed = parse_message(
+            parsed = self.aws.parse_message(
                 message.body, message_id=message.message_id, now=datetime.now(UTC)
             )
         except MalformedMessage as exc:

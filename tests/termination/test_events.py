@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from cloudloop.cloud.aws.termination_events import parse_message
+from cloudloop.cloud.termination import MalformedMessage
 from cloudloop.messages.termination import EventKind
-from cloudloop.rules.termination import MalformedMessage, parse_message
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 INSTANCE = "i-0633ac2b0d9769723"

@@ -16,7 +16,13 @@ from typing import Any
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.cloud.termination import InstanceInfo, LifecycleAction, QueueMessage
+from cloudloop.cloud.aws.termination_events import parse_message
+from cloudloop.cloud.termination import (
+    InstanceInfo,
+    LifecycleAction,
+    ParsedMessage,
+    QueueMessage,
+)
 from cloudloop.settings import NthSettings
 
 #: AWS's answer to a lifecycle call whose action was completed or expired.
@@ -56,6 +62,10 @@ class AwsTermination:
         )
 
     # -- SQS -------------------------------------------------------------------------------
+    def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:
+        """An SQS body (EventBridge event or ASG notification): :mod:`.termination_events`."""
+        return parse_message(body, message_id=message_id, now=now)
+
     def receive(
         self, queue_url: str, *, max_messages: int, wait_s: int, visibility_s: int
     ) -> list[QueueMessage]:
