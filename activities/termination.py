@@ -139,7 +139,10 @@ class DrainActivities:
                 if node is None:
                     return False
                 current: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
-                wanted = [t.model_dump() for t in input.taints]
+                # One taint per key and effect (the API refuses duplicates): two events of one
+                # kind (the IMDS and the queue copy of a Spot notice) share it, the last wins.
+                by_key = {(t.key, t.effect): t.model_dump() for t in input.taints}
+                wanted = list(by_key.values())
                 kept = [
                     t
                     for t in current

@@ -1,4 +1,5 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
+``termination-imds``, ``termination``,
 ``temporal setup``, ``retry``, ``nodegroup`` and ``layout``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
@@ -267,6 +268,20 @@ def csi_node(settings: Settings, endpoint: str | None, node_name: str | None) ->
     update = {k: v for k, v in (("endpoint", endpoint), ("node_name", node_name)) if v}
     settings = settings.model_copy(update={"csi": settings.csi.model_copy(update=update)})
     asyncio.run(run_node(settings))
+
+
+@main.command("termination-imds")
+@click.option("--node-name", help="This node's Kubernetes name [nth.node_name, NODE_NAME].")
+@click.option("--imds-endpoint", help="The instance metadata service [nth.imds_endpoint].")
+@process_options
+def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: str | None) -> None:
+    """The node termination handler's instance-metadata mode on this node (a DaemonSet): poll
+    IMDSv2 for interruption notices and start the node's drain workflow."""
+    from starters.termination_imds import run_imds
+
+    update = {k: v for k, v in (("node_name", node_name), ("imds_endpoint", imds_endpoint)) if v}
+    settings = settings.model_copy(update={"nth": settings.nth.model_copy(update=update)})
+    asyncio.run(run_imds(settings))
 
 
 @main.group()

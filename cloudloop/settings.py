@@ -213,6 +213,13 @@ class NthSettings(BaseModel):
     webhook_template_file: Path | None = None
     #: How often the starter refreshes the ``nth_tagged_nodes``/``nth_tagged_instances`` gauges.
     tagged_metrics_interval_s: float = 60.0
+    #: Instance-metadata mode (``cloudloop termination-imds``, a DaemonSet): this node's name,
+    #: the metadata service (IMDSv2), each request's timeout and the poll period (upstream
+    #: polls every 2 s).
+    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    imds_endpoint: str = "http://169.254.169.254"
+    imds_timeout_s: float = Field(default=2.0, gt=0)
+    imds_poll_interval_s: float = Field(default=2.0, gt=0)
 
 
 class CsiSettings(BaseModel):

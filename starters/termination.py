@@ -64,7 +64,7 @@ from cloudloop.metrics import (
 )
 from cloudloop.rules.termination import give_up_reason
 from cloudloop.settings import Domain, NthSettings
-from cloudloop.temporal import signal_with_start
+from cloudloop.temporal import Start, signal_with_start
 from starters.context import StarterContext
 from workflows.termination import (
     DRAIN_SIGNAL,
@@ -102,6 +102,54 @@ def drain_options(nth: NthSettings) -> DrainOptions:
         wait_for_volume_attachments=nth.wait_for_volume_attachments,
         volume_attachment_timeout_s=nth.volume_attachment_timeout_s,
     )
+
+
+async def start_drain(
+    client: Client,
+    nth: NthSettings,
+    event: InterruptionEvent,
+    instance: InstanceInfo,
+    node: str,
+    *,
+    task_queue: str,
+    cluster: str,
+    provider: str,
+) -> tuple[str, TypedSearchAttributes, Start | None]:
+    """Signal-with-start the drain of ``node`` for ``event`` (queue and IMDS mode alike): one
+    workflow ID per node and instance incarnation, whichever mode or replica sees it first.
+    (workflow ID, its search attributes, the start or ``None`` when a completed run blocks it)."""
+    cordon_only = is_cordon_only(
+        event, cordon_only=nth.cordon_only, rebalance_drains=nth.enable_rebalance_draining
+    )
+    options = drain_options(nth).model_copy(update={"cordon_only": cordon_only})
+    input = DrainInput(
+        node=node,
+        cluster=cluster,
+        instance_id=instance.id,
+        instance_launch_time=instance.launch_time,
+        instance_type=instance.instance_type,
+        zone=instance.zone,
+        provider_id=instance.provider_id,
+        event=event,
+        options=options,
+    )
+    wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
+    attributes = searchattrs.for_object(
+        cluster=cluster, provider=provider, kind="Node", namespace="", name=node
+    )
+    start = await signal_with_start(
+        client,
+        DrainNodeWorkflow.run,
+        input,
+        kind="DrainNode",
+        id=wf_id,
+        task_queue=task_queue,
+        summary=f"drain Node {node} ({instance.id}): {event.kind}",
+        signal=DRAIN_SIGNAL,
+        signal_args=[event],
+        search_attributes=attributes,
+    )
+    return wf_id, attributes, start
 
 
 @dataclass
@@ -387,38 +435,15 @@ class QueueProcessor:
             return Dispatch(keep_message=True, note=f"{event.event_id}: {exc}")
 
     async def _start(self, event: InterruptionEvent, instance: InstanceInfo, node: str) -> Dispatch:
-        cordon_only = is_cordon_only(
-            event,
-            cordon_only=self.nth.cordon_only,
-            rebalance_drains=self.nth.enable_rebalance_draining,
-        )
-        options = drain_options(self.nth).model_copy(update={"cordon_only": cordon_only})
-        input = DrainInput(
-            node=node,
-            cluster=self.cluster,
-            instance_id=instance.id,
-            instance_launch_time=instance.launch_time,
-            instance_type=instance.instance_type,
-            zone=instance.zone,
-            provider_id=instance.provider_id,
-            event=event,
-            options=options,
-        )
-        wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
-        attributes = searchattrs.for_object(
-            cluster=self.cluster, provider=self.provider, kind="Node", namespace="", name=node
-        )
-        start = await signal_with_start(
+        wf_id, attributes, start = await start_drain(
             self.client,
-            DrainNodeWorkflow.run,
-            input,
-            kind="DrainNode",
-            id=wf_id,
+            self.nth,
+            event,
+            instance,
+            node,
             task_queue=self.task_queue,
-            summary=f"drain Node {node} ({instance.id}): {event.kind}",
-            signal=DRAIN_SIGNAL,
-            signal_args=[event],
-            search_attributes=attributes,
+            cluster=self.cluster,
+            provider=self.provider,
         )
         if start is None:
             # Only a successful run blocks a new one: this interruption was handled already.

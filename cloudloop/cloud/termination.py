@@ -9,7 +9,7 @@ drain activities use only this protocol. Rules: blocking calls, ``CloudError`` o
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -117,8 +117,20 @@ class InstanceInfo:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+class InstanceMetadata(Protocol):
+    """A node's own view of its instance (AWS: IMDSv2), for the handler's IMDS mode."""
+
+    def identity(self) -> InstanceInfo: ...
+
+    def monitors(
+        self, instance: InstanceInfo
+    ) -> dict[str, Callable[[datetime], list[InterruptionEvent]]]: ...
+
+
 class TerminationClient(Protocol):
     """The cloud side of the node termination handler."""
+
+    def instance_metadata(self) -> InstanceMetadata: ...
 
     def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:
         """One queue message body (:class:`MalformedMessage` when it is not understood)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.cloud.aws.imds import Imds
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.termination_events import parse_message
 from cloudloop.cloud.termination import (
@@ -50,6 +51,7 @@ class AwsTermination:
     """SQS, EC2 and Auto Scaling calls of the termination handler (thread-safe, blocking)."""
 
     def __init__(self, aws: AwsSettings, nth: NthSettings) -> None:
+        self.nth = nth
         self.ec2_base = AwsBase(aws)
         # The long poll must end before the read timeout does.
         self.sqs_base = AwsBase(
@@ -60,6 +62,10 @@ class AwsTermination:
                 update={"endpoint_url": nth.autoscaling_endpoint_url or aws.endpoint_url}
             )
         )
+
+    def instance_metadata(self) -> Imds:
+        """This node's metadata service (IMDS mode): ``nth.imds_endpoint``, IMDSv2."""
+        return Imds(self.nth.imds_endpoint, timeout_s=self.nth.imds_timeout_s)
 
     # -- SQS -------------------------------------------------------------------------------
     def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:
