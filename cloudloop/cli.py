@@ -285,6 +285,46 @@ def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: s
 
 
 @main.group()
+def termination() -> None:
+    """The node termination handler's managed interruption queue (AWS)."""
+
+
+def _queue_setup(remove: bool) -> None:
+    from cloudloop import temporal as temporal_client
+    from starters.termination import setup_queue
+
+    async def run() -> str:
+        client = await temporal_client.connect(Settings().temporal)
+        result = await setup_queue(client, Settings(), remove=remove)
+        if remove:
+            return "removed: " + (", ".join(result.removed) or "nothing (already gone)")
+        return f"queue {result.queue_url}: rules {', '.join(result.rules)}; hooks {result.hooks}"
+
+    code = 0
+    try:
+        click.echo(asyncio.run(run()))
+    except Exception as exc:  # Temporal unreachable, the workflow failed
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # as temporal setup: leave without finalizing the SDK's threads
+
+
+@termination.command("install")
+def termination_install() -> None:
+    """Make the SQS queue, its policy, the EventBridge rules and the lifecycle hooks
+    (idempotent; the starter does it too when ``nth.queue_url`` is empty)."""
+    _queue_setup(remove=False)
+
+
+@termination.command("uninstall")
+def termination_uninstall() -> None:
+    """Remove what ``install`` made (the chart's pre-delete hook Job runs it)."""
+    _queue_setup(remove=True)
+
+
+@main.group()
 def temporal() -> None:
     """Prepare the Temporal namespace cloudloop runs in."""
 

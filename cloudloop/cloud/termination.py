@@ -117,6 +117,23 @@ class InstanceInfo:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+class QueueSpec(BaseModel):
+    """The interruption queue the product owns: its name, the rules feeding it (named
+    ``<rule_prefix>-<kind>``), and the node groups whose terminations wait for a lifecycle hook."""
+
+    queue_name: str
+    rule_prefix: str
+    lifecycle_hook_groups: list[str] = []
+    hook_name: str = "cloudloop-nth"
+    hook_heartbeat_timeout_s: int = 300
+    tags: dict[str, str] = {}
+
+
+class QueueInfo(BaseModel):
+    url: str
+    arn: str
+
+
 class InstanceMetadata(Protocol):
     """A node's own view of its instance (AWS: IMDSv2), for the handler's IMDS mode."""
 
@@ -131,6 +148,14 @@ class TerminationClient(Protocol):
     """The cloud side of the node termination handler."""
 
     def instance_metadata(self) -> InstanceMetadata: ...
+
+    def ensure_queue(self, spec: QueueSpec) -> QueueInfo: ...
+
+    def ensure_rules(self, spec: QueueSpec, queue: QueueInfo) -> list[str]: ...
+
+    def ensure_lifecycle_hooks(self, spec: QueueSpec) -> list[str]: ...
+
+    def remove_queue(self, spec: QueueSpec) -> list[str]: ...
 
     def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:
         """One queue message body (:class:`MalformedMessage` when it is not understood)."""

@@ -14,6 +14,8 @@ from cloudloop.cloud.termination import TAINT_PREFIX as TAINT_PREFIX
 from cloudloop.cloud.termination import EventKind as EventKind
 from cloudloop.cloud.termination import InterruptionEvent as InterruptionEvent
 from cloudloop.cloud.termination import LifecycleAction as LifecycleAction
+from cloudloop.cloud.termination import QueueInfo as QueueInfo
+from cloudloop.cloud.termination import QueueSpec as QueueSpec
 from cloudloop.cloud.termination import label_value as label_value
 
 
@@ -27,6 +29,10 @@ class DrainActivity:
     RECORD_OUTCOME = "drain.record_outcome"
     COMPLETE_LIFECYCLE_ACTION = "drain.complete_lifecycle_action"
     RECORD_LIFECYCLE_HEARTBEAT = "drain.record_lifecycle_heartbeat"
+    ENSURE_QUEUE = "drain.ensure_queue"
+    ENSURE_QUEUE_RULES = "drain.ensure_queue_rules"
+    ENSURE_LIFECYCLE_HOOKS = "drain.ensure_lifecycle_hooks"
+    REMOVE_QUEUE = "drain.remove_queue"
 
 
 class DrainOptions(BaseModel):
@@ -189,3 +195,25 @@ class OutcomeInput(BaseModel):
 class LifecycleActionInput(BaseModel):
     action: LifecycleAction
     result: Literal["CONTINUE", "ABANDON"] = "CONTINUE"
+
+
+# -- the queue's infrastructure --------------------------------------------------------------
+class QueueSetupInput(BaseModel):
+    """Input of :class:`workflows.termination.TerminationQueueWorkflow`: make (or remove) the
+    interruption queue, its rules and the lifecycle hooks."""
+
+    spec: QueueSpec
+    remove: bool = False
+
+
+class QueueRulesInput(BaseModel):
+    spec: QueueSpec
+    queue: QueueInfo
+
+
+class QueueSetupResult(BaseModel):
+    queue_url: str = ""
+    queue_arn: str = ""
+    rules: list[str] = Field(default_factory=list)
+    hooks: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
