@@ -71,6 +71,9 @@ class InterruptionEvent(BaseModel):
     #: Instance state of a state-change event (``stopping``, ``terminated``, ...).
     state: str = ""
     lifecycle: LifecycleAction | None = None
+    #: Why Auto Scaling terminates it, when the message says (``az-rebalance``, ``scale-in``,
+    #: ``instance-refresh``, ``health-check``); "" otherwise.
+    cause: str = ""
     #: The SQS message it came from (for logs; the starter owns the message).
     message_id: str = ""
 

@@ -102,9 +102,43 @@ def _lifecycle(detail: dict[str, Any], where: str) -> LifecycleAction:
     )
 
 
+#: Why Auto Scaling terminates, from the activity cause AWS writes ("... in response to an
+#: Availability Zone rebalancing operation", "... a difference between desired and actual
+#: capacity, shrinking the capacity from 3 to 2", "... user request ..."), where a message has it.
+ASG_CAUSES = (
+    ("az-rebalance", ("rebalanc", "availability zone")),
+    ("scale-in", ("shrinking the capacity", "desired and actual capacity", "scale in", "scale-in")),
+    ("instance-refresh", ("instance refresh",)),
+    ("health-check", ("health check", "unhealthy")),
+)
+_CAUSE_TEXT = {
+    "az-rebalance": "Availability Zone rebalance",
+    "scale-in": "scale-in",
+    "instance-refresh": "instance refresh",
+    "health-check": "failed health check",
+}
+
+
+def asg_cause(*sources: dict[str, Any]) -> str:
+    """``az-rebalance``, ``scale-in``, ``instance-refresh``, ``health-check`` or "" (unknown:
+    lifecycle hook messages carry no cause unless ``Cause``/``Description``/``StatusMessage`` or
+    the hook's ``NotificationMetadata`` says it)."""
+    texts = [
+        str(source.get(key, ""))
+        for source in sources
+        for key in ("Cause", "Description", "StatusMessage", "NotificationMetadata")
+    ]
+    text = " ".join(texts).lower()
+    for cause, needles in ASG_CAUSES:
+        if any(needle in text for needle in needles):
+            return cause
+    return ""
+
+
 def _asg_event(
-    action: LifecycleAction, source_id: str, when: datetime, message_id: str
+    action: LifecycleAction, source_id: str, when: datetime, message_id: str, cause: str = ""
 ) -> ParsedMessage:
+    why = f" (cause: {_CAUSE_TEXT[cause]})" if cause else ""
     return ParsedMessage(
         events=[
             InterruptionEvent(
@@ -114,9 +148,10 @@ def _asg_event(
                 start_time=when,
                 description=(
                     "ASG Lifecycle Termination event received. "
-                    f"Instance will be interrupted at {when.isoformat()}"
+                    f"Instance will be interrupted at {when.isoformat()}{why}"
                 ),
                 lifecycle=action,
+                cause=cause,
                 message_id=message_id,
             )
         ]
@@ -137,7 +172,8 @@ def _raw_autoscaling(doc: dict[str, Any], *, message_id: str, now: datetime) -> 
         )
     action = _lifecycle(doc, where)
     source_id = str(doc.get("RequestId") or action.token)
-    return _asg_event(action, source_id, _time(doc.get("Time"), now), message_id)
+    when = _time(doc.get("Time"), now)
+    return _asg_event(action, source_id, when, message_id, asg_cause(doc))
 
 
 def _eventbridge(doc: dict[str, Any], *, message_id: str, now: datetime) -> ParsedMessage:
@@ -172,7 +208,8 @@ def _eventbridge(doc: dict[str, Any], *, message_id: str, now: datetime) -> Pars
             return ParsedMessage(ignored="ASG launch lifecycle actions are not handled")
         if detail_type != DETAIL_ASG_TERMINATE:
             return ParsedMessage(ignored=f"unsupported autoscaling event {detail_type!r}")
-        return _asg_event(_lifecycle(detail, where), source_id, when, message_id)
+        action = _lifecycle(detail, where)
+        return _asg_event(action, source_id, when, message_id, asg_cause(detail, doc))
 
     if source == "aws.ec2":
         if detail_type == DETAIL_SPOT_ITN:
