@@ -10,8 +10,9 @@ EC2's ``LaunchTime``), so a notice seen by both modes, or polled again, is one d
 
 Rules: each monitor fails on its own (a timeout, a 5xx, an answer that is not what the path
 promises); a failure is counted in ``events_error_total{event_error_where="imds-<monitor>"}``,
-logged, and shown once per failure streak as a Warning Event on the Node
-(``InstanceMetadataUnavailable``, ``InstanceMetadataMalformed``); the loop never stops. A
+logged, and shown once per failure streak as a Warning Event on the Node (upstream's
+``MonitorError``); the loop never stops. A dispatched notice is a Normal Event with upstream's
+reason (``SpotInterruption``, ``ScheduledEvent``, ``RebalanceRecommendation``, ``ASGLifecycle``). A
 notice is dispatched once per process (Spot, rebalance and ASG notices by kind, scheduled events
 by ID); a dispatch that fails (Temporal unreachable) is tried again at the next poll. Departure
 from upstream: the drain runs in the workers, not in this process, and an IMDS ASG termination
@@ -46,6 +47,14 @@ from starters.termination import start_drain
 log = logging.getLogger(__name__)
 
 IDENTITY_BACKOFF_S = (1.0, 30.0)
+#: Upstream's Event reasons (``pkg/observability/k8s-events.go``).
+MONITOR_ERROR = "MonitorError"
+INTERRUPTION_REASONS = {
+    EventKind.SPOT_ITN: "SpotInterruption",
+    EventKind.SCHEDULED_EVENT: "ScheduledEvent",
+    EventKind.REBALANCE_RECOMMENDATION: "RebalanceRecommendation",
+    EventKind.ASG_LIFECYCLE: "ASGLifecycle",
+}
 Monitors = dict[str, Callable[[datetime], list[InterruptionEvent]]]
 
 
@@ -100,14 +109,16 @@ class ImdsMonitor:
 
     async def _failed(self, where: str, exc: Exception) -> None:
         NTH_EVENTS_ERROR.labels(f"imds-{where}").inc()
-        malformed = isinstance(exc, MalformedMessage)
-        log.warning("instance metadata, %s: %s", where, exc)
+        what = "malformed answer" if isinstance(exc, MalformedMessage) else "no answer"
+        log.warning("instance metadata, %s: %s: %s", where, what, exc)
         if where in self._failing:
             return
         self._failing.add(where)
-        reason = "InstanceMetadataMalformed" if malformed else "InstanceMetadataUnavailable"
-        text = f"{where}: {exc}; polling again every {self.nth.imds_poll_interval_s:g}s"
-        await asyncio.to_thread(self._event, "Warning", reason, text)
+        text = (
+            f"There was a problem monitoring for events in monitor '{where}': {what}: {exc}; "
+            f"polling again every {self.nth.imds_poll_interval_s:g}s"
+        )
+        await asyncio.to_thread(self._event, "Warning", MONITOR_ERROR, text)
 
     async def identify(self) -> InstanceInfo | None:
         """The instance behind this node (retried with backoff until it answers or a stop)."""
@@ -163,6 +174,9 @@ class ImdsMonitor:
                     continue
                 self.dispatched[key] = wf_id
                 started.append(wf_id)
+                reason = INTERRUPTION_REASONS.get(event.kind, "UnknownInterruption")
+                text = f"{event.description} ({event.event_id}; workflow {wf_id})"
+                await asyncio.to_thread(self._event, "Normal", reason, text)
                 log.info(
                     "IMDS %s on %s → %s%s",
                     event.event_id,

@@ -23,6 +23,7 @@ from tests.termination.support import (
     delete_nodes,
     drain_workflows,
     kwok_node,
+    node_events,
     nth_settings,
     processor,
     running,
@@ -96,6 +97,9 @@ async def test_spot_notice_from_both_modes_is_one_drain(
         assert sorted(w.id for w in found) == sorted(started)
         assert TAINT_KEYS[EventKind.SPOT_ITN] in taints(kube, node)
         assert (kube.get(NODES, node) or {})["spec"].get("unschedulable") is True
+        # Upstream's Event reasons: the notice, then the drain.
+        assert len(node_events(kube, node, "SpotInterruption")) == 1
+        assert node_events(kube, node, "CordonAndDrain")
     finally:
         delete_nodes(kube, node)
 
