@@ -1,4 +1,5 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
+``termination-imds``, ``termination``,
 ``temporal setup``, ``retry``, ``nodegroup`` and ``layout``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
@@ -267,6 +268,60 @@ def csi_node(settings: Settings, endpoint: str | None, node_name: str | None) ->
     update = {k: v for k, v in (("endpoint", endpoint), ("node_name", node_name)) if v}
     settings = settings.model_copy(update={"csi": settings.csi.model_copy(update=update)})
     asyncio.run(run_node(settings))
+
+
+@main.command("termination-imds")
+@click.option("--node-name", help="This node's Kubernetes name [nth.node_name, NODE_NAME].")
+@click.option("--imds-endpoint", help="The instance metadata service [nth.imds_endpoint].")
+@process_options
+def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: str | None) -> None:
+    """The node termination handler's instance-metadata mode on this node (a DaemonSet): poll
+    IMDSv2 for interruption notices and start the node's drain workflow."""
+    from starters.termination_imds import run_imds
+
+    update = {k: v for k, v in (("node_name", node_name), ("imds_endpoint", imds_endpoint)) if v}
+    settings = settings.model_copy(update={"nth": settings.nth.model_copy(update=update)})
+    asyncio.run(run_imds(settings))
+
+
+@main.group()
+def termination() -> None:
+    """The node termination handler's managed interruption queue (AWS)."""
+
+
+def _queue_setup(remove: bool) -> None:
+    from cloudloop import temporal as temporal_client
+    from starters.termination import setup_queue
+
+    async def run() -> str:
+        client = await temporal_client.connect(Settings().temporal)
+        result = await setup_queue(client, Settings(), remove=remove)
+        if remove:
+            return "removed: " + (", ".join(result.removed) or "nothing (already gone)")
+        return f"queue {result.queue_url}: rules {', '.join(result.rules)}; hooks {result.hooks}"
+
+    code = 0
+    try:
+        click.echo(asyncio.run(run()))
+    except Exception as exc:  # Temporal unreachable, the workflow failed
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # as temporal setup: leave without finalizing the SDK's threads
+
+
+@termination.command("install")
+def termination_install() -> None:
+    """Make the SQS queue, its policy, the EventBridge rules and the lifecycle hooks
+    (idempotent; the starter does it too when ``nth.queue_url`` is empty)."""
+    _queue_setup(remove=False)
+
+
+@termination.command("uninstall")
+def termination_uninstall() -> None:
+    """Remove what ``install`` made (the chart's pre-delete hook Job runs it)."""
+    _queue_setup(remove=True)
 
 
 @main.group()
