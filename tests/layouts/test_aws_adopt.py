@@ -25,6 +25,8 @@ from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.layouts.config import ClusterIdentity, load_documents
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
@@ -38,6 +40,7 @@ from tests.layouts.test_cli import cli
 from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 #: Something secret a real state holds (the node's cloud-config): it must never leave the file.
 USER_DATA = "bootstrap-token-s3cr3t"
@@ -382,6 +385,14 @@ class Terraform:
         )
 
 
+def ensure_namespace(kube: Kube, name: str) -> None:
+    try:
+        kube.create(NAMESPACES, {"metadata": {"name": name}})
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
 def payloads(value: Any) -> str:
     """Every payload of a history (JSON, base64 ``data``) decoded, one text."""
     if isinstance(value, dict):
@@ -405,8 +416,13 @@ def counts(result: LayoutResult) -> dict[str, int]:
 
 
 async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
-    aws_stack: LocalStack, adopt_queue: tuple[Client, str], tmp_path: Path
+    aws_stack: LocalStack,
+    adopt_queue: tuple[Client, str],
+    kube: Kube,
+    stack: LocalStack,
+    tmp_path: Path,
 ) -> None:
+    kubeconfig = stack.kubeconfig
     client, queue = adopt_queue
     prefix, cluster_uuid = f"a{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
     path = config_file(tmp_path, "aws-without-nat", prefix)
@@ -488,13 +504,28 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
     counted = cluster_resources(aws_stack.moto_endpoint, prefix)
     assert len(counted) == len(set(counted))  # nothing twice
 
-    # adopting again changes nothing
+    # apply writes its results and the state Secrets into the cluster; adopting from them
+    # takes everything over again and changes nothing
+    ensure_namespace(kube, "d8-system")
+    common = ["--config", str(path), "--cluster-uuid", cluster_uuid]
+    code, out = await cli(aws_stack, queue, "apply", *common, "--kubeconfig", str(kubeconfig))
+    assert code == 0, out
+    assert "written: Secret d8-system/d8-cluster-terraform-state" in out
+    assert f"written: Secret d8-system/d8-node-terraform-state-{prefix}-front-0" in out
     front.reset()
     code, out = await cli(
-        aws_stack, queue, "adopt", "--config", str(path), "--cluster-uuid", cluster_uuid, *states
+        aws_stack, queue, "adopt", *common, "--state", "cluster", "--kubeconfig", str(kubeconfig)
     )
     assert code == 0, out
+    rule_sets = sum(1 for _, r in terraform.resources() if r.kind == defs.SG_RULES)
+    assert f"Adopted {total - rule_sets} resource(s) (0 drifted), 0 missing, 0 not placed." in out
     assert front.mutating() == {}
+    for secret in (
+        "d8-cluster-terraform-state",
+        f"d8-node-terraform-state-{prefix}-master-0",
+        f"d8-node-terraform-state-{prefix}-front-0",
+    ):
+        kube.delete(SECRETS, secret, "d8-system")
 
     await run("destroy")
     assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
