@@ -750,3 +750,18 @@ def test_snapshots_can_be_turned_off(helm: Helm, sets: dict[str, str]) -> None:
     sidecar_on = sets.get("csi.snapshots.enabled") != "false"
     assert ("csi-snapshotter" in _containers(docs)) == sidecar_on
     assert bool(snapshot_rules) == sidecar_on
+
+
+def test_layout_configs_are_mounted_into_the_worker_only(helm: Helm) -> None:
+    """``layouts.existingSecret``: the cluster YAMLs the layout commands name with
+    ``--worker-config-path`` reach the worker pods (read-only), never the starter's."""
+    plain = render(helm, "aws")
+    assert "layouts" not in {v["name"] for v in _pod(plain, "Deployment", "-worker")["volumes"]}
+    docs = render(helm, "aws", {"layouts.existingSecret": "cluster-layouts"})
+    worker = _pod(docs, "Deployment", "-worker")
+    main = container(find(docs, "Deployment", "-worker"))
+    assert _config_sources(worker, main)["/etc/cloudloop/layouts"] == ("Secret", "cluster-layouts")
+    [mount] = [m for m in main["volumeMounts"] if m["name"] == "layouts"]
+    assert mount["readOnly"] is True
+    starter = _pod(docs, "Deployment", "-starter")
+    assert "layouts" not in {v["name"] for v in starter["volumes"]}
