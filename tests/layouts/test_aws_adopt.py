@@ -24,6 +24,7 @@ from temporalio.client import Client
 from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws import layout as defs
+from cloudloop.cloud.aws.layout_state import STATE_TYPES
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SECRETS, Resource
@@ -34,7 +35,7 @@ from cloudloop.settings import Settings, TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
-from starters.layout import run_layout
+from starters.layout import run_layout, state_records
 from tests.layouts.support import SECRET, Front, config_file
 from tests.layouts.test_cli import cli
 from workflows.layout import LAYOUT_WORKFLOWS
@@ -146,9 +147,10 @@ class Terraform:
             TagSpecifications=self.tags(tags, "subnet"),
         )["Subnet"]
         self.ids[r.key] = subnet["SubnetId"]
-        self.ec2.modify_subnet_attribute(
-            SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True}
-        )
+        if p["map_public_ip_on_launch"]:
+            self.ec2.modify_subnet_attribute(
+                SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True}
+            )
         self.record(
             module,
             "aws_subnet",
@@ -178,18 +180,46 @@ class Terraform:
         )
         table_id = self.ids[r.key] = table["RouteTable"]["RouteTableId"]
         [route] = p["routes"]
-        self.ec2.create_route(
-            RouteTableId=table_id, DestinationCidrBlock="0.0.0.0/0", GatewayId=route["gateway_id"]
-        )
+        target = {"gateway_id": route.get("gateway_id", ""), "nat_gateway_id": ""}
+        if route.get("nat_gateway_id"):
+            target["nat_gateway_id"] = route["nat_gateway_id"]
+            self.ec2.create_route(
+                RouteTableId=table_id,
+                DestinationCidrBlock="0.0.0.0/0",
+                NatGatewayId=route["nat_gateway_id"],
+            )
+        else:
+            self.ec2.create_route(
+                RouteTableId=table_id,
+                DestinationCidrBlock="0.0.0.0/0",
+                GatewayId=route["gateway_id"],
+            )
         self.record(
             module,
             "aws_route_table",
-            "kube_public",
+            "kube",
             id=table_id,
             vpc_id=p["vpc_id"],
-            route=[
-                {"cidr_block": "0.0.0.0/0", "gateway_id": route["gateway_id"], "nat_gateway_id": ""}
-            ],
+            route=[{"cidr_block": "0.0.0.0/0", **target}],
+            tags=tags,
+        )
+
+    def _nat_gateway(
+        self, module: str, r: ResourceDef, p: dict[str, Any], tags: dict[str, str]
+    ) -> None:
+        nat = self.ec2.create_nat_gateway(
+            SubnetId=p["subnet_id"],
+            AllocationId=p["allocation_id"],
+            TagSpecifications=self.tags(tags, "natgateway"),
+        )["NatGateway"]
+        self.ids[r.key] = nat["NatGatewayId"]
+        self.record(
+            module,
+            "aws_nat_gateway",
+            "nat",
+            id=nat["NatGatewayId"],
+            subnet_id=p["subnet_id"],
+            allocation_id=p["allocation_id"],
             tags=tags,
         )
 
@@ -379,9 +409,17 @@ class Terraform:
             Domain="vpc", TagSpecifications=self.tags(tags, "elastic-ip")
         )
         self.ids[r.key] = eip["AllocationId"]
-        self.ec2.associate_address(AllocationId=eip["AllocationId"], InstanceId=p["instance_id"])
+        if p.get("instance_id"):
+            self.ec2.associate_address(
+                AllocationId=eip["AllocationId"], InstanceId=p["instance_id"]
+            )
         self.record(
-            module, "aws_eip", "eip", id=eip["AllocationId"], instance=p["instance_id"], tags=tags
+            module,
+            "aws_eip",
+            "eip",
+            id=eip["AllocationId"],
+            instance=p.get("instance_id", ""),
+            tags=tags,
         )
 
 
@@ -528,4 +566,53 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
         kube.delete(SECRETS, secret, "d8-system")
 
     await run("destroy")
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
+
+
+async def test_adopt_with_nat_places_unnamed_eips_by_what_refers_to_them(
+    aws_stack: LocalStack, adopt_queue: tuple[Client, str], tmp_path: Path
+) -> None:
+    """WithNAT: the NAT gateway's and the bastion's EIPs carry no names upstream, nor does the
+    internal route table; the state's references place them, and after the adoption an apply
+    makes no mutating call at all."""
+    client, queue = adopt_queue
+    prefix, cluster_uuid = f"n{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, "aws-with-nat", prefix)
+    loaded = load_documents(list(yaml.safe_load_all(path.read_text())), uuid=cluster_uuid)
+    layout = defs.define(loaded.document, loaded.cluster, ZONES)
+    terraform = Terraform(aws_stack.moto_endpoint, layout)
+    renamed = {
+        f"{defs.EIP}/{prefix}-natgw": "",
+        f"{defs.EIP}/{prefix}-bastion": "",
+        f"{defs.ROUTE_TABLE}/{prefix}-internal": "",
+        f"{defs.SUBNET}/{prefix}-internal-0": "",
+    }
+    terraform.make(renamed)
+    sources = []
+    for module in layout.modules:
+        file = tmp_path / f"{module.id}-tf-state.json"
+        file.write_text(terraform.state(module.id))
+        sources.append(str(file) if module.id == "base" else f"{module.node_name}={file}")
+    input = LayoutInput(
+        action="adopt",
+        provider="aws",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(max_attempts=3),
+        state=state_records(sources, STATE_TYPES),
+    )
+    adopted = await run_layout(client, queue, input, poll_s=0.2)
+    assert adopted.unmapped == []
+    actions = {s.key: s.action for m in adopted.modules for s in m.steps}
+    assert set(actions.values()) == {"adopted"}, actions
+    assert [s.changes for m in adopted.modules for s in m.steps if s.changes] == []
+    assert adopted.adopted[f"{defs.EIP}/{prefix}-natgw"] == ["aws_eip.eip"]
+    front = Front(aws_stack.aws_endpoint)
+    front.reset()
+    applied = await run_layout(
+        client, queue, input.model_copy(update={"action": "apply", "state": []}), poll_s=0.2
+    )
+    assert front.mutating() == {}
+    assert {s.action for m in applied.modules for s in m.steps} == {"unchanged"}
+    await run_layout(client, queue, input.model_copy(update={"action": "destroy"}), poll_s=0.2)
     assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
