@@ -437,7 +437,8 @@ def nodegroup_render(
 
 @main.group()
 def layout() -> None:
-    """Layouts: base infrastructure, master and static nodes as durable workflows.
+    """Layouts: base infrastructure, master and static nodes as durable workflows (plan, apply,
+    destroy, and adopt of what the upstream Terraform state lists).
 
     ``--config`` is the cluster's YAML: its ``<Provider>ClusterConfiguration`` (with the
     credentials) and optionally its ``ClusterConfiguration`` (``cloud.prefix``,
