@@ -54,7 +54,8 @@ class LayoutRig:
     #: The mutating cloud calls since the last ``reset`` (``operation`` → count).
     mutating: Callable[[], dict[str, int]]
     reset: Callable[[], None]
-    #: Operation-name prefixes that change nothing (``Describe``, ``Get``, ``List``).
+    #: Prefixes of the operation names (as the driver counts them) that change nothing:
+    #: ``Describe``, ``Get``, ``List``, and session calls such as ``Authenticate``.
     read_only: tuple[str, ...]
     #: The value in the config that must never reach a history or a log.
     secret: str = ""
