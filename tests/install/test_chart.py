@@ -778,3 +778,18 @@ def test_the_termination_handler_runs_both_modes_on_aws_by_default(helm: Helm) -
     assert not [d for d in off if d["metadata"]["name"].endswith("-nth-imds")]
     dvp = render(helm, "dvp")
     assert not [d for d in dvp if "-nth-" in d["metadata"]["name"]]
+
+
+def test_layout_configs_are_mounted_into_the_worker_only(helm: Helm) -> None:
+    """``layouts.existingSecret``: the cluster YAMLs the layout commands name with
+    ``--worker-config-path`` reach the worker pods (read-only), never the starter's."""
+    plain = render(helm, "aws")
+    assert "layouts" not in {v["name"] for v in _pod(plain, "Deployment", "-worker")["volumes"]}
+    docs = render(helm, "aws", {"layouts.existingSecret": "cluster-layouts"})
+    worker = _pod(docs, "Deployment", "-worker")
+    main = container(find(docs, "Deployment", "-worker"))
+    assert _config_sources(worker, main)["/etc/cloudloop/layouts"] == ("Secret", "cluster-layouts")
+    [mount] = [m for m in main["volumeMounts"] if m["name"] == "layouts"]
+    assert mount["readOnly"] is True
+    starter = _pod(docs, "Deployment", "-starter")
+    assert "layouts" not in {v["name"] for v in starter["volumes"]}
