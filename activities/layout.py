@@ -12,6 +12,11 @@ credentials never enter an input, a result or a log: only the path does.
   ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
 - ``ensure_resource`` / ``delete_resource``: one resource, found before created, idempotent.
 - ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked``.
+- ``map_state``: an upstream Terraform state's records placed onto the layout's resource keys
+  through the part's ``state_types`` (:mod:`cloudloop.layouts.tfstate`), read-only.
+- ``adopt_resource``: one resource; with the state's ID, the part's ``adopt`` (found by ID,
+  made findable, drift shown — ``adopted``, or ``missing`` when the cloud lacks it); without,
+  a read-only look (``unchanged`` when found by name, else ``absent``). Creates nothing.
 
 Every activity heartbeats from a side thread (:func:`activities.heartbeats.heartbeating`), so a
 killed worker is noticed after the heartbeat timeout; errors become ``ApplicationError`` with the
@@ -31,8 +36,15 @@ from temporalio.exceptions import ApplicationError
 
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
-from cloudloop.cloud.layouts import Drift, LayoutPart, LayoutResources
+from cloudloop.cloud.layouts import (
+    AdoptingPart,
+    AdoptingResources,
+    Drift,
+    LayoutPart,
+    LayoutResources,
+)
 from cloudloop.cloud.registry import PROVIDERS, Settings
+from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import (
@@ -40,6 +52,7 @@ from cloudloop.messages.layout import (
     DefineInput,
     FieldChange,
     LayoutActivity,
+    MapStateInput,
     PlanModuleInput,
     PlanModuleResult,
     ResourcePlan,
@@ -254,6 +267,68 @@ class LayoutActivities:
                 )
             return blockers
 
+    @activity.defn(name=LayoutActivity.MAP_STATE)
+    def map_state(self, input: MapStateInput) -> tfstate.StateMap:
+        with self._beating():
+            session = self._session(input.provider, input.source)
+            if not isinstance(session.part, AdoptingPart):
+                raise ApplicationError(
+                    f"{input.provider} layouts cannot adopt a Terraform state",
+                    type="NotSupported",
+                    non_retryable=True,
+                )
+            return tfstate.map_state(input.layout, input.state, session.part.state_types)
+
+    @activity.defn(name=LayoutActivity.ADOPT)
+    def adopt_resource(self, input: StepInput) -> StepResult:
+        resource = input.resource
+        with self._beating(lambda: {"key": resource.key}):
+            session = self._session(input.provider, input.source)
+            try:
+                properties = rules.resolve(resource.properties, input.inputs)
+            except rules.Unresolved as exc:  # what it needs is not there: it cannot be either
+                return StepResult(
+                    key=resource.key,
+                    action="missing" if input.cloud_id else "absent",
+                    changes=[FieldChange(field="needs", want=str(exc))],
+                )
+            if not input.cloud_id or resource.read_only:
+                with cloud_errors():
+                    found = session.resources.inspect(resource, properties)
+                if found is None and resource.read_only:
+                    raise ApplicationError(
+                        f"{resource.key}: not found (it is looked up, never created)",
+                        type="NotFound",
+                        non_retryable=True,
+                    )
+                if found is None:
+                    return StepResult(key=resource.key, action="absent")
+                return StepResult(
+                    key=resource.key,
+                    action="unchanged",
+                    changes=_changes(found.drift),
+                    outputs=found.outputs,
+                )
+            if not isinstance(session.resources, AdoptingResources):
+                raise ApplicationError(
+                    f"{input.provider} layouts cannot adopt",
+                    type="NotSupported",
+                    non_retryable=True,
+                )
+            with activity.shield_thread_cancel_exception(), cloud_errors():
+                found = session.resources.adopt(resource, properties, input.cloud_id)
+            activity.logger.info(
+                "%s: %s %s", resource.key, "adopted" if found else "missing", input.cloud_id
+            )
+            if found is None:
+                return StepResult(key=resource.key, action="missing")
+            return StepResult(
+                key=resource.key,
+                action="adopted",
+                changes=_changes(found.drift),
+                outputs=found.outputs,
+            )
+
     def all(self) -> list[object]:
         return [
             self.define,
@@ -261,4 +336,6 @@ class LayoutActivities:
             self.ensure_resource,
             self.delete_resource,
             self.check_destroy,
+            self.map_state,
+            self.adopt_resource,
         ]

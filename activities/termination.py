@@ -41,6 +41,9 @@ from cloudloop.messages.termination import (
     PodNote,
     PodPlan,
     PodRef,
+    QueueInfo,
+    QueueRulesInput,
+    QueueSpec,
     TaintNodeInput,
     WaitVolumeAttachmentsInput,
     WebhookInput,
@@ -140,7 +143,10 @@ class DrainActivities:
                 if node is None:
                     return False
                 current: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
-                wanted = [t.model_dump() for t in input.taints]
+                # One taint per key and effect (the API refuses duplicates): two events of one
+                # kind (the IMDS and the queue copy of a Spot notice) share it, the last wins.
+                by_key = {(t.key, t.effect): t.model_dump() for t in input.taints}
+                wanted = list(by_key.values())
                 kept = [
                     t
                     for t in current
@@ -394,8 +400,33 @@ class DrainActivities:
         with cloud_errors():
             return self._cloud().record_lifecycle_heartbeat(input.action)
 
+    # -- the queue's infrastructure ------------------------------------------------------------
+    @activity.defn(name=DrainActivity.ENSURE_QUEUE)
+    def ensure_queue(self, input: QueueSpec) -> QueueInfo:
+        with cloud_errors():
+            return self._cloud().ensure_queue(input)
+
+    @activity.defn(name=DrainActivity.ENSURE_QUEUE_RULES)
+    def ensure_queue_rules(self, input: QueueRulesInput) -> list[str]:
+        with cloud_errors():
+            return self._cloud().ensure_rules(input.spec, input.queue)
+
+    @activity.defn(name=DrainActivity.ENSURE_LIFECYCLE_HOOKS)
+    def ensure_lifecycle_hooks(self, input: QueueSpec) -> list[str]:
+        with cloud_errors():
+            return self._cloud().ensure_lifecycle_hooks(input)
+
+    @activity.defn(name=DrainActivity.REMOVE_QUEUE)
+    def remove_queue(self, input: QueueSpec) -> list[str]:
+        with cloud_errors():
+            return self._cloud().remove_queue(input)
+
     def all(self) -> list[object]:
         return [
+            self.ensure_queue,
+            self.ensure_queue_rules,
+            self.ensure_lifecycle_hooks,
+            self.remove_queue,
             self.taint_node,
             self.cordon_node,
             self.list_pods,

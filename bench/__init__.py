@@ -13,6 +13,9 @@ from bench.aws_machines import aws_machine_figures
 from bench.context import BenchContext
 from bench.csi import csi_figures
 from bench.layout import layout_figures
+from bench.layout_openstack import openstack_layout_figures
+from bench.layout_virt import layout_virt_figures
+from bench.layout_vsphere import vsphere_layout_figures
 from bench.lbscale import lb_scale_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
@@ -44,6 +47,9 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "csi": csi_figures,
     "snapshots": snapshot_figures,
     "layouts": layout_figures,
+    "layouts-vsphere": vsphere_layout_figures,
+    "layouts-virt": layout_virt_figures,
+    "layouts-openstack": openstack_layout_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
     # last: counts the histories the benchmarks above left behind

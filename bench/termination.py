@@ -12,6 +12,10 @@ Temporal, an in-process worker and QueueProcessor starters).
 - ``duplicate_events_started_workflows``: 50 messages about one interruption (ASG lifecycle
   action, Spot warning and state change copies, interleaved) read by two starter replicas;
   the number of drain workflows started for the Node (goal: 1).
+- ``imds_interruption_to_drain_start_s``: IMDS mode (``ImdsMonitor`` at upstream's 2 s poll)
+  against amazon-ec2-metadata-mock serving a moto instance's identity; the mock's Spot notice
+  appears at a set wall-clock second (``--mock-trigger-time``); seconds from then until the
+  drain workflow has tainted the Node (``aws-node-termination-handler/spot-itn``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -28,14 +33,18 @@ from prometheus_client import REGISTRY
 from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.imds import Imds
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
+from cloudloop.messages.termination import TAINT_KEYS, EventKind
 from cloudloop.settings import NthSettings
 from devstack.backends.aws import NthCloud, asg_terminate, spot_itn, state_change
 from devstack.kube import KWOK_NODE_ANNOTATION
+from devstack.metadata_mock import MockInstance, metadata_mock
 from starters.termination import QueueProcessor
+from starters.termination_imds import ImdsMonitor
 from workers.main import build_worker
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -256,5 +265,59 @@ async def _duplicate_events(ctx: BenchContext) -> dict[str, float]:
         scenario.cleanup()
 
 
+async def _imds_interruption_to_drain_start(ctx: BenchContext) -> dict[str, float]:
+    scenario = Scenario(ctx)
+    try:
+        instance, dns = scenario.aws.plain_instance()
+        raw = scenario.aws.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]
+        placement = raw["Instances"][0]
+        source = await scenario.node(dns, uuid.uuid4().hex[:8])
+        identity = MockInstance(
+            instance_id=instance,
+            launch_time=placement["LaunchTime"],
+            zone=placement["Placement"]["AvailabilityZone"],
+            hostname=dns,
+        )
+        trigger = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=6)
+        settings = scenario.settings()
+        stamp = trigger.strftime("%Y-%m-%dT%H:%M:%SZ")
+        with metadata_mock(
+            ctx.stack.state_dir, identity, "spot", "--mock-trigger-time", stamp, delay_s=3600
+        ) as endpoint:
+            monitor = ImdsMonitor(
+                ctx.kube,
+                ctx.client,
+                Imds(endpoint, timeout_s=settings.nth.imds_timeout_s),
+                settings.nth,
+                node=source,
+                task_queue=settings.temporal.task_queue,
+                cluster=settings.cluster_name,
+            )
+            worker = build_worker(
+                ctx.client, settings, driver=AwsDriver(AWS.section(settings)), kube=ctx.kube
+            )
+            async with worker:
+                task = asyncio.create_task(monitor.run())
+                try:
+                    while TAINT_KEYS[EventKind.SPOT_ITN] not in _taints(ctx.kube, source):
+                        await asyncio.sleep(0.05)
+                    elapsed = (datetime.now(UTC) - trigger).total_seconds()
+                finally:
+                    monitor.stop()
+                    await asyncio.wait_for(task, 30)
+        return {"imds_interruption_to_drain_start_s": elapsed}
+    finally:
+        scenario.cleanup()
+
+
+def _taints(kube: Kube, node: str) -> set[str]:
+    spec = (kube.get(NODES, node) or {}).get("spec", {})
+    return {t["key"] for t in spec.get("taints") or []}
+
+
 async def termination_figures(ctx: BenchContext) -> dict[str, float]:
-    return {**await _drain_100_pods(ctx), **await _duplicate_events(ctx)}
+    return {
+        **await _drain_100_pods(ctx),
+        **await _duplicate_events(ctx),
+        **await _imds_interruption_to_drain_start(ctx),
+    }

@@ -1,4 +1,5 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
+``termination-imds``, ``termination``,
 ``temporal setup``, ``retry``, ``nodegroup`` and ``layout``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
@@ -269,6 +270,60 @@ def csi_node(settings: Settings, endpoint: str | None, node_name: str | None) ->
     asyncio.run(run_node(settings))
 
 
+@main.command("termination-imds")
+@click.option("--node-name", help="This node's Kubernetes name [nth.node_name, NODE_NAME].")
+@click.option("--imds-endpoint", help="The instance metadata service [nth.imds_endpoint].")
+@process_options
+def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: str | None) -> None:
+    """The node termination handler's instance-metadata mode on this node (a DaemonSet): poll
+    IMDSv2 for interruption notices and start the node's drain workflow."""
+    from starters.termination_imds import run_imds
+
+    update = {k: v for k, v in (("node_name", node_name), ("imds_endpoint", imds_endpoint)) if v}
+    settings = settings.model_copy(update={"nth": settings.nth.model_copy(update=update)})
+    asyncio.run(run_imds(settings))
+
+
+@main.group()
+def termination() -> None:
+    """The node termination handler's managed interruption queue (AWS)."""
+
+
+def _queue_setup(remove: bool) -> None:
+    from cloudloop import temporal as temporal_client
+    from starters.termination import setup_queue
+
+    async def run() -> str:
+        client = await temporal_client.connect(Settings().temporal)
+        result = await setup_queue(client, Settings(), remove=remove)
+        if remove:
+            return "removed: " + (", ".join(result.removed) or "nothing (already gone)")
+        return f"queue {result.queue_url}: rules {', '.join(result.rules)}; hooks {result.hooks}"
+
+    code = 0
+    try:
+        click.echo(asyncio.run(run()))
+    except Exception as exc:  # Temporal unreachable, the workflow failed
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # as temporal setup: leave without finalizing the SDK's threads
+
+
+@termination.command("install")
+def termination_install() -> None:
+    """Make the SQS queue, its policy, the EventBridge rules and the lifecycle hooks
+    (idempotent; the starter does it too when ``nth.queue_url`` is empty)."""
+    _queue_setup(remove=False)
+
+
+@termination.command("uninstall")
+def termination_uninstall() -> None:
+    """Remove what ``install`` made (the chart's pre-delete hook Job runs it)."""
+    _queue_setup(remove=True)
+
+
 @main.group()
 def temporal() -> None:
     """Prepare the Temporal namespace cloudloop runs in."""
@@ -437,7 +492,8 @@ def nodegroup_render(
 
 @main.group()
 def layout() -> None:
-    """Layouts: base infrastructure, master and static nodes as durable workflows.
+    """Layouts: base infrastructure, master and static nodes as durable workflows (plan, apply,
+    destroy, and adopt of what the upstream Terraform state lists).
 
     ``--config`` is the cluster's YAML: its ``<Provider>ClusterConfiguration`` (with the
     credentials) and optionally its ``ClusterConfiguration`` (``cloud.prefix``,
@@ -471,8 +527,16 @@ def layout_options(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _layout_run(action: str, flags: dict[str, Any], *, plan_destroy: bool = False) -> Any:
+def _layout_run(
+    action: str,
+    flags: dict[str, Any],
+    *,
+    plan_destroy: bool = False,
+    state_sources: list[str] | None = None,
+    kubeconfig: Path | None = None,
+) -> Any:
     """Validate, start the action, follow it; the result (or a clean error exit)."""
+    from cloudloop.cloud.layouts import AdoptingPart
     from cloudloop.cloud.registry import PROVIDERS
     from cloudloop.layouts.config import InvalidConfig, load_documents
     from cloudloop.layouts.model import ConfigSource
@@ -496,12 +560,29 @@ def _layout_run(action: str, flags: dict[str, Any], *, plan_destroy: bool = Fals
     record = PROVIDERS.get(loaded.provider)
     if record is None or record.layouts is None:
         raise click.ClickException(f"{loaded.provider}: no layouts yet")
-    supported = record.layouts().layouts
+    part = record.layouts()
+    supported = part.layouts
     if loaded.document.layout not in supported:
         raise click.ClickException(
             f"{loaded.provider} layout {loaded.document.layout} is not supported "
             f"(supported: {', '.join(supported)})"
         )
+    state = []
+    if state_sources is not None:
+        from starters.layout import StateUnreadable, state_records
+
+        if not isinstance(part, AdoptingPart):
+            raise click.ClickException(f"{loaded.provider} layouts cannot adopt a Terraform state")
+        kube = None
+        if kubeconfig is not None:
+            from cloudloop.kube.api import Kube
+            from cloudloop.kube.client import api_client
+
+            kube = Kube(api_client(kubeconfig))
+        try:
+            state = state_records(state_sources, part.state_types, kube)
+        except StateUnreadable as exc:
+            raise click.ClickException(str(exc)) from None
     settings = Settings()
     temporal_settings = settings.temporal.model_copy(
         update={
@@ -519,6 +600,7 @@ def _layout_run(action: str, flags: dict[str, Any], *, plan_destroy: bool = Fals
         source=ConfigSource(file=flags["worker_config_path"] or str(path.resolve())),
         cluster=loaded.cluster,
         plan_destroy=plan_destroy,
+        state=state,
     )
 
     async def go() -> Any:
@@ -594,16 +676,86 @@ def layout_apply(kubeconfig: Path | None, output: Path | None, **flags: Any) -> 
     if output is not None:
         output.write_text(text + "\n")
     if kubeconfig is not None:
+        from cloudloop.cloud.layouts import AdoptingPart
+        from cloudloop.cloud.registry import PROVIDERS
         from cloudloop.kube.api import Kube, KubeError
         from cloudloop.kube.client import api_client
+        from cloudloop.layouts.config import DOCUMENTS
         from starters.layout import publish
 
+        record = PROVIDERS[_provider_of(flags)]
+        part = record.layouts() if record.layouts is not None else None
+        documents = [
+            d
+            for d in yaml.safe_load_all(flags["config_path"].read_text())
+            if isinstance(d, dict) and d.get("kind") in DOCUMENTS
+        ]
         try:
-            for secret in publish(Kube(api_client(kubeconfig)), result):
+            written = publish(
+                Kube(api_client(kubeconfig)),
+                result,
+                state_types=part.state_types if isinstance(part, AdoptingPart) else None,
+                provider_document=yaml.safe_dump(documents[0], sort_keys=False)
+                if len(documents) == 1
+                else None,
+            )
+            for secret in written:
                 click.echo(f"written: Secret {secret}")
         except (KubeError, OSError) as exc:
             click.echo(f"Error: writing the results into the cluster: {exc}", err=True)
             _leave(1)
+    _leave(0)
+
+
+def _provider_of(flags: dict[str, Any]) -> str:
+    """The provider of the (already validated) configuration file."""
+    from cloudloop.layouts.config import load_documents
+
+    loaded = load_documents(
+        list(yaml.safe_load_all(flags["config_path"].read_text())),
+        prefix=flags["prefix"],
+        uuid=flags["cluster_uuid"],
+        pod_subnet_cidr=flags["pod_subnet_cidr"],
+    )
+    return loaded.provider
+
+
+@layout.command("adopt")
+@layout_options
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    required=True,
+    help="The upstream Terraform state: PATH (the cluster's), NODE=PATH (a node's), *=PATH "
+    "(any module), secret:NS/NAME (a dhctl state Secret) or 'cluster' (every state Secret "
+    "in d8-system); repeatable.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The cluster to read state Secrets from.",
+)
+def layout_adopt(states: tuple[str, ...], kubeconfig: Path | None, **flags: Any) -> None:
+    """Take over what the upstream Terraform state lists, without recreating anything: each
+    resource found by its ID and made findable (the next plan/apply finds it), drift shown;
+    what the state lists but the cloud lacks, and what could not be placed, reported."""
+    result = _layout_run("adopt", flags, state_sources=list(states), kubeconfig=kubeconfig)
+    steps = [s for m in result.modules for s in m.steps]
+    adopted = [s for s in steps if s.action == "adopted"]
+    missing = [s.key for s in steps if s.action == "missing"]
+    for step in adopted:
+        for change in step.changes:
+            click.echo(f"~ {step.key}: {change.field}: {change.have!r} -> {change.want!r}")
+    for key in missing:
+        click.echo(f"! {key}: listed in the state, not in the cloud (apply will create it)")
+    for line in result.unmapped:
+        click.echo(f"? {line}")
+    drifted = sum(1 for s in adopted if s.changes)
+    click.echo(
+        f"Adopted {len(adopted)} resource(s) ({drifted} drifted), {len(missing)} missing, "
+        f"{len(result.unmapped)} not placed."
+    )
     _leave(0)
 
 

@@ -154,8 +154,19 @@ NTH_WEBHOOK_TEMPLATE = (
 class NthSettings(BaseModel):
     """AWS node termination handler, queue-processor mode; names follow the upstream flags."""
 
-    #: ``--queue-url``: the SQS queue EventBridge (or ASG notifications) feed; empty turns NTH off.
+    #: ``--queue-url``: an SQS queue made by someone else. Empty (the default): the product makes
+    #: and owns its queue (``manage_queue``), or, with ``manage_queue`` off, no queue mode.
     queue_url: str = ""
+    #: Make the queue, its policy, the EventBridge rules (Spot interruption, rebalance, state
+    #: change, scheduled change, ASG terminate lifecycle) and the lifecycle hooks (the
+    #: ``TerminationQueue`` workflow, idempotent); ``cloudloop termination uninstall`` removes them.
+    manage_queue: bool = True
+    #: The managed queue's name (also the rules' prefix); empty: ``<cluster_name>-nth``.
+    queue_name: str = ""
+    #: Auto Scaling groups that get the terminate lifecycle hook ``lifecycle_hook_name``.
+    lifecycle_hook_groups: list[str] = Field(default_factory=list)
+    lifecycle_hook_name: str = "cloudloop-nth"
+    lifecycle_hook_heartbeat_timeout_s: int = Field(default=300, ge=30, le=7200)
     #: ``--sqs-msg-visibility-timeout-sec``; held messages are extended every half of it.
     visibility_timeout_s: int = Field(default=20, ge=1, le=43200)
     #: SQS long poll (``WaitTimeSeconds``, at most 20) and batch size (at most 10).
@@ -214,6 +225,13 @@ class NthSettings(BaseModel):
     webhook_template_file: Path | None = None
     #: How often the starter refreshes the ``nth_tagged_nodes``/``nth_tagged_instances`` gauges.
     tagged_metrics_interval_s: float = 60.0
+    #: Instance-metadata mode (``cloudloop termination-imds``, a DaemonSet): this node's name,
+    #: the metadata service (IMDSv2), each request's timeout and the poll period (upstream
+    #: polls every 2 s).
+    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    imds_endpoint: str = "http://169.254.169.254"
+    imds_timeout_s: float = Field(default=2.0, gt=0)
+    imds_poll_interval_s: float = Field(default=2.0, gt=0)
 
 
 class CsiSettings(BaseModel):

@@ -47,6 +47,9 @@ LIVENESSPROBE_VERSION = "v2.17.0"
 CSI_SNAPSHOTTER_VERSION = "v8.7.0"
 #: Helm renders, lints and validates the chart in the install tests (not needed by the stack).
 HELM_VERSION = "v3.22.0"
+#: amazon-ec2-metadata-mock: the instance metadata service the termination handler's IMDS mode
+#: polls in tests (the mock aws-node-termination-handler's own end-to-end tests use).
+EC2_METADATA_MOCK_VERSION = "v1.13.0"
 
 _K8S_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
@@ -160,6 +163,12 @@ TOOLS: dict[str, GoTool] = {
             "helm.sh/helm/v3/cmd/helm",
             HELM_VERSION,
             (f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
+        ),
+        GoTool(
+            "ec2-metadata-mock",
+            "ec2-metadata-mock",
+            "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock",
+            EC2_METADATA_MOCK_VERSION,
         ),
     )
 }

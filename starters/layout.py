@@ -8,7 +8,15 @@ its module children's ``progress`` queries and reports every resource's state ch
 line, so the user sees each step as it happens (and the Temporal UI shows the same history).
 
 The input holds only the config file's path (the workers read credentials from it) and the
-cluster's identity; nothing secret is sent to Temporal.
+cluster's identity; nothing secret is sent to Temporal. For ``adopt`` it also holds the upstream
+Terraform state's records, reduced to IDs and identity attributes (:func:`state_records` reads
+them from a file or from the cluster's ``d8-system`` state Secrets).
+
+:func:`publish` writes an apply's results where the cluster reads them: the discovery data (and
+the provider document) into ``kube-system/d8-provider-cluster-configuration``, the data device
+paths, and the state Secrets in dhctl's format (``d8-cluster-terraform-state``,
+``d8-node-terraform-state-<node>`` with its labels) listing the IDs found, so a later adoption
+(or a reader of those Secrets) finds what was made.
 """
 
 from __future__ import annotations
@@ -17,7 +25,9 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -27,6 +37,8 @@ from temporalio.service import RPCError
 from cloudloop import searchattrs
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SECRETS
+from cloudloop.layouts import tfstate
+from cloudloop.layouts.model import ResourceDef
 from cloudloop.messages.layout import (
     LayoutInput,
     LayoutProgress,
@@ -40,7 +52,15 @@ from cloudloop.rules import discovery as cloud_data
 from workflows.layout import LayoutModuleWorkflow, LayoutWorkflow
 
 Report = Callable[[str], None]
-_SIGNS = {"created": "+", "updated": "~", "unchanged": "=", "deleted": "-", "absent": " "}
+_SIGNS = {
+    "created": "+",
+    "updated": "~",
+    "unchanged": "=",
+    "deleted": "-",
+    "absent": " ",
+    "adopted": "@",
+    "missing": "!",
+}
 
 
 class LayoutFailed(RuntimeError):
@@ -151,33 +171,73 @@ async def run_layout(
 DEVICE_PATH_SECRET = ("d8-system", "d8-masters-kubernetes-data-device-path")
 
 
-def _upsert_secret_keys(kube: Kube, namespace: str, name: str, data: dict[str, str]) -> None:
+#: The provider document's key in ``d8-provider-cluster-configuration`` (dhctl's).
+PROVIDER_DOCUMENT_KEY = "cloud-provider-cluster-configuration.yaml"
+
+
+def _upsert_secret_keys(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    data: dict[str, str],
+    labels: Mapping[str, str] | None = None,
+) -> None:
     encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
     if kube.get(SECRETS, name, namespace) is None:
         try:
             kube.create(
-                SECRETS, {"metadata": {"name": name}, "type": "Opaque", "data": encoded}, namespace
+                SECRETS, {"metadata": metadata, "type": "Opaque", "data": encoded}, namespace
             )
             return
         except KubeError as exc:
             if not exc.conflict:
                 raise
-    kube.patch(SECRETS, name, {"data": encoded}, namespace)
+    patch: dict[str, Any] = {"data": encoded}
+    if labels:
+        patch["metadata"] = {"labels": dict(labels)}
+    kube.patch(SECRETS, name, patch, namespace)
 
 
-def publish(kube: Kube, result: LayoutResult) -> list[str]:
-    """Write an apply's results where the cluster reads them: ``cloud_discovery_data`` into
-    ``kube-system/d8-provider-cluster-configuration`` (key ``cloud-provider-discovery-data.json``,
-    other keys kept) and each master's data device path into
-    ``d8-system/d8-masters-kubernetes-data-device-path``; the Secrets written."""
+def _node_group(module_id: str) -> str:
+    """``master-0`` → ``master``; ``static-front-1`` → ``front``."""
+    head, _, rest = module_id.partition("-")
+    return "master" if head == "master" else rest.rsplit("-", 1)[0]
+
+
+def _state(steps: list[Any], types: tfstate.StateTypes) -> str:
+    resources = []
+    for step in steps:
+        kind, _, name = step.key.partition("/")
+        resources.append((ResourceDef(kind=kind, name=name), step.outputs))
+    return json.dumps(tfstate.render_state(resources, types), indent=2, sort_keys=True)
+
+
+def publish(
+    kube: Kube,
+    result: LayoutResult,
+    *,
+    state_types: tfstate.StateTypes | None = None,
+    provider_document: str | None = None,
+) -> list[str]:
+    """Write an apply's results where the cluster reads them: ``cloud_discovery_data`` (and,
+    given, the provider document as dhctl keeps it, credentials included: it is a Secret) into
+    ``kube-system/d8-provider-cluster-configuration`` (keys ``cloud-provider-discovery-data.json``
+    and ``cloud-provider-cluster-configuration.yaml``, other keys kept), each master's data device
+    path into ``d8-system/d8-masters-kubernetes-data-device-path`` and, with the provider's
+    ``state_types``, the state Secrets in dhctl's format (IDs and names only, ``terraform_version``
+    ``cloudloop``): ``d8-system/d8-cluster-terraform-state`` and per node
+    ``d8-system/d8-node-terraform-state-<node>``. The Secrets written."""
     written: list[str] = []
+    provider: dict[str, str] = {}
     if result.cloud_discovery_data:
-        _upsert_secret_keys(
-            kube,
-            "kube-system",
-            cloud_data.PROVIDER_CONFIGURATION_SECRET,
-            {cloud_data.PROVIDER_DISCOVERY_KEY: json.dumps(result.cloud_discovery_data)},
-        )
+        provider[cloud_data.PROVIDER_DISCOVERY_KEY] = json.dumps(result.cloud_discovery_data)
+    if provider_document:
+        provider[PROVIDER_DOCUMENT_KEY] = provider_document
+    if provider:
+        _upsert_secret_keys(kube, "kube-system", cloud_data.PROVIDER_CONFIGURATION_SECRET, provider)
         written.append(f"kube-system/{cloud_data.PROVIDER_CONFIGURATION_SECRET}")
     devices = {
         m.node_name: str(m.outputs["kubernetes_data_device_path"])
@@ -188,4 +248,102 @@ def publish(kube: Kube, result: LayoutResult) -> list[str]:
         namespace, name = DEVICE_PATH_SECRET
         _upsert_secret_keys(kube, namespace, name, devices)
         written.append(f"{namespace}/{name}")
+    if state_types is None:
+        return written
+    namespace, name = tfstate.CLUSTER_STATE_SECRET
+    for module in result.modules:
+        if not module.node_name:
+            _upsert_secret_keys(
+                kube,
+                namespace,
+                name,
+                {tfstate.CLUSTER_STATE_KEY: _state(module.steps, state_types)},
+            )
+            written.append(f"{namespace}/{name}")
+            continue
+        group = _node_group(module.module)
+        node_secret = tfstate.NODE_STATE_PREFIX + module.node_name
+        _upsert_secret_keys(
+            kube,
+            namespace,
+            node_secret,
+            {
+                tfstate.NODE_STATE_KEY: _state(module.steps, state_types),
+                tfstate.NODE_GROUP_SETTINGS_KEY: json.dumps({"name": group}),
+            },
+            labels={
+                tfstate.NODE_GROUP_LABEL: group,
+                tfstate.NODE_NAME_LABEL: module.node_name,
+                tfstate.STATE_LABEL: "",
+            },
+        )
+        written.append(f"{namespace}/{node_secret}")
     return written
+
+
+class StateUnreadable(ValueError):
+    """A state source that is not there or not a Terraform state."""
+
+
+def _secret_states(
+    secret: Mapping[str, Any], types: tfstate.StateTypes
+) -> list[tfstate.StateResource]:
+    data = secret.get("data") or {}
+    meta = secret.get("metadata") or {}
+    records: list[tfstate.StateResource] = []
+    for key, scope in (
+        (tfstate.CLUSTER_STATE_KEY, tfstate.BASE_SCOPE),
+        (
+            tfstate.NODE_STATE_KEY,
+            (meta.get("labels") or {}).get(tfstate.NODE_NAME_LABEL)
+            or str(meta.get("name", "")).removeprefix(tfstate.NODE_STATE_PREFIX),
+        ),
+    ):
+        if key in data:
+            text = base64.b64decode(data[key]).decode()
+            try:
+                records += tfstate.parse_state(text, scope, types)
+            except tfstate.InvalidState as exc:
+                raise StateUnreadable(
+                    f"Secret {meta.get('namespace')}/{meta.get('name')} {key}: {exc}"
+                ) from None
+    return records
+
+
+def state_records(
+    sources: list[str], types: tfstate.StateTypes, kube: Kube | None = None
+) -> list[tfstate.StateResource]:
+    """The records of every source: ``PATH`` (a cluster state file), ``NODE=PATH`` (a node's;
+    ``*=PATH``: a state whose resources may be of any module),
+    ``secret:NS/NAME`` (a dhctl state Secret), ``cluster`` (every state Secret in ``d8-system``);
+    the Secret forms need ``kube``."""
+    records: list[tfstate.StateResource] = []
+    for source in sources:
+        if source == "cluster" or source.startswith("secret:"):
+            if kube is None:
+                raise StateUnreadable(f"{source}: reading Secrets needs --kubeconfig")
+            if source == "cluster":
+                namespace, name = tfstate.CLUSTER_STATE_SECRET
+                secrets = [s for s in [kube.get(SECRETS, name, namespace)] if s is not None]
+                listed = kube.list(SECRETS, namespace, labelSelector=tfstate.STATE_LABEL)
+                secrets += listed.get("items", [])
+            else:
+                namespace, _, name = source.removeprefix("secret:").partition("/")
+                found = kube.get(SECRETS, name, namespace)
+                if found is None:
+                    raise StateUnreadable(f"{source}: no such Secret")
+                secrets = [found]
+            for secret in secrets:
+                records += _secret_states(secret, types)
+            continue
+        scope, _, path = source.rpartition("=")
+        scope = "" if scope == "*" else scope or tfstate.BASE_SCOPE
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise StateUnreadable(f"{path}: {exc.strerror or exc}") from None
+        try:
+            records += tfstate.parse_state(text, scope, types)
+        except tfstate.InvalidState as exc:
+            raise StateUnreadable(f"{path}: {exc}") from None
+    return records

@@ -1,8 +1,9 @@
 """QueueProcessor: aws-node-termination-handler's queue-processor mode as a starter.
 
-It long-polls the SQS queue, parses each message (:mod:`cloudloop.rules.termination`), finds the
-instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per interruption
-(ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure), so duplicates
+It long-polls the SQS queue, parses each message (the cloud's own format, through
+``TerminationClient.parse_message``), finds the instance (EC2) and its Node, and
+signals-with-start one :class:`DrainNodeWorkflow` per interruption (ID from node + instance
+incarnation, ``USE_EXISTING``, reuse only after a failure), so duplicates
 across messages, kinds and replicas join one drain. While the workflow runs the message stays held
 (its visibility is extended); it is deleted only after the workflow succeeded, and left for
 redelivery when it failed, but not forever: a drain that failed for good (``DrainRefused``,
@@ -25,18 +26,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.common import TypedSearchAttributes
+from temporalio.common import (
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import ApplicationError
 
 from cloudloop import searchattrs
-from cloudloop.cloud.errors import CloudError
+from cloudloop.cloud.errors import CloudError, NotFound
 from cloudloop.cloud.registry import provider_for
-from cloudloop.cloud.termination import InstanceInfo, QueueMessage, TerminationClient
+from cloudloop.cloud.termination import (
+    InstanceInfo,
+    MalformedMessage,
+    QueueMessage,
+    TerminationClient,
+)
 from cloudloop.kube.api import Kube
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
@@ -49,8 +60,12 @@ from cloudloop.messages.termination import (
     DrainResult,
     InterruptionEvent,
     LifecycleInput,
+    QueueSetupInput,
+    QueueSetupResult,
+    QueueSpec,
     drain_workflow_id,
     lifecycle_workflow_id,
+    queue_workflow_id,
 )
 from cloudloop.metrics import (
     NTH_EVENTS_ERROR,
@@ -59,11 +74,16 @@ from cloudloop.metrics import (
     NTH_TAGGED_NODES,
     POISON_MESSAGES,
 )
-from cloudloop.rules.termination import MalformedMessage, give_up_reason, parse_message
-from cloudloop.settings import Domain, NthSettings
-from cloudloop.temporal import signal_with_start
+from cloudloop.rules.termination import give_up_reason
+from cloudloop.settings import Domain, NthSettings, Settings
+from cloudloop.temporal import Start, signal_with_start
 from starters.context import StarterContext
-from workflows.termination import CompleteLifecycleWorkflow, DrainNodeWorkflow, is_cordon_only
+from workflows.termination import (
+    CompleteLifecycleWorkflow,
+    DrainNodeWorkflow,
+    TerminationQueueWorkflow,
+    is_cordon_only,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +92,44 @@ LAUNCH_SKEW = timedelta(seconds=60)
 RECEIVE_BACKOFF_S = (1.0, 30.0)
 #: How long an event waits for the Node informer's first list before asking the API server.
 NODES_SYNC_TIMEOUT_S = 10.0
+
+
+def queue_spec(settings: Settings) -> QueueSpec:
+    """The managed queue of ``settings``' cluster (names SQS and EventBridge accept)."""
+    nth = settings.nth
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", nth.queue_name or f"{settings.cluster_name}-nth")[:80]
+    return QueueSpec(
+        queue_name=name,
+        rule_prefix=name[:46],  # + "-scheduled-change" stays within a rule name's 64
+        lifecycle_hook_groups=list(nth.lifecycle_hook_groups),
+        hook_name=nth.lifecycle_hook_name,
+        hook_heartbeat_timeout_s=nth.lifecycle_hook_heartbeat_timeout_s,
+        tags={"cloudloop.io/cluster": settings.cluster_name},
+    )
+
+
+async def setup_queue(
+    client: Client, settings: Settings, *, remove: bool = False, task_queue: str = ""
+) -> QueueSetupResult:
+    """Run the ``TerminationQueue`` workflow (install, or ``remove``) on the drain task queue
+    (or ``task_queue``) and wait for its result; a second caller joins the running one."""
+    result: QueueSetupResult = await client.execute_workflow(
+        TerminationQueueWorkflow.run,
+        QueueSetupInput(spec=queue_spec(settings), remove=remove),
+        id=queue_workflow_id(settings.cluster_name, remove=remove),
+        task_queue=task_queue or settings.temporal.queue_for(Domain.DRAIN),
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=searchattrs.for_object(
+            cluster=settings.cluster_name,
+            provider=settings.provider,
+            kind="TerminationQueue",
+            namespace="",
+            name=queue_spec(settings).queue_name,
+        ),
+        static_summary=f"{'remove' if remove else 'make'} the interruption queue",
+    )
+    return result
 
 
 def drain_options(nth: NthSettings) -> DrainOptions:
@@ -92,6 +150,54 @@ def drain_options(nth: NthSettings) -> DrainOptions:
         wait_for_volume_attachments=nth.wait_for_volume_attachments,
         volume_attachment_timeout_s=nth.volume_attachment_timeout_s,
     )
+
+
+async def start_drain(
+    client: Client,
+    nth: NthSettings,
+    event: InterruptionEvent,
+    instance: InstanceInfo,
+    node: str,
+    *,
+    task_queue: str,
+    cluster: str,
+    provider: str,
+) -> tuple[str, TypedSearchAttributes, Start | None]:
+    """Signal-with-start the drain of ``node`` for ``event`` (queue and IMDS mode alike): one
+    workflow ID per node and instance incarnation, whichever mode or replica sees it first.
+    (workflow ID, its search attributes, the start or ``None`` when a completed run blocks it)."""
+    cordon_only = is_cordon_only(
+        event, cordon_only=nth.cordon_only, rebalance_drains=nth.enable_rebalance_draining
+    )
+    options = drain_options(nth).model_copy(update={"cordon_only": cordon_only})
+    input = DrainInput(
+        node=node,
+        cluster=cluster,
+        instance_id=instance.id,
+        instance_launch_time=instance.launch_time,
+        instance_type=instance.instance_type,
+        zone=instance.zone,
+        provider_id=instance.provider_id,
+        event=event,
+        options=options,
+    )
+    wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
+    attributes = searchattrs.for_object(
+        cluster=cluster, provider=provider, kind="Node", namespace="", name=node
+    )
+    start = await signal_with_start(
+        client,
+        DrainNodeWorkflow.run,
+        input,
+        kind="DrainNode",
+        id=wf_id,
+        task_queue=task_queue,
+        summary=f"drain Node {node} ({instance.id}): {event.kind}",
+        signal=DRAIN_SIGNAL,
+        signal_args=[event],
+        search_attributes=attributes,
+    )
+    return wf_id, attributes, start
 
 
 @dataclass
@@ -116,7 +222,12 @@ class QueueProcessor:
         cluster: str,
         provider: str = "",
         nodes: Informer | None = None,
+        settings: Settings | None = None,
     ) -> None:
+        #: The queue read: ``nth.queue_url``, or (empty) the managed queue, made at start.
+        self.queue_url = nth.queue_url
+        #: Whole settings of a managed queue (its name, tags, hooks); ``None``: not managed.
+        self.settings = settings if not nth.queue_url and nth.manage_queue else None
         self.kube = kube
         self.client = client
         self.aws = aws
@@ -132,8 +243,8 @@ class QueueProcessor:
     @classmethod
     def from_context(cls, context: StarterContext) -> QueueProcessor | None:
         nth = context.settings.nth
-        if not nth.queue_url:
-            log.info("node termination handler off: no queue URL")
+        if not nth.queue_url and not nth.manage_queue:
+            log.info("node termination handler's queue mode off: no queue URL, none managed")
             return None
         provider = provider_for(context.settings)
         if provider.termination is None:
@@ -148,6 +259,7 @@ class QueueProcessor:
             cluster=context.cluster,
             provider=provider.name,
             nodes=context.informers.get(NODES),
+            settings=context.settings,
         )
 
     def stop(self) -> None:
@@ -155,7 +267,33 @@ class QueueProcessor:
         if self._own_nodes:
             self.nodes.stop()
 
+    async def make_queue(self) -> bool:
+        """Make (or find) the managed queue, retried with backoff; ``False`` once stopped."""
+        assert self.settings is not None
+        backoff = RECEIVE_BACKOFF_S[0]
+        while not self._stopped.is_set():
+            try:
+                result = await setup_queue(self.client, self.settings, task_queue=self.task_queue)
+            except Exception as exc:  # Temporal or AWS: the workflow failed; again later
+                NTH_EVENTS_ERROR.labels("make-queue").inc()
+                log.warning("interruption queue not made (retrying in %.0fs): %s", backoff, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), backoff)
+                backoff = min(backoff * 2, RECEIVE_BACKOFF_S[1])
+                continue
+            self.queue_url = result.queue_url
+            log.info(
+                "interruption queue %s: %d rule(s), lifecycle hooks %s",
+                result.queue_url,
+                len(result.rules),
+                result.hooks or "none",
+            )
+            return True
+        return False
+
     async def run(self) -> None:
+        if not self.queue_url and not await self.make_queue():
+            return
         self.nodes.start()
         metrics = asyncio.create_task(self._tagged_metrics_loop())
         backoff = RECEIVE_BACKOFF_S[0]
@@ -168,12 +306,23 @@ class QueueProcessor:
                 try:
                     messages = await asyncio.to_thread(
                         self.aws.receive,
-                        self.nth.queue_url,
+                        self.queue_url,
                         max_messages=min(self.nth.max_messages, free),
                         wait_s=self.nth.wait_time_s,
                         visibility_s=self.nth.visibility_timeout_s,
                     )
                     backoff = RECEIVE_BACKOFF_S[0]
+                except NotFound as exc:  # the queue was deleted behind our back
+                    NTH_EVENTS_ERROR.labels("queue-missing").inc()
+                    if self.settings is not None:
+                        log.warning("interruption queue is gone (%s); making it again", exc)
+                        if not await self.make_queue():
+                            return
+                        continue
+                    log.error("interruption queue %s does not exist: %s", self.queue_url, exc)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopped.wait(), RECEIVE_BACKOFF_S[1])
+                    continue
                 except Exception as exc:  # CloudError, or anything else: the loop goes on
                     NTH_EVENTS_ERROR.labels("receive").inc()
                     log.warning("SQS receive failed (retrying in %.0fs): %s", backoff, exc)
@@ -207,7 +356,7 @@ class QueueProcessor:
 
     async def _handle(self, message: QueueMessage) -> str:
         try:
-            parsed = parse_message(
+            parsed = self.aws.parse_message(
                 message.body, message_id=message.message_id, now=datetime.now(UTC)
             )
         except MalformedMessage as exc:
@@ -267,7 +416,7 @@ class QueueProcessor:
 
     async def _delete(self, message: QueueMessage, fate: str) -> str:
         try:
-            await asyncio.to_thread(self.aws.delete, self.nth.queue_url, message.receipt_handle)
+            await asyncio.to_thread(self.aws.delete, self.queue_url, message.receipt_handle)
         except CloudError as exc:
             NTH_EVENTS_ERROR.labels("delete-message").inc()
             log.warning("SQS message %s could not be deleted: %s", message.message_id, exc)
@@ -315,7 +464,7 @@ class QueueProcessor:
             try:
                 await asyncio.to_thread(
                     self.aws.extend,
-                    self.nth.queue_url,
+                    self.queue_url,
                     message.receipt_handle,
                     self.nth.visibility_timeout_s,
                 )
@@ -377,38 +526,15 @@ class QueueProcessor:
             return Dispatch(keep_message=True, note=f"{event.event_id}: {exc}")
 
     async def _start(self, event: InterruptionEvent, instance: InstanceInfo, node: str) -> Dispatch:
-        cordon_only = is_cordon_only(
-            event,
-            cordon_only=self.nth.cordon_only,
-            rebalance_drains=self.nth.enable_rebalance_draining,
-        )
-        options = drain_options(self.nth).model_copy(update={"cordon_only": cordon_only})
-        input = DrainInput(
-            node=node,
-            cluster=self.cluster,
-            instance_id=instance.id,
-            instance_launch_time=instance.launch_time,
-            instance_type=instance.instance_type,
-            zone=instance.zone,
-            provider_id=instance.provider_id,
-            event=event,
-            options=options,
-        )
-        wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
-        attributes = searchattrs.for_object(
-            cluster=self.cluster, provider=self.provider, kind="Node", namespace="", name=node
-        )
-        start = await signal_with_start(
+        wf_id, attributes, start = await start_drain(
             self.client,
-            DrainNodeWorkflow.run,
-            input,
-            kind="DrainNode",
-            id=wf_id,
+            self.nth,
+            event,
+            instance,
+            node,
             task_queue=self.task_queue,
-            summary=f"drain Node {node} ({instance.id}): {event.kind}",
-            signal=DRAIN_SIGNAL,
-            signal_args=[event],
-            search_attributes=attributes,
+            cluster=self.cluster,
+            provider=self.provider,
         )
         if start is None:
             # Only a successful run blocks a new one: this interruption was handled already.

@@ -11,6 +11,11 @@ and the cloud's zones), then:
   while the cluster's own load balancers, volumes or foreign instances are in the network), the
   node modules' children, then the base's: each child deletes its resources in reverse
   dependency order.
+- **adopt**: ``layout.map_state`` places the upstream Terraform state's records (IDs only) onto
+  the layout's resource keys; then the ``base`` child and the node children (as apply) run
+  ``layout.adopt_resource`` per resource: found by the state's ID and made findable (the next
+  apply/plan finds it as its own), drift shown, nothing created; a listed resource the cloud no
+  longer has is ``missing``; the result lists what was taken over and what was not placed.
 - **plan**: ``layout.plan_module`` per module (base first, its found outputs feeding the others):
   a read-only diff, nothing changes; ``plan_destroy`` lists what a destroy would delete.
 
@@ -40,6 +45,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef
+    from cloudloop.layouts.tfstate import StateMap
     from cloudloop.messages.layout import (
         CheckDestroyInput,
         DefineInput,
@@ -49,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         LayoutQuery,
         LayoutResult,
         LayoutTimings,
+        MapStateInput,
         ModuleInput,
         ModuleProgress,
         ModuleResult,
@@ -119,6 +126,13 @@ class LayoutModuleWorkflow:
         )
         if input.action == "apply":
             steps = await self._apply(input)
+        elif input.action == "adopt":
+            steps = await self._run_waves(
+                rules.waves(module.resources),
+                LayoutActivity.ADOPT,
+                input,
+                dict(input.external),
+            )
         else:
             steps = await self._destroy(input)
         outputs: dict[str, Any] = {}
@@ -145,6 +159,7 @@ class LayoutModuleWorkflow:
                     source=input.source,
                     resource=resource,
                     inputs=rules.subset(known, rules.needs(resource)),
+                    cloud_id=input.adopt.get(resource.key, ""),
                 ),
                 result_type=StepResult,
                 summary=f"{activity.rsplit('.', 1)[-1]} {resource.key}",
@@ -247,6 +262,8 @@ class LayoutWorkflow:
             result.plan = await self._plan(base, nodes)
         elif input.action == "apply":
             await self._apply(layout, base, nodes, result)
+        elif input.action == "adopt":
+            await self._adopt(layout, base, nodes, result)
         else:
             await self._destroy(layout, base, nodes, result)
         self._progress.phase = "done"
@@ -290,7 +307,11 @@ class LayoutWorkflow:
         return [base_plan, *others]
 
     async def _child(
-        self, module: ModuleDef, action: str, external: dict[str, Any]
+        self,
+        module: ModuleDef,
+        action: str,
+        external: dict[str, Any],
+        adopt: dict[str, str] | None = None,
     ) -> ModuleResult:
         state = next(s for s in self._progress.modules if s.module == module.id)
         state.state = "running"
@@ -298,12 +319,17 @@ class LayoutWorkflow:
             result: ModuleResult = await workflow.execute_child_workflow(
                 LayoutModuleWorkflow.run,
                 ModuleInput(
-                    action="apply" if action == "apply" else "destroy",
+                    action=action if action in ("apply", "adopt") else "destroy",
                     provider=self._input.provider,
                     source=self._input.source,
                     module=module,
                     external=external,
                     timings=self._input.timings,
+                    adopt={
+                        r.key: (adopt or {})[r.key]
+                        for r in module.resources
+                        if r.key in (adopt or {})
+                    },
                 ),
                 id=state.workflow_id,
             )
@@ -315,10 +341,14 @@ class LayoutWorkflow:
         return result
 
     async def _children(
-        self, modules: list[ModuleDef], action: str, external: dict[str, Any]
+        self,
+        modules: list[ModuleDef],
+        action: str,
+        external: dict[str, Any],
+        adopt: dict[str, str] | None = None,
     ) -> list[ModuleResult]:
         answers = await asyncio.gather(
-            *(self._child(m, action, external) for m in modules), return_exceptions=True
+            *(self._child(m, action, external, adopt) for m in modules), return_exceptions=True
         )
         for answer in answers:
             if isinstance(answer, ApplicationError):
@@ -338,6 +368,32 @@ class LayoutWorkflow:
         result.modules = [base_result, *node_results]
         result.cloud_discovery_data = rules.resolve(layout.discovery, external)
         result.outputs = base_result.outputs
+
+    async def _adopt(
+        self, layout: LayoutDef, base: ModuleDef, nodes: list[ModuleDef], result: LayoutResult
+    ) -> None:
+        self._progress.phase = "mapping"
+        try:
+            placed: StateMap = await workflow.execute_activity(
+                LayoutActivity.MAP_STATE,
+                MapStateInput(
+                    provider=self._input.provider,
+                    source=self._input.source,
+                    layout=layout,
+                    state=self._input.state,
+                ),
+                result_type=StateMap,
+                **_activity_options(self._input.timings),
+            )
+        except ActivityError as err:
+            raise self._failed(_failure(err, "reading the Terraform state")) from err
+        result.adopted, result.unmapped = placed.addresses, placed.unmapped
+        self._progress.phase = "base-infrastructure"
+        base_result = (await self._children([base], "adopt", {}, placed.ids))[0]
+        external = {s.key: s.outputs for s in base_result.steps if s.outputs}
+        self._progress.phase = "nodes"
+        node_results = await self._children(nodes, "adopt", external, placed.ids)
+        result.modules = [base_result, *node_results]
 
     async def _destroy(
         self, layout: LayoutDef, base: ModuleDef, nodes: list[ModuleDef], result: LayoutResult

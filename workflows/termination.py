@@ -53,6 +53,10 @@ with workflow.unsafe.imports_passed_through():
         NodeTaint,
         OutcomeInput,
         PodPlan,
+        QueueInfo,
+        QueueRulesInput,
+        QueueSetupInput,
+        QueueSetupResult,
         TaintNodeInput,
         WaitVolumeAttachmentsInput,
         WebhookInput,
@@ -414,5 +418,52 @@ class CompleteLifecycleWorkflow:
         return active
 
 
+@workflow.defn(name="TerminationQueue")
+class TerminationQueueWorkflow:
+    """The queue mode's AWS side, made idempotently (queue, then rules, target and policy, then
+    lifecycle hooks: each step finds what exists first) or removed; AWS errors are retried a few
+    minutes, then the run fails and the caller starts it again."""
+
+    @workflow.run
+    async def run(self, input: QueueSetupInput) -> QueueSetupResult:
+        if input.remove:
+            removed: list[str] = await workflow.execute_activity(
+                DrainActivity.REMOVE_QUEUE,
+                input.spec,
+                result_type=list[str],
+                start_to_close_timeout=SINGLE_CALL_TIMEOUT * 4,
+                retry_policy=AWS_RETRY,
+            )
+            return QueueSetupResult(removed=removed)
+        queue = await workflow.execute_activity(
+            DrainActivity.ENSURE_QUEUE,
+            input.spec,
+            result_type=QueueInfo,
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT,
+            retry_policy=AWS_RETRY,
+        )
+        rules: list[str] = await workflow.execute_activity(
+            DrainActivity.ENSURE_QUEUE_RULES,
+            QueueRulesInput(spec=input.spec, queue=queue),
+            result_type=list[str],
+            start_to_close_timeout=SINGLE_CALL_TIMEOUT * 4,
+            retry_policy=AWS_RETRY,
+        )
+        hooks: list[str] = []
+        if input.spec.lifecycle_hook_groups:
+            hooks = await workflow.execute_activity(
+                DrainActivity.ENSURE_LIFECYCLE_HOOKS,
+                input.spec,
+                result_type=list[str],
+                start_to_close_timeout=SINGLE_CALL_TIMEOUT * 4,
+                retry_policy=AWS_RETRY,
+            )
+        return QueueSetupResult(queue_url=queue.url, queue_arn=queue.arn, rules=rules, hooks=hooks)
+
+
 #: Registered by the worker.
-DRAIN_WORKFLOWS: list[type] = [DrainNodeWorkflow, CompleteLifecycleWorkflow]
+DRAIN_WORKFLOWS: list[type] = [
+    DrainNodeWorkflow,
+    CompleteLifecycleWorkflow,
+    TerminationQueueWorkflow,
+]

@@ -17,15 +17,25 @@ Rules for a :class:`LayoutResources`:
 - ``delete`` is idempotent: absent is success.
 - ``blockers`` names what must go first before a destroy (the cluster's own load balancers,
   volumes, instances the layout did not make); empty means the destroy may start.
+
+Adoption (optional, :class:`AdoptingPart` / :class:`AdoptingResources`; a cloud without it
+answers ``adopt`` with NotSupported): the part's ``state_types`` maps each upstream Terraform
+resource type onto a layout kind (:class:`~cloudloop.layouts.tfstate.StateMapping`), and
+``adopt`` finds the resource by the ID the state gives, makes it findable the way ``inspect``
+finds it (a name tag; a resource whose name *is* its identity must already carry the layout's),
+and answers as ``inspect`` does — ``None`` when the cloud has no such resource. It never creates
+or deletes anything; adopting twice is a no-op.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from cloudloop.layouts.tfstate import StateMapping
 
 
 @dataclass(frozen=True)
@@ -71,3 +81,16 @@ class LayoutPart(Protocol):
     def define(self, config: Any, cluster: ClusterIdentity, zones: list[str]) -> LayoutDef: ...
 
     def connect(self, config: Any, section: Any) -> LayoutResources: ...
+
+
+@runtime_checkable
+class AdoptingResources(Protocol):
+    def adopt(
+        self, resource: ResourceDef, properties: dict[str, Any], cloud_id: str
+    ) -> Found | None: ...
+
+
+@runtime_checkable
+class AdoptingPart(Protocol):
+    #: Terraform resource type → the layout's kind (the state's reader and writer use it).
+    state_types: Mapping[str, StateMapping]

@@ -359,6 +359,18 @@ def _openstack_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
             path="provider.tenantName", message="exactly one of tenantName and tenantID is required"
         )
     yield from _layout_section(doc, OPENSTACK_SECTIONS)
+    for section in ("standard", "standardWithNoRouter"):
+        cidr = (doc.get(section) or {}).get("internalNetworkCIDR")
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=False) if cidr else None
+        except ValueError:
+            continue  # the field's own check says so
+        if network is not None and str(network) != str(cidr):
+            # upstream's variables.tf: cidrsubnet(cidr, 0, 0) == cidr
+            yield ConfigError(
+                path=f"{section}.internalNetworkCIDR",
+                message=f"not a network address (host bits set): {cidr}, use {network}",
+            )
     group = (doc.get("masterNodeGroup") or {}).get("serverGroup")
     if (
         isinstance(group, Mapping)
@@ -377,6 +389,8 @@ class VsphereProvider(_Open):
     username: NonEmpty
     password: SecretStr
     insecure: bool = False
+    #: PEM CA bundle of vCenter (excludes ``insecure: true``).
+    caBundle: str | None = None
 
 
 class VsphereIPAddress(_Open):
@@ -437,6 +451,11 @@ class VsphereClusterConfiguration(_Open):
 
 
 def _vsphere_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
+    provider = doc.get("provider")
+    if isinstance(provider, Mapping) and provider.get("caBundle") and provider.get("insecure"):
+        yield ConfigError(
+            path="provider.caBundle", message="caBundle and insecure: true exclude each other"
+        )
     master = doc.get("masterNodeGroup") or {}
     addresses = (master.get("instanceClass") or {}).get("mainNetworkIPAddresses") or []
     replicas = master.get("replicas")

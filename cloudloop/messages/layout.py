@@ -15,12 +15,15 @@ from pydantic import BaseModel, Field
 
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ModuleDef, ResourceDef
+from cloudloop.layouts.tfstate import StateResource
 
-Action = Literal["apply", "destroy", "plan"]
+Action = Literal["apply", "destroy", "plan", "adopt"]
 #: What a plan says about one resource.
 PlanAction = Literal["create", "update", "delete", "no-op"]
 #: What a step did to one resource.
-StepAction = Literal["created", "updated", "unchanged", "deleted", "absent"]
+#: (``adopted``: found by the ID a Terraform state gave and made findable; ``missing``: the
+#: state lists it, the cloud does not have it.)
+StepAction = Literal["created", "updated", "unchanged", "deleted", "absent", "adopted", "missing"]
 StepState = Literal["pending", "running", "done", "failed"]
 
 
@@ -30,6 +33,8 @@ class LayoutActivity:
     DELETE = "layout.delete_resource"
     PLAN = "layout.plan_module"
     CHECK_DESTROY = "layout.check_destroy"
+    MAP_STATE = "layout.map_state"
+    ADOPT = "layout.adopt_resource"
 
 
 class LayoutQuery:
@@ -68,6 +73,9 @@ class LayoutInput(BaseModel):
     timings: LayoutTimings = Field(default_factory=LayoutTimings)
     #: A plan of the destroy: what exists is listed as ``delete``.
     plan_destroy: bool = False
+    #: For ``adopt``: the upstream Terraform state's resources (IDs and identity attributes
+    #: only, never the state's secrets).
+    state: list[StateResource] = Field(default_factory=list)
 
 
 class DefineInput(BaseModel):
@@ -114,6 +122,8 @@ class StepInput(BaseModel):
     source: ConfigSource
     resource: ResourceDef
     inputs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: For an adoption step: the resource's cloud ID from the Terraform state ("" = not in it).
+    cloud_id: str = ""
 
 
 class StepResult(BaseModel):
@@ -130,13 +140,22 @@ class CheckDestroyInput(BaseModel):
     found: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class MapStateInput(BaseModel):
+    provider: str
+    source: ConfigSource
+    layout: LayoutDef
+    state: list[StateResource] = Field(default_factory=list)
+
+
 class ModuleInput(BaseModel):
-    action: Literal["apply", "destroy"]
+    action: Literal["apply", "destroy", "adopt"]
     provider: str
     source: ConfigSource
     module: ModuleDef
     external: dict[str, dict[str, Any]] = Field(default_factory=dict)
     timings: LayoutTimings = Field(default_factory=LayoutTimings)
+    #: For ``adopt``: resource key → cloud ID (this module's, from the state).
+    adopt: dict[str, str] = Field(default_factory=dict)
 
 
 class ResourceStatus(BaseModel):
@@ -185,3 +204,7 @@ class LayoutResult(BaseModel):
     cloud_discovery_data: dict[str, Any] = Field(default_factory=dict)
     #: ``bastion_ip_address_for_ssh`` when the layout has a bastion.
     outputs: dict[str, Any] = Field(default_factory=dict)
+    #: ``adopt``: resource key → the Terraform addresses taken over as it.
+    adopted: dict[str, list[str]] = Field(default_factory=dict)
+    #: ``adopt``: the state's records not placed (``address: why``).
+    unmapped: list[str] = Field(default_factory=list)

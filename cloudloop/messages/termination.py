@@ -3,14 +3,20 @@ workflow's input and result, and the inputs and outputs of its activities."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cloudloop.cloud.termination import MANAGED_TAG as MANAGED_TAG
+from cloudloop.cloud.termination import TAINT_KEYS as TAINT_KEYS
+from cloudloop.cloud.termination import TAINT_PREFIX as TAINT_PREFIX
+from cloudloop.cloud.termination import EventKind as EventKind
+from cloudloop.cloud.termination import InterruptionEvent as InterruptionEvent
 from cloudloop.cloud.termination import LifecycleAction as LifecycleAction
+from cloudloop.cloud.termination import QueueInfo as QueueInfo
+from cloudloop.cloud.termination import QueueSpec as QueueSpec
+from cloudloop.cloud.termination import label_value as label_value
 
 
 class DrainActivity:
@@ -23,61 +29,10 @@ class DrainActivity:
     RECORD_OUTCOME = "drain.record_outcome"
     COMPLETE_LIFECYCLE_ACTION = "drain.complete_lifecycle_action"
     RECORD_LIFECYCLE_HEARTBEAT = "drain.record_lifecycle_heartbeat"
-
-
-class EventKind(StrEnum):
-    """Interruption kinds, named as upstream's ``monitor/types.go``."""
-
-    ASG_LIFECYCLE = "ASG_LIFECYCLE"
-    SPOT_ITN = "SPOT_ITN"
-    REBALANCE_RECOMMENDATION = "REBALANCE_RECOMMENDATION"
-    STATE_CHANGE = "STATE_CHANGE"
-    SCHEDULED_EVENT = "SCHEDULED_EVENT"
-
-
-TAINT_PREFIX = "aws-node-termination-handler/"
-#: One taint key per kind (upstream's keys; state changes get their own).
-TAINT_KEYS: dict[EventKind, str] = {
-    EventKind.ASG_LIFECYCLE: TAINT_PREFIX + "asg-lifecycle-termination",
-    EventKind.SPOT_ITN: TAINT_PREFIX + "spot-itn",
-    EventKind.REBALANCE_RECOMMENDATION: TAINT_PREFIX + "rebalance-recommendation",
-    EventKind.SCHEDULED_EVENT: TAINT_PREFIX + "scheduled-maintenance",
-    EventKind.STATE_CHANGE: TAINT_PREFIX + "state-change",
-}
-#: The managed tag's key on instances (``--managed-tag``).
-MANAGED_TAG = TAINT_PREFIX + "managed"
-_LABEL_VALUE_MAX = 63
-_NOT_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def label_value(text: str) -> str:
-    """``text`` as a valid label (and taint) value: allowed characters, at most 63 of them."""
-    value = _NOT_LABEL_CHARS.sub("-", text)[:_LABEL_VALUE_MAX]
-    return value.strip("-._")
-
-
-class InterruptionEvent(BaseModel):
-    """One interruption of one instance, parsed from one SQS message."""
-
-    event_id: str
-    kind: EventKind
-    instance_id: str
-    #: When the interruption takes effect; the drain starts a grace period before it.
-    start_time: datetime
-    description: str
-    #: Instance state of a state-change event (``stopping``, ``terminated``, ...).
-    state: str = ""
-    lifecycle: LifecycleAction | None = None
-    #: The SQS message it came from (for logs; the starter owns the message).
-    message_id: str = ""
-
-    @property
-    def taint_key(self) -> str:
-        return TAINT_KEYS[self.kind]
-
-    @property
-    def taint_value(self) -> str:
-        return label_value(self.event_id)
+    ENSURE_QUEUE = "drain.ensure_queue"
+    ENSURE_QUEUE_RULES = "drain.ensure_queue_rules"
+    ENSURE_LIFECYCLE_HOOKS = "drain.ensure_lifecycle_hooks"
+    REMOVE_QUEUE = "drain.remove_queue"
 
 
 class DrainOptions(BaseModel):
@@ -261,3 +216,30 @@ def drain_workflow_id(
 
 def lifecycle_workflow_id(action: LifecycleAction) -> str:
     return f"lifecycle/{action.instance_id}/{action.token}"
+
+
+def queue_workflow_id(cluster: str, *, remove: bool = False) -> str:
+    """One install and one removal per cluster at a time (a second start joins the first)."""
+    return f"nth-queue-{'remove' if remove else 'install'}/{cluster}"
+
+
+# -- the queue's infrastructure --------------------------------------------------------------
+class QueueSetupInput(BaseModel):
+    """Input of :class:`workflows.termination.TerminationQueueWorkflow`: make (or remove) the
+    interruption queue, its rules and the lifecycle hooks."""
+
+    spec: QueueSpec
+    remove: bool = False
+
+
+class QueueRulesInput(BaseModel):
+    spec: QueueSpec
+    queue: QueueInfo
+
+
+class QueueSetupResult(BaseModel):
+    queue_url: str = ""
+    queue_arn: str = ""
+    rules: list[str] = Field(default_factory=list)
+    hooks: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)

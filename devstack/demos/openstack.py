@@ -4,7 +4,11 @@ Service whose Octavia LB gets a floating IP, a CloudProbe, and a node group: the
 manager runs in the dev cluster, an ``OpenStackInstanceClass`` ``demo-workers`` is rendered (as
 ``cloudloop nodegroup render`` does) into an ``OpenStackMachineTemplate`` and a MachineDeployment
 in namespace ``demo-capi``, scaled 0 → 2: each machine's workflow makes its root volume, port and
-server in the emulator.
+server in the emulator. And a cluster's own infrastructure: the ``Standard`` layout of
+``deploy/layouts/examples/openstack-standard.yaml`` (without its node group: base and one master)
+applied for prefix ``dev-os`` by the ``Layout`` workflow (``layout/dev-os``, a ``LayoutModule``
+child per module, one activity per resource, all in the Temporal UI): security group, key pair,
+network, subnet, router, the master's port, root and data volumes, server and floating IP.
 
 The product is configured the way Deckhouse does it: a ``cloud.conf`` (written into the state
 folder, its password included) named by ``cloudloop.openstack.cloud_config_file``. The emulator's
@@ -13,18 +17,25 @@ Octavia and Nova take a few seconds per step, so ``PENDING_CREATE`` and ``BUILD`
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
 
 import openstack
+import yaml
+from temporalio.common import WorkflowIDConflictPolicy
 
+from cloudloop import searchattrs, temporal
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import ConfigSource
+from cloudloop.messages.layout import LayoutInput, workflow_id
 from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
@@ -50,6 +61,16 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 MACHINE_DEPLOYMENTS = Resource(
     capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
 )
+#: The layout: its example, the cluster's prefix and UUID.
+LAYOUT_EXAMPLE = (
+    Path(__file__).resolve().parents[2]
+    / "deploy"
+    / "layouts"
+    / "examples"
+    / "openstack-standard.yaml"
+)
+LAYOUT_PREFIX = "dev-os"
+LAYOUT_UUID = "7d3f8a52-6c0e-4f0b-9a51-2f7c1f3e9d10"
 
 
 def cloud_conf(endpoint: OpenStackEmulatorEndpoint) -> str:
@@ -106,6 +127,8 @@ class OpenStackDemo:
         _seed_servers(endpoint)
         _seed_cluster(kube)
         _seed_node_group(kube)
+        layout = _layout_config(stack.state_dir / "openstack" / "layout.yaml", endpoint)
+        asyncio.run(_start_layout(settings, layout))
         return settings.model_copy(
             update={
                 "provider": self.name,
@@ -122,6 +145,8 @@ class OpenStackDemo:
             f"{stack.openstack.username}, project {stack.openstack.project})",
             f"  emulator    : {stack.openstack.admin_url}/state (admin API: state, faults)",
             f"  cloud.conf  : {stack.state_dir / 'openstack' / 'cloud.conf'}",
+            f"  layout      : {stack.state_dir / 'openstack' / 'layout.yaml'} (Standard, "
+            f"prefix {LAYOUT_PREFIX}; workflow {workflow_id(LAYOUT_PREFIX)})",
         ]
 
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
@@ -136,6 +161,11 @@ class OpenStackDemo:
             "--query \"CloudloopKind='Service'\"",
             f"  {kubectl} -n {GROUP_NAMESPACE} get machinedeployments,machines,"
             "openstackmachines   # the node group: 2 machines, one server each",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"CloudloopKind='Layout'\"   # the Standard layout: base and master-0",
+            f"  cloudloop layout plan --config {stack.state_dir / 'openstack' / 'layout.yaml'} "
+            f"--cluster-uuid {LAYOUT_UUID} --temporal-address {stack.temporal_address}"
+            "   # after the apply: nothing to do",
         ]
 
 
@@ -290,4 +320,56 @@ def _seed_node_group(kube: Kube) -> None:
         made["metadata"]["name"],
         {"spec": {"replicas": GROUP_SIZE}},
         GROUP_NAMESPACE,
+    )
+
+
+def _layout_config(path: Path, endpoint: OpenStackEmulatorEndpoint) -> Path:
+    """The Standard example for prefix :data:`LAYOUT_PREFIX` on the emulator, without its node
+    group (the base and one master), written where the worker reads it (mode 0600: it holds
+    the password)."""
+    docs = list(yaml.safe_load_all(LAYOUT_EXAMPLE.read_text()))
+    for doc in docs:
+        if doc["kind"] == "ClusterConfiguration":
+            doc["cloud"]["prefix"] = LAYOUT_PREFIX
+            continue
+        doc["provider"] = {
+            "authURL": endpoint.auth_url,
+            "domainName": endpoint.user_domain,
+            "tenantName": endpoint.project,
+            "username": endpoint.username,
+            "password": endpoint.password,
+            "region": endpoint.region,
+        }
+        doc.pop("nodeGroups", None)
+        doc["masterNodeGroup"]["replicas"] = 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+async def _start_layout(settings: Settings, config: Path) -> None:
+    """Start the layout's apply (``layout/<prefix>``) on the worker's queue: the worker, started
+    right after the seed, runs it; a second ``cloudloop dev`` on the same state joins it."""
+    from workflows.layout import LayoutWorkflow
+
+    client = await temporal.connect(settings.temporal)
+    await client.start_workflow(
+        LayoutWorkflow.run,
+        LayoutInput(
+            action="apply",
+            provider="openstack",
+            source=ConfigSource(file=str(config)),
+            cluster=ClusterIdentity(prefix=LAYOUT_PREFIX, uuid=LAYOUT_UUID),
+        ),
+        id=workflow_id(LAYOUT_PREFIX),
+        task_queue=settings.temporal.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=searchattrs.for_object(
+            cluster=LAYOUT_PREFIX,
+            provider="openstack",
+            kind="Layout",
+            namespace="",
+            name=LAYOUT_PREFIX,
+        ),
     )

@@ -1,4 +1,4 @@
-"""Nova v2.1: servers, flavors, availability zones, metadata, tags, volume attachments.
+"""Nova v2.1: servers, flavors, availability zones, key pairs, metadata, tags, volume attachments.
 
 Follows the Compute API reference with microversions 2.1 to 2.96 (``OpenStack-API-Version:
 compute 2.x`` or ``X-OpenStack-Nova-API-Version``): the server's ``flavor`` is ``{id, links}``
@@ -14,7 +14,9 @@ group of ``/os-server-groups``), ``metadata``, ``tags`` (≥ 2.52), ``config_dri
 exceeded", and a flavor marked "no valid host" (admin) makes its servers end in ``ERROR`` with
 Nova's fault. ``GET /servers[/detail]`` filters by ``name`` (a regex, as Nova
 does), ``status``, ``uuid``, ``ip``, tags, and pages by ``limit``/``marker`` (``max_limit``
-1000, newest first) with ``servers_links``. Errors are ``{"itemNotFound": {code, message}}``.
+1000, newest first) with ``servers_links``. Key pairs are made, shown and deleted by name (a
+second one of a name is 409, a public key Nova cannot fingerprint 400). Errors are
+``{"itemNotFound": {code, message}}``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ _VM_STATE = {
     "REBOOT": ("active", 1),
     "RESCUE": ("rescued", 1),
 }
+
+
+#: What Nova's fingerprinting accepts as an OpenSSH public key.
+_KEY_TYPES = ("ssh-rsa", "ssh-ed25519", "ssh-dss", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
 
 
 def nova_fault(status: int, message: str) -> ApiFault:
@@ -114,6 +120,8 @@ class Compute(Service):
             Route("DELETE", f"/v2.1/os-server-groups/{ID}", self.delete_server_group),
             Route("GET", "/v2.1/os-keypairs", self.list_keypairs),
             Route("POST", "/v2.1/os-keypairs", self.create_keypair),
+            Route("GET", f"/v2.1/os-keypairs/{ID}", self.show_keypair),
+            Route("DELETE", f"/v2.1/os-keypairs/{ID}", self.delete_keypair),
         ]
 
     # -- versions --------------------------------------------------------------------------
@@ -233,14 +241,44 @@ class Compute(Service):
                 if name
                 else bad_request("name is required")
             )
+        public_key = str(body.get("public_key") or "ssh-ed25519 AAAA emulated").strip()
+        if not public_key.startswith(_KEY_TYPES) or len(public_key.split()) < 2:
+            raise bad_request("Keypair data is invalid: failed to generate fingerprint")
         keypair = {
             "name": name,
-            "public_key": str(body.get("public_key") or "ssh-ed25519 AAAA emulated"),
+            "public_key": public_key,
             "fingerprint": "00:00",
             "type": "ssh",
         }
         self.cloud.table("keypairs")[name] = keypair
         return Reply(200, {"keypair": keypair})
+
+    def keypair(self, request: Request, name: str) -> Resource:
+        found = self.cloud.table("keypairs").get(name)
+        if found is None:
+            user = request.token.user_id if request.token else ""
+            raise nova_fault(404, f"Keypair {name} not found for user {user}")
+        return found
+
+    def show_keypair(self, request: Request, name: str) -> Reply:
+        keypair = self.keypair(request, name)
+        return Reply(
+            200,
+            {
+                "keypair": {
+                    **keypair,
+                    "user_id": request.token.user_id if request.token else "",
+                    "deleted": False,
+                    "created_at": keypair.get("created_at") or iso_now(),
+                    "id": keypair.get("id", 1),
+                }
+            },
+        )
+
+    def delete_keypair(self, request: Request, name: str) -> Reply:
+        self.keypair(request, name)
+        self.cloud.table("keypairs").pop(name, None)
+        return Reply(202)
 
     # -- server groups ---------------------------------------------------------------------
     def _render_group(self, request: Request, group: Resource) -> Resource:

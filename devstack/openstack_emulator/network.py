@@ -7,7 +7,10 @@ any field (repeatable), ``fixed_ips=ip_address=<ip>``, ``fields=``, tag filters 
 allocation pool; a floating IP attaches only to a port whose subnet has a router to the floating
 network; router extra routes (``PUT routes``, ``add_extraroutes``/``remove_extraroutes``) need a
 nexthop on a connected subnet and are capped at ``max_routes`` (Neutron's default 30); allowed
-address pairs need port security.
+address pairs need port security. A subnet overlapping another of its network is 400, and so is a
+router interface on a subnet without a gateway or overlapping a subnet the router already has
+(Neutron's "Cidr ... overlaps with cidr ..."); a network, subnet, router or security group still
+in use is 409.
 """
 
 from __future__ import annotations
@@ -455,6 +458,13 @@ class Network(Service):
             cidr = ipaddress.ip_network(str(body.get("cidr", "")), strict=True)
         except ValueError as exc:
             raise bad_request(f"Invalid input for cidr: {exc}") from None
+        for other_id in network["subnets"]:
+            other = self.cloud.table("subnets")[other_id]
+            if cidr.overlaps(ipaddress.ip_network(other["cidr"])):
+                raise bad_request(
+                    f"Invalid input for operation: Requested subnet with cidr: {cidr} for "
+                    f"network: {network['id']} overlaps with another subnet."
+                )
         hosts = list(cidr.hosts()) if cidr.num_addresses <= 65536 else []
         gateway = body.get("gateway_ip", str(hosts[0]) if hosts else None)
         pools = body.get("allocation_pools") or (
@@ -1025,6 +1035,11 @@ class Network(Service):
                 raise neutron_fault(409, "PortInUse", f"Port {port['id']} is in use.")
         else:
             subnet = self.find("subnets", str(body.get("subnet_id", "")))
+            if not subnet["gateway_ip"]:
+                raise bad_request(
+                    f"Bad router request: Subnet {subnet['id']} does not have a gateway IP."
+                )
+            self._check_router_overlap(router, subnet)
             for existing in self.cloud.table("ports").values():
                 if existing["device_id"] == router_id and any(
                     ip["subnet_id"] == subnet["id"] for ip in existing["fixed_ips"]
@@ -1061,6 +1076,22 @@ class Network(Service):
                 "tags": [],
             },
         )
+
+    def _check_router_overlap(self, router: Resource, subnet: Resource) -> None:
+        """Neutron refuses a router interface whose subnet overlaps one the router has."""
+        wanted = ipaddress.ip_network(subnet["cidr"])
+        for port in self.cloud.table("ports").values():
+            if port["device_id"] != router["id"]:
+                continue
+            for ip in port["fixed_ips"]:
+                other = self.cloud.table("subnets").get(ip["subnet_id"])
+                if other is None or other["id"] == subnet["id"]:
+                    continue
+                if wanted.overlaps(ipaddress.ip_network(other["cidr"])):
+                    raise bad_request(
+                        f"Bad router request: Cidr {subnet['cidr']} of subnet {subnet['id']} "
+                        f"overlaps with cidr {other['cidr']} of subnet {other['id']}."
+                    )
 
     def remove_interface(self, request: Request, router_id: str) -> Reply:
         router = self.find("routers", router_id)

@@ -397,6 +397,7 @@ class OpenStack:
                 "healthmonitors": rows("lb_healthmonitors"),
                 "volumes": rows("volumes"),
                 "server_groups": rows("server_groups"),
+                "keypairs": rows("keypairs"),
                 "counts": dict(self.cloud.counts),
                 "quotas": dict(self.cloud.quotas),
                 "no_valid_host": sorted(self.cloud.no_valid_host),

@@ -1,10 +1,12 @@
 """``cloudloop dev --provider openstack`` as a user runs it: the emulator's servers become
 initialized Nodes with pod routes on the router, the LB Service gets its floating IP, the
-CloudProbe answers, the demo node group's 2 machines get their servers, and Ctrl-C stops
-everything."""
+CloudProbe answers, the demo node group's 2 machines get their servers, the Standard layout's
+base infrastructure and master VM are made by the ``Layout`` workflow (completed in Temporal),
+and Ctrl-C stops everything."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -14,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from cloudloop.net import free_port
 from devstack import gotools
@@ -26,6 +29,7 @@ DEADLINE_S = 180
 def test_dev_openstack_demo(tmp_path: Path) -> None:
     state = tmp_path / "dev-state"
     log_path = tmp_path / "dev.log"
+    temporal_port = free_port()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [
@@ -38,7 +42,7 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
                 "--state-dir",
                 str(state),
                 "--temporal-port",
-                str(free_port()),
+                str(temporal_port),
                 "--ui-port",
                 str(free_port()),
             ],
@@ -108,6 +112,26 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
             state = json.loads(response.read())
         made = [s for s in state["servers"] if s["name"].startswith("demo-workers-")]
         assert len(made) == 2 and all(s["status"] == "ACTIVE" for s in made), made
+
+        # the Standard layout: base infrastructure and one master, by the Layout workflow
+        async def layout_status() -> WorkflowExecutionStatus | None:
+            client = await Client.connect(f"127.0.0.1:{temporal_port}")
+            described = await client.get_workflow_handle("layout/dev-os").describe()
+            return described.status
+
+        wait_for(
+            lambda: asyncio.run(layout_status()) == WorkflowExecutionStatus.COMPLETED,
+            "the layout applied",
+        )
+        with urllib.request.urlopen(f"{admin_url}/state", timeout=5) as response:
+            state = json.loads(response.read())
+        [master] = [s for s in state["servers"] if s["name"] == "dev-os-master-0"]
+        assert master["status"] == "ACTIVE"
+        assert [n["name"] for n in state["networks"] if n["name"] == "dev-os"] == ["dev-os"]
+        assert [r["name"] for r in state["routers"] if r["name"] == "dev-os"] == ["dev-os"]
+        [data] = [v for v in state["volumes"] if v["name"] == "dev-os-kubernetes-data-0"]
+        assert data["attachments"][0]["server_id"] == master["id"]
+        assert [f for f in state["floatingips"] if f["description"] == "dev-os-master-0"]
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -425,3 +425,42 @@ def test_state_shows_the_seed(
     state = admin.state()
     assert state["seed"]["project_id"] == endpoint.project_id
     assert {n["name"] for n in state["networks"]} == {"public", "private"}
+
+
+def test_key_pairs_by_name(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHf0sKGoGm2JrFGhTiFqcXcxp8HT1i6kQk2bIsOfpBTX x@y"
+    made = conn.compute.create_keypair(name="layout-key", public_key=key)
+    assert made.name == "layout-key"
+    assert conn.compute.get_keypair("layout-key").public_key == key
+    with pytest.raises(exceptions.ConflictException, match="already exists"):
+        conn.compute.create_keypair(name="layout-key", public_key=key)
+    with pytest.raises(exceptions.BadRequestException, match="Keypair data is invalid"):
+        conn.compute.create_keypair(name="other-key", public_key="not a key")
+    conn.compute.delete_keypair("layout-key")
+    with pytest.raises(exceptions.NotFoundException, match="Keypair layout-key not found"):
+        conn.compute.get_keypair("layout-key")
+    with pytest.raises(exceptions.NotFoundException):
+        conn.compute.delete_keypair("layout-key", ignore_missing=False)
+
+
+def test_overlapping_subnets_and_router_interfaces_are_400(
+    conn: Sdk, admin: OpenStackEmulatorAdmin
+) -> None:
+    network = conn.network.create_network(name="overlaps")
+    conn.network.create_subnet(network_id=network.id, cidr="10.60.0.0/24", ip_version=4)
+    with pytest.raises(exceptions.BadRequestException, match="overlaps with another subnet"):
+        conn.network.create_subnet(network_id=network.id, cidr="10.60.0.128/25", ip_version=4)
+    # another network may hold the same CIDR, but one router cannot join both
+    clash = conn.network.create_network(name="clash")
+    inner = conn.network.create_subnet(network_id=clash.id, cidr="10.0.5.0/24", ip_version=4)
+    router = conn.network.find_router("router1")
+    with pytest.raises(exceptions.BadRequestException, match=r"overlaps with cidr 10\.0\.0\.0/16"):
+        conn.network.add_interface_to_router(router, subnet_id=inner.id)
+    bare = conn.network.create_subnet(
+        network_id=conn.network.create_network(name="bare").id,
+        cidr="10.70.0.0/24",
+        ip_version=4,
+        gateway_ip=None,
+    )
+    with pytest.raises(exceptions.BadRequestException, match="does not have a gateway IP"):
+        conn.network.add_interface_to_router(router, subnet_id=bare.id)

@@ -29,17 +29,22 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.aws.termination_events import parse_message
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.spec import parse_spec
 from cloudloop.cloud.models import InstanceListing, LoadBalancerPort, LoadBalancerSpec
-from cloudloop.cloud.termination import InstanceInfo, QueueMessage
+from cloudloop.cloud.termination import (
+    InstanceInfo,
+    MalformedMessage,
+    ParsedMessage,
+    QueueMessage,
+)
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.mapping import parse_machine_spec
 from cloudloop.kube.resources import EVENTS, SERVICES
 from cloudloop.messages.termination import MANAGED_TAG, DrainResult
 from cloudloop.rules import machine as capi
 from cloudloop.rules import node as node_rules
-from cloudloop.rules.termination import MalformedMessage, parse_message
 from cloudloop.settings import CcmSettings, NthSettings
 from devstack.machine_fixtures import dvp_machine_spec
 from starters.loadbalancer import ServiceStarter
@@ -361,6 +366,9 @@ class FakeSqs:
     def __init__(self, exists: bool) -> None:
         self.exists = exists
         self.deleted: list[str] = []
+
+    def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:
+        return parse_message(body, message_id=message_id, now=now)
 
     def delete(self, queue_url: str, receipt_handle: str) -> None:
         self.deleted.append(receipt_handle)

@@ -750,3 +750,46 @@ def test_snapshots_can_be_turned_off(helm: Helm, sets: dict[str, str]) -> None:
     sidecar_on = sets.get("csi.snapshots.enabled") != "false"
     assert ("csi-snapshotter" in _containers(docs)) == sidecar_on
     assert bool(snapshot_rules) == sidecar_on
+
+
+def test_the_termination_handler_runs_both_modes_on_aws_by_default(helm: Helm) -> None:
+    """AWS: the IMDS DaemonSet (NODE_NAME, host network, no credentials) and the queue's
+    pre-delete uninstall Job; the queue mode makes its own queue (``queue_url`` empty)."""
+    docs = render(helm, "aws")
+    pod = find(docs, "DaemonSet", "-nth-imds")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][0] == "termination-imds" and pod["hostNetwork"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "CLOUDLOOP_TEMPORAL__ADDRESS" in env
+    assert [m["name"] for m in container["volumeMounts"]] == ["config"]
+    job = find(docs, "Job", "-nth-uninstall")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == [
+        "termination",
+        "uninstall",
+    ]
+    config = yaml.safe_load(find(docs, "ConfigMap", "cloudloop")["data"]["config.yaml"])
+    assert config["nth"]["queue_url"] == "" and config["nth"]["manage_queue"] is True
+
+    elsewhere = render(helm, "aws", {"config.nth.queue_url": "https://sqs/q"})
+    assert not [d for d in elsewhere if d["metadata"]["name"].endswith("-nth-uninstall")]
+    off = render(helm, "aws", {"nth.imds.enabled": "false"})
+    assert not [d for d in off if d["metadata"]["name"].endswith("-nth-imds")]
+    dvp = render(helm, "dvp")
+    assert not [d for d in dvp if "-nth-" in d["metadata"]["name"]]
+
+
+def test_layout_configs_are_mounted_into_the_worker_only(helm: Helm) -> None:
+    """``layouts.existingSecret``: the cluster YAMLs the layout commands name with
+    ``--worker-config-path`` reach the worker pods (read-only), never the starter's."""
+    plain = render(helm, "aws")
+    assert "layouts" not in {v["name"] for v in _pod(plain, "Deployment", "-worker")["volumes"]}
+    docs = render(helm, "aws", {"layouts.existingSecret": "cluster-layouts"})
+    worker = _pod(docs, "Deployment", "-worker")
+    main = container(find(docs, "Deployment", "-worker"))
+    assert _config_sources(worker, main)["/etc/cloudloop/layouts"] == ("Secret", "cluster-layouts")
+    [mount] = [m for m in main["volumeMounts"] if m["name"] == "layouts"]
+    assert mount["readOnly"] is True
+    starter = _pod(docs, "Deployment", "-starter")
+    assert "layouts" not in {v["name"] for v in starter["volumes"]}

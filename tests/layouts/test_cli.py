@@ -213,3 +213,31 @@ def test_the_discoverer_reads_what_apply_writes() -> None:
     )
     merged = cloud_data.discovery_document(base, live, [])
     assert merged == written
+
+
+def test_adopt_refuses_an_unreadable_state_before_anything_else(tmp_path: Path) -> None:
+    path = config_file(tmp_path, "aws-without-nat", "demo")
+    bad = tmp_path / "state.json"
+    bad.write_text("{not json")
+    for source, message in (
+        (str(tmp_path / "absent.json"), "absent.json"),
+        (str(bad), "not JSON"),
+        ("cluster", "needs --kubeconfig"),
+    ):
+        result = CliRunner().invoke(
+            main,
+            [
+                "layout",
+                "adopt",
+                "--config",
+                str(path),
+                "--cluster-uuid",
+                UUID,
+                "--state",
+                source,
+                "--temporal-address",
+                "127.0.0.1:9",
+            ],
+        )
+        assert result.exit_code == 1, result.output
+        assert message in result.output

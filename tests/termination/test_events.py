@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from cloudloop.cloud.aws.termination_events import parse_message
+from cloudloop.cloud.termination import MalformedMessage
 from cloudloop.messages.termination import EventKind
-from cloudloop.rules.termination import MalformedMessage, parse_message
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 INSTANCE = "i-0633ac2b0d9769723"
@@ -171,6 +172,40 @@ def test_actionable_messages(
             assert event.lifecycle.hook_name == "nth"
         else:
             assert event.lifecycle is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "cause"),
+    [
+        (
+            {
+                "Cause": "At 2024-05-01T11:59:00Z an instance was taken out of service in "
+                "response to an Availability Zone rebalancing operation."
+            },
+            "az-rebalance",
+        ),
+        (
+            {
+                "Cause": "At 2024-05-01T11:59:00Z a user request update of AutoScalingGroup "
+                "constraints to min: 0, max: 3, desired: 2 changing the desired capacity from 3 "
+                "to 2. An instance was taken out of service in response to a difference between "
+                "desired and actual capacity, shrinking the capacity from 3 to 2."
+            },
+            "scale-in",
+        ),
+        ({"NotificationMetadata": "cloudloop"}, ""),
+        ({}, ""),
+    ],
+)
+def test_asg_rebalance_is_told_from_scale_in(extra: dict[str, str], cause: str) -> None:
+    body = eventbridge(
+        "aws.autoscaling", "EC2 Instance-terminate Lifecycle Action", {**ASG_DETAIL, **extra}
+    )
+    [event] = parse_message(body, message_id="m", now=NOW).events
+    assert event.cause == cause
+    assert ("cause:" in event.description) == bool(cause)
+    [raw] = parse_message(json.dumps({**RAW_ASG, **extra}), now=NOW).events
+    assert raw.cause == cause
 
 
 def test_event_time_and_state_are_kept() -> None:

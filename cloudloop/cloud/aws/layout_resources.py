@@ -24,24 +24,32 @@ Identity and crash rules:
   first, so nothing is made twice — for up to ``wait_s``, heartbeating meanwhile.
 - ``delete`` is idempotent and waits for what must be gone before the next step (instances
   terminated, NAT gateways deleted, volumes detached).
+- ``adopt`` (a resource a Terraform state lists, by its ID): EC2 resources are described by ID
+  and given the layout's ``Name`` tag when theirs differs — refused (``AlreadyExists``) when
+  another resource holds that name already; a security group, IAM object or key pair must
+  carry the layout's name (it is their identity and cannot change); associations, attachments
+  and rule sets are found by what they join. Then it answers as ``inspect``: drift is shown,
+  not repaired (the next apply does that). Gone (``NotFound``, terminated, deleted) is ``None``.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
+from cloudloop.cloud.aws.layout_state import STATE_TYPES
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.tags import tag_dict
 from cloudloop.cloud.layouts import Drift, Ensured, Found
 from cloudloop.layouts.config import AWSClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from cloudloop.layouts.tfstate import StateMapping
 
 _LIVE_INSTANCE = ["pending", "running", "stopping", "stopped"]
 _LIVE_NAT = ["pending", "available"]
@@ -76,6 +84,64 @@ _REPAIRS = {
     defs.VOLUME: ("drift_volume", "fix_tags"),
     defs.ATTACHMENT: ("no_drift", "no_fix"),
 }
+
+
+#: Kinds adopted by ID: (operation, method, answer key, ID parameter, live states or ()).
+_BY_ID: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
+    defs.VPC: ("DescribeVpcs", "describe_vpcs", "Vpcs", "VpcIds", ()),
+    defs.SUBNET: ("DescribeSubnets", "describe_subnets", "Subnets", "SubnetIds", ()),
+    defs.IGW: (
+        "DescribeInternetGateways",
+        "describe_internet_gateways",
+        "InternetGateways",
+        "InternetGatewayIds",
+        (),
+    ),
+    defs.EIP: ("DescribeAddresses", "describe_addresses", "Addresses", "AllocationIds", ()),
+    defs.NAT: (
+        "DescribeNatGateways",
+        "describe_nat_gateways",
+        "NatGateways",
+        "NatGatewayIds",
+        tuple(_LIVE_NAT),
+    ),
+    defs.ROUTE_TABLE: (
+        "DescribeRouteTables",
+        "describe_route_tables",
+        "RouteTables",
+        "RouteTableIds",
+        (),
+    ),
+    defs.SG: (
+        "DescribeSecurityGroups",
+        "describe_security_groups",
+        "SecurityGroups",
+        "GroupIds",
+        (),
+    ),
+    defs.VOLUME: (
+        "DescribeVolumes",
+        "describe_volumes",
+        "Volumes",
+        "VolumeIds",
+        ("creating", "available", "in-use"),
+    ),
+    defs.INSTANCE: (
+        "DescribeInstances",
+        "describe_instances",
+        "Reservations",
+        "InstanceIds",
+        tuple(_LIVE_INSTANCE),
+    ),
+}
+#: Kinds whose name is their identity (adopted when the state's name is the layout's).
+_NAMED = (defs.ROLE, defs.ROLE_POLICY, defs.PROFILE, defs.KEY_PAIR)
+
+
+def _state_of(raw: dict[str, Any]) -> Any:
+    """An instance's state name, a NAT gateway's or a volume's state."""
+    state = raw.get("State")
+    return state.get("Name") if isinstance(state, dict) else state
 
 
 def _name_filter(name: str) -> dict[str, Any]:
@@ -262,6 +328,66 @@ class AwsLayoutResources(AwsBase):
             return False
         delete(resource, properties, raw)
         return True
+
+    # -- adoption --------------------------------------------------------------------------
+    def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
+        found: Found | None = self._patiently(lambda: self._adopt(resource, properties, cloud_id))
+        return found
+
+    def _by_id(self, kind: str, cloud_id: str) -> dict[str, Any] | None:
+        operation, method, key, parameter, live = _BY_ID[kind]
+        try:
+            found = self._describe(
+                operation, getattr(self.ec2, method), key, **{parameter: [cloud_id]}
+            )
+        except errors.NotFound:
+            return None
+        if kind == defs.INSTANCE:
+            found = [i for r in found for i in r.get("Instances", [])]
+        if live:
+            found = [raw for raw in found if _state_of(raw) in live]
+        if not found:
+            return None
+        found[0]["_id"] = cloud_id
+        return found[0]
+
+    def _adopt(self, resource: ResourceDef, props: Props, cloud_id: str) -> Found | None:
+        if resource.kind in _BY_ID:
+            raw = self._by_id(resource.kind, cloud_id)
+            if raw is None:
+                return None
+            if resource.kind == defs.SG and raw.get("GroupName") != resource.name:
+                raise errors.InvalidRequest(
+                    NAME,
+                    "adopt",
+                    f"{resource.key}: {cloud_id} is named {raw.get('GroupName')!r} (a security "
+                    "group's name is its identity and cannot change)",
+                )
+            if tag_dict(raw.get("Tags")).get("Name") != resource.name:
+                find = self._handler(resource)[0]
+                other = find(resource, props)
+                if other is not None and other["_id"] != cloud_id:
+                    raise errors.AlreadyExists(
+                        NAME,
+                        "adopt",
+                        f"{resource.key} is {other['_id']} already; the state names {cloud_id}",
+                    )
+                with calling("CreateTags"):
+                    self.ec2.create_tags(
+                        Resources=[cloud_id], Tags=[{"Key": "Name", "Value": resource.name}]
+                    )
+        elif resource.kind in _NAMED and cloud_id.rsplit(":", 1)[-1] != resource.name:
+            raise errors.InvalidRequest(
+                NAME,
+                "adopt",
+                f"{resource.key}: the state's is named {cloud_id!r} (the name is its identity)",
+            )
+        found = self.inspect(resource, props)
+        if found is not None and resource.kind in _BY_ID and found.outputs.get("id") != cloud_id:
+            raise errors.AlreadyExists(
+                NAME, "adopt", f"{resource.key} is {found.outputs.get('id')}, not {cloud_id}"
+            )
+        return found
 
     def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
         vpc_id = (found.get(f"{defs.VPC}/{layout.prefix}") or {}).get("id")
@@ -1212,9 +1338,10 @@ class AwsLayoutResources(AwsBase):
 
 
 class AwsLayouts:
-    """The AWS :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+    """The AWS :class:`~cloudloop.cloud.layouts.LayoutPart` (and ``AdoptingPart``)."""
 
     layouts: tuple[str, ...] = defs.LAYOUTS
+    state_types: Mapping[str, StateMapping] = STATE_TYPES
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)

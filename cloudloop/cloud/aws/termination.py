@@ -15,8 +15,18 @@ from typing import Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.cloud.aws.imds import Imds
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.cloud.termination import InstanceInfo, LifecycleAction, QueueMessage
+from cloudloop.cloud.aws.termination_events import parse_message
+from cloudloop.cloud.aws.termination_queue import AwsTerminationQueue, queue_missing
+from cloudloop.cloud.termination import (
+    InstanceInfo,
+    LifecycleAction,
+    ParsedMessage,
+    QueueInfo,
+    QueueMessage,
+    QueueSpec,
+)
 from cloudloop.settings import NthSettings
 
 #: AWS's answer to a lifecycle call whose action was completed or expired.
@@ -44,6 +54,7 @@ class AwsTermination:
     """SQS, EC2 and Auto Scaling calls of the termination handler (thread-safe, blocking)."""
 
     def __init__(self, aws: AwsSettings, nth: NthSettings) -> None:
+        self.nth = nth
         self.ec2_base = AwsBase(aws)
         # The long poll must end before the read timeout does.
         self.sqs_base = AwsBase(
@@ -55,18 +66,48 @@ class AwsTermination:
             )
         )
 
+    # -- the queue's infrastructure (:mod:`.termination_queue`) -----------------------------
+    def _queue_infra(self) -> AwsTerminationQueue:
+        return AwsTerminationQueue(self.ec2_base, self.autoscaling_base)
+
+    def ensure_queue(self, spec: QueueSpec) -> QueueInfo:
+        return self._queue_infra().ensure_queue(spec)
+
+    def ensure_rules(self, spec: QueueSpec, queue: QueueInfo) -> list[str]:
+        return self._queue_infra().ensure_rules(spec, queue)
+
+    def ensure_lifecycle_hooks(self, spec: QueueSpec) -> list[str]:
+        return self._queue_infra().ensure_lifecycle_hooks(spec)
+
+    def remove_queue(self, spec: QueueSpec) -> list[str]:
+        return self._queue_infra().remove(spec)
+
+    def instance_metadata(self) -> Imds:
+        """This node's metadata service (IMDS mode): ``nth.imds_endpoint``, IMDSv2."""
+        return Imds(self.nth.imds_endpoint, timeout_s=self.nth.imds_timeout_s)
+
     # -- SQS -------------------------------------------------------------------------------
+    def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:
+        """An SQS body (EventBridge event or ASG notification): :mod:`.termination_events`."""
+        return parse_message(body, message_id=message_id, now=now)
+
     def receive(
         self, queue_url: str, *, max_messages: int, wait_s: int, visibility_s: int
     ) -> list[QueueMessage]:
-        with calling("ReceiveMessage"):
-            answer = self.sqs_base.client("sqs").receive_message(
-                QueueUrl=queue_url,
-                MaxNumberOfMessages=max_messages,
-                WaitTimeSeconds=wait_s,
-                VisibilityTimeout=visibility_s,
-                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
-            )
+        """The next messages; :class:`~cloudloop.cloud.errors.NotFound` when the queue is gone."""
+        try:
+            with calling("ReceiveMessage"):
+                answer = self.sqs_base.client("sqs").receive_message(
+                    QueueUrl=queue_url,
+                    MaxNumberOfMessages=max_messages,
+                    WaitTimeSeconds=wait_s,
+                    VisibilityTimeout=visibility_s,
+                    MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+                )
+        except errors.CloudError as exc:
+            if queue_missing(exc):
+                raise errors.NotFound("aws", "ReceiveMessage", f"queue {queue_url}: {exc}") from exc
+            raise
         return [
             QueueMessage(
                 message_id=m["MessageId"],

@@ -16,6 +16,7 @@ from cloudloop.cloud.provider import Provider
 
 if TYPE_CHECKING:
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
 
 
 def _driver(settings: DvpSettings) -> CloudDriver:
@@ -30,6 +31,12 @@ def _registration(settings: DvpSettings) -> list[dict[str, Any]]:
     return registration_secrets(settings)
 
 
+def _layouts() -> LayoutPart:
+    from cloudloop.cloud.dvp.layout_resources import DvpLayouts
+
+    return DvpLayouts()
+
+
 PROVIDER = Provider(
     name="dvp",
     settings=DvpSettings,
@@ -37,4 +44,5 @@ PROVIDER = Provider(
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,
+    layouts=_layouts,
 )

@@ -1,4 +1,6 @@
-"""OpenStack: node sync, Octavia load balancers, router routes, discovery and Cinder volumes.
+"""OpenStack: node sync, Octavia load balancers, router routes, discovery, Cinder volumes and the
+four Deckhouse layouts (``Standard``, ``StandardWithNoRouter``, ``Simple``,
+``SimpleWithInternalNetwork``).
 
 The provider record; the driver (:mod:`cloudloop.cloud.openstack.driver`) goes through the
 official SDK ``openstacksdk``; its settings read upstream's ``cloud.conf`` and Deckhouse's
@@ -17,6 +19,7 @@ from cloudloop.cloud.provider import Provider
 
 if TYPE_CHECKING:
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
 
 
 def _driver(settings: OpenStackSettings) -> CloudDriver:
@@ -31,6 +34,12 @@ def _registration(settings: OpenStackSettings) -> list[dict[str, Any]]:
     return registration_secrets(settings)
 
 
+def _layouts() -> LayoutPart:
+    from cloudloop.cloud.openstack.layout_resources import OpenStackLayouts
+
+    return OpenStackLayouts()
+
+
 PROVIDER = Provider(
     name="openstack",
     settings=OpenStackSettings,
@@ -38,4 +47,5 @@ PROVIDER = Provider(
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,
+    layouts=_layouts,
 )

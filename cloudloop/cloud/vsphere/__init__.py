@@ -16,6 +16,7 @@ from cloudloop.cloud.vsphere.settings import VsphereSettings
 
 if TYPE_CHECKING:
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
 
 
 def _driver(settings: VsphereSettings) -> CloudDriver:
@@ -30,6 +31,12 @@ def _registration(settings: VsphereSettings) -> list[dict[str, Any]]:
     return registration_secrets(settings)
 
 
+def _layouts() -> LayoutPart:
+    from cloudloop.cloud.vsphere.layout_resources import VsphereLayouts
+
+    return VsphereLayouts()
+
+
 PROVIDER = Provider(
     name="vsphere",
     settings=VsphereSettings,
@@ -37,6 +44,7 @@ PROVIDER = Provider(
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,
+    layouts=_layouts,
     load_balancer_hint=(
         "vSphere without NSX-T has no load-balancer service (as upstream's vSphere cloud "
         "provider); serve the Service with a software load balancer in the cluster "

@@ -71,11 +71,29 @@ def _fault_name(exc: BaseException) -> str:
     return type(exc).__name__.rsplit(".", 1)[-1]
 
 
+#: Fields of a vSphere fault that name what it is about (shown when it has no ``msg``).
+_FAULT_FIELDS = ("name", "file", "datastore", "property", "reason", "details")
+
+
+def _fault_detail(exc: BaseException) -> str:
+    """A fault without ``msg`` (vcsim's are often bare) told by its localized messages or the
+    fields naming its object, instead of pyVmomi's multi-line dump."""
+    if not isinstance(exc, vmodl.MethodFault):
+        return ""
+    parts = [str(m.message) for m in (getattr(exc, "faultMessage", None) or []) if m.message]
+    for field in _FAULT_FIELDS:
+        value = getattr(exc, field, None)
+        if isinstance(value, str) and value:
+            parts.append(f"{field} {value!r}")
+    return "; ".join(parts)
+
+
 def translate(operation: str, exc: BaseException) -> errors.CloudError:
     """Map a pyvmomi, tagging or transport failure onto the contract's error classes."""
     if isinstance(exc, errors.CloudError):
         return exc
-    message = (getattr(exc, "msg", None) or str(exc)).strip() or type(exc).__name__
+    message = (getattr(exc, "msg", None) or _fault_detail(exc) or str(exc)).strip()
+    message = message or type(exc).__name__
     message = message.splitlines()[0][:300]
     if isinstance(exc, ConfigError):
         return errors.InvalidRequest(PROVIDER, operation, message)

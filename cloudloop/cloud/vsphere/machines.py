@@ -126,6 +126,12 @@ class VsphereMachines:
     def __init__(self, session: VsphereBase) -> None:
         self.session = session
 
+    def _extra_config(
+        self, machine: VsphereMachineSpec, spec: models.MachineSpec, user_data: bytes
+    ) -> dict[str, str]:
+        """The clone's extraConfig (CAPV's keys; the layout's VMs write Deckhouse's)."""
+        return extra_config(machine, spec.name, spec.machine_uid, user_data)
+
     # -- reads -----------------------------------------------------------------------------
     def _vm_state(self, vm: Any) -> VmState | None:
         """The machine properties of ``vm``; ``None`` when it is gone (or has no config yet)."""
@@ -459,7 +465,7 @@ class VsphereMachines:
             relocate.datastore = place.datastore
         config = vim.vm.ConfigSpec(
             instanceUuid=spec.machine_uid.lower(),
-            extraConfig=_options(extra_config(machine, spec.name, spec.machine_uid, user_data)),
+            extraConfig=_options(self._extra_config(machine, spec, user_data)),
         )
         if machine.num_cpus:
             config.numCPUs = machine.num_cpus
@@ -565,7 +571,7 @@ class VsphereMachines:
             lambda si: list(vim.VirtualMachine(vm.moref, si._stub).config.hardware.device),
         )
         config = vim.vm.ConfigSpec(
-            extraConfig=_options(extra_config(machine, spec.name, spec.machine_uid, user_data)),
+            extraConfig=_options(self._extra_config(machine, spec, user_data)),
             deviceChange=_disk_change(devices, machine, vm.name)
             + _nic_changes(devices, place.networks),
         )

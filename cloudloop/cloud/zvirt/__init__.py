@@ -16,6 +16,7 @@ from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
 if TYPE_CHECKING:
     from cloudloop.cloud.driver import CloudDriver
+    from cloudloop.cloud.layouts import LayoutPart
 
 
 def _driver(settings: ZvirtSettings) -> CloudDriver:
@@ -30,6 +31,12 @@ def _registration(settings: ZvirtSettings) -> list[dict[str, Any]]:
     return registration_secrets(settings)
 
 
+def _layouts() -> LayoutPart:
+    from cloudloop.cloud.zvirt.layout_resources import ZvirtLayouts
+
+    return ZvirtLayouts()
+
+
 PROVIDER = Provider(
     name="zvirt",
     settings=ZvirtSettings,
@@ -37,6 +44,7 @@ PROVIDER = Provider(
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,
+    layouts=_layouts,
     load_balancer_hint=(
         "oVirt has no load-balancer service; serve the Service with a software load balancer "
         "in the cluster (Deckhouse's metallb module, or MetalLB in L2 mode) or set "

@@ -119,15 +119,33 @@ class ZvirtMachines:
         return to_machine(self.get_vm(vm_id, follow=MACHINE_FOLLOW), machine.nic_name)
 
     def _add_vm(self, spec: models.MachineSpec, machine: ZvirtMachineSpec) -> VmView:
-        cluster_id = self.session.settings.cluster_id
+        return self.clone_vm(
+            spec.name,
+            owner_description(spec),
+            machine,
+            self.session.settings.cluster_id,
+            owned=lambda vm: owner_uid(vm.description) == spec.machine_uid,
+        )
+
+    def clone_vm(
+        self,
+        name: str,
+        description: str,
+        machine: ZvirtMachineSpec,
+        cluster_id: str,
+        *,
+        owned: Callable[[VmView], bool],
+    ) -> VmView:
+        """``POST /vms?clone=true`` from the template's latest version; a 409 because a
+        concurrent create of the same VM (``owned``) won returns that VM."""
         if not cluster_id:
             raise errors.InvalidRequest(NAME, "CreateMachine", "zvirt.cluster_id is not set")
         template_id = self._template_id(machine.template)
         self._check_vnic_profile(machine.vnic_profile_id)
         memory = machine.memory_bytes
         definition = types.Vm(
-            name=spec.name,
-            description=owner_description(spec),
+            name=name,
+            description=description,
             cluster=types.Cluster(id=cluster_id),
             template=types.Template(id=template_id),
             cpu=types.Cpu(
@@ -150,11 +168,11 @@ class ZvirtMachines:
         except errors.CloudError as exc:
             if not is_conflict(exc):
                 raise
-            raced = self.find_vm(spec.name)  # a concurrent create of the same machine won
-            if raced is None or owner_uid(raced.description) != spec.machine_uid:
+            raced = self.find_vm(name)  # a concurrent create of the same machine won
+            if raced is None or not owned(raced):
                 raise
             return raced
-        log.info("zvirt: created VM %s (%s) from template %s", spec.name, created.id, template_id)
+        log.info("zvirt: created VM %s (%s) from template %s", name, created.id, template_id)
         return created
 
     def _template_id(self, name: str) -> str:
@@ -249,9 +267,14 @@ class ZvirtMachines:
             "AddNic", lambda api: api.vms_service().vm_service(vm_id).nics_service().add(nic)
         )
 
-    def _start(self, vm_id: str, host_name: str, script: str) -> None:
+    def _start(self, vm_id: str, host_name: str, script: str, nic: Any | None = None) -> None:
+        """Start once with cloud-init (``nic``: a ``types.NicConfiguration`` for a static IP)."""
         run_once = types.Vm(
-            initialization=types.Initialization(host_name=host_name, custom_script=script)
+            initialization=types.Initialization(
+                host_name=host_name,
+                custom_script=script,
+                nic_configurations=[nic] if nic is not None else None,
+            )
         )
         try:
             self.session.call(
@@ -280,11 +303,18 @@ class ZvirtMachines:
         Non-boot disks (volumes attached later, e.g. by CSI) are detached and kept, as capz
         does; the boot disk cloned from the template goes with the VM.
         """
+        return self.remove_vm(
+            spec.name, owned=lambda vm: owner_uid(vm.description) == spec.machine_uid
+        )
+
+    def remove_vm(self, name: str, *, owned: Callable[[VmView], bool]) -> bool:
+        """:meth:`delete_machine` of the VM ``name`` when ``owned``; ``False`` when it is not
+        gone yet after the wait (the next call resumes)."""
         deadline = self.session.deadline()
         shutdown_sent: float | None = None
         while True:
-            vm = self.find_vm(spec.name)
-            if vm is None or owner_uid(vm.description) != spec.machine_uid:
+            vm = self.find_vm(name)
+            if vm is None or not owned(vm):
                 return True
             overdue = (
                 shutdown_sent is not None

@@ -352,6 +352,11 @@ containers:
         mountPath: /etc/cloudloop/metrics-tls
         readOnly: true
       {{- end }}
+      {{- if and (eq $component "worker") $root.Values.layouts.existingSecret }}
+      - name: layouts
+        mountPath: {{ $root.Values.layouts.mountPath }}
+        readOnly: true
+      {{- end }}
     resources:
       {{- toYaml $values.resources | nindent 6 }}
 volumes:
@@ -363,5 +368,11 @@ volumes:
   - name: metrics-tls
     secret:
       secretName: {{ $root.Values.metrics.tls.secretName }}
+{{- end }}
+{{- if and (eq $component "worker") $root.Values.layouts.existingSecret }}
+  - name: layouts
+    secret:
+      secretName: {{ $root.Values.layouts.existingSecret }}
+      defaultMode: 0440
 {{- end }}
 {{- end }}

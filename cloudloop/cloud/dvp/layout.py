@@ -1,0 +1,408 @@
+"""DVP layout ``Standard`` as definitions (Deckhouse ``candi/layouts/standard``).
+
+:func:`define` turns a validated ``DVPClusterConfiguration`` into upstream's modules, every
+object in ``provider.namespace`` of the parent cluster:
+
+- ``base-infrastructure``: ``NetworkPolicy`` ``isolated-<prefix>`` (policy ``Isolated``: pods
+  labelled ``dvp.deckhouse.io/cluster-uuid=<uuid>``; ingress from the namespace, ``ingressPorts``
+  from anywhere, ``d8-ingress-nginx`` controllers, ``d8-metallb``; egress to the namespace,
+  0.0.0.0/0, ingress-nginx, ``kube-system`` udp/53, ``d8-metallb``) and upstream's
+  ``validation`` module as read-only lookups: each VirtualMachineClass and root image the node
+  groups name must exist (fail fast, before any disk is made);
+- ``master-node`` per replica: ``VirtualDisk`` root ``<hostname>-<h6>`` (the image as
+  ``dataSource.objectRef``), ``VirtualDisk`` ``<prefix>-master-kubernetes-data-<i>-<h6>``,
+  ``VirtualDisk`` per additional disk ``<hostname>-additional-<j>-<h6>``, the cloud-init
+  ``Secret`` ``<hostname>-cloudinit-<h6>`` (type
+  ``provisioning.virtualization.deckhouse.io/cloud-init``, key ``userData``) and the
+  ``VirtualMachine`` ``<hostname>-<h6>``, ``hostname`` = ``<prefix>-master-<i>``;
+- ``static-node`` per node group index: the same for ``<prefix>-<ng>-<i>`` without the
+  kubernetes-data disk.
+
+``h6`` = the first 6 hex digits of the sha256 of the object's destructive parameters (VM: cpu,
+memory, node selector, tolerations, priority class, IP, the SSH key's hash, its disks' names;
+root disk: the image; data and additional disks: the storage class), so a change of one renames,
+and so recreates, the object, as upstream. Labels: ``deckhouse.io/managed-by=deckhouse``,
+``dvp.deckhouse.io/cluster-prefix``, ``dvp.deckhouse.io/cluster-uuid``,
+``dvp.deckhouse.io/node-group``, ``dvp.deckhouse.io/hostname`` (+ ``additionalLabels`` and
+``additionalVMLabels`` on the VM); disks and the Secret carry the uuid and hostname labels.
+Outputs: SSH and internal IP = the VM's ``status.ipAddress``, data device
+``/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_<md5 of the data disk's name>``.
+
+Departures from the Terraform modules (and why):
+- the JSON hashed for ``h6`` is this module's (sorted keys), not byte-for-byte upstream's, so
+  names have upstream's shape but not its hashes (an upstream-made VM is not adopted);
+- no ``VirtualMachineIPAddress`` resource: the VM gets DVP's automatic address (upstream's
+  ``Auto``); static ``ipAddresses`` are refused for now;
+- no ``kubernetes_owner_references``: each object is deleted by the destroy, in reverse order
+  (VM first, then its Secret and disks), which needs no garbage collector;
+- the cloud-init data does not carry dhctl's ``cloudConfig`` (as on AWS and zVirt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import yaml
+
+from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.dvp.base import DEFAULT_ZONES
+from cloudloop.cloud.dvp.discovery import DISCOVERY_KIND
+from cloudloop.layouts.config import (
+    ClusterIdentity,
+    DvpAdditionalDisk,
+    DVPClusterConfiguration,
+    DvpMasterInstanceClass,
+    DvpNodeInstanceClass,
+    DvpRootDisk,
+    DvpVirtualMachine,
+)
+from cloudloop.layouts.model import LayoutDef, ModuleDef, ModuleKind, ResourceDef, ref
+
+LAYOUTS = ("Standard",)
+DISCOVERY_API_VERSION = "deckhouse.io/v1"
+
+NETWORK_POLICY = "dvp.network_policy"
+VM_CLASS = "dvp.virtual_machine_class"
+IMAGE = {"ClusterVirtualImage": "dvp.cluster_virtual_image", "VirtualImage": "dvp.virtual_image"}
+DISK = "dvp.virtual_disk"
+SECRET = "dvp.cloud_init_secret"
+VM = "dvp.virtual_machine"
+
+PREFIX_LABEL = "dvp.deckhouse.io/cluster-prefix"
+NODE_GROUP_LABEL = "dvp.deckhouse.io/node-group"
+DESTRUCTIVE_ANNOTATION = "last_applied_destructive_vm_parameters"
+DESTRUCTIVE_HASH_ANNOTATION = "last_applied_destructive_vm_parameters_hash"
+DATA_DEVICE_PREFIX = "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_"
+
+
+class LayoutError(ValueError):
+    """The document asks for something this layout cannot build."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def h6(value: Any) -> str:
+    return hashlib.sha256(_json(value).encode()).hexdigest()[:6]
+
+
+def data_device(disk_name: str) -> str:
+    """The data disk as the guest sees it: its SCSI serial, the md5 of the disk's name (the
+    first 20 hex digits here: how many upstream keeps was not verified)."""
+    return DATA_DEVICE_PREFIX + hashlib.md5(disk_name.encode()).hexdigest()[:20]
+
+
+def cloud_init(hostname: str, ssh_key: str) -> str:
+    document = {
+        "hostname": hostname,
+        "create_hostname_file": True,
+        "ssh_pwauth": False,
+        "ssh_authorized_keys": [ssh_key.strip()],
+    }
+    return "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False)
+
+
+class _Builder:
+    def __init__(self, config: DVPClusterConfiguration, cluster: ClusterIdentity) -> None:
+        self.c = config
+        self.p = cluster.prefix
+        self.uuid = cluster.uuid
+
+    def _labels(self, hostname: str, **extra: str) -> dict[str, str]:
+        return {
+            r.MANAGED_BY_LABEL: r.MANAGED_BY_VALUE,
+            r.CLUSTER_UUID_LABEL: self.uuid,
+            r.HOSTNAME_LABEL: hostname,
+            **extra,
+        }
+
+    # -- base-infrastructure ---------------------------------------------------------------
+    def _network_policy(self) -> ResourceDef:
+        namespace = self.c.provider.namespace
+        pods = {"matchLabels": {r.CLUSTER_UUID_LABEL: self.uuid}}
+        same_namespace = {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        }
+
+        def namespace_pods(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+            peer: dict[str, Any] = {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}
+            }
+            if labels:
+                peer["podSelector"] = {"matchLabels": labels}
+            return peer
+
+        ingress_nginx = namespace_pods("d8-ingress-nginx", {"app": "controller"})
+        metallb = namespace_pods("d8-metallb")
+        ports = [{"protocol": "TCP", "port": p} for p in self.c.provider.ingressPorts]
+        name = f"isolated-{self.p}"
+        return ResourceDef(
+            kind=NETWORK_POLICY,
+            name=name,
+            tags={r.MANAGED_BY_LABEL: r.MANAGED_BY_VALUE, r.CLUSTER_UUID_LABEL: self.uuid},
+            properties={
+                "spec": {
+                    "podSelector": pods,
+                    "policyTypes": ["Ingress", "Egress"],
+                    "ingress": [
+                        {"from": [same_namespace]},
+                        {"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": ports},
+                        {"from": [ingress_nginx]},
+                        {"from": [metallb]},
+                    ],
+                    "egress": [
+                        {"to": [same_namespace]},
+                        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+                        {"to": [ingress_nginx]},
+                        {
+                            "to": [namespace_pods("kube-system")],
+                            "ports": [{"protocol": "UDP", "port": 53}],
+                        },
+                        {"to": [metallb]},
+                    ],
+                }
+            },
+            outputs=["id", "name"],
+        )
+
+    def base(self) -> ModuleDef:
+        groups: list[DvpMasterInstanceClass | DvpNodeInstanceClass] = [
+            self.c.masterNodeGroup.instanceClass,
+            *(g.instanceClass for g in self.c.nodeGroups),
+        ]
+        classes = sorted({g.virtualMachine.virtualMachineClassName for g in groups})
+        images = sorted({(g.rootDisk.image.kind, g.rootDisk.image.name) for g in groups})
+        lookups = [
+            ResourceDef(kind=VM_CLASS, name=name, read_only=True, outputs=["id", "name"])
+            for name in classes
+        ]
+        lookups += [
+            ResourceDef(kind=IMAGE[kind], name=name, read_only=True, outputs=["id", "name"])
+            for kind, name in images
+        ]
+        resources = list(lookups)
+        if self.c.provider.networkPolicy == "Isolated":
+            policy = self._network_policy()
+            policy.depends_on = [lookup.key for lookup in lookups]  # validation first
+            resources.append(policy)
+        return ModuleDef(id="base", module="base-infrastructure", resources=resources)
+
+    # -- nodes -----------------------------------------------------------------------------
+    def _disk(
+        self,
+        name: str,
+        hostname: str,
+        size: str,
+        storage_class: str | None,
+        source: dict[str, Any] | None = None,
+    ) -> ResourceDef:
+        claim: dict[str, Any] = {"size": size}
+        if storage_class:
+            claim["storageClassName"] = storage_class
+        spec: dict[str, Any] = {"persistentVolumeClaim": claim}
+        if source is not None:
+            spec["dataSource"] = source
+        return ResourceDef(
+            kind=DISK,
+            name=name,
+            tags=self._labels(hostname),
+            properties={"spec": spec},
+            outputs=["id", "name"],
+        )
+
+    def _node(
+        self,
+        module_id: str,
+        module: ModuleKind,
+        group: str,
+        hostname: str,
+        index: int,
+        vm: DvpVirtualMachine,
+        root: DvpRootDisk,
+        additional: list[DvpAdditionalDisk],
+        *,
+        etcd: tuple[str, str | None] | None,
+        extra_labels: dict[str, str],
+        zones: list[str] | None,
+    ) -> ModuleDef:
+        if vm.ipAddresses and index < len(vm.ipAddresses) and vm.ipAddresses[index] != "Auto":
+            raise LayoutError(
+                f"{hostname}: static ipAddresses are not supported yet (use Auto or leave it out)"
+            )
+        image = {"kind": root.image.kind, "name": root.image.name}
+        root_disk = self._disk(
+            f"{hostname}-{h6({'image': image})}",
+            hostname,
+            root.size,
+            root.storageClass,
+            {"type": "ObjectRef", "objectRef": image},
+        )
+        disks = [root_disk]
+        data_disk: ResourceDef | None = None
+        if etcd is not None:
+            size, storage_class = etcd
+            data_disk = self._disk(
+                f"{self.p}-master-kubernetes-data-{index}-{h6({'storageClass': storage_class})}",
+                hostname,
+                size,
+                storage_class,
+            )
+            disks.append(data_disk)
+        for j, extra in enumerate(additional):
+            disks.append(
+                self._disk(
+                    f"{hostname}-additional-{j}-{h6({'storageClass': extra.storageClass})}",
+                    hostname,
+                    extra.size,
+                    extra.storageClass,
+                )
+            )
+        user_data = cloud_init(hostname, self.c.sshPublicKey)
+        secret = ResourceDef(
+            kind=SECRET,
+            name=f"{hostname}-cloudinit-{h6({'userData': user_data})}",
+            tags=self._labels(hostname),
+            properties={"type": r.CLOUD_INIT_SECRET_TYPE, "userData": user_data},
+        )
+        node_selector = dict(vm.nodeSelector)
+        zone_list = sorted(set(zones or []))
+        if zone_list:
+            node_selector[r.ZONE_LABEL] = zone_list[index % len(zone_list)]
+        if self.c.region:
+            node_selector["topology.kubernetes.io/region"] = self.c.region
+        destructive = {
+            "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.coreFraction},
+            "memory": vm.memory.size,
+            "nodeSelector": node_selector,
+            "tolerations": vm.tolerations,
+            "priorityClassName": vm.priorityClassName,
+            "ipAddress": "Auto",
+            "sshKey": hashlib.sha256(self.c.sshPublicKey.strip().encode()).hexdigest(),
+            "disks": [d.name for d in disks],
+        }
+        spec: dict[str, Any] = {
+            "virtualMachineClassName": vm.virtualMachineClassName,
+            "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.coreFraction},
+            "memory": {"size": vm.memory.size},
+            "blockDeviceRefs": [{"kind": "VirtualDisk", "name": d.name} for d in disks],
+            "provisioning": {
+                "type": "UserDataRef",
+                "userDataRef": {"kind": "Secret", "name": secret.name},
+            },
+            "runPolicy": vm.runPolicy,
+            "liveMigrationPolicy": vm.liveMigrationPolicy,
+            "osType": "Generic",
+            "bootloader": vm.bootloader,
+            "enableParavirtualization": True,
+            "disruptions": {"restartApprovalMode": "Automatic"},
+            "terminationGracePeriodSeconds": 90,
+        }
+        if node_selector:
+            spec["nodeSelector"] = node_selector
+        if vm.tolerations:
+            spec["tolerations"] = vm.tolerations
+        if vm.priorityClassName:
+            spec["priorityClassName"] = vm.priorityClassName
+        labels = {
+            **vm.additionalLabels,
+            **extra_labels,
+            **self.c.provider.additionalVMLabels,
+            **self._labels(hostname, **{PREFIX_LABEL: self.p, NODE_GROUP_LABEL: group}),
+        }
+        machine = ResourceDef(
+            kind=VM,
+            name=f"{hostname}-{h6(destructive)}",
+            tags=labels,
+            depends_on=[d.key for d in disks] + [secret.key],
+            properties={
+                "annotations": {
+                    **vm.additionalAnnotations,
+                    DESTRUCTIVE_ANNOTATION: _json(destructive),
+                    DESTRUCTIVE_HASH_ANNOTATION: h6(destructive),
+                },
+                "spec": spec,
+            },
+            outputs=["id", "name", "ip"],
+        )
+        outputs: dict[str, Any] = {"node_internal_ip_address": ref(machine.key, "ip")}
+        if data_disk is not None:
+            outputs = {
+                "master_ip_address_for_ssh": ref(machine.key, "ip"),
+                **outputs,
+                "kubernetes_data_device_path": data_device(data_disk.name),
+            }
+        return ModuleDef(
+            id=module_id,
+            module=module,
+            node_name=hostname,
+            resources=[*disks, secret, machine],
+            outputs=outputs,
+        )
+
+    def master(self, index: int) -> ModuleDef:
+        group = self.c.masterNodeGroup
+        ic = group.instanceClass
+        return self._node(
+            f"master-{index}",
+            "master-node",
+            "master",
+            f"{self.p}-master-{index}",
+            index,
+            ic.virtualMachine,
+            ic.rootDisk,
+            ic.additionalDisks,
+            etcd=(ic.etcdDisk.size, ic.etcdDisk.storageClass),
+            extra_labels=ic.additionalLabels,
+            zones=group.zones or self.c.zones,
+        )
+
+    def static(self, group_index: int, index: int) -> ModuleDef:
+        group = self.c.nodeGroups[group_index]
+        ic = group.instanceClass
+        return self._node(
+            f"static-{group.name}-{index}",
+            "static-node",
+            group.name,
+            f"{self.p}-{group.name}-{index}",
+            index,
+            ic.virtualMachine,
+            ic.rootDisk,
+            ic.additionalDisks,
+            etcd=None,
+            extra_labels={},
+            zones=group.zones or self.c.zones,
+        )
+
+    def discovery(self) -> dict[str, Any]:
+        """``DVPCloudProviderDiscoveryData`` as the project's discoverer writes it; the parent's
+        StorageClasses (``volumeTypes``) are the discoverer's to add."""
+        return {
+            "apiVersion": DISCOVERY_API_VERSION,
+            "kind": DISCOVERY_KIND,
+            "zones": sorted(set(self.c.zones or DEFAULT_ZONES)),
+            "volumeTypes": [],
+        }
+
+
+def define(
+    config: DVPClusterConfiguration, cluster: ClusterIdentity, zones: list[str]
+) -> LayoutDef:
+    """The layout's definitions; :class:`LayoutError` for what it cannot build."""
+    if config.layout not in LAYOUTS:
+        raise LayoutError(f"layout {config.layout} is not supported (use Standard)")
+    build = _Builder(config, cluster)
+    modules = [build.base()]
+    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
+    for g, group in enumerate(config.nodeGroups):
+        modules += [build.static(g, i) for i in range(group.replicas)]
+    return LayoutDef(
+        provider="dvp",
+        layout=config.layout,
+        prefix=cluster.prefix,
+        uuid=cluster.uuid,
+        modules=modules,
+        discovery=build.discovery(),
+    )

@@ -1,0 +1,347 @@
+"""DVP layout resources: objects in the parent cluster's namespace, found by name, created with
+their labels, repaired, deleted.
+
+All on the driver's base (:class:`~cloudloop.cloud.dvp.base.DvpBase`: the parent's API with the
+request timeout, counted calls, errors translated), with the ``DVPClusterConfiguration``'s
+``kubeconfigDataBase64`` and ``namespace``; the worker's DVP section gives the request timeout.
+
+Identity and crash rules:
+- an object is found by its name in the namespace (cluster-scoped for VM classes and cluster
+  images); one without this cluster's ``dvp.deckhouse.io/cluster-uuid`` label is
+  ``AlreadyExists``, never adopted. It is created with its labels in the create call, so a worker
+  killed right after leaves an object the retry finds; a create answered ``AlreadyExists`` reads
+  and adopts (when the labels say it is ours).
+- ensure waits for what upstream's Terraform waits for: a VirtualDisk ``Ready`` (``Failed``, or a
+  ``Ready=False`` condition with ProvisioningFailed/ImageNotReady/QuotaExceeded..., ends the step
+  with DVP's message, not retried), a VirtualMachine ``Running`` with an address.
+- drift repaired in place (merge patch): missing or changed labels and annotations, a VM's spec,
+  a NetworkPolicy's spec, a disk grown (``persistentVolumeClaim.size``). A disk's source or
+  storage class and a Secret's type are reported, never repaired; a cloud-init Secret's data is
+  not compared (upstream ignores changes to it).
+- a second ensure of an unchanged object makes only GET requests.
+- ``delete`` is idempotent and waits until the object is gone (finalizers: a VM stops first,
+  a disk goes once no VM uses it).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from cloudloop.cloud import errors
+from cloudloop.cloud.dvp import layout as defs
+from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, DvpBase
+from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.layouts import Drift, Ensured, Found
+from cloudloop.kube.resources import Resource
+from cloudloop.layouts.config import DVPClusterConfiguration
+from cloudloop.layouts.model import LayoutDef, ResourceDef
+
+Props = dict[str, Any]
+Obj = dict[str, Any]
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
+RESOURCES = {
+    defs.NETWORK_POLICY: NETWORK_POLICIES,
+    defs.VM_CLASS: r.VIRTUAL_MACHINE_CLASSES,
+    defs.IMAGE["ClusterVirtualImage"]: r.CLUSTER_VIRTUAL_IMAGES,
+    defs.IMAGE["VirtualImage"]: r.VIRTUAL_IMAGES,
+    defs.DISK: r.VIRTUAL_DISKS,
+    defs.SECRET: r.SECRETS,
+    defs.VM: r.VIRTUAL_MACHINES,
+}
+#: ``Ready=False`` reasons of a VirtualDisk that will not pass by waiting (upstream's check).
+_DISK_FAILURES = frozenset(
+    {
+        "ProvisioningFailed",
+        "ImageNotReady",
+        "ClusterImageNotReady",
+        "ImageNotFound",
+        "ClusterImageNotFound",
+        "QuotaExceeded",
+        "StorageClassNotFound",
+        "DatasourceIsNotReady",
+    }
+)
+
+
+def _subset_drift(want: Any, have: Any, path: str) -> list[Drift]:
+    """Where ``have`` does not hold ``want`` (maps: key by key; anything else: equal)."""
+    if isinstance(want, dict) and isinstance(have, dict):
+        drift: list[Drift] = []
+        for key, value in want.items():
+            drift += _subset_drift(value, have.get(key), f"{path}.{key}")
+        return drift
+    if want != have:
+        return [Drift(path, have, want)]
+    return []
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(parse_quantity(value)) if value not in (None, "") else 0  # type: ignore[no-untyped-call]
+    except ValueError:
+        return 0
+
+
+class DvpLayoutResources:
+    """The DVP :class:`~cloudloop.cloud.layouts.LayoutResources`."""
+
+    def __init__(self, settings: DvpSettings, *, poll_s: float = 0.2, wait_s: float = 600.0):
+        self.api = DvpBase(settings)
+        self.poll_s = poll_s
+        self.wait_s = wait_s
+
+    # -- the contract ----------------------------------------------------------------------
+    def layout_zones(self) -> list[str]:
+        """DVP has no zones of its own; one request checks the parent answers."""
+        self.api.call(
+            "ListVirtualMachines",
+            lambda: self.api.kube.list(r.VIRTUAL_MACHINES, self.api.namespace, limit=1),
+        )
+        return list(self.api.settings.zones or DEFAULT_ZONES)
+
+    def _resource(self, resource: ResourceDef) -> Resource:
+        found = RESOURCES.get(resource.kind)
+        if found is None:
+            raise errors.NotSupported(NAME, f"layout resource {resource.kind}")
+        return found
+
+    def _find(self, resource: ResourceDef) -> Obj | None:
+        obj = self.api.get(self._resource(resource), resource.name)
+        if obj is None or resource.read_only:
+            return obj
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        want = resource.tags.get(r.CLUSTER_UUID_LABEL)
+        if want and labels.get(r.CLUSTER_UUID_LABEL) != want:
+            raise errors.AlreadyExists(
+                NAME,
+                f"Get{obj.get('kind', resource.kind)}",
+                f"{obj.get('kind', resource.kind)} {resource.name!r} exists but is not this "
+                f"cluster's (label {r.CLUSTER_UUID_LABEL}={labels.get(r.CLUSTER_UUID_LABEL)!r})",
+            )
+        return obj
+
+    def inspect(self, resource: ResourceDef, properties: Props) -> Found | None:
+        obj = self._find(resource)
+        if obj is None:
+            return None
+        drift = [] if resource.read_only else self._drift(resource, properties, obj)
+        return Found(outputs=self._outputs(resource, obj), drift=drift)
+
+    def ensure(self, resource: ResourceDef, properties: Props) -> Ensured:
+        obj = self._find(resource)
+        if obj is None:
+            created = self.api.create(self._resource(resource), self._body(resource, properties))
+            obj = created if created is not None else self._find(resource)
+            if obj is None:
+                raise errors.CloudError(
+                    NAME, f"Create{resource.kind}", f"{resource.name}: created but not found"
+                )
+            return Ensured("created", self._outputs(resource, self._settle(resource, obj)))
+        if obj["metadata"].get("deletionTimestamp"):
+            raise errors.CloudError(
+                NAME, f"Get{obj.get('kind')}", f"{resource.name} is being deleted; retry"
+            )
+        changed = self._drift(resource, properties, obj)
+        repairable = [d for d in changed if not d.immutable]
+        if repairable:
+            obj = self.api.patch(self._resource(resource), resource.name, self._patch(repairable))
+        obj = self._settle(resource, obj)
+        return Ensured(
+            "updated" if repairable else "unchanged", self._outputs(resource, obj), changed
+        )
+
+    def delete(self, resource: ResourceDef, properties: Props) -> bool:
+        kind = self._resource(resource)
+        obj = self._find(resource)
+        if obj is None:
+            return False
+        if not obj["metadata"].get("deletionTimestamp"):
+            self.api.delete(kind, resource.name)
+        self._wait(f"Delete{kind.kind}", lambda: self.api.get(kind, resource.name) is None)
+        return True
+
+    def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
+        """VMs and disks labelled for this cluster that the layout did not make (ephemeral
+        nodes, CSI volumes)."""
+        ours = {r.name for m in layout.modules for r in m.resources}
+        selector = f"{r.CLUSTER_UUID_LABEL}={layout.uuid}"
+        blockers: list[str] = []
+        for resource in (r.VIRTUAL_MACHINES, r.VIRTUAL_DISKS):
+            for obj in self.api.list_objects(resource, label_selector=selector):
+                name = obj["metadata"]["name"]
+                if name not in ours and not obj["metadata"].get("deletionTimestamp"):
+                    blockers.append(f"{resource.kind} {name}")
+        return sorted(blockers)
+
+    # -- bodies, drift, patches ------------------------------------------------------------
+    def _body(self, resource: ResourceDef, props: Props) -> Obj:
+        metadata: dict[str, Any] = {
+            "name": resource.name,
+            "namespace": self.api.namespace,
+            "labels": dict(resource.tags),
+        }
+        if props.get("annotations"):
+            metadata["annotations"] = dict(props["annotations"])
+        if resource.kind == defs.SECRET:
+            encoded = base64.b64encode(str(props["userData"]).encode()).decode()
+            return {
+                "metadata": metadata,
+                "type": props["type"],
+                "data": {r.CLOUD_INIT_KEY: encoded},
+            }
+        return {"metadata": metadata, "spec": props["spec"]}
+
+    def _drift(self, resource: ResourceDef, props: Props, obj: Obj) -> list[Drift]:
+        meta = obj.get("metadata") or {}
+        drift = _subset_drift(resource.tags, meta.get("labels") or {}, "metadata.labels")
+        drift += _subset_drift(
+            props.get("annotations") or {}, meta.get("annotations") or {}, "metadata.annotations"
+        )
+        if resource.kind == defs.SECRET:
+            if obj.get("type") != props["type"]:
+                drift.append(Drift("type", obj.get("type"), props["type"], immutable=True))
+            return drift
+        have = obj.get("spec") or {}
+        want = props.get("spec") or {}
+        if resource.kind == defs.DISK:
+            return drift + self._disk_drift(want, have)
+        if resource.kind in (defs.VM, defs.NETWORK_POLICY):
+            # lists are compared whole; a merge patch writes the spec's top-level keys back
+            drift += [
+                Drift(f"spec.{key}", have.get(key), value)
+                for key, value in want.items()
+                if _subset_drift(value, have.get(key), key)
+            ]
+        return drift
+
+    @staticmethod
+    def _disk_drift(want: Obj, have: Obj) -> list[Drift]:
+        drift = [
+            Drift("spec.dataSource", have.get("dataSource"), want["dataSource"], immutable=True)
+            for _ in [0]
+            if "dataSource" in want
+            and _subset_drift(want["dataSource"], have.get("dataSource"), "")
+        ]
+        claim_want = want.get("persistentVolumeClaim") or {}
+        claim_have = have.get("persistentVolumeClaim") or {}
+        storage_class = claim_want.get("storageClassName")
+        if storage_class and storage_class != claim_have.get("storageClassName"):
+            drift.append(
+                Drift(
+                    "spec.persistentVolumeClaim.storageClassName",
+                    claim_have.get("storageClassName"),
+                    storage_class,
+                    immutable=True,
+                )
+            )
+        size_want, size_have = claim_want.get("size"), claim_have.get("size")
+        if _quantity(size_want) > _quantity(size_have):
+            drift.append(Drift("spec.persistentVolumeClaim.size", size_have, size_want))
+        elif _quantity(size_want) < _quantity(size_have):
+            drift.append(
+                Drift("spec.persistentVolumeClaim.size", size_have, size_want, immutable=True)
+            )
+        return drift
+
+    @staticmethod
+    def _patch(drift: list[Drift]) -> Obj:
+        """A merge patch that writes the wanted values of ``drift`` back."""
+        patch: Obj = {}
+        for d in drift:
+            parts = d.field.split(".")
+            if parts[0] == "metadata":  # metadata.labels.<key with dots>
+                parts = [parts[0], parts[1], ".".join(parts[2:])]
+            node = patch
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = d.want
+        return patch
+
+    # -- waiting ---------------------------------------------------------------------------
+    def _wait(self, what: str, done: Any) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise errors.CloudError(NAME, what, f"not done after {self.wait_s:.0f}s; retry")
+            time.sleep(self.poll_s)
+
+    def _settle(self, resource: ResourceDef, obj: Obj) -> Obj:
+        """A disk ``Ready``, a VM ``Running`` with its address (DVP's failures end the step)."""
+        if resource.kind not in (defs.DISK, defs.VM):
+            return obj
+        kind = self._resource(resource)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            status = obj.get("status") or {}
+            if resource.kind == defs.DISK:
+                failure = _disk_failure(status)
+                if failure:
+                    raise errors.InvalidRequest(
+                        NAME, "WaitForVirtualDisk", f"VirtualDisk {resource.name}: {failure}"
+                    )
+                if status.get("phase") == "Ready":
+                    return obj
+            elif status.get("phase") == "Running" and status.get("ipAddress"):
+                return obj
+            if time.monotonic() > deadline:
+                raise errors.CloudError(
+                    NAME,
+                    f"WaitFor{kind.kind}",
+                    f"{resource.name} is {status.get('phase') or 'Pending'} after "
+                    f"{self.wait_s:.0f}s; retry",
+                )
+            time.sleep(self.poll_s)
+            found = self.api.get(kind, resource.name)
+            if found is None:
+                raise errors.CloudError(NAME, f"Get{kind.kind}", f"{resource.name} is gone; retry")
+            obj = found
+
+    def _outputs(self, resource: ResourceDef, obj: Obj) -> dict[str, Any]:
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        values = {"id": meta.get("uid") or meta.get("name"), "name": meta.get("name")}
+        values["ip"] = status.get("ipAddress")
+        return {k: values.get(k) for k in resource.outputs}
+
+
+def _disk_failure(status: Obj) -> str:
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "Ready"
+            and condition.get("status") == "False"
+            and condition.get("reason") in _DISK_FAILURES
+        ):
+            return f"{condition.get('reason')}: {condition.get('message', '')}"
+    if status.get("phase") == "Failed":
+        return "Failed"
+    return ""
+
+
+class DvpLayouts:
+    """The DVP :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+
+    layouts: tuple[str, ...] = defs.LAYOUTS
+
+    def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
+        return defs.define(config, cluster, zones)
+
+    def connect(self, config: Any, section: Any) -> DvpLayoutResources:
+        """A session on the parent cluster of the document's kubeconfig, in its namespace; the
+        worker's DVP section gives the request timeout."""
+        assert isinstance(config, DVPClusterConfiguration)
+        base = section if isinstance(section, DvpSettings) else DvpSettings()
+        settings = base.model_copy(
+            update={
+                "kubeconfig": None,
+                "kubeconfig_base64": config.provider.kubeconfigDataBase64,
+                "namespace": config.provider.namespace,
+                "zones": list(config.zones or []),
+                "additional_vm_labels": dict(config.provider.additionalVMLabels),
+                "ssh_public_key": config.sshPublicKey,
+            }
+        )
+        return DvpLayoutResources(settings)

@@ -1,0 +1,526 @@
+"""zVirt layout resources through ``ovirtsdk4``: find by name, create, repair drift, delete.
+
+One handler per kind of :mod:`cloudloop.cloud.zvirt.layout`, on the machines mixin's SDK calls
+(:class:`~cloudloop.cloud.zvirt.machines.ZvirtMachines`: pooled connections with the request
+timeout, counted calls, SDK errors translated; the clone, the boot-disk resize and the cloud-init
+start are the Cluster API machine's own steps), signed with the ``ZvirtClusterConfiguration``'s
+engine, credentials and cluster; the worker's zVirt settings give the timeouts and waits.
+
+Identity and crash rules:
+- a VM is found by its exact name, a data disk by its alias, a NIC by its name on the VM, an
+  attachment by the disk it joins, a start by the VM's status (running = exists). A VM or disk
+  whose description is not this cluster's (:func:`~cloudloop.cloud.zvirt.layout.description`),
+  or two disks with one alias, is ``AlreadyExists``, never adopted. The VM is created with its
+  name and description in one call, so a worker killed right after leaves a VM the retry finds.
+- drift repaired in place: a boot or data disk smaller than wanted (grown), a missing NIC or
+  attachment (made again), a stopped VM (started again). CPU, memory, template, storage domain
+  and vNIC profile differences are reported, never repaired (they need a new VM).
+- a second ensure of an unchanged resource makes only GET requests.
+- cloud errors end the step with the engine's message: no template of that name, no vNIC profile
+  or storage domain with that ID (``InvalidRequest``, not retried).
+- ``delete`` is idempotent and waits for what it removed: a stopped VM is ``down``, a removed VM
+  gone. The data disk is detached before its VM goes (destroy runs last wave first), so the VM's
+  removal takes only its boot disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cloudloop.cloud import errors
+from cloudloop.cloud.layouts import Drift, Ensured, Found
+from cloudloop.cloud.zvirt import layout as defs
+from cloudloop.cloud.zvirt.base import attachment_view, disk_view, nic_view, types, vm_view
+from cloudloop.cloud.zvirt.machines import MACHINE_FOLLOW, ZvirtMachines, _detach
+from cloudloop.cloud.zvirt.mapping import (
+    GIB,
+    NAME,
+    ZONE,
+    DiskView,
+    NicView,
+    VmView,
+    ZvirtMachineSpec,
+    node_addresses,
+    searchable_name,
+)
+from cloudloop.cloud.zvirt.settings import ZvirtSettings
+from cloudloop.layouts.config import ZvirtClusterConfiguration
+from cloudloop.layouts.model import LayoutDef, ResourceDef
+
+Props = dict[str, Any]
+Raw = dict[str, Any]
+#: VM statuses in which a start is done (or under way).
+_STARTED = frozenset(
+    {"up", "powering_up", "wait_for_launch", "reboot_in_progress", "migrating", "restoring_state"}
+)
+
+
+def _machine(props: Props) -> ZvirtMachineSpec:
+    """The VM's properties as the machines mixin's spec (1 socket x cores x 1 thread)."""
+    return ZvirtMachineSpec.model_validate(
+        {
+            "template": props["template"],
+            "vnicProfileID": props["vnic_profile_id"],
+            "cpu": {"sockets": 1, "cores": int(props["cores"]), "threads": 1},
+            "memory": int(props["memory_mib"]),
+            "rootDiskSizeGb": int(props["root_disk_gb"]),
+            "nicName": defs.NIC_NAME,
+        }
+    )
+
+
+def first_ipv4(vm: VmView) -> str | None:
+    """The first IPv4 of the VM's first NIC (upstream ``ovirt_wait_for_ip``)."""
+    for address in node_addresses(vm, hostname=False):
+        if ipaddress.ip_address(address.address).version == 4:
+            return address.address
+    return None
+
+
+class ZvirtLayoutResources(ZvirtMachines):
+    """The zVirt :class:`~cloudloop.cloud.layouts.LayoutResources`."""
+
+    def _handlers(self, resource: ResourceDef) -> tuple[Callable[..., Any], ...]:
+        """(find, create, drift, fix, delete, outputs) of the resource's kind."""
+        suffix = {
+            defs.VM: "vm",
+            defs.NIC: "nic",
+            defs.DISK: "disk",
+            defs.ATTACHMENT: "attachment",
+            defs.START: "start",
+        }.get(resource.kind)
+        if suffix is None:
+            raise errors.NotSupported(NAME, f"layout resource {resource.kind}")
+        return tuple(
+            getattr(self, f"_{verb}_{suffix}")
+            for verb in ("find", "create", "drift", "fix", "delete", "outputs")
+        )
+
+    # -- the contract ----------------------------------------------------------------------
+    def layout_zones(self) -> list[str]:
+        return [ZONE]
+
+    def inspect(self, resource: ResourceDef, properties: Props) -> Found | None:
+        find, _, drift, _, _, outputs = self._handlers(resource)
+        raw = find(resource, properties)
+        if raw is None:
+            return None
+        return Found(outputs=outputs(resource, raw), drift=drift(resource, properties, raw))
+
+    def ensure(self, resource: ResourceDef, properties: Props) -> Ensured:
+        find, create, drift, fix, _, outputs = self._handlers(resource)
+        raw = find(resource, properties)
+        if raw is None:
+            raw = create(resource, properties)
+            return Ensured("created", outputs(resource, raw))
+        changed = drift(resource, properties, raw)
+        repairable = [d for d in changed if not d.immutable]
+        if not repairable:
+            return Ensured("unchanged", outputs(resource, self._settled(resource, raw)), changed)
+        fix(resource, properties, raw, repairable)
+        raw = find(resource, properties) or raw
+        return Ensured("updated", outputs(resource, raw), changed)
+
+    def _settled(self, resource: ResourceDef, raw: Raw) -> Raw:
+        """A found resource once it is usable (a started VM has its address)."""
+        if resource.kind == defs.START and raw.get("ip") is None:
+            return self._wait_for_ip(str(raw["id"]))
+        return raw
+
+    def delete(self, resource: ResourceDef, properties: Props) -> bool:
+        find, _, _, _, delete, _ = self._handlers(resource)
+        raw = find(resource, properties)
+        if raw is None:
+            return False
+        delete(resource, properties, raw)
+        return True
+
+    def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
+        """VMs named ``<prefix>-…`` the layout did not make (ephemeral nodes), and disks on the
+        layout's VMs that are neither their boot disk nor their data disk (CSI volumes)."""
+        ours = {r.name for m in layout.modules for r in m.resources if r.kind == defs.VM}
+        data = {r.name for m in layout.modules for r in m.resources if r.kind == defs.DISK}
+        query = f"name={layout.prefix}-*"
+
+        def search(api: Any) -> list[VmView]:
+            return [vm_view(vm) for vm in api.vms_service().list(search=query)]
+
+        blockers: list[str] = []
+        for vm in self.call("ListVms", search):
+            if not vm.name.startswith(f"{layout.prefix}-"):
+                continue
+            if vm.name not in ours:
+                blockers.append(f"VM {vm.name}")
+                continue
+            for attachment in self._attachments(vm.id):
+                if attachment.bootable:
+                    continue
+                disk = self._disk_raw(attachment.disk_id)
+                if disk is not None and disk["name"] not in data:
+                    blockers.append(f"disk {disk['name']} on VM {vm.name}")
+        return sorted(set(blockers))
+
+    # -- VM --------------------------------------------------------------------------------
+    def _owned_vm(self, name: str, props: Props) -> VmView | None:
+        vm = self.find_vm(name)
+        if vm is not None and vm.description != props["description"]:
+            raise errors.AlreadyExists(
+                NAME,
+                "FindVm",
+                f"VM {name} ({vm.id}) exists but is not this cluster's "
+                f"(description {vm.description!r})",
+            )
+        return vm
+
+    def _find_vm(self, resource: ResourceDef, props: Props) -> Raw | None:
+        vm = self._owned_vm(resource.name, props)
+        if vm is None:
+            return None
+        boot = self._boot_disk(vm.id) if vm.status != "image_locked" else None
+        return {"vm": vm, "id": vm.id, "boot": boot}
+
+    def _boot_disk(self, vm_id: str) -> DiskView | None:
+        boot = next((a for a in self._attachments(vm_id) if a.bootable and a.active), None)
+        return self._disk(boot.disk_id) if boot is not None else None
+
+    def _create_vm(self, resource: ResourceDef, props: Props) -> Raw:
+        machine = _machine(props)
+        vm = self.clone_vm(
+            resource.name,
+            str(props["description"]),
+            machine,
+            str(props["cluster_id"]),
+            owned=lambda found: found.description == props["description"],
+        )
+        self._prepare(vm.id, machine)
+        return self._find_vm(resource, props) or {"vm": vm, "id": vm.id, "boot": None}
+
+    def _prepare(self, vm_id: str, machine: ZvirtMachineSpec) -> None:
+        """Wait for the clone (``image_locked`` → ``down``), then grow the boot disk."""
+        deadline = self.deadline()
+        vm = self.wait_until(
+            "WaitForVmDown",
+            lambda: self.get_vm(vm_id),
+            lambda current: current.status != "image_locked",
+            deadline=deadline,
+        )
+        if vm.status != "image_locked":
+            self._prepare_boot_disk(vm_id, machine, deadline)
+
+    def _drift_vm(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
+        vm: VmView = raw["vm"]
+        drift: list[Drift] = []
+        if vm.status == "image_locked":  # a clone under way: ensure waits for it
+            return [Drift("status", vm.status, "down")]
+        if vm.cpus and vm.cpus != int(props["cores"]):
+            drift.append(Drift("cores", vm.cpus, props["cores"], immutable=True))
+        want_memory = int(props["memory_mib"]) * 2**20
+        if vm.memory_bytes and vm.memory_bytes != want_memory:
+            drift.append(
+                Drift("memory_mib", vm.memory_bytes // 2**20, props["memory_mib"], immutable=True)
+            )
+        boot: DiskView | None = raw["boot"]
+        want_root = int(props["root_disk_gb"])
+        if boot is not None and boot.provisioned_size < want_root * GIB:
+            drift.append(Drift("root_disk_gb", boot.provisioned_size // GIB, want_root))
+        return drift
+
+    def _fix_vm(self, resource: ResourceDef, props: Props, raw: Raw, drift: list[Drift]) -> None:
+        self._prepare(str(raw["id"]), _machine(props))
+
+    def _delete_vm(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
+        gone = self.remove_vm(
+            resource.name, owned=lambda vm: vm.description == props["description"]
+        )
+        if not gone:
+            raise errors.CloudError(NAME, "RemoveVm", "still waiting; the next call resumes")
+
+    def _outputs_vm(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
+        return {"id": raw["id"], "name": resource.name}
+
+    # -- NIC -------------------------------------------------------------------------------
+    def _nics(self, vm_id: str) -> list[NicView]:
+        return self.call(
+            "ListNics",
+            lambda api: [
+                nic_view(n) for n in api.vms_service().vm_service(vm_id).nics_service().list()
+            ],
+        )
+
+    def _find_nic(self, resource: ResourceDef, props: Props) -> Raw | None:
+        nic = next((n for n in self._nics(props["vm_id"]) if n.name == props["name"]), None)
+        return None if nic is None else {"id": nic.id, "nic": nic}
+
+    def _create_nic(self, resource: ResourceDef, props: Props) -> Raw:
+        self._check_vnic_profile(str(props["vnic_profile_id"]))
+        nic = types.Nic(
+            name=props["name"],
+            vnic_profile=types.VnicProfile(id=props["vnic_profile_id"]),
+            interface=types.NicInterface.VIRTIO,
+        )
+        vm_id = str(props["vm_id"])
+        created = self.call(
+            "AddNic",
+            lambda api: nic_view(api.vms_service().vm_service(vm_id).nics_service().add(nic)),
+        )
+        return {"id": created.id, "nic": created}
+
+    def _drift_nic(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
+        nic: NicView = raw["nic"]
+        if nic.vnic_profile_id != props["vnic_profile_id"]:
+            return [Drift("vnic_profile_id", nic.vnic_profile_id, props["vnic_profile_id"], True)]
+        return []
+
+    def _fix_nic(self, *_: Any) -> None:
+        return None
+
+    def _delete_nic(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
+        vm_id, nic_id = str(props["vm_id"]), str(raw["id"])
+        self._vm_request(
+            vm_id, "RemoveNic", lambda s: s.nics_service().nic_service(nic_id).remove()
+        )
+
+    def _outputs_nic(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
+        return {"id": raw["id"]}
+
+    # -- data disk -------------------------------------------------------------------------
+    def _disk_raw(self, disk_id: str) -> Raw | None:
+        def get(api: Any) -> Raw:
+            return _disk_raw(api.disks_service().disk_service(disk_id).get())
+
+        try:
+            return self.call("GetDisk", get)
+        except errors.NotFound:
+            return None
+
+    def _find_disk(self, resource: ResourceDef, props: Props) -> Raw | None:
+        name = resource.name
+        quoted = name if searchable_name(name) else '"' + name.replace('"', "") + '"'
+
+        def search(api: Any) -> list[Raw]:
+            found = api.disks_service().list(search=f"alias={quoted}")
+            return [_disk_raw(d) for d in found]
+
+        found = [d for d in self.call("ListDisks", search) if d["name"] == name]
+        if len(found) > 1:
+            raise errors.AlreadyExists(NAME, "ListDisks", f"{len(found)} disks named {name!r}")
+        if found and found[0]["description"] != props["description"]:
+            raise errors.AlreadyExists(
+                NAME, "ListDisks", f"disk {name} ({found[0]['id']}) is not this cluster's"
+            )
+        return found[0] if found else None
+
+    def _create_disk(self, resource: ResourceDef, props: Props) -> Raw:
+        disk = types.Disk(
+            name=resource.name,
+            alias=resource.name,
+            description=props["description"],
+            provisioned_size=int(props["size_gb"]) * GIB,
+            format=types.DiskFormat.RAW if props["format"] == "raw" else types.DiskFormat.COW,
+            sparse=bool(props["sparse"]),
+            storage_domains=[types.StorageDomain(id=props["storage_domain_id"])],
+        )
+        try:
+            created = self.call("AddDisk", lambda api: _disk_raw(api.disks_service().add(disk)))
+        except errors.NotFound as exc:  # the storage domain named in the request
+            raise errors.InvalidRequest(NAME, "AddDisk", exc.message) from exc
+        self._wait_disk_ok(str(created["id"]), self.deadline())
+        return created
+
+    def _drift_disk(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
+        drift: list[Drift] = []
+        if raw["storage_domain_id"] != props["storage_domain_id"]:
+            drift.append(
+                Drift(
+                    "storage_domain_id", raw["storage_domain_id"], props["storage_domain_id"], True
+                )
+            )
+        want = int(props["size_gb"])
+        if raw["provisioned_size"] < want * GIB:
+            drift.append(Drift("size_gb", raw["provisioned_size"] // GIB, want))
+        return drift
+
+    def _fix_disk(self, resource: ResourceDef, props: Props, raw: Raw, drift: list[Drift]) -> None:
+        disk_id, size = str(raw["id"]), int(props["size_gb"]) * GIB
+        deadline = self.deadline()
+        self._wait_disk_ok(disk_id, deadline)
+        self.call(
+            "UpdateDisk",
+            lambda api: (
+                api.disks_service().disk_service(disk_id).update(types.Disk(provisioned_size=size))
+            ),
+        )
+        self._wait_disk_ok(disk_id, deadline)
+
+    def _delete_disk(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
+        disk_id = str(raw["id"])
+        with contextlib.suppress(errors.NotFound):  # gone meanwhile
+            self.call("RemoveDisk", lambda api: api.disks_service().disk_service(disk_id).remove())
+
+    def _outputs_disk(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
+        return {"id": raw["id"]}
+
+    # -- attachment ------------------------------------------------------------------------
+    def _find_attachment(self, resource: ResourceDef, props: Props) -> Raw | None:
+        found = next(
+            (a for a in self._attachments(props["vm_id"]) if a.disk_id == props["disk_id"]), None
+        )
+        return None if found is None else {"id": found.disk_id, "active": found.active}
+
+    def _create_attachment(self, resource: ResourceDef, props: Props) -> Raw:
+        vm_id = str(props["vm_id"])
+        attachment = types.DiskAttachment(
+            disk=types.Disk(id=props["disk_id"]),
+            interface=types.DiskInterface(props["interface"]),
+            bootable=False,
+            active=bool(props["active"]),
+        )
+        created = self.call(
+            "AddDiskAttachment",
+            lambda api: attachment_view(
+                api.vms_service().vm_service(vm_id).disk_attachments_service().add(attachment)
+            ),
+        )
+        return {"id": created.disk_id, "active": created.active}
+
+    def _drift_attachment(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
+        if bool(raw["active"]) != bool(props["active"]):
+            return [Drift("active", raw["active"], props["active"], immutable=True)]
+        return []
+
+    def _fix_attachment(self, *_: Any) -> None:
+        return None
+
+    def _delete_attachment(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
+        self._vm_request(str(props["vm_id"]), "DetachDisk", _detach(str(raw["id"])))
+
+    def _outputs_attachment(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
+        return {"id": raw["id"]}
+
+    # -- start -----------------------------------------------------------------------------
+    def _find_start(self, resource: ResourceDef, props: Props) -> Raw | None:
+        try:
+            vm = self.get_vm(str(props["vm_id"]), follow=MACHINE_FOLLOW)
+        except errors.NotFound:
+            return None
+        if vm.status not in _STARTED:
+            return None
+        return {"id": vm.id, "ip": first_ipv4(vm) if vm.status == "up" else None}
+
+    def _create_start(self, resource: ResourceDef, props: Props) -> Raw:
+        vm_id = str(props["vm_id"])
+        deadline = self.deadline()
+        self.wait_until(
+            "WaitForVmDown",
+            lambda: self.get_vm(vm_id),
+            lambda vm: vm.status not in ("image_locked", "powering_down", "saving_state"),
+            deadline=deadline,
+        )
+        self._start(vm_id, str(props["host_name"]), str(props["custom_script"]), _nic(props))
+        return self._wait_for_ip(vm_id)
+
+    def _wait_for_ip(self, vm_id: str) -> Raw:
+        vm = self.wait_until(
+            "WaitForIp",
+            lambda: self.get_vm(vm_id, follow=MACHINE_FOLLOW),
+            lambda vm: vm.status == "up" and first_ipv4(vm) is not None,
+            deadline=self.deadline(),
+        )
+        return {"id": vm.id, "ip": first_ipv4(vm)}
+
+    def _drift_start(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
+        return []  # the cloud-init data of a started VM is not read back (upstream ignores it)
+
+    def _fix_start(self, *_: Any) -> None:
+        return None
+
+    def _delete_start(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
+        """Power off (upstream ``force_stop``) and wait for ``down``."""
+        vm_id = str(raw["id"])
+        self._vm_request(vm_id, "StopVm", lambda service: service.stop(force=True))
+        self.wait_until(
+            "WaitForVmDown",
+            lambda: self.get_vm(vm_id),
+            lambda vm: vm.status == "down",
+            deadline=self.deadline(),
+        )
+
+    def _outputs_start(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
+        return {"id": raw["id"], "ip": raw.get("ip")}
+
+
+def _disk_raw(disk: Any) -> Raw:
+    domains = list(disk.storage_domains or [])
+    view = disk_view(disk)
+    return {
+        "id": view.id,
+        "name": str(disk.alias or disk.name or ""),
+        "description": str(disk.description or ""),
+        "provisioned_size": view.provisioned_size,
+        "status": view.status,
+        "storage_domain_id": str(domains[0].id) if domains else None,
+    }
+
+
+def _nic(props: Props) -> Any | None:
+    """``nic_configuration`` as the SDK's static IPv4 boot protocol (upstream
+    ``initialization_nic``)."""
+    network = props.get("nic_configuration")
+    if not network:
+        return None
+    return types.NicConfiguration(
+        name=network["name"],
+        boot_protocol=types.BootProtocol.STATIC,
+        on_boot=True,
+        ip=types.Ip(
+            address=network["address"],
+            netmask=network["netmask"],
+            gateway=network.get("gateway"),
+            version=types.IpVersion.V4,
+        ),
+    )
+
+
+class ZvirtLayouts:
+    """The zVirt :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+
+    layouts: tuple[str, ...] = defs.LAYOUTS
+
+    def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
+        return defs.define(config, cluster, zones)
+
+    def connect(self, config: Any, section: Any) -> ZvirtLayoutResources:
+        """A session on the document's engine with its credentials and cluster; the worker's
+        zVirt section gives the timeouts and waits (and a CA file when ``caBundle`` is empty)."""
+        assert isinstance(config, ZvirtClusterConfiguration)
+        base = section if isinstance(section, ZvirtSettings) else ZvirtSettings()
+        provider = config.provider
+        ca_bundle = base.ca_bundle
+        if provider.caBundle.strip():
+            # one file per distinct bundle (a new session with the same bundle reuses it)
+            digest = hashlib.sha256(provider.caBundle.encode()).hexdigest()[:16]
+            ca_bundle = Path(tempfile.gettempdir()) / f"cloudloop-zvirt-ca-{digest}.pem"
+            if not ca_bundle.exists():
+                partial = ca_bundle.with_suffix(f".{os.getpid()}.tmp")
+                partial.write_text(provider.caBundle)
+                partial.replace(ca_bundle)
+        settings = base.model_copy(
+            update={
+                "api_url": provider.server,
+                "username": provider.username,
+                "password": provider.password,
+                "password_file": None,
+                "insecure": provider.insecure,
+                "ca_bundle": ca_bundle,
+                "cluster_id": config.clusterID,
+                "ssh_public_key": config.sshPublicKey,
+            }
+        )
+        return ZvirtLayoutResources(settings)

@@ -1,0 +1,115 @@
+"""An apply's results land where the cluster reads them, on the real kube-apiserver: the
+discovery data and the provider document in ``kube-system/d8-provider-cluster-configuration``,
+the data device paths, and the state Secrets in dhctl's format (``d8-cluster-terraform-state``,
+``d8-node-terraform-state-<node>`` with its keys and labels) — which the adoption path reads
+back onto the same resources (from the cluster and from one named Secret)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cloudloop.cloud.aws import layout as defs
+from cloudloop.cloud.aws.layout_state import STATE_TYPES
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.resources import SECRETS, Resource
+from cloudloop.layouts import tfstate
+from cloudloop.layouts.config import load_documents
+from cloudloop.messages.layout import LayoutResult, ModuleResult, StepResult
+from cloudloop.rules import discovery as cloud_data
+from starters.layout import publish, state_records
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+
+pytestmark = pytest.mark.stack
+
+
+def _data(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    secret = kube.get(SECRETS, name, namespace)
+    assert secret is not None, f"{namespace}/{name}"
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def test_results_and_state_secrets_land_in_the_cluster_and_read_back(kube: Kube) -> None:
+    try:
+        kube.create(NAMESPACES, {"metadata": {"name": "d8-system"}})
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+    text = (EXAMPLES / "aws-without-nat.yaml").read_text()
+    loaded = load_documents(
+        list(yaml.safe_load_all(text)), uuid="3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60"
+    )
+    layout = defs.define(loaded.document, loaded.cluster, ["us-east-1a", "us-east-1b"])
+    ids = {
+        r.key: r.name if r.kind in (defs.ROLE, defs.PROFILE, defs.KEY_PAIR) else f"id-{i}"
+        for i, r in enumerate(r for m in layout.modules for r in m.resources)
+    }
+    result = LayoutResult(
+        action="apply",
+        layout=layout.layout,
+        prefix=layout.prefix,
+        cloud_discovery_data={"kind": "AWSCloudDiscoveryData", "keyName": layout.prefix},
+        modules=[
+            ModuleResult(
+                module=m.id,
+                node_name=m.node_name,
+                steps=[
+                    StepResult(key=r.key, action="created", outputs={"id": ids[r.key]})
+                    for r in m.resources
+                ],
+                outputs={"kubernetes_data_device_path": "/dev/xvdf"}
+                if m.module == "master-node"
+                else {},
+            )
+            for m in layout.modules
+        ],
+    )
+    document = yaml.safe_dump(loaded.document.model_dump(mode="json"))
+    for _ in range(2):  # a second publish rewrites the same Secrets
+        written = publish(kube, result, state_types=STATE_TYPES, provider_document=document)
+    p = layout.prefix
+    assert written == [
+        "kube-system/d8-provider-cluster-configuration",
+        "d8-system/d8-masters-kubernetes-data-device-path",
+        "d8-system/d8-cluster-terraform-state",
+        f"d8-system/d8-node-terraform-state-{p}-master-0",
+        f"d8-system/d8-node-terraform-state-{p}-front-0",
+    ]
+    provider = _data(kube, "kube-system", cloud_data.PROVIDER_CONFIGURATION_SECRET)
+    assert json.loads(provider[cloud_data.PROVIDER_DISCOVERY_KEY])["keyName"] == p
+    assert yaml.safe_load(provider["cloud-provider-cluster-configuration.yaml"])["layout"] == (
+        "WithoutNAT"
+    )
+    devices = _data(kube, "d8-system", "d8-masters-kubernetes-data-device-path")
+    assert devices[f"{p}-master-0"] == "/dev/xvdf"  # other clusters' keys may be there too
+    node = kube.get(SECRETS, f"d8-node-terraform-state-{p}-front-0", "d8-system")
+    assert node is not None
+    assert node["metadata"]["labels"] == {
+        tfstate.NODE_GROUP_LABEL: "front",
+        tfstate.NODE_NAME_LABEL: f"{p}-front-0",
+        tfstate.STATE_LABEL: "",
+    }
+    node_data = _data(kube, "d8-system", f"d8-node-terraform-state-{p}-front-0")
+    assert json.loads(node_data[tfstate.NODE_GROUP_SETTINGS_KEY]) == {"name": "front"}
+    assert json.loads(node_data[tfstate.NODE_STATE_KEY])["version"] == 4
+
+    # the adoption path reads them back onto the same resources
+    records = state_records(["cluster"], STATE_TYPES, kube)
+    placed = tfstate.map_state(layout, records, STATE_TYPES)
+    assert placed.unmapped == []
+    assert placed.ids == {k: v for k, v in ids.items() if not k.startswith(defs.SG_RULES)}
+    one = state_records(
+        [f"secret:d8-system/d8-node-terraform-state-{p}-master-0"], STATE_TYPES, kube
+    )
+    assert {r.scope for r in one} == {f"{p}-master-0"}
+    assert tfstate.map_state(layout, one, STATE_TYPES).ids == {
+        r.key: ids[r.key] for r in layout.module("master-0").resources
+    }
+    for name in written[2:]:
+        kube.delete(SECRETS, name.split("/")[1], "d8-system")

@@ -1,0 +1,146 @@
+"""Terraform state records → layout resource keys (pure): identity attributes only are kept,
+references between records place what names do not, what cannot be placed is reported, and
+what ``publish`` writes reads back onto the same keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cloudloop.cloud.aws import layout as defs
+from cloudloop.cloud.aws.layout_state import STATE_TYPES
+from cloudloop.layouts import tfstate
+from cloudloop.layouts.config import load_documents
+from cloudloop.layouts.model import LayoutDef
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
+
+
+def layout(example: str) -> LayoutDef:
+    docs = list(yaml.safe_load_all((EXAMPLES / f"{example}.yaml").read_text()))
+    loaded = load_documents(docs, uuid="3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60")
+    return defs.define(loaded.document, loaded.cluster, ["us-east-1a", "us-east-1b"])
+
+
+def resource(tf_type: str, tf_name: str, **attributes: Any) -> dict[str, Any]:
+    return {
+        "mode": "managed",
+        "type": tf_type,
+        "name": tf_name,
+        "instances": [{"attributes": attributes}],
+    }
+
+
+def state(*resources: dict[str, Any]) -> str:
+    return json.dumps({"version": 4, "resources": list(resources)})
+
+
+def test_only_identity_attributes_are_kept_and_data_sources_are_skipped() -> None:
+    text = state(
+        resource("aws_instance", "master", id="i-1", user_data="s3cr3t", tags={"Name": "x"}),
+        {"mode": "data", "type": "aws_vpc", "name": "existing", "instances": [{"attributes": {}}]},
+    )
+    [record] = tfstate.parse_state(text, "demo-master-0", STATE_TYPES)
+    assert record.id == "i-1" and record.address == "aws_instance.master"
+    assert record.attributes == {"id": "i-1", "tags.Name": "x"}
+    assert "s3cr3t" not in record.model_dump_json()
+    with pytest.raises(tfstate.InvalidState):
+        tfstate.parse_state("{", "base", STATE_TYPES)
+
+
+def test_with_nat_base_is_placed_by_names_cidrs_and_references() -> None:
+    nat = layout("aws-with-nat")
+    p = nat.prefix
+    text = state(
+        resource("aws_vpc", "kube", id="vpc-1", cidr_block="10.242.0.0/16"),
+        # subnets without the layout's names: placed by CIDR and zone
+        *(
+            resource(
+                "aws_subnet",
+                f"s{i}",
+                id=f"subnet-{i}",
+                cidr_block=cidr,
+                availability_zone=zone,
+                tags={"Name": f"other-{i}"},
+            )
+            for i, (cidr, zone) in enumerate(
+                [
+                    ("10.242.0.0/18", "us-east-1a"),
+                    ("10.242.64.0/18", "us-east-1b"),
+                    ("10.242.128.0/18", "us-east-1a"),
+                    ("10.242.192.0/18", "us-east-1b"),
+                ]
+            )
+        ),
+        resource("aws_internet_gateway", "gw", id="igw-1", vpc_id="vpc-1"),
+        # two EIPs without names: the NAT gateway's allocation and the bastion's instance say which
+        resource("aws_eip", "a", id="eipalloc-bastion", instance="i-bastion"),
+        resource("aws_eip", "b", id="eipalloc-nat"),
+        resource("aws_nat_gateway", "nat", id="nat-1", allocation_id="eipalloc-nat"),
+        resource("aws_instance", "bastion", id="i-bastion", tags={"Name": f"{p}-bastion"}),
+        resource("aws_eip_association", "bastion", id="eipassoc-1"),
+        resource(
+            "aws_route_table",
+            "internal",
+            id="rtb-internal",
+            route=[{"cidr_block": "0.0.0.0/0", "gateway_id": "", "nat_gateway_id": "nat-1"}],
+        ),
+        resource(
+            "aws_route_table",
+            "public",
+            id="rtb-public",
+            route=[{"cidr_block": "0.0.0.0/0", "gateway_id": "igw-1", "nat_gateway_id": ""}],
+        ),
+        resource("aws_security_group", "node", id="sg-node", name=f"{p}-node"),
+        resource("aws_security_group", "ssh", id="sg-ssh", name=f"{p}-ssh-accessible"),
+        resource("aws_security_group_rule", "r1", id="sgrule-1", security_group_id="sg-node"),
+        resource("aws_security_group_rule", "r2", id="sgrule-2", security_group_id="sg-node"),
+        resource("aws_vpc_peering_connection", "peer", id="pcx-1"),
+    )
+    placed = tfstate.map_state(nat, tfstate.parse_state(text, "base", STATE_TYPES), STATE_TYPES)
+    assert placed.ids[f"{defs.SUBNET}/{p}-internal-1"] == "subnet-3"
+    assert placed.ids[f"{defs.SUBNET}/{p}-public-0"] == "subnet-0"
+    assert placed.ids[f"{defs.EIP}/{p}-natgw"] == "eipalloc-nat"
+    assert placed.ids[f"{defs.EIP}/{p}-bastion"] == "eipalloc-bastion"
+    assert placed.ids[f"{defs.ROUTE_TABLE}/{p}-internal"] == "rtb-internal"
+    assert placed.ids[f"{defs.ROUTE_TABLE}/{p}-public"] == "rtb-public"
+    assert placed.ids[f"{defs.SG_RULES}/{p}-node"] == "sg-node"
+    assert placed.addresses[f"{defs.SG_RULES}/{p}-node"] == [
+        "aws_security_group_rule.r1",
+        "aws_security_group_rule.r2",
+    ]
+    assert placed.unmapped == [
+        "aws_vpc_peering_connection.peer: type aws_vpc_peering_connection is not in the layout"
+    ]
+
+
+def test_what_cannot_be_told_apart_is_reported_not_guessed() -> None:
+    without = layout("aws-without-nat")
+    text = state(
+        resource("aws_subnet", "a", id="subnet-a"),
+        resource("aws_subnet", "b", id="subnet-b"),
+    )
+    placed = tfstate.map_state(without, tfstate.parse_state(text, "", STATE_TYPES), STATE_TYPES)
+    assert placed.ids == {}
+    assert placed.unmapped[0].startswith("aws_subnet.a: ambiguous among aws.subnet/")
+
+
+def test_what_publish_writes_reads_back_onto_the_same_keys() -> None:
+    without = layout("aws-without-nat")
+    base = without.module("base")
+    outputs = {r.key: {"id": f"id-{i}"} for i, r in enumerate(base.resources)}
+    written = tfstate.render_state([(r, outputs[r.key]) for r in base.resources], STATE_TYPES)
+    records = tfstate.parse_state(json.dumps(written), "base", STATE_TYPES)
+    placed = tfstate.map_state(without, records, STATE_TYPES)
+    assert placed.unmapped == []
+    # rule sets are their groups' (not written); named kinds are adopted by their names
+    named = (defs.ROLE, defs.PROFILE, defs.KEY_PAIR)
+    assert placed.ids == {
+        r.key: r.name if r.kind in named else outputs[r.key]["id"]
+        for r in base.resources
+        if r.kind != defs.SG_RULES
+    }

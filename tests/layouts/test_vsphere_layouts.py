@@ -1,0 +1,387 @@
+"""vSphere ``Standard`` end to end: the layout workflows on the Temporal dev server, their
+activities in a worker, vcsim with Deckhouse's region/zone tags (one stack for the module).
+
+Apply makes the folder, a resource pool per zone, the master's data disk and VMs cloned from the
+template with the reference's names and outputs; a second apply runs no vCenter task and makes
+no mutating call; drift made out of band (a VM's CPUs, the data disk detached and deleted, a root
+disk grown) shows in the plan, the next apply repairs what it can and reports the rest; a missing
+template fails the step with vCenter's message; destroy leaves nothing of the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from activities.layout import LayoutActivities
+from cloudloop import temporal
+from cloudloop.cloud.vsphere.settings import VsphereSettings
+from cloudloop.cloud.vsphere.vmomi import vim
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import ConfigSource
+from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.settings import Settings, TemporalSettings
+from devstack.backends.vsphere_layouts import TaskLog, cluster_resources
+from devstack.local import LocalStack
+from devstack.vcsim_inventory import connect, disconnect, find, wait_task
+from starters.layout import LayoutFailed, run_layout
+from tests.helpers import eventually_async
+from tests.layouts.vsphere_support import (
+    calls_since,
+    config_file,
+    mutating,
+    vsphere_calls,
+    vsphere_stack,
+)
+from tests.support.workers import Workers
+from workflows.layout import LAYOUT_WORKFLOWS
+
+pytestmark = pytest.mark.stack
+GIB_KB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def vs_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with vsphere_stack(tmp_path_factory.mktemp("vsphere-layouts")) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def vs_settings(vs_stack: LocalStack) -> Settings:
+    return Settings(
+        provider="vsphere",
+        temporal=TemporalSettings(
+            address=vs_stack.temporal_address, task_queue=f"vs-layouts-{uuid.uuid4().hex[:8]}"
+        ),
+        vsphere=VsphereSettings(poll_interval_s=0.05, wait_timeout_s=30.0, timeout_s=10.0),
+    )
+
+
+@pytest.fixture(scope="module")
+async def vs_client(vs_stack: LocalStack, vs_settings: Settings) -> Client:
+    return await temporal.connect(vs_settings.temporal)
+
+
+@pytest.fixture(scope="module")
+async def vs_worker(vs_client: Client, vs_settings: Settings) -> AsyncIterator[None]:
+    worker = temporal.make_worker(
+        vs_client,
+        vs_settings.temporal.task_queue,
+        workflows=LAYOUT_WORKFLOWS,
+        activities=LayoutActivities(vs_settings).all(),  # type: ignore[arg-type]
+        graceful_shutdown_s=1,
+    )
+    async with worker:
+        yield
+
+
+async def run(
+    client: Client, settings: Settings, action: str, path: Path, prefix: str, cluster_uuid: str
+) -> LayoutResult:
+    input = LayoutInput(
+        action=action,
+        provider="vsphere",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(max_attempts=3),
+    )
+    return await run_layout(client, settings.temporal.task_queue, input, poll_s=0.2)
+
+
+def plan_actions(result: LayoutResult) -> dict[str, str]:
+    return {r.key: r.action for m in result.plan for r in m.resources}
+
+
+def vm_disks(vm: Any) -> list[Any]:
+    return [d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualDisk)]
+
+
+async def test_apply_reapply_drift_destroy(
+    vs_stack: LocalStack, vs_client: Client, vs_settings: Settings, vs_worker: None, tmp_path: Path
+) -> None:
+    assert vs_stack.vcsim is not None
+    endpoint = vs_stack.vcsim
+    prefix, cluster_uuid = f"v{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, endpoint, prefix)
+    master, worker = f"{prefix}-master-0", f"{prefix}-worker-0"
+    data = f"[LocalDS_0] deckhouse/{cluster_uuid}-kubernetes-data-0.vmdk"
+
+    async def act(action: str) -> LayoutResult:
+        return await run(vs_client, vs_settings, action, path, prefix, cluster_uuid)
+
+    plan = await act("plan")
+    actions = plan_actions(plan)
+    assert actions["vsphere.datacenter/region-a"] == "no-op"  # looked up, found
+    assert actions[f"vsphere.virtual_machine/{master}"] == "create"
+    assert set(actions.values()) == {"create", "no-op"}
+
+    applied = await act("apply")
+    si = connect(endpoint)
+    try:
+        folder = find(si, f"DC0/vm/{prefix}")
+        assert sorted(vm.name for vm in folder.childEntity) == [master, worker]
+        for cluster in ("DC0_C0", "DC0_C1"):
+            assert isinstance(find(si, f"DC0/host/{cluster}/Resources/{prefix}"), vim.ResourcePool)
+        vm = find(si, f"DC0/vm/{prefix}/{master}")
+        assert vm.config.hardware.numCPU == 2 and vm.config.hardware.memoryMB == 2048
+        assert vm.resourcePool.name == prefix
+        assert vm.runtime.powerState == "poweredOn"
+        files = [d.backing.fileName for d in vm_disks(vm)]
+        assert data in files and len(files) == 2
+        assert vm_disks(vm)[0].capacityInKB == 50 * GIB_KB  # rootDiskSize default
+        extra = {o.key: o.value for o in vm.config.extraConfig}
+        assert extra["disk.EnableUUID"] == "TRUE"
+        assert extra["time.synchronize.tools.enable"] == "0"
+        assert extra["guestinfo.metadata.encoding"] == "base64"
+        assert "guestinfo.userdata" not in extra
+        ip = vm.guest.ipAddress
+    finally:
+        disconnect(si)
+    assert applied.cloud_discovery_data == {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": "VsphereCloudDiscoveryData",
+        "vmFolderPath": prefix,
+        "resourcePoolPath": prefix,
+        "zones": ["zone-a", "zone-b"],
+    }
+    [master_result] = [m for m in applied.modules if m.module == "master-0"]
+    assert master_result.node_name == master
+    assert master_result.outputs == {
+        "master_ip_address_for_ssh": ip,
+        "node_internal_ip_address": ip,
+        "kubernetes_data_device_path": "/dev/sdb",
+    }
+    assert ip
+
+    # a second apply changes nothing: no vCenter task, no mutating call
+    tasks = TaskLog(endpoint)
+    tasks.mark()
+    before = vsphere_calls()
+    again = await act("apply")
+    assert [str(t) for t in tasks.since()] == []
+    assert mutating(calls_since(before)) == {}
+    assert {s.action for m in again.modules for s in m.steps} == {"unchanged"}
+
+    # drift out of band: the master loses a CPU and its data disk, the worker's root disk grows
+    si = connect(endpoint)
+    try:
+        vm = find(si, f"DC0/vm/{prefix}/{master}")
+        [disk] = [d for d in vm_disks(vm) if d.backing.fileName == data]
+        remove = vim.vm.device.VirtualDeviceSpec(operation="remove", device=disk)
+        wait_task(si, vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=1, deviceChange=[remove])))
+        dc = find(si, "DC0")
+        wait_task(si, si.content.virtualDiskManager.DeleteVirtualDisk_Task(data, dc))
+        other = find(si, f"DC0/vm/{prefix}/{worker}")
+        root = vm_disks(other)[0]
+        root.capacityInKB = 60 * GIB_KB
+        grow = vim.vm.device.VirtualDeviceSpec(operation="edit", device=root)
+        wait_task(si, other.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[grow])))
+    finally:
+        disconnect(si)
+    plan = await act("plan")
+    drifted = {k: a for k, a in plan_actions(plan).items() if a not in ("no-op",)}
+    disk_key = f"vsphere.virtual_disk/deckhouse/{cluster_uuid}-kubernetes-data-0.vmdk"
+    assert drifted == {
+        disk_key: "create",
+        f"vsphere.virtual_machine/{master}": "update",
+        f"vsphere.virtual_machine/{worker}": "update",
+    }
+    changes = {r.key: {c.field for c in r.changes} for m in plan.plan for r in m.resources}
+    assert changes[f"vsphere.virtual_machine/{master}"] == {"num_cpus", "data_disk"}
+    assert changes[f"vsphere.virtual_machine/{worker}"] == {
+        "root_disk_gb (needs replacement; not repaired)"
+    }
+    tasks.mark()
+    repaired = await act("apply")
+    made = [t.description.lower() for t in tasks.since()]
+    assert "virtualmachine.reconfigvm" in made, made  # the task log sees what runs
+    steps = {s.key: s.action for m in repaired.modules for s in m.steps}
+    assert steps[disk_key] == "created"
+    assert steps[f"vsphere.virtual_machine/{master}"] == "updated"
+    assert steps[f"vsphere.virtual_machine/{worker}"] == "unchanged"  # reported, not repaired
+    si = connect(endpoint)
+    try:
+        vm = find(si, f"DC0/vm/{prefix}/{master}")
+        assert vm.config.hardware.numCPU == 2
+        assert data in [d.backing.fileName for d in vm_disks(vm)]
+        assert vm.runtime.powerState == "poweredOn"
+    finally:
+        disconnect(si)
+    plan = await act("plan")
+    left = {k: a for k, a in plan_actions(plan).items() if a != "no-op"}
+    assert left == {f"vsphere.virtual_machine/{worker}": "update"}  # the immutable drift
+
+    # destroy is refused while a VM the layout did not make (an ephemeral node) is in its folder
+    si = connect(endpoint)
+    try:
+        template = find(si, "DC0/vm/DC0_C0_RP0_VM0")
+        spec = vim.vm.CloneSpec(
+            location=vim.vm.RelocateSpec(pool=find(si, f"DC0/host/DC0_C0/Resources/{prefix}"))
+        )
+        stray = wait_task(si, template.CloneVM_Task(find(si, f"DC0/vm/{prefix}"), "node-x", spec))
+    finally:
+        disconnect(si)
+    with pytest.raises(LayoutFailed, match="VM node-x") as refused:
+        await act("destroy")
+    assert refused.value.kind == "DestroyBlocked"
+    si = connect(endpoint)
+    try:
+        wait_task(si, vim.VirtualMachine(stray._moId, si._stub).Destroy_Task())
+    finally:
+        disconnect(si)
+
+    # destroy: nothing of the cluster is left
+    assert len(cluster_resources(endpoint, prefix, cluster_uuid)) == 6
+    await act("destroy")
+    assert cluster_resources(endpoint, prefix, cluster_uuid) == []
+    plan = await act("plan")
+    assert set(plan_actions(plan).values()) == {"create", "no-op"}
+
+
+@pytest.mark.parametrize(
+    ("master_class", "message"),
+    [
+        ({"template": "no-such-template"}, "template 'no-such-template' not found"),
+        ({"datastore": "NoSuchDS"}, "datastore 'NoSuchDS' not found"),
+    ],
+    ids=["template", "datastore"],
+)
+async def test_cloud_error_fails_the_step_with_its_message(
+    master_class: dict[str, str],
+    message: str,
+    vs_stack: LocalStack,
+    vs_client: Client,
+    vs_settings: Settings,
+    vs_worker: None,
+    tmp_path: Path,
+) -> None:
+    assert vs_stack.vcsim is not None
+    endpoint = vs_stack.vcsim
+    prefix, cluster_uuid = f"e{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, endpoint, prefix, **master_class)
+
+    async def act(action: str) -> LayoutResult:
+        return await run(vs_client, vs_settings, action, path, prefix, cluster_uuid)
+
+    with pytest.raises(LayoutFailed, match=message) as failed:
+        await act("apply")
+    assert failed.value.kind == "InvalidRequest"
+    plan = await act("plan")
+    actions = plan_actions(plan)
+    assert actions[f"vsphere.folder/{prefix}"] == "no-op"  # made before the step failed
+    assert actions[f"vsphere.virtual_machine/{prefix}-master-0"] == "create"
+    assert actions[f"vsphere.virtual_machine/{prefix}-worker-0"] == "no-op"  # its class is fine
+    await act("destroy")
+    assert cluster_resources(endpoint, prefix, cluster_uuid) == []
+
+
+KILL_AT = ("CreateResourcePool", "CloneVM")
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+"""
+
+
+def worker_env(stack: LocalStack, queue: str, folder: Path, fault: str = "") -> dict[str, str]:
+    """A real worker for ``queue`` (vSphere; no cluster to talk to: layouts need none)."""
+    kubeconfig = folder / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    env = {
+        "CLOUDLOOP_PROVIDER": "vsphere",
+        "CLOUDLOOP_KUBECONFIG": str(kubeconfig),
+        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
+        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": queue,
+        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        "CLOUDLOOP_VSPHERE__POLL_INTERVAL_S": "0.05",
+        "CLOUDLOOP_VSPHERE__WAIT_TIMEOUT_S": "30",
+        "CLOUDLOOP_VSPHERE__TIMEOUT_S": "10",
+    }
+    if fault:
+        env["LAYOUT_FAULT_AT"] = fault
+        env["LAYOUT_FAULT_MARKER"] = str(folder / f"reached-{fault}")
+    return env
+
+
+@pytest.mark.fault
+async def test_sigkill_after_pool_and_clone_converges_without_duplicates(
+    vs_stack: LocalStack, tmp_path: Path
+) -> None:
+    """A real worker SIGKILLed right after vCenter made a resource pool, then right after it
+    started the VM clones: the apply converges, nothing is made twice, a re-apply runs no task,
+    no history or log holds the password; destroy leaves nothing."""
+    assert vs_stack.vcsim is not None
+    endpoint = vs_stack.vcsim
+    queue = f"vs-layout-kill-{uuid.uuid4().hex[:8]}"
+    client = await temporal.connect(
+        TemporalSettings(address=vs_stack.temporal_address, task_queue=queue)
+    )
+    prefix, cluster_uuid = f"k{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, endpoint, prefix)
+    workers = Workers(tmp_path)
+    input = LayoutInput(
+        action="apply",
+        provider="vsphere",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(heartbeat_timeout_s=5),
+    )
+    try:
+        worker = workers.start(
+            worker_env(vs_stack, queue, tmp_path, KILL_AT[0]),
+            module="tests.layouts.vsphere_fault_worker",
+        )
+        apply = asyncio.ensure_future(run_layout(client, queue, input, poll_s=0.5))
+        for index, fault in enumerate(KILL_AT):
+            marker = tmp_path / f"reached-{fault}"
+
+            async def reached(marker: Path = marker) -> bool:
+                assert not apply.done(), apply.result()
+                return marker.exists()
+
+            await eventually_async(reached, timeout=120)
+            worker.kill()
+            following = KILL_AT[index + 1] if index + 1 < len(KILL_AT) else ""
+            worker = workers.start(
+                worker_env(vs_stack, queue, tmp_path, following),
+                module="tests.layouts.vsphere_fault_worker" if following else "cloudloop.cli",
+            )
+        result: LayoutResult = await asyncio.wait_for(apply, timeout=300)
+        assert result.cloud_discovery_data["resourcePoolPath"] == prefix
+
+        counted = Counter(cluster_resources(endpoint, prefix, cluster_uuid))
+        assert {
+            n: c for n, c in counted.items() if c > 1 and not n.startswith("ResourcePool/")
+        } == {}
+        assert counted[f"ResourcePool/{prefix}"] == 2  # one per zone's cluster
+        assert counted[f"VirtualMachine/{prefix}-master-0"] == 1
+        assert counted[f"VirtualMachine/{prefix}-worker-0"] == 1
+        assert len(counted) == 5 and sum(counted.values()) == 6
+
+        histories = [
+            await client.get_workflow_handle(wid).fetch_history()
+            for wid in [f"layout/{prefix}"]
+            + [f"layout/{prefix}/{m.module}" for m in result.modules]
+        ]
+        assert all(endpoint.password not in h.to_json() for h in histories)
+        assert all(endpoint.password not in w.log.read_text() for w in workers.started)
+
+        tasks = TaskLog(endpoint)
+        tasks.mark()
+        await run_layout(client, queue, input, poll_s=0.5)
+        assert [str(t) for t in tasks.since()] == []
+
+        await run_layout(client, queue, input.model_copy(update={"action": "destroy"}), poll_s=0.5)
+        assert cluster_resources(endpoint, prefix, cluster_uuid) == []
+    finally:
+        workers.stop_all()

@@ -1,0 +1,89 @@
+"""``cloudloop worker`` that stops dead right after the first mutating cloud call of every
+activity it has not stopped in before, for the kill-at-every-step tests.
+
+Cloud-neutral: every driver counts each answered request once
+(``cloud_api_requests_total{provider,operation,outcome}``, :mod:`cloudloop.cloud.calls`), so the
+fault point wraps that counter: after a ``success`` of an operation that does not start with one
+of ``STEP_FAULT_READ_ONLY`` (comma-separated prefixes, e.g. ``Describe,Get,List``), inside an
+activity whose step (``<workflow id>/<activity id>``, the same across its retries) is not yet in
+the file ``STEP_FAULT_SEEN``, it appends the step, the operation and its own PID to that file
+and blocks that
+activity forever — the cloud has done the work, the step has not reported it — so the test can
+SIGKILL the process there. A restarted worker reads the file and passes the steps already
+stopped in; the retried step must find what the killed one made. Its workflows' sticky queues
+give up after 1 s (not the SDK's 10 s), so a killed worker's workflow tasks move on quickly.
+Run as ``python -m tests.support.step_fault_worker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import temporalio.worker
+from temporalio import activity
+
+from cloudloop.metrics import CLOUD_API_REQUESTS
+from cloudloop.settings import Settings
+from workers.main import run
+
+_LOCK = threading.Lock()
+
+
+def _step() -> str:
+    try:
+        info = activity.info()
+    except RuntimeError:  # not in an activity (a starter's or a discoverer's call)
+        return ""
+    return f"{info.workflow_id}/{info.activity_id}"
+
+
+def stop_after_first_mutation(seen: Path, read_only: tuple[str, ...]) -> None:
+    original = CLOUD_API_REQUESTS.labels
+
+    def labels(*values: str, **named: str) -> Any:
+        metric = original(*values, **named)
+        operation, outcome = (values[1], values[2]) if len(values) == 3 else ("", "")
+        if outcome != "success" or operation.startswith(read_only):
+            return metric
+        step = _step()
+        if not step:
+            return metric
+        with _LOCK:
+            done = seen.read_text().splitlines() if seen.exists() else []
+            if any(line.split(" ", 1)[0] == step for line in done):
+                return metric
+            with seen.open("a") as out:
+                out.write(f"{step} {operation} {os.getpid()}\n")
+        logging.getLogger(__name__).warning("stopping %s after %s", step, operation)
+        metric.inc()  # counted as the caller would, then never returns
+        threading.Event().wait()
+        return metric
+
+    CLOUD_API_REQUESTS.labels = labels  # type: ignore[method-assign,assignment]
+
+
+def short_sticky_queues(seconds: float = 1.0) -> None:
+    original = temporalio.worker.Worker
+
+    class Worker(original):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=seconds))
+            super().__init__(*args, **kwargs)
+
+    temporalio.worker.Worker = Worker  # type: ignore[misc]
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    short_sticky_queues()
+    stop_after_first_mutation(
+        Path(os.environ["STEP_FAULT_SEEN"]),
+        tuple(p for p in os.environ.get("STEP_FAULT_READ_ONLY", "").split(",") if p),
+    )
+    asyncio.run(run(Settings()))
