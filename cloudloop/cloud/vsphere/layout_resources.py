@@ -1,11 +1,12 @@
 """vSphere layout resources through pyVmomi: find by inventory path or tag, create, repair, delete.
 
-One handler per kind of :mod:`cloudloop.cloud.vsphere.layout` on the machine driver's session
-(:class:`~cloudloop.cloud.vsphere.machines.VsphereMachines`: one bounded login, every request
-counted with a timeout, faults translated); the VM clone, reconfigure, power and delete steps are
-the machine driver's. The session logs in with the ``VsphereClusterConfiguration``'s
-``provider`` (server, username, password, ``insecure``/``caBundle``); the worker's vSphere
-section gives timeouts and polling.
+One handler per kind of :mod:`cloudloop.cloud.vsphere.layout`, a
+:class:`~cloudloop.cloud.vsphere.machines.VsphereMachines` on its own session
+(:class:`~cloudloop.cloud.vsphere.base.VsphereBase`: one bounded login, every request counted with
+a timeout, faults translated); the VM clone, reconfigure, power and delete steps are the machine
+capability's (``_extra_config`` overridden for Deckhouse's keys). The session logs in with the
+``VsphereClusterConfiguration``'s ``provider`` (server, username, password,
+``insecure``/``caBundle``); the worker's vSphere section gives timeouts and polling.
 
 Identity and crash rules:
 - The Datacenter is the one carrying the ``region`` tag (of ``regionTagCategory``), a zone's
@@ -44,6 +45,7 @@ from pydantic import SecretStr
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.layouts import Drift, Ensured, Found
 from cloudloop.cloud.vsphere import layout as defs
+from cloudloop.cloud.vsphere.base import VsphereBase
 from cloudloop.cloud.vsphere.machines import VmState, VsphereMachines
 from cloudloop.cloud.vsphere.machinespec import GIB, VsphereMachineSpec, parse_machine_spec
 from cloudloop.cloud.vsphere.mapping import PROVIDER, Inventory
@@ -140,7 +142,7 @@ class VsphereLayoutResources(VsphereMachines):
     """The vSphere :class:`~cloudloop.cloud.layouts.LayoutResources`."""
 
     def __init__(self, settings: VsphereSettings, config: VsphereClusterConfiguration) -> None:
-        super().__init__(settings)
+        super().__init__(VsphereBase(settings))
         self.config = config
 
     # -- the contract ----------------------------------------------------------------------
@@ -159,7 +161,7 @@ class VsphereLayoutResources(VsphereMachines):
 
     def layout_zones(self) -> list[str]:
         """The zone tags on the compute clusters of the region's datacenter."""
-        inventory = self.inventory()
+        inventory = self.session.inventory()
         dc = self._region_dc(inventory, self.config.region, self.config.regionTagCategory)
         if dc is None:
             raise errors.InvalidRequest(
@@ -168,7 +170,7 @@ class VsphereLayoutResources(VsphereMachines):
                 f"no datacenter carries the tag {self.config.region!r} of category "
                 f"{self.config.regionTagCategory!r}",
             )
-        tags = self.tags_by_object([self.config.zoneTagCategory])
+        tags = self.session.tags_by_object([self.config.zoneTagCategory])
         zones: set[str] = set()
         for moref, attached in tags.items():
             entity = inventory.entities.get(moref)
@@ -219,7 +221,7 @@ class VsphereLayoutResources(VsphereMachines):
             for k, v in found.items()
             if k.startswith(f"{defs.POOL}/") and v.get("id")
         }
-        inventory = self.inventory()
+        inventory = self.session.inventory()
         blockers: list[str] = []
         for vm in inventory.vms.values():
             if vm.name in ours:
@@ -252,7 +254,7 @@ class VsphereLayoutResources(VsphereMachines):
     def _region_dc(self, inventory: Inventory, region: str, category: str) -> str | None:
         tagged = [
             moref
-            for moref, attached in self.tags_by_object([category]).items()
+            for moref, attached in self.session.tags_by_object([category]).items()
             if (category, region) in attached
             and (inventory.entities.get(moref) is not None)
             and inventory.entities[moref].type == "Datacenter"
@@ -266,19 +268,19 @@ class VsphereLayoutResources(VsphereMachines):
         return tagged[0] if tagged else None
 
     def _find_dc(self, resource: ResourceDef, props: Props) -> dict[str, Any] | None:
-        inventory = self.inventory()
+        inventory = self.session.inventory()
         moref = self._region_dc(inventory, props["region"], props["category"])
         if moref is None:
             return None
         return {"id": moref, "name": inventory.entities[moref].name}
 
     def _find_cluster(self, resource: ResourceDef, props: Props) -> dict[str, Any] | None:
-        inventory = self.inventory()
+        inventory = self.session.inventory()
         dc = self._find_by_path(f"/{props['datacenter']}")
         dc_moref = str(dc._moId) if dc is not None else ""
         tagged = [
             moref
-            for moref, attached in self.tags_by_object([props["category"]]).items()
+            for moref, attached in self.session.tags_by_object([props["category"]]).items()
             if (props["category"], props["zone"]) in attached
             and (e := inventory.entities.get(moref)) is not None
             and e.type == "ClusterComputeResource"
@@ -322,7 +324,7 @@ class VsphereLayoutResources(VsphereMachines):
                 PROVIDER, "CreateFolder", f"the parent folder {parent_path!r} does not exist"
             )
         try:
-            made = self.call(
+            made = self.session.call(
                 "CreateFolder",
                 lambda si: vim.Folder(parent._moId, si._stub).CreateFolder(name=name),
             )
@@ -333,7 +335,7 @@ class VsphereLayoutResources(VsphereMachines):
 
     def _delete_folder(self, resource: ResourceDef, props: Props, raw: dict[str, Any]) -> None:
         moref = raw["id"]
-        children = self.call(
+        children = self.session.call(
             "ListChildren", lambda si: list(vim.Folder(moref, si._stub).childEntity or [])
         )
         if children:
@@ -346,8 +348,8 @@ class VsphereLayoutResources(VsphereMachines):
 
     def _destroy(self, operation: str, kind: Any, moref: str) -> None:
         try:
-            task = self.call(operation, lambda si: kind(moref, si._stub).Destroy_Task())
-            self.wait_task(operation, task._moId)
+            task = self.session.call(operation, lambda si: kind(moref, si._stub).Destroy_Task())
+            self.session.wait_task(operation, task._moId)
         except errors.NotFound:
             pass
 
@@ -386,7 +388,7 @@ class VsphereLayoutResources(VsphereMachines):
 
         spec = vim.ResourceConfigSpec(cpuAllocation=allocation(), memoryAllocation=allocation())
         try:
-            made = self.call(
+            made = self.session.call(
                 "CreateResourcePool",
                 lambda si: vim.ResourcePool(parent._moId, si._stub).CreateResourcePool(
                     name=props["pool_name"], spec=spec
@@ -404,7 +406,7 @@ class VsphereLayoutResources(VsphereMachines):
             pool = vim.ResourcePool(moref, si._stub)
             return len(pool.vm or []) + len(pool.resourcePool or [])
 
-        held = self.call("GetResourcePool", contents)
+        held = self.session.call("GetResourcePool", contents)
         if held:
             raise errors.FailedPrecondition(
                 PROVIDER,
@@ -429,7 +431,7 @@ class VsphereLayoutResources(VsphereMachines):
             return None  # vCenter has no such datastore: no disk on it either
         name = self._disk_name(props)
         try:
-            self.call(
+            self.session.call(
                 "QueryVirtualDiskUuid",
                 lambda si: si.content.virtualDiskManager.QueryVirtualDiskUuid(
                     name=name, datacenter=vim.Datacenter(dc._moId, si._stub)
@@ -451,7 +453,7 @@ class VsphereLayoutResources(VsphereMachines):
         name = self._disk_name(props)
         directory = name.rpartition("/")[0]
         try:
-            self.call(
+            self.session.call(
                 "MakeDirectory",
                 lambda si: si.content.fileManager.MakeDirectory(
                     name=directory,
@@ -467,13 +469,13 @@ class VsphereLayoutResources(VsphereMachines):
             adapterType="lsiLogic",
             capacityKb=int(props["size_gb"]) * GIB // 1024,
         )
-        task = self.call(
+        task = self.session.call(
             "CreateVirtualDisk",
             lambda si: si.content.virtualDiskManager.CreateVirtualDisk_Task(
                 name=name, datacenter=vim.Datacenter(dc._moId, si._stub), spec=spec
             ),
         )
-        self.wait_task("CreateVirtualDisk", task._moId)
+        self.session.wait_task("CreateVirtualDisk", task._moId)
         log.info("vsphere: created disk %s", name)
         return {"id": name}
 
@@ -490,13 +492,13 @@ class VsphereLayoutResources(VsphereMachines):
     def _delete_disk(self, resource: ResourceDef, props: Props, raw: dict[str, Any]) -> None:
         dc = self._dc_ref(props["datacenter"])
         try:
-            task = self.call(
+            task = self.session.call(
                 "DeleteVirtualDisk",
                 lambda si: si.content.virtualDiskManager.DeleteVirtualDisk_Task(
                     name=raw["id"], datacenter=vim.Datacenter(dc._moId, si._stub)
                 ),
             )
-            self.wait_task("DeleteVirtualDisk", task._moId)
+            self.session.wait_task("DeleteVirtualDisk", task._moId)
         except errors.NotFound:
             pass
 
@@ -514,7 +516,7 @@ class VsphereLayoutResources(VsphereMachines):
             return {p.name: p.val for p in found[0].propSet} if found else {}
 
         try:
-            props = self.call("GetVm", read)
+            props = self.session.call("GetVm", read)
         except errors.NotFound:
             return None
         if not props.get("config.uuid"):
@@ -673,22 +675,22 @@ class VsphereLayoutResources(VsphereMachines):
     def _with_ip(self, raw: VmRaw) -> VmRaw:
         """Wait (``wait_timeout_s``) for the guest's IP, as Terraform waits for guest networking;
         none by then is a retryable error (the retry finds the VM and waits again)."""
-        deadline = time.monotonic() + self.settings.wait_timeout_s
+        deadline = time.monotonic() + self.session.settings.wait_timeout_s
         while not raw.ip and raw.power_state == "poweredOn":
             if time.monotonic() > deadline:
                 raise errors.CloudError(
                     PROVIDER, "WaitGuestIP", f"VM {raw.name} reports no IP address yet"
                 )
-            time.sleep(self.settings.poll_interval_s)
+            time.sleep(self.session.settings.poll_interval_s)
             raw = self._read_vm(raw.moref) or raw
         return raw
 
     def _reconfig(self, raw: VmRaw, spec: Any) -> None:
-        task = self.call(
+        task = self.session.call(
             "ReconfigVM",
             lambda si: vim.VirtualMachine(raw.moref, si._stub).ReconfigVM_Task(spec=spec),
         )
-        self.wait_task("ReconfigVM", task._moId)
+        self.session.wait_task("ReconfigVM", task._moId)
 
     def _attach_spec(self, raw: VmRaw, props: Props) -> Any:
         """Attach the existing data disk (not created, not destroyed with the VM) on the root

@@ -1,9 +1,10 @@
 """zVirt layout resources through ``ovirtsdk4``: find by name, create, repair drift, delete.
 
-One handler per kind of :mod:`cloudloop.cloud.zvirt.layout`, on the machines mixin's SDK calls
-(:class:`~cloudloop.cloud.zvirt.machines.ZvirtMachines`: pooled connections with the request
-timeout, counted calls, SDK errors translated; the clone, the boot-disk resize and the cloud-init
-start are the Cluster API machine's own steps), signed with the ``ZvirtClusterConfiguration``'s
+One handler per kind of :mod:`cloudloop.cloud.zvirt.layout`, a
+:class:`~cloudloop.cloud.zvirt.machines.ZvirtMachines` on its own session
+(:class:`~cloudloop.cloud.zvirt.base.ZvirtBase`: pooled connections with the request timeout,
+counted calls, SDK errors translated; the clone, the boot-disk resize and the cloud-init start
+are the Cluster API machine's own steps), signed with the ``ZvirtClusterConfiguration``'s
 engine, credentials and cluster; the worker's zVirt settings give the timeouts and waits.
 
 Identity and crash rules:
@@ -37,7 +38,14 @@ from typing import Any
 from cloudloop.cloud import errors
 from cloudloop.cloud.layouts import Drift, Ensured, Found
 from cloudloop.cloud.zvirt import layout as defs
-from cloudloop.cloud.zvirt.base import attachment_view, disk_view, nic_view, types, vm_view
+from cloudloop.cloud.zvirt.base import (
+    ZvirtBase,
+    attachment_view,
+    disk_view,
+    nic_view,
+    types,
+    vm_view,
+)
 from cloudloop.cloud.zvirt.machines import MACHINE_FOLLOW, ZvirtMachines, _detach
 from cloudloop.cloud.zvirt.mapping import (
     GIB,
@@ -63,7 +71,7 @@ _STARTED = frozenset(
 
 
 def _machine(props: Props) -> ZvirtMachineSpec:
-    """The VM's properties as the machines mixin's spec (1 socket x cores x 1 thread)."""
+    """The VM's properties as the machines capability's spec (1 socket x cores x 1 thread)."""
     return ZvirtMachineSpec.model_validate(
         {
             "template": props["template"],
@@ -153,7 +161,7 @@ class ZvirtLayoutResources(ZvirtMachines):
             return [vm_view(vm) for vm in api.vms_service().list(search=query)]
 
         blockers: list[str] = []
-        for vm in self.call("ListVms", search):
+        for vm in self.session.call("ListVms", search):
             if not vm.name.startswith(f"{layout.prefix}-"):
                 continue
             if vm.name not in ours:
@@ -204,8 +212,8 @@ class ZvirtLayoutResources(ZvirtMachines):
 
     def _prepare(self, vm_id: str, machine: ZvirtMachineSpec) -> None:
         """Wait for the clone (``image_locked`` → ``down``), then grow the boot disk."""
-        deadline = self.deadline()
-        vm = self.wait_until(
+        deadline = self.session.deadline()
+        vm = self.session.wait_until(
             "WaitForVmDown",
             lambda: self.get_vm(vm_id),
             lambda current: current.status != "image_locked",
@@ -247,7 +255,7 @@ class ZvirtLayoutResources(ZvirtMachines):
 
     # -- NIC -------------------------------------------------------------------------------
     def _nics(self, vm_id: str) -> list[NicView]:
-        return self.call(
+        return self.session.call(
             "ListNics",
             lambda api: [
                 nic_view(n) for n in api.vms_service().vm_service(vm_id).nics_service().list()
@@ -266,7 +274,7 @@ class ZvirtLayoutResources(ZvirtMachines):
             interface=types.NicInterface.VIRTIO,
         )
         vm_id = str(props["vm_id"])
-        created = self.call(
+        created = self.session.call(
             "AddNic",
             lambda api: nic_view(api.vms_service().vm_service(vm_id).nics_service().add(nic)),
         )
@@ -296,7 +304,7 @@ class ZvirtLayoutResources(ZvirtMachines):
             return _disk_raw(api.disks_service().disk_service(disk_id).get())
 
         try:
-            return self.call("GetDisk", get)
+            return self.session.call("GetDisk", get)
         except errors.NotFound:
             return None
 
@@ -308,7 +316,7 @@ class ZvirtLayoutResources(ZvirtMachines):
             found = api.disks_service().list(search=f"alias={quoted}")
             return [_disk_raw(d) for d in found]
 
-        found = [d for d in self.call("ListDisks", search) if d["name"] == name]
+        found = [d for d in self.session.call("ListDisks", search) if d["name"] == name]
         if len(found) > 1:
             raise errors.AlreadyExists(NAME, "ListDisks", f"{len(found)} disks named {name!r}")
         if found and found[0]["description"] != props["description"]:
@@ -328,10 +336,12 @@ class ZvirtLayoutResources(ZvirtMachines):
             storage_domains=[types.StorageDomain(id=props["storage_domain_id"])],
         )
         try:
-            created = self.call("AddDisk", lambda api: _disk_raw(api.disks_service().add(disk)))
+            created = self.session.call(
+                "AddDisk", lambda api: _disk_raw(api.disks_service().add(disk))
+            )
         except errors.NotFound as exc:  # the storage domain named in the request
             raise errors.InvalidRequest(NAME, "AddDisk", exc.message) from exc
-        self._wait_disk_ok(str(created["id"]), self.deadline())
+        self._wait_disk_ok(str(created["id"]), self.session.deadline())
         return created
 
     def _drift_disk(self, resource: ResourceDef, props: Props, raw: Raw) -> list[Drift]:
@@ -349,9 +359,9 @@ class ZvirtLayoutResources(ZvirtMachines):
 
     def _fix_disk(self, resource: ResourceDef, props: Props, raw: Raw, drift: list[Drift]) -> None:
         disk_id, size = str(raw["id"]), int(props["size_gb"]) * GIB
-        deadline = self.deadline()
+        deadline = self.session.deadline()
         self._wait_disk_ok(disk_id, deadline)
-        self.call(
+        self.session.call(
             "UpdateDisk",
             lambda api: (
                 api.disks_service().disk_service(disk_id).update(types.Disk(provisioned_size=size))
@@ -362,7 +372,9 @@ class ZvirtLayoutResources(ZvirtMachines):
     def _delete_disk(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
         disk_id = str(raw["id"])
         with contextlib.suppress(errors.NotFound):  # gone meanwhile
-            self.call("RemoveDisk", lambda api: api.disks_service().disk_service(disk_id).remove())
+            self.session.call(
+                "RemoveDisk", lambda api: api.disks_service().disk_service(disk_id).remove()
+            )
 
     def _outputs_disk(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
         return {"id": raw["id"]}
@@ -382,7 +394,7 @@ class ZvirtLayoutResources(ZvirtMachines):
             bootable=False,
             active=bool(props["active"]),
         )
-        created = self.call(
+        created = self.session.call(
             "AddDiskAttachment",
             lambda api: attachment_view(
                 api.vms_service().vm_service(vm_id).disk_attachments_service().add(attachment)
@@ -416,8 +428,8 @@ class ZvirtLayoutResources(ZvirtMachines):
 
     def _create_start(self, resource: ResourceDef, props: Props) -> Raw:
         vm_id = str(props["vm_id"])
-        deadline = self.deadline()
-        self.wait_until(
+        deadline = self.session.deadline()
+        self.session.wait_until(
             "WaitForVmDown",
             lambda: self.get_vm(vm_id),
             lambda vm: vm.status not in ("image_locked", "powering_down", "saving_state"),
@@ -427,11 +439,11 @@ class ZvirtLayoutResources(ZvirtMachines):
         return self._wait_for_ip(vm_id)
 
     def _wait_for_ip(self, vm_id: str) -> Raw:
-        vm = self.wait_until(
+        vm = self.session.wait_until(
             "WaitForIp",
             lambda: self.get_vm(vm_id, follow=MACHINE_FOLLOW),
             lambda vm: vm.status == "up" and first_ipv4(vm) is not None,
-            deadline=self.deadline(),
+            deadline=self.session.deadline(),
         )
         return {"id": vm.id, "ip": first_ipv4(vm)}
 
@@ -445,11 +457,11 @@ class ZvirtLayoutResources(ZvirtMachines):
         """Power off (upstream ``force_stop``) and wait for ``down``."""
         vm_id = str(raw["id"])
         self._vm_request(vm_id, "StopVm", lambda service: service.stop(force=True))
-        self.wait_until(
+        self.session.wait_until(
             "WaitForVmDown",
             lambda: self.get_vm(vm_id),
             lambda vm: vm.status == "down",
-            deadline=self.deadline(),
+            deadline=self.session.deadline(),
         )
 
     def _outputs_start(self, resource: ResourceDef, raw: Raw) -> dict[str, Any]:
@@ -523,4 +535,4 @@ class ZvirtLayouts:
                 "ssh_public_key": config.sshPublicKey,
             }
         )
-        return ZvirtLayoutResources(settings)
+        return ZvirtLayoutResources(ZvirtBase(settings))
