@@ -30,11 +30,11 @@ from activities.layout import LayoutActivities
 from bench.context import BenchContext
 from cloudloop import temporal
 from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from cloudloop.settings import Settings
 from devstack.backends.dvp_layouts import cluster_resources as dvp_resources
 from devstack.backends.zvirt import QUICK_TIMINGS, ovirt_engine
 from devstack.backends.zvirt_layouts import cluster_resources as zvirt_resources

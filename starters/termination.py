@@ -41,7 +41,7 @@ from temporalio.exceptions import ApplicationError
 
 from cloudloop import searchattrs
 from cloudloop.cloud.errors import CloudError, NotFound
-from cloudloop.cloud.registry import provider_for
+from cloudloop.cloud.registry import Settings, provider_for
 from cloudloop.cloud.termination import (
     InstanceInfo,
     MalformedMessage,
@@ -75,7 +75,7 @@ from cloudloop.metrics import (
     POISON_MESSAGES,
 )
 from cloudloop.rules.termination import give_up_reason
-from cloudloop.settings import Domain, NthSettings, Settings
+from cloudloop.settings import Domain, NthSettings
 from cloudloop.temporal import Start, signal_with_start
 from starters.context import StarterContext
 from workflows.termination import (

@@ -30,6 +30,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.termination import (
     EventKind,
     InstanceInfo,
@@ -41,7 +42,7 @@ from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import NODES, ObjectRef
 from cloudloop.messages.kube import EventSource
 from cloudloop.metrics import NTH_EVENTS_ERROR
-from cloudloop.settings import Domain, NthSettings, Settings
+from cloudloop.settings import Domain, NthSettings
 from starters.termination import start_drain
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,11 @@ from temporalio.client import Client
 from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.dvp.settings import DvpSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
-from cloudloop.settings import Settings, TemporalSettings
+from cloudloop.settings import TemporalSettings
 from devstack.dvp_simulator import CLUSTER_IMAGE, STORAGE_CLASSES, VM_CLASS, DvpParent
 from devstack.local import LocalStack, StackOptions
 from starters.layout import run_layout

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudloop.cloud.openstack.base import OpenStackBase
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from workers.main import run
 
 

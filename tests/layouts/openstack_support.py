@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from cloudloop.cloud.openstack.settings import OpenStackSettings
-from cloudloop.settings import Settings, TemporalSettings
+from cloudloop.cloud.registry import Settings
+from cloudloop.settings import TemporalSettings
 from devstack.backends.openstack import QUICK
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import (

@@ -26,12 +26,13 @@ from cloudloop import temporal
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.layouts.config import ClusterIdentity, load_documents
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
-from cloudloop.settings import Settings, TemporalSettings
+from cloudloop.settings import TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack

@@ -19,7 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud.dvp import resources as r
-from cloudloop.settings import Settings
+from cloudloop.cloud.registry import Settings
 from devstack.backends.dvp_layouts import (
     NETWORK_POLICIES,
     cluster_resources,

@@ -24,10 +24,10 @@ from temporalio.client import Client
 
 from activities.layout import LayoutActivities
 from cloudloop import temporal
+from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
-from cloudloop.settings import Settings
 from devstack.backends.openstack import connect
 from devstack.backends.openstack_layouts import cluster_resources
 from devstack.local import LocalStack

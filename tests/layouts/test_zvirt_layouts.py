@@ -19,8 +19,8 @@ import ovirtsdk4.types
 import pytest
 from temporalio.client import Client
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.mapping import GIB
-from cloudloop.settings import Settings
 from devstack.backends.zvirt_layouts import cluster_resources, mutating_calls
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorAdmin

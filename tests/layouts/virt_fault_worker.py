@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cloudloop.cloud.dvp.base import DvpBase
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.base import ZvirtBase
-from cloudloop.settings import Settings
 from workers.main import run
 
 T = TypeVar("T")

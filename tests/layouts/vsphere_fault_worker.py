@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere.base import VsphereBase
-from cloudloop.settings import Settings
 from workers.main import run
 
 

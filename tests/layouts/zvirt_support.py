@@ -15,11 +15,12 @@ from temporalio.client import Client
 
 from activities.layout import LayoutActivities
 from cloudloop import temporal
+from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
-from cloudloop.settings import Settings, TemporalSettings
+from cloudloop.settings import TemporalSettings
 from devstack.backends.zvirt import QUICK, QUICK_TIMINGS
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint, OvirtEmulatorOptions

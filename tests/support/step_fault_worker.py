@@ -28,8 +28,8 @@ from typing import Any
 import temporalio.worker
 from temporalio import activity
 
+from cloudloop.cloud.registry import Settings
 from cloudloop.metrics import CLOUD_API_REQUESTS
-from cloudloop.settings import Settings
 from workers.main import run
 
 _LOCK = threading.Lock()

@@ -10,10 +10,10 @@ from temporalio.client import Client
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.imds import Imds
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
-from cloudloop.settings import Settings
 from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
 from devstack.metadata_mock import MockInstance, metadata_mock

@@ -14,8 +14,8 @@ from temporalio.client import Client
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.termination_queue import RULES, TARGET_ID
+from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.settings import Settings
 from devstack.backends.aws import NthCloud, aws_client, spot_itn
 from devstack.local import LocalStack
 from starters.termination import queue_spec, setup_queue
