@@ -47,6 +47,7 @@ from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
+from cloudloop.messages.errors import ErrorKind
 from cloudloop.messages.layout import (
     CheckDestroyInput,
     DefineInput,
@@ -110,7 +111,9 @@ class LayoutActivities:
         record = PROVIDERS.get(provider)
         if record is None or record.layouts is None:
             raise ApplicationError(
-                f"provider {provider!r} has no layouts", type="NotSupported", non_retryable=True
+                f"provider {provider!r} has no layouts",
+                type=ErrorKind.NOT_SUPPORTED,
+                non_retryable=True,
             )
         try:
             docs = [
@@ -145,7 +148,7 @@ class LayoutActivities:
                 raise ApplicationError(
                     f"layout {session.config.layout!r} is not supported for {input.provider} "
                     f"(supported: {', '.join(session.part.layouts)})",
-                    type="NotSupported",
+                    type=ErrorKind.NOT_SUPPORTED,
                     non_retryable=True,
                 )
             with cloud_errors():
@@ -193,7 +196,7 @@ class LayoutActivities:
             if resource.read_only and not destroy:
                 raise ApplicationError(
                     f"{resource.key}: not found (it is looked up, never created)",
-                    type="NotFound",
+                    type=ErrorKind.NOT_FOUND,
                     non_retryable=True,
                 )
             plan.action = "no-op" if destroy else "create"
@@ -223,7 +226,7 @@ class LayoutActivities:
                 if found is None:
                     raise ApplicationError(
                         f"{resource.key}: not found (it is looked up, never created)",
-                        type="NotFound",
+                        type=ErrorKind.NOT_FOUND,
                         non_retryable=True,
                     )
                 return StepResult(key=resource.key, action="unchanged", outputs=found.outputs)
@@ -274,7 +277,7 @@ class LayoutActivities:
             if not isinstance(session.part, AdoptingPart):
                 raise ApplicationError(
                     f"{input.provider} layouts cannot adopt a Terraform state",
-                    type="NotSupported",
+                    type=ErrorKind.NOT_SUPPORTED,
                     non_retryable=True,
                 )
             return tfstate.map_state(input.layout, input.state, session.part.state_types)
@@ -298,7 +301,7 @@ class LayoutActivities:
                 if found is None and resource.read_only:
                     raise ApplicationError(
                         f"{resource.key}: not found (it is looked up, never created)",
-                        type="NotFound",
+                        type=ErrorKind.NOT_FOUND,
                         non_retryable=True,
                     )
                 if found is None:
@@ -312,7 +315,7 @@ class LayoutActivities:
             if not isinstance(session.resources, AdoptingResources):
                 raise ApplicationError(
                     f"{input.provider} layouts cannot adopt",
-                    type="NotSupported",
+                    type=ErrorKind.NOT_SUPPORTED,
                     non_retryable=True,
                 )
             with activity.shield_thread_cancel_exception(), cloud_errors():
