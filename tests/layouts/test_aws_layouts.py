@@ -83,8 +83,15 @@ async def run(
 
 
 def tagged(ec2: Any, describe: str, key: str, name: str) -> list[dict[str, Any]]:
+    """What carries the Name tag ``name``; checked here too, as moto ignores a tag filter on
+    some kinds (NAT gateways: another test's deleted one would be listed)."""
     answer = getattr(ec2, describe)(Filters=[{"Name": "tag:Name", "Values": [name]}])
-    return list(answer[key])
+    return [
+        item
+        for item in answer[key]
+        if key == "Reservations"
+        or any(t["Key"] == "Name" and t["Value"] == name for t in item.get("Tags", []))
+    ]
 
 
 def plan_actions(result: LayoutResult) -> dict[str, str]:
