@@ -31,3 +31,15 @@ def test_workflows_and_messages_name_no_kind_as_a_string() -> None:
         if literal.search(line)
     ]
     assert found == []
+
+
+def test_activities_raise_no_kind_as_a_string() -> None:
+    kinds = "|".join(k.value for k in ErrorKind)
+    literal = re.compile(rf"""type=["']({kinds})["']""")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "activities").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if literal.search(line)
+    ]
+    assert found == []
