@@ -31,6 +31,7 @@ from cloudloop.messages.loadbalancer import (
     LoadBalancerFound,
     LoadBalancerNode,
     LoadBalancerQuery,
+    LoadBalancerResult,
     LoadBalancerSignal,
     LoadBalancerState,
     LoadBalancerTarget,
@@ -303,7 +304,7 @@ async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:
         await apply(handle, desired(*[f"n{i}" for i in range(1, count + 1)]))
         await wf.script.called(UPDATE, count - 1)
 
-    latest = wf.client.get_workflow_handle(handle.id)
+    latest = wf.client.get_workflow_handle(handle.id, result_type=LoadBalancerResult)
 
     async def new_run() -> bool:
         run_id: str = (await latest.describe()).run_id
@@ -330,7 +331,7 @@ async def test_a_failing_lb_continues_as_new_with_its_backoff(wf: Harness) -> No
     wf.script.on(ENSURE, *[down] * 12, INGRESS)  # 4 failed reconciles of 3 attempts
     handle = await start(wf, desired("n1"), limit=40)
     first_run: str = (await handle.describe()).run_id
-    latest = wf.client.get_workflow_handle(handle.id)
+    latest = wf.client.get_workflow_handle(handle.id, result_type=LoadBalancerResult)
 
     async def new_run() -> bool:
         run_id: str = (await latest.describe()).run_id

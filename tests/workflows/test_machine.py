@@ -27,6 +27,7 @@ from cloudloop.messages.machine import (
     MachineInput,
     MachineProgress,
     MachineQuery,
+    MachineResult,
     MachineSignal,
     ObserveMachineResult,
     ReportMachineInput,
@@ -307,7 +308,7 @@ async def test_continues_as_new_carrying_the_provisioned_vm(
     handle = await start(wf, machine_input(timings={"refresh_interval_s": 60}))
     await phase_is(handle, "Provisioned")
     first_run: str = (await handle.describe()).run_id
-    latest = wf.client.get_workflow_handle(handle.id)
+    latest = wf.client.get_workflow_handle(handle.id, result_type=MachineResult)
 
     async def new_run() -> bool:
         await wf.env.sleep(timedelta(seconds=60))
