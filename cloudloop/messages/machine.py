@@ -75,7 +75,7 @@ class PollSchedule(BaseModel):
 class MachineTimings(BaseModel):
     """How the workflow waits; the defaults suit production, tests shorten them."""
 
-    heartbeat_timeout_s: float = 30.0
+    heartbeat_timeout_s: float = 15.0
     #: Longest single wait inside an activity polling the VM before it reports back.
     observe_window_s: float = 60.0
     poll: PollSchedule = Field(default_factory=PollSchedule)
