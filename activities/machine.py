@@ -7,7 +7,8 @@ after a worker crash picks the count up from there. Driver errors become ``Appli
 with the error kind as ``type`` (see :mod:`activities.cloud`).
 
 ``create`` also writes the statuses on either side of it, when the workflow passes them: the
-"creating" one before the cloud call, and the provisioned one (providerID, addresses, ready, the
+"creating" one beside the Secret read and the cloud call (a thread of its own: nothing waits for
+a report), and the provisioned one (providerID, addresses, ready, the
 ``Provisioned`` Event) once the VM runs within its window — only on the object's version its own
 "creating" write left (a ``resourceVersion`` precondition), so a pause or any other change
 meanwhile leaves that write to the workflow, which waits for the pause to end. A failed
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from temporalio import activity
@@ -73,26 +76,39 @@ class MachineActivities:
         A cancellation waits until the driver's create call has returned, so nothing it makes
         is left behind by the deletion that follows.
         """
-        written = self._write_softly(input.creating) if input.creating is not None else None
-        user_data = self._bootstrap_data(input.bootstrap)
-        progress: dict[str, Any] = {"step": "creating"}
-        with heartbeating(1.0, details=functools.partial(dict, progress)):
-            with activity.shield_thread_cancel_exception(), cloud_errors():
-                machine = self.driver.create_machine(input.spec, user_data)
-            del user_data
-            progress.update(step="created", phase=machine.phase)
-            activity.heartbeat(dict(progress))
-            result = self._watch(
-                input.spec, machine, capi.REASON_VM_NOT_READY, input.window_s, input.poll, progress
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-status") as beside:
+            # The "creating" status is written beside the Secret read and the cloud call (a
+            # report: nothing waits for it), in this activity's context (its logger).
+            creating = (
+                beside.submit(contextvars.copy_context().run, self._write_softly, input.creating)
+                if input.creating is not None
+                else None
             )
-            result.creating_reported = written is not None
-            running = result.machine is not None and capi.classify(result.machine).provisioned
-            if written is not None and input.provisioned is not None and running:
-                assert result.machine is not None
-                result.provisioned_reported = self._write_provisioned(
-                    input.provisioned, result.machine, written
+            user_data = self._bootstrap_data(input.bootstrap)
+            progress: dict[str, Any] = {"step": "creating"}
+            with heartbeating(1.0, details=functools.partial(dict, progress)):
+                with activity.shield_thread_cancel_exception(), cloud_errors():
+                    machine = self.driver.create_machine(input.spec, user_data)
+                del user_data
+                progress.update(step="created", phase=machine.phase)
+                activity.heartbeat(dict(progress))
+                result = self._watch(
+                    input.spec,
+                    machine,
+                    capi.REASON_VM_NOT_READY,
+                    input.window_s,
+                    input.poll,
+                    progress,
                 )
-            return result
+                written = creating.result() if creating is not None else None
+                result.creating_reported = written is not None
+                running = result.machine is not None and capi.classify(result.machine).provisioned
+                if written is not None and input.provisioned is not None and running:
+                    assert result.machine is not None
+                    result.provisioned_reported = self._write_provisioned(
+                        input.provisioned, result.machine, written
+                    )
+                return result
 
     def _write_softly(self, report: ReportMachineInput) -> dict[str, Any] | None:
         """The "creating" status, before the create: the object as written, or ``None`` when it
