@@ -30,6 +30,7 @@ from bench.termination import termination_figures
 from bench.volume import volume_figures
 from bench.vsphere import vsphere_figures
 from bench.vsphere_machines import vsphere_machine_figures
+from bench.worker_kill import worker_kill_figures
 
 BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,
@@ -52,6 +53,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "layouts-openstack": openstack_layout_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
+    "worker-kill": worker_kill_figures,
     # last: counts the histories the benchmarks above left behind
     "actions": temporal_action_figures,
 }

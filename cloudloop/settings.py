@@ -212,8 +212,9 @@ class NthSettings(BaseModel):
     max_receive_count: int = Field(default=5, ge=0)
     #: Length of one eviction activity; each round is one entry in the workflow history.
     drain_round_s: float = Field(default=30.0, gt=0)
-    #: Heartbeat timeout of the drain's long activities: how soon a dead worker's work moves on.
-    activity_heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    #: Heartbeat timeout of the drain's long activities: how soon a dead worker's work moves on
+    #: (at most 15 s, the rule of :mod:`workflows.timeouts`).
+    activity_heartbeat_timeout_s: float = Field(default=15.0, gt=0)
     #: Wait for the node's VolumeAttachments to go before completing the lifecycle action.
     wait_for_volume_attachments: bool = False
     volume_attachment_timeout_s: float = 300.0
