@@ -16,8 +16,14 @@ STAMP  := $(VENV)/.installed-stamp
 dev: $(STAMP)
 	$(BIN)/cloudloop dev $(DEV_ARGS)
 
+# The tests run in PYTEST_WORKERS pytest-xdist processes, each with stacks of its own (its own
+# ports too: tests/conftest.py); a test file stays on one worker, so its module-scoped stacks
+# start once, and the costliest files are handed out first. PYTEST_WORKERS=0 runs them serially.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: setup lint typecheck installdeps
-	$(BIN)/pytest -p no:cacheprovider --durations=25
+	$(BIN)/pytest -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
 # Lint, types and every test that needs no stack (pure and time-skipping workflow tests).
 test-fast: $(STAMP) lint typecheck
