@@ -443,6 +443,28 @@ def test_storage_class_exclude_and_default_reach_the_csi_controller(helm: Helm) 
     assert json.loads(env["CLOUDLOOP_CSI__STORAGE_CLASS_EXCLUDE"]) == []
 
 
+def test_deckhouse_aws_settings_reach_the_aws_settings(helm: Helm) -> None:
+    """``tags``, ``zones``, the LB security group and the IMDS options as ``cloud.settings``."""
+    from cloudloop.cloud.aws.settings import AwsSettings
+
+    docs = render(
+        helm,
+        "aws",
+        {
+            "cloud.settings.tags.team": "storage",
+            "cloud.settings.zones[0]": "us-east-1b",
+            "cloud.settings.load_balancer_security_group": "sg-0123456789abcdef0",
+            "cloud.settings.instances.http_tokens": "required",
+            "cloud.settings.instances.http_put_response_hop_limit": "1",
+        },
+    )
+    cloud = yaml.safe_load(find(docs, "ConfigMap", "cloudloop")["data"]["cloud.yaml"])
+    aws = AwsSettings.model_validate(cloud)
+    assert aws.tags == {"team": "storage"} and aws.zone_names() == ["us-east-1b"]
+    assert aws.load_balancer_security_group == "sg-0123456789abcdef0"
+    assert (aws.instances.http_tokens, aws.instances.http_put_response_hop_limit) == ("required", 1)
+
+
 def test_the_csi_controller_reaches_temporal_like_the_worker(helm: Helm) -> None:
     sets = {
         "temporal.tls.enabled": "true",
