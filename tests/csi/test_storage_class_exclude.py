@@ -51,6 +51,24 @@ def test_excluded_classes_are_not_made_and_made_ones_go(
         assert all(
             c["metadata"]["annotations"][DEFAULT_ANNOTATION] == "false" for c in left.values()
         )
+
+        # storageClass.default: the named class, an excluded one never, "-" none.
+        for default, expected in (("gp2", {"gp2"}), ("st1", set()), ("-", set()), ("", {"gp3"})):
+            chosen = base.model_copy(
+                update={
+                    "csi": base.csi.model_copy(
+                        update={"storage_class_exclude": ["^st"], "default_storage_class": default}
+                    )
+                }
+            )
+            assert sync_objects(kube, chosen, driver)
+            found = classes(kube, driver_name)
+            marked = {
+                n
+                for n, c in found.items()
+                if c["metadata"]["annotations"][DEFAULT_ANNOTATION] == "true"
+            }
+            assert marked == expected, (default, sorted(marked))
     finally:
         for name in classes(kube, driver_name):
             kube.delete(STORAGE_CLASSES, name)
