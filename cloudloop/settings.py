@@ -234,6 +234,19 @@ class NthSettings(BaseModel):
     imds_poll_interval_s: float = Field(default=2.0, gt=0)
 
 
+class VolumeSnapshotClassSettings(BaseModel):
+    """The driver's VolumeSnapshotClass, kept by the CSI controller beside the StorageClasses
+    (from the same discovery document) where the cloud's driver has snapshots."""
+
+    enabled: bool = False
+    #: Its name ("": the CSI driver name).
+    name: str = ""
+    #: ``snapshot.storage.kubernetes.io/is-default-class``.
+    default: bool = True
+    #: Its parameters (EBS: ``tagSpecification_<n>: "key=value"``).
+    parameters: dict[str, str] = Field(default_factory=dict)
+
+
 class CsiSettings(BaseModel):
     """The CSI driver (``cloudloop csi-controller``, ``cloudloop csi-node``)."""
 
@@ -268,6 +281,9 @@ class CsiSettings(BaseModel):
     #: them); an excluded class is never the default.
     storage_class_exclude: list[str] = Field(default_factory=list)
     storage_class_interval_s: float = 60.0
+    volume_snapshot_class: VolumeSnapshotClassSettings = Field(
+        default_factory=VolumeSnapshotClassSettings
+    )
 
     @field_validator("storage_class_exclude")
     @classmethod
