@@ -117,13 +117,18 @@ async def kill_every_step(
         spare = workers.start({**env, "STEP_FAULT_GO": str(go)}, module=FAULT_WORKER, wait=False)
         return spare, go
 
-    async def take_over(spare: WorkerProcess, go: Path) -> None:
+    async def take_over(spare: WorkerProcess, go: Path) -> WorkerProcess:
+        """``spare`` polling; a fresh worker instead if it died starting (a port taken by
+        another process on a busy machine)."""
         go.touch()
         assert spare.process is not None
-        await asyncio.to_thread(spare.process.wait_ready, 60.0)
+        try:
+            await asyncio.to_thread(spare.process.wait_ready, 60.0)
+        except RuntimeError:
+            spare = workers.start({**env, "STEP_FAULT_GO": str(go)}, module=FAULT_WORKER)
+        return spare
 
-    worker, go = warm()
-    await take_over(worker, go)
+    worker = await take_over(*warm())
     spare, spare_go = warm()
     action = asyncio.ensure_future(run_layout(client, queue, input, poll_s=0.5))
     kills = 0
@@ -142,7 +147,7 @@ async def kill_every_step(
                 if blocked_in(worker) == count:
                     break
                 count = blocked_in(worker)
-            await take_over(spare, spare_go)
+            spare = await take_over(spare, spare_go)
             worker.kill()
             kills += 1
             worker = spare

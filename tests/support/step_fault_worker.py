@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -86,16 +87,20 @@ def short_sticky_queues(seconds: float = 1.0) -> None:
     temporalio.worker.Worker = Worker  # type: ignore[misc]
 
 
-def wait_for(go: Path) -> None:
-    """Until ``go`` exists (the harness's word that this spare takes over)."""
-    while not go.exists():
-        threading.Event().wait(0.05)
+def wait_for(go: Path, port: int) -> None:
+    """Until ``go`` exists (the harness's word that this spare takes over), holding the metrics
+    ``port`` meanwhile so no other process takes it."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+        while not go.exists():
+            threading.Event().wait(0.05)
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if os.environ.get("STEP_FAULT_GO"):
-        wait_for(Path(os.environ["STEP_FAULT_GO"]))
+        wait_for(Path(os.environ["STEP_FAULT_GO"]), int(os.environ["CLOUDLOOP_METRICS_PORT"]))
     short_sticky_queues()
     stop_after_first_mutation(
         Path(os.environ["STEP_FAULT_SEEN"]),
