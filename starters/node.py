@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Iterable
@@ -205,7 +206,7 @@ class NodeSync:
                         raise rules.InitError("no instance found in the cloud for this node")
                     if instance.init_error:
                         raise rules.InitError(instance.init_error)
-                    await asyncio.to_thread(self._initialize_node, name, instance)
+                    await asyncio.to_thread(self._initialize_node, name, instance, node)
                     self.queue.forget(name)
                 except (rules.InitError, KubeError, CloudError) as exc:
                     await self._retry_later(node, str(exc))
@@ -230,24 +231,35 @@ class NodeSync:
                 component=EventSource.NODE,
             )
 
-    def _initialize_node(self, name: str, instance: Instance) -> None:
-        """Addresses first, then labels + providerID + taint removal in one Update."""
+    def _initialize_node(
+        self, name: str, instance: Instance, cached: dict[str, Any] | None = None
+    ) -> None:
+        """Addresses first, then labels + providerID + taint removal in one Update.
+
+        The first try starts from the informer's copy (``cached``) and the status patch's
+        answer, so a node costs two writes and its Event, no read; a conflict (the copy was
+        stale) reads the node and tries again.
+        """
         for _ in range(CONFLICT_RETRIES):
-            node = self.kube.get(NODES, name)
+            node = copy.deepcopy(cached) if cached is not None else self.kube.get(NODES, name)
+            cached = None
             if node is None or not rules.needs_init(node):
                 return
             addresses = rules.node_addresses(node, instance.addresses)
-            if rules.addresses_changed(node, addresses):
-                self.kube.patch(
-                    NODES, name, {"status": {"addresses": addresses}}, subresource="status"
-                )
-                node = self.kube.get(NODES, name) or node
-            labels = rules.node_labels(instance, node["metadata"].get("labels") or {})
-            node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}), **labels}
-            node["spec"] = rules.initialized_spec(node, instance)
             try:
+                if rules.addresses_changed(node, addresses):
+                    node = self.kube.patch(
+                        NODES, name, {"status": {"addresses": addresses}}, subresource="status"
+                    )
+                    if not rules.needs_init(node):  # the copy was stale: done already
+                        return
+                labels = rules.node_labels(instance, node["metadata"].get("labels") or {})
+                node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}), **labels}
+                node["spec"] = rules.initialized_spec(node, instance)
                 self.kube.request("PUT", NODES.path(None, name), body=node)
             except KubeError as exc:
+                if exc.not_found:  # deleted meanwhile: nothing to initialize
+                    return
                 if exc.conflict:
                     time.sleep(0.05)
                     continue
