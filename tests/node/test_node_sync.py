@@ -59,16 +59,21 @@ async def test_init_burst_is_batched_and_sets_everything(
         )
         async with node_sync(kube, ccm_settings.model_copy(update={"ccm": quiet})):
             before = describe_calls()
-            for inst in by_name:
-                await asyncio.to_thread(make_node, kube, inst["PrivateDnsName"], scope)
-            for inst in by_id:
-                await asyncio.to_thread(
-                    make_node,
-                    kube,
-                    f"byid-{inst['InstanceId']}",
-                    scope,
-                    provider_id=f"aws:///us-east-1b/{inst['InstanceId']}",
-                )
+            # At once, as a burst comes: made one by one on a loaded machine, a gap between two
+            # Nodes longer than the batch window would split the burst into two lookups.
+            await asyncio.gather(
+                *(asyncio.to_thread(make_node, kube, i["PrivateDnsName"], scope) for i in by_name),
+                *(
+                    asyncio.to_thread(
+                        make_node,
+                        kube,
+                        f"byid-{inst['InstanceId']}",
+                        scope,
+                        provider_id=f"aws:///us-east-1b/{inst['InstanceId']}",
+                    )
+                    for inst in by_id
+                ),
+            )
 
             def all_initialized() -> bool:
                 items = kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]
