@@ -24,6 +24,7 @@ from bench.nodegroup import nodegroup_figures
 from bench.openstack import openstack_figures
 from bench.openstack_machines import openstack_machine_figures
 from bench.probe import probe_overhead
+from bench.pvcburst import pvc_burst_figures
 from bench.scale import scale_figures
 from bench.snapshots import snapshot_figures
 from bench.termination import termination_figures
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "aws-machines": aws_machine_figures,
     "vsphere-machines": vsphere_machine_figures,
     "csi": csi_figures,
+    "pvc-burst": pvc_burst_figures,
     "snapshots": snapshot_figures,
     "layouts": layout_figures,
     "layouts-vsphere": vsphere_layout_figures,
