@@ -17,6 +17,7 @@ from bench.layout_openstack import openstack_layout_figures
 from bench.layout_virt import layout_virt_figures
 from bench.layout_vsphere import vsphere_layout_figures
 from bench.lbscale import lb_scale_figures
+from bench.lbworkers import lb_worker_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "layouts-openstack": openstack_layout_figures,
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
+    "lbworkers": lb_worker_figures,
     # last: counts the histories the benchmarks above left behind
     "actions": temporal_action_figures,
 }
