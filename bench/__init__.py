@@ -17,6 +17,7 @@ from bench.layout_openstack import openstack_layout_figures
 from bench.layout_virt import layout_virt_figures
 from bench.layout_vsphere import vsphere_layout_figures
 from bench.lbscale import lb_scale_figures
+from bench.lbworkers import lb_worker_figures
 from bench.loadbalancer import lb_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
@@ -24,6 +25,7 @@ from bench.nodegroup import nodegroup_figures
 from bench.openstack import openstack_figures
 from bench.openstack_machines import openstack_machine_figures
 from bench.probe import probe_overhead
+from bench.pvcburst import pvc_burst_figures
 from bench.scale import scale_figures
 from bench.snapshots import snapshot_figures
 from bench.termination import termination_figures
@@ -46,6 +48,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "aws-machines": aws_machine_figures,
     "vsphere-machines": vsphere_machine_figures,
     "csi": csi_figures,
+    "pvc-burst": pvc_burst_figures,
     "snapshots": snapshot_figures,
     "layouts": layout_figures,
     "layouts-vsphere": vsphere_layout_figures,
@@ -54,6 +57,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "scale": scale_figures,
     "lbscale": lb_scale_figures,
     "worker-kill": worker_kill_figures,
+    "lbworkers": lb_worker_figures,
     # last: counts the histories the benchmarks above left behind
     "actions": temporal_action_figures,
 }
