@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import webhook
 from activities.cloud import cloud_errors
+from activities.heartbeats import heartbeating
 from activities.kube import kube_errors
 from cloudloop.cloud.errors import NotSupported
 from cloudloop.cloud.termination import TerminationClient
@@ -400,22 +401,22 @@ class DrainActivities:
     # -- the queue's infrastructure ------------------------------------------------------------
     @activity.defn(name=DrainActivity.ENSURE_QUEUE)
     def ensure_queue(self, input: QueueSpec) -> QueueInfo:
-        with cloud_errors():
+        with heartbeating(), cloud_errors():
             return self._cloud().ensure_queue(input)
 
     @activity.defn(name=DrainActivity.ENSURE_QUEUE_RULES)
     def ensure_queue_rules(self, input: QueueRulesInput) -> list[str]:
-        with cloud_errors():
+        with heartbeating(), cloud_errors():
             return self._cloud().ensure_rules(input.spec, input.queue)
 
     @activity.defn(name=DrainActivity.ENSURE_LIFECYCLE_HOOKS)
     def ensure_lifecycle_hooks(self, input: QueueSpec) -> list[str]:
-        with cloud_errors():
+        with heartbeating(), cloud_errors():
             return self._cloud().ensure_lifecycle_hooks(input)
 
     @activity.defn(name=DrainActivity.REMOVE_QUEUE)
     def remove_queue(self, input: QueueSpec) -> list[str]:
-        with cloud_errors():
+        with heartbeating(), cloud_errors():
             return self._cloud().remove_queue(input)
 
     def all(self) -> list[object]:

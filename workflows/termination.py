@@ -439,6 +439,11 @@ def queue_workflow_id(cluster: str, *, remove: bool = False) -> str:
     return f"nth-queue-{'remove' if remove else 'install'}/{cluster}"
 
 
+#: A queue step makes several AWS calls (five rules and their targets); it heartbeats, so a dead
+#: worker costs the heartbeat timeout, not this.
+QUEUE_STEP_TIMEOUT = timedelta(minutes=1)
+
+
 @workflow.defn(name="TerminationQueue")
 class TerminationQueueWorkflow:
     """The queue mode's AWS side, made idempotently (queue, then rules, target and policy, then
@@ -452,7 +457,8 @@ class TerminationQueueWorkflow:
                 DrainActivity.REMOVE_QUEUE,
                 input.spec,
                 result_type=list[str],
-                start_to_close_timeout=SINGLE_CALL_TIMEOUT * 4,
+                start_to_close_timeout=QUEUE_STEP_TIMEOUT,
+                heartbeat_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=AWS_RETRY,
             )
             return QueueSetupResult(removed=removed)
@@ -467,7 +473,8 @@ class TerminationQueueWorkflow:
             DrainActivity.ENSURE_QUEUE_RULES,
             QueueRulesInput(spec=input.spec, queue=queue),
             result_type=list[str],
-            start_to_close_timeout=SINGLE_CALL_TIMEOUT * 4,
+            start_to_close_timeout=QUEUE_STEP_TIMEOUT,
+            heartbeat_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=AWS_RETRY,
         )
         hooks: list[str] = []
@@ -476,7 +483,8 @@ class TerminationQueueWorkflow:
                 DrainActivity.ENSURE_LIFECYCLE_HOOKS,
                 input.spec,
                 result_type=list[str],
-                start_to_close_timeout=SINGLE_CALL_TIMEOUT * 4,
+                start_to_close_timeout=QUEUE_STEP_TIMEOUT,
+                heartbeat_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=AWS_RETRY,
             )
         return QueueSetupResult(queue_url=queue.url, queue_arn=queue.arn, rules=rules, hooks=hooks)

@@ -15,12 +15,14 @@ from typing import Any
 
 from temporalio import activity
 
+from cloudloop.layouts import tfstate
 from cloudloop.layouts.model import LayoutDef
 from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
 from cloudloop.messages.layout import (
     CheckDestroyInput,
     DefineInput,
     LayoutActivity,
+    MapStateInput,
     PlanModuleInput,
     PlanModuleResult,
     StepInput,
@@ -57,6 +59,9 @@ from cloudloop.messages.termination import (
     ListPodsInput,
     OutcomeInput,
     PodPlan,
+    QueueInfo,
+    QueueRulesInput,
+    QueueSpec,
     TaintNodeInput,
     WaitVolumeAttachmentsInput,
     WebhookInput,
@@ -199,6 +204,22 @@ class FakeDrain(Fakes):
     async def record_lifecycle_heartbeat(self, input: LifecycleActionInput) -> bool:
         return await self.script.answer(DrainActivity.RECORD_LIFECYCLE_HEARTBEAT, input, bool)
 
+    @activity.defn(name=DrainActivity.ENSURE_QUEUE)
+    async def ensure_queue(self, input: QueueSpec) -> QueueInfo:
+        return await self.script.answer(DrainActivity.ENSURE_QUEUE, input, QueueInfo)
+
+    @activity.defn(name=DrainActivity.ENSURE_QUEUE_RULES)
+    async def ensure_queue_rules(self, input: QueueRulesInput) -> list[str]:
+        return await self.script.answer(DrainActivity.ENSURE_QUEUE_RULES, input, list[str])
+
+    @activity.defn(name=DrainActivity.ENSURE_LIFECYCLE_HOOKS)
+    async def ensure_lifecycle_hooks(self, input: QueueSpec) -> list[str]:
+        return await self.script.answer(DrainActivity.ENSURE_LIFECYCLE_HOOKS, input, list[str])
+
+    @activity.defn(name=DrainActivity.REMOVE_QUEUE)
+    async def remove_queue(self, input: QueueSpec) -> list[str]:
+        return await self.script.answer(DrainActivity.REMOVE_QUEUE, input, list[str])
+
 
 class FakeVolume(Fakes):
     @activity.defn(name=VolumeActivity.CREATE)
@@ -254,6 +275,14 @@ class FakeLayout(Fakes):
     @activity.defn(name=LayoutActivity.CHECK_DESTROY)
     async def check_destroy(self, input: CheckDestroyInput) -> list[str]:
         return await self.script.answer(LayoutActivity.CHECK_DESTROY, input, list)
+
+    @activity.defn(name=LayoutActivity.MAP_STATE)
+    async def map_state(self, input: MapStateInput) -> tfstate.StateMap:
+        return await self.script.answer(LayoutActivity.MAP_STATE, input, tfstate.StateMap)
+
+    @activity.defn(name=LayoutActivity.ADOPT)
+    async def adopt_resource(self, input: StepInput) -> StepResult:
+        return await self.script.answer(LayoutActivity.ADOPT, input, StepResult)
 
 
 FAKES: tuple[type[Fakes], ...] = (

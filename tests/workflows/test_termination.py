@@ -31,6 +31,9 @@ from cloudloop.messages.termination import (
     PodNote,
     PodPlan,
     PodRef,
+    QueueInfo,
+    QueueSetupInput,
+    QueueSpec,
 )
 from tests.workflows.conftest import Harness, running
 from tests.workflows.histories import record
@@ -39,7 +42,9 @@ from workflows.termination import (
     DRAIN_SIGNAL,
     CompleteLifecycleWorkflow,
     DrainNodeWorkflow,
+    TerminationQueueWorkflow,
     drain_workflow_id,
+    queue_workflow_id,
 )
 
 A = DrainActivity
@@ -84,7 +89,8 @@ async def wf(env: WorkflowEnvironment, script: Script) -> AsyncIterator[Harness]
     script.on(A.TAINT_NODE, True).on(A.CORDON_NODE, True).on(A.LIST_PODS, PLAN, EMPTY)
     script.on(A.EVICT_PODS, EVICTED).on(A.SEND_WEBHOOK, True).on(A.RECORD_OUTCOME, None)
     script.on(A.COMPLETE_LIFECYCLE_ACTION, True).on(A.RECORD_LIFECYCLE_HEARTBEAT, True)
-    async with running(env, script, [DrainNodeWorkflow, CompleteLifecycleWorkflow]) as harness:
+    workflows = [DrainNodeWorkflow, CompleteLifecycleWorkflow, TerminationQueueWorkflow]
+    async with running(env, script, workflows) as harness:
         yield harness
 
 
@@ -301,3 +307,31 @@ async def test_a_late_lifecycle_action_is_completed(wf: Harness, active: bool) -
         await record(handle, "CompleteLifecycleAction")
     [call] = wf.script.inputs(A.COMPLETE_LIFECYCLE_ACTION)
     assert call.action == action() and call.result == "CONTINUE"
+
+
+async def test_the_queue_is_made_rules_then_hooks_and_removed(wf: Harness) -> None:
+    """``TerminationQueue``: the queue, then its rules (with the queue's ARN), then the lifecycle
+    hooks of the named groups; the removal is one step."""
+    spec = QueueSpec(queue_name="c1-nth", rule_prefix="c1-nth", lifecycle_hook_groups=["asg-1"])
+    info = QueueInfo(url="https://sqs/c1-nth", arn="arn:aws:sqs:us-east-1:1:c1-nth")
+    wf.script.on(A.ENSURE_QUEUE, info).on(A.ENSURE_QUEUE_RULES, ["c1-nth-spot-itn"])
+    wf.script.on(A.ENSURE_LIFECYCLE_HOOKS, ["asg-1"]).on(A.REMOVE_QUEUE, ["c1-nth"])
+    handle = await wf.start(
+        TerminationQueueWorkflow.run, QueueSetupInput(spec=spec), id=queue_workflow_id("c1")
+    )
+    result = await handle.result()
+    await record(handle, "TerminationQueue")
+    assert (result.queue_url, result.rules, result.hooks) == (
+        info.url,
+        ["c1-nth-spot-itn"],
+        ["asg-1"],
+    )
+    assert wf.script.names() == [A.ENSURE_QUEUE, A.ENSURE_QUEUE_RULES, A.ENSURE_LIFECYCLE_HOOKS]
+    [rules] = wf.script.inputs(A.ENSURE_QUEUE_RULES)
+    assert rules.queue == info
+    removal = await wf.start(
+        TerminationQueueWorkflow.run,
+        QueueSetupInput(spec=spec, remove=True),
+        id=queue_workflow_id("c1", remove=True),
+    )
+    assert (await removal.result()).removed == ["c1-nth"]
