@@ -82,8 +82,16 @@ async def run(
 
 
 def tagged(ec2: Any, describe: str, key: str, name: str) -> list[dict[str, Any]]:
+    """The items tagged ``Name=name`` (checked here too: moto ignores the filter for some kinds,
+    e.g. NAT gateways, and other tests' resources share the module's moto)."""
     answer = getattr(ec2, describe)(Filters=[{"Name": "tag:Name", "Values": [name]}])
-    return list(answer[key])
+
+    def named(item: dict[str, Any]) -> bool:
+        if "Instances" in item:  # a reservation: its instances carry the tags
+            return any(named(i) for i in item["Instances"])
+        return {t["Key"]: t["Value"] for t in item.get("Tags", [])}.get("Name") == name
+
+    return [item for item in answer[key] if named(item)]
 
 
 def plan_actions(result: LayoutResult) -> dict[str, str]:
