@@ -19,6 +19,7 @@ from bench.layout_vsphere import vsphere_layout_figures
 from bench.lbscale import lb_scale_figures
 from bench.lbworkers import lb_worker_figures
 from bench.loadbalancer import lb_benchmarks
+from bench.loadbalancer_postgres import lb_postgres_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
 from bench.nodegroup import nodegroup_figures
@@ -38,6 +39,7 @@ BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
     "probe": probe_overhead,
     "nodes": node_figures,
     "loadbalancers": lb_benchmarks,
+    "loadbalancers-postgres": lb_postgres_benchmarks,
     "termination": termination_figures,
     "volumes": volume_figures,
     "machines": machine_figures,
