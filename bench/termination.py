@@ -291,6 +291,7 @@ async def _imds_interruption_to_drain_start(ctx: BenchContext) -> dict[str, floa
                 node=source,
                 task_queue=settings.temporal.task_queue,
                 cluster=settings.cluster_name,
+                provider=AWS.name,
             )
             worker = build_worker(
                 ctx.client, settings, driver=AwsDriver(AWS.section(settings)), kube=ctx.kube

@@ -77,7 +77,7 @@ class ImdsMonitor:
         node: str,
         task_queue: str,
         cluster: str,
-        provider: str = "aws",
+        provider: str,
     ) -> None:
         self.kube = kube
         self.client = client

@@ -54,6 +54,7 @@ def imds_monitor(config: Settings, kube: Kube, client: Client, endpoint: str) ->
         node="",
         task_queue=config.temporal.task_queue,
         cluster=config.cluster_name,
+        provider="aws",
     )
 
 

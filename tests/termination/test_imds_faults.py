@@ -82,6 +82,7 @@ def monitor_for(endpoint: str, kube: MemoryKube) -> ImdsMonitor:
         node="n1",
         task_queue="q",
         cluster="c",
+        provider="aws",
     )
 
 
