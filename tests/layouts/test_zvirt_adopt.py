@@ -8,6 +8,7 @@ VM's ``initialization_custom_script`` with a bootstrap secret in it, an empty ba
 the ``adopt`` workflow: everything found by its ID, the VMs and the disk given the layout's
 name and marker (three updates, nothing else); an apply afterwards makes no mutating request,
 the history never holds the engine's password nor the state's secret, destroy leaves nothing.
+Another cluster's state naming a VM this one has marked is refused, nothing changed.
 One stack for the module (the zVirt layout tests' own), the worker in this process.
 """
 
@@ -32,7 +33,7 @@ from cloudloop.settings import Settings
 from devstack.backends.zvirt_layouts import cluster_resources, mutating_calls
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorAdmin
-from starters.layout import run_layout, state_records
+from starters.layout import LayoutFailed, run_layout, state_records
 from tests.layouts.test_aws_adopt import payloads
 from tests.layouts.zvirt_support import (
     SECRET,
@@ -249,6 +250,24 @@ async def test_adopt_a_terraform_state_marks_and_renames_then_apply_makes_nothin
             f"VM/{worker}",
         ]
     )
+    assert cluster_resources(ovirt.admin_url, prefix) == made
+
+    # another cluster's state naming this cluster's (now marked) master VM: refused, untouched
+    other, other_uuid = f"z{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    other_path = zvirt_config(tmp_path, zvirt_stack, other)
+    other_node = f"{other}-master-0"
+    taken = tmp_path / "taken-tf-state.json"
+    taken.write_text(state(("ovirt_vm", "node", {"id": master_ids["vm"], "name": other_node})))
+    admin.clear_requests()
+    refused = layout_input("adopt", other_path, other, other_uuid).model_copy(
+        update={"state": state_records([f"{other_node}={taken}"], STATE_TYPES)}
+    )
+    with pytest.raises(LayoutFailed, match="belongs to another cluster") as failed:
+        await run_layout(
+            zvirt_client, zvirt_layout_settings.temporal.task_queue, refused, poll_s=0.2
+        )
+    assert failed.value.kind == "AlreadyExists"
+    assert mutating_calls(ovirt.admin_url) == {}
     assert cluster_resources(ovirt.admin_url, prefix) == made
 
     plan = await act("plan")
