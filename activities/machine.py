@@ -5,14 +5,24 @@ so the data never enters workflow history or logs. ``observe`` and ``delete`` po
 backoff and heartbeat its progress (phase, polls, attempts) in their details; a retried attempt
 after a worker crash picks the count up from there. Driver errors become ``ApplicationError``
 with the error kind as ``type`` (see :mod:`activities.cloud`).
+
+``create`` also writes the statuses on either side of it, when the workflow passes them: the
+"creating" one beside the Secret read and the cloud call (a thread of its own: nothing waits for
+a report), and the provisioned one (providerID, addresses, ready, the
+``Provisioned`` Event) once the VM runs within its window — only on the object's version its own
+"creating" write left (a ``resourceVersion`` precondition), so a pause or any other change
+meanwhile leaves that write to the workflow, which waits for the pause to end. A failed
+"creating" write is logged and the create goes on (it is a report, not a decision).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from temporalio import activity
@@ -66,17 +76,76 @@ class MachineActivities:
         A cancellation waits until the driver's create call has returned, so nothing it makes
         is left behind by the deletion that follows.
         """
-        user_data = self._bootstrap_data(input.bootstrap)
-        progress: dict[str, Any] = {"step": "creating"}
-        with heartbeating(1.0, details=functools.partial(dict, progress)):
-            with activity.shield_thread_cancel_exception(), cloud_errors():
-                machine = self.driver.create_machine(input.spec, user_data)
-            del user_data
-            progress.update(step="created", phase=machine.phase)
-            activity.heartbeat(dict(progress))
-            return self._watch(
-                input.spec, machine, capi.REASON_VM_NOT_READY, input.window_s, input.poll, progress
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-status") as beside:
+            # The "creating" status is written beside the Secret read and the cloud call (a
+            # report: nothing waits for it), in this activity's context (its logger).
+            creating = (
+                beside.submit(contextvars.copy_context().run, self._write_softly, input.creating)
+                if input.creating is not None
+                else None
             )
+            user_data = self._bootstrap_data(input.bootstrap)
+            progress: dict[str, Any] = {"step": "creating"}
+            with heartbeating(1.0, details=functools.partial(dict, progress)):
+                with activity.shield_thread_cancel_exception(), cloud_errors():
+                    machine = self.driver.create_machine(input.spec, user_data)
+                del user_data
+                progress.update(step="created", phase=machine.phase)
+                activity.heartbeat(dict(progress))
+                result = self._watch(
+                    input.spec,
+                    machine,
+                    capi.REASON_VM_NOT_READY,
+                    input.window_s,
+                    input.poll,
+                    progress,
+                )
+                written = creating.result() if creating is not None else None
+                result.creating_reported = written is not None
+                running = result.machine is not None and capi.classify(result.machine).provisioned
+                if written is not None and input.provisioned is not None and running:
+                    assert result.machine is not None
+                    result.provisioned_reported = self._write_provisioned(
+                        input.provisioned, result.machine, written
+                    )
+                return result
+
+    def _write_softly(self, report: ReportMachineInput) -> dict[str, Any] | None:
+        """The "creating" status, before the create: the object as written, or ``None`` when it
+        is gone or the write failed (a report, not a decision: logged, the create goes on)."""
+        try:
+            return self._write(report)
+        except KubeError as exc:
+            activity.logger.warning("%s: status not written: %s", report.object.key, exc)
+            return None
+
+    def _write_provisioned(
+        self, template: ReportMachineInput, machine: Machine, written: dict[str, Any]
+    ) -> bool:
+        """providerID, addresses, ready and the ``Provisioned`` Event, if the object is as this
+        activity last wrote it (its resourceVersion): anything else that changed it meanwhile
+        (a pause, a new spec) leaves the write to the workflow, which sees that change."""
+        version = str(written["metadata"].get("resourceVersion") or "")
+        if not version or not machine.provider_id:
+            return False
+        event = template.event
+        if event is not None:
+            message = event.message.replace("{provider_id}", machine.provider_id)
+            event = event.model_copy(update={"message": message})
+        report = template.model_copy(
+            update={
+                "provider_id": machine.provider_id,
+                "machine_id": machine.id,
+                "addresses": machine.addresses,
+                "event": event,
+            }
+        )
+        try:
+            return self._write(report, resource_version=version) is not None
+        except KubeError as exc:
+            if not exc.conflict:
+                activity.logger.warning("%s: status not written: %s", report.object.key, exc)
+            return False
 
     def _bootstrap_data(self, ref: SecretName) -> bytes:
         with kube_errors():
@@ -171,12 +240,17 @@ class MachineActivities:
     def report(self, input: ReportMachineInput) -> bool:
         """Write providerID (and the ID field) and status; ``False`` if the object is gone."""
         with kube_errors():
-            return self._report(input)
+            return self._write(input) is not None
 
-    def _report(self, input: ReportMachineInput) -> bool:
+    def _write(
+        self, input: ReportMachineInput, *, resource_version: str = ""
+    ) -> dict[str, Any] | None:
+        """The writes of :meth:`report`: the object as its status patch answered, ``None`` if
+        it is gone. ``resource_version``: the spec patch (there must be one) is made only on that
+        version of the object (a conflict raises)."""
         ref = input.object
         namespace = ref.namespace or None
-        guard = {"uid": ref.uid} if ref.uid else {}
+        guard: dict[str, str] = {"uid": ref.uid} if ref.uid else {}
         spec_patch: dict[str, Any] = {}
         if input.provider_id:
             spec_patch["providerID"] = input.provider_id
@@ -184,16 +258,20 @@ class MachineActivities:
             spec_patch[input.id_field] = input.machine_id
         try:
             # The spec patch (a no-op when unchanged) answers with the object: no extra read.
-            current = (
-                self.kube.patch(
-                    ref.resource, ref.name, {"metadata": guard, "spec": spec_patch}, namespace
+            current: dict[str, Any] | None
+            if spec_patch:
+                precondition = {"resourceVersion": resource_version} if resource_version else {}
+                current = self.kube.patch(
+                    ref.resource,
+                    ref.name,
+                    {"metadata": {**guard, **precondition}, "spec": spec_patch},
+                    namespace,
                 )
-                if spec_patch
-                else self.kube.get(ref.resource, ref.name, namespace)
-            )
+            else:
+                current = self.kube.get(ref.resource, ref.name, namespace)
             if current is None or (ref.uid and current["metadata"].get("uid") != ref.uid):
                 activity.logger.info("%s %s is gone; status not written", ref.kind, ref.key)
-                return False
+                return None
             generation = int(current["metadata"].get("generation") or 0) or None
             status: dict[str, Any] = {}
             conditions = (current.get("status") or {}).get("conditions")
@@ -213,7 +291,7 @@ class MachineActivities:
                 status["ready"] = input.ready
             if input.provisioned is not None:
                 status["initialization"] = {"provisioned": input.provisioned}
-            self.kube.patch(
+            written = self.kube.patch(
                 ref.resource,
                 ref.name,
                 {"metadata": guard, "status": status},
@@ -222,7 +300,7 @@ class MachineActivities:
             )
         except KubeError as exc:
             if exc.not_found or (exc.conflict and "UID" in str(exc)):
-                return False  # gone, or a new object of the same name
+                return None  # gone, or a new object of the same name
             raise
         if input.event is not None:
             event = input.event
@@ -235,7 +313,7 @@ class MachineActivities:
                 message=message,
                 component=EventSource.MACHINE,
             )
-        return True
+        return written
 
     @activity.defn(name=MachineActivity.REMOVE_FINALIZER)
     def remove_finalizer(self, input: RemoveFinalizerInput) -> bool:

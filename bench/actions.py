@@ -2,14 +2,17 @@
 
 Temporal bills and throttles by actions. An action here is a workflow task, an activity (a
 scheduled activity or a local-activity marker), a signal or a timer; the counts come from the
-stored histories of this bench run (run after ``loadbalancers``, ``volumes`` and ``machines``:
-``python -m bench loadbalancers volumes machines actions``), medians over up to ``SAMPLES``
-workflows of each kind:
+stored histories of this bench run (run after the benchmarks named below:
+``python -m bench loadbalancers volumes machines csi termination actions``), medians over up to
+``SAMPLES`` workflows of each kind:
 
 - ``temporal_actions_per_lb_ensure``: a ``LoadBalancer`` workflow from its start to the workflow
   task after its first successful ``lb.ensure`` (Service created → ingress written).
 - ``temporal_actions_per_attach``: a whole ``AttachVolume`` workflow.
 - ``temporal_actions_per_machine``: a whole ``Machine`` workflow (create, ready, delete).
+- ``temporal_actions_per_csi_create``: a whole ``CreateVolume`` workflow (``csi`` benchmark).
+- ``temporal_actions_per_drain``: a whole ``DrainNode`` workflow (``termination`` benchmark:
+  cordon, evictions, the lifecycle action).
 
 A kind with no finished workflow in the run prints no figure.
 """
@@ -23,6 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench.context import BenchContext
+from cloudloop.messages.volume import VolumeWorkflow
 
 SAMPLES = 30
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
@@ -103,6 +107,8 @@ async def temporal_action_figures(ctx: BenchContext) -> dict[str, float]:
         ("temporal_actions_per_lb_ensure", "LoadBalancer", lambda e: until_first(e, "lb.ensure")),
         ("temporal_actions_per_attach", "AttachVolume", lambda e: e),
         ("temporal_actions_per_machine", "Machine", lambda e: e),
+        ("temporal_actions_per_csi_create", VolumeWorkflow.CREATE, lambda e: e),
+        ("temporal_actions_per_drain", "DrainNode", lambda e: e),
     ]
     figures: dict[str, float] = {}
     for figure, workflow_type, window in kinds:

@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import sys
 import time
 import uuid
 from typing import Any
 
+from bench.breakdown import Sample, breakdown, cloud_seconds, timeline
 from bench.context import BenchContext
 from bench.machine import CLOUD_INIT, TIMINGS, _namespace, _write_status
 from bench.nodegroup import _capi_plane, _scale_group
+from bench.overhead import overhead_ms
 from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
@@ -34,6 +37,7 @@ from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import ObjectRef
+from cloudloop.messages.machine import workflow_id
 from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
 from devstack.backends.aws import ZONES, MachineCloud, machine_cloud
@@ -160,6 +164,7 @@ async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]
     watch = Informer(kube, AWS_KINDS.machine, namespace=namespace)
     through_workflow: list[float] = []
     direct: list[float] = []
+    samples: list[Sample] = []
     async with worker:
         task = asyncio.create_task(starter.run())
         watch.start()
@@ -167,11 +172,20 @@ async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]
         try:
             for i in range(-1, SAMPLES):  # -1: warm-up
                 body = await asyncio.to_thread(_prepare, kube, namespace, f"w{i + 1}", subnet)
-                started = time.monotonic()
-                await asyncio.to_thread(kube.create, AWS_KINDS.machine, body, namespace)
+                started, requested, cloud_before = time.monotonic(), time.time(), cloud_seconds()
+                made = await asyncio.to_thread(kube.create, AWS_KINDS.machine, body, namespace)
                 ready_at = await _until_ready(watch, f"w{i + 1}")
                 if i >= 0:
                     through_workflow.append(ready_at - started)
+                    meta = made["metadata"]
+                    samples.append(
+                        Sample(
+                            workflow_id(namespace, meta["name"], meta["uid"]),
+                            requested=requested,
+                            seen=requested + ready_at - started,
+                            cloud_s=cloud_seconds() - cloud_before,
+                        )
+                    )
                 body = await asyncio.to_thread(
                     _prepare, kube, direct_namespace, f"d{i + 1}", subnet
                 )
@@ -194,10 +208,17 @@ async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]
                     )
     workflow_median = statistics.median(through_workflow)
     direct_median = statistics.median(direct)
+    steps = await breakdown(ctx.client, "aws_machine", samples)
+    middle = sorted(samples, key=lambda s: s.seen - s.requested)[len(samples) // 2]
+    print(
+        f"aws-machines, the median sample:\n{await timeline(ctx.client, middle)}", file=sys.stderr
+    )
     return {
+        **steps,
         "aws_machine_provision_median_s": workflow_median,
         "aws_machine_direct_median_s": direct_median,
         "aws_machine_provision_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("aws_machine_provision", through_workflow, direct),
     }
 
 

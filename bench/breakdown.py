@@ -100,6 +100,24 @@ async def steps_of(client: Client, sample: Sample) -> dict[str, float]:
     }
 
 
+async def timeline(client: Client, sample: Sample) -> str:
+    """The sample's history as ``+<ms> <event>`` from the request on, then ``+<ms> seen``:
+    printed on stderr, for reading where a workflow path's time goes event by event."""
+    handle = client.get_workflow_handle(sample.workflow_id, run_id=sample.run_id)
+    history = await handle.fetch_history()
+    lines = []
+    for event in history.events:
+        at = event.event_time.ToDatetime().timestamp() - sample.requested
+        name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name += f" {event.activity_task_scheduled_event_attributes.activity_type.name}"
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            name += f" {event.marker_recorded_event_attributes.marker_name}"
+        lines.append(f"+{at * 1000:7.1f} ms {name}")
+    lines.append(f"+{(sample.seen - sample.requested) * 1000:7.1f} ms seen by the caller")
+    return "\n".join(lines)
+
+
 async def breakdown(client: Client, prefix: str, samples: Iterable[Sample]) -> dict[str, float]:
     """``<prefix>_step_<step>_median_s`` for every step, over ``samples``."""
     per_step: dict[str, list[float]] = {step: [] for step in STEPS}

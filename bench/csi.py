@@ -25,6 +25,7 @@ import grpc
 
 from bench.breakdown import Sample, breakdown, cloud_seconds
 from bench.context import BenchContext
+from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import VolumeSpec
@@ -142,6 +143,7 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
         "csi_create_median_s": through_median,
         "csi_create_direct_median_s": direct_median,
         "csi_create_overhead_ratio": through_median / direct_median,
+        **overhead_ms("csi_create", through_s, direct_s),
         **steps,
     }
 

@@ -33,6 +33,7 @@ from activities.kube import KubeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from bench.breakdown import Sample, breakdown, cloud_seconds
 from bench.context import BenchContext
+from bench.overhead import overhead_ms
 from cloudloop import temporal
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
@@ -254,6 +255,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         "lb_ensure_median_s": workflow_median,
         "lb_direct_median_s": direct_median,
         "lb_ensure_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("lb_ensure", through_workflow, direct_samples),
         "lb_ensure_200_services_wall_s": fleet_wall,
         "lb_direct_200_services_wall_s": direct_fleet_wall,
         "lb_ensure_200_services_wall_ratio": fleet_wall / direct_fleet_wall,

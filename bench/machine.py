@@ -43,6 +43,7 @@ from temporalio.api.enums.v1 import EventType
 
 from bench.context import BenchContext
 from bench.cpu import cpu_spent, stack_cpu_by_command
+from bench.overhead import overhead_ms
 from cloudloop.cloud.capi import InfraKinds
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
@@ -419,5 +420,6 @@ async def _figures(
         "machine_provision_median_s": workflow_median,
         "machine_direct_median_s": direct_median,
         "machine_provision_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("machine_provision", through_workflow, direct),
         **figures,
     }

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import BenchContext
+from bench.overhead import overhead_ms
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
 from cloudloop.cloud.dvp.driver import DvpDriver
@@ -344,4 +345,5 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
         "dvp_lb_ensure_median_s": workflow_median,
         "dvp_lb_direct_median_s": direct_median,
         "dvp_lb_ensure_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("dvp_lb_ensure", workflow_s, direct_s),
     }

@@ -33,6 +33,7 @@ from activities.kube import KubeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from bench.context import BenchContext
 from bench.node import cloud_requests
+from bench.overhead import overhead_ms
 from cloudloop import temporal
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.loadbalancers import identity_tag
@@ -311,4 +312,5 @@ async def _load_balancers(
         "openstack_lb_ensure_median_s": workflow_median,
         "openstack_lb_direct_median_s": direct_median,
         "openstack_lb_ensure_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("openstack_lb_ensure", through_workflow, direct),
     }

@@ -30,6 +30,7 @@ from pathlib import Path
 from bench.context import BenchContext
 from bench.machine import NAMESPACES, TIMINGS, ReadyWatch, _direct, _prepare
 from bench.nodegroup import _capi_plane, _scale_group
+from bench.overhead import overhead_ms
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
 from cloudloop.cloud.openstack.driver import OpenStackDriver
@@ -139,6 +140,7 @@ async def _provision(ctx: BenchContext, kube: Kube, driver: OpenStackDriver) -> 
         "openstack_machine_provision_median_s": workflow_median,
         "openstack_machine_direct_median_s": direct_median,
         "openstack_machine_provision_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("openstack_machine_provision", through_workflow, direct),
     }
 
 

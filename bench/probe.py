@@ -13,6 +13,7 @@ import time
 import uuid
 
 from bench.context import BenchContext
+from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.conditions import get_condition, set_condition
@@ -104,4 +105,5 @@ async def probe_overhead(ctx: BenchContext) -> dict[str, float]:
         "probe_workflow_median_s": workflow_median,
         "probe_direct_median_s": direct_median,
         "probe_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("probe", through_workflow, direct),
     }

@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 
 from bench.context import BenchContext
+from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import SnapshotSpec, VolumeSpec
@@ -135,4 +136,5 @@ async def snapshot_figures(ctx: BenchContext) -> dict[str, float]:
         "snapshot_create_median_s": through_median,
         "snapshot_create_direct_median_s": direct_median,
         "snapshot_create_overhead_ratio": through_median / direct_median,
+        **overhead_ms("snapshot_create", through_s, direct_s),
     }

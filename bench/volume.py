@@ -21,6 +21,7 @@ from typing import Any
 from bench.breakdown import Sample, breakdown, cloud_seconds
 from bench.context import BenchContext
 from bench.node import cloud_requests
+from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.operations import VolumeOperations
@@ -108,6 +109,7 @@ async def volume_figures(ctx: BenchContext) -> dict[str, float]:
         "attach_workflow_median_s": workflow_median,
         "attach_direct_median_s": direct_median,
         "attach_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("attach", workflow_s, direct_s),
         "attach_cloud_calls_per_attach": calls / SAMPLES,
         **steps,
     }

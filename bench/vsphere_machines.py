@@ -26,6 +26,7 @@ from typing import Any
 from bench.context import BenchContext
 from bench.machine import _write_status
 from bench.nodegroup import _capi_plane, _scale_group
+from bench.overhead import overhead_ms
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.vsphere.driver import VsphereDriver
@@ -169,6 +170,7 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver) -> dict[str, floa
         "vsphere_machine_provision_median_s": workflow_median,
         "vsphere_machine_direct_median_s": direct_median,
         "vsphere_machine_provision_overhead_ratio": workflow_median / direct_median,
+        **overhead_ms("vsphere_machine_provision", through_workflow, direct),
     }
 
 

@@ -3,10 +3,15 @@
 A port picked here is bound by another process a moment later, so it is taken outside the
 kernel's ephemeral range: outgoing connections (which take ephemeral ports) cannot grab it in
 between, as they could with the usual bind-to-port-0 trick on a busy machine.
+
+``$CLOUDLOOP_PORT_RANGE`` (``low-high``) narrows the range: parallel test workers each pick from a
+share of their own (``tests/conftest.py``), so no two stacks race for a port one of them has picked
+but not yet bound, or has freed for a moment to restart a process on it.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -14,6 +19,7 @@ from pathlib import Path
 #: Where picked ports come from when the ephemeral range cannot be read.
 _FALLBACK_EPHEMERAL = (32768, 60999)
 _LISTEN_RANGE = (10000, 30000)
+PORT_RANGE_ENV = "CLOUDLOOP_PORT_RANGE"
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -22,6 +28,17 @@ def _ephemeral_range() -> tuple[int, int]:
         return int(low), int(high)
     except (OSError, ValueError):
         return _FALLBACK_EPHEMERAL
+
+
+def listen_range() -> tuple[int, int]:
+    """Where :func:`free_port` picks: ``$CLOUDLOOP_PORT_RANGE`` if valid, else 10000-29999."""
+    try:
+        low, high = (int(part) for part in os.environ[PORT_RANGE_ENV].split("-"))
+    except (KeyError, ValueError):
+        return _LISTEN_RANGE
+    if not 1024 <= low < high <= 65536:
+        return _LISTEN_RANGE
+    return low, high
 
 
 def _bindable(port: int) -> bool:
@@ -36,7 +53,7 @@ def _bindable(port: int) -> bool:
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now, outside the ephemeral range."""
     low, high = _ephemeral_range()
-    candidates = [p for p in range(*_LISTEN_RANGE) if not low <= p <= high]
+    candidates = [p for p in range(*listen_range()) if not low <= p <= high]
     for port in random.sample(candidates, k=min(200, len(candidates))):
         if _bindable(port):
             return port

@@ -213,8 +213,9 @@ class NthSettings(BaseModel):
     max_receive_count: int = Field(default=5, ge=0)
     #: Length of one eviction activity; each round is one entry in the workflow history.
     drain_round_s: float = Field(default=30.0, gt=0)
-    #: Heartbeat timeout of the drain's long activities: how soon a dead worker's work moves on.
-    activity_heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    #: Heartbeat timeout of the drain's long activities: how soon a dead worker's work moves on
+    #: (at most 15 s, the rule of :mod:`workflows.timeouts`).
+    activity_heartbeat_timeout_s: float = Field(default=15.0, gt=0)
     #: Wait for the node's VolumeAttachments to go before completing the lifecycle action.
     wait_for_volume_attachments: bool = False
     volume_attachment_timeout_s: float = 300.0
@@ -232,6 +233,19 @@ class NthSettings(BaseModel):
     imds_endpoint: str = "http://169.254.169.254"
     imds_timeout_s: float = Field(default=2.0, gt=0)
     imds_poll_interval_s: float = Field(default=2.0, gt=0)
+
+
+class VolumeSnapshotClassSettings(BaseModel):
+    """The driver's VolumeSnapshotClass, kept by the CSI controller beside the StorageClasses
+    (from the same discovery document) where the cloud's driver has snapshots."""
+
+    enabled: bool = False
+    #: Its name ("": the CSI driver name).
+    name: str = ""
+    #: ``snapshot.storage.kubernetes.io/is-default-class``.
+    default: bool = True
+    #: Its parameters (EBS: ``tagSpecification_<n>: "key=value"``).
+    parameters: dict[str, str] = Field(default_factory=dict)
 
 
 class CsiSettings(BaseModel):
@@ -268,6 +282,9 @@ class CsiSettings(BaseModel):
     #: them); an excluded class is never the default.
     storage_class_exclude: list[str] = Field(default_factory=list)
     storage_class_interval_s: float = 60.0
+    volume_snapshot_class: VolumeSnapshotClassSettings = Field(
+        default_factory=VolumeSnapshotClassSettings
+    )
 
     @field_validator("storage_class_exclude")
     @classmethod

@@ -159,6 +159,14 @@ def kwok_node(
             "spec": {"providerID": provider_id},
         },
     )
+    csi_node(
+        kube, name, driver=driver, node_id=node_id, topology_keys=[topology_key] if zone else []
+    )
+
+
+def csi_node(kube: Kube, name: str, *, driver: str, node_id: str, topology_keys: list[str]) -> None:
+    """The CSINode node-driver-registrar writes for ``driver`` on Node ``name`` (kwok runs no
+    node plugin): its node ID (the instance) and topology keys."""
     kube.create(
         CSI_NODES,
         {
@@ -168,7 +176,7 @@ def kwok_node(
                     {
                         "name": driver,
                         "nodeID": node_id,
-                        "topologyKeys": [topology_key] if zone else [],
+                        "topologyKeys": topology_keys,
                         "allocatable": {"count": 25},
                     }
                 ]

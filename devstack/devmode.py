@@ -128,8 +128,11 @@ async def run_dev(
             if task.exception() is not None:
                 log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
     finally:
-        await asyncio.to_thread(stack.stop)
-        print("cloudloop dev stopped; every process of the stack has exited.", flush=True)
+        try:
+            await asyncio.to_thread(demo.stop)
+        finally:
+            await asyncio.to_thread(stack.stop)
+            print("cloudloop dev stopped; every process of the stack has exited.", flush=True)
 
 
 async def print_status(settings: Settings, stack: dict[str, Any] | None) -> bool:

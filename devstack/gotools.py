@@ -51,6 +51,11 @@ HELM_VERSION = "v3.22.0"
 #: polls in tests (the mock aws-node-termination-handler's own end-to-end tests use).
 EC2_METADATA_MOCK_VERSION = "v1.13.0"
 
+#: The production-shaped Temporal server and its SQL schema tool (PostgreSQL persistence and
+#: visibility; see devstack/temporal_server.py). v1.31.2 is the newest release whose go.mod accepts
+#: the machine's Go 1.26.8 (v1.30.9, v1.31.5 and v1.32.x require go >= 1.26.10).
+TEMPORAL_SERVER_VERSION = "v1.31.2"
+
 _K8S_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={K8S_VERSION}",
     "-X k8s.io/component-base/version.gitMajor=1",
@@ -68,6 +73,9 @@ class GoTool:
     package: str
     version: str
     ldflags: tuple[str, ...] = ()
+    #: Built only when something asks for it (the stack option or test that needs it), not by
+    #: ``cloudloop stack build`` without names (``make tools``, CI's set-up).
+    on_demand: bool = False
 
 
 TOOLS: dict[str, GoTool] = {
@@ -170,8 +178,26 @@ TOOLS: dict[str, GoTool] = {
             "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock",
             EC2_METADATA_MOCK_VERSION,
         ),
+        GoTool(
+            "temporal-server",
+            "temporal-server",
+            "go.temporal.io/server/cmd/server",
+            TEMPORAL_SERVER_VERSION,
+            on_demand=True,
+        ),
+        GoTool(
+            "temporal-sql-tool",
+            "temporal-server",
+            "go.temporal.io/server/cmd/tools/sql",
+            TEMPORAL_SERVER_VERSION,
+            on_demand=True,
+        ),
     )
 }
+
+
+#: What ``cloudloop stack build`` without names builds: every tool but the on-demand ones.
+DEFAULT_TOOLS = [name for name, tool in TOOLS.items() if not tool.on_demand]
 
 
 def cache_root() -> Path:
@@ -343,7 +369,7 @@ def module_source(module: str, module_path: str) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m devstack.gotools [NAME...]``: build (or find) tools and print paths."""
-    names = (argv if argv is not None else sys.argv[1:]) or list(TOOLS)
+    names = (argv if argv is not None else sys.argv[1:]) or DEFAULT_TOOLS
     for name, path in ensure_built(names).items():
         print(f"{name}={path}")
 

@@ -1,5 +1,8 @@
 """The whole local stack: Temporal dev server, one or more control planes, moto's server.
 
+``StackOptions(temporal_server="postgres")`` runs the production-shaped Temporal instead of the
+dev server (the server built from its Go module on PostgreSQL, :mod:`.temporal_server`).
+
 ``LocalStack`` starts everything on loopback (free ports unless told otherwise), waits until each
 part answers, writes ``stack.json`` with the addresses into the state folder, and stops it all.
 The test fixtures and ``cloudloop dev`` both use it.
@@ -14,6 +17,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from cloudloop import searchattrs
 from devstack import gotools
@@ -33,6 +37,7 @@ from devstack.process import (
     stop_all,
     tcp_open,
 )
+from devstack.temporal_server import PostgresTemporal
 from devstack.vcsim import VcsimEndpoint, VcsimOptions, vcsim_process
 
 
@@ -60,6 +65,10 @@ class StackOptions:
     #: Register the ``Cloudloop*`` search attributes at start (a bare server without them tests
     #: ``cloudloop temporal setup``).
     temporal_search_attributes: bool = True
+    #: ``dev``: the ``temporal`` CLI's dev server (SQLite); ``postgres``: the server built from
+    #: its Go module on PostgreSQL with SQL visibility, as users deploy it
+    #: (:mod:`.temporal_server`).
+    temporal_server: Literal["dev", "postgres"] = "dev"
     kube: tuple[KubeOptions, ...] = (KubeOptions(),)
     moto: bool = True
     #: Kept for callers of the old option: the AWS front (:mod:`.aws_front`, which answers the
@@ -82,6 +91,8 @@ class StackOptions:
 class LocalStack:
     options: StackOptions
     temporal_process: ManagedProcess | None = None
+    #: PostgreSQL and the server on it, with ``temporal_server="postgres"``.
+    postgres_temporal: PostgresTemporal | None = None
     moto_process: ManagedProcess | None = None
     clusters: dict[str, KubeControlPlane] = field(default_factory=dict)
     temporal_address: str = ""
@@ -118,10 +129,14 @@ class LocalStack:
         tools = required_tools(self.options.kube)
         if self.options.vcsim is not None:
             tools = [*tools, "vcsim"]
+        if self.options.temporal and self.options.temporal_server == "postgres":
+            tools = [*tools, "temporal-server", "temporal-sql-tool"]
         binaries = gotools.ensure_built(tools)
         logs = self.state_dir / "logs"
         try:
-            if self.options.temporal:
+            if self.options.temporal and self.options.temporal_server == "postgres":
+                self._start_postgres_temporal(logs, binaries)
+            elif self.options.temporal:
                 self._start_temporal(logs)
             if self.options.moto:
                 port = free_port()
@@ -182,6 +197,9 @@ class LocalStack:
         if self.autoscaling_ext_process is not None:
             processes.insert(0, self.autoscaling_ext_process)
         stop_all(processes)
+        if self.postgres_temporal is not None:  # the server is stopped: now its database
+            stop_all(self.postgres_temporal.processes())
+            self.postgres_temporal.cleanup()
         for plane in self.clusters.values():
             plane.processes.clear()
 
@@ -233,6 +251,22 @@ class LocalStack:
         )
         self.temporal_process.start()
 
+    def _start_postgres_temporal(self, logs: Path, binaries: dict[str, Path]) -> None:
+        port = self.options.temporal_port or free_port()
+        if not port_is_free(port):
+            raise RuntimeError(f"port {port} is taken; is another `cloudloop dev` running?")
+        self.postgres_temporal = PostgresTemporal(
+            state_dir=self.state_dir / "temporal-server",
+            logs=logs,
+            port=port,
+            dynamic_config=self.options.temporal_dynamic_config,
+            search_attributes=self.options.temporal_search_attributes,
+        )
+        self.temporal_address = self.postgres_temporal.address
+        self.postgres_temporal.start(binaries)
+        # restart_temporal and the readiness wait treat the server like the dev server.
+        self.temporal_process = self.postgres_temporal.server_process
+
     def _start_aws_front(self, logs: Path) -> None:
         port = free_port()
         self.aws_endpoint = self.autoscaling_endpoint = f"http://127.0.0.1:{port}"
@@ -258,8 +292,8 @@ class LocalStack:
         self.autoscaling_ext_process.start()
 
     def restart_temporal(self, *, down_s: float = 0.0, timeout: float = 60.0) -> None:
-        """SIGKILL the Temporal dev server and start it again on the same database file after
-        ``down_s`` seconds."""
+        """SIGKILL the Temporal dev server (or the production-shaped server) and start it again
+        on the same database after ``down_s`` seconds."""
         assert self.temporal_process is not None
         self.temporal_process.kill()
         time.sleep(down_s)

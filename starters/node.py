@@ -3,7 +3,9 @@
 - **init**: Nodes with the ``uninitialized`` taint are collected for a short window and looked
   up in one batched call (by providerID, else by node name); each then gets its addresses, the
   zone/region/instance-type labels, ``spec.providerID`` and the taint removed, and a ``Synced``
-  Event. Nodes wait in the starters' work queue; failures keep the taint and retry with
+  Event (from the informer's copy: a status PATCH, a PUT, the Event; a conflict reads again).
+  A batch's writes (``--concurrent-node-syncs`` at once, over all batches) overlap the next
+  batch's lookup. Nodes wait in the starters' work queue; failures keep the taint and retry with
   per-node backoff (one ``FailedToInitializeNode`` Warning per failure streak).
 - **lifecycle** (every ``--node-monitor-period``): NotReady nodes are looked up in one batched
   call; a node is deleted only when the cloud answered without error that its instance does not
@@ -18,9 +20,11 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +75,11 @@ class NodeSync:
         self._logged_invalid: dict[str, str] = {}  # node name → the providerID logged about
         self._stopped = asyncio.Event()
         self.passes = 0
+        # Node writes of every init batch: at most concurrent_node_syncs at once, in threads of
+        # their own (not the loop's default executor, which the lookups and the loops share).
+        syncs = max(1, settings.concurrent_node_syncs)
+        self._writes = asyncio.Semaphore(syncs)
+        self._writer = ThreadPoolExecutor(syncs, thread_name_prefix="node-init")
 
     @classmethod
     def from_context(cls, context: StarterContext) -> NodeSync | None:
@@ -89,6 +98,7 @@ class NodeSync:
     def stop(self) -> None:
         self.queue.shut_down()
         self._stopped.set()
+        self._writer.shutdown(wait=False, cancel_futures=True)
 
     async def run(self) -> None:
         await run_parts(
@@ -171,29 +181,52 @@ class NodeSync:
                 self.queue.discard(name)
 
     async def _init_worker(self) -> None:
-        while True:
-            names = await self.queue.get_batch(
-                window_s=self.settings.init_batch_window_s, max_wait_s=INIT_BATCH_MAX_S
-            )
-            try:
-                await self.initialize(names)
-            finally:
-                for name in names:
-                    self.queue.done(name)
+        """Batches are looked up one after another; a batch's kube writes run while the next
+        batch is looked up (at most ``concurrent_node_syncs`` writes at once, over all batches),
+        so a burst's cloud calls and kube writes overlap."""
+        writing: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                names = await self.queue.get_batch(
+                    window_s=self.settings.init_batch_window_s, max_wait_s=INIT_BATCH_MAX_S
+                )
+                try:
+                    nodes, lookup = await self._look_up_batch(names)
+                except BaseException:
+                    for name in names:
+                        self.queue.done(name)
+                    raise
+                task = asyncio.create_task(self._write_batch(names, nodes, lookup))
+                writing.add(task)
+                task.add_done_callback(writing.discard)
+        finally:
+            for task in writing:
+                task.cancel()
+            await asyncio.gather(*writing, return_exceptions=True)
 
     async def initialize(self, names: list[str]) -> None:
+        """Look the named Nodes up and initialize them (one batch, start to end)."""
+        nodes, lookup = await self._look_up_batch(names)
+        await self._write_batch([], nodes, lookup)
+
+    async def _look_up_batch(self, names: list[str]) -> tuple[list[dict[str, Any]], Lookup]:
         nodes = [self.informer.store[n] for n in names if n in self.informer.store]
         nodes = [n for n in nodes if rules.needs_init(n)]
         for name in set(names) - {n["metadata"]["name"] for n in nodes}:
             self.queue.discard(name)
         if not nodes:
-            return
-        lookup = await asyncio.to_thread(self.lookup, nodes)
-        limit = asyncio.Semaphore(max(1, self.settings.concurrent_node_syncs))
+            return [], Lookup()
+        return nodes, await asyncio.to_thread(self.lookup, nodes)
+
+    async def _write_batch(
+        self, names: list[str], nodes: list[dict[str, Any]], lookup: Lookup
+    ) -> None:
+        """Initialize ``nodes`` from ``lookup``; then ``names`` are done in the queue."""
+        loop = asyncio.get_running_loop()
 
         async def one(node: dict[str, Any]) -> None:
             name = node["metadata"]["name"]
-            async with limit:
+            async with self._writes:
                 try:
                     if name in lookup.invalid:
                         raise rules.InitError(f"invalid providerID: {lookup.invalid[name]}")
@@ -206,7 +239,9 @@ class NodeSync:
                         raise rules.InitError("no instance found in the cloud for this node")
                     if instance.init_error:
                         raise rules.InitError(instance.init_error)
-                    await asyncio.to_thread(self._initialize_node, name, instance)
+                    await loop.run_in_executor(
+                        self._writer, self._initialize_node, name, instance, node
+                    )
                     self.queue.forget(name)
                 except (rules.InitError, KubeError, CloudError) as exc:
                     await self._retry_later(node, str(exc))
@@ -214,7 +249,11 @@ class NodeSync:
                     log.exception("node %s: initialization failed unexpectedly", name)
                     await self._retry_later(node, f"{type(exc).__name__}: {exc}")
 
-        await asyncio.gather(*(one(n) for n in nodes))
+        try:
+            await asyncio.gather(*(one(n) for n in nodes))
+        finally:
+            for name in names:
+                self.queue.done(name)
 
     async def _retry_later(self, node: dict[str, Any], reason: str) -> None:
         name = node["metadata"]["name"]
@@ -231,24 +270,35 @@ class NodeSync:
                 component=EventSource.NODE,
             )
 
-    def _initialize_node(self, name: str, instance: Instance) -> None:
-        """Addresses first, then labels + providerID + taint removal in one Update."""
+    def _initialize_node(
+        self, name: str, instance: Instance, cached: dict[str, Any] | None = None
+    ) -> None:
+        """Addresses first, then labels + providerID + taint removal in one Update.
+
+        The first try starts from the informer's copy (``cached``) and the status patch's
+        answer, so a node costs two writes and its Event, no read; a conflict (the copy was
+        stale) reads the node and tries again.
+        """
         for _ in range(CONFLICT_RETRIES):
-            node = self.kube.get(NODES, name)
+            node = copy.deepcopy(cached) if cached is not None else self.kube.get(NODES, name)
+            cached = None
             if node is None or not rules.needs_init(node):
                 return
             addresses = rules.node_addresses(node, instance.addresses)
-            if rules.addresses_changed(node, addresses):
-                self.kube.patch(
-                    NODES, name, {"status": {"addresses": addresses}}, subresource="status"
-                )
-                node = self.kube.get(NODES, name) or node
-            labels = rules.node_labels(instance, node["metadata"].get("labels") or {})
-            node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}), **labels}
-            node["spec"] = rules.initialized_spec(node, instance)
             try:
+                if rules.addresses_changed(node, addresses):
+                    node = self.kube.patch(
+                        NODES, name, {"status": {"addresses": addresses}}, subresource="status"
+                    )
+                    if not rules.needs_init(node):  # the copy was stale: done already
+                        return
+                labels = rules.node_labels(instance, node["metadata"].get("labels") or {})
+                node["metadata"]["labels"] = {**(node["metadata"].get("labels") or {}), **labels}
+                node["spec"] = rules.initialized_spec(node, instance)
                 self.kube.request("PUT", NODES.path(None, name), body=node)
             except KubeError as exc:
+                if exc.not_found:  # deleted meanwhile: nothing to initialize
+                    return
                 if exc.conflict:
                     time.sleep(0.05)
                     continue

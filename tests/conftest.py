@@ -24,6 +24,7 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import Resource
+from cloudloop.net import PORT_RANGE_ENV, listen_range
 from devstack.audit import eviction_audit_args
 from devstack.backends.aws import aws_client
 from devstack.backends.vsphere import vcsim_server
@@ -49,11 +50,43 @@ VCSIM_NODES = (
 STACK_FIXTURES = frozenset({"stack", "stack_dir", "dvp_parent", "ovirt", "vcsim"})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n N``) each worker process has its own session fixtures, so its own
+    stacks; it also picks its ports (and its children theirs, through the environment) from its
+    own share of :func:`~cloudloop.net.free_port`'s range, so no stack takes a port another
+    worker's stack has picked but not yet bound, or freed for a moment to restart a process."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or PORT_RANGE_ENV in os.environ:
+        return
+    index = int(worker.removeprefix("gw"))
+    low, high = listen_range()
+    share = (high - low) // count
+    os.environ[PORT_RANGE_ENV] = f"{low + index * share}-{low + (index + 1) * share}"
+
+
+#: Rough seconds a test takes, by kind: only to hand the costliest test files out first.
+_COST_S = {"fault": 25.0, "stack": 4.0, "pure": 0.05}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that needs the real stack, so ``-m "not stack"`` is the fast suite."""
+    """Mark every test that needs the real stack, so ``-m "not stack"`` is the fast suite.
+
+    Under pytest-xdist (``--dist loadfile``: a file's tests, and so its module-scoped stacks, stay
+    on one worker) the files are also ordered by their estimated cost, costliest first, so no
+    long fault file starts last while the other workers sit idle; the tests of a file keep their
+    order, and a serial run keeps the collection order."""
     for item in items:
         if STACK_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.stack)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    cost: dict[str, float] = {}
+    for item in items:
+        kind = next((m for m in ("fault", "stack") if item.get_closest_marker(m)), "pure")
+        path = item.nodeid.split("::", 1)[0]
+        cost[path] = cost.get(path, 0.0) + _COST_S[kind]
+    items.sort(key=lambda item: -cost[item.nodeid.split("::", 1)[0]])  # stable: files stay whole
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,12 @@ wave first. A failed step fails the module after its wave's other steps ended (n
 running unseen), with the cloud's message; a new apply resumes: what exists is found, not made
 again.
 
+A deterministic error in this workflow code (an unresolved reference in a module's outputs or
+the discovery template, a dependency cycle, a definition without a base module) fails the
+workflow with a non-retryable ``ApplicationError`` of type ``LayoutDefinitionInvalid`` naming
+what broke, which the CLI prints; it never fails the workflow task (Temporal would retry that
+task forever and the run would hang).
+
 Crash behaviour: every activity heartbeats (``heartbeat_timeout_s``, 15 s by default), so a dead
 worker costs at most that before the step retries elsewhere, and a retried step finds what its
 first attempt made. Nothing secret is in these inputs: the activities read credentials through
@@ -86,6 +92,23 @@ def _activity_options(timings: LayoutTimings) -> dict[str, Any]:
     }
 
 
+#: Errors workflow code raises on a bad definition; the same on every replay and every retry.
+DEFINITION_ERRORS = (LookupError, ValueError, TypeError)
+
+
+def _broken(err: Exception, what: str) -> ApplicationError:
+    """A definition error in workflow code as the workflow's failure (non-retryable)."""
+    if isinstance(err, rules.Unresolved):
+        detail = f"unresolved reference {err}"
+    else:
+        detail = f"{type(err).__name__}: {err}"
+    return ApplicationError(
+        f"{what}: the layout's definition is broken: {detail}",
+        type="LayoutDefinitionInvalid",
+        non_retryable=True,
+    )
+
+
 def _failure(err: BaseException, what: str) -> ApplicationError:
     """The step's (or child's) failure as the workflow's, with the cloud's kind and message."""
     cause = err.cause if isinstance(err, ActivityError | ChildWorkflowError) else err
@@ -118,6 +141,12 @@ class LayoutModuleWorkflow:
 
     @workflow.run
     async def run(self, input: ModuleInput) -> ModuleResult:
+        try:
+            return await self._run(input)
+        except DEFINITION_ERRORS as err:
+            raise _broken(err, input.module.id) from err
+
+    async def _run(self, input: ModuleInput) -> ModuleResult:
         module = input.module
         self._progress = ModuleProgress(
             module=module.id,
@@ -251,6 +280,12 @@ class LayoutWorkflow:
             )
         except ActivityError as err:
             raise self._failed(_failure(err, "defining the layout")) from err
+        try:
+            return await self._run(input, layout)
+        except DEFINITION_ERRORS as err:
+            raise self._failed(_broken(err, f"layout/{layout.prefix}")) from err
+
+    async def _run(self, input: LayoutInput, layout: LayoutDef) -> LayoutResult:
         self._progress.modules = [
             ModuleState(module=m.id, workflow_id=module_workflow_id(layout.prefix, m.id))
             for m in layout.modules
@@ -366,7 +401,10 @@ class LayoutWorkflow:
         self._progress.phase = "nodes"
         node_results = await self._children(nodes, "apply", external)
         result.modules = [base_result, *node_results]
-        result.cloud_discovery_data = rules.resolve(layout.discovery, external)
+        try:
+            result.cloud_discovery_data = rules.resolve(layout.discovery, external)
+        except rules.Unresolved as err:
+            raise self._failed(_broken(err, "the cloud discovery data")) from err
         result.outputs = base_result.outputs
 
     async def _adopt(

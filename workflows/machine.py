@@ -77,6 +77,8 @@ KUBE_RETRY = RetryPolicy(
 KUBE_TIMEOUT = timedelta(seconds=10)
 #: Patch ID: continue-as-new in the Pending, failed and deleting loops too.
 PATCH_CONTINUE_AS_NEW_IN_EVERY_LOOP = "continue-as-new-in-every-loop"
+#: Patch ID: the create activity writes the "creating" and provisioned statuses itself.
+PATCH_REPORT_IN_CREATE = "report-in-create"
 
 
 class _ContinueAsNewDue(Exception):
@@ -275,19 +277,28 @@ class MachineWorkflow:
             message="Creating the VM, its disks and its cloud-init data",
         )
         self._set_progress("Provisioning", creating.reason, creating.message)
-        # Written first, locally: one activity and one workflow task fewer than beside CREATE.
-        await self._report_verdict(creating)
+        create = CreateMachineInput(
+            spec=desired.spec,
+            bootstrap=SecretName(
+                namespace=self._input.object.namespace, name=desired.bootstrap_secret
+            ),
+            window_s=timings.observe_window_s,
+            poll=timings.poll,
+        )
+        in_create = workflow.patched(PATCH_REPORT_IN_CREATE)
+        if in_create:
+            # The create activity writes the "creating" status first and, when the VM runs
+            # before it returns, the provisioned one: no local activity, no workflow task wait.
+            if self._report_key(creating, None) != self._reported:
+                create.creating = self._report_input(creating, None, None)
+            create.provisioned = self._provisioned_template()
+        else:
+            # Written first, locally: one activity and one workflow task fewer than beside CREATE.
+            await self._report_verdict(creating)
         try:
             observed: ObserveMachineResult = await workflow.execute_activity(
                 MachineActivity.CREATE,
-                CreateMachineInput(
-                    spec=desired.spec,
-                    bootstrap=SecretName(
-                        namespace=self._input.object.namespace, name=desired.bootstrap_secret
-                    ),
-                    window_s=timings.observe_window_s,
-                    poll=timings.poll,
-                ),
+                create,
                 summary=f"create (or adopt) the VM of {self._name}",
                 result_type=ObserveMachineResult,
                 start_to_close_timeout=timedelta(seconds=timings.observe_window_s + 120),
@@ -299,6 +310,11 @@ class MachineWorkflow:
             raise MachineFailure.of(
                 err, capi.REASON_VM_ERROR, "No VM can be found or created for Machine"
             ) from err
+        if in_create and observed.creating_reported:
+            self._reported = self._report_key(creating, None)
+        if in_create and observed.provisioned_reported and observed.machine is not None:
+            # the status below is what the activity wrote: not written again
+            self._reported = self._report_key(capi.classify(observed.machine), observed.machine)
 
         while True:
             machine = observed.machine
@@ -343,11 +359,7 @@ class MachineWorkflow:
         await self._report_verdict(
             capi.classify(machine),
             machine=machine,
-            event=MachineEvent(
-                type="Normal",
-                reason="Provisioned",
-                message=f"VM {machine.provider_id} is running after {self._attempts} attempt(s)",
-            ),
+            event=self._provisioned_event(machine.provider_id),
         )
         self._set_progress("Provisioned", capi.REASON_VM_RUNNING, "VM is running and ready")
         return machine
@@ -480,6 +492,57 @@ class MachineWorkflow:
         self._set_progress("Deleted", capi.REASON_DELETING, "the VM and its disks are gone")
 
     # -- status ----------------------------------------------------------------------------
+    def _report_key(self, verdict: capi.VmVerdict, machine: Machine | None) -> tuple[object, ...]:
+        """What a status write says: the same one is not written twice in a row."""
+        paused = self._current.paused
+        return (verdict.reason, verdict.status, verdict.message, machine is not None, paused)
+
+    def _report_input(
+        self, verdict: capi.VmVerdict, machine: Machine | None, event: MachineEvent | None
+    ) -> ReportMachineInput:
+        paused = self._current.paused
+        conditions: list[MachineCondition] = [
+            *capi.vm_conditions(verdict),
+            MachineCondition(
+                type=capi.PAUSED,
+                status="True" if paused else "False",
+                reason=capi.REASON_PAUSED if paused else capi.REASON_NOT_PAUSED,
+                message="reconciliation is paused" if paused else "",
+            ),
+        ]
+        report = ReportMachineInput(object=self._input.object, conditions=conditions, event=event)
+        if machine is not None:
+            report.provider_id = machine.provider_id
+            report.id_field = self._input.id_field
+            report.machine_id = machine.id
+            report.addresses = machine.addresses
+            report.ready = True
+            report.provisioned = True
+        elif verdict.reason != capi.REASON_DELETING:
+            report.ready = False
+            if not self._was_provisioned:  # provisioned never flips back (CAPI contract)
+                report.provisioned = False
+        return report
+
+    def _provisioned_template(self) -> ReportMachineInput:
+        """The status :meth:`_provision` writes once the VM runs, without the VM's fields (the
+        create activity fills in providerID, ID and addresses, and ``{provider_id}``)."""
+        running = capi.VmVerdict(
+            reason=capi.REASON_VM_RUNNING, status="True", message="VM is running and ready"
+        )
+        report = self._report_input(running, None, self._provisioned_event("{provider_id}"))
+        report.id_field = self._input.id_field
+        report.ready = True
+        report.provisioned = True
+        return report
+
+    def _provisioned_event(self, provider_id: str) -> MachineEvent:
+        return MachineEvent(
+            type="Normal",
+            reason="Provisioned",
+            message=f"VM {provider_id} is running after {self._attempts} attempt(s)",
+        )
+
     async def _report_verdict(
         self,
         verdict: capi.VmVerdict,
@@ -493,31 +556,10 @@ class MachineWorkflow:
         A local activity (no round trip through the task queue) unless it runs ``beside``
         another activity: a local one would hold the workflow task, and so that activity, back.
         """
-        paused = self._current.paused
-        conditions: list[MachineCondition] = [
-            *capi.vm_conditions(verdict),
-            MachineCondition(
-                type=capi.PAUSED,
-                status="True" if paused else "False",
-                reason=capi.REASON_PAUSED if paused else capi.REASON_NOT_PAUSED,
-                message="reconciliation is paused" if paused else "",
-            ),
-        ]
-        key = (verdict.reason, verdict.status, verdict.message, machine is not None, paused)
+        key = self._report_key(verdict, machine)
         if key == self._reported:
             return
-        report = ReportMachineInput(object=self._input.object, conditions=conditions, event=event)
-        if machine is not None:
-            report.provider_id = machine.provider_id
-            report.id_field = self._input.id_field
-            report.machine_id = machine.id
-            report.addresses = machine.addresses
-            report.ready = True
-            report.provisioned = True
-        elif verdict.reason != capi.REASON_DELETING:
-            report.ready = False
-            if not self._was_provisioned:  # provisioned never flips back (CAPI contract)
-                report.provisioned = False
+        report = self._report_input(verdict, machine, event)
         report_what = (
             f"providerID {machine.provider_id} and Ready"
             if machine is not None

@@ -11,6 +11,12 @@ datastore's), else to every discovered zone. The default is the cloud's own unle
 ``csi.storage_class_exclude`` (Deckhouse's ``storageClass.exclude``: names or regexes) are not
 made, and removed if this driver made them.
 
+Where the cloud's driver has snapshots and ``csi.volume_snapshot_class.enabled`` is set, the
+driver's VolumeSnapshotClass (deletionPolicy ``Delete``, name/default/parameters from the
+settings) follows the same discovery document: made with the StorageClasses, replaced when its
+parameters change, deleted when snapshots are no longer offered; a cluster without the snapshot
+CRDs gets none (a log line, nothing else).
+
 Identity: the classes this driver manages carry ``cloudloop.io/csi-driver=<driver>``; a class of
 that name without the label is the user's and is never touched. A class whose immutable fields
 changed is deleted and created again (what Deckhouse does); one the cloud no longer offers is
@@ -28,13 +34,14 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.models import StorageClassSpec
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.spec import ZONE_KEY
-from cloudloop.kube.api import Kube
+from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
+from cloudloop.settings import CsiSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,14 @@ CSI_DRIVERS = Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", namesp
 STORAGE_CLASSES = Resource(
     "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
 )
+VOLUME_SNAPSHOT_CLASSES = Resource(
+    "snapshot.storage.k8s.io",
+    "v1",
+    "volumesnapshotclasses",
+    "VolumeSnapshotClass",
+    namespaced=False,
+)
+SNAPSHOT_DEFAULT_ANNOTATION = "snapshot.storage.kubernetes.io/is-default-class"
 DRIVER_LABEL = "cloudloop.io/csi-driver"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "cloudloop"}
 DEFAULT_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
@@ -149,6 +164,66 @@ def reconcile_storage_classes(kube: Kube, driver_name: str, desired: list[dict[s
         log.info("deleted StorageClass %s (no longer offered)", name)
 
 
+def volume_snapshot_class_object(settings: CsiSettings) -> dict[str, Any]:
+    wanted = settings.volume_snapshot_class
+    body: dict[str, Any] = {
+        "metadata": {
+            "name": wanted.name or settings.driver_name,
+            "labels": {**MANAGED_BY, DRIVER_LABEL: settings.driver_name},
+            "annotations": {SNAPSHOT_DEFAULT_ANNOTATION: "true" if wanted.default else "false"},
+        },
+        "driver": settings.driver_name,
+        "deletionPolicy": "Delete",
+    }
+    if wanted.parameters:
+        body["parameters"] = dict(wanted.parameters)
+    return body
+
+
+def reconcile_volume_snapshot_class(
+    kube: Kube, settings: CsiSettings, desired: dict[str, Any] | None
+) -> None:
+    """Make, replace (driver/parameters/deletionPolicy changed), re-annotate or delete this
+    driver's VolumeSnapshotClass; a class of that name without the label is left alone."""
+    selector = f"{DRIVER_LABEL}={settings.driver_name}"
+    try:
+        mine = {
+            c["metadata"]["name"]: c
+            for c in kube.list(VOLUME_SNAPSHOT_CLASSES, labelSelector=selector)["items"]
+        }
+    except KubeError as exc:
+        if exc.not_found:
+            log.info("no VolumeSnapshotClass API (snapshot CRDs not installed): no class made")
+            return
+        raise
+    name = desired["metadata"]["name"] if desired is not None else ""
+    for other in set(mine) - {name}:
+        kube.delete(VOLUME_SNAPSHOT_CLASSES, other)
+        log.info("deleted VolumeSnapshotClass %s (no longer offered)", other)
+    if desired is None:
+        return
+    current = mine.get(name)
+    fields = ("driver", "deletionPolicy", "parameters")
+    if current is None:
+        if kube.get(VOLUME_SNAPSHOT_CLASSES, name) is not None:
+            log.warning("VolumeSnapshotClass %s exists and is not cloudloop's: left alone", name)
+            return
+        kube.create(VOLUME_SNAPSHOT_CLASSES, desired)
+        log.info("created VolumeSnapshotClass %s", name)
+    elif any((current.get(f) or None) != (desired.get(f) or None) for f in fields):
+        kube.delete(VOLUME_SNAPSHOT_CLASSES, name)
+        kube.create(VOLUME_SNAPSHOT_CLASSES, desired)
+        log.info("replaced VolumeSnapshotClass %s (its parameters changed)", name)
+    elif (current["metadata"].get("annotations") or {}).get(SNAPSHOT_DEFAULT_ANNOTATION) != desired[
+        "metadata"
+    ]["annotations"][SNAPSHOT_DEFAULT_ANNOTATION]:
+        kube.patch(
+            VOLUME_SNAPSHOT_CLASSES,
+            name,
+            {"metadata": {"annotations": desired["metadata"]["annotations"]}},
+        )
+
+
 def ensure_csi_driver(kube: Kube, name: str) -> None:
     if kube.get(CSI_DRIVERS, name) is None:
         kube.create(CSI_DRIVERS, csi_driver_object(name))
@@ -187,6 +262,11 @@ def sync_objects(kube: Kube, settings: Settings, driver: CloudDriver) -> bool:
         topology_key=driver.volume_topology_key,
     )
     reconcile_storage_classes(kube, csi.driver_name, desired)
+    if csi.volume_snapshot_class.enabled:  # else the chart gives no RBAC for the kind
+        snapshots = driver.supports(Capability.SNAPSHOTS)
+        reconcile_volume_snapshot_class(
+            kube, csi, volume_snapshot_class_object(csi) if snapshots else None
+        )
     return True
 
 

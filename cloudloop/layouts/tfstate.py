@@ -18,7 +18,8 @@ for a node state, every module when the scope is unknown), in passes until nothi
 2. else the one candidate of that kind left in the scope;
 3. else the candidate whose name is one of the record's name attributes (``tags.Name``,
    ``name``);
-4. else the one candidate whose known properties equal the record's ``match`` attributes.
+4. else the one candidate whose known properties equal the record's ``match`` attributes
+   (``index_key`` there is the instance's ``for_each`` key: upstream's per-zone resources).
 A record left ambiguous, of a type not in the table, or of a read-only resource is reported,
 never guessed. Pure: no I/O.
 """
@@ -135,6 +136,9 @@ def parse_state(
         wanted = mapping.attributes() if mapping else {"id"}
         for instance in resource.get("instances", []):
             attrs = instance.get("attributes") or {}
+            if "index_key" in wanted and instance.get("index_key") is not None:
+                # the ``for_each`` key (a zone) names which of several it is
+                attrs = {**attrs, "index_key": instance["index_key"]}
             kept = {a: attribute(attrs, a) for a in sorted(wanted)}
             kept = {a: v for a, v in kept.items() if v not in (None, "", [], {})}
             records.append(

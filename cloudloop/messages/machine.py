@@ -75,7 +75,7 @@ class PollSchedule(BaseModel):
 class MachineTimings(BaseModel):
     """How the workflow waits; the defaults suit production, tests shorten them."""
 
-    heartbeat_timeout_s: float = 30.0
+    heartbeat_timeout_s: float = 15.0
     #: Longest single wait inside an activity polling the VM before it reports back.
     observe_window_s: float = 60.0
     poll: PollSchedule = Field(default_factory=PollSchedule)
@@ -140,19 +140,13 @@ class ObserveMachineInput(BaseModel):
     poll: PollSchedule = Field(default_factory=PollSchedule)
 
 
-class CreateMachineInput(BaseModel):
-    """Create (or adopt) the VM, then watch it like :class:`ObserveMachineInput` says."""
-
-    spec: MachineSpec
-    bootstrap: SecretName
-    window_s: float = 0.0
-    poll: PollSchedule = Field(default_factory=PollSchedule)
-
-
 class ObserveMachineResult(BaseModel):
     machine: Machine | None
     reason: str
     polls: int = 0
+    #: ``CreateMachineInput.creating`` and ``.provisioned`` were written by the activity.
+    creating_reported: bool = False
+    provisioned_reported: bool = False
 
 
 class DeleteMachineInput(BaseModel):
@@ -183,6 +177,24 @@ class ReportMachineInput(BaseModel):
     provisioned: bool | None = None
     #: An Event recorded on the object once the status is written (it names the workflow).
     event: MachineEvent | None = None
+
+
+class CreateMachineInput(BaseModel):
+    """Create (or adopt) the VM, then watch it like :class:`ObserveMachineInput` says.
+
+    ``creating``: the status written before the create (the workflow's "creating" report, in
+    this activity rather than a local activity before it). ``provisioned``: the status written
+    once the VM runs with an address (providerID, addresses, ready, the ``Provisioned`` Event;
+    ``{provider_id}`` in the Event's message is filled in), only if the object is unchanged
+    since ``creating`` was written — otherwise the workflow writes it, as it did before.
+    """
+
+    spec: MachineSpec
+    bootstrap: SecretName
+    window_s: float = 0.0
+    poll: PollSchedule = Field(default_factory=PollSchedule)
+    creating: ReportMachineInput | None = None
+    provisioned: ReportMachineInput | None = None
 
 
 class RemoveFinalizerInput(BaseModel):

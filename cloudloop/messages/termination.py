@@ -50,7 +50,7 @@ class DrainOptions(BaseModel):
     eviction_retry_interval_s: float = 5.0
     drain_poll_interval_s: float = 1.0
     drain_round_s: float = 30.0
-    activity_heartbeat_timeout_s: float = 30.0
+    activity_heartbeat_timeout_s: float = 15.0
     wait_for_volume_attachments: bool = False
     volume_attachment_timeout_s: float = 300.0
 

@@ -1,7 +1,8 @@
 """The demos of ``cloudloop dev --provider <name>``: one module per cloud the dev stack emulates.
 
 A demo adds its emulator to the stack options, seeds a cloud and a cluster (returning the settings
-the worker and starter run with), and names what to look at in the banner.
+the worker and starter run with), names what to look at in the banner, and stops what it started
+beside the stack (the AWS demo's CSI controller and sidecars).
 
 Rules: one :class:`Demo` class per module, one line in :data:`DEMOS`; demos run only in devstack.
 """
@@ -28,6 +29,10 @@ class Demo(Protocol):
 
     def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
         """Seed the cloud and the cluster; the settings the processes run with."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what the demo started beside the stack (before the stack stops)."""
         ...
 
     def endpoints(self, stack: LocalStack) -> list[str]:

@@ -5,7 +5,9 @@ initializes and routes sync gives pod routes, an LB Service, a CloudProbe and an
 ``cloudloop inject spot-interruption`` feeds; and a node group: the Cluster API manager runs in
 the demo's control plane, an ``AWSInstanceClass`` rendered into a MachineDeployment
 (``render_node_group``, what ``cloudloop nodegroup render`` prints) is scaled 0 → 2, and each
-AWSMachine's ``Machine`` workflow launches its EC2 instance.
+AWSMachine's ``Machine`` workflow launches its EC2 instance; and storage (:mod:`.storage`): the
+CSI controller behind the real sidecars, and a Deployment mounting a ``gp3`` PVC that gets bound
+to an EBS volume and attached to its Node's instance, through the volume workflows.
 """
 
 from __future__ import annotations
@@ -33,13 +35,18 @@ from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack.backends.aws import AMI, ZONES, ClusterNetwork, create_cluster_network
 from devstack.demos.common import DEPLOYMENTS
+from devstack.demos.storage import CLAIM, DemoStorage, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 
 DEMO_NODES = 2
+#: The label of the demo's EC2 Nodes (the ones with a CSINode).
+DEMO_LABEL = "cloudloop.io/demo"
 #: The demo node group: its name, InstanceClass and size.
 GROUP = "demo-workers"
 GROUP_SIZE = 2
+#: The demo claim's class: the default of the classes the CSI controller writes (as the chart's).
+STORAGE_CLASS = "gp3"
 MACHINE_DEPLOYMENTS = Resource(
     capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
 )
@@ -49,6 +56,9 @@ class AwsDemo:
     """moto is always part of the stack; the demo adds the NTH queue to the settings."""
 
     name = "aws"
+
+    def __init__(self) -> None:
+        self.storage: DemoStorage | None = None
 
     def stack_options(self, options: StackOptions) -> StackOptions:
         """The Cluster API manager joins the demo's control plane (for the node group)."""
@@ -67,9 +77,16 @@ class AwsDemo:
         )
         (stack.state_dir / DEMO_FILE).write_text(json.dumps({"queue_url": queue["QueueUrl"]}))
         network = _seed_cloud_and_cluster(kube, settings)
+        self.storage = DemoStorage(settings, stack.kubeconfig, stack.state_dir / "logs")
+        self.storage.start(kube, STORAGE_CLASS, {DEMO_LABEL: "true"})
         settings = _node_group_settings(settings, network)
         _seed_node_group(kube, settings)
         return settings
+
+    def stop(self) -> None:
+        """The CSI controller and its sidecars (the stack stops after them)."""
+        if self.storage is not None:
+            self.storage.stop()
 
     def endpoints(self, stack: LocalStack) -> list[str]:
         return [
@@ -91,6 +108,10 @@ class AwsDemo:
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"WorkflowType='Machine'\"",
             f"  {kubectl} scale machinedeployment -n default -l node-group={GROUP} --replicas=3",
+            f"  {kubectl} get pvc,volumeattachments   # {CLAIM}: Bound to an EBS volume "
+            "(StorageClass gp3), attached to its pod's node",
+            f"  temporal workflow list --address {stack.temporal_address} "
+            "--query \"WorkflowType='CreateVolume' OR WorkflowType='AttachVolume'\"",
         ]
 
 
@@ -101,9 +122,12 @@ def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> ClusterNetwork:
     - EC2 instances with kwok Nodes for them, left to node sync to initialize (providerID,
       zone/instance-type labels, addresses) and to routes (their pod CIDRs);
     - a ``type: LoadBalancer`` Service, which gets a Classic ELB through its workflow;
-    - a CloudProbe.
+    - a CloudProbe;
+    - for each Node, what node-driver-registrar would write (kwok runs none): its CSINode and
+      topology label (:mod:`.storage`).
     """
-    ec2 = AwsDriver(AWS.section(settings)).client("ec2")
+    driver = AwsDriver(AWS.section(settings))
+    ec2 = driver.client("ec2")
     network = create_cluster_network(ec2, settings.cluster_name, route_table=True)
     launched = ec2.run_instances(
         ImageId="ami-12c6146b",
@@ -130,7 +154,7 @@ def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> ClusterNetwork:
                 "metadata": {
                     "name": name,
                     "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                    "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
+                    "labels": {DEMO_LABEL: "true", "kubernetes.io/hostname": name},
                 },
                 "spec": {
                     "taints": [
@@ -138,6 +162,13 @@ def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> ClusterNetwork:
                     ]
                 },
             },
+        )
+        registered_node(
+            kube,
+            name,
+            driver=settings.csi.driver_name,
+            node_id=instance["InstanceId"],
+            topology={driver.volume_topology_key: instance["Placement"]["AvailabilityZone"]},
         )
     kube.create(
         DEPLOYMENTS,

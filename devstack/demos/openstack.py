@@ -149,6 +149,9 @@ class OpenStackDemo:
             f"prefix {LAYOUT_PREFIX}; workflow {workflow_id(LAYOUT_PREFIX)})",
         ]
 
+    def stop(self) -> None:
+        """Nothing of the demo runs beside the stack."""
+
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
         assert stack.openstack is not None
         return [

@@ -107,6 +107,9 @@ class VsphereDemo:
             f"{stack.state_dir / 'vcsim' / 'password'})"
         ]
 
+    def stop(self) -> None:
+        """Nothing of the demo runs beside the stack."""
+
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
         return [
             f"  {kubectl} get nodes -l cloudloop.io/demo=true "

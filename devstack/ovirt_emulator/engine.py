@@ -606,6 +606,27 @@ class Engine:
             self._schedule(vm, (self.delays.clone_s, "down"))
             return vm
 
+    def update_vm(
+        self, vm_id: str, *, name: str | None = None, description: str | None = None
+    ) -> Vm:
+        """``PUT /vms/{id}``: a new name and/or description (the fields the request carries;
+        the rest of the VM is kept). A locked VM and a name in use are conflicts, as in the
+        engine; a running VM may be renamed (the engine applies a name at once)."""
+        with self._lock:
+            self._advance()
+            vm = self._vm(vm_id)
+            if vm.status == "image_locked":
+                raise conflict("Cannot edit VM. VM is locked. Please try again in a few minutes.")
+            if name is not None and name != vm.name:
+                if not re.fullmatch(r"[\w.-]{1,64}", name):
+                    raise ApiFault(400, f"Invalid VM name: {name!r}", "Bad Request")
+                if any(other.name == name for other in self.vms.values()):
+                    raise conflict("Cannot edit VM. Name is already in use")
+                vm.name = name
+            if description is not None:
+                vm.description = description
+            return vm
+
     @staticmethod
     def _by_id_or_name(items: dict[str, Any], ref: tuple[str | None, str | None], kind: str) -> Any:
         ref_id, ref_name = ref
@@ -802,6 +823,21 @@ class Engine:
                 disk.provisioned_size = provisioned_size
                 disk.status = "locked"
                 disk.pending = (self._clock() + self.delays.disk_resize_s, "ok")
+            return disk
+
+    def update_disk(
+        self, disk_id: str, *, alias: str | None = None, description: str | None = None
+    ) -> Disk:
+        """``PUT /disks/{id}`` with a new alias and/or description (a locked disk is a
+        conflict, as in the engine; aliases need not be unique there)."""
+        with self._lock:
+            disk = self.get_disk(disk_id)
+            if disk.status != "ok":
+                raise conflict(f"Cannot edit Virtual Disk. Disk {disk.name} is {disk.status}")
+            if alias is not None:
+                disk.name = alias
+            if description is not None:
+                disk.description = description
             return disk
 
     def remove_disk(self, disk_id: str) -> None:

@@ -113,6 +113,15 @@ def get_vm(engine: Engine, request: Request, ids: tuple[str, ...]) -> tuple[int,
     return 200, engine.read(lambda e: rep.vm(e, e.get_vm(ids[0]), followed))
 
 
+def update_vm(engine: Engine, request: Request, ids: tuple[str, ...]) -> tuple[int, ET.Element]:
+    """The VM's ``name`` and ``description`` (other fields of the body are not emulated)."""
+    body = rep.parse(request.body, "vm")
+    updated = engine.update_vm(
+        ids[0], name=rep.text_of(body, "name"), description=rep.text_of(body, "description")
+    )
+    return 200, engine.read(lambda e: rep.vm(e, updated, set()))
+
+
 def remove_vm(engine: Engine, request: Request, ids: tuple[str, ...]) -> tuple[int, None]:
     engine.remove_vm(ids[0], detach_only=_flag(request, "detach_only"))
     return 200, None
@@ -280,9 +289,16 @@ def get_disk(engine: Engine, request: Request, ids: tuple[str, ...]) -> tuple[in
 
 
 def update_disk(engine: Engine, request: Request, ids: tuple[str, ...]) -> tuple[int, ET.Element]:
+    """Grow (``provisioned_size``) and/or rename (``alias``, ``name``) and describe."""
     body = rep.parse(request.body, "disk")
     size = rep.int_of(body, "provisioned_size")
-    updated = engine.resize_disk(ids[0], size) if size is not None else engine.get_disk(ids[0])
+    alias = rep.text_of(body, "alias") or rep.text_of(body, "name")
+    description = rep.text_of(body, "description")
+    updated = engine.get_disk(ids[0])
+    if alias is not None or description is not None:
+        updated = engine.update_disk(ids[0], alias=alias, description=description)
+    if size is not None:
+        updated = engine.resize_disk(ids[0], size)
     return 200, engine.read(lambda e: rep.disk(e, updated))
 
 
@@ -335,6 +351,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/vms", list_vms),
     ("POST", "/vms", add_vm),
     ("GET", f"/vms/{_ID}", get_vm),
+    ("PUT", f"/vms/{_ID}", update_vm),
     ("DELETE", f"/vms/{_ID}", remove_vm),
     ("POST", f"/vms/{_ID}/(start|stop|shutdown)", vm_action),
     ("GET", f"/vms/{_ID}/diskattachments", list_attachments),

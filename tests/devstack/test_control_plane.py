@@ -124,7 +124,7 @@ def test_second_control_plane_runs_beside_the_first(stack: LocalStack, tmp_path:
 
 
 def test_cached_tools_are_not_rebuilt() -> None:
-    before = {name: gotools.binary_path(name).stat().st_mtime for name in gotools.TOOLS}
-    gotools.ensure_built(gotools.TOOLS)
-    after = {name: gotools.binary_path(name).stat().st_mtime for name in gotools.TOOLS}
+    before = {name: gotools.binary_path(name).stat().st_mtime for name in gotools.DEFAULT_TOOLS}
+    gotools.ensure_built(gotools.DEFAULT_TOOLS)
+    after = {name: gotools.binary_path(name).stat().st_mtime for name in gotools.DEFAULT_TOOLS}
     assert before == after

@@ -131,6 +131,69 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert "elb" in ingress_hostname()
 
+        # Storage: the CSI controller behind the real sidecars bound the demo's claim to an EBS
+        # volume (a CreateVolume workflow) and attached it to the pod's Node (AttachVolume).
+        assert "get pvc,volumeattachments" in banner
+
+        def claim() -> tuple[str, str]:
+            out = subprocess.run(
+                [
+                    *kubectl,
+                    "get",
+                    "pvc",
+                    "demo-data",
+                    "-o",
+                    "jsonpath={.status.phase} {.spec.volumeName}",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            return (out[0], out[1]) if len(out) == 2 else ("", "")
+
+        def volume_workflows(kind: str) -> str:
+            return subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "temporal"),
+                    "workflow",
+                    "list",
+                    "--address",
+                    f"127.0.0.1:{temporal_port}",
+                    "--query",
+                    f"WorkflowType='{kind}' AND ExecutionStatus='Completed'",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+
+        def attached() -> str:
+            return subprocess.run(
+                [
+                    *kubectl,
+                    "get",
+                    "volumeattachments",
+                    "-o",
+                    "jsonpath={.items[*].status.attached}",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+
+        while not (
+            claim()[0] == "Bound"
+            and "CreateVolume" in volume_workflows("CreateVolume")
+            and attached() == "true"
+        ):
+            assert time.monotonic() < deadline + 60, log_path.read_text()
+            time.sleep(0.5)
+        volume_handle = subprocess.run(
+            [*kubectl, "get", "pv", claim()[1], "-o", "jsonpath={.spec.csi.volumeHandle}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert volume_handle.startswith("vol-"), volume_handle
+        assert "AttachVolume" in volume_workflows("AttachVolume")
+
         # A Spot interruption injected into the demo's queue drains that node.
         sent = subprocess.run(
             [

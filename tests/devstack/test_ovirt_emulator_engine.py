@@ -172,3 +172,26 @@ def test_tokens(engine: Engine) -> None:
     assert token is not None and engine.token_valid(token)
     engine.revoke_all_tokens()
     assert not engine.token_valid(token)
+
+
+def test_a_vm_and_a_disk_are_renamed_and_described(engine: Engine, clock: Clock) -> None:
+    vm, other = add(engine), add(engine, "vm-2")
+    with refused(409):  # still image_locked
+        engine.update_vm(vm.id, name="vm-3")
+    clock.advance(1)
+    with refused(409):
+        engine.update_vm(vm.id, name="vm-2")
+    with refused(400):
+        engine.update_vm(vm.id, name="no spaces")
+    engine.update_vm(vm.id, name="vm-3", description="ours")
+    assert (engine.get_vm(vm.id).name, engine.get_vm(vm.id).description) == ("vm-3", "ours")
+    engine.update_vm(vm.id, description="again")  # the name is kept
+    assert engine.get_vm(vm.id).name == "vm-3" and engine.get_vm(other.id).name == "vm-2"
+    disk = engine.add_disk("data", GIB, None)
+    engine.update_disk(disk.id, alias="vm-3-data", description="ours")
+    assert [(d.name, d.description) for d in engine.list_disks("alias=vm-3-data")] == [
+        ("vm-3-data", "ours")
+    ]
+    engine.resize_disk(disk.id, 2 * GIB)
+    with refused(409):  # locked while it grows
+        engine.update_disk(disk.id, description="later")

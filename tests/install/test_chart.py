@@ -443,6 +443,28 @@ def test_storage_class_exclude_and_default_reach_the_csi_controller(helm: Helm) 
     assert json.loads(env["CLOUDLOOP_CSI__STORAGE_CLASS_EXCLUDE"]) == []
 
 
+def test_deckhouse_aws_settings_reach_the_aws_settings(helm: Helm) -> None:
+    """``tags``, ``zones``, the LB security group and the IMDS options as ``cloud.settings``."""
+    from cloudloop.cloud.aws.settings import AwsSettings
+
+    docs = render(
+        helm,
+        "aws",
+        {
+            "cloud.settings.tags.team": "storage",
+            "cloud.settings.zones[0]": "us-east-1b",
+            "cloud.settings.load_balancer_security_group": "sg-0123456789abcdef0",
+            "cloud.settings.instances.http_tokens": "required",
+            "cloud.settings.instances.http_put_response_hop_limit": "1",
+        },
+    )
+    cloud = yaml.safe_load(find(docs, "ConfigMap", "cloudloop")["data"]["cloud.yaml"])
+    aws = AwsSettings.model_validate(cloud)
+    assert aws.tags == {"team": "storage"} and aws.zone_names() == ["us-east-1b"]
+    assert aws.load_balancer_security_group == "sg-0123456789abcdef0"
+    assert (aws.instances.http_tokens, aws.instances.http_put_response_hop_limit) == ("required", 1)
+
+
 def test_the_csi_controller_reaches_temporal_like_the_worker(helm: Helm) -> None:
     sets = {
         "temporal.tls.enabled": "true",
@@ -676,11 +698,13 @@ def test_csi_snapshotter_runs_where_the_clouds_driver_has_snapshots(
     block = yaml.safe_load((CHART / "values.yaml").read_text())["providers"][provider]
     docs = render(helm, provider, api_versions=(SNAPSHOT_API,))
     containers = _containers(docs)
-    classes = [d for d in docs if d["kind"] == "VolumeSnapshotClass"]
+    env = {e["name"]: e.get("value") for e in containers["csi-controller"]["env"]}
 
     assert bool(block.get("csiSnapshots")) == has_snapshots
     assert ("csi-snapshotter" in containers) == has_snapshots
-    assert len(classes) == int(has_snapshots)
+    # The class is the controller's (from discovery), never a rendered object.
+    assert [d for d in docs if d["kind"] == "VolumeSnapshotClass"] == []
+    assert (env.get("CLOUDLOOP_CSI__VOLUME_SNAPSHOT_CLASS__ENABLED") == "true") == has_snapshots
     if has_snapshots:
         snapshotter = containers["csi-snapshotter"]
         assert snapshotter["image"].endswith(f"/csi-snapshotter:{CSI_SNAPSHOTTER_VERSION}")
@@ -691,17 +715,41 @@ def test_csi_snapshotter_runs_where_the_clouds_driver_has_snapshots(
         assert snapshotter["volumeMounts"] == containers["csi-provisioner"]["volumeMounts"]
 
 
-def test_the_volume_snapshot_class_is_the_drivers_default_and_deletes(helm: Helm) -> None:
-    docs = render(helm, "aws", {"csi.driverName": "ebs.example.io"}, api_versions=(SNAPSHOT_API,))
-    snapshot_class = find(docs, "VolumeSnapshotClass")
+def _snapshot_class_settings(docs: list[dict[str, Any]]) -> Any:
+    from cloudloop.settings import VolumeSnapshotClassSettings
 
-    assert snapshot_class["apiVersion"] == "snapshot.storage.k8s.io/v1"
+    env = {e["name"]: e.get("value") for e in _containers(docs)["csi-controller"]["env"]}
+    prefix = "CLOUDLOOP_CSI__VOLUME_SNAPSHOT_CLASS__"
+    values: dict[str, Any] = {
+        k.removeprefix(prefix).lower(): v for k, v in env.items() if k.startswith(prefix)
+    }
+    if "parameters" in values:
+        values["parameters"] = json.loads(values["parameters"])
+    return VolumeSnapshotClassSettings.model_validate(values)
+
+
+def test_the_volume_snapshot_class_is_the_drivers_default_and_deletes(helm: Helm) -> None:
+    """The chart's ``csi.snapshots.volumeSnapshotClass`` reaches the controller, which keeps the
+    class (tests/csi/test_storage_class_exclude.py), and its RBAC lets it."""
+    from cloudloop.csi.objects import volume_snapshot_class_object
+    from cloudloop.settings import CsiSettings
+
+    docs = render(helm, "aws", {"csi.driverName": "ebs.example.io"}, api_versions=(SNAPSHOT_API,))
+    wanted = _snapshot_class_settings(docs)
+    snapshot_class = volume_snapshot_class_object(
+        CsiSettings(driver_name="ebs.example.io", volume_snapshot_class=wanted)
+    )
     assert snapshot_class["metadata"]["name"] == "cloudloop"
     assert snapshot_class["driver"] == "ebs.example.io"
     assert snapshot_class["deletionPolicy"] == "Delete"
     assert "parameters" not in snapshot_class
     annotations = snapshot_class["metadata"]["annotations"]
     assert annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
+    role = find(docs, "ClusterRole", "-csi-controller")
+    verbs = {
+        v for r in role["rules"] if "volumesnapshotclasses" in r["resources"] for v in r["verbs"]
+    }
+    assert {"get", "list", "create", "patch", "delete"} <= verbs
 
     named = render(
         helm,
@@ -713,12 +761,9 @@ def test_the_volume_snapshot_class_is_the_drivers_default_and_deletes(helm: Helm
         },
         api_versions=(SNAPSHOT_API,),
     )
-    other = find(named, "VolumeSnapshotClass")
-    assert other["metadata"]["name"] == "ebs"
-    assert other["parameters"] == {"tagSpecification_1": "team=storage"}
-    assert other["metadata"]["annotations"]["snapshot.storage.kubernetes.io/is-default-class"] == (
-        "false"
-    )
+    other = _snapshot_class_settings(named)
+    assert other.enabled and other.name == "ebs" and other.default is False
+    assert other.parameters == {"tagSpecification_1": "team=storage"}
 
 
 def test_without_the_snapshot_crds_no_class_is_rendered_but_the_sidecar_runs(helm: Helm) -> None:
@@ -726,6 +771,8 @@ def test_without_the_snapshot_crds_no_class_is_rendered_but_the_sidecar_runs(hel
 
     assert [d for d in docs if d["kind"] == "VolumeSnapshotClass"] == []
     assert "csi-snapshotter" in _containers(docs)
+    # The controller finds out itself: without the CRDs it makes no class.
+    assert _snapshot_class_settings(docs).enabled
 
 
 @pytest.mark.parametrize(
@@ -743,10 +790,15 @@ def test_snapshots_can_be_turned_off(helm: Helm, sets: dict[str, str]) -> None:
         r
         for r in role["rules"]
         if "snapshot.storage.k8s.io" in r["apiGroups"]
-        and ({"volumesnapshotclasses", "volumesnapshotcontents/status"} & set(r["resources"]))
+        and (
+            "volumesnapshotcontents/status" in r["resources"]
+            # csi-snapshotter's watch (the controller's own class rule has none)
+            or ("volumesnapshotclasses" in r["resources"] and "watch" in r["verbs"])
+        )
     ]
 
     assert [d for d in docs if d["kind"] == "VolumeSnapshotClass"] == []
+    assert not _snapshot_class_settings(docs).enabled
     sidecar_on = sets.get("csi.snapshots.enabled") != "false"
     assert ("csi-snapshotter" in _containers(docs)) == sidecar_on
     assert bool(snapshot_rules) == sidecar_on

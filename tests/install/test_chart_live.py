@@ -35,6 +35,7 @@ from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.resources import (
     CLOUD_PROBES,
     CONFIG_MAPS,
+    INSTANCE_TYPES_CATALOGS,
     NODES,
     SECRETS,
     SERVICES,
@@ -508,6 +509,13 @@ async def test_the_rendered_processes_initialize_nodes_and_give_a_service_its_lo
                     ),
                     timeout=120,
                     what="discovery's conditions ConfigMap",
+                )
+                # The discoverer's first pass is done (on a loaded machine it may come after
+                # the LB): its rules are then exercised before they are checked below.
+                await eventually(
+                    lambda: install.kube.get(INSTANCE_TYPES_CATALOGS, "for-cluster-autoscaler"),
+                    timeout=240,
+                    what="discovery's InstanceTypesCatalog",
                 )
             except AssertionError as exc:
                 raise AssertionError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +30,26 @@ from tests.layouts.support import EXAMPLES
 from workflows.layout import LAYOUT_WORKFLOWS
 
 
-@pytest.fixture(scope="module")
-def dvp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, DvpParent]]:
-    local = LocalStack(
-        StackOptions(state_dir=tmp_path_factory.mktemp("dvp-layouts"), moto=False, kube=())
-    )
+@contextmanager
+def dvp_layout_stack(state_dir: Path) -> Iterator[tuple[LocalStack, DvpParent]]:
+    """Temporal and a parent DVP cluster (the simulator in a thread), stopped when the block
+    ends."""
+    local = LocalStack(StackOptions(state_dir=state_dir / "stack", moto=False, kube=()))
     local.start()
     try:
-        parent = DvpParent.start(tmp_path_factory.mktemp("dvp-parent"))
+        parent = DvpParent.start(state_dir / "parent")
         try:
             yield local, parent
         finally:
             parent.stop()
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="module")
+def dvp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, DvpParent]]:
+    with dvp_layout_stack(tmp_path_factory.mktemp("dvp-layouts")) as stack:
+        yield stack
 
 
 def dvp_config(

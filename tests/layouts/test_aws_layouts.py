@@ -83,15 +83,16 @@ async def run(
 
 
 def tagged(ec2: Any, describe: str, key: str, name: str) -> list[dict[str, Any]]:
-    """What carries the Name tag ``name``; checked here too, as moto ignores a tag filter on
-    some kinds (NAT gateways: another test's deleted one would be listed)."""
+    """The items tagged ``Name=name`` (checked here too: moto ignores the filter for some kinds,
+    e.g. NAT gateways, and other tests' resources share the module's moto)."""
     answer = getattr(ec2, describe)(Filters=[{"Name": "tag:Name", "Values": [name]}])
-    return [
-        item
-        for item in answer[key]
-        if key == "Reservations"
-        or any(t["Key"] == "Name" and t["Value"] == name for t in item.get("Tags", []))
-    ]
+
+    def named(item: dict[str, Any]) -> bool:
+        if "Instances" in item:  # a reservation: its instances carry the tags
+            return any(named(i) for i in item["Instances"])
+        return {t["Key"]: t["Value"] for t in item.get("Tags", [])}.get("Name") == name
+
+    return [item for item in answer[key] if named(item)]
 
 
 def plan_actions(result: LayoutResult) -> dict[str, str]:

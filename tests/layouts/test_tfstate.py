@@ -1,6 +1,7 @@
 """Terraform state records → layout resource keys (pure): identity attributes only are kept,
 references between records place what names do not, what cannot be placed is reported, and
-what ``publish`` writes reads back onto the same keys."""
+what ``publish`` writes reads back onto the same keys; per-zone ``for_each`` instances are
+placed by their key."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import yaml
 
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
+from cloudloop.cloud.vsphere import layout as vs
+from cloudloop.cloud.vsphere.layout_state import STATE_TYPES as VS_TYPES
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import load_documents
 from cloudloop.layouts.model import LayoutDef
@@ -143,4 +146,32 @@ def test_what_publish_writes_reads_back_onto_the_same_keys() -> None:
         r.key: r.name if r.kind in named else outputs[r.key]["id"]
         for r in base.resources
         if r.kind != defs.SG_RULES
+    }
+
+
+def test_vsphere_pools_of_every_zone_named_alike_are_placed_by_their_for_each_key() -> None:
+    """Upstream makes one ``<prefix>`` pool per zone (``for_each``): the instance key decides."""
+    docs = list(yaml.safe_load_all((EXAMPLES / "vsphere-standard.yaml").read_text()))
+    zones = ["DC0_C0", "DC0_C1"]
+    for doc in docs:
+        if doc["kind"] == "VsphereClusterConfiguration":
+            doc["zones"] = zones
+    loaded = load_documents(docs, uuid="3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60")
+    vs_layout = vs.define(loaded.document, loaded.cluster, zones)
+    p = vs_layout.prefix
+    pools = {
+        "mode": "managed",
+        "type": "vsphere_resource_pool",
+        "name": "pool",
+        "instances": [
+            {"index_key": zone, "attributes": {"id": f"resgroup-{i}", "name": p}}
+            for i, zone in enumerate(reversed(zones))
+        ],
+    }
+    records = tfstate.parse_state(state(pools), tfstate.BASE_SCOPE, VS_TYPES)
+    placed = tfstate.map_state(vs_layout, records, VS_TYPES)
+    assert placed.unmapped == []
+    assert placed.ids == {
+        f"{vs.POOL}/DC0_C1/{p}": "resgroup-0",
+        f"{vs.POOL}/DC0_C0/{p}": "resgroup-1",
     }

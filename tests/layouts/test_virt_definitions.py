@@ -12,6 +12,8 @@ import yaml
 
 from cloudloop.cloud.dvp import layout as dvp
 from cloudloop.cloud.zvirt import layout as zvirt
+from cloudloop.cloud.zvirt.layout_state import STATE_TYPES as ZVIRT_STATE_TYPES
+from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import load_documents, validate_document
 from cloudloop.layouts.model import LayoutDef
 from cloudloop.rules import layout as rules
@@ -164,3 +166,18 @@ def test_dvp_network_policy_none_and_static_addresses() -> None:
 
     with pytest.raises(dvp.LayoutError, match="static ipAddresses"):
         build("dvp-standard", static_ip)
+
+
+def test_zvirt_state_published_reads_back_onto_every_node_resource() -> None:
+    """What ``publish`` writes for a node (its state types) places every record again, each
+    module's state in its own scope (two masters: nothing is left to guess)."""
+    layout = build("zvirt-standard", lambda doc: doc["masterNodeGroup"].update(replicas=2))
+    for module in layout.modules[1:]:
+        outputs = {r.key: {"id": f"{module.id}-{i}"} for i, r in enumerate(module.resources)}
+        written = tfstate.render_state(
+            [(r, outputs[r.key]) for r in module.resources], ZVIRT_STATE_TYPES
+        )
+        records = tfstate.parse_state(written, module.node_name, ZVIRT_STATE_TYPES)
+        placed = tfstate.map_state(layout, records, ZVIRT_STATE_TYPES)
+        assert placed.unmapped == []
+        assert placed.ids == {k: v["id"] for k, v in outputs.items()}

@@ -10,9 +10,7 @@ template fails the step with vCenter's message; destroy leaves nothing of the cl
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,6 @@ from devstack.backends.vsphere_layouts import TaskLog, cluster_resources
 from devstack.local import LocalStack
 from devstack.vcsim_inventory import connect, disconnect, find, wait_task
 from starters.layout import LayoutFailed, run_layout
-from tests.helpers import eventually_async
 from tests.layouts.vsphere_support import (
     calls_since,
     config_file,
@@ -41,7 +38,6 @@ from tests.layouts.vsphere_support import (
     vsphere_calls,
     vsphere_stack,
 )
-from tests.support.workers import Workers
 from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
@@ -281,108 +277,3 @@ async def test_cloud_error_fails_the_step_with_its_message(
     assert actions[f"vsphere.virtual_machine/{prefix}-worker-0"] == "no-op"  # its class is fine
     await act("destroy")
     assert cluster_resources(endpoint, prefix, cluster_uuid) == []
-
-
-KILL_AT = ("CreateResourcePool", "CloneVM")
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: none, user: {token: none}}]
-contexts: [{name: none, context: {cluster: none, user: none}}]
-current-context: none
-"""
-
-
-def worker_env(stack: LocalStack, queue: str, folder: Path, fault: str = "") -> dict[str, str]:
-    """A real worker for ``queue`` (vSphere; no cluster to talk to: layouts need none)."""
-    kubeconfig = folder / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG)
-    env = {
-        "CLOUDLOOP_PROVIDER": "vsphere",
-        "CLOUDLOOP_KUBECONFIG": str(kubeconfig),
-        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
-        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
-        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": queue,
-        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
-        "CLOUDLOOP_VSPHERE__POLL_INTERVAL_S": "0.05",
-        "CLOUDLOOP_VSPHERE__WAIT_TIMEOUT_S": "30",
-        "CLOUDLOOP_VSPHERE__TIMEOUT_S": "10",
-    }
-    if fault:
-        env["LAYOUT_FAULT_AT"] = fault
-        env["LAYOUT_FAULT_MARKER"] = str(folder / f"reached-{fault}")
-    return env
-
-
-@pytest.mark.fault
-async def test_sigkill_after_pool_and_clone_converges_without_duplicates(
-    vs_stack: LocalStack, tmp_path: Path
-) -> None:
-    """A real worker SIGKILLed right after vCenter made a resource pool, then right after it
-    started the VM clones: the apply converges, nothing is made twice, a re-apply runs no task,
-    no history or log holds the password; destroy leaves nothing."""
-    assert vs_stack.vcsim is not None
-    endpoint = vs_stack.vcsim
-    queue = f"vs-layout-kill-{uuid.uuid4().hex[:8]}"
-    client = await temporal.connect(
-        TemporalSettings(address=vs_stack.temporal_address, task_queue=queue)
-    )
-    prefix, cluster_uuid = f"k{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
-    path = config_file(tmp_path, endpoint, prefix)
-    workers = Workers(tmp_path)
-    input = LayoutInput(
-        action="apply",
-        provider="vsphere",
-        source=ConfigSource(file=str(path)),
-        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
-        timings=LayoutTimings(heartbeat_timeout_s=5),
-    )
-    try:
-        worker = workers.start(
-            worker_env(vs_stack, queue, tmp_path, KILL_AT[0]),
-            module="tests.layouts.vsphere_fault_worker",
-        )
-        apply = asyncio.ensure_future(run_layout(client, queue, input, poll_s=0.5))
-        for index, fault in enumerate(KILL_AT):
-            marker = tmp_path / f"reached-{fault}"
-
-            async def reached(marker: Path = marker) -> bool:
-                assert not apply.done(), apply.result()
-                return marker.exists()
-
-            await eventually_async(reached, timeout=120)
-            worker.kill()
-            following = KILL_AT[index + 1] if index + 1 < len(KILL_AT) else ""
-            worker = workers.start(
-                worker_env(vs_stack, queue, tmp_path, following),
-                module="tests.layouts.vsphere_fault_worker" if following else "cloudloop.cli",
-            )
-        result: LayoutResult = await asyncio.wait_for(apply, timeout=300)
-        assert result.cloud_discovery_data["resourcePoolPath"] == prefix
-
-        counted = Counter(cluster_resources(endpoint, prefix, cluster_uuid))
-        assert {
-            n: c for n, c in counted.items() if c > 1 and not n.startswith("ResourcePool/")
-        } == {}
-        assert counted[f"ResourcePool/{prefix}"] == 2  # one per zone's cluster
-        assert counted[f"VirtualMachine/{prefix}-master-0"] == 1
-        assert counted[f"VirtualMachine/{prefix}-worker-0"] == 1
-        assert len(counted) == 5 and sum(counted.values()) == 6
-
-        histories = [
-            await client.get_workflow_handle(wid).fetch_history()
-            for wid in [f"layout/{prefix}"]
-            + [f"layout/{prefix}/{m.module}" for m in result.modules]
-        ]
-        assert all(endpoint.password not in h.to_json() for h in histories)
-        assert all(endpoint.password not in w.log.read_text() for w in workers.started)
-
-        tasks = TaskLog(endpoint)
-        tasks.mark()
-        await run_layout(client, queue, input, poll_s=0.5)
-        assert [str(t) for t in tasks.since()] == []
-
-        await run_layout(client, queue, input.model_copy(update={"action": "destroy"}), poll_s=0.5)
-        assert cluster_resources(endpoint, prefix, cluster_uuid) == []
-    finally:
-        workers.stop_all()

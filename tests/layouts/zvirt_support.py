@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,12 @@ SECRET = "zvirt-layout-s3cr3t"
 STORAGE_DOMAIN_ID = seed_id("storagedomain", "nfs-shared")
 
 
-@pytest.fixture(scope="module")
-def zvirt_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+@contextmanager
+def zvirt_layout_stack(state_dir: Path) -> Iterator[LocalStack]:
+    """Temporal and the oVirt Engine emulator (quick transitions), stopped when the block ends."""
     local = LocalStack(
         StackOptions(
-            state_dir=tmp_path_factory.mktemp("zvirt-layouts"),
+            state_dir=state_dir,
             moto=False,
             kube=(),
             ovirt_emulator=OvirtEmulatorOptions(password=SECRET, delays=QUICK),
@@ -49,6 +51,12 @@ def zvirt_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="module")
+def zvirt_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with zvirt_layout_stack(tmp_path_factory.mktemp("zvirt-layouts")) as local:
+        yield local
 
 
 def engine(stack: LocalStack) -> OvirtEmulatorEndpoint:

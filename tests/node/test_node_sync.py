@@ -14,9 +14,11 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
 from devstack.backends.aws import launch_instances
+from starters.node import NodeSync
 from tests.helpers import eventually
 from tests.node.support import cleanup, make_node, node_sync, node_when, set_ready
 
@@ -57,16 +59,21 @@ async def test_init_burst_is_batched_and_sets_everything(
         )
         async with node_sync(kube, ccm_settings.model_copy(update={"ccm": quiet})):
             before = describe_calls()
-            for inst in by_name:
-                await asyncio.to_thread(make_node, kube, inst["PrivateDnsName"], scope)
-            for inst in by_id:
-                await asyncio.to_thread(
-                    make_node,
-                    kube,
-                    f"byid-{inst['InstanceId']}",
-                    scope,
-                    provider_id=f"aws:///us-east-1b/{inst['InstanceId']}",
-                )
+            # At once, as a burst comes: made one by one on a loaded machine, a gap between two
+            # Nodes longer than the batch window would split the burst into two lookups.
+            await asyncio.gather(
+                *(asyncio.to_thread(make_node, kube, i["PrivateDnsName"], scope) for i in by_name),
+                *(
+                    asyncio.to_thread(
+                        make_node,
+                        kube,
+                        f"byid-{inst['InstanceId']}",
+                        scope,
+                        provider_id=f"aws:///us-east-1b/{inst['InstanceId']}",
+                    )
+                    for inst in by_id
+                ),
+            )
 
             def all_initialized() -> bool:
                 items = kube.list(NODES, labelSelector=f"cloudloop-test={scope}")["items"]
@@ -334,3 +341,29 @@ async def test_large_lookups_list_the_cluster_by_its_tag(ec2: Any, ccm_settings:
     mixed = await asyncio.to_thread(driver.list_instances, [*ids, untagged["InstanceId"]])
     assert untagged["InstanceId"] in mixed.found and mixed.requests == 2
     ec2.terminate_instances(InstanceIds=[*ids, untagged["InstanceId"]])
+
+
+async def test_init_from_a_stale_informer_copy_keeps_what_changed_meanwhile(
+    kube: Kube, ec2: Any, ccm_settings: Settings, scope: str
+) -> None:
+    """A node is initialized from the informer's copy (no read); a change made after that copy
+    (a label) is neither lost nor in the way."""
+    instance = run_instances(ec2, 1)[0]
+    name = instance["PrivateDnsName"]
+    driver = AwsDriver(AWS.section(ccm_settings))
+    try:
+        stale = make_node(kube, name, scope)
+        kube.patch(NODES, name, {"metadata": {"labels": {"added-meanwhile": "yes"}}})
+        found = driver.find_instances_by_name([name]).found[name]
+        informers = Informers(kube)
+        sync = NodeSync(kube, driver, informers.get(NODES), ccm_settings.ccm)
+        for attempt in range(2):  # the second: the node is initialized already, nothing to do
+            await asyncio.to_thread(sync._initialize_node, name, found, stale)
+            node = kube.get(NODES, name)
+            assert node is not None, attempt
+            assert not rules.needs_init(node)
+            assert node["metadata"]["labels"]["added-meanwhile"] == "yes"
+            assert node["spec"]["providerID"] == found.provider_id
+            assert len(events_for(kube, name, "Synced")) == 1
+    finally:
+        cleanup(kube, scope)

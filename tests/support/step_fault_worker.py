@@ -4,7 +4,8 @@ activity it has not stopped in before, for the kill-at-every-step tests.
 Cloud-neutral: every driver counts each answered request once
 (``cloud_api_requests_total{provider,operation,outcome}``, :mod:`cloudloop.cloud.calls`), so the
 fault point wraps that counter: after a ``success`` of an operation that does not start with one
-of ``STEP_FAULT_READ_ONLY`` (comma-separated prefixes, e.g. ``Describe,Get,List``), inside an
+of ``STEP_FAULT_READ_ONLY`` (comma-separated prefixes, e.g. ``Describe,Get,List``) and, when
+``STEP_FAULT_MUTATING`` names operations (vSphere's), is one of them, inside an
 activity whose step (``<workflow id>/<activity id>``, the same across its retries) is not yet in
 the file ``STEP_FAULT_SEEN``, it appends the step, the operation and its own PID to that file
 and blocks that
@@ -12,6 +13,8 @@ activity forever â€” the cloud has done the work, the step has not reported it â
 SIGKILL the process there. A restarted worker reads the file and passes the steps already
 stopped in; the retried step must find what the killed one made. Its workflows' sticky queues
 give up after 1 s (not the SDK's 10 s), so a killed worker's workflow tasks move on quickly.
+With ``STEP_FAULT_GO`` set, it imports everything, then waits until that file exists before it
+connects and polls: the harness keeps the next worker warm that way, so a kill costs no start.
 Run as ``python -m tests.support.step_fault_worker``.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -43,13 +47,17 @@ def _step() -> str:
     return f"{info.workflow_id}/{info.activity_id}"
 
 
-def stop_after_first_mutation(seen: Path, read_only: tuple[str, ...]) -> None:
+def stop_after_first_mutation(
+    seen: Path, read_only: tuple[str, ...], mutating: frozenset[str] = frozenset()
+) -> None:
     original = CLOUD_API_REQUESTS.labels
 
     def labels(*values: str, **named: str) -> Any:
         metric = original(*values, **named)
         operation, outcome = (values[1], values[2]) if len(values) == 3 else ("", "")
         if outcome != "success" or operation.startswith(read_only):
+            return metric
+        if mutating and operation not in mutating:
             return metric
         step = _step()
         if not step:
@@ -79,11 +87,24 @@ def short_sticky_queues(seconds: float = 1.0) -> None:
     temporalio.worker.Worker = Worker  # type: ignore[misc]
 
 
+def wait_for(go: Path, port: int) -> None:
+    """Until ``go`` exists (the harness's word that this spare takes over), holding the metrics
+    ``port`` meanwhile so no other process takes it."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+        while not go.exists():
+            threading.Event().wait(0.05)
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if os.environ.get("STEP_FAULT_GO"):
+        wait_for(Path(os.environ["STEP_FAULT_GO"]), int(os.environ["CLOUDLOOP_METRICS_PORT"]))
     short_sticky_queues()
     stop_after_first_mutation(
         Path(os.environ["STEP_FAULT_SEEN"]),
         tuple(p for p in os.environ.get("STEP_FAULT_READ_ONLY", "").split(",") if p),
+        frozenset(p for p in os.environ.get("STEP_FAULT_MUTATING", "").split(",") if p),
     )
     asyncio.run(run(Settings()))

@@ -6,15 +6,19 @@ outputs; references in module outputs and the discovery template resolved. A fai
 the run with the cloud's message after its wave's other steps ended, and no later module
 starts. Destroy: a read-only look at the base, the destroy check (a refusal deletes nothing),
 node modules before the base, each module last wave first, only what exists. Plan: per module,
-the base's found outputs feeding the others; nothing else runs.
+the base's found outputs feeding the others; nothing else runs. A broken definition (an
+unresolved reference in the discovery template or a module's outputs, a dependency cycle) fails
+the run with a clear message instead of failing (and retrying) the workflow task forever.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from cloudloop.layouts.config import ClusterIdentity
@@ -250,3 +254,59 @@ async def test_a_plan_of_the_destroy_looks_at_every_module_as_a_destroy(wf: Harn
     actions = {r.key: r.action for m in result.plan for r in m.resources}
     assert actions[INSTANCE] == "delete" and actions[VPC] == "delete"
     assert set(wf.script.names()) == {LayoutActivity.DEFINE, LayoutActivity.PLAN}
+
+
+async def failed_with(wf: Harness, definition: LayoutDef, action: str = "apply") -> str:
+    """The message the run with ``definition`` fails with (not a hang: a failed workflow task
+    would be retried forever)."""
+    wf.script.on(LayoutActivity.DEFINE, definition)
+    handle = await wf.start(LayoutWorkflow.run, layout_input(action), id=workflow_id(PREFIX))
+    with pytest.raises(WorkflowFailureError) as caught:
+        await asyncio.wait_for(handle.result(), timeout=60)
+    progress = await handle.query(LayoutWorkflow.progress)
+    assert progress.phase == "failed"
+    cause: BaseException | None = caught.value.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.non_retryable
+    assert cause.type == "LayoutDefinitionInvalid"
+    assert progress.error == cause.message
+    return cause.message
+
+
+async def test_an_unresolved_reference_in_the_discovery_template_fails_the_run(
+    wf: Harness,
+) -> None:
+    wf.script.on(LayoutActivity.ENSURE, created)
+    broken = layout().model_copy(update={"discovery": {"zone": ref("t.zone/p1-nowhere")}})
+    message = await failed_with(wf, broken)
+    assert message == (
+        "the cloud discovery data: the layout's definition is broken: "
+        "unresolved reference t.zone/p1-nowhere.id"
+    )
+
+
+async def test_an_unresolved_reference_in_a_modules_outputs_fails_the_run(wf: Harness) -> None:
+    wf.script.on(LayoutActivity.ENSURE, created)
+    definition = layout()
+    master = definition.modules[1]
+    master.outputs = {"ip": ref(INSTANCE, "public_ip")}  # the step gives no public_ip
+    message = await failed_with(wf, definition)
+    assert message.startswith("master-0: the layout's definition is broken")
+    assert f"unresolved reference {INSTANCE}.public_ip" in message
+
+
+async def test_a_dependency_cycle_fails_the_run_before_any_step(wf: Harness) -> None:
+    definition = layout()
+    base = definition.modules[0]
+    base.resources[0].properties["subnet"] = ref(SUBNET)  # the VPC needs its own subnet
+    message = await failed_with(wf, definition)
+    assert "dependency cycle" in message
+    assert wf.script.of(LayoutActivity.ENSURE) == []
+
+
+async def test_a_definition_without_a_base_module_fails_the_run(wf: Harness) -> None:
+    definition = layout()
+    definition.modules = definition.modules[1:]
+    message = await failed_with(wf, definition, "destroy")
+    assert message.startswith("layout/p1: the layout's definition is broken: ValueError")

@@ -128,7 +128,15 @@ async def delete(wf: Harness, handle: WorkflowHandle[Any, Any]) -> Any:
 
 
 def reports(script: Script) -> list[ReportMachineInput]:
-    return list(script.inputs(REPORT))
+    """The statuses written, in order: each ``REPORT``, and the "creating" status a ``CREATE``
+    call writes before its cloud call (the real activity does; the fake only records it)."""
+    found: list[ReportMachineInput] = []
+    for call in script.calls:
+        if call.name == REPORT:
+            found.append(call.input)
+        elif call.name == CREATE and call.input.creating is not None:
+            found.append(call.input.creating)
+    return found
 
 
 def vm_reasons(script: Script) -> list[str]:
@@ -150,6 +158,32 @@ async def test_provisions_reports_and_deletes_with_the_finalizer_last(wf: Harnes
     await record(handle, "Machine")
     assert wf.script.names()[-2:] == [DELETE, UNFINALIZE]
     assert vm_reasons(wf.script)[-1] == capi.REASON_DELETING
+
+
+async def test_the_create_activity_writes_the_statuses_around_it(wf: Harness) -> None:
+    """The "creating" and provisioned statuses go to the create activity (no local activity
+    before or after it); what it wrote is not written again, what it could not write is."""
+    reported = UP.model_copy(update={"creating_reported": True, "provisioned_reported": True})
+    wf.script.on(CREATE, reported)
+    handle = await start(wf)
+    await phase_is(handle, "Provisioned")
+    [create] = wf.script.inputs(CREATE)
+    assert create.creating is not None and create.creating.ready is False
+    template = create.provisioned
+    assert template is not None and (template.ready, template.provisioned) == (True, True)
+    assert template.event is not None and "{provider_id}" in template.event.message
+    assert wf.script.of(REPORT) == []  # nothing written around the activity
+    await delete(wf, handle)
+
+    wf.script.calls.clear()
+    wf.script.on(CREATE, UP.model_copy(update={"creating_reported": True}))
+    other = machine_input().object.model_copy(update={"uid": "uid-1"})
+    handle = await start(wf, machine_input(object=other))
+    await phase_is(handle, "Provisioned")
+    [provisioned] = wf.script.inputs(REPORT)  # the activity did not write it: the workflow does
+    assert provisioned.provider_id == "dvp://vm-1" and provisioned.ready is True
+    assert provisioned.event is not None and "dvp://vm-1" in provisioned.event.message
+    await delete(wf, handle)
 
 
 @pytest.mark.parametrize(

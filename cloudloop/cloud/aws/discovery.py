@@ -50,10 +50,10 @@ class AwsDiscovery(AwsBase):
         return found
 
     def discovery_data(self) -> models.DiscoveryData:
-        """Live zones for ``AWSCloudDiscoveryData`` (instance types are listed separately)."""
-        return models.DiscoveryData(
-            region=self.settings.region, zones=self.zones(), kind=DISCOVERY_KIND
-        )
+        """Live zones for ``AWSCloudDiscoveryData`` (instance types are listed separately):
+        those of the setting ``zones`` when set (Terraform's ``zones`` ∩ the region's)."""
+        zones = [z for z in self.zones() if self.settings.allows_zone(z.name)]
+        return models.DiscoveryData(region=self.settings.region, zones=zones, kind=DISCOVERY_KIND)
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
         """EBS volumes with either cluster tag (one DescribeVolumes per tag style)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -95,6 +95,15 @@ class SpotMarketOptions(_Model):
         return value
 
 
+class InstanceMetadataOptions(_Model):
+    """CAPA ``instanceMetadataOptions`` (the IMDS options; the cluster's apply where unset)."""
+
+    http_tokens: Literal["optional", "required"] | None = Field(default=None, alias="httpTokens")
+    http_put_response_hop_limit: int | None = Field(
+        default=None, alias="httpPutResponseHopLimit", ge=1, le=64
+    )
+
+
 class AwsMachineSpec(_Model):
     """``AWSMachine.spec`` as the driver needs it; ``providerID``/``instanceID`` are ignored."""
 
@@ -110,6 +119,19 @@ class AwsMachineSpec(_Model):
     root_volume: RootVolume | None = Field(default=None, alias="rootVolume")
     spot_market_options: SpotMarketOptions | None = Field(default=None, alias="spotMarketOptions")
     additional_tags: dict[str, str] = Field(default_factory=dict, alias="additionalTags")
+    instance_metadata_options: InstanceMetadataOptions | None = Field(
+        default=None, alias="instanceMetadataOptions"
+    )
+
+    @property
+    def http_tokens(self) -> str | None:
+        options = self.instance_metadata_options
+        return options.http_tokens if options is not None else None
+
+    @property
+    def http_put_response_hop_limit(self) -> int | None:
+        options = self.instance_metadata_options
+        return options.http_put_response_hop_limit if options is not None else None
 
     @field_validator("instance_type")
     @classmethod

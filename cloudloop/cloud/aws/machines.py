@@ -125,6 +125,13 @@ class AwsMachines(AwsInstances):
     ) -> dict[str, Any]:
         """RunInstances' parameters (the user data stays bytes: botocore base64-encodes it)."""
         defaults = self.settings.instances
+        if spec.failure_domain and not self.settings.allows_zone(spec.failure_domain):
+            raise errors.InvalidRequest(
+                NAME,
+                "CreateMachine",
+                f"failure domain {spec.failure_domain!r} is not one of the cluster's zones "
+                f"({', '.join(self.settings.zones)})",
+            )
         ami = machine.ami.id if machine.ami is not None else defaults.ami
         if not ami:
             raise errors.InvalidRequest(
@@ -176,6 +183,19 @@ class AwsMachines(AwsInstances):
                 {"ResourceType": "volume", "Tags": tags},
             ],
         }
+        metadata = {
+            key: value
+            for key, value in (
+                ("HttpTokens", machine.http_tokens or defaults.http_tokens),
+                (
+                    "HttpPutResponseHopLimit",
+                    machine.http_put_response_hop_limit or defaults.http_put_response_hop_limit,
+                ),
+            )
+            if value is not None
+        }
+        if metadata:
+            request["MetadataOptions"] = metadata
         profile = machine.iam_instance_profile or defaults.iam_profile_name
         if profile:
             request["IamInstanceProfile"] = {"Name": profile}

@@ -1,6 +1,16 @@
 """The AWS section of the settings (``CLOUDLOOP_AWS__*``): region, endpoint and credentials, and
 the cluster's node defaults (Deckhouse's ``aws`` provider values) for node groups.
 
+Where each Deckhouse setting lands: ``tags`` on every instance and root volume the machines part
+launches, every EBS volume and snapshot the CSI controller makes, and every load balancer, target
+group and security group the CCM makes (a Service's ``additional-resource-tags`` and a class's
+``additionalTags`` win); ``zones`` restricts the zones published in the discovery data (so the
+StorageClasses' ``allowedTopologies`` and the node manager's zones) and refuses a machine in any
+other zone; ``instances.additional_security_groups`` goes on every machine;
+``load_balancer_security_group`` is a Classic ELB's group when the Service names none (upstream's
+``ElbSecurityGroup``: no per-Service group is made); ``instances.http_tokens``/
+``instances.http_put_response_hop_limit`` are every machine's IMDS options (IMDSv2).
+
 Credentials come from a mounted shared-credentials file, the standard chain, or SecretStr values;
 they never print. A cloud that does not answer within ``timeout_s`` is an error, never "gone".
 """
@@ -9,6 +19,7 @@ from __future__ import annotations
 
 import configparser
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
@@ -24,6 +35,10 @@ class AwsNodeDefaults(BaseModel):
     associate_public_ip_address: bool = False
     #: The IAM instance profile of nodes (Deckhouse: ``<prefix>-node``).
     iam_profile_name: str = ""
+    #: IMDS ``HttpTokens`` of every machine (``required``: IMDSv2 only); unset: the AMI's default.
+    http_tokens: Literal["optional", "required"] | None = None
+    #: IMDS ``HttpPutResponseHopLimit`` (1 keeps the tokens from pods on the pod network).
+    http_put_response_hop_limit: int | None = Field(default=None, ge=1, le=64)
 
 
 class AwsSettings(BaseModel):
@@ -48,9 +63,11 @@ class AwsSettings(BaseModel):
     zones: list[str] = Field(default_factory=list)
     #: The EC2 key pair of nodes (Deckhouse ``keyName`` = the cluster prefix).
     key_name: str = ""
-    #: Tags on every instance and volume (``AWSClusterConfiguration.tags``); a class's win.
+    #: ``AWSClusterConfiguration.tags``: on every instance, volume, snapshot, load balancer and
+    #: security group cloudloop makes (see the module docstring); more specific tags win.
     tags: dict[str, str] = Field(default_factory=dict)
-    #: Deckhouse ``loadBalancerSecurityGroup`` (published for the node manager only).
+    #: Deckhouse ``loadBalancerSecurityGroup``: a Classic ELB's group unless the Service's
+    #: ``aws-load-balancer-security-groups`` names others (upstream's ``ElbSecurityGroup``).
     load_balancer_security_group: str = ""
     #: ``sshPublicKey`` of the registration Secret (the CAPI bootstrap's authorized key).
     ssh_public_key: str = ""
@@ -62,6 +79,10 @@ class AwsSettings(BaseModel):
 
     def zone_names(self) -> list[str]:
         return list(self.zones) or sorted(self.zone_to_subnet_id_map)
+
+    def allows_zone(self, zone: str) -> bool:
+        """Whether ``zones`` (unset: every zone) lets volumes and machines go to ``zone``."""
+        return not self.zones or zone in self.zones
 
     def static_credentials(self) -> tuple[str, str]:
         """The access key pair for the registration Secret: the SecretStr values, else the

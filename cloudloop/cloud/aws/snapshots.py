@@ -46,7 +46,12 @@ class AwsSnapshots(AwsBase):
         return found[0]
 
     def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot:
-        tags = {**spec.tags, CSI_SNAPSHOT_NAME_TAG: spec.name, EBS_CSI_CLUSTER_TAG: "true"}
+        tags = {
+            **self.settings.tags,
+            **spec.tags,
+            CSI_SNAPSHOT_NAME_TAG: spec.name,
+            EBS_CSI_CLUSTER_TAG: "true",
+        }
         if spec.cluster:
             tags[cluster_tag_key(spec.cluster)] = "owned"
         with ebs_calling("CreateSnapshot"):

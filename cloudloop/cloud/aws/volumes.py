@@ -266,7 +266,15 @@ class AwsVolumes(AwsBase):
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
         if not spec.zone:
             raise errors.InvalidRequest(NAME, "CreateVolume", "an EBS volume needs a zone")
+        if not self.settings.allows_zone(spec.zone):
+            raise errors.InvalidRequest(
+                NAME,
+                "CreateVolume",
+                f"zone {spec.zone!r} is not one of the cluster's zones "
+                f"({', '.join(self.settings.zones)})",
+            )
         tags = {
+            **self.settings.tags,
             **parameter_tags(spec),
             **spec.tags,
             CSI_NAME_TAG: spec.name,

@@ -23,6 +23,10 @@ Identity and crash rules:
   attachment in-use) and ``delete`` for what must be gone first (a server deleted, a volume
   detached); a server in ERROR is deleted and the step fails with Nova's fault (retryable:
   the next attempt makes a new server; "No valid host" is ``InsufficientCapacity``).
+- Adoption (``adopt``) reads a resource by the ID an upstream Terraform state gives and sets
+  the field our finder reads (a name; a port's port name; a floating IP's description) where it
+  differs — a rename, never a replacement; a key pair's or server group's name is its identity
+  (refused when it differs), as is a resource found under our name with another ID.
 - Cloud errors keep the cloud's message; Nova's 403 "Quota exceeded" becomes
   ``QuotaExceeded`` (translated as 403 it would read as refused credentials), Neutron's 409
   ``OverQuota`` too.
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,9 +44,11 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.layouts import Drift, Ensured, Found
 from cloudloop.cloud.openstack import layout as defs
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase, is_conflict
+from cloudloop.cloud.openstack.layout_state import STATE_TYPES
 from cloudloop.cloud.openstack.settings import ConnectionSettings, OpenStackSettings
 from cloudloop.layouts.config import OpenStackClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from cloudloop.layouts.tfstate import StateMapping
 
 Props = dict[str, Any]
 Raw = dict[str, Any]
@@ -68,6 +74,20 @@ _HANDLERS = {
     defs.ATTACHMENT: "attachment",
     defs.SERVER: "server",
     defs.FLOATING_IP: "fip",
+}
+#: Kind → (operation, service, path prefix, body key, the field adoption sets to our identity)
+#: of the resources adoption reads by ID; the field is ``None`` where the name is the identity
+#: (a server group cannot be renamed: a different name is refused).
+_BY_ID: dict[str, tuple[str, str, str, str, str | None]] = {
+    defs.NETWORK: ("Network", "network", "/networks", "network", "name"),
+    defs.SUBNET: ("Subnet", "network", "/subnets", "subnet", "name"),
+    defs.ROUTER: ("Router", "network", "/routers", "router", "name"),
+    defs.SG: ("SecurityGroup", "network", "/security-groups", "security_group", "name"),
+    defs.PORT: ("Port", "network", "/ports", "port", "name"),
+    defs.FLOATING_IP: ("FloatingIP", "network", "/floatingips", "floatingip", "description"),
+    defs.VOLUME: ("Volume", "block_storage", "/volumes", "volume", "name"),
+    defs.SERVER: ("Server", "compute", "/servers", "server", "name"),
+    defs.SERVER_GROUP: ("ServerGroup", "compute", "/os-server-groups", "server_group", None),
 }
 _LIVE_VOLUME = ("creating", "available", "reserved", "attaching", "in-use", "detaching", "error")
 _RULE_FIELDS = (
@@ -161,6 +181,83 @@ class OpenStackLayoutResources(OpenStackBase):
                 return False
             delete(resource, properties, raw)
             return True
+
+    def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
+        """The resource the Terraform state names, given our name (a port its port name, a
+        floating IP its description) so ``inspect`` finds it; ``None`` when the cloud has no
+        such resource. A key pair's or server group's name is its identity: a different one
+        is refused. Another resource already found under our name is refused too."""
+        with _classified():
+            if resource.kind in _BY_ID:
+                if not self._adopt_by_id(resource, properties, cloud_id):
+                    return None
+            elif resource.kind == defs.KEYPAIR and cloud_id != resource.name:
+                raise errors.InvalidRequest(
+                    NAME,
+                    "adopt",
+                    f"{resource.key}: the state's is named {cloud_id!r} (the name is its identity)",
+                )
+            elif resource.kind == defs.SG_RULES and cloud_id != properties.get("group_id"):
+                raise errors.InvalidRequest(
+                    NAME,
+                    "adopt",
+                    f"{resource.key}: the state's rules are of group {cloud_id}, "
+                    f"the layout's of {properties.get('group_id')}",
+                )
+            found = self.inspect(resource, properties)
+            if (
+                found is not None
+                and resource.kind in (*_BY_ID, defs.INTERFACE)
+                and found.outputs.get("id", cloud_id) != cloud_id
+            ):
+                raise errors.AlreadyExists(
+                    NAME, "adopt", f"{resource.key} is {found.outputs.get('id')}, not {cloud_id}"
+                )
+            return found
+
+    def _adopt_by_id(self, resource: ResourceDef, props: Props, cloud_id: str) -> bool:
+        operation, service, path, key, field = _BY_ID[resource.kind]
+        microversion = COMPUTE_MICROVERSION if resource.kind == defs.SERVER else None
+        try:
+            body = self.request(
+                f"Get{operation}", service, "GET", f"{path}/{cloud_id}", microversion=microversion
+            )
+        except errors.NotFound:
+            return False
+        raw = dict(body[key])
+        if resource.kind == defs.SERVER and raw.get("status") == "DELETED":
+            return False
+        if resource.kind == defs.VOLUME and raw.get("status") not in _LIVE_VOLUME:
+            return False
+        want = {
+            defs.PORT: props.get("port_name"),
+            defs.FLOATING_IP: props.get("description"),
+            defs.SG: props.get("name", resource.name),
+        }.get(resource.kind, resource.name)
+        have = raw.get(field or "name")
+        if have == want:
+            return True
+        if field is None:
+            raise errors.InvalidRequest(
+                NAME,
+                "adopt",
+                f"{resource.key}: {cloud_id} is named {have!r} (the name is its identity)",
+            )
+        other = self._handler(resource)[0](resource, props)
+        if other is not None and other.get("id") != cloud_id:
+            raise errors.AlreadyExists(
+                NAME,
+                "adopt",
+                f"{resource.key} is {other.get('id')} already; the state names {cloud_id}",
+            )
+        self.request(
+            f"Update{operation}",
+            service,
+            "PUT",
+            f"{path}/{cloud_id}",
+            json={key: {field: want}},
+        )
+        return True
 
     def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
         """Load balancers on the layout's subnet, servers on its network it did not make, the
@@ -928,9 +1025,10 @@ def _classified() -> Iterator[None]:
 
 
 class OpenStackLayouts:
-    """The OpenStack :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+    """The OpenStack :class:`~cloudloop.cloud.layouts.LayoutPart` (and ``AdoptingPart``)."""
 
     layouts: tuple[str, ...] = defs.LAYOUTS
+    state_types: Mapping[str, StateMapping] = STATE_TYPES
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)

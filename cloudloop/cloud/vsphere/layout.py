@@ -156,6 +156,7 @@ class _Builder:
                             "cluster_path": ref(_key(CLUSTER, zone), "path"),
                             "parent": self.base_pool,
                             "pool_name": self.p,
+                            "zone": zone,
                         },
                         outputs=["id", "path"],
                     )

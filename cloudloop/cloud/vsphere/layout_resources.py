@@ -27,6 +27,10 @@ Identity and crash rules:
 - ``delete`` is idempotent: a VM is powered off, its data disk detached (kept: it is its own
   resource), then destroyed; a pool or folder that still holds anything is refused (vCenter would
   destroy the VMs in it), never emptied.
+- Adoption (``adopt``) finds what an upstream Terraform state names by its ID (a folder's or
+  pool's moref, a VM's BIOS UUID) and renames it to the layout's name when it hangs where the
+  layout's does; one elsewhere (another folder or pool) is refused, never moved; a disk's
+  datastore path is its identity.
 - Cloud errors (a template, datastore, network or folder parent not found) end the step with the
   cloud's message (``InvalidRequest``, not retried).
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,7 @@ from cloudloop.cloud import errors, models
 from cloudloop.cloud.layouts import Drift, Ensured, Found
 from cloudloop.cloud.vsphere import layout as defs
 from cloudloop.cloud.vsphere.base import VsphereBase
+from cloudloop.cloud.vsphere.layout_state import STATE_TYPES
 from cloudloop.cloud.vsphere.machines import VmState, VsphereMachines
 from cloudloop.cloud.vsphere.machinespec import GIB, VsphereMachineSpec, parse_machine_spec
 from cloudloop.cloud.vsphere.mapping import PROVIDER, Inventory
@@ -53,6 +59,7 @@ from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 from cloudloop.layouts.config import VsphereClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from cloudloop.layouts.tfstate import StateMapping
 
 log = logging.getLogger(__name__)
 Props = dict[str, Any]
@@ -72,6 +79,7 @@ MUTATING = frozenset(
         "PowerOffVM",
         "DestroyVM",
         "AttachTag",
+        "RenameEntity",
     }
 )
 _VM_PATHS = [
@@ -209,6 +217,92 @@ class VsphereLayoutResources(VsphereMachines):
         if raw is None:
             return False
         getattr(self, f"_delete_{suffix}")(resource, properties, raw)
+        return True
+
+    def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
+        """The folder, pool or VM the Terraform state names (by moref; a VM by BIOS UUID),
+        renamed to the layout's name when it hangs where the layout's does (an object
+        elsewhere is refused: moved, never); a disk's path is its identity (refused when the
+        state's differs). ``None`` when vCenter has no such object."""
+        if resource.kind == defs.DISK:
+            if cloud_id != self._disk_name(properties):
+                raise errors.InvalidRequest(
+                    PROVIDER,
+                    "adopt",
+                    f"{resource.key}: the state's disk is {cloud_id!r} (the path is its identity)",
+                )
+        elif resource.kind in (defs.FOLDER, defs.POOL, defs.VM):
+            moref = self._adopted_moref(resource, cloud_id)
+            if moref is None:
+                return None
+            if resource.kind == defs.FOLDER:
+                want = self._folder_path(properties)
+            elif resource.kind == defs.POOL:
+                want = self._pool_path(properties)
+            else:
+                want = self._vm_path(properties, resource.name)
+            if not self._adopt_entity(resource, moref, want):
+                return None
+        found = self.inspect(resource, properties)
+        if found is not None and resource.kind in (defs.FOLDER, defs.POOL, defs.VM):
+            ids = {str(found.outputs.get(k) or "").lower() for k in ("id", "uuid")}
+            if cloud_id.lower() not in ids:
+                raw_id = found.outputs.get("id")
+                raise errors.AlreadyExists(
+                    PROVIDER, "adopt", f"{resource.key} is {raw_id}, not {cloud_id}"
+                )
+        return found
+
+    def _adopted_moref(self, resource: ResourceDef, cloud_id: str) -> str | None:
+        if resource.kind != defs.VM or cloud_id.startswith("vm-"):
+            return cloud_id  # a moref (a VM's: the state ``publish`` writes)
+        found = self.session.call(
+            "FindByUuid",
+            lambda si: si.content.searchIndex.FindByUuid(None, cloud_id, True, False),
+        )
+        return None if found is None else str(found._moId)
+
+    def _adopt_entity(self, resource: ResourceDef, moref: str, want: str) -> bool:
+        """Renamed to ``want``'s name when it hangs under ``want``'s parent (compared by
+        moref); elsewhere refused. False when vCenter has no such object."""
+        kind = {defs.FOLDER: vim.Folder, defs.POOL: vim.ResourcePool}.get(
+            resource.kind, vim.VirtualMachine
+        )
+        try:
+            name, parent = self.session.call(
+                "GetEntity",
+                lambda si: (lambda o: (str(o.name), str(o.parent._moId)))(kind(moref, si._stub)),
+            )
+        except errors.NotFound:
+            return False
+        parent_path, _, want_name = want.rpartition("/")
+        want_parent = self._find_by_path(parent_path)
+        if want_parent is None or str(want_parent._moId) != parent:
+            raise errors.InvalidRequest(
+                PROVIDER,
+                "adopt",
+                f"{resource.key}: the state's {moref} ({name!r}) is not under {parent_path!r} "
+                "(moved, never: adopt refuses)",
+            )
+        if name == want_name:
+            return True
+        if self._find_by_path(want) is not None:
+            raise errors.AlreadyExists(
+                PROVIDER, "adopt", f"{resource.key}: {want} exists already; the state names {moref}"
+            )
+        if resource.kind == defs.POOL:  # a pool is renamed by its config (no Rename_Task)
+            self.session.call(
+                "RenameEntity",
+                lambda si: vim.ResourcePool(moref, si._stub).UpdateConfig(
+                    name=want_name, config=None
+                ),
+            )
+        else:
+            task = self.session.call(
+                "RenameEntity", lambda si: kind(moref, si._stub).Rename_Task(newName=want_name)
+            )
+            self.session.wait_task("RenameEntity", task._moId)
+        log.info("vsphere: adopted %s (%s) as %s", moref, name, want)
         return True
 
     def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
@@ -767,9 +861,10 @@ class VsphereLayoutResources(VsphereMachines):
 
 
 class VsphereLayouts:
-    """The vSphere :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+    """The vSphere :class:`~cloudloop.cloud.layouts.LayoutPart` (and ``AdoptingPart``)."""
 
     layouts: tuple[str, ...] = defs.LAYOUTS
+    state_types: Mapping[str, StateMapping] = STATE_TYPES
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)

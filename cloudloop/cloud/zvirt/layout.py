@@ -24,7 +24,8 @@ acts on the definitions.
 
 Departures from the Terraform modules (and why):
 - the VM's description carries ``cloudloop layout <prefix> cluster_uuid=<uuid>``: a same-named
-  VM without it is refused (``AlreadyExists``), never adopted;
+  VM without it is refused (``AlreadyExists``), never taken over — only ``adopt`` (the VM an
+  upstream Terraform state names by ID) marks one;
 - the cloud-init script does not carry dhctl's ``cloudConfig``: the layout makes the machines,
   bootstrap is dhctl's or Cluster API's (as on AWS).
 """
@@ -64,9 +65,12 @@ def _key(kind: str, name: str) -> str:
     return f"{kind}/{name}"
 
 
+MARKER = "cloudloop layout "
+
+
 def description(prefix: str, uuid: str) -> str:
     """What a layout VM or disk says about its owner (a same-named other one is refused)."""
-    return f"cloudloop layout {prefix} cluster_uuid={uuid}"
+    return f"{MARKER}{prefix} cluster_uuid={uuid}"
 
 
 def cloud_init(hostname: str, ssh_key: str) -> str:

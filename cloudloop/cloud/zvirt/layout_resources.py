@@ -19,6 +19,10 @@ Identity and crash rules:
 - a second ensure of an unchanged resource makes only GET requests.
 - cloud errors end the step with the engine's message: no template of that name, no vNIC profile
   or storage domain with that ID (``InvalidRequest``, not retried).
+- adoption (``adopt``, from an upstream Terraform state): found by the state's ID, a VM or data
+  disk is given the layout's name and description marker in one update (nothing else changed);
+  one marked for another cluster, in another oVirt cluster, or with another already under the
+  layout's name is refused, as is a NIC, attachment or start that is not the layout's.
 - ``delete`` is idempotent and waits for what it removed: a stopped VM is ``down``, a removed VM
   gone. The data disk is detached before its VM goes (destroy runs last wave first), so the VM's
   removal takes only its boot disk.
@@ -31,7 +35,7 @@ import hashlib
 import ipaddress
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,7 @@ from cloudloop.cloud.zvirt.base import (
     types,
     vm_view,
 )
+from cloudloop.cloud.zvirt.layout_state import STATE_TYPES
 from cloudloop.cloud.zvirt.machines import MACHINE_FOLLOW, ZvirtMachines, _detach
 from cloudloop.cloud.zvirt.mapping import (
     GIB,
@@ -61,6 +66,7 @@ from cloudloop.cloud.zvirt.mapping import (
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.layouts.config import ZvirtClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from cloudloop.layouts.tfstate import StateMapping
 
 Props = dict[str, Any]
 Raw = dict[str, Any]
@@ -135,6 +141,113 @@ class ZvirtLayoutResources(ZvirtMachines):
         fix(resource, properties, raw, repairable)
         raw = find(resource, properties) or raw
         return Ensured("updated", outputs(resource, raw), changed)
+
+    def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
+        """The resource a Terraform state names, made findable, then ``inspect``'s answer;
+        ``None`` when the engine has no such resource.
+
+        A VM (``ovirt_vm``, by ID) in the layout's cluster is given the layout's name and
+        description marker; a data disk (``ovirt_disk``) the layout's alias and marker. One
+        already marked for another cluster, a VM in another oVirt cluster, or another VM/disk
+        already under the layout's name is refused. A NIC's name is its identity (upstream's
+        is ``nic1`` too): a differently named one is refused. An attachment's ID is its disk's,
+        a start's its VM's: a state naming others than the layout's is refused."""
+        if resource.kind == defs.VM:
+            if not self._adopt_vm(resource, properties, cloud_id):
+                return None
+        elif resource.kind == defs.DISK:
+            if not self._adopt_disk(resource, properties, cloud_id):
+                return None
+        elif resource.kind == defs.NIC:
+            nic = next((n for n in self._nics(str(properties["vm_id"])) if n.id == cloud_id), None)
+            if nic is None:
+                return None
+            if nic.name != properties["name"]:
+                raise errors.InvalidRequest(
+                    NAME,
+                    "adopt",
+                    f"{resource.key}: the state's NIC {cloud_id} is named {nic.name!r}, "
+                    f"not {properties['name']!r} (the name is its identity)",
+                )
+        else:
+            want = {defs.ATTACHMENT: "disk_id", defs.START: "vm_id"}[resource.kind]
+            if cloud_id != str(properties[want]):
+                raise errors.InvalidRequest(
+                    NAME,
+                    "adopt",
+                    f"{resource.key}: the state's is {cloud_id}, the layout's "
+                    f"{want} {properties[want]}",
+                )
+        found = self.inspect(resource, properties)
+        if found is not None and found.outputs.get("id") != cloud_id:
+            raise errors.AlreadyExists(
+                NAME, "adopt", f"{resource.key} is {found.outputs.get('id')}, not {cloud_id}"
+            )
+        return found
+
+    def _adopt_vm(self, resource: ResourceDef, props: Props, vm_id: str) -> bool:
+        def get(api: Any) -> tuple[str, str, str]:
+            vm = api.vms_service().vm_service(vm_id).get()
+            cluster = str(vm.cluster.id) if vm.cluster is not None else ""
+            return str(vm.name or ""), str(vm.description or ""), cluster
+
+        try:
+            name, description, cluster = self.session.call("GetVm", get)
+        except errors.NotFound:
+            return False
+        if cluster != str(props["cluster_id"]):
+            raise errors.InvalidRequest(
+                NAME,
+                "adopt",
+                f"{resource.key}: VM {name} ({vm_id}) is in cluster {cluster}, "
+                f"the layout's is {props['cluster_id']} (moved, never)",
+            )
+        self._refuse_foreign(resource, description, props, f"VM {name} ({vm_id})")
+        if name == resource.name and description == props["description"]:
+            return True
+        other = self.find_vm(resource.name)
+        if other is not None and other.id != vm_id:
+            raise errors.AlreadyExists(
+                NAME, "adopt", f"{resource.key}: VM {resource.name} ({other.id}) exists already"
+            )
+        update = types.Vm(name=resource.name, description=str(props["description"]))
+        self.session.call(
+            "UpdateVm", lambda api: api.vms_service().vm_service(vm_id).update(update)
+        )
+        return True
+
+    def _adopt_disk(self, resource: ResourceDef, props: Props, disk_id: str) -> bool:
+        raw = self._disk_raw(disk_id)
+        if raw is None:
+            return False
+        self._refuse_foreign(resource, raw["description"], props, f"disk {raw['name']} ({disk_id})")
+        if raw["name"] == resource.name and raw["description"] == props["description"]:
+            return True
+        quoted = '"' + resource.name.replace('"', "") + '"'
+        others = self.session.call(
+            "ListDisks",
+            lambda api: [_disk_raw(d) for d in api.disks_service().list(search=f"alias={quoted}")],
+        )
+        if any(d["name"] == resource.name and d["id"] != disk_id for d in others):
+            raise errors.AlreadyExists(
+                NAME, "adopt", f"{resource.key}: a disk {resource.name} exists already"
+            )
+        self._wait_disk_ok(disk_id, self.session.deadline())
+        update = types.Disk(alias=resource.name, description=str(props["description"]))
+        self.session.call(
+            "UpdateDisk", lambda api: api.disks_service().disk_service(disk_id).update(update)
+        )
+        return True
+
+    @staticmethod
+    def _refuse_foreign(resource: ResourceDef, description: str, props: Props, what: str) -> None:
+        """A VM or disk marked for another cluster (its marker, another UUID) is not adopted."""
+        if description.startswith(defs.MARKER) and description != props["description"]:
+            raise errors.AlreadyExists(
+                NAME,
+                "adopt",
+                f"{resource.key}: {what} belongs to another cluster ({description!r})",
+            )
 
     def _settled(self, resource: ResourceDef, raw: Raw) -> Raw:
         """A found resource once it is usable (a started VM has its address)."""
@@ -501,9 +614,10 @@ def _nic(props: Props) -> Any | None:
 
 
 class ZvirtLayouts:
-    """The zVirt :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+    """The zVirt :class:`~cloudloop.cloud.layouts.LayoutPart` (and ``AdoptingPart``)."""
 
     layouts: tuple[str, ...] = defs.LAYOUTS
+    state_types: Mapping[str, StateMapping] = STATE_TYPES
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)

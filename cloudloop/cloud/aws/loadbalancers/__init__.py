@@ -16,6 +16,7 @@ drift check of drift repair (reads only; the ensure puts things back).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from cloudloop.cloud import models
 from cloudloop.cloud.aws.base import calling
@@ -53,6 +54,7 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
 from cloudloop.cloud.aws.loadbalancers.nlb import AwsNetworkLoadBalancers, nlb_health_check
 from cloudloop.cloud.aws.loadbalancers.parts import DESCRIBE_BATCH, Network
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
+from cloudloop.cloud.aws.settings import AwsSettings
 
 __all__ = [
     "ANYWHERE",
@@ -80,11 +82,26 @@ __all__ = [
 
 
 def parsed(
-    spec: models.LoadBalancerSpec,
+    spec: models.LoadBalancerSpec, settings: AwsSettings
 ) -> tuple[models.LoadBalancerSpec, AwsLoadBalancerOptions]:
     """The Service's options, checked, and its spec with the effective source ranges (the
-    field, else the deprecated annotation)."""
+    field, else the deprecated annotation). The cluster's ``tags`` go under the Service's
+    ``additional-resource-tags``; a Classic ELB without ``security-groups`` gets the cluster's
+    ``load_balancer_security_group`` (upstream's ``ElbSecurityGroup``)."""
     options = parse_annotations(spec.annotations, tuple(p.protocol.upper() for p in spec.ports))
+    options = replace(
+        options,
+        additional_tags={**settings.tags, **options.additional_tags},
+        security_groups=(
+            options.security_groups
+            or (
+                (settings.load_balancer_security_group,)
+                if settings.load_balancer_security_group
+                and options.kind is LoadBalancerKind.CLASSIC
+                else ()
+            )
+        ),
+    )
     check_ports(spec, options.kind)
     ranges = source_ranges(spec.source_ranges, spec.annotations)
     return spec.model_copy(update={"source_ranges": ranges}), options
@@ -111,14 +128,14 @@ class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
         )
 
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
-        spec, options = parsed(spec)
+        spec, options = parsed(spec, self.settings)
         if options.kind is LoadBalancerKind.NLB:
             return self._ensure_nlb(spec, options)
         return self._ensure_classic(spec, options)
 
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
         """Register/deregister instances and fix the node rules; ``NotFound`` without an LB."""
-        spec, options = parsed(spec)
+        spec, options = parsed(spec, self.settings)
         instances = self._live_instances(target_instance_ids(spec, options))
         if options.kind is LoadBalancerKind.NLB:
             self._update_nlb_backends(spec, options, instances)
@@ -127,7 +144,7 @@ class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
 
     def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
         """Drift repair's check: reads only; see ``_classic_drift`` and ``_nlb_drift``."""
-        spec, options = parsed(spec)
+        spec, options = parsed(spec, self.settings)
         if options.kind is LoadBalancerKind.NLB:
             return self._nlb_drift(spec, options)
         return self._classic_drift(spec, options)

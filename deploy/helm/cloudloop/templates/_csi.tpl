@@ -35,6 +35,11 @@ volumeMounts:
 {{- if and .Values.csi.enabled .Values.csi.snapshots.enabled $provider.csiSnapshots }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the CSI controller keeps the driver's VolumeSnapshotClass (from discovery). */}}
+{{- define "cloudloop.csi.snapshotClass" -}}
+{{- if and (include "cloudloop.csi.snapshots" .) .Values.csi.snapshots.volumeSnapshotClass.create }}true{{ end }}
+{{- end }}
+
 {{- define "cloudloop.csi.snapshotClassName" -}}
 {{- .Values.csi.snapshots.volumeSnapshotClass.name | default (include "cloudloop.fullname" .) }}
 {{- end }}
