@@ -32,7 +32,7 @@ import math
 from typing import Any
 
 from cloudloop.layouts.config import AWSClusterConfiguration, AwsInstanceClass, ClusterIdentity
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import LayoutDef, LayoutError, ModuleDef, ResourceDef, assemble, ref
 
 LAYOUTS = ("WithoutNAT", "WithNAT")
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -68,10 +68,6 @@ KEY_PAIR = "aws.key_pair"
 VOLUME = "aws.ebs_volume"
 ATTACHMENT = "aws.volume_attachment"
 INSTANCE = "aws.instance"
-
-
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
 
 
 def cidr_split(cidr: str, newbits: int, index: int) -> str:
@@ -575,18 +571,11 @@ def define(
     config: AWSClusterConfiguration, cluster: ClusterIdentity, zones: list[str]
 ) -> LayoutDef:
     """The layout's definitions; :class:`LayoutError` for what it cannot build."""
-    if config.layout not in LAYOUTS:
-        raise LayoutError(f"layout {config.layout} is not supported (use {' or '.join(LAYOUTS)})")
-    build = _Builder(config, cluster, zones)
-    modules = [build.base()]
-    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
-    for g, group in enumerate(config.nodeGroups):
-        modules += [build.static(g, i) for i in range(group.replicas)]
-    return LayoutDef(
-        provider="aws",
-        layout=config.layout,
-        prefix=cluster.prefix,
-        uuid=cluster.uuid,
-        modules=modules,
-        discovery=build.discovery(),
+    return assemble(
+        "aws",
+        config,
+        cluster.prefix,
+        cluster.uuid,
+        lambda: _Builder(config, cluster, zones),
+        layouts=LAYOUTS,
     )

@@ -57,7 +57,7 @@ from cloudloop.layouts.config import (
     OpenStackClusterConfiguration,
     OpenStackNodeGroup,
 )
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import LayoutDef, LayoutError, ModuleDef, ResourceDef, ref
 
 LAYOUTS = ("Standard", "StandardWithNoRouter", "Simple", "SimpleWithInternalNetwork")
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -81,10 +81,6 @@ VOLUME = "openstack.volume"
 ATTACHMENT = "openstack.volume_attachment"
 SERVER = "openstack.server"
 FLOATING_IP = "openstack.floating_ip"
-
-
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
 
 
 def _refs(resource: ResourceDef) -> bool:

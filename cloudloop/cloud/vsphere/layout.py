@@ -34,7 +34,7 @@ import uuid
 from typing import Any
 
 from cloudloop.layouts.config import ClusterIdentity, VsphereClusterConfiguration
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import LayoutDef, LayoutError, ModuleDef, ResourceDef, assemble, ref
 
 LAYOUTS = ("Standard",)
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -63,10 +63,6 @@ CLUSTER = "vsphere.compute_cluster"
 POOL = "vsphere.resource_pool"
 DISK = "vsphere.virtual_disk"
 VM = "vsphere.virtual_machine"
-
-
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
 
 
 def _key(kind: str, name: str) -> str:
@@ -317,18 +313,11 @@ def define(
 ) -> LayoutDef:
     """The layout's definitions (``zones``: the zone tags on the region's compute clusters);
     :class:`LayoutError` for what it cannot build."""
-    if config.layout not in LAYOUTS:
-        raise LayoutError(f"layout {config.layout} is not supported (use Standard)")
-    build = _Builder(config, cluster, zones)
-    modules = [build.base()]
-    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
-    for g, group in enumerate(config.nodeGroups):
-        modules += [build.static(g, i) for i in range(group.replicas)]
-    return LayoutDef(
-        provider="vsphere",
-        layout=config.layout,
-        prefix=cluster.prefix,
-        uuid=cluster.uuid,
-        modules=modules,
-        discovery=build.discovery(),
+    return assemble(
+        "vsphere",
+        config,
+        cluster.prefix,
+        cluster.uuid,
+        lambda: _Builder(config, cluster, zones),
+        layouts=LAYOUTS,
     )
