@@ -26,6 +26,11 @@ REF = "$ref"
 ModuleKind = Literal["base-infrastructure", "master-node", "static-node"]
 
 
+def resource_key(kind: str, name: str) -> str:
+    """The key of the resource ``kind``/``name`` in a layout (:attr:`ResourceDef.key`)."""
+    return f"{kind}/{name}"
+
+
 def ref(key: str, output: str = "id") -> dict[str, str]:
     """A reference to ``output`` of the resource ``key`` (resolved when the step runs)."""
     return {REF: key, "output": output}
@@ -48,7 +53,7 @@ class ResourceDef(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.kind}/{self.name}"
+        return resource_key(self.kind, self.name)
 
 
 class ModuleDef(BaseModel):

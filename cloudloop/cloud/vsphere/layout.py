@@ -34,7 +34,15 @@ import uuid
 from typing import Any
 
 from cloudloop.layouts.config import ClusterIdentity, VsphereClusterConfiguration
-from cloudloop.layouts.model import LayoutDef, LayoutError, ModuleDef, ResourceDef, assemble, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ResourceDef,
+    assemble,
+    ref,
+    resource_key,
+)
 
 LAYOUTS = ("Standard",)
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -63,10 +71,6 @@ CLUSTER = "vsphere.compute_cluster"
 POOL = "vsphere.resource_pool"
 DISK = "vsphere.virtual_disk"
 VM = "vsphere.virtual_machine"
-
-
-def _key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 def instance_uuid(cluster_uuid: str, name: str) -> str:
@@ -99,7 +103,7 @@ class _Builder:
             )
         if config.nsxt:
             raise LayoutError("nsxt: NSX-T load balancing is not supported by this engine")
-        self.dc = _key(DATACENTER, config.region)
+        self.dc = resource_key(DATACENTER, config.region)
         base = (config.baseResourcePool or "").strip("/")
         self.base_pool = base
         if config.useNestedResourcePool:
@@ -149,7 +153,7 @@ class _Builder:
                         kind=POOL,
                         name=f"{zone}/{self.p}",
                         properties={
-                            "cluster_path": ref(_key(CLUSTER, zone), "path"),
+                            "cluster_path": ref(resource_key(CLUSTER, zone), "path"),
                             "parent": self.base_pool,
                             "pool_name": self.p,
                             "zone": zone,
@@ -213,13 +217,13 @@ class _Builder:
         pool = (ic.resourcePool or "").strip("/") or self.pool_path
         depends = []
         if not c.vmFolderExists:
-            depends.append(_key(FOLDER, c.vmFolderPath.strip("/")))
+            depends.append(resource_key(FOLDER, c.vmFolderPath.strip("/")))
         if c.useNestedResourcePool and not ic.resourcePool:
-            depends.append(_key(POOL, f"{zone}/{self.p}"))
+            depends.append(resource_key(POOL, f"{zone}/{self.p}"))
         properties: dict[str, Any] = {
             "datacenter": ref(self.dc, "name"),
             "folder": c.vmFolderPath.strip("/"),
-            "cluster_path": ref(_key(CLUSTER, zone), "path"),
+            "cluster_path": ref(resource_key(CLUSTER, zone), "path"),
             "pool": pool,
             "template": ic.template,
             "datastore": ic.datastore,

@@ -43,7 +43,14 @@ from cloudloop.layouts.config import (
     ZvirtClusterConfiguration,
     ZvirtNodeInstanceClass,
 )
-from cloudloop.layouts.model import LayoutDef, LayoutError, ModuleDef, ResourceDef, assemble, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ResourceDef,
+    assemble,
+    ref,
+)
 
 LAYOUTS = ("Standard",)
 DATA_DEVICE = "/dev/sdb"
@@ -55,10 +62,6 @@ NIC = "zvirt.nic"
 DISK = "zvirt.disk"
 ATTACHMENT = "zvirt.disk_attachment"
 START = "zvirt.vm_start"
-
-
-def _key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 MARKER = "cloudloop layout "
