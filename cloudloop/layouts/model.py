@@ -17,12 +17,18 @@ activities from the :class:`ConfigSource`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 REF = "$ref"
 ModuleKind = Literal["base-infrastructure", "master-node", "static-node"]
+
+
+def resource_key(kind: str, name: str) -> str:
+    """The key of the resource ``kind``/``name`` in a layout (:attr:`ResourceDef.key`)."""
+    return f"{kind}/{name}"
 
 
 def ref(key: str, output: str = "id") -> dict[str, str]:
@@ -47,7 +53,7 @@ class ResourceDef(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.kind}/{self.name}"
+        return resource_key(self.kind, self.name)
 
 
 class ModuleDef(BaseModel):
@@ -84,3 +90,48 @@ class ConfigSource(BaseModel):
 
     def describe(self) -> str:
         return self.file
+
+
+class LayoutError(ValueError):
+    """The document asks for something this layout cannot build."""
+
+
+class ModuleBuilder(Protocol):
+    """A cloud's builder of module instances (``static(g, i)``: entry ``g`` of ``nodeGroups``)."""
+
+    def base(self) -> ModuleDef: ...
+
+    def master(self, index: int) -> ModuleDef: ...
+
+    def static(self, group: int, index: int) -> ModuleDef: ...
+
+    def discovery(self) -> dict[str, Any]: ...
+
+
+def assemble(
+    provider: str,
+    config: Any,
+    prefix: str,
+    uuid: str,
+    builder: Callable[[], ModuleBuilder],
+    *,
+    layouts: Sequence[str],
+) -> LayoutDef:
+    """The layout of ``config`` (a ``<Provider>ClusterConfiguration``): the base, a
+    ``master-node`` per replica and a ``static-node`` per node group entry and index, in that
+    order; :class:`LayoutError` for a layout not in ``layouts`` (before ``builder`` runs)."""
+    if config.layout not in layouts:
+        raise LayoutError(f"layout {config.layout} is not supported (use {' or '.join(layouts)})")
+    build = builder()
+    modules = [build.base()]
+    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
+    for g, group in enumerate(config.nodeGroups):
+        modules += [build.static(g, i) for i in range(group.replicas)]
+    return LayoutDef(
+        provider=provider,
+        layout=config.layout,
+        prefix=prefix,
+        uuid=uuid,
+        modules=modules,
+        discovery=build.discovery(),
+    )

@@ -33,6 +33,9 @@ PROCESS_OF_MODULE = {
     "cloudloop.csi.server": {"csi-node"},
     # `cloudloop retry machine`: run by a user with the user's own credentials.
     "starters.machine.retry": {"cli"},
+    # `cloudloop layout plan|apply|adopt --kubeconfig`: the user's CLI reads the Terraform state
+    # Secrets and publishes the layout's outputs with the user's own credentials.
+    "starters.layout": {"cli"},
 }
 #: Modules talking to another cluster than the one the chart is installed in.
 PARENT_CLUSTER = "cloudloop.cloud.dvp."

@@ -71,7 +71,7 @@ DYNAMIC: dict[str, dict[str, list[tuple[Target, str, str]]] | None] = {
     "activities.loadbalancer:_write_ingress": {"worker": [(SERVICES, "status", "patch")]},
     # OCCM's load-balancer-id (and -address) written back onto the Service.
     "activities.loadbalancer:_write_annotations": {"worker": [(SERVICES, "", "patch")]},
-    "activities.machine:_report": {
+    "activities.machine:_write": {
         "worker": [
             (INFRA_MACHINE, "", "get"),
             (INFRA_MACHINE, "", "patch"),

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudloop.cloud.aws.layout import LayoutError, cidr_split, define
+from cloudloop.cloud.aws.layout import cidr_split, define
 from cloudloop.layouts.config import AWSClusterConfiguration, ClusterIdentity, load_documents
-from cloudloop.layouts.model import LayoutDef
+from cloudloop.layouts.model import LayoutDef, LayoutError
 from cloudloop.rules import layout as rules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudloop.cloud.openstack.layout import LayoutError, define, host
+from cloudloop.cloud.openstack.layout import define, host
 from cloudloop.layouts.config import (
     ClusterIdentity,
     InvalidConfig,
@@ -16,7 +16,7 @@ from cloudloop.layouts.config import (
     load_documents,
     validate_document,
 )
-from cloudloop.layouts.model import REF, LayoutDef
+from cloudloop.layouts.model import REF, LayoutDef, LayoutError
 from cloudloop.rules import layout as rules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"

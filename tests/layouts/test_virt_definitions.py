@@ -15,7 +15,7 @@ from cloudloop.cloud.zvirt import layout as zvirt
 from cloudloop.cloud.zvirt.layout_state import STATE_TYPES as ZVIRT_STATE_TYPES
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import load_documents, validate_document
-from cloudloop.layouts.model import LayoutDef
+from cloudloop.layouts.model import LayoutDef, LayoutError
 from cloudloop.rules import layout as rules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
@@ -164,7 +164,7 @@ def test_dvp_network_policy_none_and_static_addresses() -> None:
     def static_ip(doc: dict[str, Any]) -> None:
         doc["masterNodeGroup"]["instanceClass"]["virtualMachine"]["ipAddresses"] = ["10.0.0.5"]
 
-    with pytest.raises(dvp.LayoutError, match="static ipAddresses"):
+    with pytest.raises(LayoutError, match="static ipAddresses"):
         build("dvp-standard", static_ip)
 
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudloop.cloud.vsphere.layout import LayoutError, define, instance_uuid
+from cloudloop.cloud.vsphere.layout import define, instance_uuid
 from cloudloop.layouts.config import (
     InvalidConfig,
     VsphereClusterConfiguration,
     load_documents,
     validate_document,
 )
-from cloudloop.layouts.model import LayoutDef
+from cloudloop.layouts.model import LayoutDef, LayoutError
 from cloudloop.rules import layout as rules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"

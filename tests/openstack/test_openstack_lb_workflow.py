@@ -57,7 +57,12 @@ async def test_ensure_update_and_delete(
         made = exactly_one_of_everything(admin, ports=2, nodes=2)
         assert found == [made["fip"]["floating_ip_address"]]
         assert made["lb"]["name"] == f"kube_service_lb-{scope}_{namespace}_web"
-        assert events(kube, namespace, "web", "EnsuredLoadBalancer")
+        # The Event follows the ingress write (and the annotation before it): wait for it.
+        await eventually(
+            lambda: events(kube, namespace, "web", "EnsuredLoadBalancer"),
+            timeout=30,
+            what="the EnsuredLoadBalancer Event",
+        )
         # OCCM's load-balancer-id is written back onto the Service (and changes nothing more).
         web = kube.get(SERVICES, "web", namespace) or {}
         assert web["metadata"]["annotations"][P + "load-balancer-id"] == made["lb"]["id"]

@@ -92,6 +92,11 @@ def _count_error(event_name: str = "", **_: Any) -> None:
     count(NAME, event_name.rsplit(".", 1)[-1], "unreachable")
 
 
+#: "Does not exist" answers whose code does not end in ``NotFound`` (SQS: a queue looked up by
+#: name before it is made, or deleted behind the termination handler's back).
+_NOT_FOUND_CODES = frozenset({"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"})
+
+
 def error_class(code: str, status: int) -> type[errors.CloudError]:
     """The contract's error class for an AWS error code and HTTP status."""
     if code in _AUTH_CODES:
@@ -102,7 +107,7 @@ def error_class(code: str, status: int) -> type[errors.CloudError]:
         return errors.QuotaExceeded
     if code in _CAPACITY_CODES:
         return errors.InsufficientCapacity
-    if code.endswith("NotFound"):
+    if code.endswith("NotFound") or code in _NOT_FOUND_CODES:
         return errors.NotFound
     if code.endswith("AlreadyExists") or code.endswith(".Duplicate"):
         return errors.AlreadyExists

@@ -32,7 +32,15 @@ import math
 from typing import Any
 
 from cloudloop.layouts.config import AWSClusterConfiguration, AwsInstanceClass, ClusterIdentity
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ResourceDef,
+    assemble,
+    ref,
+    resource_key,
+)
 
 LAYOUTS = ("WithoutNAT", "WithNAT")
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -70,20 +78,12 @@ ATTACHMENT = "aws.volume_attachment"
 INSTANCE = "aws.instance"
 
 
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
-
-
 def cidr_split(cidr: str, newbits: int, index: int) -> str:
     """Terraform's ``cidrsubnet(cidr, newbits, index)``."""
     network = ipaddress.ip_network(cidr, strict=False)
     size = 2 ** (network.max_prefixlen - network.prefixlen - newbits)
     base = int(network.network_address) + index * size
     return f"{ipaddress.ip_address(base)}/{network.prefixlen + newbits}"
-
-
-def _key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 def _rule(
@@ -131,7 +131,7 @@ class _Builder:
         if c.peeredVPCs:
             raise LayoutError("peeredVPCs: VPC peering is not supported by this engine yet")
         resources: list[ResourceDef] = []
-        vpc_key = _key(VPC, p)
+        vpc_key = resource_key(VPC, p)
         if c.existingVPCID:
             if not c.nodeNetworkCIDR:
                 raise LayoutError("existingVPCID needs nodeNetworkCIDR here")
@@ -174,14 +174,14 @@ class _Builder:
                         public=False,
                     )
                 )
-        igw = _key(IGW, p)
+        igw = resource_key(IGW, p)
         resources.append(
             ResourceDef(kind=IGW, name=p, tags=self.tags(p), properties={"vpc_id": ref(vpc_key)})
         )
         resources.append(self._route_table(f"{p}-public", {"gateway_id": ref(igw)}))
         resources += self._associations("public", f"{p}-public")
         if self.nat:
-            eip_key = _key(EIP, f"{p}-natgw")
+            eip_key = resource_key(EIP, f"{p}-natgw")
             resources.append(
                 ResourceDef(
                     kind=EIP,
@@ -196,14 +196,14 @@ class _Builder:
                     name=p,
                     tags=self.tags(p),
                     properties={
-                        "subnet_id": ref(_key(SUBNET, f"{p}-public-0")),
+                        "subnet_id": ref(resource_key(SUBNET, f"{p}-public-0")),
                         "allocation_id": ref(eip_key),
                     },
                     depends_on=[igw],
                 )
             )
             resources.append(
-                self._route_table(f"{p}-internal", {"nat_gateway_id": ref(_key(NAT, p))})
+                self._route_table(f"{p}-internal", {"nat_gateway_id": ref(resource_key(NAT, p))})
             )
             resources += self._associations("internal", f"{p}-internal")
         resources += self._security_groups()
@@ -220,7 +220,9 @@ class _Builder:
         outputs: dict[str, Any] = {}
         if self.bastion is not None:
             resources += self._bastion()
-            outputs["bastion_ip_address_for_ssh"] = ref(_key(EIP, f"{p}-bastion"), "public_ip")
+            outputs["bastion_ip_address_for_ssh"] = ref(
+                resource_key(EIP, f"{p}-bastion"), "public_ip"
+            )
         return ModuleDef(
             id="base", module="base-infrastructure", resources=resources, outputs=outputs
         )
@@ -241,7 +243,7 @@ class _Builder:
             name=name,
             tags=self.tags(name, self.cluster_tags, role),
             properties={
-                "vpc_id": ref(_key(VPC, self.p)),
+                "vpc_id": ref(resource_key(VPC, self.p)),
                 "cidr_block": cidr_split(cidr, newbits, index),
                 "availability_zone": zone,
                 "map_public_ip_on_launch": public,
@@ -255,7 +257,7 @@ class _Builder:
             name=name,
             tags=self.tags(name, self.cluster_tags),
             properties={
-                "vpc_id": ref(_key(VPC, self.p)),
+                "vpc_id": ref(resource_key(VPC, self.p)),
                 "routes": [{"destination": "0.0.0.0/0", **target}],
             },
         )
@@ -266,8 +268,8 @@ class _Builder:
                 kind=ASSOCIATION,
                 name=f"{self.p}-{side}-{i}",
                 properties={
-                    "route_table_id": ref(_key(ROUTE_TABLE, table)),
-                    "subnet_id": ref(_key(SUBNET, f"{self.p}-{side}-{i}")),
+                    "route_table_id": ref(resource_key(ROUTE_TABLE, table)),
+                    "subnet_id": ref(resource_key(SUBNET, f"{self.p}-{side}-{i}")),
                 },
             )
             for i in range(len(self.zones))
@@ -275,11 +277,14 @@ class _Builder:
 
     @property
     def node_sg(self) -> str | None:
-        return None if self.c.disableDefaultSecurityGroup else _key(SG, f"{self.p}-node")
+        return None if self.c.disableDefaultSecurityGroup else resource_key(SG, f"{self.p}-node")
 
     def _security_groups(self) -> list[ResourceDef]:
-        p, vpc = self.p, ref(_key(VPC, self.p))
-        lb_key, ssh_key = _key(SG, f"{p}-loadbalancer"), _key(SG, f"{p}-ssh-accessible")
+        p, vpc = self.p, ref(resource_key(VPC, self.p))
+        lb_key, ssh_key = (
+            resource_key(SG, f"{p}-loadbalancer"),
+            resource_key(SG, f"{p}-ssh-accessible"),
+        )
         groups: list[ResourceDef] = []
         if self.node_sg is not None:
             groups.append(
@@ -358,7 +363,7 @@ class _Builder:
 
     def _iam(self) -> list[ResourceDef]:
         name = f"{self.p}-node"
-        role_key = _key(ROLE, name)
+        role_key = resource_key(ROLE, name)
         actions = [*NODE_ACTIONS, *(self.c.additionalRolePolicies or [])]
         policy = {
             "Version": "2012-10-17",
@@ -392,7 +397,7 @@ class _Builder:
         if zone not in self.zones:
             raise LayoutError(f"zone {zone!r} is not one of the cluster's zones {self.zones}")
         side = "public" if public else "internal"
-        return ref(_key(SUBNET, f"{self.p}-{side}-{self.zones.index(zone)}"))
+        return ref(resource_key(SUBNET, f"{self.p}-{side}-{self.zones.index(zone)}"))
 
     def _instance(
         self,
@@ -411,8 +416,8 @@ class _Builder:
             "instance_type": instance_class.instanceType,
             "subnet_id": self._subnet_for(zone, public=public_subnet),
             "security_group_ids": [*groups, *instance_class.additionalSecurityGroups],
-            "key_name": ref(_key(KEY_PAIR, self.p), "name"),
-            "iam_profile": ref(_key(PROFILE, f"{self.p}-node"), "name"),
+            "key_name": ref(resource_key(KEY_PAIR, self.p), "name"),
+            "iam_profile": ref(resource_key(PROFILE, f"{self.p}-node"), "name"),
             "source_dest_check": False,
             "root_size_gb": instance_class.diskSizeGb or DEFAULT_ROOT_GB,
             "root_type": instance_class.diskType or DEFAULT_ROOT_TYPE,
@@ -432,7 +437,7 @@ class _Builder:
         assert self.bastion is not None
         zone = self.bastion.zone or self.zones[0]
         name = f"{self.p}-bastion"
-        groups = [ref(g) for g in (self.node_sg, _key(SG, f"{self.p}-ssh-accessible")) if g]
+        groups = [ref(g) for g in (self.node_sg, resource_key(SG, f"{self.p}-ssh-accessible")) if g]
         instance = self._instance(
             name,
             self.bastion.instanceClass,
@@ -463,7 +468,7 @@ class _Builder:
         data = f"{p}-kubernetes-data-{index}"
         groups = [ref(self.node_sg)] if self.node_sg else []
         if self.bastion is None:
-            groups.append(ref(_key(SG, f"{p}-ssh-accessible")))
+            groups.append(ref(resource_key(SG, f"{p}-ssh-accessible")))
         instance = self._instance(
             name,
             group.instanceClass,
@@ -485,7 +490,7 @@ class _Builder:
                 kind=ATTACHMENT,
                 name=data,
                 properties={
-                    "volume_id": ref(_key(VOLUME, data)),
+                    "volume_id": ref(resource_key(VOLUME, data)),
                     "instance_id": ref(instance.key),
                     "device": DATA_DEVICE,
                 },
@@ -502,7 +507,7 @@ class _Builder:
                     outputs=["id", "public_ip"],
                 )
             )
-            ssh = ref(_key(EIP, name), "public_ip")
+            ssh = ref(resource_key(EIP, name), "public_ip")
         return ModuleDef(
             id=f"master-{index}",
             module="master-node",
@@ -563,10 +568,11 @@ class _Builder:
                 "associatePublicIPAddress": not self.nat,
                 "iamProfileName": f"{self.p}-node",
             },
-            "loadBalancerSecurityGroup": ref(_key(SG, f"{self.p}-loadbalancer")),
+            "loadBalancerSecurityGroup": ref(resource_key(SG, f"{self.p}-loadbalancer")),
             "zones": list(self.zones),
             "zoneToSubnetIdMap": {
-                zone: ref(_key(SUBNET, f"{self.p}-{side}-{i}")) for i, zone in enumerate(self.zones)
+                zone: ref(resource_key(SUBNET, f"{self.p}-{side}-{i}"))
+                for i, zone in enumerate(self.zones)
             },
         }
 
@@ -575,18 +581,11 @@ def define(
     config: AWSClusterConfiguration, cluster: ClusterIdentity, zones: list[str]
 ) -> LayoutDef:
     """The layout's definitions; :class:`LayoutError` for what it cannot build."""
-    if config.layout not in LAYOUTS:
-        raise LayoutError(f"layout {config.layout} is not supported (use {' or '.join(LAYOUTS)})")
-    build = _Builder(config, cluster, zones)
-    modules = [build.base()]
-    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
-    for g, group in enumerate(config.nodeGroups):
-        modules += [build.static(g, i) for i in range(group.replicas)]
-    return LayoutDef(
-        provider="aws",
-        layout=config.layout,
-        prefix=cluster.prefix,
-        uuid=cluster.uuid,
-        modules=modules,
-        discovery=build.discovery(),
+    return assemble(
+        "aws",
+        config,
+        cluster.prefix,
+        cluster.uuid,
+        lambda: _Builder(config, cluster, zones),
+        layouts=LAYOUTS,
     )

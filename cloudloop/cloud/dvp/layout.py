@@ -58,7 +58,15 @@ from cloudloop.layouts.config import (
     DvpRootDisk,
     DvpVirtualMachine,
 )
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ModuleKind, ResourceDef, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ModuleKind,
+    ResourceDef,
+    assemble,
+    ref,
+)
 
 LAYOUTS = ("Standard",)
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -75,10 +83,6 @@ NODE_GROUP_LABEL = "dvp.deckhouse.io/node-group"
 DESTRUCTIVE_ANNOTATION = "last_applied_destructive_vm_parameters"
 DESTRUCTIVE_HASH_ANNOTATION = "last_applied_destructive_vm_parameters_hash"
 DATA_DEVICE_PREFIX = "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_"
-
-
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
 
 
 def _json(value: Any) -> str:
@@ -391,18 +395,11 @@ def define(
     config: DVPClusterConfiguration, cluster: ClusterIdentity, zones: list[str]
 ) -> LayoutDef:
     """The layout's definitions; :class:`LayoutError` for what it cannot build."""
-    if config.layout not in LAYOUTS:
-        raise LayoutError(f"layout {config.layout} is not supported (use Standard)")
-    build = _Builder(config, cluster)
-    modules = [build.base()]
-    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
-    for g, group in enumerate(config.nodeGroups):
-        modules += [build.static(g, i) for i in range(group.replicas)]
-    return LayoutDef(
-        provider="dvp",
-        layout=config.layout,
-        prefix=cluster.prefix,
-        uuid=cluster.uuid,
-        modules=modules,
-        discovery=build.discovery(),
+    return assemble(
+        "dvp",
+        config,
+        cluster.prefix,
+        cluster.uuid,
+        lambda: _Builder(config, cluster),
+        layouts=LAYOUTS,
     )

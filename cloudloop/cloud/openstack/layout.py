@@ -57,7 +57,14 @@ from cloudloop.layouts.config import (
     OpenStackClusterConfiguration,
     OpenStackNodeGroup,
 )
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ResourceDef,
+    ref,
+    resource_key,
+)
 
 LAYOUTS = ("Standard", "StandardWithNoRouter", "Simple", "SimpleWithInternalNetwork")
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -83,16 +90,8 @@ SERVER = "openstack.server"
 FLOATING_IP = "openstack.floating_ip"
 
 
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
-
-
 def _refs(resource: ResourceDef) -> bool:
     return "$ref" in str(resource.properties)
-
-
-def _key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 def host(cidr: str, index: int) -> str:
@@ -153,13 +152,13 @@ class _Builder:
         group = config.masterNodeGroup.serverGroup
         self.server_group: Any = None
         if group is not None and group.policy == "AntiAffinity":
-            self.server_group = ref(_key(SERVER_GROUP, self.p))
+            self.server_group = ref(resource_key(SERVER_GROUP, self.p))
         elif group is not None and group.manuallyManaged is not None:
             self.server_group = group.manuallyManaged.id
 
     # -- lookups (in the base) -------------------------------------------------------------
     def _lookup(self, kind: str, name: str, properties: dict[str, Any], outputs: list[str]) -> str:
-        key = _key(kind, name)
+        key = resource_key(kind, name)
         if key not in self._looked_up:
             self._looked_up.add(key)
             self.base_resources.append(
@@ -182,12 +181,12 @@ class _Builder:
     def network(self, name: str) -> str:
         """The key of the network ``name``: the layout's own, or a lookup."""
         if self.own_network and name == self.p:
-            return _key(NETWORK, self.p)
+            return resource_key(NETWORK, self.p)
         return self._lookup(NETWORK, name, {"name": name}, ["id", "name"])
 
     def group(self, name: str) -> Any:
         if self.security and name == self.p:
-            return ref(_key(SG, self.p))
+            return ref(resource_key(SG, self.p))
         return ref(self._lookup(SG, name, {"name": name}, ["id", "name"]))
 
     @property
@@ -195,11 +194,11 @@ class _Builder:
         """The key of the network the nodes' internal addresses are on."""
         swin = self.c.simpleWithInternalNetwork
         if self.layout == "SimpleWithInternalNetwork" and swin is not None:
-            return _key(NETWORK, swin.internalSubnetName)
+            return resource_key(NETWORK, swin.internalSubnetName)
         if self.layout == "Simple":
             assert self.external is not None
             return self.network(self.external)
-        return _key(NETWORK, self.p)
+        return resource_key(NETWORK, self.p)
 
     # -- base-infrastructure ---------------------------------------------------------------
     def base(self) -> ModuleDef:
@@ -223,7 +222,7 @@ class _Builder:
                 ResourceDef(
                     kind=NETWORK,
                     name=subnet,
-                    properties={"network_id": ref(_key(SUBNET, subnet), "network_id")},
+                    properties={"network_id": ref(resource_key(SUBNET, subnet), "network_id")},
                     outputs=["id", "name"],
                     read_only=True,
                 )
@@ -248,12 +247,12 @@ class _Builder:
         if self.bastion is not None:
             own += self._bastion()
             outputs["bastion_ip_address_for_ssh"] = ref(
-                _key(FLOATING_IP, f"{p}-bastion@{self.external}"), "address"
+                resource_key(FLOATING_IP, f"{p}-bastion@{self.external}"), "address"
             )
         return ModuleDef(id="base", module="base-infrastructure", resources=own, outputs=outputs)
 
     def _security_group(self) -> list[ResourceDef]:
-        group = ref(_key(SG, self.p))
+        group = ref(resource_key(SG, self.p))
         ingress = [_rule("tcp", cidr=c, ports=(22, 22)) for c in self.c.sshAllowList]
         ingress += [
             _rule("icmp", cidr="0.0.0.0/0"),
@@ -269,7 +268,7 @@ class _Builder:
 
     def _network(self) -> list[ResourceDef]:
         p = self.p
-        network = _key(NETWORK, p)
+        network = resource_key(NETWORK, p)
         resources = [
             ResourceDef(
                 kind=NETWORK, name=p, properties={"admin_state_up": True}, outputs=["id", "name"]
@@ -314,8 +313,8 @@ class _Builder:
                     kind=INTERFACE,
                     name=p,
                     properties={
-                        "router_id": ref(_key(ROUTER, p)),
-                        "subnet_id": ref(_key(SUBNET, p)),
+                        "router_id": ref(resource_key(ROUTER, p)),
+                        "subnet_id": ref(resource_key(SUBNET, p)),
                     },
                 ),
             ]
@@ -329,7 +328,7 @@ class _Builder:
         name = f"{self.p}-bastion"
         zone = self.bastion.zone or self.zones[0]
         metadata = {**self.tags, **klass.additionalTags}
-        port = self._port(name, self.network(self.p), subnet=ref(_key(SUBNET, self.p)))
+        port = self._port(name, self.network(self.p), subnet=ref(resource_key(SUBNET, self.p)))
         root = ResourceDef(
             kind=VOLUME,
             name=f"{name}-root-volume",
@@ -356,7 +355,7 @@ class _Builder:
                 "root_volume_id": ref(root.key),
                 "metadata": metadata,
             },
-            depends_on=[_key(INTERFACE, self.p), _key(KEYPAIR, self.p)],
+            depends_on=[resource_key(INTERFACE, self.p), resource_key(KEYPAIR, self.p)],
             outputs=["id", "ip"],
         )
         return [port, root, server, self._floating_ip(name, self.external, port.key)]
@@ -379,7 +378,7 @@ class _Builder:
             properties["security_group_ids"] = groups
         if pairs is not None:
             properties["allowed_address_pairs"] = pairs
-        depends = [_key(INTERFACE, self.p)] if self.layout == "Standard" and subnet else []
+        depends = [resource_key(INTERFACE, self.p)] if self.layout == "Standard" and subnet else []
         return ResourceDef(
             kind=PORT,
             name=f"{name}@{network_name}",
@@ -421,13 +420,17 @@ class _Builder:
         security_groups: list[str] = []
         internal: Any = None
         if self.layout in ("Standard", "StandardWithNoRouter"):
-            groups = [ref(_key(SG, p)), *extra_groups] if self.security else None
+            groups = [ref(resource_key(SG, p)), *extra_groups] if self.security else None
             pairs = [self.pod_cidr] if self.security else None
             if self.layout == "StandardWithNoRouter":
                 assert self.external is not None
                 ports.append(self._port(name, self.network(self.external), groups=groups))
             internal_port = self._port(
-                name, _key(NETWORK, p), subnet=ref(_key(SUBNET, p)), groups=groups, pairs=pairs
+                name,
+                resource_key(NETWORK, p),
+                subnet=ref(resource_key(SUBNET, p)),
+                groups=groups,
+                pairs=pairs,
             )
             ports.append(internal_port)
             internal = ref(internal_port.key, "ip")
@@ -438,7 +441,7 @@ class _Builder:
             internal_port = self._port(
                 name,
                 self.internal_network,
-                subnet=ref(_key(SUBNET, swin.internalSubnetName)),
+                subnet=ref(resource_key(SUBNET, swin.internalSubnetName)),
                 groups=extra_groups,
                 pairs=[self.pod_cidr] if secured else None,
             )
@@ -484,7 +487,7 @@ class _Builder:
             kind=SERVER,
             name=name,
             properties=server_props,
-            depends_on=[_key(KEYPAIR, p)],
+            depends_on=[resource_key(KEYPAIR, p)],
             outputs=["id", "ip"],
         )
         resources.append(server)
@@ -504,7 +507,10 @@ class _Builder:
             ResourceDef(
                 kind=ATTACHMENT,
                 name=data,
-                properties={"volume_id": ref(_key(VOLUME, data)), "server_id": ref(server.key)},
+                properties={
+                    "volume_id": ref(resource_key(VOLUME, data)),
+                    "server_id": ref(server.key),
+                },
                 outputs=["id", "device"],
             ),
         ]
@@ -524,7 +530,7 @@ class _Builder:
             outputs={
                 "master_ip_address_for_ssh": ssh,
                 "node_internal_ip_address": internal,
-                "kubernetes_data_device_path": ref(_key(ATTACHMENT, data), "device"),
+                "kubernetes_data_device_path": ref(resource_key(ATTACHMENT, data), "device"),
             },
         )
 
@@ -556,7 +562,7 @@ class _Builder:
         }.get(self.layout, p)
         mode = self._pod_network_mode()
         pairs_on = self.security or mode == SECURED
-        groups = [*([ref(_key(SG, p))] if self.security else [])]
+        groups = [*([ref(resource_key(SG, p))] if self.security else [])]
         groups += [self.group(g) for g in klass.additionalSecurityGroups]
         metadata = {**self.tags, **klass.additionalTags}
         ports = []
@@ -599,7 +605,7 @@ class _Builder:
             kind=SERVER,
             name=name,
             properties=server_props,
-            depends_on=[_key(KEYPAIR, p)],
+            depends_on=[resource_key(KEYPAIR, p)],
             outputs=["id", "ip"],
         )
         resources.append(server)
@@ -638,20 +644,22 @@ class _Builder:
         groups = [p] if self.security else []
         if self.layout == "Standard":
             assert self.external is not None
-            data["internalNetworkNames"] = [ref(_key(NETWORK, p), "name")]
+            data["internalNetworkNames"] = [ref(resource_key(NETWORK, p), "name")]
             data["externalNetworkNames"] = [ref(self.network(self.external), "name")]
-            instances.update(mainNetwork=ref(_key(NETWORK, p), "name"), securityGroups=groups)
+            instances.update(
+                mainNetwork=ref(resource_key(NETWORK, p), "name"), securityGroups=groups
+            )
             data["loadBalancer"] = {
-                "subnetID": ref(_key(SUBNET, p)),
+                "subnetID": ref(resource_key(SUBNET, p)),
                 "floatingNetworkID": ref(self.network(self.external)),
             }
         elif self.layout == "StandardWithNoRouter":
             assert self.external is not None
-            data["internalNetworkNames"] = [ref(_key(NETWORK, p), "name")]
+            data["internalNetworkNames"] = [ref(resource_key(NETWORK, p), "name")]
             data["externalNetworkNames"] = [ref(self.network(self.external), "name")]
             instances.update(
                 mainNetwork=ref(self.network(self.external), "name"),
-                additionalNetworks=[ref(_key(NETWORK, p), "name")],
+                additionalNetworks=[ref(resource_key(NETWORK, p), "name")],
                 securityGroups=groups,
             )
         elif self.layout == "Simple":
@@ -667,7 +675,7 @@ class _Builder:
             if self.external:
                 data["externalNetworkNames"] = [ref(self.network(self.external))]
                 data["loadBalancer"] = {
-                    "subnetID": ref(_key(SUBNET, swin.internalSubnetName)),
+                    "subnetID": ref(resource_key(SUBNET, swin.internalSubnetName)),
                     "floatingNetworkID": ref(self.network(self.external)),
                 }
             else:

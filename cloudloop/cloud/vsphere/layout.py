@@ -34,7 +34,15 @@ import uuid
 from typing import Any
 
 from cloudloop.layouts.config import ClusterIdentity, VsphereClusterConfiguration
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ResourceDef,
+    assemble,
+    ref,
+    resource_key,
+)
 
 LAYOUTS = ("Standard",)
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
@@ -63,14 +71,6 @@ CLUSTER = "vsphere.compute_cluster"
 POOL = "vsphere.resource_pool"
 DISK = "vsphere.virtual_disk"
 VM = "vsphere.virtual_machine"
-
-
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
-
-
-def _key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 def instance_uuid(cluster_uuid: str, name: str) -> str:
@@ -103,7 +103,7 @@ class _Builder:
             )
         if config.nsxt:
             raise LayoutError("nsxt: NSX-T load balancing is not supported by this engine")
-        self.dc = _key(DATACENTER, config.region)
+        self.dc = resource_key(DATACENTER, config.region)
         base = (config.baseResourcePool or "").strip("/")
         self.base_pool = base
         if config.useNestedResourcePool:
@@ -153,7 +153,7 @@ class _Builder:
                         kind=POOL,
                         name=f"{zone}/{self.p}",
                         properties={
-                            "cluster_path": ref(_key(CLUSTER, zone), "path"),
+                            "cluster_path": ref(resource_key(CLUSTER, zone), "path"),
                             "parent": self.base_pool,
                             "pool_name": self.p,
                             "zone": zone,
@@ -217,13 +217,13 @@ class _Builder:
         pool = (ic.resourcePool or "").strip("/") or self.pool_path
         depends = []
         if not c.vmFolderExists:
-            depends.append(_key(FOLDER, c.vmFolderPath.strip("/")))
+            depends.append(resource_key(FOLDER, c.vmFolderPath.strip("/")))
         if c.useNestedResourcePool and not ic.resourcePool:
-            depends.append(_key(POOL, f"{zone}/{self.p}"))
+            depends.append(resource_key(POOL, f"{zone}/{self.p}"))
         properties: dict[str, Any] = {
             "datacenter": ref(self.dc, "name"),
             "folder": c.vmFolderPath.strip("/"),
-            "cluster_path": ref(_key(CLUSTER, zone), "path"),
+            "cluster_path": ref(resource_key(CLUSTER, zone), "path"),
             "pool": pool,
             "template": ic.template,
             "datastore": ic.datastore,
@@ -317,18 +317,11 @@ def define(
 ) -> LayoutDef:
     """The layout's definitions (``zones``: the zone tags on the region's compute clusters);
     :class:`LayoutError` for what it cannot build."""
-    if config.layout not in LAYOUTS:
-        raise LayoutError(f"layout {config.layout} is not supported (use Standard)")
-    build = _Builder(config, cluster, zones)
-    modules = [build.base()]
-    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
-    for g, group in enumerate(config.nodeGroups):
-        modules += [build.static(g, i) for i in range(group.replicas)]
-    return LayoutDef(
-        provider="vsphere",
-        layout=config.layout,
-        prefix=cluster.prefix,
-        uuid=cluster.uuid,
-        modules=modules,
-        discovery=build.discovery(),
+    return assemble(
+        "vsphere",
+        config,
+        cluster.prefix,
+        cluster.uuid,
+        lambda: _Builder(config, cluster, zones),
+        layouts=LAYOUTS,
     )

@@ -43,7 +43,14 @@ from cloudloop.layouts.config import (
     ZvirtClusterConfiguration,
     ZvirtNodeInstanceClass,
 )
-from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef, ref
+from cloudloop.layouts.model import (
+    LayoutDef,
+    LayoutError,
+    ModuleDef,
+    ResourceDef,
+    assemble,
+    ref,
+)
 
 LAYOUTS = ("Standard",)
 DATA_DEVICE = "/dev/sdb"
@@ -55,14 +62,6 @@ NIC = "zvirt.nic"
 DISK = "zvirt.disk"
 ATTACHMENT = "zvirt.disk_attachment"
 START = "zvirt.vm_start"
-
-
-class LayoutError(ValueError):
-    """The document asks for something this layout cannot build."""
-
-
-def _key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 MARKER = "cloudloop layout "
@@ -239,18 +238,11 @@ def define(
     config: ZvirtClusterConfiguration, cluster: ClusterIdentity, zones: list[str]
 ) -> LayoutDef:
     """The layout's definitions; :class:`LayoutError` for what it cannot build."""
-    if config.layout not in LAYOUTS:
-        raise LayoutError(f"layout {config.layout} is not supported (use Standard)")
-    build = _Builder(config, cluster)
-    modules = [build.base()]
-    modules += [build.master(i) for i in range(config.masterNodeGroup.replicas)]
-    for g, group in enumerate(config.nodeGroups):
-        modules += [build.static(g, i) for i in range(group.replicas)]
-    return LayoutDef(
-        provider="zvirt",
-        layout=config.layout,
-        prefix=cluster.prefix,
-        uuid=cluster.uuid,
-        modules=modules,
-        discovery=build.discovery(),
+    return assemble(
+        "zvirt",
+        config,
+        cluster.prefix,
+        cluster.uuid,
+        lambda: _Builder(config, cluster),
+        layouts=LAYOUTS,
     )
