@@ -1,4 +1,7 @@
-"""The AWS driver's base: boto3 session and clients, call counting, error translation.
+"""The AWS session: boto3 session and clients, call counting, error translation.
+
+The session is what every capability object of the driver (:mod:`cloudloop.cloud.aws.driver`)
+takes; the node termination handler and the layout resources make their own.
 
 Every boto3 client the driver makes counts its HTTP requests in ``cloud_api_requests_total``
 through botocore's event hooks (each page and each SDK retry is one request), with the shared
@@ -157,13 +160,16 @@ def calling(operation: str) -> Iterator[None]:
         raise translate(operation, exc) from exc
 
 
-class AwsBase(CloudDriver):
-    """Session and lazily made boto3 clients, shared across threads (boto3 clients are)."""
+class AwsBase:
+    """The session: settings and lazily made boto3 clients, shared across threads (boto3
+    clients are), and the cluster the driver serves (set through the driver's ``cluster``)."""
 
     provider = NAME
 
     def __init__(self, settings: AwsSettings) -> None:
         self.settings = settings
+        #: The cluster the driver serves (``CloudDriver.cluster``); empty: unknown.
+        self.cluster = ""
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._session = self._make_session()
@@ -196,3 +202,25 @@ class AwsBase(CloudDriver):
                 client.meta.events.register("after-call-error", _count_error)
                 self._clients[service] = client
             return self._clients[service]
+
+
+class AwsDriverPart(CloudDriver):
+    """Transition: a capability still written as a mixin of the driver sharing one ``self``;
+    its SDK calls go through the driver's session."""
+
+    provider = NAME
+
+    def __init__(self, settings: AwsSettings) -> None:
+        self.session = AwsBase(settings)
+        self.settings = settings
+
+    @property
+    def cluster(self) -> str:
+        return self.session.cluster
+
+    @cluster.setter
+    def cluster(self, cluster: str) -> None:
+        self.session.cluster = cluster
+
+    def client(self, service: str) -> Any:
+        return self.session.client(service)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from cloudloop.cloud import models
-from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.cloud.aws.base import AwsDriverPart, calling
 from cloudloop.cloud.aws.machine_spec import role_tag_key
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
 
@@ -20,7 +20,7 @@ DISCOVERY_KIND = "AWSCloudDiscoveryData"
 _DISK_NAME_TAGS = ("CSIVolumeName", "kubernetes.io/created-for/pv/name", "Name")
 
 
-class AwsDiscovery(AwsBase):
+class AwsDiscovery(AwsDriverPart):
     # -- discovery -------------------------------------------------------------------------
     def zones(self) -> list[models.Zone]:
         with calling("DescribeAvailabilityZones"):

@@ -1,5 +1,9 @@
-"""The AWS driver, one mixin per capability over a shared boto3 base (machines for Cluster API
-in :mod:`cloudloop.cloud.aws.machines`).
+"""The AWS driver: a facade over capability objects taking the session
+(:mod:`cloudloop.cloud.aws.base`: clients, the call wrapper, error translation); machines for
+Cluster API in :mod:`cloudloop.cloud.aws.machines`.
+
+Transition: the capabilities not yet moved are mixins of the driver sharing one ``self``
+(:class:`~cloudloop.cloud.aws.base.AwsDriverPart`); their calls go through the same session.
 
 Every boto3 client counts its calls in ``cloud_api_requests_total`` (botocore event hooks), and
 every botocore failure becomes a :mod:`cloudloop.cloud.errors` class.
@@ -13,13 +17,19 @@ from cloudloop.cloud.aws.instances import AwsInstances
 from cloudloop.cloud.aws.loadbalancers import AwsLoadBalancers
 from cloudloop.cloud.aws.machines import AwsMachines
 from cloudloop.cloud.aws.routes import AwsRoutes
+from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.snapshots import AwsSnapshots
 from cloudloop.cloud.aws.volumes import AwsVolumes
 
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(
-    AwsMachines, AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes, AwsSnapshots
-):
+class AwsDriver(AwsMachines, AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes):
     """AWS through boto3."""
+
+    snapshots: AwsSnapshots
+
+    def __init__(self, settings: AwsSettings) -> None:
+        super().__init__(settings)
+        self.snapshots = AwsSnapshots(self.session)
+        self.assembled()

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, AwsBase, calling
+from cloudloop.cloud.aws.base import NAME, AwsDriverPart, calling
 from cloudloop.cloud.aws.tags import cluster_tag_key
 
 #: DescribeInstances filter values per request (AWS allows 200; cloud-provider-aws uses 150).
@@ -42,7 +42,7 @@ _STATE = {
 }
 
 
-class AwsInstances(AwsBase):
+class AwsInstances(AwsDriverPart):
     # -- instances -------------------------------------------------------------------------
     def instance_id_from_provider_id(self, provider_id: str) -> str:
         """``aws:///<az>/<id>`` or ``aws://<az>/<id>`` or a bare ``i-…`` ID → the instance ID."""

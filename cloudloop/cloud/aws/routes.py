@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, AwsBase, calling
+from cloudloop.cloud.aws.base import NAME, AwsDriverPart, calling
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
 
 BLACKHOLE = "blackhole"
@@ -69,7 +69,7 @@ def _destination_args(destination_cidr: str) -> dict[str, str]:
     return {"DestinationCidrBlock": destination_cidr}
 
 
-class AwsRoutes(AwsBase):
+class AwsRoutes(AwsDriverPart):
     _route_tables_lock = threading.Lock()
 
     def _cluster_route_tables(self, cluster: str) -> list[dict[str, Any]]:

@@ -26,7 +26,12 @@ def is_snapshot_id(snapshot_id: str) -> bool:
     return bool(_SNAPSHOT_ID.match(snapshot_id))
 
 
-class AwsSnapshots(AwsBase):
+class AwsSnapshots:
+    """EBS snapshots on the session."""
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+
     def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None:
         found = self._describe_snapshots(
             [
@@ -47,7 +52,7 @@ class AwsSnapshots(AwsBase):
 
     def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot:
         tags = {
-            **self.settings.tags,
+            **self.session.settings.tags,
             **spec.tags,
             CSI_SNAPSHOT_NAME_TAG: spec.name,
             EBS_CSI_CLUSTER_TAG: "true",
@@ -55,7 +60,7 @@ class AwsSnapshots(AwsBase):
         if spec.cluster:
             tags[cluster_tag_key(spec.cluster)] = "owned"
         with ebs_calling("CreateSnapshot"):
-            raw = self.client("ec2").create_snapshot(
+            raw = self.session.client("ec2").create_snapshot(
                 VolumeId=spec.source_volume_id,
                 TagSpecifications=[
                     {
@@ -70,7 +75,7 @@ class AwsSnapshots(AwsBase):
         if not is_snapshot_id(snapshot_id):
             raise errors.NotFound(NAME, "DeleteSnapshot", f"no snapshot {snapshot_id!r}")
         with ebs_calling("DeleteSnapshot"):
-            self.client("ec2").delete_snapshot(SnapshotId=snapshot_id)
+            self.session.client("ec2").delete_snapshot(SnapshotId=snapshot_id)
 
     def list_snapshots(self, cluster: str) -> list[models.Snapshot]:
         found = self._describe_snapshots(
@@ -80,7 +85,7 @@ class AwsSnapshots(AwsBase):
 
     def _describe_snapshots(self, filters: list[dict[str, Any]]) -> list[models.Snapshot]:
         snapshots: list[models.Snapshot] = []
-        paginator = self.client("ec2").get_paginator("describe_snapshots")
+        paginator = self.session.client("ec2").get_paginator("describe_snapshots")
         with ebs_calling("DescribeSnapshots"):
             for page in paginator.paginate(OwnerIds=["self"], Filters=filters):
                 snapshots += [self._to_snapshot(raw) for raw in page.get("Snapshots", [])]

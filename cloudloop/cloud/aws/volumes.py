@@ -21,7 +21,7 @@ import botocore.exceptions
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws import ebs_limits
-from cloudloop.cloud.aws.base import NAME, AwsBase, translate
+from cloudloop.cloud.aws.base import NAME, AwsDriverPart, translate
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 
 #: Tag holding the CSI volume name (the PV name), as the EBS CSI driver sets it.
@@ -197,7 +197,7 @@ class DeviceAllocator:
                 held[device] = self.clock() + self.hold_s
 
 
-class AwsVolumes(AwsBase):
+class AwsVolumes(AwsDriverPart):
     """EBS volumes through EC2."""
 
     #: Shared by every driver of the process: attaches to one instance never pick one name twice.

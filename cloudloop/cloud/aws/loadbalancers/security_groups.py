@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, AwsBase, calling
+from cloudloop.cloud.aws.base import NAME, AwsDriverPart, calling
 from cloudloop.cloud.aws.lb_annotations import invalid
 from cloudloop.cloud.aws.loadbalancers.naming import (
     LOAD_BALANCER_TAG,
@@ -75,7 +75,7 @@ class Rule:
         )
 
 
-class LoadBalancerSecurityGroups(AwsBase):
+class LoadBalancerSecurityGroups(AwsDriverPart):
     def _check_security_groups(self, groups: Iterable[str]) -> None:
         wanted = sorted(set(groups))
         if not wanted:

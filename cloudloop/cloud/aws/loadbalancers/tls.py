@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws.base import AwsBase, calling
+from cloudloop.cloud.aws.base import AwsDriverPart, calling
 from cloudloop.cloud.aws.lb_annotations import (
     EIP_ALLOCATIONS,
     SSL_CERT,
@@ -26,7 +26,7 @@ from cloudloop.cloud.aws.lb_annotations import (
 log = logging.getLogger(__name__)
 
 
-class LoadBalancerChecks(AwsBase):
+class LoadBalancerChecks(AwsDriverPart):
     def _refuse_missing(self, what: str, check: Callable[[], str | None]) -> None:
         """Run ``check``; a message it returns, or a not-found answer, refuses the Service."""
         try:
