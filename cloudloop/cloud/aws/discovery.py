@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from cloudloop.cloud import models
-from cloudloop.cloud.aws.base import AwsDriverPart, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.machine_spec import role_tag_key
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
+from cloudloop.cloud.driver import DiscoveryDefaults
 
 #: Deckhouse's document type for the AWS discovery data.
 DISCOVERY_KIND = "AWSCloudDiscoveryData"
@@ -20,15 +21,20 @@ DISCOVERY_KIND = "AWSCloudDiscoveryData"
 _DISK_NAME_TAGS = ("CSIVolumeName", "kubernetes.io/created-for/pv/name", "Name")
 
 
-class AwsDiscovery(AwsDriverPart):
+class AwsDiscovery(DiscoveryDefaults):
+    provider = NAME
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+
     # -- discovery -------------------------------------------------------------------------
     def zones(self) -> list[models.Zone]:
         with calling("DescribeAvailabilityZones"):
-            answer = self.client("ec2").describe_availability_zones()
+            answer = self.session.client("ec2").describe_availability_zones()
         return [
             models.Zone(
                 name=z["ZoneName"],
-                region=z.get("RegionName", self.settings.region),
+                region=z.get("RegionName", self.session.settings.region),
                 state=z.get("State", "available"),
             )
             for z in answer.get("AvailabilityZones", [])
@@ -36,7 +42,7 @@ class AwsDiscovery(AwsDriverPart):
 
     def instance_types(self) -> list[models.InstanceType]:
         found: list[models.InstanceType] = []
-        paginator = self.client("ec2").get_paginator("describe_instance_types")
+        paginator = self.session.client("ec2").get_paginator("describe_instance_types")
         with calling("DescribeInstanceTypes"):
             for page in paginator.paginate():
                 for raw in page.get("InstanceTypes", []):
@@ -52,13 +58,15 @@ class AwsDiscovery(AwsDriverPart):
     def discovery_data(self) -> models.DiscoveryData:
         """Live zones for ``AWSCloudDiscoveryData`` (instance types are listed separately):
         those of the setting ``zones`` when set (Terraform's ``zones`` ∩ the region's)."""
-        zones = [z for z in self.zones() if self.settings.allows_zone(z.name)]
-        return models.DiscoveryData(region=self.settings.region, zones=zones, kind=DISCOVERY_KIND)
+        zones = [z for z in self.zones() if self.session.settings.allows_zone(z.name)]
+        return models.DiscoveryData(
+            region=self.session.settings.region, zones=zones, kind=DISCOVERY_KIND
+        )
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
         """EBS volumes with either cluster tag (one DescribeVolumes per tag style)."""
         disks: dict[str, models.Disk] = {}
-        paginator = self.client("ec2").get_paginator("describe_volumes")
+        paginator = self.session.client("ec2").get_paginator("describe_volumes")
         for filters in cluster_tag_filters(cluster):
             with calling("DescribeVolumes"):
                 for page in paginator.paginate(Filters=filters):

@@ -24,12 +24,14 @@ from cloudloop.cloud.aws.volumes import AwsVolumes
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsMachines, AwsInstances, AwsDiscovery, AwsRoutes, AwsLoadBalancers, AwsVolumes):
+class AwsDriver(AwsMachines, AwsInstances, AwsRoutes, AwsLoadBalancers, AwsVolumes):
     """AWS through boto3."""
 
     snapshots: AwsSnapshots
+    discovery: AwsDiscovery
 
     def __init__(self, settings: AwsSettings) -> None:
         super().__init__(settings)
         self.snapshots = AwsSnapshots(self.session)
+        self.discovery = AwsDiscovery(self.session)
         self.assembled()
