@@ -24,14 +24,16 @@ from cloudloop.cloud.aws.volumes import AwsVolumes
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsMachines, AwsInstances, AwsRoutes, AwsLoadBalancers, AwsVolumes):
+class AwsDriver(AwsMachines, AwsInstances, AwsLoadBalancers, AwsVolumes):
     """AWS through boto3."""
 
     snapshots: AwsSnapshots
     discovery: AwsDiscovery
+    routes: AwsRoutes
 
     def __init__(self, settings: AwsSettings) -> None:
         super().__init__(settings)
         self.snapshots = AwsSnapshots(self.session)
         self.discovery = AwsDiscovery(self.session)
+        self.routes = AwsRoutes(self.session)
         self.assembled()

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, AwsDriverPart, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
 
 BLACKHOLE = "blackhole"
@@ -69,13 +69,20 @@ def _destination_args(destination_cidr: str) -> dict[str, str]:
     return {"DestinationCidrBlock": destination_cidr}
 
 
-class AwsRoutes(AwsDriverPart):
+class AwsRoutes:
+    """VPC route-table routes on the session."""
+
     _route_tables_lock = threading.Lock()
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+        #: Cluster → its route table IDs as of the last listing (saves a describe per create).
+        self._route_table_ids: dict[str, list[str]] = {}
 
     def _cluster_route_tables(self, cluster: str) -> list[dict[str, Any]]:
         """One call for ``kubernetes.io/cluster/<c>`` tables; the legacy tag only if none."""
         tables: list[dict[str, Any]] = []
-        paginator = self.client("ec2").get_paginator("describe_route_tables")
+        paginator = self.session.client("ec2").get_paginator("describe_route_tables")
         for filters in cluster_tag_filters(cluster):
             with calling("DescribeRouteTables"):
                 for page in paginator.paginate(Filters=filters):
@@ -91,17 +98,12 @@ class AwsRoutes(AwsDriverPart):
                 NAME, "DescribeRouteTables", f"no route table is tagged for cluster {cluster}"
             )
         with self._route_tables_lock:
-            self._route_table_ids()[cluster] = [str(t["RouteTableId"]) for t in tables]
+            self._route_table_ids[cluster] = [str(t["RouteTableId"]) for t in tables]
         return tables
-
-    def _route_table_ids(self) -> dict[str, list[str]]:
-        """Cluster → its route table IDs as of the last listing (saves a describe per create)."""
-        cache: dict[str, list[str]] = self.__dict__.setdefault("_route_table_cache", {})
-        return cache
 
     def _table_ids(self, cluster: str) -> list[str]:
         with self._route_tables_lock:
-            known = list(self._route_table_ids().get(cluster, []))
+            known = list(self._route_table_ids.get(cluster, []))
         if known:
             return known
         return [str(t["RouteTableId"]) for t in self._cluster_route_tables(cluster)]
@@ -115,7 +117,7 @@ class AwsRoutes(AwsDriverPart):
             raise errors.InvalidRequest(
                 NAME, "CreateRoute", f"route {route.destination_cidr} has no target instance"
             )
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         with calling("ModifyInstanceAttribute"):
             ec2.modify_instance_attribute(
                 InstanceId=route.target_instance_id, SourceDestCheck={"Value": False}
@@ -134,7 +136,7 @@ class AwsRoutes(AwsDriverPart):
                     ec2.replace_route(**args)
 
     def delete_route(self, cluster: str, route: models.Route) -> None:
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         for table_id in self._table_ids(cluster):
             try:
                 with calling("DeleteRoute"):
