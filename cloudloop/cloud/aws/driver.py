@@ -24,16 +24,20 @@ from cloudloop.cloud.aws.volumes import AwsVolumes
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsMachines, AwsInstances, AwsLoadBalancers, AwsVolumes):
+class AwsDriver(AwsLoadBalancers, AwsVolumes):
     """AWS through boto3."""
 
     snapshots: AwsSnapshots
     discovery: AwsDiscovery
     routes: AwsRoutes
+    instances: AwsInstances
+    machines: AwsMachines
 
     def __init__(self, settings: AwsSettings) -> None:
         super().__init__(settings)
         self.snapshots = AwsSnapshots(self.session)
         self.discovery = AwsDiscovery(self.session)
         self.routes = AwsRoutes(self.session)
+        self.instances = AwsInstances(self.session)
+        self.machines = AwsMachines(self.session)
         self.assembled()

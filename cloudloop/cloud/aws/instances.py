@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, AwsDriverPart, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.tags import cluster_tag_key
 
 #: DescribeInstances filter values per request (AWS allows 200; cloud-provider-aws uses 150).
@@ -42,7 +42,12 @@ _STATE = {
 }
 
 
-class AwsInstances(AwsDriverPart):
+class AwsInstances:
+    """EC2 instances for node sync, on the session."""
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+
     # -- instances -------------------------------------------------------------------------
     def instance_id_from_provider_id(self, provider_id: str) -> str:
         """``aws:///<az>/<id>`` or ``aws://<az>/<id>`` or a bare ``i-…`` ID → the instance ID."""
@@ -68,9 +73,9 @@ class AwsInstances(AwsDriverPart):
     ) -> models.InstanceListing:
         listing = models.InstanceListing()
         unique = list(dict.fromkeys(values))
-        if self.cluster and len(unique) > TAG_LISTING_FROM:
+        if self.session.cluster and len(unique) > TAG_LISTING_FROM:
             wanted = set(unique)
-            tag_filter = {"Name": "tag-key", "Values": [cluster_tag_key(self.cluster)]}
+            tag_filter = {"Name": "tag-key", "Values": [cluster_tag_key(self.session.cluster)]}
             for instance in self._pages([tag_filter], listing, page_size=LISTING_PAGE):
                 if key(instance) in wanted:
                     listing.found[key(instance)] = instance
@@ -89,7 +94,7 @@ class AwsInstances(AwsDriverPart):
         page_size: int = 0,
     ) -> Iterator[models.Instance]:
         """Every instance matching ``filters``, page by page (each page counted)."""
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Filters": filters}
@@ -135,7 +140,7 @@ class AwsInstances(AwsDriverPart):
             state=_STATE.get(raw.get("State", {}).get("Name", ""), models.InstanceState.UNKNOWN),
             instance_type=raw.get("InstanceType", ""),
             zone=zone,
-            region=zone[:-1] if zone else self.settings.region,
+            region=zone[:-1] if zone else self.session.settings.region,
             private_dns_name=raw.get("PrivateDnsName", ""),
             addresses=addresses,
             tags=tags,

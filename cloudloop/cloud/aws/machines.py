@@ -35,8 +35,7 @@ import time
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, calling
-from cloudloop.cloud.aws.instances import AwsInstances
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.machine_spec import (
     LIVE_STATES,
     OWNER_TAG,
@@ -56,7 +55,12 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOT_DEVICE = "/dev/xvda"
 
 
-class AwsMachines(AwsInstances):
+class AwsMachines:
+    """Cluster API machines (EC2 instances) on the session."""
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+
     # -- reads -----------------------------------------------------------------------------
     def _machine_instances(
         self, spec: models.MachineSpec, states: tuple[str, ...]
@@ -64,7 +68,7 @@ class AwsMachines(AwsInstances):
         """This machine's instances in ``states``, oldest first."""
         filters = lookup_filters(self._cluster(), spec.name, spec.machine_uid, states)
         found: list[dict[str, Any]] = []
-        paginator = self.client("ec2").get_paginator("describe_instances")
+        paginator = self.session.client("ec2").get_paginator("describe_instances")
         with calling("DescribeInstances"):
             for page in paginator.paginate(Filters=filters):
                 for reservation in page.get("Reservations", []):
@@ -72,9 +76,9 @@ class AwsMachines(AwsInstances):
         return sorted(found, key=launch_order)
 
     def _cluster(self) -> str:
-        if not self.cluster:
+        if not self.session.cluster:
             raise errors.InvalidRequest(NAME, "CreateMachine", "the cluster name is not set")
-        return self.cluster
+        return self.session.cluster
 
     # -- create ----------------------------------------------------------------------------
     def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine:
@@ -100,7 +104,7 @@ class AwsMachines(AwsInstances):
         request = self._launch_request(spec, machine, user_data)
         try:
             with calling("RunInstances"):
-                answer = self.client("ec2").run_instances(**request)
+                answer = self.session.client("ec2").run_instances(**request)
         except errors.NotFound as exc:  # InvalidAMIID/InvalidSubnetID/InvalidGroup.NotFound
             raise errors.InvalidRequest(NAME, "RunInstances", exc.message) from exc
         [raw] = answer["Instances"]
@@ -124,13 +128,13 @@ class AwsMachines(AwsInstances):
         self, spec: models.MachineSpec, machine: AwsMachineSpec, user_data: bytes
     ) -> dict[str, Any]:
         """RunInstances' parameters (the user data stays bytes: botocore base64-encodes it)."""
-        defaults = self.settings.instances
-        if spec.failure_domain and not self.settings.allows_zone(spec.failure_domain):
+        defaults = self.session.settings.instances
+        if spec.failure_domain and not self.session.settings.allows_zone(spec.failure_domain):
             raise errors.InvalidRequest(
                 NAME,
                 "CreateMachine",
                 f"failure domain {spec.failure_domain!r} is not one of the cluster's zones "
-                f"({', '.join(self.settings.zones)})",
+                f"({', '.join(self.session.settings.zones)})",
             )
         ami = machine.ami.id if machine.ami is not None else defaults.ami
         if not ami:
@@ -165,7 +169,7 @@ class AwsMachines(AwsInstances):
                 self._cluster(),
                 spec.name,
                 spec.machine_uid,
-                self.settings.tags,
+                self.session.settings.tags,
                 machine.additional_tags,
             )
         )
@@ -199,7 +203,7 @@ class AwsMachines(AwsInstances):
         profile = machine.iam_instance_profile or defaults.iam_profile_name
         if profile:
             request["IamInstanceProfile"] = {"Name": profile}
-        key_name = machine.ssh_key_name or self.settings.key_name
+        key_name = machine.ssh_key_name or self.session.settings.key_name
         if key_name:
             request["KeyName"] = key_name
         if machine.spot:
@@ -215,7 +219,7 @@ class AwsMachines(AwsInstances):
     def _subnet(self, spec: models.MachineSpec, machine: AwsMachineSpec) -> str:
         if machine.subnet is not None:
             return machine.subnet.id
-        subnets = self.settings.zone_to_subnet_id_map
+        subnets = self.session.settings.zone_to_subnet_id_map
         zone = spec.failure_domain
         if not zone and len(subnets) == 1:
             zone = next(iter(subnets))
@@ -232,7 +236,9 @@ class AwsMachines(AwsInstances):
         """The image's root device name; an unknown image is ``InvalidRequest``."""
         try:
             with calling("DescribeImages"):
-                images = self.client("ec2").describe_images(ImageIds=[ami]).get("Images", [])
+                images = (
+                    self.session.client("ec2").describe_images(ImageIds=[ami]).get("Images", [])
+                )
         except errors.NotFound as exc:
             raise errors.InvalidRequest(NAME, "DescribeImages", exc.message) from exc
         if not images:
@@ -241,7 +247,7 @@ class AwsMachines(AwsInstances):
 
     def _disable_source_dest_check(self, instance_id: str) -> None:
         with calling("ModifyInstanceAttribute"):
-            self.client("ec2").modify_instance_attribute(
+            self.session.client("ec2").modify_instance_attribute(
                 InstanceId=instance_id, SourceDestCheck={"Value": False}
             )
 
@@ -258,7 +264,7 @@ class AwsMachines(AwsInstances):
     def delete_machine(self, spec: models.MachineSpec) -> bool:
         """Terminate every instance of the machine; ``True`` once none is left (terminated) and
         no volume of the machine remains; ``False`` while EC2 is still shutting one down."""
-        deadline = time.monotonic() + self.settings.delete_wait_s
+        deadline = time.monotonic() + self.session.settings.delete_wait_s
         terminated: set[str] = set()
         while True:
             found = self._machine_instances(spec, (*LIVE_STATES, "shutting-down"))
@@ -271,12 +277,12 @@ class AwsMachines(AwsInstances):
                 return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(self.settings.poll_interval_s)
+            time.sleep(self.session.settings.poll_interval_s)
 
     def _terminate(self, instance_ids: list[str], machine: str) -> None:
         try:
             with calling("TerminateInstances"):
-                self.client("ec2").terminate_instances(InstanceIds=instance_ids)
+                self.session.client("ec2").terminate_instances(InstanceIds=instance_ids)
         except errors.NotFound:
             return  # gone meanwhile
         log.info("aws: terminating instance(s) %s of machine %s", ", ".join(instance_ids), machine)
@@ -286,13 +292,15 @@ class AwsMachines(AwsInstances):
         volume goes with the instance: only a volume someone detached can be left)."""
         filters = [{"Name": f"tag:{OWNER_TAG}", "Values": [spec.machine_uid]}]
         with calling("DescribeVolumes"):
-            volumes = self.client("ec2").describe_volumes(Filters=filters).get("Volumes", [])
+            volumes = (
+                self.session.client("ec2").describe_volumes(Filters=filters).get("Volumes", [])
+            )
         left = False
         for volume in volumes:
             if volume.get("State") == "available":
                 try:
                     with calling("DeleteVolume"):
-                        self.client("ec2").delete_volume(VolumeId=volume["VolumeId"])
+                        self.session.client("ec2").delete_volume(VolumeId=volume["VolumeId"])
                     log.info(
                         "aws: deleted left-over volume %s of %s", volume["VolumeId"], spec.name
                     )
