@@ -24,7 +24,7 @@ from cloudloop.cloud.aws.volumes import AwsVolumes
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsLoadBalancers, AwsVolumes):
+class AwsDriver(AwsLoadBalancers):
     """AWS through boto3."""
 
     snapshots: AwsSnapshots
@@ -32,6 +32,7 @@ class AwsDriver(AwsLoadBalancers, AwsVolumes):
     routes: AwsRoutes
     instances: AwsInstances
     machines: AwsMachines
+    volumes: AwsVolumes
 
     def __init__(self, settings: AwsSettings) -> None:
         super().__init__(settings)
@@ -40,4 +41,5 @@ class AwsDriver(AwsLoadBalancers, AwsVolumes):
         self.routes = AwsRoutes(self.session)
         self.instances = AwsInstances(self.session)
         self.machines = AwsMachines(self.session)
+        self.volumes = AwsVolumes(self.session)
         self.assembled()

@@ -21,8 +21,9 @@ import botocore.exceptions
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws import ebs_limits
-from cloudloop.cloud.aws.base import NAME, AwsDriverPart, translate
+from cloudloop.cloud.aws.base import NAME, AwsBase, translate
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
+from cloudloop.cloud.driver import VolumeDefaults
 
 #: Tag holding the CSI volume name (the PV name), as the EBS CSI driver sets it.
 CSI_NAME_TAG = "CSIVolumeName"
@@ -197,13 +198,17 @@ class DeviceAllocator:
                 held[device] = self.clock() + self.hold_s
 
 
-class AwsVolumes(AwsDriverPart):
-    """EBS volumes through EC2."""
+class AwsVolumes(VolumeDefaults):
+    """EBS volumes through EC2, on the session."""
 
+    provider = NAME
     #: Shared by every driver of the process: attaches to one instance never pick one name twice.
     devices = DeviceAllocator()
     zonal_volumes = True
     max_volumes_per_node = DEFAULT_MAX_VOLUMES
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
         filters = [
@@ -211,7 +216,7 @@ class AwsVolumes(AwsDriverPart):
             {"Name": "tag-key", "Values": [CSI_NAME_TAG]},
         ]
         found: list[models.Volume] = []
-        paginator = self.client("ec2").get_paginator("describe_volumes")
+        paginator = self.session.client("ec2").get_paginator("describe_volumes")
         with ebs_calling("DescribeVolumes"):
             for page in paginator.paginate(Filters=filters):
                 for raw in page.get("Volumes", []):
@@ -241,7 +246,7 @@ class AwsVolumes(AwsDriverPart):
             {"Name": "tag-key", "Values": [cluster_tag_key(cluster)]},
         ]
         with ebs_calling("DescribeVolumes"):
-            answer = self.client("ec2").describe_volumes(Filters=filters)
+            answer = self.session.client("ec2").describe_volumes(Filters=filters)
         found = [
             raw
             for raw in answer.get("Volumes", [])
@@ -257,7 +262,7 @@ class AwsVolumes(AwsDriverPart):
         if not is_volume_id(volume_id):
             raise errors.NotFound(NAME, "DescribeVolumes", f"no volume {volume_id!r}")
         with ebs_calling("DescribeVolumes"):
-            answer = self.client("ec2").describe_volumes(VolumeIds=[volume_id])
+            answer = self.session.client("ec2").describe_volumes(VolumeIds=[volume_id])
         volumes = answer.get("Volumes", [])
         if not volumes or volumes[0].get("State") == "deleted":
             raise errors.NotFound(NAME, "DescribeVolumes", f"no volume {volume_id!r}")
@@ -266,15 +271,15 @@ class AwsVolumes(AwsDriverPart):
     def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
         if not spec.zone:
             raise errors.InvalidRequest(NAME, "CreateVolume", "an EBS volume needs a zone")
-        if not self.settings.allows_zone(spec.zone):
+        if not self.session.settings.allows_zone(spec.zone):
             raise errors.InvalidRequest(
                 NAME,
                 "CreateVolume",
                 f"zone {spec.zone!r} is not one of the cluster's zones "
-                f"({', '.join(self.settings.zones)})",
+                f"({', '.join(self.session.settings.zones)})",
             )
         tags = {
-            **self.settings.tags,
+            **self.session.settings.tags,
             **parameter_tags(spec),
             **spec.tags,
             CSI_NAME_TAG: spec.name,
@@ -296,17 +301,17 @@ class AwsVolumes(AwsDriverPart):
         if spec.client_token:
             kwargs["ClientToken"] = spec.client_token
         with ebs_calling("CreateVolume"):
-            raw = self.client("ec2").create_volume(**kwargs)
+            raw = self.session.client("ec2").create_volume(**kwargs)
         return self.to_volume(raw)
 
     def delete_volume(self, volume_id: str) -> None:
         if not is_volume_id(volume_id):
             raise errors.NotFound(NAME, "DeleteVolume", f"no volume {volume_id!r}")
         with ebs_calling("DeleteVolume"):
-            self.client("ec2").delete_volume(VolumeId=volume_id)
+            self.session.client("ec2").delete_volume(VolumeId=volume_id)
 
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         excluded: set[str] = set()
         for _ in range(3):  # another process may take the name we picked: pick again
             with self.devices.instance_lock(instance_id):
@@ -367,7 +372,7 @@ class AwsVolumes(AwsDriverPart):
             raise errors.NotFound(NAME, "DetachVolume", f"no volume {volume_id!r}")
         try:
             with ebs_calling("DetachVolume"):
-                self.client("ec2").detach_volume(VolumeId=volume_id, InstanceId=instance_id)
+                self.session.client("ec2").detach_volume(VolumeId=volume_id, InstanceId=instance_id)
         except (errors.NotFound, errors.FailedPrecondition) as exc:
             if _error_code(exc.__cause__) in ("InvalidAttachment.NotFound", "IncorrectState"):
                 return  # not attached there, or already detaching
@@ -377,7 +382,7 @@ class AwsVolumes(AwsDriverPart):
         if not is_volume_id(volume_id):
             raise errors.NotFound(NAME, "ModifyVolume", f"no volume {volume_id!r}")
         with ebs_calling("ModifyVolume"):
-            answer = self.client("ec2").modify_volume(VolumeId=volume_id, Size=size_gib)
+            answer = self.session.client("ec2").modify_volume(VolumeId=volume_id, Size=size_gib)
         return self._to_modification(answer["VolumeModification"])
 
     def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
@@ -385,7 +390,9 @@ class AwsVolumes(AwsDriverPart):
             raise errors.NotFound(NAME, "DescribeVolumesModifications", f"no {volume_id!r}")
         try:
             with ebs_calling("DescribeVolumesModifications"):
-                answer = self.client("ec2").describe_volumes_modifications(VolumeIds=[volume_id])
+                answer = self.session.client("ec2").describe_volumes_modifications(
+                    VolumeIds=[volume_id]
+                )
         except errors.NotFound as exc:
             if _error_code(exc.__cause__) == "InvalidVolumeModification.NotFound":
                 return None  # never modified
@@ -398,7 +405,7 @@ class AwsVolumes(AwsDriverPart):
     # -- helpers ---------------------------------------------------------------------------
     def _instance(self, instance_id: str) -> dict[str, Any]:
         """The raw instance; ``NotFound`` when it does not exist or is terminated."""
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         if instance_id.startswith("i-"):
             with ebs_calling("DescribeInstances"):
                 answer = ec2.describe_instances(
