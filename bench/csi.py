@@ -151,7 +151,7 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
 async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]:
     kube = ctx.kube
     driver = AwsDriver(AWS.section(settings))
-    ec2 = driver.client("ec2")
+    ec2 = driver.session.client("ec2")
     instance = launch_instance(ec2, ZONE)
     namespace = f"bench-csi-{uuid.uuid4().hex[:6]}"
     kube.request("POST", NAMESPACES_PATH, body={"metadata": {"name": namespace}})

@@ -265,7 +265,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
 
 def _make_world(driver: AwsDriver, cluster: str) -> dict[str, Any]:
     """A VPC with two cluster subnets, a node security group and ``INSTANCES`` instances."""
-    ec2 = driver.client("ec2")
+    ec2 = driver.session.client("ec2")
     network = create_cluster_network(ec2, cluster)
     instances = launch_instances(
         ec2, INSTANCES, SubnetId=network.subnet_ids[0], SecurityGroupIds=[network.node_group_id]

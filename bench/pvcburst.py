@@ -39,7 +39,7 @@ BURST = 1000
 def _volume_names(driver: AwsDriver, cluster: str) -> Counter[str]:
     """``CSIVolumeName`` → how many volumes of ``cluster`` carry it (every page)."""
     names: Counter[str] = Counter()
-    pages = driver.client("ec2").get_paginator("describe_volumes")
+    pages = driver.session.client("ec2").get_paginator("describe_volumes")
     for page in pages.paginate(
         Filters=[{"Name": "tag-key", "Values": [f"kubernetes.io/cluster/{cluster}"]}],
         PaginationConfig={"PageSize": 500},

@@ -57,7 +57,7 @@ def attach_directly(driver: AwsDriver, volume_id: str, instance_id: str) -> str:
 async def volume_figures(ctx: BenchContext) -> dict[str, float]:
     settings = ctx.settings
     driver = AwsDriver(AWS.section(settings))
-    ec2 = driver.client("ec2")
+    ec2 = driver.session.client("ec2")
     through_node, direct_node = _instance(ec2), _instance(ec2)
     through_volumes = _volumes(ec2, SAMPLES + 1)
     direct_volumes = _volumes(ec2, SAMPLES + 1)

@@ -109,7 +109,7 @@ def _worker_env(ctx: BenchContext, cluster: str, task_queue: str) -> dict[str, s
 
 def _elbs(driver: AwsDriver, cluster: str) -> int:
     """Classic ELBs tagged for ``cluster``."""
-    elb = driver.client("elb")
+    elb = driver.session.client("elb")
     names = [
         d["LoadBalancerName"] for d in elb.describe_load_balancers()["LoadBalancerDescriptions"]
     ]

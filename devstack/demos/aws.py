@@ -71,7 +71,11 @@ class AwsDemo:
         return dataclasses.replace(options, kube=kube)
 
     def seed(self, stack: LocalStack, kube: Kube, settings: Settings) -> Settings:
-        queue = AwsDriver(AWS.section(settings)).client("sqs").create_queue(QueueName=DEMO_QUEUE)
+        queue = (
+            AwsDriver(AWS.section(settings))
+            .session.client("sqs")
+            .create_queue(QueueName=DEMO_QUEUE)
+        )
         settings = settings.model_copy(
             update={"nth": settings.nth.model_copy(update={"queue_url": queue["QueueUrl"]})}
         )
@@ -127,7 +131,7 @@ def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> ClusterNetwork:
       topology label (:mod:`.storage`).
     """
     driver = AwsDriver(AWS.section(settings))
-    ec2 = driver.client("ec2")
+    ec2 = driver.session.client("ec2")
     network = create_cluster_network(ec2, settings.cluster_name, route_table=True)
     launched = ec2.run_instances(
         ImageId="ami-12c6146b",
@@ -214,8 +218,8 @@ def _node_group_settings(settings: Settings, network: ClusterNetwork) -> Setting
     IAM instance profile and key pair Terraform would have made."""
     driver = AwsDriver(AWS.section(settings))
     profile = f"{settings.cluster_name}-node"
-    driver.client("iam").create_instance_profile(InstanceProfileName=profile)
-    driver.client("ec2").create_key_pair(KeyName=settings.cluster_name)
+    driver.session.client("iam").create_instance_profile(InstanceProfileName=profile)
+    driver.session.client("ec2").create_key_pair(KeyName=settings.cluster_name)
     aws = AWS.section(settings).model_copy(
         update={
             "instances": AwsNodeDefaults(
@@ -329,7 +333,7 @@ def inject_spot_interruption(state_dir: Path, node: str | None) -> str:
         access_key_id=SecretStr("testing"),
         secret_access_key=SecretStr("testing"),
     )
-    AwsDriver(aws).client("sqs").send_message(
+    AwsDriver(aws).session.client("sqs").send_message(
         QueueUrl=demo["queue_url"],
         MessageBody=spot_interruption_message(instance_id, str(uuid.uuid4())),
     )

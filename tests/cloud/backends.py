@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -91,7 +91,7 @@ def _aws_settings(endpoint: str, key: str = "testing", timeout_s: float = 30) ->
 
 
 def _aws_instance(driver: CloudDriver) -> str:
-    ec2 = driver.client("ec2")  # type: ignore[attr-defined]
+    ec2 = cast(AwsDriver, driver).session.client("ec2")
     [instance] = launch_instances(ec2, 1)
     return str(instance["InstanceId"])
 
@@ -104,7 +104,7 @@ def _aws_instances(driver: CloudDriver) -> object:
 
 
 def _aws_routes(driver: CloudDriver, cluster: str) -> object:
-    create_cluster_network(driver.client("ec2"), cluster, route_table=True)  # type: ignore[attr-defined]
+    create_cluster_network(cast(AwsDriver, driver).session.client("ec2"), cluster, route_table=True)
     return driver.list_routes(cluster)
 
 

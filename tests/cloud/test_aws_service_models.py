@@ -73,7 +73,7 @@ def test_client_context_parameters_keep_their_documentation() -> None:
 @pytest.mark.parametrize("service", ["ec2", "elb", "elbv2", "s3", "sqs"], ids=str)
 def test_driver_clients_are_built_on_the_slim_models(service: str) -> None:
     driver = AwsDriver(aws_settings("http://127.0.0.1:9"))
-    model = driver.client(service).meta.service_model
+    model = driver.session.client(service).meta.service_model
     description = model._service_description
     assert type(description) is dict
     assert all("documentation" not in op for op in description["operations"].values())

@@ -202,7 +202,7 @@ async def test_service_deleted_while_its_lb_is_created(
         reached.set()
         release.wait(60)
 
-    driver.client("elb").meta.events.register(
+    driver.session.client("elb").meta.events.register(
         "before-call.elastic-load-balancing.CreateLoadBalancer", hold
     )
     worker = build_worker(client, lb_config, driver=driver, kube=kube)

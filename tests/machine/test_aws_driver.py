@@ -147,11 +147,11 @@ def test_delete_waits_out_shutting_down(
     ec2_lifecycle(endpoint, pending_s=0.5, shutting_down_s=4.0)
     created = driver.create_machine(spec, USER_DATA)
     assert created.phase == "pending" and not created.provisioned
-    driver.settings = driver.settings.model_copy(update={"delete_wait_s": 0.5})
+    driver.session.settings = driver.session.settings.model_copy(update={"delete_wait_s": 0.5})
     assert driver.delete_machine(spec) is False  # shutting-down: the caller heartbeats, calls again
     assert describe(ec2, created.id)["State"]["Name"] == "shutting-down"
     assert machine_volumes(ec2, cloud.cluster) != []
-    driver.settings = driver.settings.model_copy(update={"delete_wait_s": 10.0})
+    driver.session.settings = driver.session.settings.model_copy(update={"delete_wait_s": 10.0})
     assert driver.delete_machine(spec) is True
     assert machine_instances(ec2, cloud.cluster) == []
     assert machine_volumes(ec2, cloud.cluster) == []

@@ -22,7 +22,7 @@ def stubbed() -> Iterator[tuple[AwsDriver, Stubber]]:
             secret_access_key=SecretStr("y"),
         )
     )
-    stubber = Stubber(driver.client("ec2"))
+    stubber = Stubber(driver.session.client("ec2"))
     with stubber:
         yield driver, stubber
     stubber.assert_no_pending_responses()

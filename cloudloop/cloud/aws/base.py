@@ -29,7 +29,6 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.aws.service_models import use_slim_models
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.calls import count, observe, outcome_for
-from cloudloop.cloud.driver import CloudDriver
 
 NAME = "aws"
 
@@ -202,25 +201,3 @@ class AwsBase:
                 client.meta.events.register("after-call-error", _count_error)
                 self._clients[service] = client
             return self._clients[service]
-
-
-class AwsDriverPart(CloudDriver):
-    """Transition: a capability still written as a mixin of the driver sharing one ``self``;
-    its SDK calls go through the driver's session."""
-
-    provider = NAME
-
-    def __init__(self, settings: AwsSettings) -> None:
-        self.session = AwsBase(settings)
-        self.settings = settings
-
-    @property
-    def cluster(self) -> str:
-        return self.session.cluster
-
-    @cluster.setter
-    def cluster(self, cluster: str) -> None:
-        self.session.cluster = cluster
-
-    def client(self, service: str) -> Any:
-        return self.session.client(service)

@@ -1,12 +1,11 @@
-"""The AWS driver: a facade over capability objects taking the session
-(:mod:`cloudloop.cloud.aws.base`: clients, the call wrapper, error translation); machines for
-Cluster API in :mod:`cloudloop.cloud.aws.machines`.
+"""The AWS driver: a facade over capability objects taking the session.
 
-Transition: the capabilities not yet moved are mixins of the driver sharing one ``self``
-(:class:`~cloudloop.cloud.aws.base.AwsDriverPart`); their calls go through the same session.
-
-Every boto3 client counts its calls in ``cloud_api_requests_total`` (botocore event hooks), and
-every botocore failure becomes a :mod:`cloudloop.cloud.errors` class.
+The session (:mod:`cloudloop.cloud.aws.base`: boto3 clients, the call wrapper, error
+translation, the cluster served) is made once; machines (Cluster API), instances (node sync),
+routes, discovery, load balancers (Classic ELB and NLB, each half reaching the other through a
+field), EBS volumes and snapshots are objects taking it. Every boto3 client counts its calls in
+``cloud_api_requests_total`` (botocore event hooks), and every botocore failure becomes a
+:mod:`cloudloop.cloud.errors` class.
 """
 
 from __future__ import annotations
@@ -20,26 +19,39 @@ from cloudloop.cloud.aws.routes import AwsRoutes
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.snapshots import AwsSnapshots
 from cloudloop.cloud.aws.volumes import AwsVolumes
+from cloudloop.cloud.driver import CloudDriver
 
 __all__ = ["NAME", "AwsBase", "AwsDriver", "calling", "translate"]
 
 
-class AwsDriver(AwsLoadBalancers):
+class AwsDriver(CloudDriver):
     """AWS through boto3."""
 
-    snapshots: AwsSnapshots
-    discovery: AwsDiscovery
-    routes: AwsRoutes
-    instances: AwsInstances
+    provider = NAME
     machines: AwsMachines
+    instances: AwsInstances
+    load_balancers: AwsLoadBalancers
+    routes: AwsRoutes
+    discovery: AwsDiscovery
     volumes: AwsVolumes
+    snapshots: AwsSnapshots
 
     def __init__(self, settings: AwsSettings) -> None:
-        super().__init__(settings)
-        self.snapshots = AwsSnapshots(self.session)
-        self.discovery = AwsDiscovery(self.session)
-        self.routes = AwsRoutes(self.session)
-        self.instances = AwsInstances(self.session)
+        self.session = AwsBase(settings)
+        self.settings = self.session.settings
         self.machines = AwsMachines(self.session)
+        self.instances = AwsInstances(self.session)
+        self.load_balancers = AwsLoadBalancers(self.session)
+        self.routes = AwsRoutes(self.session)
+        self.discovery = AwsDiscovery(self.session)
         self.volumes = AwsVolumes(self.session)
+        self.snapshots = AwsSnapshots(self.session)
         self.assembled()
+
+    @property  # the session's: instance listings and machines narrow to the cluster's tags
+    def cluster(self) -> str:
+        return self.session.cluster
+
+    @cluster.setter
+    def cluster(self, cluster: str) -> None:
+        self.session.cluster = cluster

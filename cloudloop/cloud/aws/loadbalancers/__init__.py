@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from cloudloop.cloud import models
-from cloudloop.cloud.aws.base import calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.lb_annotation_values import items
 from cloudloop.cloud.aws.lb_annotations import (
     LEGACY_SOURCE_RANGES,
@@ -52,9 +52,10 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     target_instance_ids,
 )
 from cloudloop.cloud.aws.loadbalancers.nlb import AwsNetworkLoadBalancers, nlb_health_check
-from cloudloop.cloud.aws.loadbalancers.parts import DESCRIBE_BATCH, Network
+from cloudloop.cloud.aws.loadbalancers.parts import DESCRIBE_BATCH, LoadBalancerParts, Network
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.driver import LoadBalancerDefaults
 
 __all__ = [
     "ANYWHERE",
@@ -107,7 +108,20 @@ def parsed(
     return spec.model_copy(update={"source_ranges": ranges}), options
 
 
-class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
+class AwsLoadBalancers(LoadBalancerDefaults):
+    """Both kinds on the session: the Classic and NLB halves refer to each other through a
+    field (a Service that changes type removes the other kind)."""
+
+    provider = NAME
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+        self.parts = LoadBalancerParts(session)
+        self.groups = self.parts.groups
+        self.nlb = AwsNetworkLoadBalancers(session, self.parts)
+        self.classic = AwsClassicLoadBalancers(session, self.parts, self.nlb)
+        self.nlb.classic = self.classic
+
     # -- contract --------------------------------------------------------------------------
     def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         """``aws-load-balancer-*`` and the legacy source-range annotation: all the ELB reads."""
@@ -128,32 +142,32 @@ class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
         )
 
     def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
-        spec, options = parsed(spec, self.settings)
+        spec, options = parsed(spec, self.session.settings)
         if options.kind is LoadBalancerKind.NLB:
-            return self._ensure_nlb(spec, options)
-        return self._ensure_classic(spec, options)
+            return self.nlb.ensure_nlb(spec, options)
+        return self.classic.ensure_classic(spec, options)
 
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
         """Register/deregister instances and fix the node rules; ``NotFound`` without an LB."""
-        spec, options = parsed(spec, self.settings)
-        instances = self._live_instances(target_instance_ids(spec, options))
+        spec, options = parsed(spec, self.session.settings)
+        instances = self.parts.live_instances(target_instance_ids(spec, options))
         if options.kind is LoadBalancerKind.NLB:
-            self._update_nlb_backends(spec, options, instances)
+            self.nlb.update_nlb_backends(spec, options, instances)
         else:
-            self._update_classic_backends(spec, options, instances)
+            self.classic.update_classic_backends(spec, options, instances)
 
     def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
         """Drift repair's check: reads only; see ``_classic_drift`` and ``_nlb_drift``."""
-        spec, options = parsed(spec, self.settings)
+        spec, options = parsed(spec, self.session.settings)
         if options.kind is LoadBalancerKind.NLB:
-            return self._nlb_drift(spec, options)
-        return self._classic_drift(spec, options)
+            return self.nlb.nlb_drift(spec, options)
+        return self.classic.classic_drift(spec, options)
 
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
-        classic = self._describe_classic(name)
+        classic = self.classic.describe_classic(name)
         if classic is not None:
             return models.LoadBalancerStatus(name=name, hostname=str(classic.get("DNSName", "")))
-        nlb = self._describe_nlb(name)
+        nlb = self.nlb.describe_nlb(name)
         if nlb is not None:
             return models.LoadBalancerStatus(name=name, hostname=str(nlb.get("DNSName", "")))
         return None
@@ -166,15 +180,15 @@ class AwsLoadBalancers(AwsClassicLoadBalancers, AwsNetworkLoadBalancers):
         live in its own group and go with it; an NLB's node-port rules are looked up in the
         groups of its targets, and by tag when no LB is left to say where they are.
         """
-        classic = self._describe_classic(name)
+        classic = self.classic.describe_classic(name)
         if classic is not None:
             with calling("DeleteLoadBalancer"):
-                self.client("elb").delete_load_balancer(LoadBalancerName=name)
-        nlb = self._describe_nlb(name)
-        target_groups = self._target_security_groups(nlb) if nlb is not None else []
-        self._delete_nlb(name, nlb)
+                self.session.client("elb").delete_load_balancer(LoadBalancerName=name)
+        nlb = self.nlb.describe_nlb(name)
+        target_groups = self.nlb.target_security_groups(nlb) if nlb is not None else []
+        self.nlb.delete_nlb(name, nlb)
         if nlb is not None or classic is None:
             # Without targets (or without any LB: an interrupted delete) only the tags tell.
-            where = self._rules_in(target_groups, name) if target_groups else None
-            self._revoke(where if where is not None else self._existing_rules(name))
-        self._delete_own_security_groups(name)
+            where = self.groups.rules_in(target_groups, name) if target_groups else None
+            self.groups.revoke(where if where is not None else self.groups.existing_rules(name))
+        self.groups.delete_own_security_groups(name)

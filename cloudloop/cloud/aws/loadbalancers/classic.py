@@ -18,7 +18,7 @@ from collections.abc import Collection
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.lb_annotations import (
     TRAFFIC_PORT,
     AwsLoadBalancerOptions,
@@ -47,6 +47,7 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     security_group_name,
     target_instance_ids,
 )
+from cloudloop.cloud.aws.loadbalancers.nlb import AwsNetworkLoadBalancers
 from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network, Targets
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
@@ -127,11 +128,22 @@ def listener_policy_changes(
     return [p for p in secure_ports(listeners) if p in replaced or current.get(p) != [name]]
 
 
-class AwsClassicLoadBalancers(LoadBalancerParts):
-    def _describe_classic(self, name: str) -> dict[str, Any] | None:
+class AwsClassicLoadBalancers:
+    """The Classic ELB half; ``nlb``: the NLB half, whose NLB a change to Classic removes."""
+
+    def __init__(
+        self, session: AwsBase, parts: LoadBalancerParts, nlb: AwsNetworkLoadBalancers
+    ) -> None:
+        self.session = session
+        self.parts = parts
+        self.groups = parts.groups
+        self.checks = parts.checks
+        self.nlb = nlb
+
+    def describe_classic(self, name: str) -> dict[str, Any] | None:
         try:
             with calling("DescribeLoadBalancers"):
-                found = self.client("elb").describe_load_balancers(LoadBalancerNames=[name])
+                found = self.session.client("elb").describe_load_balancers(LoadBalancerNames=[name])
         except errors.NotFound:
             return None
         descriptions = found.get("LoadBalancerDescriptions", [])
@@ -139,7 +151,9 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
 
     def _classic_attributes(self, name: str) -> dict[str, Any]:
         with calling("DescribeLoadBalancerAttributes"):
-            found = self.client("elb").describe_load_balancer_attributes(LoadBalancerName=name)
+            found = self.session.client("elb").describe_load_balancer_attributes(
+                LoadBalancerName=name
+            )
         return dict(found.get("LoadBalancerAttributes") or {})
 
     def _check_classic_tls(
@@ -151,16 +165,16 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                 str(d["Listener"].get("SSLCertificateId") or "")
                 for d in (existing or {}).get("ListenerDescriptions") or []
             ]
-            self._check_certificate(tls.certificate, in_use)
+            self.checks.check_certificate(tls.certificate, in_use)
         if tls.negotiation_policy is not None:
             have = ((existing or {}).get("Policies") or {}).get("OtherPolicies") or []
             if ssl_negotiation_policy_name(tls.negotiation_policy) not in have:
-                self._check_classic_ssl_policy(tls.negotiation_policy)
+                self.checks.check_classic_ssl_policy(tls.negotiation_policy)
 
-    def _ensure_classic(
+    def ensure_classic(
         self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
     ) -> models.LoadBalancerStatus:
-        elb = self.client("elb")
+        elb = self.session.client("elb")
         listeners = classic_listeners(spec, options.tls)
         health_check = classic_health_check(
             spec, options.health_check, options.tls.backend_protocol
@@ -168,11 +182,13 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         attributes = classic_attributes(options)
         tags = load_balancer_tags(spec, options)
         scheme = "internal" if options.internal else "internet-facing"
-        network = self._network(spec, options)
-        self._check_security_groups([*options.security_groups, *options.extra_security_groups])
-        instances = self._live_instances(target_instance_ids(spec, options))
-        existing = self._describe_classic(spec.name)
-        nlb = self._describe_nlb(spec.name) if existing is None else None
+        network = self.parts.network(spec, options)
+        self.groups.check_security_groups(
+            [*options.security_groups, *options.extra_security_groups]
+        )
+        instances = self.parts.live_instances(target_instance_ids(spec, options))
+        existing = self.describe_classic(spec.name)
+        nlb = self.nlb.describe_nlb(spec.name) if existing is None else None
         self._check_classic_tls(options, existing)
         recreate = existing is not None and existing.get("Scheme", "internet-facing") != scheme
         current_attributes = (
@@ -182,18 +198,18 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         )
         # -- reads done; from here on the cloud changes ------------------------------------
         if nlb is not None:  # the type changed: the NLB and its target groups go
-            self._delete_nlb(spec.name, nlb)
+            self.nlb.delete_nlb(spec.name, nlb)
         if existing is not None and recreate:
             log.info("%s: scheme changes to %s; recreating the ELB", spec.name, scheme)
             with calling("DeleteLoadBalancer"):
                 elb.delete_load_balancer(LoadBalancerName=spec.name)
             existing = None
         if nlb is not None:  # its node-port rules, wherever they are
-            self._revoke(self._existing_rules(spec.name))
-        own, backend, own_created = self._elb_security_groups(
+            self.groups.revoke(self.groups.existing_rules(spec.name))
+        own, backend, own_created = self.groups.elb_security_groups(
             spec, network.vpc_id, tags, own=not options.security_groups
         )
-        rules = {} if own_created else self._rules_in([own] if own else [], spec.name)
+        rules = {} if own_created else self.groups.rules_in([own] if own else [], spec.name)
         groups = list(options.security_groups) or [own]
         for group in (backend, *options.extra_security_groups):
             if group not in groups:
@@ -221,8 +237,10 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                 elb.modify_load_balancer_attributes(
                     LoadBalancerName=spec.name, LoadBalancerAttributes=attributes
                 )
-        self._sync_rules(spec, desired, rules)
-        self._open_nodes_to(backend, self._node_security_groups(spec.cluster, instances), spec)
+        self.groups.sync_rules(spec, desired, rules)
+        self.groups.open_nodes_to(
+            backend, self.groups.node_security_groups(spec.cluster, instances), spec
+        )
         self._register_classic(spec.name, existing, instances)
         return models.LoadBalancerStatus(name=spec.name, hostname=str(existing.get("DNSName", "")))
 
@@ -247,11 +265,11 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             kwargs["Scheme"] = "internal"
         try:
             with calling("CreateLoadBalancer"):
-                created = self.client("elb").create_load_balancer(**kwargs)
+                created = self.session.client("elb").create_load_balancer(**kwargs)
         except errors.CloudError as exc:
             if error_code(exc) != "DuplicateLoadBalancerName":
                 raise
-            found = self._describe_classic(spec.name)  # created meanwhile: adopt it
+            found = self.describe_classic(spec.name)  # created meanwhile: adopt it
             if found is None:
                 raise
             return found, self._update_classic(spec, found, listeners, network, groups, tags)
@@ -268,7 +286,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         tags: dict[str, str],
     ) -> set[int]:
         """Bring tags, listeners, subnets and groups in line; the listener ports made new."""
-        elb = self.client("elb")
+        elb = self.session.client("elb")
         name = spec.name
         with calling("DescribeTags"):
             described = elb.describe_tags(LoadBalancerNames=[name]).get("TagDescriptions", [])
@@ -319,7 +337,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
     ) -> None:
         """Proxy protocol on the back ends, the SSL negotiation policy on the secure listeners
         (upstream's policies, created once per ELB)."""
-        elb = self.client("elb")
+        elb = self.session.client("elb")
         have = set(((described.get("Policies") or {}).get("OtherPolicies")) or [])
         if options.proxy_protocol and PROXY_PROTOCOL_POLICY not in have:
             with calling("CreateLoadBalancerPolicy"):
@@ -360,7 +378,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
     def _register_classic(self, name: str, existing: dict[str, Any], targets: Targets) -> None:
         """Register the running targets; deregister what is no target (a stopped target that
         is registered stays so)."""
-        elb = self.client("elb")
+        elb = self.session.client("elb")
         current = {str(i["InstanceId"]) for i in existing.get("Instances", []) or []}
         add, remove = sorted(targets.running - current), sorted(current - set(targets))
         if add:
@@ -374,13 +392,13 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                     LoadBalancerName=name, Instances=[{"InstanceId": i} for i in remove]
                 )
 
-    def _classic_drift(
+    def classic_drift(
         self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
     ) -> list[str]:
         """What of the ELB differs from ``spec`` (drift repair), read in about five calls:
         listeners, policies, health check and instances from one describe, the attributes, the
         groups by name, the target instances, and the rules of the ELB's and nodes' groups."""
-        described = self._describe_classic(spec.name)
+        described = self.describe_classic(spec.name)
         if described is None:
             return ["the ELB is missing"]
         scheme = "internal" if options.internal else "internet-facing"
@@ -408,7 +426,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             self._classic_attributes(spec.name), classic_attributes(options)
         )
         wanted = target_instance_ids(spec, options)
-        instances = self._live_instances(wanted)
+        instances = self.parts.live_instances(wanted)
         registered = {str(i["InstanceId"]) for i in described.get("Instances") or []}
         if not instances.registered_as_wanted(registered):
             drift.append("registered instances")
@@ -427,7 +445,7 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
             backend_security_group_name(spec.cluster),
         )
         with calling("DescribeSecurityGroups"):
-            found = self.client("ec2").describe_security_groups(
+            found = self.session.client("ec2").describe_security_groups(
                 Filters=[
                     {"Name": "group-name", "Values": [own_name, backend_name]},
                     {"Name": "vpc-id", "Values": [str(described.get("VPCId", ""))]},
@@ -442,10 +460,10 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
         groups = {*(options.security_groups or [own]), backend, *options.extra_security_groups}
         if set(described.get("SecurityGroups") or []) != groups:
             drift.append("security groups attached")
-        node_groups = self._node_security_groups(spec.cluster, instances)
+        node_groups = self.groups.node_security_groups(spec.cluster, instances)
         with calling("DescribeSecurityGroupRules"):
             rules = (
-                self.client("ec2")
+                self.session.client("ec2")
                 .describe_security_group_rules(
                     Filters=[
                         {
@@ -482,17 +500,19 @@ class AwsClassicLoadBalancers(LoadBalancerParts):
                 drift.append("client security group rules")
         return drift
 
-    def _update_classic_backends(
+    def update_classic_backends(
         self,
         spec: models.LoadBalancerSpec,
         options: AwsLoadBalancerOptions,
         instances: Targets,
     ) -> None:
-        existing = self._describe_classic(spec.name)
+        existing = self.describe_classic(spec.name)
         if existing is None:
             raise errors.NotFound(NAME, "DescribeLoadBalancers", f"no ELB {spec.name}")
-        _, backend, _ = self._elb_security_groups(
+        _, backend, _ = self.groups.elb_security_groups(
             spec, str(existing.get("VPCId", "")), {}, own=False
         )
-        self._open_nodes_to(backend, self._node_security_groups(spec.cluster, instances), spec)
+        self.groups.open_nodes_to(
+            backend, self.groups.node_security_groups(spec.cluster, instances), spec
+        )
         self._register_classic(spec.name, existing, instances)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.lb_annotations import (
     EIP_ALLOCATIONS,
     IP_ADDRESS_TYPE,
@@ -55,6 +55,9 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
 from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network, Targets
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
+
+if TYPE_CHECKING:
+    from cloudloop.cloud.aws.loadbalancers.classic import AwsClassicLoadBalancers
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +147,23 @@ def allocations_of(existing: dict[str, Any] | None) -> set[str]:
     }
 
 
-class AwsNetworkLoadBalancers(LoadBalancerParts):
-    def _describe_nlb(self, name: str) -> dict[str, Any] | None:
+class AwsNetworkLoadBalancers:
+    """The NLB half; ``classic``: the Classic ELB half (set by its owner once both exist),
+    whose ELB a change to NLB leaves for the Classic half to describe."""
+
+    #: The Classic ELB half (set by :class:`~cloudloop.cloud.aws.loadbalancers.AwsLoadBalancers`).
+    classic: AwsClassicLoadBalancers
+
+    def __init__(self, session: AwsBase, parts: LoadBalancerParts) -> None:
+        self.session = session
+        self.parts = parts
+        self.groups = parts.groups
+        self.checks = parts.checks
+
+    def describe_nlb(self, name: str) -> dict[str, Any] | None:
         try:
             with calling("DescribeLoadBalancersV2"):
-                found = self.client("elbv2").describe_load_balancers(Names=[name])
+                found = self.session.client("elbv2").describe_load_balancers(Names=[name])
         except errors.NotFound:
             return None
         balancers = [lb for lb in found.get("LoadBalancers", []) if lb.get("Type") == "network"]
@@ -157,13 +172,17 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
     def _nlb_listeners(self, arn: str) -> dict[int, dict[str, Any]]:
         with calling("DescribeListeners"):
             found = (
-                self.client("elbv2").describe_listeners(LoadBalancerArn=arn).get("Listeners", [])
+                self.session.client("elbv2")
+                .describe_listeners(LoadBalancerArn=arn)
+                .get("Listeners", [])
             )
         return {int(listener["Port"]): dict(listener) for listener in found}
 
     def _nlb_attributes(self, arn: str) -> dict[str, str]:
         with calling("DescribeLoadBalancerAttributesV2"):
-            found = self.client("elbv2").describe_load_balancer_attributes(LoadBalancerArn=arn)
+            found = self.session.client("elbv2").describe_load_balancer_attributes(
+                LoadBalancerArn=arn
+            )
         return as_dict(found.get("Attributes", []))
 
     def _check_nlb_tls(
@@ -176,26 +195,26 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 for lst in listeners.values()
                 for c in lst.get("Certificates") or []
             ]
-            self._check_certificate(tls.certificate, in_use)
+            self.checks.check_certificate(tls.certificate, in_use)
         policy = tls.negotiation_policy
         if policy is not None and policy not in {
             lst.get("SslPolicy") for lst in listeners.values()
         }:
-            self._check_nlb_ssl_policy(policy)
+            self.checks.check_nlb_ssl_policy(policy)
 
-    def _ensure_nlb(
+    def ensure_nlb(
         self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
     ) -> models.LoadBalancerStatus:
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         health_check = nlb_health_check(spec, options.health_check)
         mappings = nlb_port_mappings(spec, options.tls)
         tags = load_balancer_tags(spec, options)
         scheme = "internal" if options.internal else "internet-facing"
-        network = self._network(spec, options)
+        network = self.parts.network(spec, options)
         subnets = subnet_mappings(network, options)
-        instances = self._live_instances(target_instance_ids(spec, options))
-        existing = self._describe_nlb(spec.name)
-        classic = self._describe_classic(spec.name) if existing is None else None
+        instances = self.parts.live_instances(target_instance_ids(spec, options))
+        existing = self.describe_nlb(spec.name)
+        classic = self.classic.describe_classic(spec.name) if existing is None else None
         recreate = existing is not None and existing.get("Scheme") != scheme
         keep = existing is not None and not recreate
         arn = str(existing["LoadBalancerArn"]) if existing is not None else ""
@@ -203,21 +222,21 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         self._check_nlb_tls(options, current_listeners)
         differences = mapping_differences(existing, subnets) if existing and keep else []
         if options.nlb.eip_allocations and (not keep or differences):
-            self._check_allocations(options.nlb.eip_allocations, allocations_of(existing))
+            self.checks.check_allocations(options.nlb.eip_allocations, allocations_of(existing))
         attributes = nlb_attributes(options)
         current_attributes = self._nlb_attributes(arn) if keep else dict(NLB_DEFAULTS)
         # -- reads done; from here on the cloud changes ------------------------------------
         if classic is not None:  # the type changed: the Classic ELB and its group go
             with calling("DeleteLoadBalancer"):
-                self.client("elb").delete_load_balancer(LoadBalancerName=spec.name)
+                self.session.client("elb").delete_load_balancer(LoadBalancerName=spec.name)
         if existing is not None and recreate:
             log.info("%s: scheme changes to %s; recreating the NLB", spec.name, scheme)
-            self._delete_nlb(spec.name, existing)
+            self.delete_nlb(spec.name, existing)
             existing = None
-        node_groups = self._node_security_groups(spec.cluster, instances)
+        node_groups = self.groups.node_security_groups(spec.cluster, instances)
         if classic is not None:  # the old ELB's rules, wherever they are
-            self._revoke(self._existing_rules(spec.name))
-        rules = self._rules_in(node_groups, spec.name)
+            self.groups.revoke(self.groups.existing_rules(spec.name))
+        rules = self.groups.rules_in(node_groups, spec.name)
 
         created = existing is None
         if existing is None:
@@ -277,10 +296,10 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 with calling("DeleteTargetGroup"):
                     v2.delete_target_group(TargetGroupArn=group["TargetGroupArn"])
         self._register_nlb(groups, instances, new_groups)
-        self._sync_rules(spec, self._nlb_rules(spec, node_groups, network.cidrs), rules)
+        self.groups.sync_rules(spec, self._nlb_rules(spec, node_groups, network.cidrs), rules)
         if classic is not None:  # its rules are revoked now, so its group can go too
             try:
-                self._delete_own_security_groups(spec.name)
+                self.groups.delete_own_security_groups(spec.name)
             except errors.CloudError as exc:
                 log.warning("%s: old ELB security group left for the delete: %s", spec.name, exc)
         return models.LoadBalancerStatus(name=spec.name, hostname=str(existing.get("DNSName", "")))
@@ -291,7 +310,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         wanted = options.nlb.target_group_attributes
         if not wanted:
             return
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         arn = str(group["TargetGroupArn"])
         if new:
             current = dict(TARGET_GROUP_DEFAULTS)
@@ -306,7 +325,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 v2.modify_target_group_attributes(TargetGroupArn=arn, Attributes=as_list(changed))
 
     def _sync_nlb_tags(self, arn: str, tags: dict[str, str]) -> None:
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         with calling("DescribeTagsV2"):
             described = v2.describe_tags(ResourceArns=[arn]).get("TagDescriptions", [])
         current = tag_dict(described[0].get("Tags")) if described else {}
@@ -318,7 +337,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
     def _attached_target_groups(self, arn: str) -> dict[str, dict[str, Any]]:
         try:
             with calling("DescribeTargetGroups"):
-                found = self.client("elbv2").describe_target_groups(LoadBalancerArn=arn)
+                found = self.session.client("elbv2").describe_target_groups(LoadBalancerArn=arn)
         except errors.NotFound:  # moto's answer for an NLB without target groups
             return {}
         return {str(g["TargetGroupName"]): dict(g) for g in found.get("TargetGroups", [])}
@@ -333,7 +352,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         name: str,
     ) -> tuple[dict[str, Any], bool]:
         """Create the port's target group (``True``), or adopt one an interrupted call made."""
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         try:
             with calling("CreateTargetGroup"):
                 created = dict(
@@ -362,7 +381,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         groups: dict[int, dict[str, Any]],
         current: dict[int, dict[str, Any]],
     ) -> None:
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         for mapping in mappings:
             group_arn = str(groups[mapping.port.port]["TargetGroupArn"])
             arguments = nlb_listener_arguments(mapping, group_arn)
@@ -384,7 +403,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
     ) -> None:
         """Register the running targets in every group; deregister what is no target (a
         stopped target that is registered stays so)."""
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         for group in groups.values():
             group_arn = str(group["TargetGroupArn"])
             current: set[str] = set()
@@ -423,13 +442,13 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                     rules.add(Rule(group, "tcp", hc_port, hc_port, cidr=cidr))
         return rules
 
-    def _update_nlb_backends(
+    def update_nlb_backends(
         self,
         spec: models.LoadBalancerSpec,
         options: AwsLoadBalancerOptions,
         instances: Targets,
     ) -> None:
-        existing = self._describe_nlb(spec.name)
+        existing = self.describe_nlb(spec.name)
         if existing is None:
             raise errors.NotFound(NAME, "DescribeLoadBalancersV2", f"no NLB {spec.name}")
         attached = self._attached_target_groups(str(existing["LoadBalancerArn"]))
@@ -448,28 +467,30 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
         if spec.source_ranges and ANYWHERE not in spec.source_ranges:
             subnet_ids = [z["SubnetId"] for z in existing.get("AvailabilityZones", [])]
             with calling("DescribeSubnets"):
-                subnets = self.client("ec2").describe_subnets(SubnetIds=subnet_ids)["Subnets"]
+                subnets = self.session.client("ec2").describe_subnets(SubnetIds=subnet_ids)[
+                    "Subnets"
+                ]
             cidrs = sorted({str(s["CidrBlock"]) for s in subnets})
-        node_groups = self._node_security_groups(spec.cluster, instances)
-        self._sync_rules(
+        node_groups = self.groups.node_security_groups(spec.cluster, instances)
+        self.groups.sync_rules(
             spec,
             self._nlb_rules(spec, node_groups, cidrs),
-            self._rules_in(node_groups, spec.name),
+            self.groups.rules_in(node_groups, spec.name),
             scope=lambda r: r.role == "node",
         )
 
-    def _nlb_drift(
+    def nlb_drift(
         self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions
     ) -> list[str]:
         """What of the NLB differs from ``spec`` (drift repair): the NLB, its attributes and
         listeners, its target groups (health check, attributes, targets) and the node rules."""
-        existing = self._describe_nlb(spec.name)
+        existing = self.describe_nlb(spec.name)
         if existing is None:
             return ["the NLB is missing"]
         scheme = "internal" if options.internal else "internet-facing"
         if existing.get("Scheme") != scheme:
             return [f"the NLB is not {scheme}"]
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         arn = str(existing["LoadBalancerArn"])
         drift: list[str] = []
         if existing.get("IpAddressType", "ipv4") != options.nlb.ip_address_type:
@@ -516,38 +537,42 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
                 str(d["Target"]["Id"]) for d in health.get("TargetHealthDescriptions", [])
             }
             if registered != set(wanted):
-                instances = instances if instances is not None else self._live_instances(wanted)
+                instances = (
+                    instances if instances is not None else self.parts.live_instances(wanted)
+                )
                 if not instances.registered_as_wanted(registered):
                     drift.append(f"targets of the target group for {port}")
         extra = sorted(set(listeners) - {p.port for p in spec.ports})
         drift += [f"listener {port} is extra" for port in extra]
-        instances = instances if instances is not None else self._live_instances(wanted)
-        node_groups = self._node_security_groups(spec.cluster, instances)
+        instances = instances if instances is not None else self.parts.live_instances(wanted)
+        node_groups = self.groups.node_security_groups(spec.cluster, instances)
         cidrs: list[str] = []
         if spec.source_ranges and ANYWHERE not in spec.source_ranges:
             subnet_ids = [z["SubnetId"] for z in existing.get("AvailabilityZones", [])]
             with calling("DescribeSubnets"):
-                subnets = self.client("ec2").describe_subnets(SubnetIds=subnet_ids)["Subnets"]
+                subnets = self.session.client("ec2").describe_subnets(SubnetIds=subnet_ids)[
+                    "Subnets"
+                ]
             cidrs = sorted({str(s["CidrBlock"]) for s in subnets})
-        have = set(self._rules_in(node_groups, spec.name))
+        have = set(self.groups.rules_in(node_groups, spec.name))
         if have != self._nlb_rules(spec, node_groups, cidrs):
             drift.append("node security group rules")
         return drift
 
-    def _target_security_groups(self, nlb: dict[str, Any]) -> list[str]:
+    def target_security_groups(self, nlb: dict[str, Any]) -> list[str]:
         """The security groups of the instances behind ``nlb`` (where its node rules are)."""
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         targets: set[str] = set()
         for group in self._attached_target_groups(str(nlb["LoadBalancerArn"])).values():
             with calling("DescribeTargetHealth"):
                 health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
             targets |= {str(d["Target"]["Id"]) for d in health.get("TargetHealthDescriptions", [])}
-        instances = self._live_instances(sorted(targets))
+        instances = self.parts.live_instances(sorted(targets))
         return sorted({g for groups in instances.values() for g in groups})
 
-    def _delete_nlb(self, name: str, existing: dict[str, Any] | None) -> None:
+    def delete_nlb(self, name: str, existing: dict[str, Any] | None) -> None:
         """Delete the NLB, then its target groups: those it uses and any tagged for it."""
-        v2 = self.client("elbv2")
+        v2 = self.session.client("elbv2")
         group_arns: set[str] = set()
         if existing is not None:
             arn = str(existing["LoadBalancerArn"])
@@ -556,7 +581,7 @@ class AwsNetworkLoadBalancers(LoadBalancerParts):
             }
             with calling("DeleteLoadBalancerV2"):
                 v2.delete_load_balancer(LoadBalancerArn=arn)
-        paginator = self.client("resourcegroupstaggingapi").get_paginator("get_resources")
+        paginator = self.session.client("resourcegroupstaggingapi").get_paginator("get_resources")
         with calling("GetResources"):
             for page in paginator.paginate(
                 TagFilters=[{"Key": LOAD_BALANCER_TAG, "Values": [name]}],

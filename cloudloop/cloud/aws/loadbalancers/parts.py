@@ -7,8 +7,9 @@ allows 200 per filter); terminated and shutting-down instances are left out. As
 cloud-provider-aws, only ``running`` instances are registered (AWS refuses to register a stopped
 one, and one such instance would fail the whole load balancer); an instance already registered
 stays registered while it is stopped, so it serves again when it starts. Each kind's module
-implements the lookups the other needs when a Service changes type (``_describe_classic``,
-``_describe_nlb``, ``_delete_nlb``).
+reaches the other through a field (the Classic half's ``nlb``, the NLB half's ``classic``) for
+the lookups a Service's change of type needs (``describe_classic``, ``describe_nlb``,
+``delete_nlb``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.lb_annotations import AwsLoadBalancerOptions, invalid
 from cloudloop.cloud.aws.loadbalancers.naming import choose_subnets
 from cloudloop.cloud.aws.loadbalancers.security_groups import LoadBalancerSecurityGroups
@@ -57,20 +58,17 @@ class Network:
     ipv6_subnets: frozenset[str] = frozenset()
 
 
-class LoadBalancerParts(LoadBalancerSecurityGroups, LoadBalancerChecks):
-    # -- implemented by the Classic and NLB modules (a type change removes the other kind) ---
-    def _describe_classic(self, name: str) -> dict[str, Any] | None:
-        raise NotImplementedError
+class LoadBalancerParts:
+    """What both kinds share, on the session: subnets and target instances, and the security
+    groups and checks both use."""
 
-    def _describe_nlb(self, name: str) -> dict[str, Any] | None:
-        raise NotImplementedError
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+        self.groups = LoadBalancerSecurityGroups(session)
+        self.checks = LoadBalancerChecks(session)
 
-    def _delete_nlb(self, name: str, existing: dict[str, Any] | None) -> None:
-        raise NotImplementedError
-
-    # -- shared ------------------------------------------------------------------------------
-    def _network(self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions) -> Network:
-        ec2 = self.client("ec2")
+    def network(self, spec: models.LoadBalancerSpec, options: AwsLoadBalancerOptions) -> Network:
+        ec2 = self.session.client("ec2")
         paginator = ec2.get_paginator("describe_subnets")
 
         def describe(filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -126,11 +124,11 @@ class LoadBalancerParts(LoadBalancerSecurityGroups, LoadBalancerChecks):
             ),
         )
 
-    def _live_instances(self, instance_ids: list[str]) -> Targets:
+    def live_instances(self, instance_ids: list[str]) -> Targets:
         """Instance → its security groups, for the given instances that exist (not terminated),
         with the running ones marked."""
         found = Targets()
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         for start in range(0, len(instance_ids), DESCRIBE_BATCH):
             chunk = instance_ids[start : start + DESCRIBE_BATCH]
             token: str | None = None

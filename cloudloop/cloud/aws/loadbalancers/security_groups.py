@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.base import NAME, AwsDriverPart, calling
+from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.lb_annotations import invalid
 from cloudloop.cloud.aws.loadbalancers.naming import (
     LOAD_BALANCER_TAG,
@@ -75,20 +75,25 @@ class Rule:
         )
 
 
-class LoadBalancerSecurityGroups(AwsDriverPart):
-    def _check_security_groups(self, groups: Iterable[str]) -> None:
+class LoadBalancerSecurityGroups:
+    """The load balancers' security groups and their tagged rules, on the session."""
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+
+    def check_security_groups(self, groups: Iterable[str]) -> None:
         wanted = sorted(set(groups))
         if not wanted:
             return
         with calling("DescribeSecurityGroups"):
-            found = self.client("ec2").describe_security_groups(
+            found = self.session.client("ec2").describe_security_groups(
                 Filters=[{"Name": "group-id", "Values": wanted}]
             )
         missing = set(wanted) - {str(g["GroupId"]) for g in found.get("SecurityGroups", [])}
         if missing:
             raise invalid(f"security groups not found: {', '.join(sorted(missing))}")
 
-    def _node_security_groups(self, cluster: str, instances: dict[str, list[str]]) -> list[str]:
+    def node_security_groups(self, cluster: str, instances: dict[str, list[str]]) -> list[str]:
         """Each instance's cluster security group, as cloud-provider-aws picks it: the one tagged
         for the cluster, else its only group. Ambiguous instances are skipped with a warning."""
         groups: set[str] = set()
@@ -97,7 +102,7 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
         if ambiguous:
             candidates = sorted({g for gs in ambiguous.values() for g in gs})
             with calling("DescribeSecurityGroups"):
-                found = self.client("ec2").describe_security_groups(
+                found = self.session.client("ec2").describe_security_groups(
                     Filters=[{"Name": "group-id", "Values": candidates}]
                 )
             tagged = {
@@ -123,7 +128,7 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
         return sorted(groups)
 
     # -- security-group rules --------------------------------------------------------------
-    def _rules_in(self, groups: list[str], name: str) -> dict[Rule, str]:
+    def rules_in(self, groups: list[str], name: str) -> dict[Rule, str]:
         """The rules tagged for load balancer ``name`` in ``groups`` → their rule IDs.
 
         Looking in known groups is one cheap call; a tag-only search (:meth:`_existing_rules`)
@@ -133,7 +138,7 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
         if not groups:
             return {}
         rules: dict[Rule, str] = {}
-        paginator = self.client("ec2").get_paginator("describe_security_group_rules")
+        paginator = self.session.client("ec2").get_paginator("describe_security_group_rules")
         with calling("DescribeSecurityGroupRules"):
             for page in paginator.paginate(
                 Filters=[{"Name": "group-id", "Values": sorted(set(groups))}]
@@ -144,10 +149,10 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
                         rules[Rule.of(raw)] = str(raw["SecurityGroupRuleId"])
         return rules
 
-    def _existing_rules(self, name: str) -> dict[Rule, str]:
+    def existing_rules(self, name: str) -> dict[Rule, str]:
         """Every rule tagged for load balancer ``name`` → its rule ID."""
         rules: dict[Rule, str] = {}
-        paginator = self.client("ec2").get_paginator("describe_security_group_rules")
+        paginator = self.session.client("ec2").get_paginator("describe_security_group_rules")
         with calling("DescribeSecurityGroupRules"):
             for page in paginator.paginate(
                 Filters=[{"Name": f"tag:{LOAD_BALANCER_TAG}", "Values": [name]}]
@@ -157,7 +162,7 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
                         rules[Rule.of(raw)] = str(raw["SecurityGroupRuleId"])
         return rules
 
-    def _sync_rules(
+    def sync_rules(
         self,
         spec: models.LoadBalancerSpec,
         desired: set[Rule],
@@ -169,7 +174,7 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
         by_group: dict[tuple[str, str], list[Rule]] = defaultdict(list)
         for rule in sorted(desired - existing.keys(), key=repr):
             by_group[(rule.group_id, rule.role)].append(rule)
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         description = f"kubernetes.io/rule/{spec.name}"
         for (group_id, role), rules in by_group.items():
             tags = aws_tags({**identity_tags(spec), RULE_ROLE_TAG: role})
@@ -192,27 +197,27 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
                             )
                     except errors.AlreadyExists:
                         log.info("rule %s exists already (untagged); left as it is", rule)
-        self._revoke({r: i for r, i in existing.items() if r not in desired and scope(r)})
+        self.revoke({r: i for r, i in existing.items() if r not in desired and scope(r)})
 
-    def _revoke(self, rules: dict[Rule, str]) -> None:
+    def revoke(self, rules: dict[Rule, str]) -> None:
         by_group: dict[str, list[str]] = defaultdict(list)
         for rule, rule_id in rules.items():
             by_group[rule.group_id].append(rule_id)
         for group_id, rule_ids in sorted(by_group.items()):
             try:
                 with calling("RevokeSecurityGroupIngress"):
-                    self.client("ec2").revoke_security_group_ingress(
+                    self.session.client("ec2").revoke_security_group_ingress(
                         GroupId=group_id, SecurityGroupRuleIds=sorted(rule_ids)
                     )
             except errors.NotFound:
                 pass  # the group or the rules went meanwhile
 
-    def _elb_security_groups(
+    def elb_security_groups(
         self, spec: models.LoadBalancerSpec, vpc_id: str, tags: dict[str, str], *, own: bool
     ) -> tuple[str, str, bool]:
         """The ELB's own group (``""`` when ``own`` is false), the cluster's backend group, and
         whether the own group was just created; found by name in the VPC (one call)."""
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         names = {
             security_group_name(spec.name): aws_tags(tags),
             backend_security_group_name(spec.cluster): aws_tags(
@@ -257,14 +262,14 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
         own_id = ids.get(security_group_name(spec.name), "")
         return own_id, ids[backend_security_group_name(spec.cluster)], own_created
 
-    def _open_nodes_to(
+    def open_nodes_to(
         self, backend: str, node_groups: list[str], spec: models.LoadBalancerSpec
     ) -> None:
         """One allow-all rule from the cluster's backend group on each node group (shared by
         every ELB of the cluster, so it is never revoked with one of them)."""
         if not node_groups:
             return
-        ec2 = self.client("ec2")
+        ec2 = self.session.client("ec2")
         with calling("DescribeSecurityGroupRules"):
             found = ec2.describe_security_group_rules(
                 Filters=[{"Name": "group-id", "Values": node_groups}]
@@ -294,8 +299,8 @@ class LoadBalancerSecurityGroups(AwsDriverPart):
             except errors.AlreadyExists:
                 pass
 
-    def _delete_own_security_groups(self, name: str) -> None:
-        ec2 = self.client("ec2")
+    def delete_own_security_groups(self, name: str) -> None:
+        ec2 = self.session.client("ec2")
         with calling("DescribeSecurityGroups"):
             found = ec2.describe_security_groups(
                 Filters=[

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws.base import AwsDriverPart, calling
+from cloudloop.cloud.aws.base import AwsBase, calling
 from cloudloop.cloud.aws.lb_annotations import (
     EIP_ALLOCATIONS,
     SSL_CERT,
@@ -26,7 +26,12 @@ from cloudloop.cloud.aws.lb_annotations import (
 log = logging.getLogger(__name__)
 
 
-class LoadBalancerChecks(AwsDriverPart):
+class LoadBalancerChecks:
+    """The checks before the first write, on the session."""
+
+    def __init__(self, session: AwsBase) -> None:
+        self.session = session
+
     def _refuse_missing(self, what: str, check: Callable[[], str | None]) -> None:
         """Run ``check``; a message it returns, or a not-found answer, refuses the Service."""
         try:
@@ -39,7 +44,7 @@ class LoadBalancerChecks(AwsDriverPart):
         if problem:
             raise invalid(problem)
 
-    def _check_certificate(self, arn: str, in_use: Iterable[str] = ()) -> None:
+    def check_certificate(self, arn: str, in_use: Iterable[str] = ()) -> None:
         if arn in set(in_use):
             return
         service = arn.split(":")[2]
@@ -48,10 +53,10 @@ class LoadBalancerChecks(AwsDriverPart):
             if service == "iam":
                 name = arn.rsplit("/", 1)[-1]
                 with calling("GetServerCertificate"):
-                    self.client("iam").get_server_certificate(ServerCertificateName=name)
+                    self.session.client("iam").get_server_certificate(ServerCertificateName=name)
                 return None
             with calling("DescribeCertificate"):
-                found = self.client("acm").describe_certificate(CertificateArn=arn)
+                found = self.session.client("acm").describe_certificate(CertificateArn=arn)
             status = str(found.get("Certificate", {}).get("Status", "ISSUED"))
             if status != "ISSUED":
                 return f"{SSL_CERT}: certificate {arn} is {status}, not ISSUED"
@@ -59,30 +64,32 @@ class LoadBalancerChecks(AwsDriverPart):
 
         self._refuse_missing(f"{SSL_CERT}: certificate {arn}", check)
 
-    def _check_classic_ssl_policy(self, policy: str) -> None:
+    def check_classic_ssl_policy(self, policy: str) -> None:
         def check() -> str | None:
             with calling("DescribeLoadBalancerPolicies"):
-                found = self.client("elb").describe_load_balancer_policies(PolicyNames=[policy])
+                found = self.session.client("elb").describe_load_balancer_policies(
+                    PolicyNames=[policy]
+                )
             names = {p.get("PolicyName") for p in found.get("PolicyDescriptions", [])}
             return None if policy in names else f"{SSL_NEGOTIATION_POLICY}: {policy} not found"
 
         self._refuse_missing(f"{SSL_NEGOTIATION_POLICY}: {policy}", check)
 
-    def _check_nlb_ssl_policy(self, policy: str) -> None:
+    def check_nlb_ssl_policy(self, policy: str) -> None:
         def check() -> str | None:
             with calling("DescribeSSLPolicies"):
-                found = self.client("elbv2").describe_ssl_policies(Names=[policy])
+                found = self.session.client("elbv2").describe_ssl_policies(Names=[policy])
             names = {p.get("Name") for p in found.get("SslPolicies", [])}
             return None if policy in names else f"{SSL_NEGOTIATION_POLICY}: {policy} not found"
 
         self._refuse_missing(f"{SSL_NEGOTIATION_POLICY}: {policy}", check)
 
-    def _check_allocations(self, allocations: tuple[str, ...], ours: set[str]) -> None:
+    def check_allocations(self, allocations: tuple[str, ...], ours: set[str]) -> None:
         """The Elastic IPs exist and are free (or already this NLB's: ``ours``)."""
 
         def check() -> str | None:
             with calling("DescribeAddresses"):
-                found: list[dict[str, Any]] = self.client("ec2").describe_addresses(
+                found: list[dict[str, Any]] = self.session.client("ec2").describe_addresses(
                     AllocationIds=list(allocations)
                 )["Addresses"]
             missing = sorted(set(allocations) - {str(a.get("AllocationId")) for a in found})
