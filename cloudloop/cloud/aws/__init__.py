@@ -1,8 +1,9 @@
 """AWS: EC2 instances, Classic ELB and NLB load balancers, VPC routes, EBS volumes, discovery,
 and Cluster API machines for node groups (CAPA's kinds, from ``AWSInstanceClass``).
 
-The provider record; the boto3-backed driver is :mod:`cloudloop.cloud.aws.driver` (one mixin per
-capability) and the node termination handler's client :mod:`cloudloop.cloud.aws.termination`.
+The provider record; the boto3-backed driver is :mod:`cloudloop.cloud.aws.driver` (a facade over
+one object per capability, each taking the session of :mod:`cloudloop.cloud.aws.base`) and the
+node termination handler's client :mod:`cloudloop.cloud.aws.termination`.
 
 Rules: importing this package loads no SDK; the factories import their modules when called.
 """

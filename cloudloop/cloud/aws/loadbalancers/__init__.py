@@ -157,7 +157,7 @@ class AwsLoadBalancers(LoadBalancerDefaults):
             self.classic.update_classic_backends(spec, options, instances)
 
     def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
-        """Drift repair's check: reads only; see ``_classic_drift`` and ``_nlb_drift``."""
+        """Drift repair's check: reads only; see ``classic_drift`` and ``nlb_drift``."""
         spec, options = parsed(spec, self.session.settings)
         if options.kind is LoadBalancerKind.NLB:
             return self.nlb.nlb_drift(spec, options)
