@@ -56,7 +56,7 @@ from cloudloop.messages.layout import ClearClusterInput, ClearClusterResult, Lay
 
 HEARTBEAT_S = 2.0
 #: How often a wait step lists again.
-POLL_S = 2.0
+POLL_S = 1.0
 
 PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 STORAGE_CLASSES = Resource(

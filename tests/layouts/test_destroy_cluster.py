@@ -16,12 +16,14 @@ and the PersistentVolume.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from activities.layout import LayoutActivities
@@ -34,7 +36,13 @@ from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES, SERVICES, Resource
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import (
+    LayoutActivity,
+    LayoutInput,
+    LayoutResult,
+    LayoutTimings,
+    workflow_id,
+)
 from cloudloop.settings import Settings, TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
@@ -45,9 +53,11 @@ from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import OpenStackEmulatorOptions
 from starters.layout import LayoutFailed, run_layout
+from tests.helpers import eventually_async
 from tests.layouts.openstack_support import SECRET
 from tests.layouts.openstack_support import config_file as os_config_file
 from tests.layouts.support import config_file
+from tests.support.workers import Workers
 from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
@@ -327,6 +337,20 @@ async def test_openstack_destroy_deletes_the_clusters_objects_first(
     prefix = f"o{uuid.uuid4().hex[:6]}"
     cluster = ClusterIdentity(prefix=prefix, uuid=str(uuid.uuid4()))
     path = os_config_file(tmp_path, "openstack-standard", prefix, stack.openstack)
+    # the destroy's real worker process, started now (its start overlaps the apply)
+    env = {
+        **os.environ,
+        "CLOUDLOOP_PROVIDER": "openstack",
+        "CLOUDLOOP_KUBECONFIG": str(kubeconfig),
+        "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
+        "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
+        "CLOUDLOOP_TEMPORAL__TASK_QUEUE": f"destroy-kill-{prefix}",
+        "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        "CLOUDLOOP_OPENSTACK__REQUEST_TIMEOUT_S": "10",
+        "CLOUDLOOP_OPENSTACK__POLL_INTERVAL_S": "0.1",
+    }
+    workers = Workers(tmp_path)
+    first = workers.start(env, wait=False)
     await run(client, settings, "apply", path, cluster, provider="openstack")
     sdk = os_connect(stack.openstack)
     try:
@@ -343,12 +367,6 @@ async def test_openstack_destroy_deletes_the_clusters_objects_first(
             service_and_claim, kube, prefix, lb.id, "cinder.csi.openstack.org", volume.id
         )
 
-        with pytest.raises(LayoutFailed) as refused:
-            await run(client, settings, "destroy", path, cluster, provider="openstack")
-        assert refused.value.kind == "DestroyBlocked"
-        assert f"load balancer {prefix}-web" in str(refused.value)
-        assert f"volume pvc-{prefix}" in str(refused.value)
-
         def delete_lb(lb_id: str) -> None:
             sdk.load_balancer.delete_load_balancer(lb_id)
             sdk.load_balancer.wait_for_delete(lb, interval=0.1, wait=30)
@@ -357,11 +375,64 @@ async def test_openstack_destroy_deletes_the_clusters_objects_first(
             sdk.block_storage.delete_volume(volume_id)
             sdk.block_storage.wait_for_delete(volume, interval=0.1, wait=30)
 
+        # the destroy on real worker processes: the first is SIGKILLed while the phase waits for
+        # the Service (its load balancer not deleted yet); the next resumes the wait and goes on
         claim_cluster(kube, cluster)
-        with StandIn(kube, delete_lb, delete_disk):
-            await run(client, settings, "destroy", path, cluster, kubeconfig, provider="openstack")
+        try:
+            assert first.process is not None
+            await asyncio.to_thread(first.process.wait_ready, 120)
+            destroy = asyncio.create_task(
+                run_layout(
+                    client,
+                    env["CLOUDLOOP_TEMPORAL__TASK_QUEUE"],
+                    LayoutInput(
+                        action="destroy",
+                        provider="openstack",
+                        source=ConfigSource(file=str(path)),
+                        cluster=cluster,
+                        timings=LayoutTimings(
+                            max_attempts=3, cluster_wait_s=120, heartbeat_timeout_s=5
+                        ),
+                        kubeconfig=str(kubeconfig),
+                    ),
+                    poll_s=0.2,
+                )
+            )
+            handle = client.get_workflow_handle(workflow_id(prefix))
+
+            async def waiting_for_the_service() -> bool | None:
+                svc = await asyncio.to_thread(kube.get, SERVICES, "web", prefix)
+                if svc is None or not svc["metadata"].get("deletionTimestamp"):
+                    return None
+                pending = (await handle.describe()).raw_description.pending_activities
+                return (
+                    any(
+                        a.activity_type.name == LayoutActivity.CLEAR_CLUSTER
+                        and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                        for a in pending
+                    )
+                    or None
+                )
+
+            await eventually_async(waiting_for_the_service, timeout=60, what="the wait step")
+            first.kill()
+            workers.start(env, wait=False)  # it starts while the heartbeat times out
+            with StandIn(kube, delete_lb, delete_disk):
+                result = await asyncio.wait_for(destroy, timeout=180)
+        finally:
+            workers.stop_all()
+        assert result.modules
+        history = await handle.fetch_history()
+        retried = [
+            e.activity_task_started_event_attributes.attempt
+            for e in history.events
+            if e.HasField("activity_task_started_event_attributes")
+            and e.activity_task_started_event_attributes.attempt > 1
+        ]
+        assert retried, "the killed worker's step was not retried"
         assert kube.get(SERVICES, "web", prefix) is None
         assert cluster_resources_os(stack.openstack.admin_url, prefix) == []
         assert list(sdk.block_storage.volumes(name=f"pvc-{prefix}")) == []
     finally:
+        workers.stop_all()
         sdk.close()
