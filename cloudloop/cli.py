@@ -601,6 +601,11 @@ def _layout_run(
         cluster=loaded.cluster,
         plan_destroy=plan_destroy,
         state=state,
+        kubeconfig=(
+            (flags.get("worker_kubeconfig_path") or str(kubeconfig.resolve()))
+            if action == "destroy" and kubeconfig is not None
+            else ""
+        ),
     )
 
     async def go() -> Any:
@@ -761,10 +766,21 @@ def layout_adopt(states: tuple[str, ...], kubeconfig: Path | None, **flags: Any)
 
 @layout.command("destroy")
 @layout_options
-def layout_destroy(**flags: Any) -> None:
-    """Delete the layout's resources in reverse order (refused while the cluster's own load
-    balancers, volumes or other instances remain in its network)."""
-    result = _layout_run("destroy", flags)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The cluster's kubeconfig: first delete its LoadBalancer Services, PVCs and Cluster "
+    "API MachineDeployments and wait until their cloud objects are gone (as dhctl destroy).",
+)
+@click.option(
+    "--worker-kubeconfig-path",
+    help="Where the workers read that kubeconfig (a mounted Secret) [its own path].",
+)
+def layout_destroy(kubeconfig: Path | None, **flags: Any) -> None:
+    """Delete the layout's resources in reverse order. With ``--kubeconfig``, first the
+    cluster's own cloud-backed objects through its API; without, refused while the cluster's
+    own load balancers, volumes or other instances remain in its network (they are named)."""
+    result = _layout_run("destroy", flags, kubeconfig=kubeconfig)
     deleted = sum(1 for m in result.modules for s in m.steps if s.action == "deleted")
     click.echo(f"Destroy complete: {deleted} resource(s) deleted.")
     _leave(0)

@@ -240,3 +240,45 @@ def test_adopt_refuses_an_unreadable_state_before_anything_else(tmp_path: Path) 
         )
         assert result.exit_code == 1, result.output
         assert message in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), ""),
+        (("--kubeconfig", "k.yaml"), "RESOLVED"),
+        (("--kubeconfig", "k.yaml", "--worker-kubeconfig-path", "/etc/k"), "/etc/k"),
+    ],
+    ids=["without", "kubeconfig", "worker-path"],
+)
+def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], expected: str
+) -> None:
+    """Only the path goes into the workflow's input (the workers read it); none, no phase."""
+    import starters.layout
+    from cloudloop import cli as cli_module
+
+    seen: list[Any] = []
+
+    async def fake_connect(_: Any) -> None:
+        return None
+
+    async def fake_run(client: Any, queue: str, input: Any, **_: Any) -> LayoutResult:
+        seen.append(input)
+        return LayoutResult(action="destroy", layout=input.cluster.prefix, prefix="p")
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(temporal, "connect", fake_connect)
+    monkeypatch.setattr(starters.layout, "run_layout", fake_run)
+    monkeypatch.setattr(cli_module, "_leave", leave)
+    monkeypatch.chdir(tmp_path)
+    path = config_file(tmp_path, "aws-without-nat", "clitest")
+    result = CliRunner().invoke(
+        main,
+        ["layout", "destroy", "--config", str(path), "--cluster-uuid", str(uuid.uuid4()), *flags],
+    )
+    assert result.exit_code == 0, result.output
+    want = str((tmp_path / "k.yaml").resolve()) if expected == "RESOLVED" else expected
+    assert seen[0].kubeconfig == want

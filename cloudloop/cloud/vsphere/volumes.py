@@ -120,6 +120,15 @@ def parse_volume_id(value: str) -> tuple[str, str]:
     return datastore, disk
 
 
+def fcd_manager(si: Any) -> Any:
+    """vCenter's ``VStorageObjectManager`` (built by hand when pyvmomi, against vcsim, has
+    none in the service content)."""
+    manager = si.content.vStorageObjectManager
+    if manager is None:
+        manager = vim.vslm.vcenter.VStorageObjectManager("VStorageObjectManager", si._stub)
+    return manager
+
+
 class VsphereVolumes(VsphereDiscovery):
     zonal_volumes = True
     max_volumes_per_node = MAX_VOLUMES
@@ -134,10 +143,7 @@ class VsphereVolumes(VsphereDiscovery):
 
     # -- helpers -----------------------------------------------------------------------------
     def _manager(self, si: Any) -> Any:
-        manager = si.content.vStorageObjectManager
-        if manager is None:  # pyvmomi against vcsim: build the vCenter manager by hand
-            manager = vim.vslm.vcenter.VStorageObjectManager("VStorageObjectManager", si._stub)
-        return manager
+        return fcd_manager(si)
 
     def _retrieve(self, datastore: str, disk: str) -> Any:
         return self.call(
