@@ -37,6 +37,9 @@ PROCESS_OF_MODULE = {
     # `cloudloop layout plan|apply|adopt --kubeconfig`: the user's CLI reads the Terraform state
     # Secrets and publishes the layout's outputs with the user's own credentials.
     "starters.layout": {"cli"},
+    # `cloudloop layout destroy --kubeconfig`: the Destroy workflow deletes the layout's own
+    # cluster's Services, volumes and machines with the kubeconfig the user handed over.
+    "activities.layout_cluster": {"layout-cluster"},
 }
 #: Modules talking to another cluster than the one the chart is installed in.
 PARENT_CLUSTER = "cloudloop.cloud.dvp."
