@@ -77,6 +77,9 @@ class StateMapping:
     #: A pattern cut from the end of both names before they are compared (``-[0-9a-f]{6}``:
     #: a hash of parameters that the layout and the state may have computed differently).
     strip: str = ""
+    #: ``render_state`` writes the found object's name (its ``name`` output), not the
+    #: definition's: a name computed with a hash the found object may not share.
+    found_name: bool = False
 
     def stem(self, name: str) -> str:
         return re.sub(self.strip + "$", "", name) if self.strip else name
@@ -345,12 +348,11 @@ def render_state(
         if mapping.id != "id":
             _put(attributes, mapping.id, str(outputs["id"]))
         for name_attr in mapping.names:
-            if name_attr == mapping.id and mapping.tf_type:
-                continue  # a manifest's ID is its (found) name, written above
+            name = outputs.get("name") if mapping.found_name else None
             if name_attr.startswith("tags."):  # a map: the rest of the path is one key
                 attributes.setdefault("tags", {})[name_attr.removeprefix("tags.")] = resource.name
             else:
-                _put(attributes, name_attr, resource.name)
+                _put(attributes, name_attr, name or resource.name)
         if mapping.select:
             _put(attributes, mapping.select[0], mapping.select_value)
         entries.append(

@@ -20,8 +20,8 @@ Identity and crash rules:
   created anew under the new name (upstream's rename): a crash between the two leaves no VM,
   which the retry creates.
 - ``adopt`` takes the name a Terraform state gives: an object of another cluster (its uuid
-  label) or another node (its hostname label) is refused; one without the labels gets them (so
-  the label lookup finds it), nothing else is changed.
+  label) or another node (its hostname label) is refused; labels it lacks are added (upstream's
+  cloud-init Secret has none: so the label lookup finds it), nothing else is changed.
 - ensure waits for what upstream's Terraform waits for: a VirtualDisk ``Ready`` (``Failed``, or a
   ``Ready=False`` condition with ProvisioningFailed/ImageNotReady/QuotaExceeded..., ends the step
   with DVP's message, not retried), a VirtualMachine ``Running`` with an address.
@@ -240,9 +240,9 @@ class DvpLayoutResources:
         self._wait(f"Delete{kind.kind}", lambda: self.api.get(kind, name) is None)
 
     def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
-        """The object a Terraform state names (its ID is its name), given this node's labels
-        when it has none, then ``inspect``'s answer; ``None`` when the namespace has no such
-        object. Another cluster's or another node's object is refused."""
+        """The object a Terraform state names (its ID is its name), given the layout's labels
+        it lacks (upstream's cloud-init Secret has none), then ``inspect``'s answer; ``None``
+        when the namespace has no such object. Another cluster's or node's is refused."""
         kind = self._resource(resource)
         obj = self.api.get(kind, cloud_id)
         if obj is None:
@@ -258,7 +258,7 @@ class DvpLayoutResources:
                     f"{resource.key}: the state's {kind.kind} {cloud_id} has {label}={have!r}, "
                     f"this layout's is {want!r}",
                 )
-        missing = {k: resource.tags[k] for k in identity if k not in labels and k in resource.tags}
+        missing = {k: v for k, v in resource.tags.items() if k not in labels}
         if missing:
             self.api.patch(kind, cloud_id, {"metadata": {"labels": missing}})
         found = self.inspect(resource, properties)

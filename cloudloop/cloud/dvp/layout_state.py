@@ -35,6 +35,7 @@ def _manifest(kind: str, layout_kind: str) -> StateMapping:
         select=KIND,
         select_value=kind,
         strip=defs.HASH_SUFFIX,
+        found_name=True,
     )
 
 
@@ -43,7 +44,7 @@ STATE_TYPES: dict[str, StateMapping] = {
     f"{MANIFEST}/VirtualDisk": _manifest("VirtualDisk", defs.DISK),
     f"{MANIFEST}/NetworkPolicy": _manifest("NetworkPolicy", defs.NETWORK_POLICY),
     "kubernetes_secret": StateMapping(
-        defs.SECRET, names=(SECRET_NAME,), id=SECRET_NAME, strip=defs.HASH_SUFFIX
+        defs.SECRET, names=(SECRET_NAME,), id=SECRET_NAME, strip=defs.HASH_SUFFIX, found_name=True
     ),
     f"{MANIFEST}/Secret": _manifest("Secret", defs.SECRET),
     f"{MANIFEST}/VirtualMachineIPAddress": _manifest("VirtualMachineIPAddress", ""),
