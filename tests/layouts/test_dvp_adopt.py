@@ -11,7 +11,8 @@ Secret's ``kubernetes_secret`` with the bootstrap data in it, owner references, 
 checks). ``adopt`` places and finds every object (the Secrets given the node's labels, nothing
 else changed) and shows the worker's drift; ``apply`` repairs that one field; a second
 ``apply`` makes no mutating request and leaves every resourceVersion as it was; ``destroy``
-leaves nothing. The history never holds the bootstrap data.
+leaves nothing, though the master's Secret was deleted out of band first. The history never
+holds the bootstrap data.
 
 The upgrade: a layout as this module made it before it found objects by labels (other hashes in
 every name, its own destructive-parameters annotation, no disk annotations, the NetworkPolicy
@@ -42,7 +43,6 @@ from cloudloop.kube.api import Kube
 from cloudloop.layouts.config import ClusterIdentity, DVPClusterConfiguration, validate_document
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutResult
-from cloudloop.rules import layout as rules
 from cloudloop.settings import Settings
 from devstack.backends.dvp_layouts import (
     NETWORK_POLICIES,
@@ -118,9 +118,13 @@ def make(
                 }
                 kube.create(r.SECRETS, secret, namespace)
             else:
-                spec = rules.resolve(
-                    d.properties["spec"], {k: {"name": n} for k, n in names.items()}
-                )
+                # the spec names the disks and Secret as they were made
+                made = {o.name: names[o.key] for o in module.resources if o.key in names}
+                spec = json.loads(json.dumps(d.properties["spec"]))
+                for device in spec["blockDeviceRefs"]:
+                    device["name"] = made[device["name"]]
+                user_data = spec["provisioning"]["userDataRef"]
+                user_data["name"] = made[user_data["name"]]
                 if run_policy and d.key in run_policy:
                     spec["runPolicy"] = run_policy[d.key]
                 meta["annotations"] = vm_annotations(d)
@@ -340,6 +344,32 @@ async def test_adopt_upstreams_objects_then_apply_makes_nothing_and_destroy_leav
     assert mutating_since(before) == {}
     assert versions(kube, namespace) == rv
 
+    # a destructive change (the worker's memory): the VM replaced, its parts kept and let go
+    docs = list(yaml.safe_load_all(path.read_text()))
+    docs[1]["nodeGroups"][0]["instanceClass"]["virtualMachine"]["memory"]["size"] = "2Gi"
+    path.write_text(yaml.safe_dump_all(docs))
+    [new_vm] = [
+        d
+        for d in define(path, prefix, cluster_uuid).module("static-worker-0").resources
+        if d.kind == dvp.VM
+    ]
+    replaced = await act("apply")
+    actions = {s.key: s.action for m in replaced.modules for s in m.steps}
+    assert {k: a for k, a in actions.items() if a != "unchanged"} == {new_vm.key: "created"}
+    worker = f"{prefix}-worker-0"
+    assert kube.get(r.VIRTUAL_MACHINES, names[worker_vm], namespace) is None
+    parts = [
+        (r.VIRTUAL_DISKS, n) for k, n in names.items() if k.startswith(f"{dvp.DISK}/{worker}-")
+    ]
+    parts += [(r.SECRETS, n) for k, n in names.items() if k.startswith(f"{dvp.SECRET}/{worker}-")]
+    assert len(parts) == 2
+    for kind, name in parts:
+        part = kube.get(kind, name, namespace)
+        assert part is not None and not part["metadata"].get("ownerReferences")
+
+    # a part gone out of band (the master's Secret): its VM is still found and destroyed
+    [gone] = [k for k in names if k.startswith(f"{dvp.SECRET}/{prefix}-master-0-")]
+    kube.delete(r.SECRETS, names[gone], namespace)
     await act("destroy")
 
     async def nothing_left() -> bool:

@@ -138,12 +138,14 @@ def test_dvp_names_labels_and_outputs() -> None:
         "name": "ubuntu-22-04",
     }
     spec = vm.properties["spec"]
-    # the VM names the disks and the Secret found (by labels and role), not the computed names
-    assert spec["blockDeviceRefs"] == [
-        {"kind": "VirtualDisk", "name": ref(root.key, "name")},
-        {"kind": "VirtualDisk", "name": ref(data.key, "name")},
-    ]
-    assert spec["provisioning"]["userDataRef"]["name"] == ref(secret.key, "name")
+    # the computed names; the disks and Secret found (by labels and role) replace them
+    assert [b["name"] for b in spec["blockDeviceRefs"]] == [root.name, data.name]
+    assert spec["provisioning"]["userDataRef"]["name"] == secret.name
+    assert vm.properties["parts"] == {
+        root.name: {"kind": dvp.DISK, "stems": ["demo-dvp-master-0"]},
+        data.name: {"kind": dvp.DISK, "stems": ["demo-dvp-master-kubernetes-data-0"]},
+        secret.name: {"kind": dvp.SECRET, "stems": ["demo-dvp-master-0-cloudinit"]},
+    }
     assert spec["bootloader"] == "EFI" and spec["runPolicy"] == "AlwaysOnUnlessStoppedManually"
     assert master.outputs["kubernetes_data_device_path"] == ref(data.key, "device")
     assert [root.properties["stems"], data.properties["stems"], vm.properties["stems"]] == [

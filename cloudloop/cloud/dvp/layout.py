@@ -35,7 +35,9 @@ without the trailing ``-<6 hex>`` is one of the resource's ``stems`` (the root d
 upstream's ``<prefix>-<ng>-additional-disk-<j>-<i>`` or this module's earlier
 ``<hostname>-additional-<j>``; the Secret ``<hostname>-cloudinit``) — so an object made by
 upstream's Terraform, or by an earlier version of this module (other hashes), is found under
-whatever name it has, and the VM refers to the disks and Secret by the names found. A change of
+whatever name it has, and the VM refers to the disks and Secret by the names found (its
+``parts``: looked up when the VM is compared or made, so a VM is found, and destroyed, even
+when a disk is gone). A change of
 the VM's destructive parameters (compared with its ``last_applied_destructive_vm_parameters``
 annotation, not by name) recreates the VM, as upstream's rename does.
 
@@ -390,10 +392,10 @@ class _Builder:
             "virtualMachineClassName": vm.virtualMachineClassName,
             "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.coreFraction},
             "memory": {"size": vm.memory.size},
-            "blockDeviceRefs": [{"kind": "VirtualDisk", "name": ref(d.key, "name")} for d in disks],
+            "blockDeviceRefs": [{"kind": "VirtualDisk", "name": d.name} for d in disks],
             "provisioning": {
                 "type": "UserDataRef",
-                "userDataRef": {"kind": "Secret", "name": ref(secret.key, "name")},
+                "userDataRef": {"kind": "Secret", "name": secret.name},
             },
             "runPolicy": vm.runPolicy,
             "liveMigrationPolicy": vm.liveMigrationPolicy,
@@ -422,6 +424,11 @@ class _Builder:
             depends_on=[d.key for d in disks] + [secret.key],
             properties={
                 "stems": [hostname],
+                # the disks and Secret the spec names, found as they are (another hash)
+                "parts": {
+                    d.name: {"kind": d.kind, "stems": d.properties["stems"]}
+                    for d in [*disks, secret]
+                },
                 "annotations": dict(vm.additionalAnnotations),
                 "created_annotations": {
                     DESTRUCTIVE_ANNOTATION: tf_json(destructive),

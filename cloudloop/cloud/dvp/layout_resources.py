@@ -18,7 +18,8 @@ Identity and crash rules:
 - a VM whose ``last_applied_destructive_vm_parameters`` annotation differs from the definition's
   destructive parameters (:func:`~cloudloop.cloud.dvp.layout.same_destructive`) is deleted and
   created anew under the new name (upstream's rename): a crash between the two leaves no VM,
-  which the retry creates.
+  which the retry creates. Owner references to the old VM (upstream's, on its disks and Secret)
+  are dropped first, so the garbage collector does not take the parts with it.
 - ``adopt`` takes the name a Terraform state gives: an object of another cluster (its uuid
   label) or another node (its hostname label) is refused; labels it lacks are added (upstream's
   cloud-init Secret has none: so the label lookup finds it), nothing else is changed.
@@ -176,6 +177,55 @@ class DvpLayoutResources:
             )
         return obj
 
+    def _with_parts(self, resource: ResourceDef, props: Props) -> Props:
+        """A VM's properties naming the disks and Secret found (by labels and role); a part
+        not found keeps the computed name."""
+        parts = props.get("parts")
+        if resource.kind != defs.VM or not parts:
+            return props
+        identity = {k: resource.tags[k] for k in _IDENTITY}
+
+        def found(name: str) -> str:
+            part = parts.get(name)
+            if part is None:
+                return name
+            obj = self._find(
+                ResourceDef(
+                    kind=part["kind"], name=name, tags=identity, properties={"stems": part["stems"]}
+                )
+            )
+            return name if obj is None else self._name(obj)
+
+        spec = dict(props.get("spec") or {})
+        spec["blockDeviceRefs"] = [
+            {**device, "name": found(str(device.get("name")))}
+            for device in spec.get("blockDeviceRefs") or []
+        ]
+        provisioning = dict(spec.get("provisioning") or {})
+        if "userDataRef" in provisioning:
+            user_data = dict(provisioning["userDataRef"])
+            user_data["name"] = found(str(user_data.get("name")))
+            provisioning["userDataRef"] = user_data
+            spec["provisioning"] = provisioning
+        return {**props, "spec": spec}
+
+    def _release_parts(self, props: Props, vm: Obj) -> None:
+        """Drop the owner references upstream's Terraform put on a VM's disks and Secret
+        (``kubernetes_owner_references_v1``), so that replacing the VM does not have the garbage
+        collector take them with it."""
+        uid = vm["metadata"].get("uid")
+        spec = props.get("spec") or {}
+        parts = [(r.VIRTUAL_DISKS, str(d.get("name"))) for d in spec.get("blockDeviceRefs") or []]
+        user_data = (spec.get("provisioning") or {}).get("userDataRef") or {}
+        if user_data.get("name"):
+            parts.append((r.SECRETS, str(user_data["name"])))
+        for kind, name in parts:
+            part = self.api.get(kind, name)
+            owners = ((part or {}).get("metadata") or {}).get("ownerReferences") or []
+            kept = [o for o in owners if o.get("uid") != uid]
+            if part is not None and len(kept) != len(owners):
+                self.api.patch(kind, name, {"metadata": {"ownerReferences": kept or None}})
+
     @staticmethod
     def _name(obj: Obj) -> str:
         return str(obj["metadata"]["name"])
@@ -196,11 +246,15 @@ class DvpLayoutResources:
         obj = self._find(resource)
         if obj is None:
             return None
-        drift = [] if resource.read_only else self._drift(resource, properties, obj)
-        drift = self._destructive_drift(resource, properties, obj) + drift
+        if resource.read_only:
+            return Found(outputs=self._outputs(resource, obj))
+        properties = self._with_parts(resource, properties)
+        drift = self._destructive_drift(resource, properties, obj)
+        drift += self._drift(resource, properties, obj)
         return Found(outputs=self._outputs(resource, obj), drift=drift)
 
     def ensure(self, resource: ResourceDef, properties: Props) -> Ensured:
+        properties = self._with_parts(resource, properties)
         obj = self._find(resource)
         if obj is None:
             created = self.api.create(self._resource(resource), self._body(resource, properties))
@@ -216,6 +270,7 @@ class DvpLayoutResources:
             )
         recreate = self._destructive_drift(resource, properties, obj)
         if recreate:  # upstream renames, and so replaces, the VM: the old one goes first
+            self._release_parts(properties, obj)
             self._delete(self._resource(resource), self._name(obj))
             return self.ensure(resource, properties)
         changed = self._drift(resource, properties, obj)
