@@ -200,6 +200,26 @@ def test_dvp_hashes_are_upstreams() -> None:
     # an annotation in upstream's shape with an Auto address the cloud chose: the same
     upstream = {**params, "virtualMachine": {**params["virtualMachine"], "ipAddress": "10.0.0.7"}}
     assert dvp.same_destructive(params, dvp.tf_json(upstream))
+    # another upstream version's keys and disk hashes, Terraform's string tolerations: the same
+    toleration = {"key": "k", "operator": "Exists", "tolerationSeconds": 300}
+    with_toleration = {**params["virtualMachine"], "tolerations": [toleration]}
+    other = {
+        **params,
+        "rootDiskHash": "000000",
+        "virtualMachine": {
+            **with_toleration,
+            "cloudConfigHash": "x",
+            "tolerations": [{**toleration, "tolerationSeconds": "300"}],
+        },
+    }
+    assert dvp.same_destructive({**params, "virtualMachine": with_toleration}, dvp.tf_json(other))
+    more_memory = {
+        **other,
+        "virtualMachine": {**other["virtualMachine"], "memory": {"size": "9Gi"}},
+    }
+    assert not dvp.same_destructive(
+        {**params, "virtualMachine": with_toleration}, dvp.tf_json(more_memory)
+    )
 
 
 def test_dvp_network_policy_none_and_static_addresses() -> None:

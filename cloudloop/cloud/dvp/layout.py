@@ -142,31 +142,44 @@ def disk_destructive(params: dict[str, Any]) -> tuple[str, str]:
     return text, sha256_hex(tf_json(text))[:6]
 
 
+#: The VM's own destructive parameters compared with a found VM's annotation.
+_VM_FIELDS = ("cpu", "memory", "nodeSelector", "tolerations", "priorityClassName")
+
+
+def _comparable(field: str, value: Any) -> Any:
+    if field == "tolerations":  # Terraform's list(map(string)): every value a string
+        return [{k: str(v) for k, v in t.items()} for t in value or [] if isinstance(t, dict)]
+    if field == "nodeSelector":
+        return value or {}
+    return value
+
+
 def same_destructive(want: dict[str, Any], annotation: str | None) -> bool:
     """Whether a found VM's ``last_applied_destructive_vm_parameters`` says what ``want`` does.
 
-    No (or unreadable) annotation: nothing to judge by, the same. Upstream's shape: equal but
-    for ``virtualMachine.ipAddress`` (an Auto address is the cloud's choice). This module's
-    earlier shape (``cpu``, ``memory``, ... at the top): those of its fields ``want`` also
-    holds, but for the disks' names and the address."""
+    Only the VM's own parameters are compared — cpu, memory, node selector, tolerations,
+    priority class, and in upstream's shape the SSH key's hash — each only when the annotation
+    has it: the disks' hashes (a disk's change is reported on the disk, never recreated here),
+    the Auto address (the cloud's choice) and keys of other upstream versions
+    (``cloudConfigHash``) are not. No (or unreadable) annotation: nothing to judge by, the
+    same. This module's earlier shape has the fields at the top, ``memory`` a string."""
     try:
         have = json.loads(annotation) if annotation else None
     except json.JSONDecodeError:
         return True
     if not isinstance(have, dict):
         return True
-    wanted_vm = dict(want["virtualMachine"], ipAddress=None)
+    wanted = dict(want["virtualMachine"])
+    fields: tuple[str, ...]
     if isinstance(have.get("virtualMachine"), dict):
-        have = {**have, "virtualMachine": dict(have["virtualMachine"], ipAddress=None)}
-        return bool(have == {**want, "virtualMachine": wanted_vm})
-    legacy = {
-        "cpu": wanted_vm["cpu"],
-        "memory": wanted_vm["memory"]["size"],
-        "nodeSelector": wanted_vm["nodeSelector"],
-        "tolerations": wanted_vm["tolerations"] or [],
-        "priorityClassName": wanted_vm["priorityClassName"],
-    }
-    return all(have.get(key) == value for key, value in legacy.items())
+        have = have["virtualMachine"]
+        fields = (*_VM_FIELDS, "sshPublicKeyHash")
+    else:
+        wanted["memory"] = wanted["memory"]["size"]
+        fields = _VM_FIELDS
+    return all(
+        _comparable(f, have[f]) == _comparable(f, wanted.get(f)) for f in fields if f in have
+    )
 
 
 def data_device(disk_name: str) -> str:
