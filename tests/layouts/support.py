@@ -1,12 +1,17 @@
-"""What the layout stack tests share: a config file from an example, the AWS front's counts."""
+"""What the layout stack tests share: a config file from an example, the AWS front's counts, a
+history's payloads as one text, a plan's action counts."""
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
+
+from cloudloop.messages.layout import LayoutResult
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
 #: The configs' AWS secret key (moto takes any): it must never reach a history or a log.
@@ -46,3 +51,25 @@ def config_file(folder: Path, example: str, prefix: str) -> Path:
     path = folder / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     return path
+
+
+def payloads(value: Any) -> str:
+    """Every payload of a history (JSON, base64 ``data``) decoded, one text."""
+    if isinstance(value, dict):
+        own = (
+            [base64.b64decode(value["data"]).decode(errors="replace")]
+            if isinstance(value.get("data"), str) and "metadata" in value
+            else []
+        )
+        return "\n".join(own + [payloads(v) for v in value.values()])
+    if isinstance(value, list):
+        return "\n".join(payloads(v) for v in value)
+    return ""
+
+
+def counts(result: LayoutResult) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for module in result.plan or []:
+        for resource in module.resources:
+            out[resource.action] = out.get(resource.action, 0) + 1
+    return out

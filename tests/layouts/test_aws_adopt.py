@@ -10,7 +10,6 @@ One stack for the folder (Temporal, moto behind the AWS front), the worker in th
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -30,13 +29,13 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.layouts.config import ClusterIdentity, load_documents
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import LayoutInput, LayoutTimings
 from cloudloop.settings import Settings, TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import run_layout, state_records
-from tests.layouts.support import SECRET, Front, config_file
+from tests.layouts.support import SECRET, Front, config_file, counts, payloads
 from tests.layouts.test_cli import cli
 from workflows.layout import LAYOUT_WORKFLOWS
 
@@ -429,28 +428,6 @@ def ensure_namespace(kube: Kube, name: str) -> None:
     except KubeError as exc:
         if not exc.conflict:
             raise
-
-
-def payloads(value: Any) -> str:
-    """Every payload of a history (JSON, base64 ``data``) decoded, one text."""
-    if isinstance(value, dict):
-        own = (
-            [base64.b64decode(value["data"]).decode(errors="replace")]
-            if isinstance(value.get("data"), str) and "metadata" in value
-            else []
-        )
-        return "\n".join(own + [payloads(v) for v in value.values()])
-    if isinstance(value, list):
-        return "\n".join(payloads(v) for v in value)
-    return ""
-
-
-def counts(result: LayoutResult) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for module in result.plan or []:
-        for resource in module.resources:
-            out[resource.action] = out.get(resource.action, 0) + 1
-    return out
 
 
 async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(

@@ -35,7 +35,7 @@ from devstack.backends.vsphere_layouts import ZONES, cluster_resources
 from devstack.local import LocalStack
 from devstack.vcsim_inventory import connect, disconnect, find, wait_task
 from starters.layout import run_layout, state_records
-from tests.layouts.test_aws_adopt import counts, payloads
+from tests.layouts.support import counts, payloads
 from tests.layouts.vsphere_support import (
     calls_since,
     config_file,
