@@ -94,6 +94,11 @@ def aws_rig(stack: LocalStack, example: str) -> LayoutRig:
     )
 
 
+OTHER_LAYOUTS = (
+    "openstack-standard-with-no-router",
+    "openstack-simple",
+    "openstack-simple-with-internal-network",
+)
 #: OpenStack example → the resources (``kind/name`` with ``{p}`` for the prefix) whose steps are
 #: killed; an example not named: every step.
 OPENSTACK_ONLY: dict[str, tuple[str, ...]] = {
@@ -134,7 +139,8 @@ def openstack_rig(stack: LocalStack, example: str) -> LayoutRig:
         reset=requests.reset,
         read_only=("Get", "List", "Find", "Authenticate"),
         secret=openstack_support.SECRET,
-        quiet_destroy_steps=1,  # the group's rules go with their group: nothing to delete
+        # the group's rules go with their group: nothing to delete (layouts with a group)
+        quiet_destroy_steps=int(example in ("openstack-standard", OTHER_LAYOUTS[0])),
         only=lambda prefix: frozenset(k.format(p=prefix) for k in only),
         # a node's ports share its name, one per network (the emulator counts names)
         repeats=lambda prefix: {

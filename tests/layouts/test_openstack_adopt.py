@@ -196,11 +196,30 @@ UPSTREAM_UNNAMED = {
         f"{defs.PORT}/{{p}}-master-0@public",
         f"{defs.PORT}/{{p}}-master-0@{{p}}",
     ),
-    "openstack-simple": (),
+    "openstack-simple": (f"{defs.FLOATING_IP}/{{p}}-worker-0@public",),
     "openstack-simple-with-internal-network": (
         f"{defs.PORT}/{{p}}-master-0@private-subnet",
         f"{defs.FLOATING_IP}/{{p}}-master-0@public",
     ),
+}
+
+
+#: Node groups laid over an example's (Simple's has none): a static node on an internal network
+#: with a floating IP from the external one.
+NODE_GROUPS: dict[str, list[dict[str, Any]]] = {
+    "openstack-simple": [
+        {
+            "name": "worker",
+            "replicas": 1,
+            "instanceClass": {
+                "flavorName": "m1.small",
+                "imageName": "ubuntu-22.04",
+                "mainNetwork": "private",
+                "floatingIPPools": ["public"],
+            },
+            "volumeTypeMap": {"nova": "__DEFAULT__"},
+        }
+    ]
 }
 
 
@@ -214,12 +233,17 @@ async def test_adopt_the_other_layouts_then_apply_makes_nothing(
 ) -> None:
     """StandardWithNoRouter, Simple and SimpleWithInternalNetwork made as upstream makes them:
     ``adopt`` finds every resource in the state (naming what upstream leaves unnamed), then an
-    apply makes no mutating call and a destroy leaves nothing."""
+    apply makes no mutating call and a destroy leaves nothing. Simple gets a static node with a
+    floating IP (its example has none)."""
     client, settings = os_worker
     endpoint = endpoint_of(os_stack)
     prefix, cluster_uuid = f"o{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
     path = config_file(tmp_path, example, prefix, endpoint)
-    loaded = load_documents(list(yaml.safe_load_all(path.read_text())), uuid=cluster_uuid)
+    docs = list(yaml.safe_load_all(path.read_text()))
+    if example in NODE_GROUPS:
+        docs[1]["nodeGroups"] = NODE_GROUPS[example]
+        path.write_text(yaml.safe_dump_all(docs))
+    loaded = load_documents(docs, uuid=cluster_uuid)
     layout = defs.define(loaded.document, loaded.cluster, ["nova"])
     terraform = Terraform(sdk, layout)
     names = {key.format(p=prefix): "" for key in UPSTREAM_UNNAMED[example]}
