@@ -20,7 +20,6 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
@@ -35,9 +34,8 @@ from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import run_layout, state_records
-from tests.layouts.support import SECRET, Front, config_file, counts, payloads
+from tests.layouts.support import SECRET, Front, config_file, counts, layout_worker, payloads
 from tests.layouts.test_cli import cli
-from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -55,14 +53,7 @@ async def adopt_queue(aws_stack: LocalStack) -> AsyncIterator[tuple[Client, str]
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
-    worker = temporal.make_worker(
-        client,
-        queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(client, settings, queue):
         yield client, queue
 
 

@@ -28,7 +28,6 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.openstack import layout as defs
 from cloudloop.cloud.openstack.layout_state import STATE_TYPES
@@ -49,8 +48,7 @@ from tests.layouts.openstack_support import (
     openstack_layout_stack,
 )
 from tests.layouts.openstack_terraform import USER_DATA, Terraform
-from tests.layouts.support import counts, payloads
-from workflows.layout import LAYOUT_WORKFLOWS
+from tests.layouts.support import counts, layout_worker, payloads
 
 pytestmark = pytest.mark.stack
 
@@ -65,14 +63,7 @@ def os_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 async def os_worker(os_stack: LocalStack) -> AsyncIterator[tuple[Client, Settings]]:
     settings = layout_settings(os_stack)
     client = await temporal.connect(settings.temporal)
-    worker = temporal.make_worker(
-        client,
-        settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(client, settings):
         yield client, settings
 
 
