@@ -18,7 +18,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cli import main
 from cloudloop.cloud.aws.settings import AwsSettings
@@ -26,8 +25,7 @@ from cloudloop.messages.layout import LayoutResult, ModuleResult
 from cloudloop.settings import Settings, TemporalSettings
 from devstack.local import LocalStack
 from starters.layout import publish
-from tests.layouts.support import EXAMPLES, SECRET, config_file
-from workflows.layout import LAYOUT_WORKFLOWS
+from tests.layouts.support import EXAMPLES, SECRET, config_file, layout_worker
 
 UUID = "3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60"
 
@@ -110,14 +108,7 @@ async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
-    worker = temporal.make_worker(
-        client,
-        queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(client, settings, queue):
         yield queue
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud import models
 from cloudloop.cloud.vsphere.driver import VsphereDriver
@@ -33,6 +32,7 @@ from devstack.backends.vsphere_layouts import TaskLog, cluster_resources
 from devstack.local import LocalStack
 from devstack.vcsim_inventory import connect, disconnect, find, wait_task
 from starters.layout import LayoutFailed, run_layout
+from tests.layouts.support import layout_worker
 from tests.layouts.vsphere_support import (
     calls_since,
     config_file,
@@ -40,7 +40,6 @@ from tests.layouts.vsphere_support import (
     vsphere_calls,
     vsphere_stack,
 )
-from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
 GIB_KB = 1024 * 1024
@@ -70,14 +69,7 @@ async def vs_client(vs_stack: LocalStack, vs_settings: Settings) -> Client:
 
 @pytest.fixture(scope="module")
 async def vs_worker(vs_client: Client, vs_settings: Settings) -> AsyncIterator[None]:
-    worker = temporal.make_worker(
-        vs_client,
-        vs_settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(vs_settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(vs_client, vs_settings):
         yield
 
 
