@@ -62,7 +62,7 @@ from tests.layouts.dvp_support import (
     dvp_worker,
     layout_input,
 )
-from tests.layouts.test_aws_adopt import payloads
+from tests.layouts.support import payloads
 
 __all__ = ["dvp_client", "dvp_layout_settings", "dvp_stack", "dvp_worker"]
 
