@@ -11,7 +11,8 @@ credentials never enter an input, a result or a log: only the path does.
   reference it needs is not there yet), ``update`` with the drifted fields, ``no-op``; with
   ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
 - ``ensure_resource`` / ``delete_resource``: one resource, found before created, idempotent.
-- ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked``.
+- ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked`` that
+  names them and says to pass ``--kubeconfig`` (or, after that phase ran, what is left).
 - ``map_state``: an upstream Terraform state's records placed onto the layout's resource keys
   through the part's ``state_types`` (:mod:`cloudloop.layouts.tfstate`), read-only.
 - ``adopt_resource``: one resource; with the state's ID, the part's ``adopt`` (found by ID,
@@ -261,10 +262,18 @@ class LayoutActivities:
             with cloud_errors():
                 blockers = session.resources.blockers(input.layout, input.found)
             if blockers:
+                hint = (
+                    " — left after the cluster's Services, volumes and Machines were deleted; "
+                    "delete them yourself"
+                    if input.cleared
+                    else " — run destroy with --kubeconfig to delete them through the cluster "
+                    "(LoadBalancer Services, PersistentVolumeClaims, ephemeral nodes), or "
+                    "delete them yourself"
+                )
                 raise ApplicationError(
-                    "the cluster still owns cloud resources the layout did not make; delete "
-                    "them first (LoadBalancer Services, PersistentVolumes, ephemeral nodes): "
-                    + "; ".join(blockers),
+                    "the cluster still owns cloud resources the layout did not make: "
+                    + "; ".join(blockers)
+                    + hint,
                     type="DestroyBlocked",
                     non_retryable=True,
                 )

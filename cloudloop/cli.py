@@ -26,12 +26,15 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import yaml
 
 from cloudloop.cloud.registry import Settings
+
+if TYPE_CHECKING:
+    from cloudloop.layouts.config import LoadedConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 LOG_FORMATS = ("text", "json")
@@ -601,6 +604,11 @@ def _layout_run(
         cluster=loaded.cluster,
         plan_destroy=plan_destroy,
         state=state,
+        kubeconfig=(
+            (flags.get("worker_kubeconfig_path") or str(kubeconfig.resolve()))
+            if action == "destroy" and kubeconfig is not None
+            else ""
+        ),
     )
 
     async def go() -> Any:
@@ -683,7 +691,8 @@ def layout_apply(kubeconfig: Path | None, output: Path | None, **flags: Any) -> 
         from cloudloop.layouts.config import DOCUMENTS
         from starters.layout import publish
 
-        record = PROVIDERS[_provider_of(flags)]
+        loaded = _loaded(flags)
+        record = PROVIDERS[loaded.provider]
         part = record.layouts() if record.layouts is not None else None
         documents = [
             d
@@ -698,26 +707,27 @@ def layout_apply(kubeconfig: Path | None, output: Path | None, **flags: Any) -> 
                 provider_document=yaml.safe_dump(documents[0], sort_keys=False)
                 if len(documents) == 1
                 else None,
+                cluster_uuid=loaded.cluster.uuid,
             )
-            for secret in written:
-                click.echo(f"written: Secret {secret}")
+            for name in written:
+                kind = "ConfigMap" if name == "kube-system/d8-cluster-uuid" else "Secret"
+                click.echo(f"written: {kind} {name}")
         except (KubeError, OSError) as exc:
             click.echo(f"Error: writing the results into the cluster: {exc}", err=True)
             _leave(1)
     _leave(0)
 
 
-def _provider_of(flags: dict[str, Any]) -> str:
-    """The provider of the (already validated) configuration file."""
+def _loaded(flags: dict[str, Any]) -> LoadedConfig:
+    """The (already validated) configuration file's documents."""
     from cloudloop.layouts.config import load_documents
 
-    loaded = load_documents(
+    return load_documents(
         list(yaml.safe_load_all(flags["config_path"].read_text())),
         prefix=flags["prefix"],
         uuid=flags["cluster_uuid"],
         pod_subnet_cidr=flags["pod_subnet_cidr"],
     )
-    return loaded.provider
 
 
 @layout.command("adopt")
@@ -761,10 +771,21 @@ def layout_adopt(states: tuple[str, ...], kubeconfig: Path | None, **flags: Any)
 
 @layout.command("destroy")
 @layout_options
-def layout_destroy(**flags: Any) -> None:
-    """Delete the layout's resources in reverse order (refused while the cluster's own load
-    balancers, volumes or other instances remain in its network)."""
-    result = _layout_run("destroy", flags)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The cluster's kubeconfig: first delete its LoadBalancer Services, PVCs and Cluster "
+    "API MachineDeployments and wait until their cloud objects are gone (as dhctl destroy).",
+)
+@click.option(
+    "--worker-kubeconfig-path",
+    help="Where the workers read that kubeconfig (a mounted Secret) [its own path].",
+)
+def layout_destroy(kubeconfig: Path | None, **flags: Any) -> None:
+    """Delete the layout's resources in reverse order. With ``--kubeconfig``, first the
+    cluster's own cloud-backed objects through its API; without, refused while the cluster's
+    own load balancers, volumes or other instances remain in its network (they are named)."""
+    result = _layout_run("destroy", flags, kubeconfig=kubeconfig)
     deleted = sum(1 for m in result.modules for s in m.steps if s.action == "deleted")
     click.echo(f"Destroy complete: {deleted} resource(s) deleted.")
     _leave(0)

@@ -36,7 +36,7 @@ from temporalio.service import RPCError
 
 from cloudloop import searchattrs
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import SECRETS
+from cloudloop.kube.resources import CONFIG_MAPS, SECRETS
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.model import ResourceDef
 from cloudloop.messages.layout import (
@@ -201,6 +201,26 @@ def _upsert_secret_keys(
     kube.patch(SECRETS, name, patch, namespace)
 
 
+#: dhctl's ConfigMap naming the cluster's UUID (key ``cluster-uuid``).
+CLUSTER_UUID_CONFIG_MAP = ("kube-system", "d8-cluster-uuid")
+
+
+def _create_cluster_uuid(kube: Kube, uuid: str) -> bool:
+    """Make ``kube-system/d8-cluster-uuid`` unless the cluster has one (kept as it is)."""
+    namespace, name = CLUSTER_UUID_CONFIG_MAP
+    if kube.get(CONFIG_MAPS, name, namespace) is not None:
+        return False
+    try:
+        kube.create(
+            CONFIG_MAPS, {"metadata": {"name": name}, "data": {"cluster-uuid": uuid}}, namespace
+        )
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+        return False
+    return True
+
+
 def _node_group(module_id: str) -> str:
     """``master-0`` → ``master``; ``static-front-1`` → ``front``."""
     head, _, rest = module_id.partition("-")
@@ -221,6 +241,7 @@ def publish(
     *,
     state_types: tfstate.StateTypes | None = None,
     provider_document: str | None = None,
+    cluster_uuid: str = "",
 ) -> list[str]:
     """Write an apply's results where the cluster reads them: ``cloud_discovery_data`` (and,
     given, the provider document as dhctl keeps it, credentials included: it is a Secret) into
@@ -229,8 +250,13 @@ def publish(
     path into ``d8-system/d8-masters-kubernetes-data-device-path`` and, with the provider's
     ``state_types``, the state Secrets in dhctl's format (IDs and names only, ``terraform_version``
     ``cloudloop``): ``d8-system/d8-cluster-terraform-state`` and per node
-    ``d8-system/d8-node-terraform-state-<node>``. The Secrets written."""
+    ``d8-system/d8-node-terraform-state-<node>``. Given ``cluster_uuid``, the ConfigMap
+    ``kube-system/d8-cluster-uuid`` dhctl writes at bootstrap (``cluster-uuid``) is made when the
+    cluster has none (one that exists is never changed: ``layout destroy --kubeconfig`` checks it
+    names the layout's cluster). The objects written."""
     written: list[str] = []
+    if cluster_uuid and _create_cluster_uuid(kube, cluster_uuid):
+        written.append("kube-system/d8-cluster-uuid")
     provider: dict[str, str] = {}
     if result.cloud_discovery_data:
         provider[cloud_data.PROVIDER_DISCOVERY_KEY] = json.dumps(result.cloud_discovery_data)

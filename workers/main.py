@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
 from activities.layout import LayoutActivities
+from activities.layout_cluster import ClusterResourceActivities
 from activities.loadbalancer import LoadBalancerActivities
 from activities.machine import MachineActivities
 from activities.termination import DrainActivities
@@ -112,6 +113,7 @@ def all_activities(
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
     activities += LayoutActivities(settings).all()
+    activities += ClusterResourceActivities().all()
     provider = provider_for(settings)
     termination = (
         provider.termination(provider.section(settings), settings.nth)

@@ -7,10 +7,14 @@ and the cloud's zones), then:
 - **apply**: the ``base`` module's child first, then every ``master-<i>`` and ``static-<ng>-<i>``
   child at once with the base's outputs; the result carries ``cloud_discovery_data`` and each
   node module's outputs (SSH/internal IP, data device path), references resolved.
-- **destroy**: a read-only look at the base (its found IDs), ``layout.check_destroy`` (refuses
-  while the cluster's own load balancers, volumes or foreign instances are in the network), the
-  node modules' children, then the base's: each child deletes its resources in reverse
-  dependency order.
+- **destroy**: with a kubeconfig, first dhctl's "delete resources" phase through the cluster's
+  API, one ``layout.clear_cluster`` step each (:data:`CLEAR_STEPS`: the cluster verified to be
+  this one, LoadBalancer Services deleted and waited for, PVCs deleted and their volumes waited
+  for, Cluster API MachineDeployments deleted and their Machines waited for;
+  ``activities/layout_cluster.py``); then a read-only look at the base (its found IDs),
+  ``layout.check_destroy`` (refuses while the cluster's own load balancers, volumes or foreign
+  instances are in the network, naming them), the node modules' children, then the base's:
+  each child deletes its resources in reverse dependency order.
 - **adopt**: ``layout.map_state`` places the upstream Terraform state's records (IDs only) onto
   the layout's resource keys; then the ``base`` child and the node children (as apply) run
   ``layout.adopt_resource`` per resource: found by the state's ID and made findable (the next
@@ -53,7 +57,10 @@ with workflow.unsafe.imports_passed_through():
     from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef
     from cloudloop.layouts.tfstate import StateMap
     from cloudloop.messages.layout import (
+        CLEAR_STEPS,
         CheckDestroyInput,
+        ClearClusterInput,
+        ClearClusterResult,
         DefineInput,
         LayoutActivity,
         LayoutInput,
@@ -87,6 +94,17 @@ def _retry(timings: LayoutTimings) -> RetryPolicy:
 def _activity_options(timings: LayoutTimings) -> dict[str, Any]:
     return {
         "start_to_close_timeout": timedelta(seconds=timings.step_timeout_s),
+        "heartbeat_timeout": timedelta(seconds=timings.heartbeat_timeout_s),
+        "retry_policy": _retry(timings),
+    }
+
+
+def _clear_options(timings: LayoutTimings) -> dict[str, Any]:
+    """A step of destroy's cluster phase: a wait may take ``cluster_wait_s`` on top."""
+    return {
+        "start_to_close_timeout": timedelta(
+            seconds=timings.step_timeout_s + timings.cluster_wait_s
+        ),
         "heartbeat_timeout": timedelta(seconds=timings.heartbeat_timeout_s),
         "retry_policy": _retry(timings),
     }
@@ -433,9 +451,34 @@ class LayoutWorkflow:
         node_results = await self._children(nodes, "adopt", external, placed.ids)
         result.modules = [base_result, *node_results]
 
+    async def _clear_cluster(self) -> None:
+        """Destroy's first phase (only with a kubeconfig): the cluster's own cloud objects."""
+        self._progress.phase = "cluster-resources"
+        timings = self._input.timings
+        for step in CLEAR_STEPS:
+            try:
+                await workflow.execute_activity(
+                    LayoutActivity.CLEAR_CLUSTER,
+                    ClearClusterInput(
+                        kubeconfig=self._input.kubeconfig,
+                        cluster=self._input.cluster,
+                        step=step,
+                        wait_s=timings.cluster_wait_s,
+                    ),
+                    result_type=ClearClusterResult,
+                    summary=step,
+                    **_clear_options(timings),
+                )
+            except ActivityError as err:
+                raise self._failed(
+                    _failure(err, f"deleting the cluster's resources ({step})")
+                ) from err
+
     async def _destroy(
         self, layout: LayoutDef, base: ModuleDef, nodes: list[ModuleDef], result: LayoutResult
     ) -> None:
+        if self._input.kubeconfig:
+            await self._clear_cluster()
         self._progress.phase = "checking"
         try:
             base_plan = await _plan_module(
@@ -449,6 +492,7 @@ class LayoutWorkflow:
                     source=self._input.source,
                     layout=layout,
                     found=found,
+                    cleared=bool(self._input.kubeconfig),
                 ),
                 result_type=list[str],
                 **_activity_options(self._input.timings),

@@ -17,16 +17,23 @@ for a node state, every module when the scope is unknown), in passes until nothi
    association's ``subnet_id`` its subnet) decides;
 2. else the one candidate of that kind left in the scope;
 3. else the candidate whose name is one of the record's name attributes (``tags.Name``,
-   ``name``);
+   ``name``; both cut by the mapping's ``strip`` pattern first);
 4. else the one candidate whose known properties equal the record's ``match`` attributes
    (``index_key`` there is the instance's ``for_each`` key: upstream's per-zone resources).
 A record left ambiguous, of a type not in the table, or of a read-only resource is reported,
 never guessed. Pure: no I/O.
+
+One Terraform type may hold several kinds (``kubernetes_manifest``: the object's kind is in
+``object.kind``/``manifest.kind``): the table then has one entry per kind under its own key
+(``kubernetes_manifest/VirtualDisk``), each naming its ``tf_type`` and the attribute paths and
+value that ``select`` it (:func:`resolve`); the record keeps the key it was placed by
+(``StateResource.mapping``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,9 +69,29 @@ class StateMapping:
     id: str = "id"
     #: Several records make one resource (security group rules → the group's rule set).
     many: bool = False
+    #: The Terraform type when the table's key is not it (one type, several kinds).
+    tf_type: str = ""
+    #: Attribute paths (the first present decides) whose value must be ``select_value``.
+    select: tuple[str, ...] = ()
+    select_value: str = ""
+    #: A pattern cut from the end of both names before they are compared (``-[0-9a-f]{6}``:
+    #: a hash of parameters that the layout and the state may have computed differently).
+    strip: str = ""
+    #: ``render_state`` writes the found object's name (its ``name`` output), not the
+    #: definition's: a name computed with a hash the found object may not share.
+    found_name: bool = False
+
+    def stem(self, name: str) -> str:
+        return re.sub(self.strip + "$", "", name) if self.strip else name
 
     def attributes(self) -> set[str]:
-        return {*self.names, *(a for a, _ in self.match), self.id}
+        return {*self.names, *(a for a, _ in self.match), self.id, *self.select}
+
+    def selects(self, attributes: Mapping[str, Any]) -> bool:
+        if not self.select:
+            return True
+        values = [attribute(attributes, path) for path in self.select]
+        return next((v for v in values if v not in (None, "")), None) == self.select_value
 
 
 StateTypes = Mapping[str, StateMapping]
@@ -80,6 +107,12 @@ class StateResource(BaseModel):
     id: str = ""
     #: Flattened (``tags.Name``, ``route.0.gateway_id``) identity attributes, non-empty only.
     attributes: dict[str, Any] = Field(default_factory=dict)
+    #: The table's key that placed it when that is not ``type`` (see :func:`resolve`).
+    mapping: str = ""
+
+    @property
+    def table_key(self) -> str:
+        return self.mapping or self.type
 
 
 class StateMap(BaseModel):
@@ -108,6 +141,20 @@ def attribute(value: Any, path: str) -> Any:
     return value
 
 
+def resolve(
+    types: StateTypes, tf_type: str, attributes: Mapping[str, Any]
+) -> tuple[str, StateMapping] | None:
+    """The table's entry for a record of ``tf_type`` with ``attributes``: the type's own entry,
+    else the one entry for that type whose ``select`` holds."""
+    own = types.get(tf_type)
+    if own is not None and not own.tf_type:
+        return tf_type, own
+    for key, mapping in types.items():
+        if mapping.tf_type == tf_type and mapping.selects(attributes):
+            return key, mapping
+    return None
+
+
 def _address(resource: Mapping[str, Any], instance: Mapping[str, Any]) -> str:
     head = f"{resource['module']}." if resource.get("module") else ""
     index = instance.get("index_key")
@@ -132,10 +179,11 @@ def parse_state(
         if not isinstance(resource, Mapping) or resource.get("mode", "managed") != "managed":
             continue
         kind = str(resource.get("type", ""))
-        mapping = types.get(kind)
-        wanted = mapping.attributes() if mapping else {"id"}
         for instance in resource.get("instances", []):
             attrs = instance.get("attributes") or {}
+            resolved = resolve(types, kind, attrs)
+            key, mapping = resolved if resolved else (kind, None)
+            wanted = mapping.attributes() if mapping else {"id"}
             if "index_key" in wanted and instance.get("index_key") is not None:
                 # the ``for_each`` key (a zone) names which of several it is
                 attrs = {**attrs, "index_key": instance["index_key"]}
@@ -148,6 +196,7 @@ def parse_state(
                     type=kind,
                     id=str(attribute(attrs, mapping.id if mapping else "id") or ""),
                     attributes=kept,
+                    mapping="" if key == kind else key,
                 )
             )
     return records
@@ -180,7 +229,7 @@ def map_state(layout: LayoutDef, records: Sequence[StateResource], types: StateT
         scopes[""] += module.resources
     pending: list[StateResource] = []
     for record in records:
-        mapping = types.get(record.type)
+        mapping = types.get(record.table_key)
         if mapping is None:
             result.unmapped.append(f"{record.address}: type {record.type} is not in the layout")
         elif record.scope not in scopes:
@@ -195,7 +244,7 @@ def map_state(layout: LayoutDef, records: Sequence[StateResource], types: StateT
     while pending and progress:
         progress = False
         for record in list(pending):
-            mapping = types[record.type]
+            mapping = types[record.table_key]
             chosen = _choose(record, mapping, scopes[record.scope], taken, implied)
             if chosen is None:
                 continue
@@ -216,7 +265,7 @@ def map_state(layout: LayoutDef, records: Sequence[StateResource], types: StateT
                 ):
                     implied.setdefault(str(ref[REF]), str(value))
     for record in pending:
-        mapping = types[record.type]
+        mapping = types[record.table_key]
         left = [r.key for r in _candidates(record, mapping, scopes[record.scope], taken)]
         result.unmapped.append(
             f"{record.address}: ambiguous among {', '.join(left)}"
@@ -253,8 +302,10 @@ def _choose(
     candidates = [r for r in candidates if implied.get(r.key) in (None, record.id)]
     if len(candidates) == 1:
         return candidates[0]
-    names = {str(record.attributes[n]) for n in mapping.names if n in record.attributes}
-    named = [r for r in candidates if r.name in names]
+    names = {
+        mapping.stem(str(record.attributes[n])) for n in mapping.names if n in record.attributes
+    }
+    named = [r for r in candidates if mapping.stem(r.name) in names]
     if len(named) == 1:
         return named[0]
     ids = {**implied, **taken}
@@ -265,6 +316,13 @@ def _choose(
         if compared and all(have == want for have, want in compared):
             consistent.append(r)
     return consistent[0] if len(consistent) == 1 else None
+
+
+def _put(document: dict[str, Any], path: str, value: Any) -> None:
+    *heads, last = path.split(".")
+    for head in heads:
+        document = document.setdefault(head, {})
+    document[last] = value
 
 
 def render_state(
@@ -284,16 +342,19 @@ def render_state(
     for resource, outputs in resources:
         if resource.read_only or resource.kind not in by_kind or not outputs.get("id"):
             continue
-        tf_type, mapping = by_kind[resource.kind]
+        key, mapping = by_kind[resource.kind]
+        tf_type = mapping.tf_type or key
         attributes: dict[str, Any] = {"id": str(outputs["id"])}
         if mapping.id != "id":
-            attributes[mapping.id] = str(outputs["id"])
+            _put(attributes, mapping.id, str(outputs["id"]))
         for name_attr in mapping.names:
-            head, _, rest = name_attr.partition(".")
-            if rest:
-                attributes.setdefault(head, {})[rest] = resource.name
+            name = outputs.get("name") if mapping.found_name else None
+            if name_attr.startswith("tags."):  # a map: the rest of the path is one key
+                attributes.setdefault("tags", {})[name_attr.removeprefix("tags.")] = resource.name
             else:
-                attributes[head] = resource.name
+                _put(attributes, name_attr, name or resource.name)
+        if mapping.select:
+            _put(attributes, mapping.select[0], mapping.select_value)
         entries.append(
             {
                 "mode": "managed",

@@ -35,6 +35,22 @@ class LayoutActivity:
     CHECK_DESTROY = "layout.check_destroy"
     MAP_STATE = "layout.map_state"
     ADOPT = "layout.adopt_resource"
+    CLEAR_CLUSTER = "layout.clear_cluster"
+
+
+#: The steps of destroy's first phase (with ``--kubeconfig``), in dhctl's order: the cluster is
+#: checked to be this one, its LoadBalancer Services deleted and waited for, its PDBs,
+#: StorageClasses, PVCs (and the Pods using them) deleted and the claims and PersistentVolumes
+#: waited for, its Cluster API MachineDeployments deleted and their Machines waited for.
+CLEAR_STEPS: tuple[str, ...] = (
+    "verify-cluster",
+    "delete-services",
+    "wait-services",
+    "delete-volumes",
+    "wait-volumes",
+    "delete-machines",
+    "wait-machines",
+)
 
 
 class LayoutQuery:
@@ -63,6 +79,8 @@ class LayoutTimings(BaseModel):
     #: A read-only step (define, plan, check): no heartbeat, a short deadline.
     read_timeout_s: float = 15.0
     max_attempts: int = 8
+    #: How long destroy waits for the cluster's Services, volumes and Machines to go (each).
+    cluster_wait_s: float = 600.0
 
 
 class LayoutInput(BaseModel):
@@ -76,6 +94,9 @@ class LayoutInput(BaseModel):
     #: For ``adopt``: the upstream Terraform state's resources (IDs and identity attributes
     #: only, never the state's secrets).
     state: list[StateResource] = Field(default_factory=list)
+    #: For ``destroy``: the kubeconfig the workers read (a path, never its content); set, the
+    #: destroy first deletes the cluster's own cloud-backed objects through its API.
+    kubeconfig: str = ""
 
 
 class DefineInput(BaseModel):
@@ -138,6 +159,23 @@ class CheckDestroyInput(BaseModel):
     source: ConfigSource
     layout: LayoutDef
     found: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: The cluster's own objects were deleted through its API first (destroy ``--kubeconfig``).
+    cleared: bool = False
+
+
+class ClearClusterInput(BaseModel):
+    """One step of destroy's "delete the cluster's resources" phase (:data:`CLEAR_STEPS`)."""
+
+    kubeconfig: str
+    cluster: ClusterIdentity
+    step: str
+    wait_s: float = 600.0
+
+
+class ClearClusterResult(BaseModel):
+    step: str
+    #: What the step deleted (``namespace/name``), or what it waited for.
+    objects: list[str] = Field(default_factory=list)
 
 
 class MapStateInput(BaseModel):

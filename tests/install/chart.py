@@ -39,6 +39,12 @@ def provider_values() -> dict[str, Path]:
     return {path.stem: path for path in sorted(VALUES.glob("*.yaml"))}
 
 
+#: ``helm template`` once per distinct command line in a test process: the chart and the values
+#: files are the repository's, unchanged while the tests run (a ``--set-file`` names a test's own
+#: temporary path, so it is never shared); the output does not depend on the helm home.
+_TEMPLATES: dict[tuple[tuple[str, ...], bool], subprocess.CompletedProcess[str]] = {}
+
+
 @dataclass(frozen=True)
 class Helm:
     home: Path
@@ -82,7 +88,10 @@ class Helm:
             args += ["--set", f"{key}={value}"]
         for key, path in (files or {}).items():
             args += ["--set-file", f"{key}={path}"]
-        return self.run(*args, check=check)
+        command = (tuple(args), check)
+        if command not in _TEMPLATES:
+            _TEMPLATES[command] = self.run(*args, check=check)
+        return _TEMPLATES[command]
 
 
 def documents(text: str) -> list[dict[str, Any]]:

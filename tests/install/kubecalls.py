@@ -16,6 +16,7 @@ cluster with its own kubeconfig.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ PROCESS_OF_MODULE = {
     # `cloudloop layout plan|apply|adopt --kubeconfig`: the user's CLI reads the Terraform state
     # Secrets and publishes the layout's outputs with the user's own credentials.
     "starters.layout": {"cli"},
+    # `cloudloop layout destroy --kubeconfig`: the Destroy workflow deletes the layout's own
+    # cluster's Services, volumes and machines with the kubeconfig the user handed over.
+    "activities.layout_cluster": {"layout-cluster"},
 }
 #: Modules talking to another cluster than the one the chart is installed in.
 PARENT_CLUSTER = "cloudloop.cloud.dvp."
@@ -65,6 +69,7 @@ class KubeCall:
         return f"{plural}/{self.subresource}" if self.subresource else plural
 
 
+@functools.cache
 def product_modules() -> dict[str, Path]:
     modules = {}
     for root in ROOTS:
@@ -179,21 +184,31 @@ def _has_name(node: ast.Call) -> bool:
     return len(node.args) >= 2
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def kube_calls() -> list[KubeCall]:
+    return list(_kube_calls())
+
+
+@functools.cache
+def _kube_calls() -> tuple[KubeCall, ...]:
     calls: list[KubeCall] = []
     for module, path in product_modules().items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parsed(path)
         visitor = _Visitor(module, tree)
         visitor.visit(tree)
         calls += visitor.calls
-    return calls
+    return tuple(calls)
 
 
 def importers() -> dict[str, set[str]]:
     """module -> the product modules that import it (``import m``, ``from m import x``)."""
     found: dict[str, set[str]] = {}
     for module, path in product_modules().items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             names: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
@@ -204,8 +219,9 @@ def importers() -> dict[str, set[str]]:
     return found
 
 
+@functools.cache
 def top_level_functions(module: str) -> set[str]:
-    tree = ast.parse(product_modules()[module].read_text())
+    tree = _parsed(product_modules()[module])
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 

@@ -31,8 +31,9 @@ PROCESSES = {
     "csi-controller": ("Deployment", "-csi-controller"),
     "csi-node": ("DaemonSet", "-csi-node"),
 }
-#: Not the chart's: the DVP parent cluster (its own kubeconfig), a user's CLI.
-ELSEWHERE = {"parent", "cli"}
+#: Not the chart's: the DVP parent cluster (its own kubeconfig), a user's CLI, a destroyed
+#: layout's cluster (the kubeconfig given to ``layout destroy``).
+ELSEWHERE = {"parent", "cli", "layout-cluster"}
 #: Symbolic resources of :data:`DYNAMIC`, one per provider with Cluster API kinds.
 INFRA_MACHINE, INFRA_CLUSTER = "infra:machine", "infra:cluster"
 Target = Resource | str

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.registry import Settings
@@ -26,8 +25,7 @@ from cloudloop.settings import TemporalSettings
 from devstack.dvp_simulator import CLUSTER_IMAGE, STORAGE_CLASSES, VM_CLASS, DvpParent
 from devstack.local import LocalStack, StackOptions
 from starters.layout import run_layout
-from tests.layouts.support import EXAMPLES
-from workflows.layout import LAYOUT_WORKFLOWS
+from tests.layouts.support import EXAMPLES, layout_worker
 
 
 @contextmanager
@@ -113,14 +111,7 @@ async def dvp_client(dvp_layout_settings: Settings) -> Client:
 
 @pytest.fixture(scope="module")
 async def dvp_worker(dvp_client: Client, dvp_layout_settings: Settings) -> AsyncIterator[None]:
-    worker = temporal.make_worker(
-        dvp_client,
-        dvp_layout_settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(dvp_layout_settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(dvp_client, dvp_layout_settings):
         yield
 
 

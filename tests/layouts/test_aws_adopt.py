@@ -10,7 +10,6 @@ One stack for the folder (Temporal, moto behind the AWS front), the worker in th
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +20,6 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
@@ -31,15 +29,14 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.layouts.config import ClusterIdentity, load_documents
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import LayoutInput, LayoutTimings
 from cloudloop.settings import TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import run_layout, state_records
-from tests.layouts.support import SECRET, Front, config_file
+from tests.layouts.support import SECRET, Front, config_file, counts, layout_worker, payloads
 from tests.layouts.test_cli import cli
-from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -57,14 +54,7 @@ async def adopt_queue(aws_stack: LocalStack) -> AsyncIterator[tuple[Client, str]
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
-    worker = temporal.make_worker(
-        client,
-        queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(client, settings, queue):
         yield client, queue
 
 
@@ -430,28 +420,6 @@ def ensure_namespace(kube: Kube, name: str) -> None:
     except KubeError as exc:
         if not exc.conflict:
             raise
-
-
-def payloads(value: Any) -> str:
-    """Every payload of a history (JSON, base64 ``data``) decoded, one text."""
-    if isinstance(value, dict):
-        own = (
-            [base64.b64decode(value["data"]).decode(errors="replace")]
-            if isinstance(value.get("data"), str) and "metadata" in value
-            else []
-        )
-        return "\n".join(own + [payloads(v) for v in value.values()])
-    if isinstance(value, list):
-        return "\n".join(payloads(v) for v in value)
-    return ""
-
-
-def counts(result: LayoutResult) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for module in result.plan or []:
-        for resource in module.resources:
-            out[resource.action] = out.get(resource.action, 0) + 1
-    return out
 
 
 async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(

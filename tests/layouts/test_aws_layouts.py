@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
@@ -28,8 +27,8 @@ from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed, run_layout
+from tests.layouts import support
 from tests.layouts.support import Front, config_file
-from workflows.layout import LAYOUT_WORKFLOWS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
 #: Calls that change nothing in the cloud.
@@ -57,14 +56,7 @@ async def layout_client(aws_stack: LocalStack, layout_settings: Settings) -> Cli
 
 @pytest.fixture(scope="module")
 async def layout_worker(layout_client: Client, layout_settings: Settings) -> AsyncIterator[None]:
-    worker = temporal.make_worker(
-        layout_client,
-        layout_settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(layout_settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with support.layout_worker(layout_client, layout_settings):
         yield
 
 

@@ -18,7 +18,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cli import main
 from cloudloop.cloud.aws.settings import AwsSettings
@@ -27,8 +26,7 @@ from cloudloop.messages.layout import LayoutResult, ModuleResult
 from cloudloop.settings import TemporalSettings
 from devstack.local import LocalStack
 from starters.layout import publish
-from tests.layouts.support import EXAMPLES, SECRET, config_file
-from workflows.layout import LAYOUT_WORKFLOWS
+from tests.layouts.support import EXAMPLES, SECRET, config_file, layout_worker
 
 UUID = "3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60"
 
@@ -111,14 +109,7 @@ async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
-    worker = temporal.make_worker(
-        client,
-        queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(client, settings, queue):
         yield queue
 
 
@@ -241,3 +232,45 @@ def test_adopt_refuses_an_unreadable_state_before_anything_else(tmp_path: Path) 
         )
         assert result.exit_code == 1, result.output
         assert message in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), ""),
+        (("--kubeconfig", "k.yaml"), "RESOLVED"),
+        (("--kubeconfig", "k.yaml", "--worker-kubeconfig-path", "/etc/k"), "/etc/k"),
+    ],
+    ids=["without", "kubeconfig", "worker-path"],
+)
+def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], expected: str
+) -> None:
+    """Only the path goes into the workflow's input (the workers read it); none, no phase."""
+    import starters.layout
+    from cloudloop import cli as cli_module
+
+    seen: list[Any] = []
+
+    async def fake_connect(_: Any) -> None:
+        return None
+
+    async def fake_run(client: Any, queue: str, input: Any, **_: Any) -> LayoutResult:
+        seen.append(input)
+        return LayoutResult(action="destroy", layout=input.cluster.prefix, prefix="p")
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(temporal, "connect", fake_connect)
+    monkeypatch.setattr(starters.layout, "run_layout", fake_run)
+    monkeypatch.setattr(cli_module, "_leave", leave)
+    monkeypatch.chdir(tmp_path)
+    path = config_file(tmp_path, "aws-without-nat", "clitest")
+    result = CliRunner().invoke(
+        main,
+        ["layout", "destroy", "--config", str(path), "--cluster-uuid", str(uuid.uuid4()), *flags],
+    )
+    assert result.exit_code == 0, result.output
+    want = str((tmp_path / "k.yaml").resolve()) if expected == "RESOLVED" else expected
+    assert seen[0].kubeconfig == want

@@ -5,9 +5,16 @@ re-apply makes no mutating call, the destroy converges with nothing left, and th
 secret is in no history and no log.
 
 A cloud joins with one :data:`RIGS` entry: how its stack starts, how its worker runs and how its
-cloud is looked at. Each rig but AWS's (its stack is the folder's) starts its own stack and stops
-it when its test ends, so one cloud's stack is up at a time. Small layouts: one master, at most
-one static node.
+cloud is looked at. Each rig but AWS's (its stack is the folder's) runs on its cloud's stack,
+started by the first of the cloud's tests and stopped when another cloud's starts (or the module
+ends), so one cloud's stack is up at a time and a cloud's layouts share one. Small layouts: one
+master, at most one static node.
+
+OpenStack's ``Standard`` is killed at every step; its three other layouts only at the steps of
+what ``Standard`` has no like of (:data:`OPENSTACK_ONLY`: a subnet without a gateway, ports on
+an existing network, a server on a network with no port of its own, a floating IP on a port of
+an existing network, a static node's root volume), so every kind of step is killed at least once
+across the four in little time.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -87,14 +94,42 @@ def aws_rig(stack: LocalStack, example: str) -> LayoutRig:
     )
 
 
-def openstack_rig(stack: LocalStack) -> LayoutRig:
+OTHER_LAYOUTS = (
+    "openstack-standard-with-no-router",
+    "openstack-simple",
+    "openstack-simple-with-internal-network",
+)
+#: OpenStack example → the resources (``kind/name`` with ``{p}`` for the prefix) whose steps are
+#: killed; an example not named: every step.
+OPENSTACK_ONLY: dict[str, tuple[str, ...]] = {
+    "openstack-standard-with-no-router": (
+        "openstack.subnet/{p}",  # no gateway, no router
+        "openstack.port/{p}-master-0@public",  # ports on an existing network, with the group
+        "openstack.port/{p}-worker-0@public",
+    ),
+    "openstack-simple": ("openstack.server/{p}-master-0",),  # on the network, no port
+    "openstack-simple-with-internal-network": (
+        "openstack.port/{p}-master-0@private-subnet",  # existing network and subnet, no group
+        "openstack.port/{p}-worker-0@private",
+        "openstack.volume/{p}-worker-0",  # a static node's root volume
+        "openstack.floating_ip/{p}-master-0@public",  # on a port of an existing network
+    ),
+}
+
+
+#: OpenStack example → its nodes with a port on each of two networks.
+OPENSTACK_TWO_PORTS = {"openstack-standard-with-no-router": ("master", "worker")}
+
+
+def openstack_rig(stack: LocalStack, example: str) -> LayoutRig:
     endpoint = openstack_support.endpoint_of(stack)
     requests = openstack_support.Requests(endpoint)
+    only = OPENSTACK_ONLY.get(example, ())
     return LayoutRig(
         provider="openstack",
         temporal_address=stack.temporal_address,
         config=lambda folder, prefix: openstack_support.config_file(
-            folder, "openstack-standard", prefix, endpoint
+            folder, example, prefix, endpoint
         ),
         env=lambda queue, folder: worker_env(
             "openstack", stack, queue, folder, request_timeout_s="10", poll_interval_s="0.1"
@@ -104,7 +139,13 @@ def openstack_rig(stack: LocalStack) -> LayoutRig:
         reset=requests.reset,
         read_only=("Get", "List", "Find", "Authenticate"),
         secret=openstack_support.SECRET,
-        quiet_destroy_steps=1,  # the group's rules go with their group: nothing to delete
+        # the group's rules go with their group: nothing to delete (layouts with a group)
+        quiet_destroy_steps=int(example in ("openstack-standard", OTHER_LAYOUTS[0])),
+        only=lambda prefix: frozenset(k.format(p=prefix) for k in only),
+        # a node's ports share its name, one per network (the emulator counts names)
+        repeats=lambda prefix: {
+            f"Port/{prefix}-{node}-0": 2 for node in OPENSTACK_TWO_PORTS.get(example, ())
+        },
     )
 
 
@@ -202,28 +243,66 @@ def dvp_rig(stack: LocalStack, parent: DvpParent) -> LayoutRig:
     )
 
 
+class OneStack:
+    """At most one cloud's stack up: :meth:`get` gives the one up when it is ``name``'s, else
+    stops it and starts ``name``'s (``start`` in a fresh folder); :meth:`close` stops the last."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self.factory = factory
+        self.name = ""
+        self.stack: object = None
+        self.up = ExitStack()
+
+    def get(self, name: str, start: Callable[[Path], AbstractContextManager[object]]) -> object:
+        if name != self.name:
+            self.close()
+            self.stack = self.up.enter_context(start(self.factory.mktemp("kill-stack")))
+            self.name = name
+        return self.stack
+
+    def close(self) -> None:
+        self.name, self.stack = "", None
+        self.up.close()
+
+
+@pytest.fixture(scope="module")
+def rig_stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneStack]:
+    stacks = OneStack(tmp_path_factory)
+    try:
+        yield stacks
+    finally:
+        stacks.close()
+
+
 @contextmanager
 def own_stack(
     request: pytest.FixtureRequest,
     start: Callable[[Path], AbstractContextManager[object]],
     rig: Callable[..., LayoutRig],
-) -> Iterator[LayoutRig]:
-    """A stack of the rig's own for one test (started by ``start`` in a fresh folder)."""
-    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
-    with start(factory.mktemp("kill-stack")) as stack:
-        yield rig(*stack) if isinstance(stack, tuple) else rig(stack)
+    *examples: str,
+) -> Iterator[list[LayoutRig]]:
+    """The rig on its cloud's stack (started by ``start`` unless it is up); one per example
+    (layouts run at once) when ``examples`` are given."""
+    stacks: OneStack = request.getfixturevalue("rig_stacks")
+    stack = stacks.get(start.__module__ + "." + start.__name__, start)
+    args = stack if isinstance(stack, tuple) else (stack,)
+    yield [rig(*args, e) for e in examples] if examples else [rig(*args)]
 
 
 @contextmanager
-def shared_aws(request: pytest.FixtureRequest, example: str) -> Iterator[LayoutRig]:
-    yield aws_rig(request.getfixturevalue("aws_stack"), example)
+def shared_aws(request: pytest.FixtureRequest, example: str) -> Iterator[list[LayoutRig]]:
+    yield [aws_rig(request.getfixturevalue("aws_stack"), example)]
 
 
-#: One entry per cloud (and layout): its rig, for the length of one test.
-RIGS: dict[str, Callable[[pytest.FixtureRequest], AbstractContextManager[LayoutRig]]] = {
+#: One entry per cloud (and layout, or layouts at once): its rigs, for the length of one test.
+RIGS: dict[str, Callable[[pytest.FixtureRequest], AbstractContextManager[list[LayoutRig]]]] = {
     "aws-with-nat": lambda request: shared_aws(request, "aws-with-nat"),
     "openstack-standard": lambda request: own_stack(
-        request, openstack_support.openstack_layout_stack, openstack_rig
+        request, openstack_support.openstack_layout_stack, openstack_rig, "openstack-standard"
+    ),
+    # the three others at once, killed at the chosen steps only (OPENSTACK_ONLY)
+    "openstack-other-layouts": lambda request: own_stack(
+        request, openstack_support.openstack_layout_stack, openstack_rig, *OPENSTACK_ONLY
     ),
     "vsphere-standard": lambda request: own_stack(
         request, vsphere_support.vsphere_stack, vsphere_rig
@@ -240,14 +319,14 @@ RIGS: dict[str, Callable[[pytest.FixtureRequest], AbstractContextManager[LayoutR
 async def test_sigkill_at_every_resource_step(
     rig_name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    with RIGS[rig_name](request) as rig:
+    with RIGS[rig_name](request) as rigs:
         queue = f"layout-kill-{uuid.uuid4().hex[:8]}"
         client = await temporal.connect(
-            TemporalSettings(address=rig.temporal_address, task_queue=queue)
+            TemporalSettings(address=rigs[0].temporal_address, task_queue=queue)
         )
         workers = Workers(tmp_path)
         try:
-            applied, destroyed = await prove_kill_every_step(rig, client, queue, tmp_path, workers)
+            applied, destroyed = await prove_kill_every_step(rigs, client, queue, tmp_path, workers)
         finally:
             workers.stop_all()
     print(

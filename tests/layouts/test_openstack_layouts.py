@@ -22,7 +22,6 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.config import ClusterIdentity
@@ -40,7 +39,7 @@ from tests.layouts.openstack_support import (
     layout_settings,
     openstack_layout_stack,
 )
-from workflows.layout import LAYOUT_WORKFLOWS
+from tests.layouts.support import layout_worker
 
 pytestmark = pytest.mark.stack
 
@@ -70,14 +69,7 @@ async def os_client(os_settings: Settings) -> Client:
 
 @pytest.fixture(scope="module")
 async def os_worker(os_client: Client, os_settings: Settings) -> AsyncIterator[None]:
-    worker = temporal.make_worker(
-        os_client,
-        os_settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(os_settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(os_client, os_settings):
         yield
 
 

@@ -113,3 +113,19 @@ def test_results_and_state_secrets_land_in_the_cluster_and_read_back(kube: Kube)
     }
     for name in written[2:]:
         kube.delete(SECRETS, name.split("/")[1], "d8-system")
+
+
+def test_the_cluster_uuid_config_map_is_made_once_and_never_changed(kube: Kube) -> None:
+    """dhctl's ``kube-system/d8-cluster-uuid`` (what ``layout destroy --kubeconfig`` checks):
+    made when the cluster has none, an existing one kept as it is."""
+    config_maps = Resource("", "v1", "configmaps", "ConfigMap")
+    if kube.get(config_maps, "d8-cluster-uuid", "kube-system") is not None:
+        kube.delete(config_maps, "d8-cluster-uuid", "kube-system")
+    result = LayoutResult(action="apply", layout="WithoutNAT", prefix="uuid-test")
+
+    assert publish(kube, result, cluster_uuid="uuid-one") == ["kube-system/d8-cluster-uuid"]
+    assert publish(kube, result, cluster_uuid="uuid-two") == []
+    made = kube.get(config_maps, "d8-cluster-uuid", "kube-system")
+    assert made is not None
+    assert made["data"] == {"cluster-uuid": "uuid-one"}
+    kube.delete(config_maps, "d8-cluster-uuid", "kube-system")  # the stack is shared

@@ -14,6 +14,8 @@ import yaml
 
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
+from cloudloop.cloud.dvp import layout as dvp
+from cloudloop.cloud.dvp.layout_state import STATE_TYPES as DVP_TYPES
 from cloudloop.cloud.vsphere import layout as vs
 from cloudloop.cloud.vsphere.layout_state import STATE_TYPES as VS_TYPES
 from cloudloop.layouts import tfstate
@@ -175,3 +177,65 @@ def test_vsphere_pools_of_every_zone_named_alike_are_placed_by_their_for_each_ke
         f"{vs.POOL}/DC0_C1/{p}": "resgroup-0",
         f"{vs.POOL}/DC0_C0/{p}": "resgroup-1",
     }
+
+
+def dvp_layout() -> LayoutDef:
+    docs = list(yaml.safe_load_all((EXAMPLES / "dvp-standard.yaml").read_text()))
+    loaded = load_documents(docs, uuid="3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60")
+    return dvp.define(loaded.document, loaded.cluster, [])
+
+
+def manifest(tf_name: str, kind: str, name: str, **more: Any) -> dict[str, Any]:
+    obj = {"kind": kind, "metadata": {"name": name, "namespace": "ns"}, **more}
+    return resource("kubernetes_manifest", tf_name, manifest=obj, object=obj)
+
+
+def test_kubernetes_manifests_are_placed_by_their_kind_and_names_less_their_hash() -> None:
+    """One Terraform type, several kinds: ``object.kind`` chooses the table's entry; the two
+    disks of a master are told apart by their names with upstream's (other) hashes cut."""
+    layout = dvp_layout()
+    master = layout.module("master-0")
+    node = master.node_name
+    root, data, secret, vm = master.resources
+    text = state(
+        manifest("root-disk", "VirtualDisk", f"{node}-0a0a0a"),
+        manifest("kubernetes-data-disk", "VirtualDisk", f"{data.name[:-6]}1b1b1b"),
+        manifest("vm", "VirtualMachine", f"{node}-2c2c2c"),
+        manifest("ipv4_address", "VirtualMachineIPAddress", f"{node}-auto"),
+        manifest("odd", "ConfigMap", "whatever"),
+        resource(
+            "kubernetes_secret",
+            "cloudinit-secret",
+            id=f"ns/{node}-cloudinit-2c2c2c",
+            metadata=[{"name": f"{node}-cloudinit-2c2c2c"}],
+            data={"userData": "s3cr3t"},
+        ),
+        resource("kubernetes_owner_references_v1", "root-disk", id="x"),
+    )
+    records = tfstate.parse_state(text, node, DVP_TYPES)
+    assert "s3cr3t" not in json.dumps([r.model_dump() for r in records])
+    placed = tfstate.map_state(layout, records, DVP_TYPES)
+    assert placed.ids == {
+        root.key: f"{node}-0a0a0a",
+        data.key: f"{data.name[:-6]}1b1b1b",
+        vm.key: f"{node}-2c2c2c",
+        secret.key: f"{node}-cloudinit-2c2c2c",
+    }
+    assert placed.unmapped == [
+        "kubernetes_manifest.odd: type kubernetes_manifest is not in the layout"
+    ]
+
+
+def test_dvp_what_publish_writes_reads_back_onto_the_same_keys() -> None:
+    layout = dvp_layout()
+    master = layout.module("master-0")
+    found = {
+        r.key: {"id": r.name[:-6] + "abcdef", "name": r.name[:-6] + "abcdef"}
+        for r in master.resources
+    }
+    written = tfstate.render_state([(r, found[r.key]) for r in master.resources], DVP_TYPES)
+    assert {e["type"] for e in written["resources"]} == {"kubernetes_manifest", "kubernetes_secret"}
+    records = tfstate.parse_state(json.dumps(written), master.node_name, DVP_TYPES)
+    placed = tfstate.map_state(layout, records, DVP_TYPES)
+    assert placed.unmapped == []
+    assert placed.ids == {k: v["id"] for k, v in found.items()}

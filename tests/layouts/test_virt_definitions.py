@@ -3,6 +3,8 @@ says (no cloud: pure data from the examples)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from cloudloop.cloud.zvirt import layout as zvirt
 from cloudloop.cloud.zvirt.layout_state import STATE_TYPES as ZVIRT_STATE_TYPES
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import load_documents, validate_document
-from cloudloop.layouts.model import LayoutDef, LayoutError
+from cloudloop.layouts.model import LayoutDef, LayoutError, ref
 from cloudloop.rules import layout as rules
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
@@ -136,22 +138,88 @@ def test_dvp_names_labels_and_outputs() -> None:
         "name": "ubuntu-22-04",
     }
     spec = vm.properties["spec"]
+    # the computed names; the disks and Secret found (by labels and role) replace them
     assert [b["name"] for b in spec["blockDeviceRefs"]] == [root.name, data.name]
     assert spec["provisioning"]["userDataRef"]["name"] == secret.name
+    assert vm.properties["parts"] == {
+        root.name: {"kind": dvp.DISK, "stems": ["demo-dvp-master-0"]},
+        data.name: {"kind": dvp.DISK, "stems": ["demo-dvp-master-kubernetes-data-0"]},
+        secret.name: {"kind": dvp.SECRET, "stems": ["demo-dvp-master-0-cloudinit"]},
+    }
     assert spec["bootloader"] == "EFI" and spec["runPolicy"] == "AlwaysOnUnlessStoppedManually"
-    assert master.outputs["kubernetes_data_device_path"].startswith(dvp.DATA_DEVICE_PREFIX)
+    assert master.outputs["kubernetes_data_device_path"] == ref(data.key, "device")
+    assert [root.properties["stems"], data.properties["stems"], vm.properties["stems"]] == [
+        ["demo-dvp-master-0"],
+        ["demo-dvp-master-kubernetes-data-0"],
+        ["demo-dvp-master-0"],
+    ]
     assert layout.discovery["kind"] == "DVPCloudProviderDiscoveryData"
 
 
-def test_dvp_destructive_change_renames_the_vm_only() -> None:
+def test_dvp_destructive_change_renames_the_vm_and_its_secret_only() -> None:
     before = build("dvp-standard").modules[1].resources
 
     def more_cores(doc: dict[str, Any]) -> None:
         doc["masterNodeGroup"]["instanceClass"]["virtualMachine"]["cpu"]["cores"] = 8
 
     after = build("dvp-standard", more_cores).modules[1].resources
-    assert [r.name for r in before[:3]] == [r.name for r in after[:3]]
-    assert before[3].name != after[3].name
+    assert [r.name for r in before[:2]] == [r.name for r in after[:2]]
+    assert before[2].name != after[2].name and before[3].name != after[3].name
+    vm = after[3]
+    assert dvp.same_destructive(vm.properties["destructive"], None)  # nothing to judge by
+    old = before[3].properties["created_annotations"][dvp.DESTRUCTIVE_ANNOTATION]
+    assert not dvp.same_destructive(vm.properties["destructive"], old)
+
+
+def test_dvp_hashes_are_upstreams() -> None:
+    """Terraform's jsonencode (keys sorted, no spaces, HTML characters escaped); disks hash
+    the JSON of their JSON, the VM its JSON once; the VM's hash names the Secret too. The
+    constants are Terraform 1.11's (``terraform console``: ``substr(sha256(jsonencode(
+    jsonencode({...}))), 0, 6)``, ``sha256(jsonencode("ssh-rsa AAA<x>&y"))``)."""
+    image = {"type": "ClusterVirtualImage", "name": "ubuntu-22-04"}
+    assert dvp.disk_destructive({"rootDisk": {"image": image}})[1] == "c53d42"
+    assert dvp.disk_destructive({"kbernetesDataDisk": {}})[1] == "313fa0"
+    assert dvp.sha256_hex(dvp.tf_json("ssh-rsa AAA<x>&y")) == (
+        "2050fb82d73993ae85802c2b4c88ecc8b49f7105cdbb5c90bdcb1c77d1e1803c"
+    )
+    assert dvp.tf_json({"b": [1, None], "a": "<&>"}) == '{"a":"\\u003c\\u0026\\u003e","b":[1,null]}'
+    text, digest = dvp.disk_destructive({"kbernetesDataDisk": {}})
+    assert text == '{"kbernetesDataDisk":{}}'
+    assert digest == hashlib.sha256(b'"{\\"kbernetesDataDisk\\":{}}"').hexdigest()[:6]
+    root, data, secret, vm = build("dvp-standard").modules[1].resources
+    assert data.name == f"demo-dvp-master-kubernetes-data-0-{digest}"
+    params = vm.properties["destructive"]
+    assert params["etcDiskHash"] == digest and root.name.endswith(params["rootDiskHash"])
+    annotations = vm.properties["created_annotations"]
+    assert json.loads(annotations[dvp.DESTRUCTIVE_ANNOTATION]) == params
+    h6 = annotations[dvp.DESTRUCTIVE_HASH_ANNOTATION]
+    assert h6 == hashlib.sha256(annotations[dvp.DESTRUCTIVE_ANNOTATION].encode()).hexdigest()[:6]
+    assert (
+        vm.name == f"demo-dvp-master-0-{h6}" and secret.name == f"demo-dvp-master-0-cloudinit-{h6}"
+    )
+    # an annotation in upstream's shape with an Auto address the cloud chose: the same
+    upstream = {**params, "virtualMachine": {**params["virtualMachine"], "ipAddress": "10.0.0.7"}}
+    assert dvp.same_destructive(params, dvp.tf_json(upstream))
+    # another upstream version's keys and disk hashes, Terraform's string tolerations: the same
+    toleration = {"key": "k", "operator": "Exists", "tolerationSeconds": 300}
+    with_toleration = {**params["virtualMachine"], "tolerations": [toleration]}
+    other = {
+        **params,
+        "rootDiskHash": "000000",
+        "virtualMachine": {
+            **with_toleration,
+            "cloudConfigHash": "x",
+            "tolerations": [{**toleration, "tolerationSeconds": "300"}],
+        },
+    }
+    assert dvp.same_destructive({**params, "virtualMachine": with_toleration}, dvp.tf_json(other))
+    more_memory = {
+        **other,
+        "virtualMachine": {**other["virtualMachine"], "memory": {"size": "9Gi"}},
+    }
+    assert not dvp.same_destructive(
+        {**params, "virtualMachine": with_toleration}, dvp.tf_json(more_memory)
+    )
 
 
 def test_dvp_network_policy_none_and_static_addresses() -> None:

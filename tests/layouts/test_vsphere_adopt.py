@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere.layout_state import STATE_TYPES
@@ -36,7 +35,7 @@ from devstack.backends.vsphere_layouts import ZONES, cluster_resources
 from devstack.local import LocalStack
 from devstack.vcsim_inventory import connect, disconnect, find, wait_task
 from starters.layout import run_layout, state_records
-from tests.layouts.test_aws_adopt import counts, payloads
+from tests.layouts.support import counts, layout_worker, payloads
 from tests.layouts.vsphere_support import (
     calls_since,
     config_file,
@@ -44,7 +43,6 @@ from tests.layouts.vsphere_support import (
     vsphere_calls,
     vsphere_stack,
 )
-from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
 USER_DATA = "vs-bootstrap-token-s3cr3t"
@@ -67,14 +65,7 @@ async def vs_worker(vs_stack: LocalStack) -> AsyncIterator[tuple[Client, Setting
         vsphere=VsphereSettings(poll_interval_s=0.05, wait_timeout_s=30.0, timeout_s=10.0),
     )
     client = await temporal.connect(settings.temporal)
-    worker = temporal.make_worker(
-        client,
-        settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(client, settings):
         yield client, settings
 
 

@@ -18,19 +18,22 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
+from cloudloop.cloud import models
 from cloudloop.cloud.registry import Settings
+from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import vim
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import TemporalSettings
+from devstack.backends.vsphere import vsphere_settings
 from devstack.backends.vsphere_layouts import TaskLog, cluster_resources
 from devstack.local import LocalStack
 from devstack.vcsim_inventory import connect, disconnect, find, wait_task
 from starters.layout import LayoutFailed, run_layout
+from tests.layouts.support import layout_worker
 from tests.layouts.vsphere_support import (
     calls_since,
     config_file,
@@ -38,7 +41,6 @@ from tests.layouts.vsphere_support import (
     vsphere_calls,
     vsphere_stack,
 )
-from workflows.layout import LAYOUT_WORKFLOWS
 
 pytestmark = pytest.mark.stack
 GIB_KB = 1024 * 1024
@@ -68,14 +70,7 @@ async def vs_client(vs_stack: LocalStack, vs_settings: Settings) -> Client:
 
 @pytest.fixture(scope="module")
 async def vs_worker(vs_client: Client, vs_settings: Settings) -> AsyncIterator[None]:
-    worker = temporal.make_worker(
-        vs_client,
-        vs_settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(vs_settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(vs_client, vs_settings):
         yield
 
 
@@ -225,14 +220,26 @@ async def test_apply_reapply_drift_destroy(
         stray = wait_task(si, template.CloneVM_Task(find(si, f"DC0/vm/{prefix}"), "node-x", spec))
     finally:
         disconnect(si)
+    # ... and while our CSI driver's disks for the cluster exist (another cluster's do not count)
+    csi = VsphereDriver(vsphere_settings(endpoint, region="region-a", poll_interval_s=0.05))
+    ours, theirs = (
+        csi.create_volume(
+            models.VolumeSpec(name=f"pvc-{owner[:8]}", size_gib=1, zone="zone-a", cluster=owner)
+        )
+        for owner in (cluster_uuid, str(uuid.uuid4()))
+    )
     with pytest.raises(LayoutFailed, match="VM node-x") as refused:
         await act("destroy")
     assert refused.value.kind == "DestroyBlocked"
+    assert f"disk {ours.id.split(':')[1]}" in str(refused.value)
+    assert theirs.id.split(":")[1] not in str(refused.value)
+    assert "--kubeconfig" in str(refused.value)
     si = connect(endpoint)
     try:
         wait_task(si, vim.VirtualMachine(stray._moId, si._stub).Destroy_Task())
     finally:
         disconnect(si)
+    csi.delete_volume(ours.id)
 
     # destroy: nothing of the cluster is left
     assert len(cluster_resources(endpoint, prefix, cluster_uuid)) == 6
@@ -240,6 +247,8 @@ async def test_apply_reapply_drift_destroy(
     assert cluster_resources(endpoint, prefix, cluster_uuid) == []
     plan = await act("plan")
     assert set(plan_actions(plan).values()) == {"create", "no-op"}
+    csi.delete_volume(theirs.id)
+    csi.close()
 
 
 @pytest.mark.parametrize(

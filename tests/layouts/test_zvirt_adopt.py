@@ -34,7 +34,7 @@ from devstack.backends.zvirt_layouts import cluster_resources, mutating_calls
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorAdmin
 from starters.layout import LayoutFailed, run_layout, state_records
-from tests.layouts.test_aws_adopt import payloads
+from tests.layouts.support import payloads
 from tests.layouts.zvirt_support import (
     SECRET,
     STORAGE_DOMAIN_ID,

@@ -14,7 +14,6 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
@@ -27,8 +26,7 @@ from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint, OvirtEmulatorOptions
 from devstack.ovirt_emulator.engine import seed_id
 from starters.layout import run_layout
-from tests.layouts.support import EXAMPLES
-from workflows.layout import LAYOUT_WORKFLOWS
+from tests.layouts.support import EXAMPLES, layout_worker
 
 #: The engine's admin password in the configs: it must never reach a history or a log.
 SECRET = "zvirt-layout-s3cr3t"
@@ -134,14 +132,7 @@ async def zvirt_client(zvirt_stack: LocalStack, zvirt_layout_settings: Settings)
 async def zvirt_worker(
     zvirt_client: Client, zvirt_layout_settings: Settings
 ) -> AsyncIterator[None]:
-    worker = temporal.make_worker(
-        zvirt_client,
-        zvirt_layout_settings.temporal.task_queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(zvirt_layout_settings).all(),  # type: ignore[arg-type]
-        graceful_shutdown_s=1,
-    )
-    async with worker:
+    async with layout_worker(zvirt_client, zvirt_layout_settings):
         yield
 
 

@@ -1,6 +1,6 @@
-"""Kill a real ``cloudloop worker`` at every resource step of ONE layout apply (and of one
-destroy), whatever the cloud: a :class:`LayoutRig` per cloud says how to run its worker and how
-to look at its cloud; :func:`kill_every_step` does the rest.
+"""Kill a real ``cloudloop worker`` at every resource step of ONE layout apply (or of a few at
+once) and of one destroy, whatever the cloud: a :class:`LayoutRig` per cloud says how to run its
+worker and how to look at its cloud; :func:`kill_every_step` does the rest.
 
 The worker is :mod:`tests.support.step_fault_worker`: each activity blocks right after its first
 mutating cloud call (the cloud did the work, the step has not reported it), once per step. The
@@ -12,10 +12,12 @@ in it is killed in the next round), warms the next spare, and repeats until the 
 Each kill costs one heartbeat timeout before Temporal retries the steps elsewhere; the retried
 step must find what the killed one made.
 
-:func:`prove_kill_every_step` is the whole proof for one rig: apply killed at every step
-converges with no resource twice and every step but a lookup killed once; a re-apply makes no
-mutating call; destroy killed at every step converges with nothing left; the config's secret is
-in no history and no worker log.
+:func:`prove_kill_every_step` is the whole proof for one rig (or for several layouts of one
+cloud, run at once so they share the kills and the workers' starts): apply killed at every step
+(every chosen one, :attr:`LayoutRig.only`) converges with no resource twice and every step but a
+lookup (every chosen one) killed once; a re-apply makes no mutating call; destroy killed at
+every step converges with nothing left; the config's secret is in no history and no worker
+log.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,12 +74,17 @@ class LayoutRig:
     #: Destroy steps that make no mutating call (AWS: a rule set with no group rules to revoke
     #: before its group goes), so are never killed.
     quiet_destroy_steps: int = 0
+    #: ``prefix`` → the keys of the only resources whose steps are killed (each makes a
+    #: mutating call in the apply and in the destroy); empty: every step's.
+    only: Callable[[str], frozenset[str]] = lambda prefix: frozenset()
 
 
 @dataclass
 class KillReport:
-    result: LayoutResult
-    #: ``<workflow id>/<activity id> <operation>`` of every step killed, in order.
+    #: One per input, in order.
+    results: list[LayoutResult]
+    #: ``<workflow id>/<activity id> <resource key> <operation> <pid>`` of every step killed,
+    #: in order.
     killed: list[str] = field(default_factory=list)
     kills: int = 0
     seconds: float = 0.0
@@ -89,18 +96,22 @@ async def kill_every_step(
     queue: str,
     folder: Path,
     workers: Workers,
-    input: LayoutInput,
+    inputs: Sequence[LayoutInput],
+    only: Sequence[str] = (),
     *,
     settle_s: float = 2.0,
     timeout_s: float = 900.0,
 ) -> KillReport:
-    """Run ``input`` with a fault worker killed at every step; the result and what was killed."""
-    seen = folder / f"killed-{input.action}-{uuid.uuid4().hex[:6]}.txt"
+    """Run ``inputs`` (layouts of the rig's cloud, at once) with a fault worker killed at every
+    step (every one of the resources ``only`` names, when it names any); the results and what
+    was killed."""
+    seen = folder / f"killed-{inputs[0].action}-{uuid.uuid4().hex[:6]}.txt"
     env = {
         **rig.env(queue, folder),
         "STEP_FAULT_SEEN": str(seen),
         "STEP_FAULT_READ_ONLY": ",".join(rig.read_only),
         "STEP_FAULT_MUTATING": ",".join(sorted(rig.mutating_operations)),
+        "STEP_FAULT_ONLY": ",".join(sorted(only)),
     }
     started = time.monotonic()
 
@@ -130,12 +141,14 @@ async def kill_every_step(
 
     worker = await take_over(*warm())
     spare, spare_go = warm()
-    action = asyncio.ensure_future(run_layout(client, queue, input, poll_s=0.5))
+    action = asyncio.ensure_future(
+        asyncio.gather(*(run_layout(client, queue, i, poll_s=0.5) for i in inputs))
+    )
     kills = 0
     try:
         while not action.done():
             if time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"{input.action} not done after {timeout_s:.0f}s")
+                raise TimeoutError(f"{inputs[0].action} not done after {timeout_s:.0f}s")
             count = blocked_in(worker)
             if not count:
                 await asyncio.wait({action}, timeout=0.3)
@@ -158,7 +171,14 @@ async def kill_every_step(
         worker.stop()
         spare.stop()
     killed = seen.read_text().splitlines() if seen.exists() else []
-    return KillReport(result=result, killed=killed, kills=kills, seconds=time.monotonic() - started)
+    return KillReport(
+        results=list(result), killed=killed, kills=kills, seconds=time.monotonic() - started
+    )
+
+
+def killed_keys(report: KillReport) -> list[str]:
+    """The resource keys of the steps ``report`` killed."""
+    return [line.split(" ")[1] for line in report.killed]
 
 
 def history_payloads(history_json: str) -> str:
@@ -191,53 +211,80 @@ async def lookups(client: Client, workflow_id: str) -> set[str]:
 
 
 async def prove_kill_every_step(
-    rig: LayoutRig,
+    rigs: Sequence[LayoutRig],
     client: Client,
     queue: str,
     folder: Path,
     workers: Workers,
 ) -> tuple[KillReport, KillReport]:
-    """The whole proof (see the module docstring); the apply's and the destroy's reports."""
-    prefix, cluster_uuid = f"k{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
-    path = rig.config(folder, prefix)
-    input = LayoutInput(
-        action="apply",
-        provider=rig.provider,
-        source=ConfigSource(file=str(path)),
-        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
-        timings=LayoutTimings(heartbeat_timeout_s=rig.heartbeat_timeout_s),
+    """The whole proof (see the module docstring) for one layout of each of ``rigs`` (one
+    cloud's: the first's worker runs them all), applied and destroyed at once; the apply's and
+    the destroy's reports."""
+    rig = rigs[0]
+    inputs = []
+    for each in rigs:
+        prefix, cluster_uuid = f"k{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+        inputs.append(
+            LayoutInput(
+                action="apply",
+                provider=each.provider,
+                source=ConfigSource(file=str(each.config(folder, prefix))),
+                cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+                timings=LayoutTimings(heartbeat_timeout_s=each.heartbeat_timeout_s),
+            )
+        )
+    chosen = sorted(
+        k for each, i in zip(rigs, inputs, strict=True) for k in each.only(i.cluster.prefix)
     )
-    applied = await kill_every_step(rig, client, queue, folder, workers, input)
-    steps = [s for m in applied.result.modules for s in m.steps]
-    looked_up = await lookups(client, f"layout/{prefix}")
-    # a fresh cluster: every step but a lookup makes something, so each was killed once, right
-    # after its first change
-    made = [s.key for s in steps if s.key not in looked_up]
+    applied = await kill_every_step(rig, client, queue, folder, workers, inputs, chosen)
+    made: list[str] = []
+    for each, input, result in zip(rigs, inputs, applied.results, strict=True):
+        prefix, cluster_uuid = input.cluster.prefix, input.cluster.uuid
+        looked_up = await lookups(client, f"layout/{prefix}")
+        # a fresh cluster: every step but a lookup makes something, so each (each chosen) was
+        # killed once, right after its first change
+        only = each.only(prefix)
+        made += [
+            s.key
+            for m in result.modules
+            for s in m.steps
+            if s.key not in looked_up and (not only or s.key in only)
+        ]
+        counted = Counter(each.resources(prefix, cluster_uuid))
+        repeated = {n: c for n, c in counted.items() if c > 1}
+        assert repeated == each.repeats(prefix), f"duplicated in {prefix}: {repeated}"
+        assert counted, f"nothing made in {prefix}"
+        if each.secret:
+            ids = [f"layout/{prefix}"] + [f"layout/{prefix}/{m.module}" for m in result.modules]
+            for wid in ids:
+                history = await client.get_workflow_handle(wid).fetch_history()
+                assert each.secret not in history_payloads(history.to_json())
     assert len(applied.killed) == len(made), (applied.killed, made)
-    counted = Counter(rig.resources(prefix, cluster_uuid))
-    assert {n: c for n, c in counted.items() if c > 1} == rig.repeats(prefix), "duplicated"
-    assert counted, "nothing made"
-
-    if rig.secret:
-        ids = [f"layout/{prefix}"] + [f"layout/{prefix}/{m.module}" for m in applied.result.modules]
-        for wid in ids:
-            history = await client.get_workflow_handle(wid).fetch_history()
-            assert rig.secret not in history_payloads(history.to_json())
-        assert all(rig.secret not in w.log.read_text() for w in workers.started if w.log.exists())
+    if chosen:
+        assert sorted(killed_keys(applied)) == chosen, (applied.killed, chosen)
+    secrets = {each.secret for each in rigs if each.secret}
+    for w in workers.started:
+        if w.log.exists():
+            assert not any(secret in w.log.read_text() for secret in secrets), w.log
 
     plain = workers.start(rig.env(queue, folder), module=CLI)
     try:
         rig.reset()
-        again = await run_layout(client, queue, input, poll_s=0.5)
+        again = await asyncio.gather(*(run_layout(client, queue, i, poll_s=0.5) for i in inputs))
         assert rig.mutating() == {}, rig.mutating()
-        assert {s.action for m in again.modules for s in m.steps} == {"unchanged"}
+        assert {s.action for r in again for m in r.modules for s in m.steps} == {"unchanged"}
     finally:
         plain.stop()
 
-    destroy = input.model_copy(update={"action": "destroy"})
-    destroyed = await kill_every_step(rig, client, queue, folder, workers, destroy)
-    left = rig.resources(prefix, cluster_uuid)
-    assert left == [], left
-    deleted = [s for m in destroyed.result.modules for s in m.steps]
-    assert len(destroyed.killed) == len(deleted) - rig.quiet_destroy_steps, destroyed.killed
+    destroys = [i.model_copy(update={"action": "destroy"}) for i in inputs]
+    destroyed = await kill_every_step(rig, client, queue, folder, workers, destroys, chosen)
+    for each, input in zip(rigs, inputs, strict=True):
+        left = each.resources(input.cluster.prefix, input.cluster.uuid)
+        assert left == [], left
+    if chosen:
+        assert sorted(killed_keys(destroyed)) == chosen, (destroyed.killed, chosen)
+    else:
+        deleted = [s for r in destroyed.results for m in r.modules for s in m.steps]
+        quiet = sum(each.quiet_destroy_steps for each in rigs)
+        assert len(destroyed.killed) == len(deleted) - quiet, destroyed.killed
     return applied, destroyed

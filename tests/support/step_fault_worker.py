@@ -13,14 +13,18 @@ activity forever â€” the cloud has done the work, the step has not reported it â
 SIGKILL the process there. A restarted worker reads the file and passes the steps already
 stopped in; the retried step must find what the killed one made. Its workflows' sticky queues
 give up after 1 s (not the SDK's 10 s), so a killed worker's workflow tasks move on quickly.
-With ``STEP_FAULT_GO`` set, it imports everything, then waits until that file exists before it
-connects and polls: the harness keeps the next worker warm that way, so a kill costs no start.
+With ``STEP_FAULT_ONLY`` set (comma-separated resource keys), only the steps of those
+resources are stopped in (a layout step's key is its input's ``resource.key``, read by an
+activity interceptor); the others run through. With ``STEP_FAULT_GO`` set, it imports
+everything, then waits until that file exists before it connects and polls: the harness keeps
+the next worker warm that way, so a kill costs no start.
 Run as ``python -m tests.support.step_fault_worker``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import socket
@@ -31,12 +35,30 @@ from typing import Any
 
 import temporalio.worker
 from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from cloudloop.cloud.registry import Settings
 from cloudloop.metrics import CLOUD_API_REQUESTS
 from workers.main import run
 
 _LOCK = threading.Lock()
+#: The resource key of the layout step this activity runs ("" for any other activity).
+_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("step_fault_key", default="")
+
+
+class _KeyInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        resource = getattr(input.args[0], "resource", None) if input.args else None
+        token = _KEY.set(str(getattr(resource, "key", "")))
+        try:
+            return await super().execute_activity(input)
+        finally:
+            _KEY.reset(token)
+
+
+class _KeyInterceptor(Interceptor):
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _KeyInbound(next)
 
 
 def _step() -> str:
@@ -48,7 +70,10 @@ def _step() -> str:
 
 
 def stop_after_first_mutation(
-    seen: Path, read_only: tuple[str, ...], mutating: frozenset[str] = frozenset()
+    seen: Path,
+    read_only: tuple[str, ...],
+    mutating: frozenset[str] = frozenset(),
+    only: frozenset[str] = frozenset(),
 ) -> None:
     original = CLOUD_API_REQUESTS.labels
 
@@ -60,14 +85,14 @@ def stop_after_first_mutation(
         if mutating and operation not in mutating:
             return metric
         step = _step()
-        if not step:
+        if not step or (only and _KEY.get() not in only):
             return metric
         with _LOCK:
             done = seen.read_text().splitlines() if seen.exists() else []
             if any(line.split(" ", 1)[0] == step for line in done):
                 return metric
             with seen.open("a") as out:
-                out.write(f"{step} {operation} {os.getpid()}\n")
+                out.write(f"{step} {_KEY.get() or '-'} {operation} {os.getpid()}\n")
         logging.getLogger(__name__).warning("stopping %s after %s", step, operation)
         metric.inc()  # counted as the caller would, then never returns
         threading.Event().wait()
@@ -77,11 +102,13 @@ def stop_after_first_mutation(
 
 
 def short_sticky_queues(seconds: float = 1.0) -> None:
+    """Workers whose sticky queues give up after ``seconds``, with the step-key interceptor."""
     original = temporalio.worker.Worker
 
     class Worker(original):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=seconds))
+            kwargs["interceptors"] = [*kwargs.get("interceptors", ()), _KeyInterceptor()]
             super().__init__(*args, **kwargs)
 
     temporalio.worker.Worker = Worker  # type: ignore[misc]
@@ -106,5 +133,6 @@ if __name__ == "__main__":
         Path(os.environ["STEP_FAULT_SEEN"]),
         tuple(p for p in os.environ.get("STEP_FAULT_READ_ONLY", "").split(",") if p),
         frozenset(p for p in os.environ.get("STEP_FAULT_MUTATING", "").split(",") if p),
+        frozenset(k for k in os.environ.get("STEP_FAULT_ONLY", "").split(",") if k),
     )
     asyncio.run(run(Settings()))

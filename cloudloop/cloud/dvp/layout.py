@@ -11,28 +11,50 @@ object in ``provider.namespace`` of the parent cluster:
   groups name must exist (fail fast, before any disk is made);
 - ``master-node`` per replica: ``VirtualDisk`` root ``<hostname>-<h6>`` (the image as
   ``dataSource.objectRef``), ``VirtualDisk`` ``<prefix>-master-kubernetes-data-<i>-<h6>``,
-  ``VirtualDisk`` per additional disk ``<hostname>-additional-<j>-<h6>``, the cloud-init
-  ``Secret`` ``<hostname>-cloudinit-<h6>`` (type
+  ``VirtualDisk`` per additional disk ``<prefix>-<ng>-additional-disk-<j>-<i>-<h6>``, the
+  cloud-init ``Secret`` ``<hostname>-cloudinit-<h6 of the VM>`` (type
   ``provisioning.virtualization.deckhouse.io/cloud-init``, key ``userData``) and the
   ``VirtualMachine`` ``<hostname>-<h6>``, ``hostname`` = ``<prefix>-master-<i>``;
 - ``static-node`` per node group index: the same for ``<prefix>-<ng>-<i>`` without the
   kubernetes-data disk.
 
-``h6`` = the first 6 hex digits of the sha256 of the object's destructive parameters (VM: cpu,
-memory, node selector, tolerations, priority class, IP, the SSH key's hash, its disks' names;
-root disk: the image; data and additional disks: the storage class), so a change of one renames,
-and so recreates, the object, as upstream. Labels: ``deckhouse.io/managed-by=deckhouse``,
+``h6`` is upstream's (``terraform-modules/{master,static-node,root-disk,kubernetes-data-disk,
+additional-disk}/variables.tf``): the first 6 hex digits of the sha256 of Terraform's
+``jsonencode`` (:func:`tf_json`) of the object's destructive parameters — for a disk, of the
+JSON *of the JSON* (upstream encodes twice): root ``{"rootDisk":{"image":{"type","name"}}}``,
+data ``{"kbernetesDataDisk":{}}`` (sic), additional ``{"additionalDisk":{}}``; for the VM, once,
+of ``{"virtualMachine":{cpu, memory, nodeSelector, tolerations, priorityClassName, ipAddress,
+sshPublicKeyHash}, "rootDiskHash", "etcDiskHash" (masters), "additionalDisksHash"}``. They are
+written as upstream's ``last_applied_destructive_*_parameters[_hash]`` annotations when an object
+is created.
+
+Identity: a name is computed only to create. Every node object is found by its labels
+(``dvp.deckhouse.io/cluster-uuid`` + ``dvp.deckhouse.io/hostname``) and its role — its name
+without the trailing ``-<6 hex>`` is one of the resource's ``stems`` (the root disk and the VM:
+``<hostname>``; the data disk ``<prefix>-master-kubernetes-data-<i>``; an additional disk
+upstream's ``<prefix>-<ng>-additional-disk-<j>-<i>`` or this module's earlier
+``<hostname>-additional-<j>``; the Secret ``<hostname>-cloudinit``) — so an object made by
+upstream's Terraform, or by an earlier version of this module (other hashes), is found under
+whatever name it has, and the VM refers to the disks and Secret by the names found (its
+``parts``: looked up when the VM is compared or made, so a VM is found, and destroyed, even
+when a disk is gone). A change of
+the VM's destructive parameters (compared with its ``last_applied_destructive_vm_parameters``
+annotation, not by name) recreates the VM, as upstream's rename does.
+
+Labels: ``deckhouse.io/managed-by=deckhouse``,
 ``dvp.deckhouse.io/cluster-prefix``, ``dvp.deckhouse.io/cluster-uuid``,
 ``dvp.deckhouse.io/node-group``, ``dvp.deckhouse.io/hostname`` (+ ``additionalLabels`` and
-``additionalVMLabels`` on the VM); disks and the Secret carry the uuid and hostname labels.
-Outputs: SSH and internal IP = the VM's ``status.ipAddress``, data device
-``/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_<md5 of the data disk's name>``.
+``additionalVMLabels`` on the VM); disks and the Secret carry the managed-by, uuid and hostname
+labels; the NetworkPolicy the uuid label (upstream's). Outputs: SSH and internal IP = the VM's
+``status.ipAddress``, data device ``/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_<md5 of the found
+data disk's name>``.
 
 Departures from the Terraform modules (and why):
-- the JSON hashed for ``h6`` is this module's (sorted keys), not byte-for-byte upstream's, so
-  names have upstream's shape but not its hashes (an upstream-made VM is not adopted);
 - no ``VirtualMachineIPAddress`` resource: the VM gets DVP's automatic address (upstream's
-  ``Auto``); static ``ipAddresses`` are refused for now;
+  ``Auto``); static ``ipAddresses`` are refused for now. So the VM's ``ipAddress`` destructive
+  parameter is ``null`` where upstream's is the address its Auto ``VirtualMachineIPAddress``
+  got: a VM this module creates has another ``h6`` than upstream's would (both are found by
+  labels); the address is left out when a found VM's parameters are compared;
 - no ``kubernetes_owner_references``: each object is deleted by the destroy, in reverse order
   (VM first, then its Secret and disks), which needs no garbage collector;
 - the cloud-init data does not carry dhctl's ``cloudConfig`` (as on AWS and zVirt).
@@ -82,15 +104,82 @@ PREFIX_LABEL = "dvp.deckhouse.io/cluster-prefix"
 NODE_GROUP_LABEL = "dvp.deckhouse.io/node-group"
 DESTRUCTIVE_ANNOTATION = "last_applied_destructive_vm_parameters"
 DESTRUCTIVE_HASH_ANNOTATION = "last_applied_destructive_vm_parameters_hash"
+ROOT_DISK_ANNOTATION = "last_applied_destructive_root_disk_parameters"
+ADDITIONAL_DISK_ANNOTATION = "last_applied_destructive_additional_disk_parameters"
 DATA_DEVICE_PREFIX = "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_"
+#: The hash suffix of a node object's name (cut to find its role).
+HASH_SUFFIX = "-[0-9a-f]{6}"
+_TF_ESCAPES = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def tf_json(value: Any) -> str:
+    """Terraform's ``jsonencode``: object keys sorted, no spaces, UTF-8 kept, ``<``, ``>``,
+    ``&`` and the line/paragraph separators escaped (Go's encoder)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in _TF_ESCAPES:
+        text = text.replace(char, escaped)
+    return text
 
 
-def h6(value: Any) -> str:
-    return hashlib.sha256(_json(value).encode()).hexdigest()[:6]
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def vm_hash(params: dict[str, Any]) -> str:
+    """A VM's ``h6``: of the parameters' JSON."""
+    return sha256_hex(tf_json(params))[:6]
+
+
+def disk_destructive(params: dict[str, Any]) -> tuple[str, str]:
+    """A disk's destructive parameters' JSON and ``h6`` (of the JSON of that JSON)."""
+    text = tf_json(params)
+    return text, sha256_hex(tf_json(text))[:6]
+
+
+#: The VM's own destructive parameters compared with a found VM's annotation.
+_VM_FIELDS = ("cpu", "memory", "nodeSelector", "tolerations", "priorityClassName")
+
+
+def _comparable(field: str, value: Any) -> Any:
+    if field == "tolerations":  # Terraform's list(map(string)): every value a string
+        return [{k: str(v) for k, v in t.items()} for t in value or [] if isinstance(t, dict)]
+    if field == "nodeSelector":
+        return value or {}
+    return value
+
+
+def same_destructive(want: dict[str, Any], annotation: str | None) -> bool:
+    """Whether a found VM's ``last_applied_destructive_vm_parameters`` says what ``want`` does.
+
+    Only the VM's own parameters are compared — cpu, memory, node selector, tolerations,
+    priority class, and in upstream's shape the SSH key's hash — each only when the annotation
+    has it: the disks' hashes (a disk's change is reported on the disk, never recreated here),
+    the Auto address (the cloud's choice) and keys of other upstream versions
+    (``cloudConfigHash``) are not. No (or unreadable) annotation: nothing to judge by, the
+    same. This module's earlier shape has the fields at the top, ``memory`` a string."""
+    try:
+        have = json.loads(annotation) if annotation else None
+    except json.JSONDecodeError:
+        return True
+    if not isinstance(have, dict):
+        return True
+    wanted = dict(want["virtualMachine"])
+    fields: tuple[str, ...]
+    if isinstance(have.get("virtualMachine"), dict):
+        have = have["virtualMachine"]
+        fields = (*_VM_FIELDS, "sshPublicKeyHash")
+    else:
+        wanted["memory"] = wanted["memory"]["size"]
+        fields = _VM_FIELDS
+    return all(
+        _comparable(f, have[f]) == _comparable(f, wanted.get(f)) for f in fields if f in have
+    )
 
 
 def data_device(disk_name: str) -> str:
@@ -146,7 +235,7 @@ class _Builder:
         return ResourceDef(
             kind=NETWORK_POLICY,
             name=name,
-            tags={r.MANAGED_BY_LABEL: r.MANAGED_BY_VALUE, r.CLUSTER_UUID_LABEL: self.uuid},
+            tags={r.CLUSTER_UUID_LABEL: self.uuid},
             properties={
                 "spec": {
                     "podSelector": pods,
@@ -197,25 +286,34 @@ class _Builder:
     # -- nodes -----------------------------------------------------------------------------
     def _disk(
         self,
-        name: str,
+        stems: list[str],
         hostname: str,
         size: str,
         storage_class: str | None,
+        destructive: tuple[dict[str, Any], str],
         source: dict[str, Any] | None = None,
-    ) -> ResourceDef:
+    ) -> tuple[ResourceDef, str]:
+        """The disk named ``<stems[0]>-<h6>`` and its ``h6``."""
+        params, annotation = destructive
+        text, digest = disk_destructive(params)
         claim: dict[str, Any] = {"size": size}
         if storage_class:
             claim["storageClassName"] = storage_class
         spec: dict[str, Any] = {"persistentVolumeClaim": claim}
         if source is not None:
             spec["dataSource"] = source
-        return ResourceDef(
+        disk = ResourceDef(
             kind=DISK,
-            name=name,
+            name=f"{stems[0]}-{digest}",
             tags=self._labels(hostname),
-            properties={"spec": spec},
-            outputs=["id", "name"],
+            properties={
+                "stems": stems,
+                "created_annotations": {annotation: text, f"{annotation}_hash": digest},
+                "spec": spec,
+            },
+            outputs=["id", "name", "device"],
         )
+        return disk, digest
 
     def _node(
         self,
@@ -237,40 +335,41 @@ class _Builder:
                 f"{hostname}: static ipAddresses are not supported yet (use Auto or leave it out)"
             )
         image = {"kind": root.image.kind, "name": root.image.name}
-        root_disk = self._disk(
-            f"{hostname}-{h6({'image': image})}",
+        root_disk, root_hash = self._disk(
+            [hostname],
             hostname,
             root.size,
             root.storageClass,
+            (
+                {"rootDisk": {"image": {"type": image["kind"], "name": image["name"]}}},
+                ROOT_DISK_ANNOTATION,
+            ),
             {"type": "ObjectRef", "objectRef": image},
         )
         disks = [root_disk]
         data_disk: ResourceDef | None = None
+        hashes: dict[str, Any] = {"rootDiskHash": root_hash}
         if etcd is not None:
             size, storage_class = etcd
-            data_disk = self._disk(
-                f"{self.p}-master-kubernetes-data-{index}-{h6({'storageClass': storage_class})}",
+            data_disk, hashes["etcDiskHash"] = self._disk(
+                [f"{self.p}-{group}-kubernetes-data-{index}"],
                 hostname,
                 size,
                 storage_class,
+                ({"kbernetesDataDisk": {}}, ROOT_DISK_ANNOTATION),  # upstream's key, sic
             )
             disks.append(data_disk)
+        hashes["additionalDisksHash"] = []
         for j, extra in enumerate(additional):
-            disks.append(
-                self._disk(
-                    f"{hostname}-additional-{j}-{h6({'storageClass': extra.storageClass})}",
-                    hostname,
-                    extra.size,
-                    extra.storageClass,
-                )
+            disk, digest = self._disk(
+                [f"{self.p}-{group}-additional-disk-{j}-{index}", f"{hostname}-additional-{j}"],
+                hostname,
+                extra.size,
+                extra.storageClass,
+                ({"additionalDisk": {}}, ADDITIONAL_DISK_ANNOTATION),
             )
-        user_data = cloud_init(hostname, self.c.sshPublicKey)
-        secret = ResourceDef(
-            kind=SECRET,
-            name=f"{hostname}-cloudinit-{h6({'userData': user_data})}",
-            tags=self._labels(hostname),
-            properties={"type": r.CLOUD_INIT_SECRET_TYPE, "userData": user_data},
-        )
+            disks.append(disk)
+            hashes["additionalDisksHash"].append(digest)
         node_selector = dict(vm.nodeSelector)
         zone_list = sorted(set(zones or []))
         if zone_list:
@@ -278,15 +377,30 @@ class _Builder:
         if self.c.region:
             node_selector["topology.kubernetes.io/region"] = self.c.region
         destructive = {
-            "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.coreFraction},
-            "memory": vm.memory.size,
-            "nodeSelector": node_selector,
-            "tolerations": vm.tolerations,
-            "priorityClassName": vm.priorityClassName,
-            "ipAddress": "Auto",
-            "sshKey": hashlib.sha256(self.c.sshPublicKey.strip().encode()).hexdigest(),
-            "disks": [d.name for d in disks],
+            "virtualMachine": {
+                "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.coreFraction},
+                "memory": {"size": vm.memory.size},
+                "nodeSelector": node_selector,
+                "tolerations": vm.tolerations or None,
+                "priorityClassName": vm.priorityClassName,
+                "ipAddress": None,  # DVP's Auto address, not known before (see the docstring)
+                "sshPublicKeyHash": sha256_hex(tf_json(self.c.sshPublicKey)),
+            },
+            **hashes,
         }
+        digest = vm_hash(destructive)
+        user_data = cloud_init(hostname, self.c.sshPublicKey)
+        secret = ResourceDef(
+            kind=SECRET,
+            name=f"{hostname}-cloudinit-{digest}",
+            tags=self._labels(hostname),
+            properties={
+                "stems": [f"{hostname}-cloudinit"],
+                "type": r.CLOUD_INIT_SECRET_TYPE,
+                "userData": user_data,
+            },
+            outputs=["id", "name"],
+        )
         spec: dict[str, Any] = {
             "virtualMachineClassName": vm.virtualMachineClassName,
             "cpu": {"cores": vm.cpu.cores, "coreFraction": vm.cpu.coreFraction},
@@ -318,15 +432,22 @@ class _Builder:
         }
         machine = ResourceDef(
             kind=VM,
-            name=f"{hostname}-{h6(destructive)}",
+            name=f"{hostname}-{digest}",
             tags=labels,
             depends_on=[d.key for d in disks] + [secret.key],
             properties={
-                "annotations": {
-                    **vm.additionalAnnotations,
-                    DESTRUCTIVE_ANNOTATION: _json(destructive),
-                    DESTRUCTIVE_HASH_ANNOTATION: h6(destructive),
+                "stems": [hostname],
+                # the disks and Secret the spec names, found as they are (another hash)
+                "parts": {
+                    d.name: {"kind": d.kind, "stems": d.properties["stems"]}
+                    for d in [*disks, secret]
                 },
+                "annotations": dict(vm.additionalAnnotations),
+                "created_annotations": {
+                    DESTRUCTIVE_ANNOTATION: tf_json(destructive),
+                    DESTRUCTIVE_HASH_ANNOTATION: digest,
+                },
+                "destructive": destructive,
                 "spec": spec,
             },
             outputs=["id", "name", "ip"],
@@ -336,7 +457,7 @@ class _Builder:
             outputs = {
                 "master_ip_address_for_ssh": ref(machine.key, "ip"),
                 **outputs,
-                "kubernetes_data_device_path": data_device(data_disk.name),
+                "kubernetes_data_device_path": ref(data_disk.key, "device"),
             }
         return ModuleDef(
             id=module_id,

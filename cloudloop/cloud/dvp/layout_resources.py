@@ -6,11 +6,23 @@ request timeout, counted calls, errors translated), with the ``DVPClusterConfigu
 ``kubeconfigDataBase64`` and ``namespace``; the worker's DVP section gives the request timeout.
 
 Identity and crash rules:
-- an object is found by its name in the namespace (cluster-scoped for VM classes and cluster
-  images); one without this cluster's ``dvp.deckhouse.io/cluster-uuid`` label is
-  ``AlreadyExists``, never adopted. It is created with its labels in the create call, so a worker
-  killed right after leaves an object the retry finds; a create answered ``AlreadyExists`` reads
-  and adopts (when the labels say it is ours).
+- a node object (a resource with ``stems``) is found by its labels: this cluster's
+  ``dvp.deckhouse.io/cluster-uuid`` and the node's ``dvp.deckhouse.io/hostname``, and its role —
+  its name without the trailing ``-<6 hex>`` is one of the resource's stems — whatever its hash
+  (upstream's Terraform's, an earlier cloudloop's); the computed name is only the first guess
+  (one GET) and the name to create. Two live candidates are an error, never a guess. Anything
+  else (the NetworkPolicy, lookups) is found by its name in the namespace (cluster-scoped for VM
+  classes and cluster images); one without this cluster's ``dvp.deckhouse.io/cluster-uuid``
+  label is ``AlreadyExists``, never adopted. An object is created with its labels in the create
+  call, so a worker killed right after leaves an object the retry finds.
+- a VM whose ``last_applied_destructive_vm_parameters`` annotation differs from the definition's
+  destructive parameters (:func:`~cloudloop.cloud.dvp.layout.same_destructive`) is deleted and
+  created anew under the new name (upstream's rename): a crash between the two leaves no VM,
+  which the retry creates. Owner references to the old VM (upstream's, on its disks and Secret)
+  are dropped first, so the garbage collector does not take the parts with it.
+- ``adopt`` takes the name a Terraform state gives: an object of another cluster (its uuid
+  label) or another node (its hostname label) is refused; labels it lacks are added (upstream's
+  cloud-init Secret has none: so the label lookup finds it), nothing else is changed.
 - ensure waits for what upstream's Terraform waits for: a VirtualDisk ``Ready`` (``Failed``, or a
   ``Ready=False`` condition with ProvisioningFailed/ImageNotReady/QuotaExceeded..., ends the step
   with DVP's message, not retried), a VirtualMachine ``Running`` with an address.
@@ -26,7 +38,9 @@ Identity and crash rules:
 from __future__ import annotations
 
 import base64
+import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -35,11 +49,13 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.dvp import layout as defs
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, DvpBase
+from cloudloop.cloud.dvp.layout_state import STATE_TYPES
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.layouts import Drift, Ensured, Found
 from cloudloop.kube.resources import Resource
 from cloudloop.layouts.config import DVPClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from cloudloop.layouts.tfstate import StateMapping
 
 Props = dict[str, Any]
 Obj = dict[str, Any]
@@ -53,6 +69,8 @@ RESOURCES = {
     defs.SECRET: r.SECRETS,
     defs.VM: r.VIRTUAL_MACHINES,
 }
+#: The labels that say which cluster and node a node object is for.
+_IDENTITY = (r.CLUSTER_UUID_LABEL, r.HOSTNAME_LABEL)
 #: ``Ready=False`` reasons of a VirtualDisk that will not pass by waiting (upstream's check).
 _DISK_FAILURES = frozenset(
     {
@@ -110,8 +128,42 @@ class DvpLayoutResources:
             raise errors.NotSupported(NAME, f"layout resource {resource.kind}")
         return found
 
+    @staticmethod
+    def _stems(resource: ResourceDef) -> list[str]:
+        return [str(stem) for stem in resource.properties.get("stems") or []]
+
+    @staticmethod
+    def _plays(resource: ResourceDef, obj: Obj) -> bool:
+        """Whether ``obj`` is ``resource``'s object: its labels name the cluster and node, its
+        name less the hash suffix is a stem."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if any(labels.get(k) != resource.tags.get(k) for k in _IDENTITY):
+            return False
+        stem = re.sub(defs.HASH_SUFFIX + "$", "", str(meta.get("name", "")))
+        return stem in DvpLayoutResources._stems(resource)
+
     def _find(self, resource: ResourceDef) -> Obj | None:
-        obj = self.api.get(self._resource(resource), resource.name)
+        kind = self._resource(resource)
+        obj = self.api.get(kind, resource.name)
+        if obj is None and not resource.read_only and self._stems(resource):
+            selector = ",".join(f"{k}={resource.tags[k]}" for k in _IDENTITY)
+            found = [
+                o
+                for o in self.api.list_objects(kind, label_selector=selector)
+                if self._plays(resource, o)
+            ]
+            live = [o for o in found if not o["metadata"].get("deletionTimestamp")]
+            if len(live) > 1:
+                names = ", ".join(sorted(o["metadata"]["name"] for o in live))
+                raise errors.AlreadyExists(
+                    NAME,
+                    f"List{kind.kind}",
+                    f"{resource.key}: several {kind.kind}s play this part ({names}); delete all "
+                    "but one",
+                )
+            candidates = live or found
+            obj = candidates[0] if candidates else None
         if obj is None or resource.read_only:
             return obj
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -125,14 +177,84 @@ class DvpLayoutResources:
             )
         return obj
 
+    def _with_parts(self, resource: ResourceDef, props: Props) -> Props:
+        """A VM's properties naming the disks and Secret found (by labels and role); a part
+        not found keeps the computed name."""
+        parts = props.get("parts")
+        if resource.kind != defs.VM or not parts:
+            return props
+        identity = {k: resource.tags[k] for k in _IDENTITY}
+
+        def found(name: str) -> str:
+            part = parts.get(name)
+            if part is None:
+                return name
+            obj = self._find(
+                ResourceDef(
+                    kind=part["kind"], name=name, tags=identity, properties={"stems": part["stems"]}
+                )
+            )
+            return name if obj is None else self._name(obj)
+
+        spec = dict(props.get("spec") or {})
+        spec["blockDeviceRefs"] = [
+            {**device, "name": found(str(device.get("name")))}
+            for device in spec.get("blockDeviceRefs") or []
+        ]
+        provisioning = dict(spec.get("provisioning") or {})
+        if "userDataRef" in provisioning:
+            user_data = dict(provisioning["userDataRef"])
+            user_data["name"] = found(str(user_data.get("name")))
+            provisioning["userDataRef"] = user_data
+            spec["provisioning"] = provisioning
+        return {**props, "spec": spec}
+
+    def _release_parts(self, props: Props, vm: Obj) -> None:
+        """Drop the owner references upstream's Terraform put on a VM's disks and Secret
+        (``kubernetes_owner_references_v1``), so that replacing the VM does not have the garbage
+        collector take them with it."""
+        uid = vm["metadata"].get("uid")
+        spec = props.get("spec") or {}
+        parts = [(r.VIRTUAL_DISKS, str(d.get("name"))) for d in spec.get("blockDeviceRefs") or []]
+        user_data = (spec.get("provisioning") or {}).get("userDataRef") or {}
+        if user_data.get("name"):
+            parts.append((r.SECRETS, str(user_data["name"])))
+        for kind, name in parts:
+            part = self.api.get(kind, name)
+            owners = ((part or {}).get("metadata") or {}).get("ownerReferences") or []
+            kept = [o for o in owners if o.get("uid") != uid]
+            if part is not None and len(kept) != len(owners):
+                self.api.patch(kind, name, {"metadata": {"ownerReferences": kept or None}})
+
+    @staticmethod
+    def _name(obj: Obj) -> str:
+        return str(obj["metadata"]["name"])
+
+    @staticmethod
+    def _destructive_drift(resource: ResourceDef, props: Props, obj: Obj) -> list[Drift]:
+        """A VM's destructive parameters changed (recreate), from its annotation."""
+        if resource.kind != defs.VM or "destructive" not in props:
+            return []
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        have = annotations.get(defs.DESTRUCTIVE_ANNOTATION)
+        if defs.same_destructive(props["destructive"], have):
+            return []
+        want = props.get("created_annotations", {}).get(defs.DESTRUCTIVE_ANNOTATION)
+        return [Drift(f"metadata.annotations.{defs.DESTRUCTIVE_ANNOTATION}", have, want)]
+
     def inspect(self, resource: ResourceDef, properties: Props) -> Found | None:
         obj = self._find(resource)
         if obj is None:
             return None
-        drift = [] if resource.read_only else self._drift(resource, properties, obj)
+        if resource.read_only:
+            return Found(outputs=self._outputs(resource, obj))
+        properties = self._with_parts(resource, properties)
+        drift = self._destructive_drift(resource, properties, obj)
+        drift += self._drift(resource, properties, obj)
         return Found(outputs=self._outputs(resource, obj), drift=drift)
 
     def ensure(self, resource: ResourceDef, properties: Props) -> Ensured:
+        properties = self._with_parts(resource, properties)
         obj = self._find(resource)
         if obj is None:
             created = self.api.create(self._resource(resource), self._body(resource, properties))
@@ -144,37 +266,77 @@ class DvpLayoutResources:
             return Ensured("created", self._outputs(resource, self._settle(resource, obj)))
         if obj["metadata"].get("deletionTimestamp"):
             raise errors.CloudError(
-                NAME, f"Get{obj.get('kind')}", f"{resource.name} is being deleted; retry"
+                NAME, f"Get{obj.get('kind')}", f"{self._name(obj)} is being deleted; retry"
             )
+        recreate = self._destructive_drift(resource, properties, obj)
+        if recreate:  # upstream renames, and so replaces, the VM: the old one goes first
+            self._release_parts(properties, obj)
+            self._delete(self._resource(resource), self._name(obj))
+            return self.ensure(resource, properties)
         changed = self._drift(resource, properties, obj)
         repairable = [d for d in changed if not d.immutable]
         if repairable:
-            obj = self.api.patch(self._resource(resource), resource.name, self._patch(repairable))
+            obj = self.api.patch(self._resource(resource), self._name(obj), self._patch(repairable))
         obj = self._settle(resource, obj)
         return Ensured(
             "updated" if repairable else "unchanged", self._outputs(resource, obj), changed
         )
 
     def delete(self, resource: ResourceDef, properties: Props) -> bool:
-        kind = self._resource(resource)
         obj = self._find(resource)
         if obj is None:
             return False
-        if not obj["metadata"].get("deletionTimestamp"):
-            self.api.delete(kind, resource.name)
-        self._wait(f"Delete{kind.kind}", lambda: self.api.get(kind, resource.name) is None)
+        self._delete(self._resource(resource), self._name(obj), obj)
         return True
+
+    def _delete(self, kind: Resource, name: str, obj: Obj | None = None) -> None:
+        if obj is None or not obj["metadata"].get("deletionTimestamp"):
+            self.api.delete(kind, name)
+        self._wait(f"Delete{kind.kind}", lambda: self.api.get(kind, name) is None)
+
+    def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
+        """The object a Terraform state names (its ID is its name), given the layout's labels
+        it lacks (upstream's cloud-init Secret has none), then ``inspect``'s answer; ``None``
+        when the namespace has no such object. Another cluster's or node's is refused."""
+        kind = self._resource(resource)
+        obj = self.api.get(kind, cloud_id)
+        if obj is None:
+            return None
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        identity = _IDENTITY if self._stems(resource) else (r.CLUSTER_UUID_LABEL,)
+        for label in identity:
+            have, want = labels.get(label), resource.tags.get(label)
+            if have is not None and have != want:
+                raise errors.AlreadyExists(
+                    NAME,
+                    "adopt",
+                    f"{resource.key}: the state's {kind.kind} {cloud_id} has {label}={have!r}, "
+                    f"this layout's is {want!r}",
+                )
+        missing = {k: v for k, v in resource.tags.items() if k not in labels}
+        if missing:
+            self.api.patch(kind, cloud_id, {"metadata": {"labels": missing}})
+        found = self.inspect(resource, properties)
+        if found is not None and found.outputs.get("name") != cloud_id:
+            raise errors.AlreadyExists(
+                NAME,
+                "adopt",
+                f"{resource.key} is {found.outputs.get('name')}, not the state's {cloud_id}",
+            )
+        return found
 
     def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
         """VMs and disks labelled for this cluster that the layout did not make (ephemeral
         nodes, CSI volumes)."""
-        ours = {r.name for m in layout.modules for r in m.resources}
+        defined = [d for m in layout.modules for d in m.resources]
         selector = f"{r.CLUSTER_UUID_LABEL}={layout.uuid}"
         blockers: list[str] = []
         for resource in (r.VIRTUAL_MACHINES, r.VIRTUAL_DISKS):
+            mine = [d for d in defined if RESOURCES.get(d.kind) == resource]
             for obj in self.api.list_objects(resource, label_selector=selector):
                 name = obj["metadata"]["name"]
-                if name not in ours and not obj["metadata"].get("deletionTimestamp"):
+                ours = any(d.name == name or self._plays(d, obj) for d in mine)
+                if not ours and not obj["metadata"].get("deletionTimestamp"):
                     blockers.append(f"{resource.kind} {name}")
         return sorted(blockers)
 
@@ -185,8 +347,12 @@ class DvpLayoutResources:
             "namespace": self.api.namespace,
             "labels": dict(resource.tags),
         }
-        if props.get("annotations"):
-            metadata["annotations"] = dict(props["annotations"])
+        annotations = {
+            **(props.get("annotations") or {}),
+            **(props.get("created_annotations") or {}),
+        }
+        if annotations:
+            metadata["annotations"] = annotations
         if resource.kind == defs.SECRET:
             encoded = base64.b64encode(str(props["userData"]).encode()).decode()
             return {
@@ -275,6 +441,7 @@ class DvpLayoutResources:
         if resource.kind not in (defs.DISK, defs.VM):
             return obj
         kind = self._resource(resource)
+        name = self._name(obj)
         deadline = time.monotonic() + self.wait_s
         while True:
             status = obj.get("status") or {}
@@ -282,7 +449,7 @@ class DvpLayoutResources:
                 failure = _disk_failure(status)
                 if failure:
                     raise errors.InvalidRequest(
-                        NAME, "WaitForVirtualDisk", f"VirtualDisk {resource.name}: {failure}"
+                        NAME, "WaitForVirtualDisk", f"VirtualDisk {name}: {failure}"
                     )
                 if status.get("phase") == "Ready":
                     return obj
@@ -292,19 +459,19 @@ class DvpLayoutResources:
                 raise errors.CloudError(
                     NAME,
                     f"WaitFor{kind.kind}",
-                    f"{resource.name} is {status.get('phase') or 'Pending'} after "
-                    f"{self.wait_s:.0f}s; retry",
+                    f"{name} is {status.get('phase') or 'Pending'} after {self.wait_s:.0f}s; retry",
                 )
             time.sleep(self.poll_s)
-            found = self.api.get(kind, resource.name)
+            found = self.api.get(kind, name)
             if found is None:
-                raise errors.CloudError(NAME, f"Get{kind.kind}", f"{resource.name} is gone; retry")
+                raise errors.CloudError(NAME, f"Get{kind.kind}", f"{name} is gone; retry")
             obj = found
 
     def _outputs(self, resource: ResourceDef, obj: Obj) -> dict[str, Any]:
         meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-        values = {"id": meta.get("uid") or meta.get("name"), "name": meta.get("name")}
-        values["ip"] = status.get("ipAddress")
+        name = str(meta.get("name", ""))
+        values = {"id": name, "name": name, "ip": status.get("ipAddress")}
+        values["device"] = defs.data_device(name)
         return {k: values.get(k) for k in resource.outputs}
 
 
@@ -322,9 +489,10 @@ def _disk_failure(status: Obj) -> str:
 
 
 class DvpLayouts:
-    """The DVP :class:`~cloudloop.cloud.layouts.LayoutPart`."""
+    """The DVP :class:`~cloudloop.cloud.layouts.LayoutPart` (and ``AdoptingPart``)."""
 
     layouts: tuple[str, ...] = defs.LAYOUTS
+    state_types: Mapping[str, StateMapping] = STATE_TYPES
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)

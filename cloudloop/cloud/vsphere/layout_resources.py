@@ -27,6 +27,10 @@ Identity and crash rules:
 - ``delete`` is idempotent: a VM is powered off, its data disk detached (kept: it is its own
   resource), then destroyed; a pool or folder that still holds anything is refused (vCenter would
   destroy the VMs in it), never emptied.
+- ``blockers`` (before a destroy): VMs the layout did not make in its folder or pools, and the
+  cluster's CSI volumes: First Class Disks our CSI driver tagged for it (category
+  ``cluster_tag_category``, tag = the cluster's name, looked up as its UUID and its prefix) that
+  a datastore still lists; another cluster's disks never count.
 - Adoption (``adopt``) finds what an upstream Terraform state names by its ID (a folder's or
   pool's moref, a VM's BIOS UUID) and renames it to the layout's name when it hangs where the
   layout's does; one elsewhere (another folder or pool) is refused, never moved; a disk's
@@ -57,6 +61,7 @@ from cloudloop.cloud.vsphere.machinespec import GIB, VsphereMachineSpec, parse_m
 from cloudloop.cloud.vsphere.mapping import PROVIDER, Inventory
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import PC, vim
+from cloudloop.cloud.vsphere.volumes import fcd_manager
 from cloudloop.layouts.config import VsphereClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
@@ -307,7 +312,47 @@ class VsphereLayoutResources(VsphereMachines):
 
     def blockers(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
         """VMs the layout did not make in its folder (named ``<prefix>-…`` when the folder
-        pre-exists) or in its resource pools: ephemeral nodes go first."""
+        pre-exists) or in its resource pools (ephemeral nodes), and the cluster's CSI disks."""
+        return self._stray_vms(layout, found) + self._csi_disks(layout)
+
+    def _csi_disks(self, layout: LayoutDef) -> list[str]:
+        """First Class Disks our CSI driver made for this cluster: tagged in the category
+        ``cluster_tag_category`` with the cluster's name (its UUID or its prefix; the layout's
+        own data disks are plain vmdk files, never tagged). Another cluster's are not."""
+        category = self.session.settings.cluster_tag_category
+        disks: set[str] = set()
+        for tag in sorted({layout.uuid, layout.prefix}):
+
+            def tagged(si: Any, tag: str = tag) -> Any:
+                return fcd_manager(si).ListVStorageObjectsAttachedToTag(category, tag)
+
+            try:
+                ids = self.session.call("ListVStorageObjectsAttachedToTag", tagged)
+            except errors.NotFound:
+                continue  # no such tag or category: no disk was tagged for it
+            disks |= {str(i.id) for i in ids or []}
+        if not disks:
+            return []
+        # a deleted disk's tag association may outlive it (vcsim keeps it): only the disks a
+        # datastore still lists count
+
+        def existing(si: Any) -> dict[str, str]:
+            view = si.content.viewManager.CreateContainerView(
+                si.content.rootFolder, [vim.Datastore], True
+            )
+            try:
+                return {
+                    str(i.id): str(store.name)
+                    for store in view.view
+                    for i in fcd_manager(si).ListVStorageObject(store) or []
+                }
+            finally:
+                view.Destroy()
+
+        present = self.session.call("ListVStorageObject", existing)
+        return [f"disk {d} ({present[d]})" for d in sorted(disks) if d in present]
+
+    def _stray_vms(self, layout: LayoutDef, found: dict[str, dict[str, Any]]) -> list[str]:
         ours = {r.name for m in layout.modules for r in m.resources if r.kind == defs.VM}
         folder = found.get(f"{defs.FOLDER}/{self.config.vmFolderPath.strip('/')}", {}).get("id")
         pools = {

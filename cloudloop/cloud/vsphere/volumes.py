@@ -122,6 +122,15 @@ def parse_volume_id(value: str) -> tuple[str, str]:
     return datastore, disk
 
 
+def fcd_manager(si: Any) -> Any:
+    """vCenter's ``VStorageObjectManager`` (built by hand when pyvmomi, against vcsim, has
+    none in the service content)."""
+    manager = si.content.vStorageObjectManager
+    if manager is None:
+        manager = vim.vslm.vcenter.VStorageObjectManager("VStorageObjectManager", si._stub)
+    return manager
+
+
 class VsphereVolumes(VolumeDefaults):
     provider = PROVIDER
     zonal_volumes = True
@@ -142,10 +151,7 @@ class VsphereVolumes(VolumeDefaults):
 
     # -- helpers -----------------------------------------------------------------------------
     def _manager(self, si: Any) -> Any:
-        manager = si.content.vStorageObjectManager
-        if manager is None:  # pyvmomi against vcsim: build the vCenter manager by hand
-            manager = vim.vslm.vcenter.VStorageObjectManager("VStorageObjectManager", si._stub)
-        return manager
+        return fcd_manager(si)
 
     def _retrieve(self, datastore: str, disk: str) -> Any:
         return self.session.call(

@@ -1,0 +1,235 @@
+"""Destroy's first phase: delete, through the cluster's own API, what owns cloud objects.
+
+Upstream ``dhctl destroy`` (``dhctl/pkg/operations/destroy/deckhouse/destroyer.go``,
+``deleteEntities``; the calls in ``dhctl/pkg/kubernetes/actions/deckhouse/delete.go``) deletes,
+before any Terraform layer: the Deckhouse Deployment (waited for), the PodDisruptionBudgets, every
+Service of type LoadBalancer (``DeleteServices``, then ``WaitForServicesDeletion``), the
+``storage.deckhouse.io`` resources, the StorageClasses, every PVC (``DeletePVC``), the Pods using
+a PVC (``DeletePods``), then waits for the claims (Pending ones aside) and every PersistentVolume
+to go (``WaitForPVCDeletion``, ``WaitForPVDeletion``), and last the machines
+(``DeleteMachinesIfResourcesExist``: MCM, then Cluster API MachineDeployments, each waited for
+until no Machine is left). The cloud controller and the CSI driver delete the load balancers and
+disks behind them; only then do the cloud layers go.
+
+Here each of :data:`~cloudloop.messages.layout.CLEAR_STEPS` is one activity (a visible step in
+the Layout workflow), idempotent and crash-safe: a delete step lists and deletes what is there
+(absent is success), a wait step lists again until nothing is left. A killed worker costs a
+heartbeat timeout; the retried step starts over from the cluster's state.
+
+Identity: ``verify-cluster`` refuses (``WrongCluster``, non-retryable) unless the cluster's
+ConfigMap ``kube-system/d8-cluster-uuid`` (``cluster-uuid``, which dhctl writes at bootstrap)
+names this layout's cluster UUID, so a kubeconfig of another cluster never has anything
+deleted. The cloud-side check (``layout.check_destroy``, filtered by the cluster's tags) still
+runs afterwards: whatever is left (an object the controller could not delete) refuses the
+destroy, named.
+
+Departures from dhctl: no Deckhouse Deployment or ``storage.deckhouse.io`` objects (cloudloop is
+not Deckhouse; its cloud controller and CSI driver must keep running to delete the cloud
+objects), no MCM (cloudloop's ephemeral nodes are Cluster API's); a wait gives up after
+``wait_s`` (dhctl: 45 tries of 15 s) with ``ClusterResourcesRemain`` naming what is left, and a
+PersistentVolume whose reclaim policy is not ``Delete`` is named as such; no interactive
+"continue anyway?" — a missing Cluster API is simply nothing to delete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeats import heartbeating
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.client import api_client
+from cloudloop.kube.resources import (
+    CONFIG_MAPS,
+    PDBS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    SERVICES,
+    Resource,
+)
+from cloudloop.messages.layout import ClearClusterInput, ClearClusterResult, LayoutActivity
+
+HEARTBEAT_S = 2.0
+#: How often a wait step lists again.
+POLL_S = 1.0
+
+PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+STORAGE_CLASSES = Resource(
+    "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
+)
+CAPI_GROUP = "cluster.x-k8s.io"
+UUID_CONFIG_MAP = ("kube-system", "d8-cluster-uuid")
+
+
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def _items(kube: Kube, resource: Resource) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kube.list(resource).get("items") or []
+    return items
+
+
+def _delete_all(kube: Kube, resource: Resource, objects: list[dict[str, Any]]) -> list[str]:
+    deleted = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if kube.delete(resource, str(meta.get("name")), meta.get("namespace")):
+            deleted.append(_name(obj))
+    return deleted
+
+
+def _load_balancers(kube: Kube) -> list[dict[str, Any]]:
+    return [
+        s for s in _items(kube, SERVICES) if (s.get("spec") or {}).get("type") == "LoadBalancer"
+    ]
+
+
+def _uses_claim(pod: dict[str, Any]) -> bool:
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any(v.get("persistentVolumeClaim") for v in volumes)
+
+
+def _capi(kube: Kube) -> tuple[Resource, Resource] | None:
+    """MachineDeployments and Machines of the served Cluster API version, or None."""
+    groups = kube.request("GET", "/apis").get("groups") or []
+    group = next((g for g in groups if g.get("name") == CAPI_GROUP), None)
+    version = str(((group or {}).get("preferredVersion") or {}).get("version") or "")
+    if not version:
+        return None
+    return (
+        Resource(CAPI_GROUP, version, "machinedeployments", "MachineDeployment"),
+        Resource(CAPI_GROUP, version, "machines", "Machine"),
+    )
+
+
+class ClusterResourceActivities:
+    """``layout.clear_cluster``: one step of destroy's first phase."""
+
+    def __init__(self, kube_factory: Callable[[str], Kube] | None = None) -> None:
+        self._kube_factory = kube_factory or (lambda path: Kube(api_client(Path(path))))
+
+    @activity.defn(name=LayoutActivity.CLEAR_CLUSTER)
+    def clear_cluster(self, input: ClearClusterInput) -> ClearClusterResult:
+        progress: dict[str, Any] = {"step": input.step}
+        with heartbeating(HEARTBEAT_S, details=lambda: dict(progress)):
+            try:
+                kube = self._kube_factory(input.kubeconfig)
+            except Exception as exc:  # a missing or broken kubeconfig: fix and run again
+                raise ApplicationError(
+                    f"kubeconfig {input.kubeconfig}: {exc}",
+                    type="KubeconfigInvalid",
+                    non_retryable=True,
+                ) from None
+            try:
+                objects = self._run(kube, input, progress)
+            except KubeError as exc:
+                if exc.status in (401, 403):
+                    raise ApplicationError(
+                        f"{input.step}: the cluster refused: {exc}",
+                        type="Forbidden",
+                        non_retryable=True,
+                    ) from None
+                raise  # transport or server error: retried
+            activity.logger.info("%s: %s", input.step, ", ".join(objects) or "nothing")
+            return ClearClusterResult(step=input.step, objects=objects)
+
+    def _run(self, kube: Kube, input: ClearClusterInput, progress: dict[str, Any]) -> list[str]:
+        step = input.step
+        if step == "verify-cluster":
+            return self._verify(kube, input)
+        if step == "delete-services":
+            return _delete_all(kube, SERVICES, _load_balancers(kube))
+        if step == "wait-services":
+            return self._wait(
+                input,
+                progress,
+                "LoadBalancer Services",
+                lambda: [_name(s) for s in _load_balancers(kube)],
+            )
+        if step == "delete-volumes":
+            deleted = _delete_all(kube, PDBS, _items(kube, PDBS))
+            deleted += _delete_all(kube, STORAGE_CLASSES, _items(kube, STORAGE_CLASSES))
+            deleted += _delete_all(kube, PVCS, _items(kube, PVCS))
+            deleted += _delete_all(kube, PODS, [p for p in _items(kube, PODS) if _uses_claim(p)])
+            return deleted
+        if step == "wait-volumes":
+            return self._wait(input, progress, "volumes", lambda: self._volumes_left(kube))
+        if step == "delete-machines":
+            capi = _capi(kube)
+            return [] if capi is None else _delete_all(kube, capi[0], _items(kube, capi[0]))
+        if step == "wait-machines":
+            capi = _capi(kube)
+            if capi is None:
+                return []
+            machines = capi[1]
+            return self._wait(
+                input,
+                progress,
+                "Cluster API Machines",
+                lambda: [_name(m) for m in _items(kube, machines)],
+            )
+        raise ApplicationError(f"unknown step {step!r}", type="LayoutFailed", non_retryable=True)
+
+    @staticmethod
+    def _verify(kube: Kube, input: ClearClusterInput) -> list[str]:
+        namespace, name = UUID_CONFIG_MAP
+        config_map = kube.get(CONFIG_MAPS, name, namespace)
+        found = str(((config_map or {}).get("data") or {}).get("cluster-uuid") or "")
+        if found != input.cluster.uuid:
+            what = f"names cluster {found!r}" if config_map else "is missing"
+            raise ApplicationError(
+                f"the kubeconfig's cluster is not {input.cluster.prefix} ({input.cluster.uuid}): "
+                f"ConfigMap {namespace}/{name} {what}; nothing deleted",
+                type="WrongCluster",
+                non_retryable=True,
+            )
+        return [f"{namespace}/{name}"]
+
+    @staticmethod
+    def _volumes_left(kube: Kube) -> list[str]:
+        claims = [
+            f"PVC {_name(c)}"
+            for c in _items(kube, PVCS)
+            if (c.get("status") or {}).get("phase") != "Pending"
+        ]
+        volumes = []
+        for pv in _items(kube, PERSISTENT_VOLUMES):
+            policy = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy")
+            note = "" if policy in (None, "Delete") else f" (reclaim policy {policy}: set Delete)"
+            volumes.append(f"PV {_name(pv)}{note}")
+        return claims + volumes
+
+    @staticmethod
+    def _wait(
+        input: ClearClusterInput,
+        progress: dict[str, Any],
+        what: str,
+        left: Callable[[], list[str]],
+    ) -> list[str]:
+        deadline = time.monotonic() + input.wait_s
+        seen: list[str] = []
+        while True:
+            remaining = left()
+            seen = sorted(set(seen) | set(remaining))
+            progress["left"] = remaining
+            if not remaining:
+                return seen
+            if time.monotonic() >= deadline:
+                raise ApplicationError(
+                    f"{len(remaining)} {what} still in the cluster after {input.wait_s:.0f} s "
+                    f"(their cloud objects are not deleted yet): {', '.join(remaining)}",
+                    type="ClusterResourcesRemain",
+                    non_retryable=True,
+                )
+            time.sleep(POLL_S)
+
+    def all(self) -> list[object]:
+        return [self.clear_cluster]
