@@ -9,14 +9,15 @@
   written (best effort, as every Event), so a write slot is taken by the two node writes only.
   Nodes wait in the starters' work queue; failures keep the taint and retry with
   per-node backoff (one ``FailedToInitializeNode`` Warning per failure streak).
-- **lifecycle** (every ``--node-monitor-period``): NotReady nodes are looked up in one batched
-  call; a node is deleted only when the cloud answered without error that its instance does not
-  exist (terminated counts as gone); a stopped instance gets the shutdown taint, removed again
-  once the node is Ready. Any cloud error keeps every node (fail closed), and so does a
-  providerID that names no well-formed instance: it is never looked up (a lookup of garbage
-  finds nothing, which would read as "gone"); the node gets one ``InvalidProviderID`` Warning.
-- **address refresh** (every ``--node-status-update-frequency``): one batched lookup of all
-  initialized nodes; addresses are patched only when they changed.
+- **lifecycle** (``--node-monitor-period`` after the last pass ended, as upstream's
+  ``wait.UntilWithContext``): NotReady nodes are looked up in one batched call; a node is
+  deleted only when the cloud answered without error that its instance does not exist
+  (terminated counts as gone); a stopped instance gets the shutdown taint, removed again once
+  the node is Ready. Any cloud error keeps every node (fail closed), and so does a providerID
+  that names no well-formed instance: it is never looked up (a lookup of garbage finds nothing,
+  which would read as "gone"); the node gets one ``InvalidProviderID`` Warning.
+- **address refresh** (``--node-status-update-frequency`` after the last one ended): one
+  batched lookup of all initialized nodes; addresses are patched only when they changed.
 """
 
 from __future__ import annotations
@@ -121,14 +122,16 @@ class NodeSync:
         )
 
     async def _every(self, period_s: float, job: Any) -> None:
+        """``job``, then a whole period's wait, as upstream's ``wait.UntilWithContext`` (sliding:
+        the period starts when the run ends), so a pass slowed by a busy cloud is not followed
+        at once by the next one."""
         await self.informer.wait_synced()
         while True:
-            started = time.monotonic()
             try:
                 await job()
             except Exception:
                 log.exception("node sync: %s failed", job.__name__)
-            await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
+            await asyncio.sleep(period_s)
 
     # -- lookups ---------------------------------------------------------------------------
     def lookup(self, nodes: Iterable[dict[str, Any]]) -> Lookup:
