@@ -2,16 +2,18 @@
 
 ``lb.ensure`` does the cloud work and then patches ``status.loadBalancer`` (status subresource)
 only when the ingress changed, in one activity, and records its two Normal Events itself: one
-activity per ensure instead of four (fewer workflow tasks and round trips on the path from
-"Service created" to "ingress set"). ``lb.delete`` deletes the cloud resources, clears the status
-and removes the cleanup finalizer, in that order, so the finalizer goes only after a successful
-delete. ``lb.resync`` (drift repair) asks the driver what differs from the applied state; on
-drift it ensures the LB again, fixes the ingress, checks once more and records
-``LoadBalancerDriftRepaired`` (a Warning: someone changed the cloud LB behind the controller)
-naming what was put back; what an ensure cannot put back is only logged. Cloud errors become
-``ApplicationError(type=<kind>)`` with the driver's retryability, so an invalid annotation
-(``InvalidRequest``) fails at once and "handled elsewhere" is ``NotSupported``. Long cloud calls
-heartbeat, so a dead worker's attempt is retried quickly.
+activity per ensure instead of four (fewer workflow tasks and round trips on the path from "Service
+created" to "ingress set"). ``lb.delete`` (first attempt: looks the LB up and records
+``DeletingLoadBalancer`` when it exists, which ``lb.get`` and an Event activity did before the
+``lb-delete-one-activity`` patch) deletes the cloud resources, clears the status and removes the
+cleanup finalizer, in that order, so the finalizer goes only after a successful delete.
+``lb.resync`` (drift repair) asks the driver what differs from the applied state; on drift it
+ensures the LB again, fixes the ingress, checks once more and records ``LoadBalancerDriftRepaired``
+(a Warning: someone changed the cloud LB behind the controller) naming what was put back; what an
+ensure cannot put back is only logged. Cloud errors become ``ApplicationError(type=<kind>)`` with
+the driver's retryability, so an invalid annotation (``InvalidRequest``) fails at once and "handled
+elsewhere" is ``NotSupported``. Long cloud calls heartbeat, so a dead worker's attempt is retried
+quickly.
 """
 
 from __future__ import annotations
@@ -221,10 +223,23 @@ class LoadBalancerActivities:
 
     @activity.defn(name=LoadBalancerActivity.DELETE)
     def delete_load_balancer(self, input: DeleteLoadBalancerInput) -> bool:
-        """Delete the cloud LB, clear the status, remove the finalizer; False: Service gone."""
+        """Delete the cloud LB, clear the status, remove the finalizer; False: Service gone.
+
+        With ``announce``, the first attempt looks the LB up and records ``DeletingLoadBalancer``
+        before the delete when it exists (a retry after a partial delete does not say it again).
+        """
         ref = input.target.service
+        info = activity.info()
         with heartbeating(), cloud_errors(), kube_errors():
             self._check_provider(input.target)
+            if (
+                input.announce
+                and info.attempt == 1
+                and self.load_balancers.get_load_balancer(input.target.name) is not None
+            ):
+                self._event(
+                    ref, info.workflow_id or "", "DeletingLoadBalancer", "Deleting load balancer"
+                )
             self.load_balancers.delete_load_balancer(input.target.name)
             self._write_ingress(ref, [], hostname=True)
             return remove_finalizer(self.kube, ref, LB_FINALIZER)

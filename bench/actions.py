@@ -8,6 +8,8 @@ stored histories of this bench run (run after the benchmarks named below:
 
 - ``temporal_actions_per_lb_ensure``: a ``LoadBalancer`` workflow from its start to the workflow
   task after its first successful ``lb.ensure`` (Service created → ingress written).
+- ``temporal_actions_per_lb_delete``: a ``LoadBalancer`` workflow from its ``tear_down`` signal
+  to its completion (Service deleted → LB, status, finalizer gone; ``DeletedLoadBalancer``).
 - ``temporal_actions_per_attach``: a whole ``AttachVolume`` workflow.
 - ``temporal_actions_per_machine``: a whole ``Machine`` workflow (create, ready, delete).
 - ``temporal_actions_per_csi_create``: a whole ``CreateVolume`` workflow (``csi`` benchmark).
@@ -26,6 +28,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench.context import BenchContext
+from cloudloop.messages.loadbalancer import LoadBalancerSignal
 from cloudloop.messages.volume import VolumeWorkflow
 
 SAMPLES = 30
@@ -80,6 +83,17 @@ def until_first(events: Sequence[HistoryEvent], activity_type: str) -> list[Hist
     return None
 
 
+def from_signal(events: Sequence[HistoryEvent], signal: str) -> list[HistoryEvent] | None:
+    """The events from the first ``signal`` on; ``None`` when it never came."""
+    for index, event in enumerate(events):
+        if (
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and event.workflow_execution_signaled_event_attributes.signal_name == signal
+        ):
+            return list(events[index:])
+    return None
+
+
 async def _histories(
     ctx: BenchContext,
     workflow_type: str,
@@ -105,6 +119,11 @@ async def _histories(
 async def temporal_action_figures(ctx: BenchContext) -> dict[str, float]:
     kinds: list[tuple[str, str, Callable[[list[HistoryEvent]], list[HistoryEvent] | None]]] = [
         ("temporal_actions_per_lb_ensure", "LoadBalancer", lambda e: until_first(e, "lb.ensure")),
+        (
+            "temporal_actions_per_lb_delete",
+            "LoadBalancer",
+            lambda e: from_signal(e, LoadBalancerSignal.TEAR_DOWN),
+        ),
         ("temporal_actions_per_attach", "AttachVolume", lambda e: e),
         ("temporal_actions_per_machine", "Machine", lambda e: e),
         ("temporal_actions_per_csi_create", VolumeWorkflow.CREATE, lambda e: e),

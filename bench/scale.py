@@ -19,11 +19,19 @@
   wall is the kube writes and waiting for them).
 - ``openstack_init_1000_nodes_*``: the same on the OpenStack emulator, 1,000 ACTIVE servers,
   Nodes named after them (looked up by name, 100 names a request).
+- ``vsphere_init_1000_nodes_*``: the same on vcsim, 1,000 customized guests (host name = the
+  Node's name), cloned by :data:`SEED_THREADS` connections (``vsphere_init_1000_nodes_seed_s``,
+  not in the wall).
+- ``<prefix>init_1000_nodes_burst_stack_cpu_s``: CPU seconds the whole stack spent during the
+  burst; on stderr each process's share, the init lookups, the node writes and the lifecycle
+  passes (:class:`_Timeline`). ``CLOUDLOOP_BENCH_SCALE_CLOUDS`` limits the clouds run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import tempfile
 import time
 import uuid
@@ -33,17 +41,23 @@ from typing import Any
 
 from bench.breakdown import cloud_seconds
 from bench.context import BenchContext
+from bench.cpu import cpu_spent, stack_cpu_by_command
 from bench.node import cloud_requests
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.openstack.driver import OpenStackDriver
+from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
 from devstack.backends.aws import aws_client, launch_instances
 from devstack.backends.openstack import openstack_emulator, openstack_settings
+from devstack.backends.vsphere import vsphere_settings
+from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
+from devstack.vcsim import VcsimOptions
+from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
 from starters.node import NodeSync
 
 BURST = 1000
@@ -51,6 +65,8 @@ BURST = 1000
 CONCURRENT_NODE_SYNCS = 8
 #: The driver's request timeout here (see the module's rules).
 EMULATOR_TIMEOUT_S = 60.0
+#: vcsim connections cloning the vSphere burst's guests at once.
+SEED_THREADS = 8
 
 
 def _launch(ec2: Any, count: int, cluster: str) -> list[dict[str, Any]]:
@@ -77,8 +93,11 @@ def _tainted_node(name: str, label: str, scope: str) -> dict[str, Any]:
 
 
 async def scale_figures(ctx: BenchContext) -> dict[str, float]:
-    figures = await _aws(ctx)
-    figures.update(await _openstack(ctx))
+    clouds = os.environ.get("CLOUDLOOP_BENCH_SCALE_CLOUDS", "aws openstack vsphere").split()
+    figures: dict[str, float] = {}
+    for cloud, run in (("aws", _aws), ("openstack", _openstack), ("vsphere", _vsphere)):
+        if cloud in clouds:
+            figures.update(await run(ctx))
     return figures
 
 
@@ -111,6 +130,113 @@ async def _openstack(ctx: BenchContext) -> dict[str, float]:
             driver.close()
 
 
+class _Timeline:
+    """Where a burst's time goes, printed on stderr: the init lookups (batch sizes, spans), the
+    Node writes (their spread and summed time) and the lifecycle passes that overlap them."""
+
+    def __init__(self, sync: NodeSync) -> None:
+        self.lookups: list[tuple[float, float, int]] = []
+        self.writes: list[tuple[float, float]] = []
+        self.passes: list[tuple[float, float]] = []
+        self.cpu = stack_cpu_by_command()
+        look_up, write, lifecycle = sync._look_up_batch, sync._initialize_node, sync.lifecycle_pass
+
+        async def timed_look_up(names: list[str]) -> Any:
+            begun = time.monotonic()
+            found = await look_up(names)
+            self.lookups.append((begun, time.monotonic(), len(found[0])))
+            return found
+
+        def timed_write(*args: Any) -> None:
+            begun = time.monotonic()
+            try:
+                write(*args)
+            finally:
+                self.writes.append((begun, time.monotonic()))
+
+        async def timed_pass() -> None:
+            begun = time.monotonic()
+            await lifecycle()
+            self.passes.append((begun, time.monotonic()))
+
+        sync._look_up_batch = timed_look_up  # type: ignore[method-assign]
+        sync._initialize_node = timed_write  # type: ignore[method-assign,assignment]
+        sync.lifecycle_pass = timed_pass  # type: ignore[method-assign]
+
+    def report(self, name: str, t0: float) -> None:
+        def span(a: float, b: float) -> str:
+            return f"{a - t0:.1f}-{b - t0:.1f}s"
+
+        lines = [
+            f"{name}: init lookups "
+            + ", ".join(f"{n} nodes {span(a, b)}" for a, b, n in self.lookups if n)
+        ]
+        if self.writes:
+            first = min(a for a, _ in self.writes)
+            last = max(b for _, b in self.writes)
+            total = sum(b - a for a, b in self.writes)
+            lines.append(
+                f"{name}: {len(self.writes)} node writes {span(first, last)}, "
+                f"{total:.1f}s summed ({total / len(self.writes) * 1000:.0f} ms each)"
+            )
+        lines.append(
+            f"{name}: lifecycle passes " + ", ".join(span(a, b) for a, b in self.passes if b > t0)
+        )
+        lines.append(f"{name}: CPU s {cpu_spent(self.cpu, stack_cpu_by_command())}")
+        print("\n".join(lines), file=sys.stderr, flush=True)
+
+    def stack_cpu_s(self) -> float:
+        """CPU seconds the whole stack spent since the burst started."""
+        now = stack_cpu_by_command()
+        return sum(now[c] - self.cpu.get(c, 0.0) for c in now)
+
+
+async def _vsphere(ctx: BenchContext) -> dict[str, float]:
+    """The same burst on vcsim: 1,000 customized guests (host name = the Node's name, a fixed
+    IP), cloned by :data:`SEED_THREADS` connections at once; looked up by name (one inventory
+    read answers a whole batch)."""
+    scope = uuid.uuid4().hex[:8]
+    local = LocalStack(
+        StackOptions(
+            state_dir=Path(tempfile.mkdtemp(prefix="bench-scale-vs-")),
+            temporal=False,
+            moto=False,
+            kube=(),
+            vcsim=VcsimOptions(clusters=2, hosts_per_cluster=2, standalone_hosts=0),
+        )
+    )
+    await asyncio.to_thread(local.start)
+    try:
+        assert local.vcsim is not None
+        endpoint = local.vcsim
+        nodes = [
+            NodeVm(
+                f"vsb-{scope}-{i:04d}",
+                f"10.21.{i // 200}.{10 + i % 200}",
+                cluster=("DC0_C0", "DC0_C1")[i % 2],
+            )
+            for i in range(BURST)
+        ]
+        started = time.monotonic()
+        with ThreadPoolExecutor(SEED_THREADS) as pool:
+            chunks = [nodes[i::SEED_THREADS] for i in range(SEED_THREADS)]
+            await asyncio.to_thread(
+                lambda: list(pool.map(lambda chunk: seed(endpoint, chunk, None), chunks))
+            )
+        await asyncio.to_thread(seed, endpoint, [], ZoneLayout())
+        seeded_s = time.monotonic() - started
+        driver = VsphereDriver(vsphere_settings(endpoint))
+        try:
+            await asyncio.to_thread(driver.find_instances_by_name, [nodes[0].name])  # log in
+            figures = await burst(ctx, driver, [n.name for n in nodes], scope, prefix="vsphere_")
+        finally:
+            driver.close()
+        figures["vsphere_init_1000_nodes_seed_s"] = seeded_s
+        return figures
+    finally:
+        await asyncio.to_thread(local.stop)
+
+
 async def burst(
     ctx: BenchContext, driver: CloudDriver, names: list[str], scope: str, *, prefix: str
 ) -> dict[str, float]:
@@ -123,6 +249,7 @@ async def burst(
     )
     informers = Informers(kube)
     sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
+    timeline = _Timeline(sync)
     task = asyncio.create_task(sync.run())
     figures: dict[str, float] = {}
     name = f"{prefix}init_1000_nodes"
@@ -130,6 +257,7 @@ async def burst(
         await sync.informer.wait_synced(60)
         await asyncio.sleep(0.5)  # the loops' startup passes (over no nodes yet) are done
         before, cloud_before = cloud_requests(), cloud_seconds()
+        timeline.cpu = stack_cpu_by_command()
         started = time.monotonic()
         with ThreadPoolExecutor(16) as pool:
             await asyncio.to_thread(
@@ -155,6 +283,8 @@ async def burst(
             cloud_requests() - before
         ) / BURST
         figures[f"{name}_burst_cloud_s"] = cloud_seconds() - cloud_before
+        figures[f"{name}_burst_stack_cpu_s"] = timeline.stack_cpu_s()
+        timeline.report(name, started)
     finally:
         sync.stop()
         informers.stop()

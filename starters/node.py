@@ -5,21 +5,25 @@
   zone/region/instance-type labels, ``spec.providerID`` and the taint removed, and a ``Synced``
   Event (from the informer's copy: a status PATCH, a PUT, the Event; a conflict reads again).
   A batch's writes (``--concurrent-node-syncs`` at once, over all batches) overlap the next
-  batch's lookup. Nodes wait in the starters' work queue; failures keep the taint and retry with
+  batch's lookup. The ``Synced`` Event is recorded by a pool of its own once the node is
+  written (best effort, as every Event), so a write slot is taken by the two node writes only.
+  Nodes wait in the starters' work queue; failures keep the taint and retry with
   per-node backoff (one ``FailedToInitializeNode`` Warning per failure streak).
-- **lifecycle** (every ``--node-monitor-period``): NotReady nodes are looked up in one batched
-  call; a node is deleted only when the cloud answered without error that its instance does not
-  exist (terminated counts as gone); a stopped instance gets the shutdown taint, removed again
-  once the node is Ready. Any cloud error keeps every node (fail closed), and so does a
-  providerID that names no well-formed instance: it is never looked up (a lookup of garbage
-  finds nothing, which would read as "gone"); the node gets one ``InvalidProviderID`` Warning.
-- **address refresh** (every ``--node-status-update-frequency``): one batched lookup of all
-  initialized nodes; addresses are patched only when they changed.
+- **lifecycle** (``--node-monitor-period`` after the last pass ended, as upstream's
+  ``wait.UntilWithContext``): NotReady nodes are looked up in one batched call; a node is
+  deleted only when the cloud answered without error that its instance does not exist
+  (terminated counts as gone); a stopped instance gets the shutdown taint, removed again once
+  the node is Ready. Any cloud error keeps every node (fail closed), and so does a providerID
+  that names no well-formed instance: it is never looked up (a lookup of garbage finds nothing,
+  which would read as "gone"); the node gets one ``InvalidProviderID`` Warning.
+- **address refresh** (``--node-status-update-frequency`` after the last one ended): one
+  batched lookup of all initialized nodes; addresses are patched only when they changed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
@@ -48,6 +52,8 @@ log = logging.getLogger(__name__)
 INIT_BATCH_MAX_S = 1.0
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 300.0
 CONFLICT_RETRIES = 20
+#: Threads recording the ``Synced`` Events of initialized nodes (at most concurrent_node_syncs).
+EVENT_THREADS = 2
 
 
 @dataclass
@@ -80,6 +86,10 @@ class NodeSync:
         syncs = max(1, settings.concurrent_node_syncs)
         self._writes = asyncio.Semaphore(syncs)
         self._writer = ThreadPoolExecutor(syncs, thread_name_prefix="node-init")
+        # The Synced Events, after each node's writes, off the write slots (EVENT_THREADS).
+        self._eventer = ThreadPoolExecutor(
+            max(1, min(syncs, EVENT_THREADS)), thread_name_prefix="node-init-event"
+        )
 
     @classmethod
     def from_context(cls, context: StarterContext) -> NodeSync | None:
@@ -99,6 +109,7 @@ class NodeSync:
         self.queue.shut_down()
         self._stopped.set()
         self._writer.shutdown(wait=False, cancel_futures=True)
+        self._eventer.shutdown(wait=False, cancel_futures=True)
 
     async def run(self) -> None:
         await run_parts(
@@ -112,14 +123,16 @@ class NodeSync:
         )
 
     async def _every(self, period_s: float, job: Any) -> None:
+        """``job``, then a whole period's wait, as upstream's ``wait.UntilWithContext`` (sliding:
+        the period starts when the run ends), so a pass slowed by a busy cloud is not followed
+        at once by the next one."""
         await self.informer.wait_synced()
         while True:
-            started = time.monotonic()
             try:
                 await job()
             except Exception:
                 log.exception("node sync: %s failed", job.__name__)
-            await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
+            await asyncio.sleep(period_s)
 
     # -- lookups ---------------------------------------------------------------------------
     def lookup(self, nodes: Iterable[dict[str, Any]]) -> Lookup:
@@ -303,16 +316,20 @@ class NodeSync:
                     time.sleep(0.05)
                     continue
                 raise
-            record_event(
-                self.kube,
-                ObjectRef.of(NODES, node),
-                type="Normal",
-                reason="Synced",
-                message="Node synced successfully",
-                component=EventSource.NODE,
-            )
+            with contextlib.suppress(RuntimeError):  # stopping: the Event is best effort
+                self._eventer.submit(self._synced, ObjectRef.of(NODES, node))
             return
         raise rules.InitError("conflicts kept the node from being updated")
+
+    def _synced(self, ref: ObjectRef) -> None:
+        record_event(
+            self.kube,
+            ref,
+            type="Normal",
+            reason="Synced",
+            message="Node synced successfully",
+            component=EventSource.NODE,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     async def lifecycle_pass(self) -> None:

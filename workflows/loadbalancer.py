@@ -10,8 +10,10 @@ change to one LB is serialised and a burst of changes is coalesced into one reco
   also ``UnAvailableLoadBalancer``.
 - only the node set changed: ``lb.update_backends``, ``UpdatedLoadBalancer`` (or
   ``UpdateLoadBalancerFailed``); an LB found missing is ensured again.
-- tear-down: ``lb.get``, ``DeletingLoadBalancer`` (if it exists), ``lb.delete`` (cloud, status,
-  finalizer), ``DeletedLoadBalancer``; then the workflow completes (unless an ``apply`` came).
+- tear-down: ``lb.delete`` (looks the LB up and records ``DeletingLoadBalancer`` if it exists,
+  then cloud, status, finalizer), ``DeletedLoadBalancer``; then the workflow completes (unless an
+  ``apply`` came). Runs recorded before the ``lb-delete-one-activity`` patch
+  (:data:`PATCH_DELETE_ONE_ACTIVITY`) keep their ``lb.get`` + Event activity + ``lb.delete``.
 - nothing else for ``resync_period_s`` seconds (drift repair, beyond upstream): ``lb.resync``
   compares the cloud LB with the last applied state and, when it drifted (a listener, attribute,
   policy, registered instance or rule changed or deleted by hand, or the whole LB gone), ensures
@@ -83,6 +85,9 @@ BACKOFF_MIN_S, BACKOFF_MAX_S = 5.0, 300.0
 DRIFT_REPAIR_PATCH = "lb-drift-repair"
 #: Patch ID: continue-as-new also while a reconcile is failing (retry state carried).
 PATCH_CONTINUE_AS_NEW_WHILE_FAILING = "continue-as-new-while-failing"
+#: Patch ID: the tear-down's lookup and ``DeletingLoadBalancer`` Event inside ``lb.delete``
+#: (two activities fewer per delete) instead of ``lb.get`` and an Event activity before it.
+PATCH_DELETE_ONE_ACTIVITY = "lb-delete-one-activity"
 
 
 def _failure(err: ActivityError) -> tuple[str, str]:
@@ -424,19 +429,21 @@ class LoadBalancerWorkflow:
         target = self.state.target
         self._show("deleting the load balancer")
         try:
-            found = await workflow.execute_activity(
-                LoadBalancerActivity.GET,
-                LoadBalancerLookup(target=target),
-                summary=f"look up the load balancer of {self._what()}",
-                result_type=LoadBalancerFound,
-                start_to_close_timeout=SINGLE_CALL_TIMEOUT,
-                retry_policy=CLOUD_RETRY,
-            )
-            if found.exists:
-                self._event("Normal", "DeletingLoadBalancer", "Deleting load balancer")
+            announce = workflow.patched(PATCH_DELETE_ONE_ACTIVITY)
+            if not announce:  # a run recorded before the patch: its lookup, then its Event
+                found = await workflow.execute_activity(
+                    LoadBalancerActivity.GET,
+                    LoadBalancerLookup(target=target),
+                    summary=f"look up the load balancer of {self._what()}",
+                    result_type=LoadBalancerFound,
+                    start_to_close_timeout=SINGLE_CALL_TIMEOUT,
+                    retry_policy=CLOUD_RETRY,
+                )
+                if found.exists:
+                    self._event("Normal", "DeletingLoadBalancer", "Deleting load balancer")
             await workflow.execute_activity(
                 LoadBalancerActivity.DELETE,
-                DeleteLoadBalancerInput(target=target),
+                DeleteLoadBalancerInput(target=target, announce=announce),
                 summary=f"delete the load balancer of {self._what()}, then the finalizer",
                 start_to_close_timeout=CLOUD_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,

@@ -21,7 +21,8 @@ class LoadBalancerActivity:
     ENSURE = "lb.ensure"
     #: Register/deregister the backends only (a node-set change).
     UPDATE_BACKENDS = "lb.update_backends"
-    #: Whether the cloud LB exists (decides the ``DeletingLoadBalancer`` Event).
+    #: Whether the cloud LB exists (decides the ``DeletingLoadBalancer`` Event); runs only in
+    #: tear-downs begun before the ``lb-delete-one-activity`` patch (``lb.delete`` looks up since).
     GET = "lb.get"
     #: Delete every cloud resource, clear the status and remove the finalizer.
     DELETE = "lb.delete"
@@ -191,6 +192,10 @@ class LoadBalancerFound(BaseModel):
 
 class DeleteLoadBalancerInput(BaseModel):
     target: LoadBalancerTarget
+    #: Look the LB up first and record ``DeletingLoadBalancer`` when it exists (first attempt
+    #: only), in the same activity: what ``lb.get`` and an Event activity did before it
+    #: (``lb-delete-one-activity`` patch). False: the workflow did both itself.
+    announce: bool = False
 
 
 class LoadBalancerResult(BaseModel):

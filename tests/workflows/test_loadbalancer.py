@@ -24,11 +24,11 @@ from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.kube import KubeActivity
 from cloudloop.messages.loadbalancer import (
     ApplyRequest,
+    DeleteLoadBalancerInput,
     DesiredLoadBalancer,
     EnsureLoadBalancerInput,
     EnsureLoadBalancerResult,
     LoadBalancerActivity,
-    LoadBalancerFound,
     LoadBalancerNode,
     LoadBalancerQuery,
     LoadBalancerResult,
@@ -105,8 +105,8 @@ async def current(handle: WorkflowHandle[Any, Any]) -> LoadBalancerState:
     return found
 
 
-async def tear_down(wf: Harness, handle: WorkflowHandle[Any, Any], exists: bool = True) -> Any:
-    wf.script.on(GET, LoadBalancerFound(exists=exists)).on(DELETE, True)
+async def tear_down(wf: Harness, handle: WorkflowHandle[Any, Any]) -> Any:
+    wf.script.on(DELETE, True)
     await handle.signal(LoadBalancerSignal.TEAR_DOWN)
     return await handle.result()
 
@@ -127,16 +127,21 @@ async def test_apply_ensures_then_tear_down_deletes_and_completes(wf: Harness) -
     assert result.deleted
     await record(handle, "LoadBalancer")
     assert wf.script.names().count(ENSURE) == 1
-    assert reasons(wf.script) == ["DeletingLoadBalancer", "DeletedLoadBalancer"]
+    assert reasons(wf.script) == ["DeletedLoadBalancer"]
     assert all(workflow_id(state().target.service) in e.message for e in wf.script.inputs(EVENT))
 
 
-async def test_tear_down_of_a_missing_lb_records_no_deleting_event(wf: Harness) -> None:
+async def test_tear_down_is_one_activity_that_announces_the_delete(wf: Harness) -> None:
+    """``lb.delete`` looks up and records ``DeletingLoadBalancer`` itself: no ``lb.get``, no
+    Event activity before it (``lb-delete-one-activity``)."""
     wf.script.on(ENSURE, INGRESS)
     handle = await start(wf, desired("n1"))
     await wf.script.called(ENSURE)
-    await tear_down(wf, handle, exists=False)
-    assert reasons(wf.script) == ["DeletedLoadBalancer"]
+    await tear_down(wf, handle)
+    [deleted] = wf.script.of(DELETE)
+    assert isinstance(deleted.input, DeleteLoadBalancerInput)
+    assert deleted.input.announce is True
+    assert GET not in wf.script.names()
 
 
 async def test_without_nodes_the_lb_is_ensured_with_a_warning(wf: Harness) -> None:
@@ -251,18 +256,18 @@ async def test_signals_during_an_ensure_are_coalesced_into_one_reconcile(wf: Har
 
 async def test_tear_down_during_an_ensure_deletes_after_it(wf: Harness) -> None:
     gate = Gate(INGRESS)
-    wf.script.on(ENSURE, gate).on(GET, LoadBalancerFound(exists=True)).on(DELETE, True)
+    wf.script.on(ENSURE, gate).on(DELETE, True)
     handle = await start(wf, desired("n1"))
     await gate.entered.wait()
     await handle.signal(LoadBalancerSignal.TEAR_DOWN)
     gate.open()
     assert (await handle.result()).deleted
-    assert [n for n in wf.script.names() if n != EVENT] == [ENSURE, GET, DELETE]
+    assert [n for n in wf.script.names() if n != EVENT] == [ENSURE, DELETE]
 
 
 async def test_an_apply_during_the_delete_brings_the_lb_back(wf: Harness) -> None:
     gate = Gate(True)
-    wf.script.on(ENSURE, INGRESS).on(GET, LoadBalancerFound(exists=True)).on(DELETE, gate)
+    wf.script.on(ENSURE, INGRESS).on(DELETE, gate)
     handle = await start(wf, desired("n1"))
     await wf.script.called(ENSURE)
     await handle.signal(LoadBalancerSignal.TEAR_DOWN)
@@ -277,7 +282,7 @@ async def test_an_apply_during_the_delete_brings_the_lb_back(wf: Harness) -> Non
 
 
 async def test_a_failed_delete_is_retried_after_the_backoff(wf: Harness) -> None:
-    wf.script.on(ENSURE, INGRESS).on(GET, LoadBalancerFound(exists=True))
+    wf.script.on(ENSURE, INGRESS)
     wf.script.on(DELETE, fail("CloudThrottled", non_retryable=True), True)
     handle = await start(wf, desired("n1"))
     await wf.script.called(ENSURE)
@@ -290,10 +295,10 @@ async def test_a_failed_delete_is_retried_after_the_backoff(wf: Harness) -> None
 
 async def test_a_service_gone_during_ensure_tears_the_lb_down(wf: Harness) -> None:
     wf.script.on(ENSURE, EnsureLoadBalancerResult(service_gone=True))
-    wf.script.on(GET, LoadBalancerFound(exists=True)).on(DELETE, True)
+    wf.script.on(DELETE, True)
     handle = await start(wf, desired("n1"))
     assert (await handle.result()).deleted
-    assert [n for n in wf.script.names() if n != EVENT] == [ENSURE, GET, DELETE]
+    assert [n for n in wf.script.names() if n != EVENT] == [ENSURE, DELETE]
 
 
 async def test_continues_as_new_with_its_whole_state(wf: Harness) -> None:

@@ -4,10 +4,13 @@ Rules:
 - **Limits.** AWS takes at most 200 values in one ``DescribeInstances`` filter (more is
   ``FilterLimitExceeded``); lookups go in chunks of :data:`DESCRIBE_BATCH` (150, as
   cloud-provider-aws), each page followed by its ``NextToken``. A lookup of more than
-  :data:`TAG_LISTING_FROM` values first lists the cluster's instances by its tag
-  (``kubernetes.io/cluster/<cluster>``, ``MaxResults`` 1,000 a page), then looks up by value only
-  what that listing did not hold, so an untagged instance is never taken for a missing one:
-  1,000 tagged nodes cost one request, not seven.
+  :data:`TAG_LISTING_FROM` instance IDs (the lifecycle pass, the address refresh: every node of
+  the cluster) first lists the cluster's instances by its tag (``kubernetes.io/cluster/<cluster>``,
+  ``MaxResults`` 1,000 a page), then looks up by value only what that listing did not hold, so an
+  untagged instance is never taken for a missing one: 1,000 tagged nodes cost one request, not
+  seven. A lookup by private DNS name (node initialization: the new nodes of a burst, a share of
+  the cluster) goes by value only, so the cloud renders the instances asked for, not the whole
+  cluster for each batch of a burst (1,000 names: seven requests).
 - **Identity.** A providerID names an instance only when its last segment is a well-formed
   instance ID (``i-`` and 8 or 17 hex digits); anything else is ``InvalidRequest``, never looked
   up (a filter on a malformed ID would positively find nothing, which reads as "gone").
@@ -66,14 +69,16 @@ class AwsInstances:
         return self._describe("instance-id", ids, key=lambda i: i.id)
 
     def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
-        return self._describe("private-dns-name", names, key=lambda i: i.private_dns_name)
+        return self._describe(
+            "private-dns-name", names, key=lambda i: i.private_dns_name, tag_listing=False
+        )
 
     def _describe(
-        self, filter_name: str, values: Sequence[str], *, key: Any
+        self, filter_name: str, values: Sequence[str], *, key: Any, tag_listing: bool = True
     ) -> models.InstanceListing:
         listing = models.InstanceListing()
         unique = list(dict.fromkeys(values))
-        if self.session.cluster and len(unique) > TAG_LISTING_FROM:
+        if tag_listing and self.session.cluster and len(unique) > TAG_LISTING_FROM:
             wanted = set(unique)
             tag_filter = {"Name": "tag-key", "Values": [cluster_tag_key(self.session.cluster)]}
             for instance in self._pages([tag_filter], listing, page_size=LISTING_PAGE):
