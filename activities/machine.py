@@ -29,7 +29,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.cloud import cloud_errors
-from activities.heartbeats import heartbeating
+from activities.heartbeats import Heartbeat, heartbeating
 from activities.kube import kube_errors
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import Machine, MachineSpec
@@ -86,12 +86,12 @@ class MachineActivities:
             )
             user_data = self._bootstrap_data(input.bootstrap)
             progress: dict[str, Any] = {"step": "creating"}
-            with heartbeating(1.0, details=functools.partial(dict, progress)):
+            with heartbeating(1.0, details=functools.partial(dict, progress)) as beat:
                 with activity.shield_thread_cancel_exception(), cloud_errors():
                     machine = self.driver.create_machine(input.spec, user_data)
                 del user_data
                 progress.update(step="created", phase=machine.phase)
-                activity.heartbeat(dict(progress))
+                beat.now()
                 result = self._watch(
                     input.spec,
                     machine,
@@ -99,6 +99,7 @@ class MachineActivities:
                     input.window_s,
                     input.poll,
                     progress,
+                    beat,
                 )
                 written = creating.result() if creating is not None else None
                 result.creating_reported = written is not None
@@ -176,11 +177,11 @@ class MachineActivities:
     def observe(self, input: ObserveMachineInput) -> ObserveMachineResult:
         """Poll the VM until its verdict differs from ``last_reason`` or the window ends."""
         progress: dict[str, Any] = {"step": "observing"}
-        with heartbeating(1.0, details=functools.partial(dict, progress)):
+        with heartbeating(1.0, details=functools.partial(dict, progress)) as beat:
             with cloud_errors():
                 machine = self.driver.get_machine(input.spec)
             return self._watch(
-                input.spec, machine, input.last_reason, input.window_s, input.poll, progress
+                input.spec, machine, input.last_reason, input.window_s, input.poll, progress, beat
             )
 
     def _watch(
@@ -191,10 +192,12 @@ class MachineActivities:
         window_s: float,
         poll: PollSchedule,
         progress: dict[str, Any],
+        beat: Heartbeat,
     ) -> ObserveMachineResult:
         """From ``machine`` on, poll until the verdict leaves ``last_reason`` or time is up;
         the phase and the number of polls go into ``progress``, which the caller's heartbeat
-        thread repeats (one thread for the whole activity, not one per poll)."""
+        thread repeats (one thread for the whole activity, not one per poll) and sends after
+        each poll (``beat``: this thread does not wait for the send)."""
         polls = _previous_count("polls")
         deadline = time.monotonic() + window_s
         delay = poll.initial_s
@@ -203,7 +206,7 @@ class MachineActivities:
             progress.update(
                 polls=polls, phase=machine.phase if machine else "absent", reason=verdict.reason
             )
-            activity.heartbeat(dict(progress))
+            beat.now()
             remaining = deadline - time.monotonic()
             if verdict.reason != last_reason or remaining <= 0:
                 return ObserveMachineResult(machine=machine, reason=verdict.reason, polls=polls)

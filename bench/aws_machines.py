@@ -4,9 +4,15 @@
   Secret already there) of object created → ``status.ready`` seen by a watch, through informer →
   starter → ``Machine`` workflow → activities (find, RunInstances, observe, status report).
 - ``aws_machine_direct_median_s``: the same object created, then the product's kube writes and
-  the same SDK calls made directly (:func:`bench.machine._write_status` and the driver's
+  the same SDK calls made directly (:func:`bench.machine._direct`, as for DVP and OpenStack:
+  finalizer, the bootstrap Secret read, a "creating" condition, the driver's
   ``create_machine``/``get_machine`` on the same poll schedule, providerID, status, Event).
+  Until 2026-11-27 this module had a copy that skipped the Secret read, which the workflow path
+  cannot skip (the user data comes from it): one kube GET of the gap was not Temporal's.
 - ``aws_machine_provision_overhead_ratio``: the first over the second (samples alternate).
+  Both ends are seen the same way for every machine benchmark: the workflow path's by a watch
+  (:class:`bench.machine.ReadyWatch`, an informer's events; until 2026-11-27 this module polled
+  the informer's store every 10 ms, 5 ms on average added to the workflow side only).
 - ``aws_nodegroup_scale_0_to_10_wall_s``: a MachineDeployment rendered from an
   ``AWSInstanceClass`` (``render_node_group``) scaled 0 → 10 → all 10 CAPI Machines
   ``Provisioned`` with a providerID; the real Cluster API manager on its own control plane
@@ -21,24 +27,16 @@ import statistics
 import sys
 import time
 import uuid
-from typing import Any
 
 from bench.breakdown import Sample, breakdown, cloud_seconds, timeline
 from bench.context import BenchContext
-from bench.machine import CLOUD_INIT, TIMINGS, _namespace, _write_status
+from bench.machine import TIMINGS, ReadyWatch, _direct, _namespace, _prepare
 from bench.nodegroup import _capi_plane, _scale_group
 from bench.overhead import overhead_ms
 from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
-from cloudloop.cloud.models import MachineSpec
-from cloudloop.kube.api import Kube
-from cloudloop.kube.events import record_event
-from cloudloop.kube.finalizers import add_finalizer
-from cloudloop.kube.informer import Informer
-from cloudloop.kube.resources import ObjectRef
 from cloudloop.messages.machine import workflow_id
-from cloudloop.rules import machine as capi
 from devstack import machine_fixtures
 from devstack.backends.aws import ZONES, MachineCloud, machine_cloud
 from devstack.crds import apply_crds
@@ -47,97 +45,6 @@ from workers.main import build_worker
 
 SAMPLES = 10
 SPEC = {"instanceType": "t3.micro", "rootVolume": {"size": 10, "type": "gp3"}}
-
-
-def _prepare(kube: Kube, namespace: str, name: str, subnet: str) -> dict[str, Any]:
-    """The Machine (owner) and bootstrap Secret; returns the AWSMachine to create."""
-    machine_fixtures.create_bootstrap_secret(kube, namespace, f"{name}-data", CLOUD_INIT)
-    machine = kube.create(
-        capi.MACHINES,
-        {
-            "metadata": {"name": name, "labels": {capi.CLUSTER_NAME_LABEL: "c1"}},
-            "spec": {
-                "clusterName": "c1",
-                "bootstrap": {"dataSecretName": f"{name}-data"},
-                "infrastructureRef": {
-                    "apiGroup": capi.INFRA_GROUP,
-                    "kind": AWS_KINDS.machine.kind,
-                    "name": name,
-                },
-            },
-        },
-        namespace,
-    )
-    owner = {
-        "apiVersion": machine["apiVersion"],
-        "kind": "Machine",
-        "name": name,
-        "uid": machine["metadata"]["uid"],
-        "controller": True,
-    }
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {capi.CLUSTER_NAME_LABEL: "c1"},
-            "ownerReferences": [owner],
-        },
-        "spec": {**SPEC, "subnet": {"id": subnet}},
-    }
-
-
-def _direct(kube: Kube, driver: AwsDriver, namespace: str, body: dict[str, Any]) -> None:
-    """The product's steps, made directly (as :func:`bench.machine._direct` for DVP)."""
-    obj = kube.create(AWS_KINDS.machine, body, namespace)
-    name = obj["metadata"]["name"]
-    ref = ObjectRef.of(AWS_KINDS.machine, obj)
-    assert add_finalizer(kube, ref, AWS_KINDS.finalizer, obj) is not None
-    spec = MachineSpec(
-        name=name,
-        namespace=namespace,
-        cluster="c1",
-        machine_uid=obj["metadata"]["uid"],
-        provider_spec=AWS_KINDS.desired_spec(obj),
-    )
-    creating = capi.VmVerdict(
-        reason=capi.REASON_VM_NOT_READY, status="Unknown", message="Creating the VM"
-    )
-    unready = {"ready": False, "initialization": {"provisioned": False}}
-    conditions = _write_status(kube, ref, None, creating, unready)
-    machine = driver.create_machine(spec, CLOUD_INIT)
-    delay = TIMINGS.poll.initial_s
-    while not machine.provisioned:
-        time.sleep(delay)
-        delay = TIMINGS.poll.after(delay)
-        found = driver.get_machine(spec)
-        assert found is not None
-        machine = found
-    kube.patch(
-        AWS_KINDS.machine,
-        name,
-        {"spec": {"providerID": machine.provider_id, "instanceID": machine.id}},
-        namespace,
-    )
-    ready = {
-        "ready": True,
-        "initialization": {"provisioned": True},
-        "addresses": [a.model_dump() for a in machine.addresses],
-    }
-    _write_status(kube, ref, conditions, capi.classify(machine), ready)
-    record_event(
-        kube, ref, type="Normal", reason="Provisioned", message=f"VM {machine.provider_id} runs"
-    )
-
-
-async def _until_ready(informer: Informer, name: str, timeout: float = 300.0) -> float:
-    deadline = time.monotonic() + timeout
-    while True:
-        obj = informer.store.get(f"{informer.namespace}/{name}") or {}
-        status = obj.get("status") or {}
-        if status.get("ready") and (status.get("initialization") or {}).get("provisioned"):
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"AWSMachine {name} did not become ready")
-        await asyncio.sleep(0.01)
 
 
 async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]:
@@ -161,20 +68,20 @@ async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]
         timings=TIMINGS,
     )
     worker = build_worker(ctx.client, ctx.settings, driver=driver, kube=kube, task_queue=task_queue)
-    watch = Informer(kube, AWS_KINDS.machine, namespace=namespace)
+    spec = {**SPEC, "subnet": {"id": subnet}}
     through_workflow: list[float] = []
     direct: list[float] = []
     samples: list[Sample] = []
-    async with worker:
+    async with worker, ReadyWatch(kube, namespace, AWS_KINDS) as watch:
         task = asyncio.create_task(starter.run())
-        watch.start()
-        await watch.wait_synced(30)
         try:
             for i in range(-1, SAMPLES):  # -1: warm-up
-                body = await asyncio.to_thread(_prepare, kube, namespace, f"w{i + 1}", subnet)
+                body = await asyncio.to_thread(
+                    _prepare, kube, namespace, f"w{i + 1}", AWS_KINDS, spec
+                )
                 started, requested, cloud_before = time.monotonic(), time.time(), cloud_seconds()
                 made = await asyncio.to_thread(kube.create, AWS_KINDS.machine, body, namespace)
-                ready_at = await _until_ready(watch, f"w{i + 1}")
+                ready_at = await watch.until([f"w{i + 1}"])
                 if i >= 0:
                     through_workflow.append(ready_at - started)
                     meta = made["metadata"]
@@ -187,14 +94,13 @@ async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]
                         )
                     )
                 body = await asyncio.to_thread(
-                    _prepare, kube, direct_namespace, f"d{i + 1}", subnet
+                    _prepare, kube, direct_namespace, f"d{i + 1}", AWS_KINDS, spec
                 )
                 started = time.monotonic()
-                await asyncio.to_thread(_direct, kube, driver, direct_namespace, body)
+                await asyncio.to_thread(_direct, kube, driver, direct_namespace, body, AWS_KINDS)
                 if i >= 0:
                     direct.append(time.monotonic() - started)
         finally:
-            watch.stop()
             starter.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -356,18 +356,27 @@ async def signal_with_start(
     signal_args: Sequence[Any] = (),
     reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
     summary: str | None = None,
+    eager: bool = False,
 ) -> Start | None:
     """Start the workflow ``id`` (or join the running one) and deliver ``signal``, if any.
 
     ``None`` when the reuse policy refuses a new run (a run of that ID completed); ``kind``
     labels ``cloudloop_workflows_started_total``; ``summary`` is the run's one-line title in the
     Temporal UI (what it does to which object). RPC errors propagate (callers retry).
+
+    ``eager`` (when the run most likely does not exist yet, and ``arg`` already says what the
+    signal says): a plain start that asks for eager start, so a worker of this process runs the
+    first workflow task from the start's answer (no task-queue round trip; signal-with-start
+    cannot be eager); the signal follows only when the call joined a running workflow.
     """
     extra: dict[str, Any] = {}
     if summary:
         extra["static_summary"] = summary
-    if signal is not None:
-        extra = {"start_signal": signal, "start_signal_args": list(signal_args)}
+    eager_start = eager and signal is not None
+    if eager_start:
+        extra["request_eager_start"] = True
+    elif signal is not None:
+        extra.update(start_signal=signal, start_signal_args=list(signal_args))
     try:
         handle: WorkflowHandle[Any, Any] = await client.start_workflow(
             run,
@@ -383,6 +392,10 @@ async def signal_with_start(
         log.debug("workflow %s: a completed run blocks a new one", id)
         return None
     started = started_run(handle) is not False
+    if eager_start and not started:
+        assert signal is not None
+        joined = client.get_workflow_handle(id, run_id=handle.result_run_id)
+        await joined.signal(signal, args=list(signal_args))
     if signal is not None:
         WORKFLOW_SIGNALS.labels(kind, signal).inc()
     if started:

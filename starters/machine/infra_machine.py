@@ -6,7 +6,10 @@ It follows the infra-machine contract in its order: the owner Machine, the Clust
 condition; a paused machine is neither provisioned nor deleted), the finalizer, then
 signal-with-start of the workflow (``machine/<namespace>/<name>/<uid>``, ``USE_EXISTING``, reuse
 only after a failure) with the desired state: spec, infrastructure ready, bootstrap Secret name,
-deletion and the ``cloudloop.io/retry`` token. The same desired state is signalled once.
+deletion and the ``cloudloop.io/retry`` token. The same desired state is signalled once. The
+reconcile that adds the finalizer starts the workflow eagerly instead (no workflow can exist
+before the finalizer; the input carries the desired state, signalled only if a run was there):
+a worker in the same process takes the first workflow task from the start's answer.
 
 A completed workflow has deleted the VM and removed the finalizer; a finalizer found again on a
 deleted object was put back by someone, so it is removed without a second workflow.
@@ -106,7 +109,11 @@ class InfraMachineReconciler:
         wf_id = workflow_id(namespace, ref.name, ref.uid)
         if self._sent.get(ref.uid) == desired:
             return wf_id
-        await self._signal_with_start(ref, desired, wf_id, deleting=deleting)
+        # No finalizer before this reconcile: no workflow was started for the object yet (the
+        # finalizer goes first), so the start can be eager.
+        await self._signal_with_start(
+            ref, desired, wf_id, deleting=deleting, eager=not has_finalizer
+        )
         self._sent[ref.uid] = desired
         return wf_id
 
@@ -141,7 +148,13 @@ class InfraMachineReconciler:
         )
 
     async def _signal_with_start(
-        self, ref: ObjectRef, desired: MachineDesired, wf_id: str, *, deleting: bool
+        self,
+        ref: ObjectRef,
+        desired: MachineDesired,
+        wf_id: str,
+        *,
+        deleting: bool,
+        eager: bool = False,
     ) -> None:
         input = MachineInput(
             object=ref,
@@ -161,6 +174,7 @@ class InfraMachineReconciler:
             summary=f"{self.kinds.provider} VM of {ref.kind} {ref.key}",
             signal=MachineSignal.DESIRED,
             signal_args=[desired],
+            eager=eager,
             search_attributes=searchattrs.for_object(
                 cluster=self.cluster,
                 provider=self.kinds.provider,

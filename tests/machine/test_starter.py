@@ -31,13 +31,17 @@ class FakeClient:
     async def start_workflow(self, *args: Any, **kwargs: Any) -> object:
         if self.already_completed:
             raise WorkflowAlreadyStartedError(kwargs["id"], "Machine")
-        self.starts.append(kwargs)
+        self.starts.append({**kwargs, "input": args[1]})
         return object()
 
     @property
     def desired(self) -> MachineDesired:
-        (desired,) = self.starts[-1]["start_signal_args"]
-        return cast(MachineDesired, desired)
+        """What the last start said: its signal's, or (an eager start) its input's."""
+        last = self.starts[-1]
+        if "start_signal_args" in last:
+            (desired,) = last["start_signal_args"]
+            return cast(MachineDesired, desired)
+        return cast(MachineDesired, last["input"].desired)
 
 
 def infra_machine(**meta: Any) -> dict[str, Any]:
@@ -149,7 +153,8 @@ async def test_finalizer_then_signal_with_start(rig: Rig) -> None:
     assert get_condition(stored, capi.PAUSED) is None  # written with the workflow's first status
     (start,) = rig.client.starts
     assert start["id"] == wf_id
-    assert start["start_signal"] == MachineSignal.DESIRED
+    # the finalizer was added just now: no run can exist, an eager start with the desired input
+    assert start["request_eager_start"] is True and "start_signal" not in start
     assert start["task_queue"] == "q"
     desired = rig.client.desired
     assert desired.spec.name == "m1" and desired.spec.machine_uid == "uid-m1"
@@ -168,6 +173,8 @@ async def test_finalizer_then_signal_with_start(rig: Rig) -> None:
     rig.put(clusters=capi_cluster(ready=True))
     await rig.starter.reconcile_machine(f"{NS}/m1")
     assert len(rig.client.starts) == 2
+    assert rig.client.starts[-1]["start_signal"] == MachineSignal.DESIRED
+    assert "request_eager_start" not in rig.client.starts[-1]
     assert rig.client.desired.infrastructure_ready is True
 
 
