@@ -23,13 +23,14 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
@@ -152,7 +153,8 @@ class FaultCloud:
 def nova_attachments(cloud: CsiCloud, volume_id: str, node_id: str) -> bool:
     """Nova lists the attachment on the server (Cinder lists it only once ``in-use``)."""
     path = f"/servers/{node_id}/os-volume_attachments"
-    found = cloud.driver.request("ListVolumeAttachments", "compute", "GET", path)  # type: ignore[attr-defined]
+    session = cast(OpenStackDriver, cloud.driver).session
+    found = session.request("ListVolumeAttachments", "compute", "GET", path)
     return any(a.get("volumeId") == volume_id for a in (found or {}).get("volumeAttachments", []))
 
 
