@@ -131,3 +131,87 @@ class Service(TypedDict, total=False):
     metadata: ObjectMeta
     spec: ServiceSpec
     status: ServiceStatus
+
+
+# -- Cluster API ----------------------------------------------------------------------------
+class Condition(TypedDict, total=False):
+    """A ``metav1.Condition`` (CAPI v1beta2 ``status.conditions[]``)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    observedGeneration: int
+    lastTransitionTime: str
+
+
+class ObjectReference(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    namespace: str
+
+
+class MachineBootstrap(TypedDict, total=False):
+    dataSecretName: str
+
+
+class CapiMachineSpec(TypedDict, total=False):
+    clusterName: str
+    failureDomain: str
+    bootstrap: MachineBootstrap
+    infrastructureRef: ObjectReference
+
+
+class CapiMachine(TypedDict, total=False):
+    """A ``cluster.x-k8s.io`` Machine: what the InfraMachine reconciler reads of it."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: CapiMachineSpec
+
+
+class CapiClusterSpec(TypedDict, total=False):
+    paused: bool
+    infrastructureRef: ObjectReference
+
+
+class CapiClusterInitialization(TypedDict, total=False):
+    infrastructureProvisioned: bool
+
+
+class CapiClusterStatus(TypedDict, total=False):
+    initialization: CapiClusterInitialization
+    infrastructureReady: bool  # v1beta1
+
+
+class CapiCluster(TypedDict, total=False):
+    """A ``cluster.x-k8s.io`` Cluster: pause, infrastructure readiness, its InfraCluster."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: CapiClusterSpec
+    status: CapiClusterStatus
+
+
+class InfraInitialization(TypedDict, total=False):
+    provisioned: bool
+
+
+class InfraStatus(TypedDict, total=False):
+    ready: bool
+    initialization: InfraInitialization
+    conditions: list[Condition]
+
+
+class InfraObject(TypedDict, total=False):
+    """A provider's InfraMachine or InfraCluster (DVPMachine, ZvirtCluster, …): its ``spec`` is
+    the provider's own (read by the driver's parser), its status the CAPI contract's."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: dict[str, Any]
+    status: InfraStatus

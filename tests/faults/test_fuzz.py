@@ -42,7 +42,7 @@ from cloudloop.cloud.termination import (
 )
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.mapping import parse_machine_spec
-from cloudloop.kube.bodies import Node
+from cloudloop.kube.bodies import InfraObject, Node
 from cloudloop.kube.resources import EVENTS, SERVICES
 from cloudloop.messages.termination import MANAGED_TAG, DrainResult
 from cloudloop.rules import machine as capi
@@ -278,7 +278,7 @@ def test_the_machine_starter_never_crashes(spec: dict[str, Any], kinds: capi.Inf
     starter = MachineStarter(
         kube, cast(Client, client), kinds=kinds, task_queue="q", cluster="c", namespace="ns"
     )
-    infra = {
+    infra: InfraObject = {
         "metadata": {
             "name": "m1",
             "namespace": "ns",
