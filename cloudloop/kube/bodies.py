@@ -215,3 +215,22 @@ class InfraObject(TypedDict, total=False):
     metadata: ObjectMeta
     spec: dict[str, Any]
     status: InfraStatus
+
+
+# -- cloudloop.io ---------------------------------------------------------------------------
+class CloudProbeSpec(TypedDict, total=False):
+    provider: str
+
+
+class CloudProbeStatus(TypedDict, total=False):
+    observedGeneration: int
+
+
+class CloudProbe(TypedDict, total=False):
+    """A ``cloudloop.io`` CloudProbe: what the probe starter reads to start a probe."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: CloudProbeSpec
+    status: CloudProbeStatus
