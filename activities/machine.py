@@ -22,8 +22,9 @@ import binascii
 import contextvars
 import functools
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -34,6 +35,7 @@ from activities.kube import kube_errors
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import Machine, MachineSpec
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import InfraObject
 from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import remove_finalizer
@@ -111,7 +113,7 @@ class MachineActivities:
                     )
                 return result
 
-    def _write_softly(self, report: ReportMachineInput) -> dict[str, Any] | None:
+    def _write_softly(self, report: ReportMachineInput) -> InfraObject | None:
         """The "creating" status, before the create: the object as written, or ``None`` when it
         is gone or the write failed (a report, not a decision: logged, the create goes on)."""
         try:
@@ -121,7 +123,7 @@ class MachineActivities:
             return None
 
     def _write_provisioned(
-        self, template: ReportMachineInput, machine: Machine, written: dict[str, Any]
+        self, template: ReportMachineInput, machine: Machine, written: InfraObject
     ) -> bool:
         """providerID, addresses, ready and the ``Provisioned`` Event, if the object is as this
         activity last wrote it (its resourceVersion): anything else that changed it meanwhile
@@ -247,10 +249,11 @@ class MachineActivities:
 
     def _write(
         self, input: ReportMachineInput, *, resource_version: str = ""
-    ) -> dict[str, Any] | None:
-        """The writes of :meth:`report`: the object as its status patch answered, ``None`` if
-        it is gone. ``resource_version``: the spec patch (there must be one) is made only on that
-        version of the object (a conflict raises)."""
+    ) -> InfraObject | None:
+        """The writes of :meth:`report`: the object as its status patch answered (the API's
+        answers are typed here, not checked), ``None`` if it is gone. ``resource_version``: the
+        spec patch (there must be one) is made only on that version of the object (a conflict
+        raises)."""
         ref = input.object
         namespace = ref.namespace or None
         guard: dict[str, str] = {"uid": ref.uid} if ref.uid else {}
@@ -261,23 +264,30 @@ class MachineActivities:
             spec_patch[input.id_field] = input.machine_id
         try:
             # The spec patch (a no-op when unchanged) answers with the object: no extra read.
-            current: dict[str, Any] | None
+            current: InfraObject | None
             if spec_patch:
                 precondition = {"resourceVersion": resource_version} if resource_version else {}
-                current = self.kube.patch(
-                    ref.resource,
-                    ref.name,
-                    {"metadata": {**guard, **precondition}, "spec": spec_patch},
-                    namespace,
+                current = cast(
+                    InfraObject,
+                    self.kube.patch(
+                        ref.resource,
+                        ref.name,
+                        {"metadata": {**guard, **precondition}, "spec": spec_patch},
+                        namespace,
+                    ),
                 )
             else:
-                current = self.kube.get(ref.resource, ref.name, namespace)
+                current = cast(
+                    "InfraObject | None", self.kube.get(ref.resource, ref.name, namespace)
+                )
             if current is None or (ref.uid and current["metadata"].get("uid") != ref.uid):
                 activity.logger.info("%s %s is gone; status not written", ref.kind, ref.key)
                 return None
             generation = int(current["metadata"].get("generation") or 0) or None
             status: dict[str, Any] = {}
-            conditions = (current.get("status") or {}).get("conditions")
+            conditions: Iterable[Mapping[str, Any]] | None = (current.get("status") or {}).get(
+                "conditions"
+            )
             for condition in input.conditions:
                 conditions = set_condition(
                     conditions,
@@ -294,12 +304,15 @@ class MachineActivities:
                 status["ready"] = input.ready
             if input.provisioned is not None:
                 status["initialization"] = {"provisioned": input.provisioned}
-            written = self.kube.patch(
-                ref.resource,
-                ref.name,
-                {"metadata": guard, "status": status},
-                namespace,
-                subresource="status",
+            written = cast(
+                InfraObject,
+                self.kube.patch(
+                    ref.resource,
+                    ref.name,
+                    {"metadata": guard, "status": status},
+                    namespace,
+                    subresource="status",
+                ),
             )
         except KubeError as exc:
             if exc.not_found or (exc.conflict and "UID" in str(exc)):

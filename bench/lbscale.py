@@ -42,6 +42,7 @@ from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import Instance
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.resources import CONFIG_MAPS, NODES, SERVICES, ObjectRef, Resource
 from cloudloop.messages.loadbalancer import workflow_id
 from cloudloop.net import free_port
@@ -65,7 +66,7 @@ def kubelet_node(
     node sync would write them for ``instance`` (so its refresh finds nothing to change)."""
     zone = instance.zone if instance else "us-east-1" + "abc"[index % 3]
     provider_id = instance.provider_id if instance else f"aws:///{zone}/i-{index:017x}"
-    node: dict[str, Any] = {"metadata": {"name": name}, "status": {}}
+    node: Node = {"metadata": {"name": name}, "status": {}}
     addresses = (
         rules.node_addresses(node, instance.addresses)
         if instance

@@ -33,7 +33,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.informer import Informers
-from cloudloop.kube.resources import NODES, SERVICES, Resource
+from cloudloop.kube.resources import SERVICES, Resource
 from cloudloop.settings import Domain
 from devstack.csi_deployment import provider_env
 from starters.loadbalancer import ServiceStarter
@@ -92,8 +92,8 @@ async def _round(
     starter = ServiceStarter(
         kube,
         ctx.client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=f"cloudloop-bench-lb={scope}"),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=f"cloudloop-bench-lb={scope}"),
         task_queue=temporal.queue_for(Domain.LOAD_BALANCER),
         cluster=settings.cluster_name,
         provider=settings.provider,

@@ -39,6 +39,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec, LoadBalancerStatus
+from cloudloop.kube.bodies import Service
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer
 from cloudloop.kube.informer import Informers
@@ -76,7 +77,7 @@ def _service(name: str) -> dict[str, Any]:
     }
 
 
-def _has_ingress(obj: dict[str, Any] | None) -> bool:
+def _has_ingress(obj: Service | None) -> bool:
     return bool(((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress"))
 
 
@@ -111,8 +112,8 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
     starter = ServiceStarter(
         kube,
         ctx.client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=ccm.node_selector),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=ccm.node_selector),
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,
         provider=settings.provider,

@@ -263,8 +263,8 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     starter = ServiceStarter(
         kube,
         ctx.client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=ccm.node_selector),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=ccm.node_selector),
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,
         provider="dvp",

@@ -102,7 +102,7 @@ async def _lifecycle(ctx: BenchContext, endpoint: OpenStackEmulatorEndpoint) -> 
         with ThreadPoolExecutor(16) as pool:
             await asyncio.to_thread(lambda: list(pool.map(create, enumerate(targets))))
         ccm = ctx.settings.ccm.model_copy(update={"node_selector": selector})
-        sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
+        sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
         sync.informer.start()
         await sync.informer.wait_synced(60)
         while len(sync.informer.store) < FLEET:
@@ -217,8 +217,8 @@ async def _load_balancers(
     starter = ServiceStarter(
         kube,
         ctx.client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=settings.ccm.node_selector),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=settings.ccm.node_selector),
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,
         provider=settings.provider,

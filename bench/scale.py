@@ -248,7 +248,7 @@ async def burst(
         update={"node_selector": selector, "concurrent_node_syncs": CONCURRENT_NODE_SYNCS}
     )
     informers = Informers(kube)
-    sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
+    sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
     timeline = _Timeline(sync)
     task = asyncio.create_task(sync.run())
     figures: dict[str, float] = {}

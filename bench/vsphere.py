@@ -99,7 +99,7 @@ async def vsphere_figures(ctx: BenchContext) -> dict[str, float]:
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda p: create(f"vs-{scope}-{p[0]}", p[1]), enumerate(targets)))
         ccm = settings.ccm.model_copy(update={"node_selector": selector})
-        fleet_sync = NodeSync(kube, driver, informers.get(NODES, label_selector=selector), ccm)
+        fleet_sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
         fleet_sync.informer.start()
         await fleet_sync.informer.wait_synced(60)
         while len(fleet_sync.informer.store) < FLEET:
@@ -111,7 +111,7 @@ async def vsphere_figures(ctx: BenchContext) -> dict[str, float]:
 
         burst_ccm = ccm.model_copy(update={"node_selector": burst_selector})
         burst_sync = NodeSync(
-            kube, driver, informers.get(NODES, label_selector=burst_selector), burst_ccm
+            kube, driver, informers.nodes(label_selector=burst_selector), burst_ccm
         )
         task = asyncio.create_task(burst_sync.run())
         await burst_sync.informer.wait_synced(60)

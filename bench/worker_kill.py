@@ -40,7 +40,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.informer import Informers
-from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
+from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import LB_FINALIZER, workflow_id
 from cloudloop.net import free_port
 from devstack.process import ManagedProcess, http_ok
@@ -205,8 +205,8 @@ async def worker_kill_figures(ctx: BenchContext) -> dict[str, float]:
     starter = ServiceStarter(
         kube,
         ctx.client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=ccm.node_selector),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=ccm.node_selector),
         task_queue=task_queue,
         cluster=cluster,
         provider=settings.provider,

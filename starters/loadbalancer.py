@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
@@ -37,10 +36,11 @@ from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.registry import provider_for
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node, Service
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer
 from cloudloop.kube.informer import Informer
-from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
+from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.messages.kube import EventSource
 from cloudloop.messages.loadbalancer import (
@@ -88,8 +88,8 @@ class ServiceStarter:
         kube: Kube,
         client: Client,
         *,
-        services: Informer,
-        nodes: Informer,
+        services: Informer[Service],
+        nodes: Informer[Node],
         task_queue: str,
         cluster: str,
         provider: str,
@@ -142,14 +142,14 @@ class ServiceStarter:
             return None
         ccm = context.settings.ccm
         nodes = (
-            context.informers.get(NODES, label_selector=ccm.node_selector)
+            context.informers.nodes(label_selector=ccm.node_selector)
             if ccm.node_selector
-            else context.informers.get(NODES)
+            else context.informers.nodes()
         )
         return cls(
             context.kube,
             context.client,
-            services=context.informers.get(SERVICES),
+            services=context.informers.services(),
             nodes=nodes,
             task_queue=context.queue(Domain.LOAD_BALANCER),
             cluster=context.cluster,
@@ -223,7 +223,7 @@ class ServiceStarter:
             self._lb_nodes[label_keys] = projection
         return projection
 
-    def _inputs(self, key: str, service: dict[str, Any]) -> tuple[dict[str, str], frozenset[str]]:
+    def _inputs(self, key: str, service: Service) -> tuple[dict[str, str], frozenset[str]]:
         """The annotations and node label keys the cloud reads for this Service."""
         annotations = rules.service_annotations(service)
         if self.driver is None:
@@ -348,7 +348,9 @@ class UnservedLoadBalancers:
     writes nothing else: no finalizer, no status, no workflow.
     """
 
-    def __init__(self, kube: Kube, services: Informer, *, provider: str, hint: str = "") -> None:
+    def __init__(
+        self, kube: Kube, services: Informer[Service], *, provider: str, hint: str = ""
+    ) -> None:
         self.kube = kube
         self.services = services
         self.provider = provider
@@ -362,7 +364,7 @@ class UnservedLoadBalancers:
             return None
         return cls(
             context.kube,
-            context.informers.get(SERVICES),
+            context.informers.services(),
             provider=context.settings.provider,
             hint=provider_for(context.settings).load_balancer_hint,
         )
@@ -391,7 +393,7 @@ class UnservedLoadBalancers:
                 self.warned.add(uid)
                 await asyncio.to_thread(self._warn, service)
 
-    def _warn(self, service: dict[str, Any]) -> None:
+    def _warn(self, service: Service) -> None:
         record_event(
             self.kube,
             ObjectRef.of(SERVICES, service),

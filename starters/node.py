@@ -30,12 +30,13 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from cloudloop.cloud.driver import Instances
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import Instance
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
@@ -70,7 +71,7 @@ class Lookup:
 
 class NodeSync:
     def __init__(
-        self, kube: Kube, instances: Instances, informer: Informer, settings: CcmSettings
+        self, kube: Kube, instances: Instances, informer: Informer[Node], settings: CcmSettings
     ) -> None:
         self.kube = kube
         self.instances = instances
@@ -99,9 +100,9 @@ class NodeSync:
             return None
         ccm = context.settings.ccm
         informer = (
-            context.informers.get(NODES, label_selector=ccm.node_selector)
+            context.informers.nodes(label_selector=ccm.node_selector)
             if ccm.node_selector
-            else context.informers.get(NODES)
+            else context.informers.nodes()
         )
         return cls(context.kube, instances, informer, ccm)
 
@@ -135,7 +136,7 @@ class NodeSync:
             await asyncio.sleep(period_s)
 
     # -- lookups ---------------------------------------------------------------------------
-    def lookup(self, nodes: Iterable[dict[str, Any]]) -> Lookup:
+    def lookup(self, nodes: Iterable[Node]) -> Lookup:
         """One batched call by providerID and one by name (each chunked); errors fail closed."""
         result = Lookup()
         by_id: dict[str, str] = {}
@@ -222,7 +223,7 @@ class NodeSync:
         nodes, lookup = await self._look_up_batch(names)
         await self._write_batch([], nodes, lookup)
 
-    async def _look_up_batch(self, names: list[str]) -> tuple[list[dict[str, Any]], Lookup]:
+    async def _look_up_batch(self, names: list[str]) -> tuple[list[Node], Lookup]:
         nodes = [self.informer.store[n] for n in names if n in self.informer.store]
         nodes = [n for n in nodes if rules.needs_init(n)]
         for name in set(names) - {n["metadata"]["name"] for n in nodes}:
@@ -231,13 +232,11 @@ class NodeSync:
             return [], Lookup()
         return nodes, await asyncio.to_thread(self.lookup, nodes)
 
-    async def _write_batch(
-        self, names: list[str], nodes: list[dict[str, Any]], lookup: Lookup
-    ) -> None:
+    async def _write_batch(self, names: list[str], nodes: list[Node], lookup: Lookup) -> None:
         """Initialize ``nodes`` from ``lookup``; then ``names`` are done in the queue."""
         loop = asyncio.get_running_loop()
 
-        async def one(node: dict[str, Any]) -> None:
+        async def one(node: Node) -> None:
             name = node["metadata"]["name"]
             async with self._writes:
                 try:
@@ -268,7 +267,7 @@ class NodeSync:
             for name in names:
                 self.queue.done(name)
 
-    async def _retry_later(self, node: dict[str, Any], reason: str) -> None:
+    async def _retry_later(self, node: Node, reason: str) -> None:
         name = node["metadata"]["name"]
         delay = self.queue.retry(name)
         log.warning("node %s not initialized: %s; retrying in %.0fs", name, reason, delay)
@@ -283,9 +282,7 @@ class NodeSync:
                 component=EventSource.NODE,
             )
 
-    def _initialize_node(
-        self, name: str, instance: Instance, cached: dict[str, Any] | None = None
-    ) -> None:
+    def _initialize_node(self, name: str, instance: Instance, cached: Node | None = None) -> None:
         """Addresses first, then labels + providerID + taint removal in one Update.
 
         The first try starts from the informer's copy (``cached``) and the status patch's
@@ -293,15 +290,18 @@ class NodeSync:
         stale) reads the node and tries again.
         """
         for _ in range(CONFLICT_RETRIES):
-            node = copy.deepcopy(cached) if cached is not None else self.kube.get(NODES, name)
+            node = copy.deepcopy(cached) if cached is not None else self._get(name)
             cached = None
             if node is None or not rules.needs_init(node):
                 return
             addresses = rules.node_addresses(node, instance.addresses)
             try:
                 if rules.addresses_changed(node, addresses):
-                    node = self.kube.patch(
-                        NODES, name, {"status": {"addresses": addresses}}, subresource="status"
+                    node = cast(
+                        Node,
+                        self.kube.patch(
+                            NODES, name, {"status": {"addresses": addresses}}, subresource="status"
+                        ),
                     )
                     if not rules.needs_init(node):  # the copy was stale: done already
                         return
@@ -320,6 +320,10 @@ class NodeSync:
                 self._eventer.submit(self._synced, ObjectRef.of(NODES, node))
             return
         raise rules.InitError("conflicts kept the node from being updated")
+
+    def _get(self, name: str) -> Node | None:
+        """The Node as the API server has it now (this module's reads, typed here)."""
+        return cast("Node | None", self.kube.get(NODES, name))
 
     def _synced(self, ref: ObjectRef) -> None:
         record_event(
@@ -363,7 +367,7 @@ class NodeSync:
             elif verdict is rules.Verdict.TAINT_SHUTDOWN:
                 await asyncio.to_thread(self._set_shutdown_taint, node, True)
 
-    def _warn_invalid(self, node: dict[str, Any], reason: str) -> None:
+    def _warn_invalid(self, node: Node, reason: str) -> None:
         """One Warning per node and providerID value (kept, never deleted)."""
         name, provider_id = node["metadata"]["name"], rules.provider_id(node)
         if self._warned_invalid.get(name) == provider_id:
@@ -378,7 +382,7 @@ class NodeSync:
             component=EventSource.NODE_LIFECYCLE,
         )
 
-    def _delete_node(self, node: dict[str, Any]) -> None:
+    def _delete_node(self, node: Node) -> None:
         name = node["metadata"]["name"]
         ref = ObjectRef.of(NODES, node)
         record_event(
@@ -406,10 +410,10 @@ class NodeSync:
                     component=EventSource.NODE_LIFECYCLE,
                 )
 
-    def _set_shutdown_taint(self, node: dict[str, Any], present: bool) -> None:
+    def _set_shutdown_taint(self, node: Node, present: bool) -> None:
         name = node["metadata"]["name"]
         for _ in range(CONFLICT_RETRIES):
-            current = self.kube.get(NODES, name)
+            current = self._get(name)
             if current is None or rules.has_taint(current, rules.SHUTDOWN_TAINT) == present:
                 return
             kept = [t for t in rules.taints(current) if t.get("key") != rules.SHUTDOWN_TAINT]
@@ -448,7 +452,7 @@ class NodeSync:
             )
         )
 
-        async def one(node: dict[str, Any]) -> None:
+        async def one(node: Node) -> None:
             instance = lookup.instances.get(node["metadata"]["name"])
             if instance is None or not instance.addresses:
                 return

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from temporalio.client import Client
 
 from cloudloop import searchattrs
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import CloudProbe
 from cloudloop.kube.informer import Informer, WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef
 from cloudloop.kube.workqueue import WorkQueue
@@ -50,7 +50,7 @@ class CloudProbeStarter:
         self.client = client
         self.task_queue = task_queue
         self.cluster = cluster
-        self.informer = Informer(kube, CLOUD_PROBES, namespace=namespace)
+        self.informer = Informer[CloudProbe](kube, CLOUD_PROBES, namespace=namespace)
         self.queue = WorkQueue("cloudprobe")
 
     async def run(self) -> None:
@@ -68,7 +68,7 @@ class CloudProbeStarter:
         self.informer.stop()
 
     @staticmethod
-    def wants_probe(obj: dict[str, Any]) -> bool:
+    def wants_probe(obj: CloudProbe) -> bool:
         meta = obj.get("metadata", {})
         if meta.get("deletionTimestamp"):
             return False
@@ -80,11 +80,11 @@ class CloudProbeStarter:
         obj = self.informer.store.get(key)
         return None if obj is None else await self.start(obj)
 
-    async def handle(self, event: WatchEvent) -> str | None:
+    async def handle(self, event: WatchEvent[CloudProbe]) -> str | None:
         """Start (or join) the probe workflow for this event; return its ID, if any."""
         return None if event.type == "DELETED" else await self.start(event.object)
 
-    async def start(self, obj: dict[str, Any]) -> str | None:
+    async def start(self, obj: CloudProbe) -> str | None:
         if not self.wants_probe(obj):
             return None
         ref = ObjectRef.of(CLOUD_PROBES, obj)

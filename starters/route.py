@@ -22,6 +22,7 @@ from cloudloop.cloud.driver import Instances, Routes
 from cloudloop.cloud.errors import CloudError, CloudThrottled, NotSupported
 from cloudloop.cloud.models import Route
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.conditions import now_rfc3339
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
@@ -49,7 +50,7 @@ class RouteSync:
         kube: Kube,
         routes: Routes,
         instances: Instances,
-        informer: Informer,
+        informer: Informer[Node],
         *,
         cluster: str,
         cluster_cidrs: list[rules.Network],
@@ -96,9 +97,9 @@ class RouteSync:
             )
             return None
         informer = (
-            context.informers.get(NODES, label_selector=ccm.node_selector)
+            context.informers.nodes(label_selector=ccm.node_selector)
             if ccm.node_selector
-            else context.informers.get(NODES)
+            else context.informers.nodes()
         )
         return cls(
             context.kube,
@@ -177,7 +178,7 @@ class RouteSync:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
 
-    def node_target(self, node: dict[str, Any]) -> rules.NodeTarget:
+    def node_target(self, node: Node) -> rules.NodeTarget:
         meta = node.get("metadata") or {}
         provider_id = str((node.get("spec") or {}).get("providerID") or "")
         instance_id = ""
@@ -271,7 +272,7 @@ class RouteSync:
             return False
         return False
 
-    async def _set_condition(self, node: dict[str, Any], routed: bool) -> None:
+    async def _set_condition(self, node: Node, routed: bool) -> None:
         condition = rules.network_condition_patch(node, routed, now=now_rfc3339())
         if condition is None:
             return

@@ -49,6 +49,7 @@ from cloudloop.cloud.termination import (
     TerminationClient,
 )
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
@@ -221,7 +222,7 @@ class QueueProcessor:
         task_queue: str,
         cluster: str,
         provider: str = "",
-        nodes: Informer | None = None,
+        nodes: Informer[Node] | None = None,
         settings: Settings | None = None,
     ) -> None:
         #: The queue read: ``nth.queue_url``, or (empty) the managed queue, made at start.
@@ -236,7 +237,7 @@ class QueueProcessor:
         self.cluster = cluster
         self.provider = provider
         self._own_nodes = nodes is None
-        self.nodes = nodes if nodes is not None else Informer(kube, NODES)
+        self.nodes = nodes if nodes is not None else Informer[Node](kube, NODES)
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[str]] = set()
 
@@ -258,7 +259,7 @@ class QueueProcessor:
             task_queue=context.queue(Domain.DRAIN),
             cluster=context.cluster,
             provider=provider.name,
-            nodes=context.informers.get(NODES),
+            nodes=context.informers.nodes(),
             settings=context.settings,
         )
 

@@ -7,6 +7,7 @@ the way an API server does, and ``writes`` records every successful write.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from cloudloop.kube.api import Kube, KubeError, PatchType
@@ -93,6 +94,7 @@ class MemoryKube(Kube):
         self.writes.append(("patch", key, patch))
         return copy.deepcopy(self.objects[key])
 
-    def put(self, resource: Resource, obj: dict[str, Any], namespace: str | None = None) -> None:
-        """Seed an object without recording a write."""
-        self.objects[self.key(resource, obj["metadata"]["name"], namespace)] = copy.deepcopy(obj)
+    def put(self, resource: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> None:
+        """Seed an object (any body, typed or not) without recording a write."""
+        key = self.key(resource, obj["metadata"]["name"], namespace)
+        self.objects[key] = copy.deepcopy(dict(obj))

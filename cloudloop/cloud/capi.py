@@ -12,6 +12,7 @@ Rules: pure data (no I/O); the contract's names and checks are in :mod:`cloudloo
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -37,7 +38,7 @@ class InfraKinds:
     #: ``spec`` field that takes the cloud's VM ID (zVirt ``spec.id``), if any.
     id_field: str = ""
 
-    def desired_spec(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def desired_spec(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """The InfraMachine's spec without the fields the provider writes back."""
         spec = dict(obj.get("spec") or {})
         for field in self.written_spec_fields:

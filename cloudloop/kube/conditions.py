@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -16,7 +17,7 @@ def now_rfc3339() -> str:
 
 
 def set_condition(
-    conditions: list[dict[str, Any]] | None,
+    conditions: Iterable[Mapping[str, Any]] | None,
     *,
     type: str,
     status: bool | str,
@@ -40,6 +41,6 @@ def set_condition(
     return result
 
 
-def get_condition(obj: dict[str, Any], type: str) -> dict[str, Any] | None:
+def get_condition(obj: Mapping[str, Any], type: str) -> dict[str, Any] | None:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == type), None)

@@ -7,9 +7,11 @@ finalizer never lands on a recreated object of the same name and no other finali
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import BodyT
 from cloudloop.kube.resources import ObjectRef
 
 CONFLICT_RETRIES = 10
@@ -21,7 +23,7 @@ def replaced(exc: KubeError) -> bool:
 
 
 def _patch_finalizers(
-    kube: Kube, ref: ObjectRef, obj: dict[str, Any], finalizers: list[str]
+    kube: Kube, ref: ObjectRef, obj: Mapping[str, Any], finalizers: list[str]
 ) -> dict[str, Any]:
     meta = obj["metadata"]
     patch = {
@@ -42,20 +44,21 @@ def _fresh(kube: Kube, ref: ObjectRef) -> dict[str, Any] | None:
 
 
 def add_finalizer(
-    kube: Kube, ref: ObjectRef, finalizer: str, obj: dict[str, Any] | None = None
-) -> dict[str, Any] | None:
-    """Add ``finalizer`` (starting from ``obj``, e.g. an informer's copy); the object as written,
-    or None when it is gone. An object already being deleted cannot take new finalizers."""
-    current = obj if obj is not None else _fresh(kube, ref)
+    kube: Kube, ref: ObjectRef, finalizer: str, obj: BodyT | None = None
+) -> BodyT | None:
+    """Add ``finalizer`` (starting from ``obj``, e.g. an informer's copy); the object as written
+    (typed as ``obj``), or None when it is gone. An object already being deleted cannot take new
+    finalizers."""
+    current: Mapping[str, Any] | None = obj if obj is not None else _fresh(kube, ref)
     for _ in range(CONFLICT_RETRIES):
         if current is None:
             return None
         meta = current["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         if finalizer in finalizers or meta.get("deletionTimestamp"):
-            return current
+            return cast(BodyT, current)
         try:
-            return _patch_finalizers(kube, ref, current, [*finalizers, finalizer])
+            return cast(BodyT, _patch_finalizers(kube, ref, current, [*finalizers, finalizer]))
         except KubeError as exc:
             if exc.not_found or replaced(exc):
                 return None

@@ -29,12 +29,13 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, cast
 
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import Resource
+from cloudloop.kube.bodies import BodyT, Node, Service
+from cloudloop.kube.resources import NODES, SERVICES, Resource
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +73,16 @@ def release_free_heap() -> None:
 
 
 @dataclass(frozen=True)
-class WatchEvent:
+class WatchEvent(Generic[BodyT]):
     type: EventType
-    object: dict[str, Any]
+    object: BodyT
 
     @property
     def key(self) -> str:
         return object_key(self.object)
 
 
-def object_key(obj: dict[str, Any]) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace")
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
@@ -123,11 +124,14 @@ def _interned(value: Any) -> Any:
     return value
 
 
-_Subscriber = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[WatchEvent | None]"]
+_Subscriber = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[WatchEvent[BodyT] | None]"]
 
 
-class Informer:
-    """Keeps ``store`` (key → object) in sync with the API server and streams the changes."""
+class Informer(Generic[BodyT]):
+    """Keeps ``store`` (key → object) in sync with the API server and streams the changes.
+
+    ``Informer[Node]`` stores typed bodies (:mod:`cloudloop.kube.bodies`): the objects are the
+    API's dicts as they are, typed once where they are stored (:meth:`_apply`)."""
 
     def __init__(
         self,
@@ -148,14 +152,14 @@ class Informer:
         self.selectors = {"labelSelector": label_selector, "fieldSelector": field_selector}
         self.watch_timeout_s = watch_timeout_s
         self.page_size = page_size
-        self.store: dict[str, dict[str, Any]] = {}
+        self.store: dict[str, BodyT] = {}
         self.synced = threading.Event()
         self.relists = 0
         self._stop = threading.Event()
         self._resource_version = resource_version
         self._response: Any = None
         self._lock = threading.Lock()
-        self._subscribers: list[_Subscriber] = []
+        self._subscribers: list[_Subscriber[BodyT]] = []
         self._thread: threading.Thread | None = None
         self._failing_since: float | None = None  # monotonic; None while lists/watches work
 
@@ -202,9 +206,9 @@ class Informer:
     async def wait_synced(self, timeout: float | None = None) -> bool:
         return await asyncio.to_thread(self.synced.wait, timeout)
 
-    async def events(self) -> AsyncGenerator[WatchEvent, None]:
+    async def events(self) -> AsyncGenerator[WatchEvent[BodyT], None]:
         """Subscribe: the store as ``ADDED`` events, then every change, until :meth:`stop`."""
-        subscriber: _Subscriber = (asyncio.get_running_loop(), asyncio.Queue())
+        subscriber: _Subscriber[BodyT] = (asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             for obj in self.store.values():
                 subscriber[1].put_nowait(WatchEvent("ADDED", obj))
@@ -224,8 +228,11 @@ class Informer:
                     self._subscribers.remove(subscriber)
 
     # -- the blocking side -----------------------------------------------------------------
-    def _apply(self, kind: EventType, key: str, obj: dict[str, Any]) -> None:
-        """Update the store and tell every subscriber, atomically with respect to subscribing."""
+    def _apply(self, kind: EventType, key: str, received: Mapping[str, Any]) -> None:
+        """Update the store and tell every subscriber, atomically with respect to subscribing.
+
+        The one place a received object becomes a ``BodyT`` (a type, not a check)."""
+        obj = cast(BodyT, received)
         with self._lock:
             if kind == "DELETED":
                 self.store.pop(key, None)
@@ -349,7 +356,7 @@ class Informer:
         )
 
 
-def _put(subscriber: _Subscriber, event: WatchEvent | None) -> None:
+def _put(subscriber: _Subscriber[BodyT], event: WatchEvent[BodyT] | None) -> None:
     loop, queue = subscriber
     with contextlib.suppress(RuntimeError):  # that subscriber's loop has closed
         loop.call_soon_threadsafe(queue.put_nowait, event)
@@ -371,6 +378,14 @@ class Informers:
                 self.kube, resource, namespace=namespace, label_selector=label_selector
             )
         return self._informers[key]
+
+    def nodes(self, *, label_selector: str | None = None) -> Informer[Node]:
+        """The Node informer (the one :meth:`get` gives), its store typed as Node bodies."""
+        return cast("Informer[Node]", self.get(NODES, label_selector=label_selector))
+
+    def services(self, *, namespace: str | None = None) -> Informer[Service]:
+        """The Service informer (the one :meth:`get` gives), its store typed as Service bodies."""
+        return cast("Informer[Service]", self.get(SERVICES, namespace=namespace))
 
     def stop(self) -> None:
         for informer in self._informers.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +66,7 @@ class ObjectRef(BaseModel):
     uid: str = ""
 
     @classmethod
-    def of(cls, resource: Resource, obj: dict[str, Any]) -> ObjectRef:
+    def of(cls, resource: Resource, obj: Mapping[str, Any]) -> ObjectRef:
         meta = obj.get("metadata", {})
         return cls(
             group=resource.group,

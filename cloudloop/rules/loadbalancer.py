@@ -11,9 +11,9 @@ a filter. Nodes without ``spec.providerID`` cannot be mapped to an instance and 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any
 
 from cloudloop.cloud.models import LoadBalancerPort
+from cloudloop.kube.bodies import Node, Service
 from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
     DesiredLoadBalancer,
@@ -40,20 +40,20 @@ def parse_go_bool(value: str) -> bool | None:
 
 
 # -- Services -------------------------------------------------------------------------------
-def wants_load_balancer(service: dict[str, Any]) -> bool:
+def wants_load_balancer(service: Service) -> bool:
     spec = service.get("spec") or {}
     return spec.get("type") == "LoadBalancer" and spec.get("loadBalancerClass") is None
 
 
-def is_deleting(obj: dict[str, Any]) -> bool:
+def is_deleting(obj: Service | Node) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def has_finalizer(service: dict[str, Any]) -> bool:
+def has_finalizer(service: Service) -> bool:
     return LB_FINALIZER in ((service.get("metadata") or {}).get("finalizers") or [])
 
 
-def needs_cleanup(service: dict[str, Any]) -> bool:
+def needs_cleanup(service: Service) -> bool:
     return has_finalizer(service) and (is_deleting(service) or not wants_load_balancer(service))
 
 
@@ -75,7 +75,7 @@ def ingress_fields(entry: str, *, hostname: bool) -> dict[str, str]:
     return {"ip": address, "ipMode": ip_mode} if ip_mode else {"ip": address}
 
 
-def ingress_hostnames(service: dict[str, Any]) -> list[str]:
+def ingress_hostnames(service: Service) -> list[str]:
     """``status.loadBalancer.ingress`` as strings (hostname, else IP with its ``ipMode``)."""
     ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
     return [
@@ -85,14 +85,14 @@ def ingress_hostnames(service: dict[str, Any]) -> list[str]:
     ]
 
 
-def service_annotations(service: dict[str, Any]) -> dict[str, str]:
+def service_annotations(service: Service) -> dict[str, str]:
     """The Service's annotations as strings, without the ones that never concern an LB."""
     annotations = (service.get("metadata") or {}).get("annotations") or {}
     return {k: str(v) for k, v in annotations.items() if k not in IGNORED_ANNOTATIONS}
 
 
 def desired_load_balancer(
-    service: dict[str, Any],
+    service: Service,
     nodes: list[LoadBalancerNode],
     *,
     annotations: dict[str, str] | None = None,
@@ -124,7 +124,7 @@ def desired_load_balancer(
 
 
 # -- Nodes ----------------------------------------------------------------------------------
-def excluded_from_load_balancers(node: dict[str, Any]) -> bool:
+def excluded_from_load_balancers(node: Node) -> bool:
     if is_deleting(node):
         return True
     labels = (node.get("metadata") or {}).get("labels") or {}
@@ -138,7 +138,7 @@ def excluded_from_load_balancers(node: dict[str, Any]) -> bool:
 
 
 def load_balancer_node(
-    node: dict[str, Any], label_keys: Collection[str] | None = None
+    node: Node, label_keys: Collection[str] | None = None
 ) -> LoadBalancerNode | None:
     """The node as an LB backend, or None when excluded or without providerID; with only the
     labels ``label_keys`` names (all of them when ``None``)."""
@@ -153,7 +153,7 @@ def load_balancer_node(
 
 
 def load_balancer_nodes(
-    nodes: Iterable[dict[str, Any]], label_keys: Collection[str] | None = None
+    nodes: Iterable[Node], label_keys: Collection[str] | None = None
 ) -> list[LoadBalancerNode]:
     """The LB node set, sorted by name (so equal sets compare equal), labels as above."""
     found = (load_balancer_node(node, label_keys) for node in nodes)

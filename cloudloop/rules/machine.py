@@ -7,14 +7,13 @@ infrastructure kinds (:class:`~cloudloop.cloud.capi.InfraKinds`) in its package.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel
 
 from cloudloop.cloud.capi import CAPI_GROUP as CAPI_GROUP
 from cloudloop.cloud.capi import INFRA_GROUP as INFRA_GROUP
 from cloudloop.cloud.capi import InfraKinds as InfraKinds
 from cloudloop.cloud.models import InstanceState, Machine
+from cloudloop.kube.bodies import CapiCluster, InfraObject
 from cloudloop.kube.resources import Resource
 from cloudloop.messages.machine import ConditionStatus, MachineCondition
 
@@ -50,17 +49,17 @@ REASON_NOT_PAUSED = "NotPaused"
 REASON_PROVISIONED = "Provisioned"
 
 
-def is_paused(obj: dict[str, Any] | None) -> bool:
+def is_paused(obj: InfraObject | None) -> bool:
     """The object carries ``cluster.x-k8s.io/paused`` (any value)."""
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return PAUSED_ANNOTATION in annotations
 
 
-def cluster_paused(cluster: dict[str, Any] | None) -> bool:
+def cluster_paused(cluster: CapiCluster | None) -> bool:
     return bool(((cluster or {}).get("spec") or {}).get("paused"))
 
 
-def cluster_infrastructure_ready(cluster: dict[str, Any] | None) -> bool:
+def cluster_infrastructure_ready(cluster: CapiCluster | None) -> bool:
     """v1beta2 ``status.initialization.infrastructureProvisioned``, v1beta1
     ``status.infrastructureReady``."""
     status = (cluster or {}).get("status") or {}
@@ -68,7 +67,7 @@ def cluster_infrastructure_ready(cluster: dict[str, Any] | None) -> bool:
     return bool(provisioned or status.get("infrastructureReady"))
 
 
-def owner(obj: dict[str, Any], kind: str, group: str = CAPI_GROUP) -> str | None:
+def owner(obj: InfraObject, kind: str, group: str = CAPI_GROUP) -> str | None:
     """The name of ``obj``'s owner of ``kind`` in ``group`` (any version), if any."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         api_version = str(ref.get("apiVersion", ""))

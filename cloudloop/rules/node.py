@@ -1,4 +1,5 @@
-"""What the cloud node controllers decide about a Node, as pure functions on Node dicts.
+"""What the cloud node controllers decide about a Node, as pure functions on Node bodies
+(:class:`~cloudloop.kube.bodies.Node`: the API's dicts, typed).
 
 The rules follow the upstream cloud-provider controllers: which nodes need initialization, the
 labels and addresses initialization writes, address ordering with ``provided-node-ip``, and the
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
 
 from cloudloop.cloud.models import Instance, NodeAddress
+from cloudloop.kube.bodies import Node, NodeSpec, Taint
 
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
@@ -27,25 +28,25 @@ class InitError(ValueError):
     """The node cannot be initialized yet (the taint stays, the node is retried)."""
 
 
-def taints(node: dict[str, Any]) -> list[dict[str, Any]]:
+def taints(node: Node) -> list[Taint]:
     return list(node.get("spec", {}).get("taints") or [])
 
 
-def has_taint(node: dict[str, Any], key: str) -> bool:
+def has_taint(node: Node, key: str) -> bool:
     return any(t.get("key") == key for t in taints(node))
 
 
-def needs_init(node: dict[str, Any]) -> bool:
+def needs_init(node: Node) -> bool:
     return not node.get("metadata", {}).get("deletionTimestamp") and has_taint(
         node, UNINITIALIZED_TAINT
     )
 
 
-def provider_id(node: dict[str, Any]) -> str:
+def provider_id(node: Node) -> str:
     return str(node.get("spec", {}).get("providerID") or "")
 
 
-def ready_status(node: dict[str, Any]) -> str:
+def ready_status(node: Node) -> str:
     """``True``, ``False`` or ``Unknown`` (no Ready condition yet counts as Unknown)."""
     for condition in node.get("status", {}).get("conditions") or []:
         if condition.get("type") == "Ready":
@@ -71,7 +72,7 @@ def node_labels(
     return {k: v for k, v in wanted.items() if k not in current}
 
 
-def node_addresses(node: dict[str, Any], cloud: list[NodeAddress]) -> list[dict[str, str]]:
+def node_addresses(node: Node, cloud: list[NodeAddress]) -> list[dict[str, str]]:
     """The node's addresses from the cloud's, with the upstream rules.
 
     - ``alpha.kubernetes.io/provided-node-ip`` must be one of the cloud's addresses (else
@@ -95,16 +96,16 @@ def node_addresses(node: dict[str, Any], cloud: list[NodeAddress]) -> list[dict[
     return addresses
 
 
-def addresses_changed(node: dict[str, Any], addresses: list[dict[str, str]]) -> bool:
+def addresses_changed(node: Node, addresses: list[dict[str, str]]) -> bool:
     current = [
         (a.get("type"), a.get("address")) for a in node.get("status", {}).get("addresses") or []
     ]
     return current != [(a["type"], a["address"]) for a in addresses]
 
 
-def initialized_spec(node: dict[str, Any], instance: Instance) -> dict[str, Any]:
+def initialized_spec(node: Node, instance: Instance) -> NodeSpec:
     """The node's spec with the providerID set (only if empty) and the uninitialized taint gone."""
-    spec = dict(node.get("spec", {}))
+    spec = node.get("spec", {}).copy()
     if not spec.get("providerID"):
         spec["providerID"] = instance.provider_id
     spec["taints"] = [t for t in taints(node) if t.get("key") != UNINITIALIZED_TAINT]
@@ -118,9 +119,7 @@ class Verdict(StrEnum):
     UNTAINT_SHUTDOWN = "untaint-shutdown"
 
 
-def lifecycle_verdict(
-    node: dict[str, Any], instance: Instance | None, *, looked_up: bool
-) -> Verdict:
+def lifecycle_verdict(node: Node, instance: Instance | None, *, looked_up: bool) -> Verdict:
     """What the lifecycle pass does with a node.
 
     ``looked_up`` is True only when the cloud answered without error for this node; then

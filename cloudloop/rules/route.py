@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
 
 from cloudloop.cloud.models import Route
+from cloudloop.kube.bodies import Node, NodeCondition
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -83,14 +83,14 @@ class NodeTarget:
     pod_cidrs: tuple[str, ...]
 
 
-def pod_cidrs(node: dict[str, Any]) -> tuple[str, ...]:
+def pod_cidrs(node: Node) -> tuple[str, ...]:
     """``spec.podCIDRs``, falling back to the older single ``spec.podCIDR``."""
     spec = node.get("spec") or {}
     cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
     return tuple(normalize_cidr(str(c)) for c in cidrs)
 
 
-def route_fingerprint(node: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+def route_fingerprint(node: Node) -> tuple[str, str, tuple[str, ...]]:
     """The parts of a Node that routing depends on; a change wakes the route loop."""
     meta = node.get("metadata") or {}
     provider_id = str((node.get("spec") or {}).get("providerID") or "")
@@ -168,9 +168,7 @@ def all_routed(statuses: dict[str, bool]) -> bool:
     return bool(statuses) and all(statuses.values())
 
 
-def network_condition_patch(
-    node: dict[str, Any], routed: bool, *, now: str
-) -> dict[str, Any] | None:
+def network_condition_patch(node: Node, routed: bool, *, now: str) -> NodeCondition | None:
     """The ``NetworkUnavailable`` condition to patch, or ``None`` when its status already says so.
 
     As upstream, only the status is compared, so a reason a CNI plugin set is left alone.

@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import CapiCluster, InfraObject
 from cloudloop.kube.conditions import get_condition, set_condition
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import ObjectRef
@@ -23,7 +24,12 @@ log = logging.getLogger(__name__)
 
 class InfraClusterReconciler:
     def __init__(
-        self, kube: Kube, *, kinds: capi.InfraKinds, infra_clusters: Informer, clusters: Informer
+        self,
+        kube: Kube,
+        *,
+        kinds: capi.InfraKinds,
+        infra_clusters: Informer[InfraObject],
+        clusters: Informer[CapiCluster],
     ) -> None:
         self.kube = kube
         self.kinds = kinds

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from temporalio.client import Client
 
 from cloudloop import searchattrs
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import CapiCluster, CapiMachine, InfraObject
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import ObjectRef
@@ -54,9 +54,9 @@ class InfraMachineReconciler:
         task_queue: str,
         cluster: str,
         timings: MachineTimings,
-        infra_machines: Informer,
-        machines: Informer,
-        clusters: Informer,
+        infra_machines: Informer[InfraObject],
+        machines: Informer[CapiMachine],
+        clusters: Informer[CapiCluster],
     ) -> None:
         self.kube = kube
         self.client = client
@@ -119,9 +119,9 @@ class InfraMachineReconciler:
 
     def desired(
         self,
-        obj: dict[str, Any],
-        machine: dict[str, Any] | None,
-        cluster: dict[str, Any] | None,
+        obj: InfraObject,
+        machine: CapiMachine | None,
+        cluster: CapiCluster | None,
         cluster_name: str,
         *,
         paused: bool,

@@ -8,9 +8,9 @@ next reconcile (the condition is a report, not a decision).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import InfraObject
 from cloudloop.kube.conditions import get_condition, set_condition
 from cloudloop.kube.resources import ObjectRef
 from cloudloop.rules import machine as capi
@@ -18,7 +18,7 @@ from cloudloop.rules import machine as capi
 log = logging.getLogger(__name__)
 
 
-def report_paused(kube: Kube, ref: ObjectRef, obj: dict[str, Any], paused: bool) -> None:
+def report_paused(kube: Kube, ref: ObjectRef, obj: InfraObject, paused: bool) -> None:
     current = get_condition(obj, capi.PAUSED)
     status = "True" if paused else "False"
     if (current or {}).get("status") == status or (current is None and not paused):

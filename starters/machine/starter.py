@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 from temporalio.client import Client
 
 from cloudloop.cloud.driver import Capability
 from cloudloop.cloud.registry import provider_for
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import BodyT, CapiCluster, CapiMachine, InfraObject
 from cloudloop.kube.informer import Informer, Informers, WatchEvent
 from cloudloop.kube.resources import Resource
 from cloudloop.kube.workqueue import WorkQueue
@@ -66,10 +67,11 @@ class MachineStarter:
             self._own_informers.append(own)
             return own
 
-        self.infra_machines = informer(kinds.machine)
-        self.infra_clusters = informer(kinds.cluster)
-        self.machines = informer(capi.MACHINES)
-        self.clusters = informer(capi.CLUSTERS)
+        # The one place these informers' objects get their body types (a type, not a check).
+        self.infra_machines = cast("Informer[InfraObject]", informer(kinds.machine))
+        self.infra_clusters = cast("Informer[InfraObject]", informer(kinds.cluster))
+        self.machines = cast("Informer[CapiMachine]", informer(capi.MACHINES))
+        self.clusters = cast("Informer[CapiCluster]", informer(capi.CLUSTERS))
         self.machine_reconciler = InfraMachineReconciler(
             kube,
             client,
@@ -143,24 +145,26 @@ class MachineStarter:
         return await self.cluster_reconciler.reconcile(key)
 
     # -- events → keys ---------------------------------------------------------------------
-    async def _feed(self, informer: Informer, keys: Callable[[WatchEvent], list[str]]) -> None:
+    async def _feed(
+        self, informer: Informer[BodyT], keys: Callable[[WatchEvent[BodyT]], list[str]]
+    ) -> None:
         async for event in informer.events():
             for key in keys(event):
                 self.queue.add(key)
 
-    def _on_infra_machine(self, event: WatchEvent) -> list[str]:
+    def _on_infra_machine(self, event: WatchEvent[InfraObject]) -> list[str]:
         if event.type == "DELETED":
             self.machine_reconciler.forget(str(event.object["metadata"].get("uid", "")))
         return [MACHINE + event.key]
 
-    def _on_machine(self, event: WatchEvent) -> list[str]:
+    def _on_machine(self, event: WatchEvent[CapiMachine]) -> list[str]:
         ref = (event.object.get("spec") or {}).get("infrastructureRef") or {}
         if ref.get("kind") != self.kinds.machine.kind or not ref.get("name"):
             return []
         namespace = event.object["metadata"].get("namespace", "")
         return [f"{MACHINE}{namespace}/{ref['name']}"]
 
-    def _on_cluster(self, event: WatchEvent) -> list[str]:
+    def _on_cluster(self, event: WatchEvent[CapiCluster]) -> list[str]:
         meta = event.object["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         keys = [
@@ -175,7 +179,7 @@ class MachineStarter:
         return keys
 
 
-def _key(obj: dict[str, Any]) -> str:
+def _key(obj: InfraObject) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
 

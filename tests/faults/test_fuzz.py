@@ -14,6 +14,7 @@ import contextlib
 import copy
 import functools
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -41,6 +42,7 @@ from cloudloop.cloud.termination import (
 )
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.mapping import parse_machine_spec
+from cloudloop.kube.bodies import CloudProbe, InfraObject, Node
 from cloudloop.kube.resources import EVENTS, SERVICES
 from cloudloop.messages.termination import MANAGED_TAG, DrainResult
 from cloudloop.rules import machine as capi
@@ -97,7 +99,7 @@ class FakeClient:
 class Store:
     """The part of an informer the loops read."""
 
-    def __init__(self, objects: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, objects: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.store = objects or {}
         self.synced = SimpleNamespace(is_set=lambda: True, wait=lambda timeout=None: True)
 
@@ -276,7 +278,7 @@ def test_the_machine_starter_never_crashes(spec: dict[str, Any], kinds: capi.Inf
     starter = MachineStarter(
         kube, cast(Client, client), kinds=kinds, task_queue="q", cluster="c", namespace="ns"
     )
-    infra = {
+    infra: InfraObject = {
         "metadata": {
             "name": "m1",
             "namespace": "ns",
@@ -440,7 +442,7 @@ class EmptyCloud(AwsDriver):
 @given(provider_ids=st.lists(PROVIDER_IDS, min_size=1, max_size=5))
 def test_a_malformed_provider_id_never_deletes_a_node(provider_ids: list[str]) -> None:
     driver = EmptyCloud(AwsSettings())
-    nodes: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, Node] = {}
     valid: set[str] = set()
     for index, provider_id in enumerate(provider_ids):
         name = f"n{index}"
@@ -482,5 +484,5 @@ def test_the_probe_starter_never_crashes(spec: dict[str, Any]) -> None:
         "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 1},
         "spec": spec,
     }
-    assert asyncio.run(starter.start(probe)) is not None
+    assert asyncio.run(starter.start(cast(CloudProbe, probe))) is not None  # any spec at all
     assert len(client.starts) == 1  # the workflow answers with its Ready condition

@@ -23,7 +23,7 @@ from cloudloop.cloud.models import InstanceState, Machine, MachineSpec, NodeAddr
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.informer import Informers
-from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
+from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import (
     LoadBalancerQuery,
     LoadBalancerState,
@@ -213,8 +213,8 @@ async def test_failing_load_balancer_continues_as_new_with_its_backoff(
     starter = ServiceStarter(
         kube,
         long_client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=f"none-{name}"),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=f"none-{name}"),
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,
         provider=settings.provider,

@@ -72,7 +72,7 @@ async def test_a_blocked_drain_queue_does_not_starve_load_balancers(
     processor = QueueProcessor.from_context(context)
     services = ServiceStarter.from_context(context)
     assert processor is not None and services is not None
-    services.services = informers.get(SERVICES, namespace=namespace)
+    services.services = informers.services(namespace=namespace)
     workers = build_workers(client, config, driver=context.driver, kube=kube)
     tasks: list[asyncio.Task[None]] = []
     try:

@@ -2,7 +2,8 @@
 
 Every call on a :class:`~cloudloop.kube.api.Kube` (``get``/``list``/``create``/``patch``/
 ``delete``, ``request(METHOD, X.path(...))``) and every informer (``Informer(kube, X)``,
-``informers.get(X)``: list and watch) in ``cloudloop/``, ``starters/``, ``activities/`` and
+``Informer[Body](kube, X)``, ``informers.get(X)``, the typed ``informers.nodes()`` and
+``informers.services()``: list and watch) in ``cloudloop/``, ``starters/``, ``activities/`` and
 ``workers/`` becomes a :class:`KubeCall`: the module and function, the RBAC verb, and the
 :class:`~cloudloop.kube.resources.Resource` when the argument is a module-level constant (else
 the source text of the argument, for the caller to resolve).
@@ -22,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudloop.kube.resources import Resource
+from cloudloop.kube.resources import NODES, SERVICES, Resource
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("cloudloop", "starters", "activities", "workers")
@@ -44,6 +45,8 @@ PROCESS_OF_MODULE = {
 #: Modules talking to another cluster than the one the chart is installed in.
 PARENT_CLUSTER = "cloudloop.cloud.dvp."
 KUBE_RECEIVER = re.compile(r"(?i)kube\b|Kube\(")
+#: ``Informers``' typed accessors and the resource each one watches.
+TYPED_INFORMERS = {"nodes": NODES, "services": SERVICES}
 
 
 @dataclass(frozen=True)
@@ -142,9 +145,29 @@ class _Visitor(ast.NodeVisitor):
 
     def _call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Subscript):  # Informer[Node](kube, NODES): the class, typed
+            func = func.value
         if isinstance(func, ast.Name) and func.id == "Informer" and len(node.args) >= 2:
             for verb in ("list", "watch"):
                 self.add(verb, node.args[1], "", node.lineno)
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in TYPED_INFORMERS
+            and ast.unparse(func.value).endswith("informers")
+        ):
+            resource = TYPED_INFORMERS[func.attr]
+            for verb in ("list", "watch"):
+                self.calls.append(
+                    KubeCall(
+                        self.module,
+                        self.function,
+                        node.lineno,
+                        verb,
+                        resource,
+                        "",
+                        ast.unparse(node),
+                    )
+                )
         elif isinstance(func, ast.Attribute) and node.args:
             receiver = ast.unparse(func.value)
             if func.attr == "get" and receiver.endswith("informers"):

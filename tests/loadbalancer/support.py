@@ -314,8 +314,8 @@ async def service_starter(
     starter = ServiceStarter(
         kube,
         client,
-        services=informers.get(SERVICES, namespace=namespace),
-        nodes=informers.get(NODES, label_selector=settings.ccm.node_selector),
+        services=informers.services(namespace=namespace),
+        nodes=informers.nodes(label_selector=settings.ccm.node_selector),
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,
         provider=settings.provider,

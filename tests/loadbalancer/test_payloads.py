@@ -25,6 +25,7 @@ from cloudloop.cloud.openstack.settings import LoadBalancerSettings, OpenStackSe
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.resources import CONFIG_MAPS, NODES
 from cloudloop.messages.loadbalancer import (
     ApplyRequest,
@@ -88,7 +89,7 @@ def test_the_driver_names_what_its_load_balancers_read(
     assert driver.load_balancer_node_labels(annotations) == labels
 
 
-def node(name: str, labels: dict[str, str], provider_id: str = "aws:///z/i-1") -> dict[str, Any]:
+def node(name: str, labels: dict[str, str], provider_id: str = "aws:///z/i-1") -> Node:
     return {"metadata": {"name": name, "labels": labels}, "spec": {"providerID": provider_id}}
 
 

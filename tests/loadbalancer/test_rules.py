@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cloudloop.cloud.models import LoadBalancerPort
+from cloudloop.kube.bodies import LoadBalancerIngress, Node, ObjectMeta, Service, ServiceSpec
 from cloudloop.kube.resources import SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
@@ -24,13 +23,13 @@ def service(
     lb_class: str | None = None,
     finalizers: list[str] | None = None,
     deleting: bool = False,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "web", "namespace": "shop", "uid": "u-1"}
+) -> Service:
+    meta: ObjectMeta = {"name": "web", "namespace": "shop", "uid": "u-1"}
     if finalizers is not None:
         meta["finalizers"] = finalizers
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: dict[str, Any] = {"type": type, "ports": [{"port": 80, "nodePort": 30080}]}
+    spec: ServiceSpec = {"type": type, "ports": [{"port": 80, "nodePort": 30080}]}
     if lb_class is not None:
         spec["loadBalancerClass"] = lb_class
     return {"metadata": meta, "spec": spec}
@@ -50,7 +49,7 @@ def service(
         pytest.param(service(deleting=True), True, False, id="deleting-without-finalizer"),
     ],
 )
-def test_wants_and_cleanup(obj: dict[str, Any], wants: bool, cleanup: bool) -> None:
+def test_wants_and_cleanup(obj: Service, wants: bool, cleanup: bool) -> None:
     assert rules.wants_load_balancer(obj) is wants
     assert rules.needs_cleanup(obj) is cleanup
 
@@ -62,8 +61,8 @@ def node(
     taints: list[str] | None = None,
     deleting: bool = False,
     ready: str = "True",
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "n1", "labels": labels or {}}
+) -> Node:
+    meta: ObjectMeta = {"name": "n1", "labels": labels or {}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {
@@ -94,7 +93,7 @@ def node(
         pytest.param(node(provider_id=""), False, id="no-provider-id"),
     ],
 )
-def test_lb_node_set(obj: dict[str, Any], included: bool) -> None:
+def test_lb_node_set(obj: Node, included: bool) -> None:
     assert (rules.load_balancer_node(obj) is not None) is included
 
 
@@ -170,7 +169,7 @@ def test_ingress_hostnames() -> None:
     ],
 )
 def test_ingress_entries_keep_the_ip_mode(
-    entry: str, hostname: bool, fields: dict[str, str]
+    entry: str, hostname: bool, fields: LoadBalancerIngress
 ) -> None:
     assert rules.ingress_fields(entry, hostname=hostname) == fields
     obj = service()

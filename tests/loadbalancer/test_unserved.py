@@ -31,7 +31,7 @@ async def test_each_load_balancer_service_is_told_once(kube: Kube, namespace: st
     informers = Informers(kube)
     notice = UnservedLoadBalancers(
         kube,
-        informers.get(SERVICES, namespace=namespace),
+        informers.services(namespace=namespace),
         provider="zvirt",
         hint=ZVIRT.load_balancer_hint,
     )

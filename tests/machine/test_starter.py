@@ -13,6 +13,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
+from cloudloop.kube.bodies import InfraObject
 from cloudloop.kube.conditions import get_condition
 from cloudloop.messages.machine import MachineDesired, MachineSignal
 from cloudloop.rules import machine as capi
@@ -103,7 +104,7 @@ class Rig:
 
     def put(self, obj: dict[str, Any] | None = None, **stores: dict[str, Any] | None) -> None:
         if obj is not None:
-            self.starter.infra_machines.store[f"{NS}/m1"] = obj
+            self.starter.infra_machines.store[f"{NS}/m1"] = cast(InfraObject, obj)
             self.kube.put(DVP_KINDS.machine, copy.deepcopy(obj), NS)
         for store, value in stores.items():
             if value is not None:
@@ -116,7 +117,7 @@ class Rig:
 
     def refresh(self) -> None:
         """The informer sees what was written."""
-        self.starter.infra_machines.store[f"{NS}/m1"] = self.stored()
+        self.starter.infra_machines.store[f"{NS}/m1"] = cast(InfraObject, self.stored())
 
 
 @pytest.fixture
@@ -306,7 +307,7 @@ def infra_cluster(**meta: Any) -> dict[str, Any]:
 async def test_infra_cluster_is_provisioned_at_once(
     rig: Rig, obj: dict[str, Any], cluster: dict[str, Any], provisioned: bool
 ) -> None:
-    rig.starter.infra_clusters.store[f"{NS}/c1"] = obj
+    rig.starter.infra_clusters.store[f"{NS}/c1"] = cast(InfraObject, obj)
     rig.kube.put(DVP_KINDS.cluster, obj, NS)
     rig.put(clusters=cluster)
     assert await rig.starter.reconcile_cluster(f"{NS}/c1") is provisioned

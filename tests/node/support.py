@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
@@ -40,7 +41,7 @@ async def node_sync(
     sync = NodeSync(
         kube,
         driver or AwsDriver(AWS.section(settings)),
-        informers.get(NODES, label_selector=settings.ccm.node_selector),
+        informers.nodes(label_selector=settings.ccm.node_selector),
         settings.ccm,
     )
     task = asyncio.create_task(sync.run())
@@ -60,7 +61,7 @@ def make_node(
     provider_id: str = "",
     tainted: bool = True,
     annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Node:
     spec: dict[str, Any] = {}
     if tainted:
         spec["taints"] = [
@@ -85,7 +86,7 @@ def make_node(
         {"status": {"addresses": [{"type": "Hostname", "address": name}]}},
         subresource="status",
     )
-    return node
+    return cast(Node, node)
 
 
 def set_ready(kube: Kube, name: str, status: str) -> None:
@@ -114,13 +115,18 @@ def set_ready(kube: Kube, name: str, status: str) -> None:
     )
 
 
+def get_node(kube: Kube, name: str) -> Node | None:
+    """The Node as the API server has it now, typed (the tests' reads of a Node)."""
+    return cast("Node | None", kube.get(NODES, name))
+
+
 def node_when(
-    kube: Kube, name: str, predicate: Callable[[dict[str, Any]], bool]
-) -> Callable[[], dict[str, Any] | None]:
+    kube: Kube, name: str, predicate: Callable[[Node], bool]
+) -> Callable[[], Node | None]:
     """A check for ``eventually``: the Node once ``predicate`` holds for it."""
 
-    def check() -> dict[str, Any] | None:
-        node = kube.get(NODES, name)
+    def check() -> Node | None:
+        node = get_node(kube, name)
         return node if node is not None and predicate(node) else None
 
     return check

@@ -20,7 +20,7 @@ from cloudloop.rules import node as rules
 from devstack.backends.aws import launch_instances
 from starters.node import NodeSync
 from tests.helpers import eventually
-from tests.node.support import cleanup, make_node, node_sync, node_when, set_ready
+from tests.node.support import cleanup, get_node, make_node, node_sync, node_when, set_ready
 
 pytestmark = pytest.mark.stack
 
@@ -82,7 +82,7 @@ async def test_init_burst_is_batched_and_sets_everything(
             await eventually(all_initialized, what="all six nodes initialized")
             assert describe_calls() - before <= 2  # one by name + one by ID for the burst
 
-        node = kube.get(NODES, by_name[0]["PrivateDnsName"])
+        node = get_node(kube, by_name[0]["PrivateDnsName"])
         assert node is not None
         assert node["spec"]["providerID"] == f"aws:///us-east-1b/{by_name[0]['InstanceId']}"
         labels = node["metadata"]["labels"]
@@ -102,7 +102,7 @@ async def test_init_burst_is_batched_and_sets_everything(
         await eventually(  # recorded after the node's writes, off the write slots
             lambda: events_for(kube, by_name[0]["PrivateDnsName"], "Synced"), what="Synced"
         )
-        byid = kube.get(NODES, f"byid-{by_id[0]['InstanceId']}")
+        byid = get_node(kube, f"byid-{by_id[0]['InstanceId']}")
         assert byid is not None
         assert byid["spec"]["providerID"] == f"aws:///us-east-1b/{by_id[0]['InstanceId']}"
     finally:
@@ -132,7 +132,7 @@ async def test_bad_nodes_keep_the_taint_and_get_an_event(
                     what=f"FailedToInitializeNode on {name}",
                 )
                 assert warnings[0]["type"] == "Warning"
-                node = kube.get(NODES, name)
+                node = get_node(kube, name)
                 assert node is not None and rules.has_taint(node, rules.UNINITIALIZED_TAINT)
                 assert not node["spec"].get("providerID", "").startswith("aws")
     finally:
@@ -194,11 +194,11 @@ async def test_lifecycle_deletes_only_gone_instances_and_taints_stopped(
 
         async with node_sync(kube, ccm_settings):
             await eventually(
-                lambda: kube.get(NODES, names["terminated"]) is None,
+                lambda: get_node(kube, names["terminated"]) is None,
                 what="node of the terminated instance deleted",
             )
             await eventually(
-                lambda: kube.get(NODES, names["missing"]) is None,
+                lambda: get_node(kube, names["missing"]) is None,
                 what="node of the nonexistent instance deleted",
             )
             await eventually(
@@ -207,7 +207,7 @@ async def test_lifecycle_deletes_only_gone_instances_and_taints_stopped(
                 ),
                 what="shutdown taint on the stopped node",
             )
-            running_node = kube.get(NODES, names["running"])
+            running_node = get_node(kube, names["running"])
             assert running_node is not None  # NotReady but running: kept, untainted
             assert not rules.has_taint(running_node, rules.SHUTDOWN_TAINT)
             assert events_for(kube, names["terminated"], "DeletingNode")
@@ -216,7 +216,7 @@ async def test_lifecycle_deletes_only_gone_instances_and_taints_stopped(
             await eventually(
                 lambda: (
                     not rules.has_taint(
-                        kube.get(NODES, names["stopped"]) or {}, rules.SHUTDOWN_TAINT
+                        get_node(kube, names["stopped"]) or {}, rules.SHUTDOWN_TAINT
                     )
                 ),
                 what="shutdown taint removed once Ready",
@@ -245,7 +245,7 @@ async def test_unreachable_cloud_deletes_nothing(
         set_ready(kube, name, "False")
         async with node_sync(kube, ccm_settings, AwsDriver(dead)) as sync:
             await eventually(lambda: sync.passes >= 4, what="several lifecycle passes")
-            assert kube.get(NODES, name) is not None  # fail closed: the node stays
+            assert get_node(kube, name) is not None  # fail closed: the node stays
     finally:
         cleanup(kube, scope)
 
@@ -291,7 +291,7 @@ async def test_malformed_provider_id_keeps_the_node_with_a_warning(
             warnings = await eventually(
                 lambda: events_for(kube, name, "InvalidProviderID"), what="InvalidProviderID"
             )
-        assert kube.get(NODES, name) is not None
+        assert get_node(kube, name) is not None
         assert not events_for(kube, name, "DeletingNode")
         assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
         assert warnings[0]["source"]["component"] == "cloud-node-lifecycle-controller"
@@ -363,10 +363,10 @@ async def test_init_from_a_stale_informer_copy_keeps_what_changed_meanwhile(
         kube.patch(NODES, name, {"metadata": {"labels": {"added-meanwhile": "yes"}}})
         found = driver.find_instances_by_name([name]).found[name]
         informers = Informers(kube)
-        sync = NodeSync(kube, driver, informers.get(NODES), ccm_settings.ccm)
+        sync = NodeSync(kube, driver, informers.nodes(), ccm_settings.ccm)
         for attempt in range(2):  # the second: the node is initialized already, nothing to do
             await asyncio.to_thread(sync._initialize_node, name, found, stale)
-            node = kube.get(NODES, name)
+            node = get_node(kube, name)
             assert node is not None, attempt
             assert not rules.needs_init(node)
             assert node["metadata"]["labels"]["added-meanwhile"] == "yes"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cloudloop.cloud.models import Instance, InstanceState, NodeAddress
+from cloudloop.kube.bodies import Node, NodeAddressBody, NodeCondition
 from cloudloop.rules import node as rules
 
 INSTANCE = Instance(
@@ -30,9 +29,9 @@ def node(
     ready: str | None = None,
     taints: tuple[str, ...] = (),
     annotations: dict[str, str] | None = None,
-    addresses: list[dict[str, str]] | None = None,
-) -> dict[str, Any]:
-    conditions = [{"type": "Ready", "status": ready}] if ready else []
+    addresses: list[NodeAddressBody] | None = None,
+) -> Node:
+    conditions: list[NodeCondition] = [{"type": "Ready", "status": ready}] if ready else []
     return {
         "metadata": {"name": "n", "annotations": annotations or {}},
         "spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in taints]},
@@ -171,6 +170,6 @@ def instance(state: InstanceState) -> Instance:
     ],
 )
 def test_lifecycle_verdict(
-    n: dict[str, Any], found: Instance | None, looked_up: bool, verdict: rules.Verdict
+    n: Node, found: Instance | None, looked_up: bool, verdict: rules.Verdict
 ) -> None:
     assert rules.lifecycle_verdict(n, found, looked_up=looked_up) is verdict

@@ -18,7 +18,7 @@ from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.mapping import swap_uuid_bytes
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import EVENTS, NODES
+from cloudloop.kube.resources import EVENTS
 from cloudloop.rules import node as rules
 from devstack.backends import emulator_only
 from devstack.backends.vsphere import vsphere_settings
@@ -36,7 +36,15 @@ from devstack.vcsim_inventory import (
     tagging_client,
 )
 from tests.helpers import eventually
-from tests.node.support import cleanup, fast_sync, make_node, node_sync, node_when, set_ready
+from tests.node.support import (
+    cleanup,
+    fast_sync,
+    get_node,
+    make_node,
+    node_sync,
+    node_when,
+    set_ready,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -297,7 +305,7 @@ async def test_a_zone_tag_made_late_is_seen_and_none_keeps_the_node_uninitialize
 
             [message] = await eventually(warned, what="the zone lookup failing")
             assert "zone category" in message
-            node = kube.get(NODES, "node-a")
+            node = get_node(kube, "node-a")
             assert node is not None and rules.needs_init(node)
             si = connect(vcsim)
             client = tagging_client(vcsim)
@@ -306,12 +314,13 @@ async def test_a_zone_tag_made_late_is_seen_and_none_keeps_the_node_uninitialize
             finally:
                 client.logout()
                 disconnect(si)
-            node = await eventually(
+            initialized = await eventually(
                 node_when(kube, "node-a", lambda n: not rules.needs_init(n)),
                 timeout=60,
                 what="node-a initialized once the tag exists",
             )
-            assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-late"
+            labels = initialized["metadata"]["labels"]
+            assert labels["topology.kubernetes.io/zone"] == "zone-late"
     finally:
         cleanup(kube, scope)
         driver.close()
@@ -348,14 +357,14 @@ async def test_vcenter_outage_deletes_no_node(
                 disconnect(si)
             async with node_sync(kube, sync_settings, driver) as sync:
                 await eventually(
-                    lambda: kube.get(NODES, names["out-b"]) is None,
+                    lambda: get_node(kube, names["out-b"]) is None,
                     what="the gone VM's node deleted",
                 )
                 assert local.vcsim_process is not None
                 local.vcsim_process.stop()  # vCenter down
                 passes = sync.passes
                 await eventually(lambda: sync.passes >= passes + 5, what="passes during the outage")
-                assert kube.get(NODES, names["out-a"]) is not None  # fail closed
+                assert get_node(kube, names["out-a"]) is not None  # fail closed
             driver.close()
         finally:
             cleanup(kube, scope)

@@ -15,12 +15,20 @@ from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import NetworkingSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import EVENTS, NODES
+from cloudloop.kube.resources import EVENTS
 from cloudloop.rules import node as rules
 from devstack.backends.openstack import connect
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from tests.helpers import eventually
-from tests.node.support import cleanup, fast_sync, make_node, node_sync, node_when, set_ready
+from tests.node.support import (
+    cleanup,
+    fast_sync,
+    get_node,
+    make_node,
+    node_sync,
+    node_when,
+    set_ready,
+)
 from tests.openstack.support import quick_settings
 
 pytestmark = pytest.mark.stack
@@ -184,7 +192,7 @@ async def test_a_node_named_like_no_server_is_warned_with_what_was_found(
                 [event] = await eventually(warned, what=f"FailedToInitializeNode on {name}")
                 assert text in str(event["message"]), event["message"]
                 assert "did not answer" not in str(event["message"])
-                node = kube.get(NODES, name)
+                node = get_node(kube, name)
                 assert node is not None and rules.needs_init(node)
     finally:
         cleanup(kube, scope)
@@ -214,12 +222,12 @@ async def test_lifecycle_taints_shutoff_deletes_gone_and_fails_closed(
             admin.set_server_status(made[gone]["id"], "DELETED")  # Nova lists it as DELETED
             passes = sync.passes
             await eventually(lambda: sync.passes >= passes + 4, what="passes while Nova is down")
-            assert kube.get(NODES, gone) is not None
+            assert get_node(kube, gone) is not None
             admin.service_up("compute")
             await eventually(
-                lambda: kube.get(NODES, gone) is None, what="the gone server's node deleted"
+                lambda: get_node(kube, gone) is None, what="the gone server's node deleted"
             )
-            assert kube.get(NODES, kept) is not None and kube.get(NODES, stopped) is not None
+            assert get_node(kube, kept) is not None and get_node(kube, stopped) is not None
     finally:
         admin.service_up("compute")
         cleanup(kube, scope)
@@ -243,7 +251,7 @@ async def test_a_server_deleted_through_nova_takes_its_node(
         async with node_sync(kube, ccm_settings, driver):
             sdk = connect(endpoint)
             sdk.compute.delete_server(made["id"])
-            await eventually(lambda: kube.get(NODES, made["name"]) is None, what="node deleted")
+            await eventually(lambda: get_node(kube, made["name"]) is None, what="node deleted")
     finally:
         cleanup(kube, scope)
         driver.close()

@@ -21,6 +21,7 @@ import pytest
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import route as rules
@@ -137,7 +138,7 @@ async def test_without_a_router_the_route_loop_turns_itself_off(
 # -- RouteSync on the real stack ---------------------------------------------------------------
 @contextlib.asynccontextmanager
 async def route_sync(kube: Kube, driver: OpenStackDriver, scope: str) -> AsyncIterator[RouteSync]:
-    informer = Informer(kube, NODES, label_selector=f"{LABEL}={scope}")
+    informer = Informer[Node](kube, NODES, label_selector=f"{LABEL}={scope}")
     sync = RouteSync(
         kube,
         driver,

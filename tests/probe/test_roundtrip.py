@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from temporalio.client import Client
@@ -20,6 +20,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import CloudProbe
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.informer import WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, EVENTS
@@ -92,7 +93,7 @@ async def test_probe_round_trip(
         assert [wf.id for wf in found] == [expected_id]
 
         # The same event delivered again, twice at once and after completion: no second run.
-        event = WatchEvent("MODIFIED", {**created, "status": {}})
+        event = WatchEvent("MODIFIED", cast(CloudProbe, {**created, "status": {}}))
         ids = await asyncio.gather(starter.handle(event), starter.handle(event))
         assert list(ids) == [expected_id, expected_id]
         await asyncio.sleep(1)

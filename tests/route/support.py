@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import route as rules
 
 
 def pod_cidr_of(kube: Kube, name: str) -> str | None:
-    node = kube.get(NODES, name) or {}
+    node = cast(Node, kube.get(NODES, name) or {})
     cidrs = rules.pod_cidrs(node)
     return cidrs[0] if cidrs else None
 

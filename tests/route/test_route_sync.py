@@ -18,6 +18,7 @@ from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import Capability, CloudDriver
 from cloudloop.cloud.models import Route
 from cloudloop.cloud.registry import Settings
+from cloudloop.kube.bodies import Node, NodeSpec
 from cloudloop.kube.informer import Informer, Informers, WatchEvent
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
@@ -73,8 +74,8 @@ class ScriptedRoutes(CloudDriver):
         self.deleted.append(route)
 
 
-def node(name: str, cidr: str | None, instance: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
+def node(name: str, cidr: str | None, instance: str | None = None) -> Node:
+    spec: NodeSpec = {}
     if cidr:
         spec["podCIDRs"] = [cidr]
     if instance:
@@ -83,9 +84,9 @@ def node(name: str, cidr: str | None, instance: str | None = None) -> dict[str, 
 
 
 def route_sync(
-    kube: MemoryKube, driver: ScriptedRoutes, nodes: list[dict[str, Any]], **kwargs: Any
+    kube: MemoryKube, driver: ScriptedRoutes, nodes: list[Node], **kwargs: Any
 ) -> RouteSync:
-    informer = Informer(kube, NODES)
+    informer = Informer[Node](kube, NODES)
     for obj in nodes:
         kube.put(NODES, obj)
         informer.store[obj["metadata"]["name"]] = obj
@@ -273,15 +274,15 @@ def test_route_loop_starts_only_when_wanted(
         assert sync.period_s == ccm.route_reconciliation_period_s
 
 
-class QueuedInformer(Informer):
+class QueuedInformer(Informer[Node]):
     """An informer fed by the test: already synced, events from a queue."""
 
     def __init__(self) -> None:
         super().__init__(MemoryKube(), NODES)
         self.synced.set()
-        self.queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        self.queue: asyncio.Queue[WatchEvent[Node]] = asyncio.Queue()
 
-    async def events(self) -> AsyncGenerator[WatchEvent, None]:
+    async def events(self) -> AsyncGenerator[WatchEvent[Node], None]:
         while True:
             event = await self.queue.get()
             self.store[event.key] = event.object

@@ -15,6 +15,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
@@ -87,7 +88,7 @@ def cleanup(kube: Kube, scope: str) -> None:
 async def route_sync(
     kube: Kube, driver: AwsDriver, cluster: str, scope: str, *, period_s: float
 ) -> AsyncIterator[RouteSync]:
-    informer = Informer(kube, NODES, label_selector=f"{LABEL}={scope}")
+    informer = Informer[Node](kube, NODES, label_selector=f"{LABEL}={scope}")
     sync = RouteSync(
         kube,
         driver,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from cloudloop.cloud.models import Route
+from cloudloop.kube.bodies import Node, NodeCondition, NodeSpec
 from cloudloop.rules import route as rules
 
 CLUSTER_CIDRS = rules.parse_cluster_cidrs("10.244.0.0/16")
@@ -190,11 +191,11 @@ def test_created_routes_are_named_like_upstream_aws() -> None:
         ),
     ],
 )
-def test_pod_cidrs(spec: dict[str, Any], expected: tuple[str, ...]) -> None:
+def test_pod_cidrs(spec: NodeSpec, expected: tuple[str, ...]) -> None:
     assert rules.pod_cidrs({"spec": spec}) == expected
 
 
-def node_with(condition: dict[str, str] | None) -> dict[str, Any]:
+def node_with(condition: NodeCondition | None) -> Node:
     return {"metadata": {"name": "n"}, "status": {"conditions": [condition] if condition else []}}
 
 
@@ -230,7 +231,7 @@ def node_with(condition: dict[str, str] | None) -> dict[str, Any]:
     ],
 )
 def test_network_condition_patch(
-    condition: dict[str, str] | None, routed: bool, expected: tuple[str, str] | None
+    condition: NodeCondition | None, routed: bool, expected: tuple[str, str] | None
 ) -> None:
     patch = rules.network_condition_patch(node_with(condition), routed, now="2026-01-01T00:00:00Z")
     if expected is None:
@@ -245,11 +246,11 @@ def test_network_condition_patch(
 
 
 def test_fingerprint_ignores_status_changes() -> None:
-    node: dict[str, Any] = {
+    node: Node = {
         "metadata": {"name": "n", "uid": "u"},
         "spec": {"providerID": "aws:///z/i-1", "podCIDRs": ["10.244.1.0/24"]},
     }
-    patched = {**node, "status": {"conditions": [{"type": "NetworkUnavailable"}]}}
+    patched: Node = {**node, "status": {"conditions": [{"type": "NetworkUnavailable"}]}}
     assert rules.route_fingerprint(node) == rules.route_fingerprint(patched)
-    moved = {**node, "spec": {**node["spec"], "podCIDRs": ["10.244.2.0/24"]}}
+    moved: Node = {**node, "spec": {**node["spec"], "podCIDRs": ["10.244.2.0/24"]}}
     assert rules.route_fingerprint(node) != rules.route_fingerprint(moved)
