@@ -2,8 +2,10 @@
 
 The DVP driver (VMs, disks, attachments, cloud-init Secrets, and its load balancer's Services and
 EndpointSlices) talks only to the parent cluster, with the parent kubeconfig from the credentials
-Secret; the child chart grants nothing for it. Its calls go through the driver base's verbs
-(``get``/``exists``, ``list_objects``, ``create``, ``patch``, ``delete``); the scan resolves each
+Secret; the child chart grants nothing for it. Its calls go through the session's verbs
+(``self.session.get``/``exists``, ``list_objects``, ``create``, ``patch``, ``delete`` in the
+capability objects, ``self.<verb>`` in the session itself; the layouts' ``self.api`` calls use
+the layout's own credentials and are not this role's); the scan resolves each
 resource argument in the module, and the few passed as variables are declared in
 :data:`VARIABLE`, so a new call fails here until the parent's role allows it.
 """
@@ -68,7 +70,7 @@ def parent_calls() -> tuple[set[tuple[str, str, str]], list[str]]:
                 if not (
                     isinstance(call, ast.Call)
                     and isinstance(call.func, ast.Attribute)
-                    and ast.unparse(call.func.value) == "self"
+                    and ast.unparse(call.func.value) in ("self", "self.session")
                     and call.func.attr in VERBS
                     and call.args
                 ):
