@@ -5,54 +5,26 @@ per node, the server's ``user_data`` secret in it): the adoption tests' upstream
 from __future__ import annotations
 
 import base64
-import json
-import uuid
 from pathlib import Path
 from typing import Any
 
 from cloudloop.cloud.openstack import layout as defs
 from cloudloop.layouts.model import LayoutDef, ResourceDef
+from tests.layouts.support import TerraformStates
 
 #: The node's cloud-config a real state holds: it must never leave the file.
 USER_DATA = "os-bootstrap-token-s3cr3t"
 
 
-class Terraform:
+class Terraform(TerraformStates):
     """Makes the layout's resources with raw openstacksdk calls, as the upstream modules do, and
     records each in a v4 state (one per module)."""
 
+    provider = 'provider["registry.terraform.io/terraform-provider-openstack/openstack"]'
+
     def __init__(self, sdk: Any, layout: LayoutDef) -> None:
+        super().__init__(layout)
         self.sdk = sdk
-        self.layout = layout
-        self.ids: dict[str, str] = {}
-        self.states: dict[str, list[dict[str, Any]]] = {}
-
-    def record(self, module: str, tf_type: str, tf_name: str, **attributes: Any) -> None:
-        self.states.setdefault(module, []).append(
-            {
-                "mode": "managed",
-                "type": tf_type,
-                "name": tf_name,
-                "provider": 'provider["registry.terraform.io/terraform-provider-openstack'
-                '/openstack"]',
-                "instances": [{"schema_version": 0, "attributes": attributes}],
-            }
-        )
-
-    def state(self, module: str) -> str:
-        return json.dumps(
-            {
-                "version": 4,
-                "terraform_version": "0.14.8",
-                "serial": 3,
-                "lineage": str(uuid.uuid4()),
-                "outputs": {},
-                "resources": self.states[module],
-            }
-        )
-
-    def resources(self) -> list[tuple[str, ResourceDef]]:
-        return [(m.id, r) for m in self.layout.modules for r in m.resources]
 
     def props(self, resource: ResourceDef) -> dict[str, Any]:
         def value(v: Any) -> Any:

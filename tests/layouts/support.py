@@ -6,8 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import urllib.request
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from temporalio.client import Client
@@ -16,6 +17,7 @@ from temporalio.worker import Worker
 from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
+from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutResult
 from workflows.layout import LAYOUT_WORKFLOWS
 
@@ -91,3 +93,44 @@ def counts(result: LayoutResult) -> dict[str, int]:
         for resource in module.resources:
             out[resource.action] = out.get(resource.action, 0) + 1
     return out
+
+
+class TerraformStates:
+    """A test's upstream cluster as Terraform records it: each resource made is recorded in a v4
+    state (one per module, as dhctl keeps them); subclasses make the resources with their cloud's
+    raw SDK and name the Terraform provider."""
+
+    provider: ClassVar[str]
+    schema_version: ClassVar[int] = 0
+    serial: ClassVar[int] = 3
+
+    def __init__(self, layout: LayoutDef) -> None:
+        self.layout = layout
+        self.ids: dict[str, str] = {}
+        self.states: dict[str, list[dict[str, Any]]] = {}
+
+    def record(self, module: str, tf_type: str, tf_name: str, **attributes: Any) -> None:
+        self.states.setdefault(module, []).append(
+            {
+                "mode": "managed",
+                "type": tf_type,
+                "name": tf_name,
+                "provider": self.provider,
+                "instances": [{"schema_version": self.schema_version, "attributes": attributes}],
+            }
+        )
+
+    def state(self, module: str) -> str:
+        return json.dumps(
+            {
+                "version": 4,
+                "terraform_version": "0.14.8",
+                "serial": self.serial,
+                "lineage": str(uuid.uuid4()),
+                "outputs": {},
+                "resources": self.states[module],
+            }
+        )
+
+    def resources(self) -> list[tuple[str, ResourceDef]]:
+        return [(m.id, r) for m in self.layout.modules for r in m.resources]

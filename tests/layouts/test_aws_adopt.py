@@ -35,7 +35,15 @@ from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import run_layout, state_records
-from tests.layouts.support import SECRET, Front, config_file, counts, layout_worker, payloads
+from tests.layouts.support import (
+    SECRET,
+    Front,
+    TerraformStates,
+    config_file,
+    counts,
+    layout_worker,
+    payloads,
+)
 from tests.layouts.test_cli import cli
 
 pytestmark = pytest.mark.stack
@@ -58,42 +66,18 @@ async def adopt_queue(aws_stack: LocalStack) -> AsyncIterator[tuple[Client, str]
         yield client, queue
 
 
-class Terraform:
+class Terraform(TerraformStates):
     """Makes the layout's resources with raw boto3 calls, as the upstream modules do, and
     records each in a v4 state (one per module)."""
 
+    provider = 'provider["registry.terraform.io/hashicorp/aws"]'
+    schema_version = 1
+    serial = 7
+
     def __init__(self, endpoint: str, layout: LayoutDef) -> None:
+        super().__init__(layout)
         self.ec2 = aws_client("ec2", endpoint)
         self.iam = aws_client("iam", endpoint)
-        self.layout = layout
-        self.ids: dict[str, str] = {}
-        self.states: dict[str, list[dict[str, Any]]] = {}
-
-    def record(self, module: str, tf_type: str, tf_name: str, **attributes: Any) -> None:
-        self.states.setdefault(module, []).append(
-            {
-                "mode": "managed",
-                "type": tf_type,
-                "name": tf_name,
-                "provider": 'provider["registry.terraform.io/hashicorp/aws"]',
-                "instances": [{"schema_version": 1, "attributes": attributes}],
-            }
-        )
-
-    def state(self, module: str) -> str:
-        return json.dumps(
-            {
-                "version": 4,
-                "terraform_version": "0.14.8",
-                "serial": 7,
-                "lineage": str(uuid.uuid4()),
-                "outputs": {},
-                "resources": self.states[module],
-            }
-        )
-
-    def resources(self) -> list[tuple[str, ResourceDef]]:
-        return [(m.id, r) for m in self.layout.modules for r in m.resources]
 
     def props(self, resource: ResourceDef) -> dict[str, Any]:
         def value(v: Any) -> Any:
