@@ -8,6 +8,8 @@ has its own folder, ports, PKI and admin kubeconfig.
 from __future__ import annotations
 
 import base64
+import functools
+import shutil
 import ssl
 import time
 from collections.abc import Callable, Iterable
@@ -82,27 +84,7 @@ class KubeControlPlane:
         sa = pki.service_account_keys(pki_dir)
         logs = self.dir / "logs"
 
-        etcd_port, etcd_peer = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self.processes.append(
-            ManagedProcess(
-                "etcd",
-                [
-                    str(binaries["etcd"]),
-                    "--name=default",
-                    f"--data-dir={self.dir / 'etcd'}",
-                    f"--listen-client-urls={etcd_url}",
-                    f"--advertise-client-urls={etcd_url}",
-                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
-                    f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-                    f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
-                    "--unsafe-no-fsync=true",
-                    "--log-level=warn",
-                ],
-                log_dir=logs,
-                ready=lambda: http_ok(f"{etcd_url}/health"),
-            )
-        )
+        etcd_url = self._start_etcd(binaries["etcd"], logs)
 
         self.apiserver_port = free_port()
         self.processes.append(
@@ -215,9 +197,47 @@ class KubeControlPlane:
             )
 
         for process in self.processes:
+            if process.popen is None:  # etcd is already up
+                process.start()
+
+    def _start_etcd(self, binary: Path, logs: Path, attempts: int = 3) -> str:
+        """Start etcd and wait for it (the apiserver gives up quickly without it); its URL.
+
+        A port picked free can still be taken by a process outside the pickers' reservations
+        before etcd binds it; etcd then exits with "address already in use" and is started again
+        on new ports (with its data directory emptied).
+        """
+        for attempt in range(1, attempts + 1):
+            etcd_port, etcd_peer = free_port(), free_port()
+            etcd_url = f"http://127.0.0.1:{etcd_port}"
+            process = ManagedProcess(
+                "etcd",
+                [
+                    str(binary),
+                    "--name=default",
+                    f"--data-dir={self.dir / 'etcd'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+                    "--unsafe-no-fsync=true",
+                    "--log-level=warn",
+                ],
+                log_dir=logs,
+                ready=functools.partial(http_ok, f"{etcd_url}/health"),
+            )
             process.start()
-            if process.name == "etcd":
-                process.wait_ready(30)  # the apiserver gives up quickly without etcd
+            try:
+                process.wait_ready(30)
+            except RuntimeError:
+                if attempt == attempts or "address already in use" not in process.tail(3):
+                    raise
+                shutil.rmtree(self.dir / "etcd", ignore_errors=True)
+                continue
+            self.processes.append(process)
+            return etcd_url
+        raise AssertionError("unreachable")
 
     def _kwok_stages(self) -> Path:
         """kwok's own "fast" node/pod stages plus lease heartbeats, as one config file."""
