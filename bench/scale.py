@@ -4,9 +4,9 @@
   1,000 moto instances tagged for the cluster, created at once (16 client threads) → every one
   initialized (taint gone, providerID, addresses, zone labels), seen by a watch; through the
   starter's node sync (:class:`starters.node.NodeSync`, production settings but for the node
-  selector, :data:`CONCURRENT_NODE_SYNCS` and the driver's request timeout), which initializes
-  Nodes itself (no workflow): one batched lookup per pass, then per Node a status PATCH, a PUT
-  and its ``Synced`` Event.
+  selector, :data:`CONCURRENT_NODE_SYNCS` write slots and the driver's request timeout), which
+  initializes Nodes itself (no workflow): one batched lookup per pass, then per Node a status
+  PATCH, a PUT and its ``Synced`` Event.
 - The instances live in the module's own subnet, so their private DNS names (the Node names)
   are unique: moto gives an instance launched without a subnet a random 10/8 address, and two
   such instances may share a name.
@@ -62,7 +62,10 @@ from starters.node import NodeSync
 
 BURST = 1000
 #: ``--concurrent-node-syncs`` of the burst (upstream's default, 1, writes one Node at a time).
-CONCURRENT_NODE_SYNCS = 8
+#: 16: of 8, 12, 16 and 24 (2026-11-27, load 4-14), 16 wrote the Nodes fastest; 24 only made
+#: each write slower (the API server is the bound, and the machine's 2 cores).
+#: ``CLOUDLOOP_BENCH_NODE_SYNCS`` sets another for a run, to compare.
+CONCURRENT_NODE_SYNCS = int(os.environ.get("CLOUDLOOP_BENCH_NODE_SYNCS") or 16)
 #: The driver's request timeout here (see the module's rules).
 EMULATOR_TIMEOUT_S = 60.0
 #: vcsim connections cloning the vSphere burst's guests at once.

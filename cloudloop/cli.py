@@ -32,6 +32,7 @@ import click
 import yaml
 
 from cloudloop.cloud.registry import Settings
+from cloudloop.settings import MAX_CONCURRENT_NODE_SYNCS
 
 if TYPE_CHECKING:
     from cloudloop.layouts.config import LoadedConfig
@@ -200,8 +201,16 @@ class Duration(click.ParamType[float]):
 @main.command()
 @click.option("--node-monitor-period", type=Duration(), help="Lifecycle pass period [5s].")
 @click.option("--node-status-update-frequency", type=Duration(), help="Address refresh [5m].")
-@click.option("--concurrent-node-syncs", type=int, help="Parallel node initializations [1].")
-@click.option("--concurrent-node-status-updates", type=int, help="Parallel address patches.")
+@click.option(
+    "--concurrent-node-syncs",
+    type=click.IntRange(1, MAX_CONCURRENT_NODE_SYNCS),
+    help=f"Node initializations writing at once, 1-{MAX_CONCURRENT_NODE_SYNCS} [1].",
+)
+@click.option(
+    "--concurrent-node-status-updates",
+    type=click.IntRange(0, MAX_CONCURRENT_NODE_SYNCS),
+    help="Parallel address patches [0: --concurrent-node-syncs].",
+)
 @click.option("--concurrent-service-syncs", type=int, help="Parallel load-balancer syncs [1].")
 @click.option(
     "--configure-cloud-routes/--no-configure-cloud-routes",

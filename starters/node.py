@@ -9,6 +9,12 @@
   written (best effort, as every Event), so a write slot is taken by the two node writes only.
   Nodes wait in the starters' work queue; failures keep the taint and retry with
   per-node backoff (one ``FailedToInitializeNode`` Warning per failure streak).
+- **two writes a Node**, as upstream (its ``Update``, then ``updateNodeAddress``'s status
+  PATCH): the API server drops status from an update of a Node and spec from an update of its
+  status (``nodeStrategy``/``nodeStatusStrategy.PrepareForUpdate``), so the addresses and the
+  providerID + taint removal cannot share a write. Departure: the addresses go first, so no
+  Node loses the taint before it has its cloud addresses. A burst's wall is these writes: the
+  write slots (``--concurrent-node-syncs``, upstream's default 1, at most 32) set its pace.
 - **lifecycle** (``--node-monitor-period`` after the last pass ended, as upstream's
   ``wait.UntilWithContext``): NotReady nodes are looked up in one batched call; a node is
   deleted only when the cloud answered without error that its instance does not exist

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import click
 import pytest
+from click.testing import CliRunner
+from pydantic import ValidationError
 
-from cloudloop.cli import parse_duration, with_ccm_flags
+from cloudloop.cli import main, parse_duration, with_ccm_flags
 from cloudloop.cloud.registry import Settings
+from cloudloop.settings import MAX_CONCURRENT_NODE_SYNCS, CcmSettings
 
 
 @pytest.mark.parametrize(
@@ -37,3 +40,31 @@ def test_flags_override_settings_only_when_given() -> None:
     assert settings.ccm.concurrent_node_syncs == 4
     assert settings.ccm.cluster_cidr == ""  # not given: the setting stays
     assert settings.ccm.node_status_update_frequency_s == 300.0
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--concurrent-node-syncs", "0"),
+        ("--concurrent-node-syncs", str(MAX_CONCURRENT_NODE_SYNCS + 1)),
+        ("--concurrent-node-status-updates", "-1"),
+    ],
+)
+def test_node_sync_flags_are_bounded(flag: str, value: str) -> None:
+    result = CliRunner().invoke(main, ["starter", flag, value])
+    assert result.exit_code == 2
+    assert flag in result.output
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"concurrent_node_syncs": 0},
+        {"concurrent_node_syncs": MAX_CONCURRENT_NODE_SYNCS + 1},
+        {"concurrent_node_status_updates": -1},
+    ],
+)
+def test_node_sync_settings_are_bounded(field: dict[str, int]) -> None:
+    with pytest.raises(ValidationError):
+        CcmSettings.model_validate(field)
+    assert CcmSettings().concurrent_node_syncs == 1  # upstream's default
