@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import botocore.session
 import pytest
 from temporalio.client import Client
 
@@ -50,11 +51,33 @@ VCSIM_NODES = (
 STACK_FIXTURES = frozenset({"stack", "stack_dir", "dvp_parent", "ovirt", "vcsim"})
 
 
+def share_botocore_models() -> None:
+    """One botocore data loader per search path for the whole test process.
+
+    moto gives every ``mock_aws`` block a new default boto3 session, and botocore caches the
+    service models it reads (EC2's is megabytes of JSON) per session's loader: without this each
+    test reads them again. A loader's models are shared by every client of its session already,
+    so sharing it between sessions changes nothing else."""
+    if getattr(botocore.session.create_loader, "shared", False):
+        return
+    create = botocore.session.create_loader
+    loaders: dict[str | None, Any] = {}
+
+    def create_loader(search_path_string: str | None = None) -> Any:
+        if search_path_string not in loaders:
+            loaders[search_path_string] = create(search_path_string)
+        return loaders[search_path_string]
+
+    create_loader.shared = True  # type: ignore[attr-defined]
+    botocore.session.create_loader = create_loader
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``-n N``) each worker process has its own session fixtures, so its own
     stacks; it also picks its ports (and its children theirs, through the environment) from its
     own share of :func:`~cloudloop.net.free_port`'s range, so no stack takes a port another
     worker's stack has picked but not yet bound, or freed for a moment to restart a process."""
+    share_botocore_models()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if not worker.startswith("gw") or count < 2 or PORT_RANGE_ENV in os.environ:

@@ -12,10 +12,7 @@ Rules:
   classes here and raise ``NotSupported`` (upstream's ``ImplementedElsewhere``), so a missing
   capability or operation is explicit; controllers check :meth:`CloudDriver.supports` first.
 - The flat operations of :class:`CloudDriver` (``driver.list_instances(...)``) forward to the
-  capability attribute, so callers move to the capability objects one at a time.
-- Transition: a driver not yet split into capability objects (one class of mixins sharing one
-  ``self``) overrides the flat operations; its capabilities are derived from what it overrides
-  (computed at class creation, never hand-kept) and each capability attribute is the driver.
+  capability attribute (``NotSupported`` when it is not set); a driver never overrides them.
 - Drivers are synchronous (the SDKs are blocking) and run in activity or starter threads; every
   SDK call goes through :func:`cloudloop.cloud.calls.cloud_call` (counted, errors translated).
 """
@@ -253,27 +250,6 @@ class DiscoveryDefaults:
         raise NotSupported(self.provider, Capability.DISCOVERY.value)
 
 
-def overridden(cls: type[CloudDriver], operation: str) -> bool:
-    """``cls`` implements ``operation`` itself (not the contract's ``NotSupported`` default)."""
-    return getattr(cls, operation) is not getattr(CloudDriver, operation)
-
-
-def implemented_capabilities(cls: type[CloudDriver]) -> frozenset[Capability]:
-    """The capabilities whose required operations ``cls`` all overrides."""
-    return frozenset(
-        capability
-        for capability, (required, _) in CAPABILITY_OPERATIONS.items()
-        if all(overridden(cls, op) for op in required)
-    )
-
-
-class _Itself:
-    """A not-yet-split driver's capability attribute: the driver itself."""
-
-    def __get__(self, obj: object, owner: type | None = None) -> object:
-        return obj
-
-
 #: operation → the capability it belongs to.
 OPERATION_CAPABILITY: dict[str, Capability] = {
     op: capability
@@ -289,8 +265,7 @@ class CloudDriver:
     #: The cluster this driver serves (set by :meth:`Provider.make_driver`); a driver may use it
     #: to narrow listings to the cluster's own resources. Empty: unknown.
     cluster: str = ""
-    #: The capabilities whose attribute is set (a not-yet-split driver: derived from the
-    #: operations it overrides, when the class is created).
+    #: The capabilities whose attribute is set (by :meth:`assembled`).
     capabilities: frozenset[Capability] = frozenset()
 
     instances: Instances | None = None
@@ -305,14 +280,6 @@ class CloudDriver:
     zonal_volumes: bool = False
     #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
     max_volumes_per_node: int = 0
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        implemented = implemented_capabilities(cls)
-        if implemented:  # a driver of mixins sharing one ``self``: it is each of its parts
-            cls.capabilities = implemented
-            for capability in implemented:
-                setattr(cls, capability.value, _Itself())
 
     def assembled(self) -> None:
         """Called by a facade driver once its capability attributes are set."""
@@ -329,18 +296,15 @@ class CloudDriver:
         part = getattr(self, OPERATION_CAPABILITY[operation].value)
         if part is None:
             return False
-        if part is self:
-            return overridden(type(self), operation)
         return hasattr(part, operation) and not is_default(getattr(type(part), operation, None))
 
     def _unsupported(self, capability: Capability) -> NotSupported:
         return NotSupported(self.provider, capability.value)
 
     def _part(self, capability: Capability) -> Any:
-        """The capability object an operation forwards to (``NotSupported`` when there is none,
-        or when a not-yet-split driver did not override the operation)."""
+        """The capability object an operation forwards to (``NotSupported`` when there is none)."""
         part = getattr(self, capability.value)
-        if part is None or part is self:
+        if part is None:
             raise self._unsupported(capability)
         return part
 
@@ -412,7 +376,7 @@ class CloudDriver:
     def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         """The Service annotations this cloud's load balancers read (default: all of them)."""
         part = self.load_balancers
-        if part is None or part is self:
+        if part is None:
             return dict(annotations)
         return part.load_balancer_annotations(annotations)
 
@@ -420,7 +384,7 @@ class CloudDriver:
         """The node label keys this cloud selects LB backends by, for a Service with
         ``annotations`` (e.g. those ``target-node-labels`` names; default: none)."""
         part = self.load_balancers
-        if part is None or part is self:
+        if part is None:
             return frozenset()
         return part.load_balancer_node_labels(annotations)
 
@@ -483,7 +447,7 @@ class CloudDriver:
         """The CSI topology segment key of a zonal volume's zone (the upstream driver's key;
         the well-known zone label unless the cloud's driver says another)."""
         part = self.volumes
-        if part is None or part is self:
+        if part is None:
             return ZONE_LABEL
         return part.volume_topology_key
 
@@ -495,21 +459,21 @@ class CloudDriver:
         ones), ``OutOfRange`` for a size or rate outside the cloud's limits. The CSI controller
         calls it before any workflow starts. Default: no checks (the cloud answers)."""
         part = self.volumes
-        if part is not None and part is not self:
+        if part is not None:
             part.check_volume_request(size_gib, parameters, volume_type)
 
     def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
         """``OutOfRange`` for a size no volume of ``volume_type`` ("": of any type) can have,
         without calling the cloud (an expand checks it before and after reading the volume)."""
         part = self.volumes
-        if part is not None and part is not self:
+        if part is not None:
             part.check_volume_size(size_gib, volume_type)
 
     def volume_capacity(self, parameters: dict[str, str]) -> int:
         """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
         clouds that can say implement it."""
         part = self.volumes
-        if part is None or part is self:
+        if part is None:
             raise NotSupported(self.provider, "volume_capacity")
         return part.volume_capacity(parameters)
 

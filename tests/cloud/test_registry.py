@@ -1,4 +1,4 @@
-"""The provider shape: one package and one registry line per cloud, capabilities derived.
+"""The provider shape: one package and one registry line per cloud, capabilities its parts.
 
 These checks read the product's source (AST, not regexes) so a provider name or a cloud-package
 import outside the allowed places fails here, before it spreads.
@@ -10,12 +10,19 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from cloudloop.cloud.driver import CAPABILITY_OPERATIONS, Capability, CloudDriver
+from cloudloop.cloud.driver import (
+    CAPABILITY_OPERATIONS,
+    Capability,
+    CloudDriver,
+    DiscoveryDefaults,
+    Routes,
+)
 from cloudloop.cloud.errors import NotSupported
-from cloudloop.cloud.models import Route
+from cloudloop.cloud.models import DiscoveryData, Route, Zone
 from cloudloop.cloud.registry import PROVIDERS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,24 +105,34 @@ def test_every_capability_is_all_or_nothing(name: str) -> None:
         assert driver.supports(capability) == bool(done)
 
 
-def test_capabilities_follow_the_overridden_operations() -> None:
-    class RoutesOnly(CloudDriver):
+def test_implements_tells_a_parts_own_operations_from_missing_and_default_ones() -> None:
+    """A part lacking a required operation is what the all-or-nothing check above catches; an
+    optional operation a part inherits from the contract's defaults is not the cloud's own."""
+
+    class HalfRouting:
         def list_routes(self, cluster: str) -> list[Route]:
             return []
 
-        def create_route(self, cluster: str, route: Route) -> None:
-            return None
+    class Discovering(DiscoveryDefaults):
+        def zones(self) -> list[Zone]:
+            return []
 
-        def delete_route(self, cluster: str, route: Route) -> None:
-            return None
+        def discovery_data(self) -> DiscoveryData:
+            return DiscoveryData(region="r")
 
     class Half(CloudDriver):
-        def list_routes(self, cluster: str) -> list[Route]:
-            return []
+        def __init__(self) -> None:
+            self.routes = cast(Routes, HalfRouting())
+            self.discovery = Discovering()
+            self.assembled()
 
-    assert RoutesOnly.capabilities == frozenset({Capability.ROUTES})
-    assert Half.capabilities == frozenset()
-    assert RoutesOnly().routes is not None and Half().routes is None
+    half = Half()
+    assert half.capabilities == frozenset({Capability.ROUTES, Capability.DISCOVERY})
+    assert half.implements("list_routes") and not half.implements("create_route")
+    assert half.implements("zones") and not half.implements("instance_types")
+    assert not half.implements("create_volume")
+    with pytest.raises(NotSupported):
+        half.instance_types()
 
 
 def test_a_facade_supports_what_it_has_parts_for() -> None:

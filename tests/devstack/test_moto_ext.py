@@ -264,13 +264,26 @@ def test_resources_show_their_own_tags(aws: None) -> None:
     }
 
 
-def test_instances_pass_through_pending_and_shutting_down(aws: None) -> None:
-    """With a lifecycle set, a new instance is pending, then running; a terminated one
-    shutting-down (its root volume still there), then terminated with the volume gone."""
-    import time
+class _Clock:
+    """``time`` for :mod:`devstack.moto_ext`'s lifecycle: stands still until a test moves it."""
 
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_instances_pass_through_pending_and_shutting_down(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a lifecycle set, a new instance is pending, then running; a terminated one
+    shutting-down (its root volume still there), then terminated with the volume gone. The
+    lifecycle's clock is the test's: each transition falls due exactly when it moves it."""
     from devstack import moto_ext
 
+    clock = _Clock()
+    monkeypatch.setattr(moto_ext, "time", clock)
     ec2 = aws_client("ec2")
     moto_ext.LIFECYCLE.update(pending_s=2.0, shutting_down_s=2.0)
     try:
@@ -285,20 +298,16 @@ def test_instances_pass_through_pending_and_shutting_down(aws: None) -> None:
             filters = [{"Name": "attachment.instance-id", "Values": [instance]}]
             return list(ec2.describe_volumes(Filters=filters)["Volumes"])
 
-        def within(seconds: float, check: Any) -> bool:
-            deadline = time.monotonic() + seconds
-            while not check():
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.05)
-            return True
-
         assert raw["State"]["Name"] == "pending" and state() == "pending"
-        assert within(10, lambda: state() == "running")
+        clock.now += 1.9
+        assert state() == "pending"
+        clock.now += 0.1
+        assert state() == "running"
         answer = ec2.terminate_instances(InstanceIds=[instance])["TerminatingInstances"][0]
         assert answer["CurrentState"]["Name"] == "shutting-down"
         assert state() == "shutting-down" and volumes()
-        assert within(10, lambda: not volumes())  # listing volumes settles the termination
+        clock.now += 2.0
+        assert not volumes()  # listing volumes settles the termination
         assert state() == "terminated"
 
         # Terminated while pending: it never comes up afterwards.
@@ -306,7 +315,7 @@ def test_instances_pass_through_pending_and_shutting_down(aws: None) -> None:
         [raw] = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"]
         instance = raw["InstanceId"]
         ec2.terminate_instances(InstanceIds=[instance])
-        time.sleep(0.3)  # past the moment it would have come up
+        clock.now += 0.3  # past the moment it would have come up
         assert state() == "terminated"
     finally:
         moto_ext.LIFECYCLE.update(pending_s=0.0, shutting_down_s=0.0)

@@ -28,7 +28,9 @@ from temporalio.client import Client
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws import lb_annotations as ann
+from cloudloop.cloud.aws.base import AwsBase
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.instances import AwsInstances
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.termination_events import parse_message
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
@@ -428,8 +430,9 @@ PROVIDER_IDS = (
 )
 
 
-class EmptyCloud(AwsDriver):
-    """Answers every lookup with "no such instance", without error (as for a deleted VM)."""
+class EmptyInstances(AwsInstances):
+    """AWS's provider IDs, every lookup answered "no such instance" without error (as for a
+    deleted VM)."""
 
     def list_instances(self, ids: Any) -> InstanceListing:
         return InstanceListing(requests=1)
@@ -441,7 +444,7 @@ class EmptyCloud(AwsDriver):
 @FUZZ
 @given(provider_ids=st.lists(PROVIDER_IDS, min_size=1, max_size=5))
 def test_a_malformed_provider_id_never_deletes_a_node(provider_ids: list[str]) -> None:
-    driver = EmptyCloud(AwsSettings())
+    instances = EmptyInstances(AwsBase(AwsSettings()))
     nodes: dict[str, Node] = {}
     valid: set[str] = set()
     for index, provider_id in enumerate(provider_ids):
@@ -453,12 +456,12 @@ def test_a_malformed_provider_id_never_deletes_a_node(provider_ids: list[str]) -
         }
         try:
             if provider_id:  # none: looked up by name, as upstream
-                driver.instance_id_from_provider_id(provider_id)
+                instances.instance_id_from_provider_id(provider_id)
             valid.add(name)
         except errors.InvalidRequest:
             pass
     kube = RecordingKube()
-    sync = NodeSync(kube, driver, cast(Any, Store(nodes)), CcmSettings())
+    sync = NodeSync(kube, instances, cast(Any, Store(nodes)), CcmSettings())
     asyncio.run(sync.lifecycle_pass())
     deleted = {path.rsplit("/", 1)[-1] for method, path in kube.requests if method == "DELETE"}
     assert deleted <= valid

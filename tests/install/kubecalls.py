@@ -227,8 +227,10 @@ def _kube_calls() -> tuple[KubeCall, ...]:
     return tuple(calls)
 
 
+@functools.cache
 def importers() -> dict[str, set[str]]:
-    """module -> the product modules that import it (``import m``, ``from m import x``)."""
+    """module -> the product modules that import it (``import m``, ``from m import x``); parsed
+    on first use, not when a test module importing this one is collected."""
     found: dict[str, set[str]] = {}
     for module, path in product_modules().items():
         for node in ast.walk(_parsed(path)):
@@ -258,7 +260,7 @@ def processes_of_call(call: KubeCall) -> set[str]:
         return processes_of(module)
     if not function.startswith("_") and function in top_level_functions(module):
         found: set[str] = set()
-        for importer in _IMPORTERS.get(f"{module}.{function}", set()):
+        for importer in importers().get(f"{module}.{function}", set()):
             found |= processes_of(importer)
         return found
     return processes_of(module)
@@ -276,9 +278,6 @@ def processes_of(module: str, _seen: frozenset[str] = frozenset()) -> set[str]:
     if module.startswith(PARENT_CLUSTER):
         return {"parent"}
     found: set[str] = set()
-    for importer in _IMPORTERS.get(module, set()) - _seen:
+    for importer in importers().get(module, set()) - _seen:
         found |= processes_of(importer, _seen | {module})
     return found
-
-
-_IMPORTERS = importers()

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import CloudDriver, Instances
 from cloudloop.cloud.models import Route
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.bodies import Node, NodeSpec
@@ -29,9 +29,10 @@ from tests.fakes import MemoryKube
 from tests.helpers import eventually
 
 
-class ScriptedRoutes(CloudDriver):
+class ScriptedRoutes:
+    """A routes capability (and the provider-ID part of an instances one) answering as told."""
+
     provider = "scripted"
-    capabilities = frozenset({Capability.ROUTES})
 
     def __init__(self, routes: list[Route] | None = None) -> None:
         self.table = routes or []
@@ -93,7 +94,7 @@ def route_sync(
     return RouteSync(
         kube,
         driver,
-        driver,
+        cast(Instances, driver),  # only its instance_id_from_provider_id is called
         informer,
         cluster="c",
         cluster_cidrs=rules.parse_cluster_cidrs("10.244.0.0/16"),
@@ -303,7 +304,7 @@ async def test_node_change_wakes_the_loop_and_status_changes_do_not() -> None:
     sync = CountingRouteSync(
         MemoryKube(),
         driver,
-        driver,
+        cast(Instances, driver),
         informer,
         cluster="c",
         cluster_cidrs=rules.parse_cluster_cidrs("10.244.0.0/16"),

@@ -402,10 +402,12 @@ async def test_no_drift_checks_without_a_period_or_while_work_is_pending(wf: Har
 
     wf.script.on(ENSURE, *[down] * 3, INGRESS)  # a failed reconcile backs off, never checks
     again = await start_resyncing(wf, desired("n2"), 1)
-    await wf.script.called(ENSURE, 5)
-    assert RESYNC not in wf.script.names()
-    await wf.env.sleep(timedelta(seconds=3))
+    await wf.script.called(ENSURE, 2)
+    await wf.env.sleep(timedelta(seconds=15))  # 3 s of retries, the 5 s backoff, then periods
     await wf.script.called(RESYNC)
+    names = wf.script.names()
+    assert names.count(ENSURE) == 5
+    assert names.index(RESYNC) > max(i for i, name in enumerate(names) if name == ENSURE)
     await tear_down(wf, again)
 
 
