@@ -17,7 +17,10 @@
   asks ≤ 1.1).
 - ``vsphere_machine_span_<span>_{workflow,direct}_median_s``: where each path's time goes, from
   the driver's own steps timed around the shared driver (:class:`Spans`; the samples run one at
-  a time, so every span belongs to the sample running): ``before_create`` (object created →
+  a time, so every span belongs to the sample running): ``before_secret_read`` (object created
+  → the bootstrap Secret read begins: the informer, starter, Temporal's start, first workflow
+  task and eager activity delivery, or the direct path's finalizer), ``secret_read``,
+  ``before_create`` (object created →
   ``create_machine`` called: the starter, Temporal and the Secret read, or the direct path's
   finalizer, Secret read and "creating" write), ``create`` (the whole call) and inside it
   ``datacenter``, ``find``, ``placement``, ``clone_in_flight``, ``clone`` (request and task
@@ -58,6 +61,8 @@ from bench.nodegroup import _capi_plane, _scale_group
 from bench.overhead import overhead_ms
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.vsphere.driver import VsphereDriver
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.messages.machine import workflow_id
 from devstack import machine_fixtures
 from devstack.backends.vsphere import (
@@ -121,6 +126,23 @@ class Spans:
 
         setattr(obj, method, timed)
 
+    def watch_secret_reads(self, kube: Kube) -> Callable[[], None]:
+        """Time ``kube``'s Secret reads too (the bootstrap data read before the create, on both
+        paths: where the activity began its work); returns the undo."""
+        inner = kube.get
+
+        def get(resource: Resource, *args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return inner(resource, *args, **kwargs)
+            finally:
+                if resource == SECRETS:
+                    with self._lock:
+                        self._spans.append(("secret_read", started, time.monotonic()))
+
+        kube.get = get  # type: ignore[method-assign]
+        return lambda: setattr(kube, "get", inner)
+
     def since(self, started: float) -> list[tuple[str, float, float]]:
         with self._lock:
             return [s for s in self._spans if s[1] >= started]
@@ -135,6 +157,9 @@ def _spans_of(
         out[name] = out.get(name, 0.0) + end - begin
     creates = [s for s in spans if s[0] == "create"]
     gets = [s for s in spans if s[0] == "get"]
+    reads = [s for s in spans if s[0] == "secret_read"]
+    if reads:
+        out["before_secret_read"] = reads[0][1] - started
     if creates:
         _, create_begin, create_end = creates[0]
         out["before_create"] = create_begin - started
@@ -180,6 +205,7 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
     samples: list[Sample] = []
     workflow_spans: list[dict[str, float]] = []
     direct_spans: list[dict[str, float]] = []
+    unwatch = spans.watch_secret_reads(kube)
     async with worker, ReadyWatch(kube, namespace, INFRA_KINDS) as watch:
         task = asyncio.create_task(starter.run())
         try:
@@ -222,6 +248,7 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
                         {"metadata": {"finalizers": None}},
                         ns,
                     )
+    unwatch()
     for ns in (namespace, direct_namespace):
         kube.delete(NAMESPACES, ns)
     workflow_median, direct_median = statistics.median(through_workflow), statistics.median(direct)
