@@ -1,10 +1,12 @@
 """vSphere machines and node groups against vcsim (``python -m bench vsphere-machines``).
 
-- ``vsphere_machine_provision_median_s``: median over ``SAMPLES`` (16) VSphereMachines (Machine and
+- ``vsphere_machine_provision_median_s``: median over ``SAMPLES`` (24) VSphereMachines (Machine and
   bootstrap Secret already there) of object created → ``status.ready`` seen by a watch
   (:class:`bench.machine.ReadyWatch`), through informer → starter (eager start) → ``Machine``
   workflow → activities → ``VsphereDriver`` (clone, reconfigure, power on, the guest's IP
-  reported by :class:`devstack.vcsim_guest.GuestAgent`).
+  reported by :class:`devstack.vcsim_guest.GuestAgent`, in a process of its own since
+  2026-11-27: in this one its passes could wait for the GIL behind the worker's, during the
+  workflow path's samples only — likely why that path saw its IP one poll later more often).
 - ``vsphere_machine_direct_median_s``: the same object created, then the product's kube writes
   and the same driver calls made directly (:func:`bench.machine._direct`, as for DVP, OpenStack
   and AWS: finalizer, the bootstrap Secret read, a "creating" condition, ``create_machine``,
@@ -27,10 +29,11 @@
   wait), ``reconfigure``, ``power_on`` and ``create_other``; ``wait_<task>`` the task waits
   (``wait_task``: vcsim's tasks polled every ``poll_interval_s``); ``ip_wait`` (create returned
   → the poll that saw the guest's IP; the poll schedule's ``initial_s`` and vcsim's 0.2 s guest
-  agent quantize it: sixteen samples, not eight, so the medians of both paths mostly land on
-  the same poll) and ``polls`` (``get_machine`` calls: ``..._polls_{workflow,direct}_median``);
-  ``after_ready`` (that poll → ready seen: the providerID and status writes, and the watch on
-  the workflow side).
+  agent quantize it: 24 samples, not 8, and each starts after a random pause (untimed) of up
+  to the agent's cadence, so the samples, each about two agent passes long and alternating, do
+  not meet the agent in phases that follow from the sample before) and ``polls``
+  (``get_machine`` calls: ``..._polls_{workflow,direct}_median``); ``after_ready`` (that poll →
+  ready seen: the providerID and status writes, and the watch on the workflow side).
   Beside them ``vsphere_machine_step_<step>_median_s`` from the histories
   (:mod:`bench.breakdown`), and the median sample's history on stderr.
 - ``vsphere_nodegroup_scale_0_to_10_wall_s``: a MachineDeployment rendered from a
@@ -44,13 +47,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import multiprocessing
+import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +77,16 @@ from devstack.backends.vsphere import (
     vcsim_server,
     vsphere_settings,
 )
+from devstack.vcsim import VcsimEndpoint
 from devstack.vcsim_guest import GuestAgent
 from starters.machine import MachineStarter
 from workers.main import build_worker
 
-SAMPLES = 16
+SAMPLES = 24
+#: The guest agent's cadence (``GuestAgent.interval_s``, plus a pass): each sample starts after
+#: a random pause up to this, untimed, so where its power-on falls between two agent passes is
+#: drawn afresh for every sample of either path.
+AGENT_PHASE_S = 0.25
 #: The driver's machine steps timed by :class:`Spans` (method → span name).
 _STEPS = {
     "create_machine": "create",
@@ -206,12 +216,14 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
     workflow_spans: list[dict[str, float]] = []
     direct_spans: list[dict[str, float]] = []
     unwatch = spans.watch_secret_reads(kube)
+    phase = random.Random()
     async with worker, ReadyWatch(kube, namespace, INFRA_KINDS) as watch:
         task = asyncio.create_task(starter.run())
         try:
             for i in range(-1, SAMPLES):  # -1: warm-up
                 name = f"w{i + 1}"
                 body = await asyncio.to_thread(_prepare, kube, namespace, name, INFRA_KINDS, spec)
+                await asyncio.sleep(phase.uniform(0, AGENT_PHASE_S))
                 started, requested, cloud_before = time.monotonic(), time.time(), cloud_seconds()
                 made = await asyncio.to_thread(kube.create, INFRA_KINDS.machine, body, namespace)
                 ready_at = await watch.until([name])
@@ -230,6 +242,7 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
                 body = await asyncio.to_thread(
                     _prepare, kube, direct_namespace, f"d{i + 1}", INFRA_KINDS, spec
                 )
+                await asyncio.sleep(phase.uniform(0, AGENT_PHASE_S))
                 started = time.monotonic()
                 await asyncio.to_thread(_direct, kube, driver, direct_namespace, body, INFRA_KINDS)
                 done = time.monotonic()
@@ -274,12 +287,37 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
     }
 
 
+def _guest_agent(endpoint: VcsimEndpoint, stop: Any) -> None:
+    """The guest agent's process: reports IPs until ``stop`` (a multiprocessing Event) is set."""
+    with GuestAgent(endpoint):
+        stop.wait()
+
+
+@contextlib.contextmanager
+def _guest_agent_apart(endpoint: VcsimEndpoint) -> Iterator[None]:
+    """:class:`GuestAgent` in a process of its own: the emulated guests must not share the
+    interpreter whose work (starter, worker) is measured. In this process its passes waited for
+    the GIL behind the worker's, during the workflow path's samples only."""
+    spawn = multiprocessing.get_context("spawn")
+    stop = spawn.Event()
+    agent = spawn.Process(target=_guest_agent, args=(endpoint, stop), daemon=True)
+    agent.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        agent.join(15)
+        if agent.is_alive():
+            agent.kill()
+            agent.join(5)
+
+
 async def vsphere_machine_figures(ctx: BenchContext) -> dict[str, float]:
     figures: dict[str, Any] = {}
     with (
         tempfile.TemporaryDirectory(prefix="cloudloop-bench-vcsim-") as state,
         vcsim_server(Path(state)) as endpoint,
-        GuestAgent(endpoint),
+        _guest_agent_apart(endpoint),
     ):
         driver = VsphereDriver(vsphere_settings(endpoint, **QUICK_TIMINGS))
         try:
