@@ -38,7 +38,7 @@ from cloudloop.messages.machine import (
 )
 from cloudloop.rules import machine as capi
 from cloudloop.temporal import signal_with_start
-from starters.machine.paused import report_paused
+from starters.machine.paused import paused_stale, report_paused
 from workflows.machine import MachineWorkflow
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ class InfraMachineReconciler:
             return None
         paused = capi.is_paused(obj) or capi.cluster_paused(cluster)
         ref = ObjectRef.of(self.kinds.machine, obj)
-        await asyncio.to_thread(report_paused, self.kube, ref, obj, paused)
+        if paused_stale(obj, paused):  # no thread hop when there is nothing to write
+            await asyncio.to_thread(report_paused, self.kube, ref, obj, paused)
         if paused and not has_finalizer:
             return None
         if not has_finalizer:

@@ -18,11 +18,18 @@ from cloudloop.rules import machine as capi
 log = logging.getLogger(__name__)
 
 
-def report_paused(kube: Kube, ref: ObjectRef, obj: InfraObject, paused: bool) -> None:
+def paused_stale(obj: InfraObject, paused: bool) -> bool:
+    """Whether :func:`report_paused` has anything to write (the reconcilers skip the thread hop
+    otherwise: the common case, on a new machine's way to its workflow)."""
     current = get_condition(obj, capi.PAUSED)
     status = "True" if paused else "False"
-    if (current or {}).get("status") == status or (current is None and not paused):
+    return not ((current or {}).get("status") == status or (current is None and not paused))
+
+
+def report_paused(kube: Kube, ref: ObjectRef, obj: InfraObject, paused: bool) -> None:
+    if not paused_stale(obj, paused):
         return
+    status = "True" if paused else "False"
     conditions = set_condition(
         (obj.get("status") or {}).get("conditions"),
         type=capi.PAUSED,
