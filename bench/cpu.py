@@ -27,6 +27,12 @@ def _stat(pid: str) -> tuple[int, str, float] | None:
     return int(fields[1]), command, (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (0 when it is gone)."""
+    stat = _stat(str(pid))
+    return stat[2] if stat else 0.0
+
+
 def stack_cpu_by_command() -> dict[str, float]:
     """CPU seconds used so far by this process and its descendants, summed per command name."""
     stats = {int(p): stat for p in os.listdir("/proc") if p.isdigit() and (stat := _stat(p))}

@@ -183,6 +183,18 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def memory_breakdown(pid: int) -> str:
+    """Where a process's resident memory is: anonymous (heaps) against file-backed (code,
+    libraries) pages, and its thread count (each glibc malloc arena belongs to threads)."""
+    fields = ("VmRSS", "RssAnon", "RssFile", "Threads")
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in fields:
+            found[name] = value.split()[0]
+    return " ".join(f"{name}={found.get(name, '?')}" for name in fields)
+
+
 class Process:
     """``cloudloop <command>`` as a child process with its own metrics port and log."""
 
@@ -282,9 +294,11 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             await until(lambda: applied() >= SERVICE_COUNT, 600, "1,000 apply signals")
             await asyncio.sleep(2)
             figures["starter_rss_mb_5000_nodes_1000_services"] = rss_mb(starter.popen.pid)
+            print(f"starter memory (kB): {memory_breakdown(starter.popen.pid)}", file=sys.stderr)
             await until(lambda: ensures() >= SERVICE_COUNT, 600, "1,000 lb.ensure runs")
             await asyncio.sleep(2)
             figures["worker_rss_mb_1000_running_lb_workflows"] = rss_mb(worker.popen.pid)
+            print(f"worker memory (kB): {memory_breakdown(worker.popen.pid)}", file=sys.stderr)
 
             service = kube.get(SERVICES, service_names[0], namespace) or {}
             figures["lb_signal_bytes_5000_nodes"] = await signal_bytes(ctx, service)

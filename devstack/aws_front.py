@@ -18,7 +18,11 @@ refusals by service, action and code; ``DELETE`` resets them); the lifecycle end
 never answers quota or capacity errors; ``DELETE`` clears them), and ``POST
 /_cloudloop/aws/holds`` ``{"RunInstances": 1.5}`` holds each answer of an action that long after
 moto made it, so a test can stop a client between "done in the cloud" and "answer received"
-(``{}`` lifts every hold). Other ``/_cloudloop/`` paths go to moto (:mod:`devstack.moto_ext`).
+(``{}`` lifts every hold). ``POST /_cloudloop/aws/latency`` ``{"min_s": 0.1, "max_s": 0.3}``
+answers every request moto serves after a delay drawn uniformly from that range, as a real AWS
+endpoint answers in 100-300 ms (off by default: moto answers in milliseconds; ``{}`` turns it
+off); each request waits on its own connection thread, so the delay costs no CPU and does not
+serialise concurrent requests. Other ``/_cloudloop/`` paths go to moto (:mod:`devstack.moto_ext`).
 ``python -m devstack.aws_front --port P --upstream URL
 [--rate R --burst B]`` runs it.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import random
 import re
 import threading
 import time
@@ -61,6 +66,7 @@ LIMITS_PATH = "/_cloudloop/aws/limits"
 STATS_PATH = "/_cloudloop/aws/stats"
 AWS_FAULTS_PATH = "/_cloudloop/aws/faults"
 HOLDS_PATH = "/_cloudloop/aws/holds"
+LATENCY_PATH = "/_cloudloop/aws/latency"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "trailer"}
 
 
@@ -162,6 +168,8 @@ def make_server(
     #: (service, action) → the refusals still to answer; action → seconds an answer is held.
     faults: dict[tuple[str, str], list[Refusal]] = {}
     holds: dict[str, float] = {}
+    #: (min, max) seconds added to every answer moto makes; (0, 0): none.
+    latency = [0.0, 0.0]
     switches = threading.Lock()
 
     def next_fault(service: str, action: str) -> Refusal | None:
@@ -228,6 +236,13 @@ def make_server(
                     holds.clear()
                     holds.update({str(k): float(v) for k, v in json.loads(body or b"{}").items()})
                 self._send(200, b"{}", "application/json")
+            elif path == LATENCY_PATH and self.command == "POST":
+                settings = json.loads(body or b"{}")
+                low = float(settings.get("min_s", 0.0))
+                high = max(low, float(settings.get("max_s", low)))
+                with switches:
+                    latency[:] = [low, high]
+                self._send(200, b"{}", "application/json")
             elif path == STATS_PATH:
                 if self.command == "DELETE":
                     stats.reset()
@@ -267,6 +282,9 @@ def make_server(
                 return
             with switches:
                 hold_s = holds.get(action, 0.0)
+                low, high = latency
+            if high > 0:
+                hold_s += random.uniform(low, high)
             status, payload = self._forward(body, hold_s)
             if status >= 400:
                 code = _error_code(payload)
@@ -419,6 +437,12 @@ def hold_answers(endpoint: str, **seconds: float) -> None:
     """Hold each answer of the named actions (``RunInstances=1.5``) after moto made it; no
     arguments lift every hold."""
     _post(endpoint, HOLDS_PATH, seconds)
+
+
+def set_latency(endpoint: str, min_s: float = 0.0, max_s: float = 0.0) -> None:
+    """Answer every request moto serves ``min_s``-``max_s`` seconds late (uniform), as a real
+    AWS endpoint does; no arguments turn the delay off."""
+    _post(endpoint, LATENCY_PATH, {"min_s": min_s, "max_s": max_s})
 
 
 def ec2_lifecycle(endpoint: str, *, pending_s: float = 0.0, shutting_down_s: float = 0.0) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -14,7 +16,7 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
-from devstack.aws_front import set_limits, stats, throttling_storm
+from devstack.aws_front import set_latency, set_limits, stats, throttling_storm
 from devstack.local import LocalStack
 
 pytestmark = pytest.mark.stack
@@ -84,3 +86,21 @@ def test_rate_limit(stack: LocalStack, calm: None) -> None:
     ec2.describe_availability_zones()
     ec2.describe_availability_zones()
     assert code_of(ec2.describe_availability_zones) == "RequestLimitExceeded"
+
+
+def test_latency_delays_each_answer_without_serialising(stack: LocalStack) -> None:
+    """The cloud-latency option: every answer 0.3-0.4 s late, concurrent requests still in
+    parallel (8 at once take far less than 8 x 0.3 s)."""
+    ec2 = front_client(stack, "ec2")
+    set_latency(stack.aws_endpoint, min_s=0.3, max_s=0.4)
+    try:
+        started = time.monotonic()
+        ec2.describe_availability_zones()
+        assert time.monotonic() - started >= 0.3
+        clients = [front_client(stack, "ec2") for _ in range(8)]
+        started = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda c: c.describe_availability_zones(), clients))
+        assert 0.3 <= time.monotonic() - started < 8 * 0.3
+    finally:
+        set_latency(stack.aws_endpoint)
