@@ -141,3 +141,16 @@ def test_nodes_are_listed_once_a_tagged_instance_is_seen() -> None:
     finally:
         processor.nodes.stop()
         kube.released.set()
+
+
+def test_sqs_and_auto_scaling_clients_are_on_the_same_boto3_session() -> None:
+    settings = Settings(cluster_name="c")
+    section = AWS.section(settings)
+    driver = AwsDriver(section)
+    assert AWS.termination is not None
+    calls = AWS.termination(section, settings.nth, driver)
+    assert calls.sqs_base._session is driver.session._session
+    assert calls.autoscaling_base._session is driver.session._session
+    assert calls.sqs_base.settings.timeout_s == max(
+        section.timeout_s, settings.nth.wait_time_s + 10
+    )
