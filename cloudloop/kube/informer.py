@@ -8,6 +8,8 @@ that first replays the current store as ``ADDED`` and then follows the changes, 
 load balancers and routes can share one watch of Nodes. Stored objects are slimmed
 (:func:`slim`): managed fields, the last-applied annotation and a Node's status beyond its
 conditions and addresses, which no starter reads, are dropped, and short strings interned.
+An informer may store a projection of its own instead (``transform``, client-go's
+``SetTransform``), as the termination handler's Nodes (name and providerID).
 After a listing of more than one page the C heap's free pages go back to the system
 (:func:`release_free_heap`): the pages' parsed JSON is garbage by then, and glibc keeps it
 resident otherwise (about 7 MB a 5,000-Node listing); the starter caps glibc's malloc arenas at
