@@ -16,8 +16,13 @@ Messages about unknown or unmanaged instances, Nodes not in the cluster
 (``delete_message_if_node_not_found``), test notifications and ignored kinds are deleted; malformed
 ones too (counted in ``events_error``). Nothing here stops the loop.
 
-Nodes are looked up in the shared Node informer's store (by name, or by providerID), never by
-listing the API server per event. It also refreshes the ``nth_tagged_instances``/
+Nodes are looked up in a Node informer's store (by name, or by providerID), never by listing
+the API server per event: the shared one when the CCM's informer lists every Node (no
+``ccm.node_selector``), else an informer of its own that stores only each Node's name and
+providerID (:func:`node_identity`; a second store of whole Nodes was 5,000 Nodes' worth of the
+starter's memory). The informer lists once a Node may be needed: at start when every message
+may name one (``check_tag_before_draining`` off), else once a tagged instance is seen (the
+gauges' first refresh, or a message's instance). It also refreshes the ``nth_tagged_instances``/
 ``nth_tagged_nodes`` gauges periodically.
 """
 
@@ -201,6 +206,19 @@ async def start_drain(
     return wf_id, attributes, start
 
 
+def node_identity(node: dict[str, Any]) -> dict[str, Any]:
+    """What the handler reads of a Node (its name and providerID) and what the informer
+    compares (resourceVersion): its own informer's stored projection."""
+    meta = node.get("metadata", {})
+    kept: dict[str, Any] = {
+        "metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}
+    }
+    provider_id = node.get("spec", {}).get("providerID")
+    if provider_id:
+        kept["spec"] = {"providerID": provider_id}
+    return kept
+
+
 @dataclass
 class Dispatch:
     """What one event of a message came to: a workflow to wait for, done, or keep the message."""
@@ -237,7 +255,9 @@ class QueueProcessor:
         self.cluster = cluster
         self.provider = provider
         self._own_nodes = nodes is None
-        self.nodes = nodes if nodes is not None else Informer[Node](kube, NODES)
+        self.nodes = (
+            nodes if nodes is not None else Informer[Node](kube, NODES, transform=node_identity)
+        )
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[str]] = set()
 
@@ -254,12 +274,13 @@ class QueueProcessor:
         return cls(
             context.kube,
             context.client,
-            provider.termination(provider.section(context.settings), nth),
+            provider.termination(provider.section(context.settings), nth, context.driver),
             nth,
             task_queue=context.queue(Domain.DRAIN),
             cluster=context.cluster,
             provider=provider.name,
-            nodes=context.informers.nodes(),
+            # The CCM's Node informer when it holds every Node; else one of node identities.
+            nodes=None if context.settings.ccm.node_selector else context.informers.nodes(),
             settings=context.settings,
         )
 
@@ -295,7 +316,8 @@ class QueueProcessor:
     async def run(self) -> None:
         if not self.queue_url and not await self.make_queue():
             return
-        self.nodes.start()
+        if not self.nth.check_tag_before_draining:  # any message may name a Node: list now
+            self.nodes.start()
         metrics = asyncio.create_task(self._tagged_metrics_loop())
         backoff = RECEIVE_BACKOFF_S[0]
         try:
@@ -576,6 +598,10 @@ class QueueProcessor:
     def refresh_tagged_metrics(self) -> tuple[int, int]:
         """(tagged instances, tagged nodes), also set on the gauges."""
         instances = list(self.aws.tagged_instances(self.nth.managed_tag))
+        if not instances:  # no Node to count (nor, checking the tag, to drain): none listed
+            NTH_TAGGED_INSTANCES.set(0)
+            NTH_TAGGED_NODES.set(0)
+            return 0, 0
         ids = {i.id for i in instances}
         names = {i.private_dns_name for i in instances if i.private_dns_name}
         self.nodes.start()

@@ -210,7 +210,7 @@ async def run_imds(settings: Settings, *, stop: asyncio.Event | None = None) -> 
         log.error("IMDS mode needs a provider with a termination handler and NODE_NAME")
         return
     client = await temporal.connect(settings.temporal, lazy=True)
-    aws = provider.termination(provider.section(settings), nth)
+    aws = provider.termination(provider.section(settings), nth, None)
     monitor = ImdsMonitor(
         Kube(api_client(settings.kubeconfig)),
         client,

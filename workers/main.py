@@ -116,7 +116,7 @@ def all_activities(
     activities += ClusterResourceActivities().all()
     provider = provider_for(settings)
     termination = (
-        provider.termination(provider.section(settings), settings.nth)
+        provider.termination(provider.section(settings), settings.nth, driver)
         if provider.termination is not None
         else None
     )

@@ -42,8 +42,9 @@ class Provider(Generic[S]):
     infra_kinds: InfraKinds | None = None
     #: The node manager's registration Secrets (``d8-node-manager-cloud-provider``), if any.
     registration: Callable[[S], list[dict[str, Any]]] | None = None
-    #: The node termination handler's client (queue, instances, lifecycle actions), if any.
-    termination: Callable[[S, NthSettings], Any] | None = None
+    #: The node termination handler's client (queue, instances, lifecycle actions), if any;
+    #: given the process's driver, if it has one, whose session it may share.
+    termination: Callable[[S, NthSettings, CloudDriver | None], Any] | None = None
     #: Node groups from InstanceClasses: the InstanceClass kind and the ``template.yaml``
     #: turning one into this cloud's InfraMachineTemplate (published beside the registration
     #: Secret, rendered by ``cloudloop nodegroup render``), if the cloud has Cluster API nodes.

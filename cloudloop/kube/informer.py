@@ -8,6 +8,8 @@ that first replays the current store as ``ADDED`` and then follows the changes, 
 load balancers and routes can share one watch of Nodes. Stored objects are slimmed
 (:func:`slim`): managed fields, the last-applied annotation and a Node's status beyond its
 conditions and addresses, which no starter reads, are dropped, and short strings interned.
+An informer may store a projection of its own instead (``transform``, client-go's
+``SetTransform``), as the termination handler's Nodes (name and providerID).
 After a listing of more than one page the C heap's free pages go back to the system
 (:func:`release_free_heap`): the pages' parsed JSON is garbage by then, and glibc keeps it
 resident otherwise (about 7 MB a 5,000-Node listing); the starter caps glibc's malloc arenas at
@@ -29,7 +31,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, cast
 
@@ -144,8 +146,13 @@ class Informer(Generic[BodyT]):
         watch_timeout_s: int = 300,
         page_size: int = 500,
         resource_version: str = "",
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
-        """``resource_version`` resumes a watch from a known version instead of listing first."""
+        """``resource_version`` resumes a watch from a known version instead of listing first;
+        ``transform`` is what is stored of each received object (client-go's ``SetTransform``;
+        default :func:`slim`): a projection must keep ``metadata`` (name, namespace,
+        resourceVersion), which keys and relists compare."""
+        self.transform = transform or slim
         self.kube = kube
         self.resource = resource
         self.namespace = namespace
@@ -294,7 +301,7 @@ class Informer(Generic[BodyT]):
                 item = items.pop()
                 item.setdefault("apiVersion", self.resource.api_version)
                 item.setdefault("kind", self.resource.kind)
-                fresh[object_key(item)] = slim(item)
+                fresh[object_key(item)] = self.transform(item)
             self._contact()
             pages += 1
             token = page.get("metadata", {}).get("continue")
@@ -350,7 +357,7 @@ class Informer(Generic[BodyT]):
             if version:
                 self._resource_version = version
             if kind in ("ADDED", "MODIFIED", "DELETED"):
-                self._apply(kind, object_key(obj), slim(obj))
+                self._apply(kind, object_key(obj), self.transform(obj))
         log.debug(
             "watch of %s closed after %.0fs", self.resource.plural, time.monotonic() - started
         )

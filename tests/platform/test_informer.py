@@ -184,3 +184,29 @@ def test_the_heap_calls_are_safe_to_make() -> None:
 
     cap_malloc_arenas(8)  # glibc: mallopt(M_ARENA_MAX); another C library: nothing
     release_free_heap()  # glibc: malloc_trim(0)
+
+
+async def test_a_transform_is_what_the_store_keeps_of_listed_and_watched_objects() -> None:
+    def full(name: str, rv: str) -> dict[str, Any]:
+        return {**node(name, rv), "spec": {"providerID": f"aws:///z/{name}"}, "status": {"a": 1}}
+
+    kube = ScriptedKube(
+        lists=[[full("a", "1")], [full("a", "1")]],
+        watches=[[{"type": "MODIFIED", "object": full("a", "2")}]],
+    )
+
+    def ids(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {"metadata": {"name": meta["name"], "resourceVersion": meta["resourceVersion"]}}
+
+    informer = Informer(kube, NODES, transform=ids)  # type: ignore[arg-type]
+    events = await asyncio.wait_for(collect(informer, 3), timeout=10)
+
+    # list, watch, relist after 410: every stored object is the projection; its
+    # resourceVersion is what the relist compares (2 listed again as 1: a change).
+    assert [(e.type, e.object) for e in events] == [
+        ("ADDED", ids(full("a", "1"))),
+        ("MODIFIED", ids(full("a", "2"))),
+        ("MODIFIED", ids(full("a", "1"))),
+    ]
+    assert informer.store == {"a": ids(full("a", "1"))}

@@ -29,10 +29,17 @@ def _driver(settings: AwsSettings) -> CloudDriver:
     return AwsDriver(settings)
 
 
-def _termination(settings: AwsSettings, nth: NthSettings) -> AwsTermination:
+def _termination(
+    settings: AwsSettings, nth: NthSettings, driver: CloudDriver | None
+) -> AwsTermination:
+    from cloudloop.cloud.aws.driver import AwsDriver
     from cloudloop.cloud.aws.termination import AwsTermination
 
-    return AwsTermination(settings, nth)
+    # The driver's session when it has these settings: one EC2 client in the process, not two.
+    session = driver.session if isinstance(driver, AwsDriver) else None
+    return AwsTermination(
+        settings, nth, session=session if session and session.settings == settings else None
+    )
 
 
 def _registration(settings: AwsSettings) -> list[dict[str, Any]]:

@@ -53,17 +53,20 @@ def to_instance_info(raw: dict[str, Any]) -> InstanceInfo:
 class AwsTermination:
     """SQS, EC2 and Auto Scaling calls of the termination handler (thread-safe, blocking)."""
 
-    def __init__(self, aws: AwsSettings, nth: NthSettings) -> None:
+    def __init__(
+        self, aws: AwsSettings, nth: NthSettings, *, session: AwsBase | None = None
+    ) -> None:
+        """``session``: the driver's session (made with ``aws``), whose clients EC2's and the
+        queue infrastructure's calls share (a boto3 client holds its service's whole model:
+        EC2's is about 9 MB); by default a session of its own. SQS (its long poll's timeout) and
+        Auto Scaling (its endpoint) have clients of their own on the same boto3 session."""
         self.nth = nth
-        self.ec2_base = AwsBase(aws)
-        # The long poll must end before the read timeout does.
-        self.sqs_base = AwsBase(
-            aws.model_copy(update={"timeout_s": max(aws.timeout_s, nth.wait_time_s + 10.0)})
-        )
-        self.autoscaling_base = AwsBase(
-            aws.model_copy(
-                update={"endpoint_url": nth.autoscaling_endpoint_url or aws.endpoint_url}
-            )
+        self.ec2_base = session if session is not None else AwsBase(aws)
+        # On one boto3 session (one load of the models and endpoint data); the long poll must
+        # end before the read timeout does.
+        self.sqs_base = self.ec2_base.derived(timeout_s=max(aws.timeout_s, nth.wait_time_s + 10.0))
+        self.autoscaling_base = self.ec2_base.derived(
+            endpoint_url=nth.autoscaling_endpoint_url or aws.endpoint_url
         )
 
     # -- the queue's infrastructure (:mod:`.termination_queue`) -----------------------------
