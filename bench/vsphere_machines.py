@@ -28,8 +28,10 @@
   ``datacenter``, ``find``, ``placement``, ``clone_in_flight``, ``clone`` (request and task
   wait), ``reconfigure``, ``power_on`` and ``create_other``; ``wait_<task>`` the task waits
   (``wait_task``: vcsim's tasks polled every ``poll_interval_s``); ``ip_wait`` (create returned
-  → the poll that saw the guest's IP; the poll schedule's ``initial_s`` and vcsim's 0.2 s guest
-  agent quantize it: 24 samples, not 8, and each starts after a random pause (untimed) of up
+  → the poll that saw the guest's IP; the poll schedule's ``initial_s`` and the guest agent's
+  passes quantize it — since 2026-11-27 evening the bench's guests boot in a fixed
+  ``GUEST_BOOT_S`` seen within ``GUEST_TICK_S``, so both paths see the IP at the second poll;
+  before that: 24 samples, not 8, and each starts after a random pause (untimed) of up
   to the agent's cadence, so the samples, each about two agent passes long and alternating, do
   not meet the agent in phases that follow from the sample before) and ``polls``
   (``get_machine`` calls: ``..._polls_{workflow,direct}_median``); ``after_ready`` (that poll →
@@ -87,6 +89,15 @@ SAMPLES = 24
 #: a random pause up to this, untimed, so where its power-on falls between two agent passes is
 #: drawn afresh for every sample of either path.
 AGENT_PHASE_S = 0.25
+#: The bench's guests: each reports its IP ``GUEST_BOOT_S`` after it is first seen powered on,
+#: seen within ``GUEST_TICK_S``. With the default agent (0.2 s passes, no boot time) the IP came
+#: 0-0.2 s after power-on, about half the time before the first poll (0.1 s) and half after it,
+#: so either path's median jumped between the 0.1 and the 0.25 s poll from run to run (quiet
+#: runs of 2026-11-27: ip_wait medians 0.10/0.25 s gave ratios 0.86 and 1.59 beside 1.03-1.06,
+#: the added latency 11-22 ms in all five). A guest booting in a fixed time, as a real one
+#: roughly does, lands between the first two polls on both paths.
+GUEST_TICK_S = 0.02
+GUEST_BOOT_S = 0.15
 #: The driver's machine steps timed by :class:`Spans` (method → span name).
 _STEPS = {
     "create_machine": "create",
@@ -289,7 +300,7 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
 
 def _guest_agent(endpoint: VcsimEndpoint, stop: Any) -> None:
     """The guest agent's process: reports IPs until ``stop`` (a multiprocessing Event) is set."""
-    with GuestAgent(endpoint):
+    with GuestAgent(endpoint, interval_s=GUEST_TICK_S, boot_s=GUEST_BOOT_S):
         stop.wait()
 
 
