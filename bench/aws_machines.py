@@ -28,15 +28,14 @@ import sys
 import time
 import uuid
 
-from bench.breakdown import Sample, breakdown, cloud_seconds, timeline
+from bench.breakdown import Sample, breakdown, timeline
 from bench.context import BenchContext
-from bench.machine import TIMINGS, ReadyWatch, _direct, _namespace, _prepare
+from bench.machine import TIMINGS, ReadyWatch, _direct, _namespace, _prepare, workflow_sample
 from bench.nodegroup import _capi_plane, _scale_group
 from bench.overhead import overhead_ms
 from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
-from cloudloop.messages.machine import workflow_id
 from devstack import machine_fixtures
 from devstack.backends.aws import ZONES, MachineCloud, machine_cloud
 from devstack.crds import apply_crds
@@ -79,20 +78,12 @@ async def _provision(ctx: BenchContext, cloud: MachineCloud) -> dict[str, float]
                 body = await asyncio.to_thread(
                     _prepare, kube, namespace, f"w{i + 1}", AWS_KINDS, spec
                 )
-                started, requested, cloud_before = time.monotonic(), time.time(), cloud_seconds()
-                made = await asyncio.to_thread(kube.create, AWS_KINDS.machine, body, namespace)
-                ready_at = await watch.until([f"w{i + 1}"])
+                started, ready_at, sample = await workflow_sample(
+                    kube, watch, AWS_KINDS, namespace, body
+                )
                 if i >= 0:
                     through_workflow.append(ready_at - started)
-                    meta = made["metadata"]
-                    samples.append(
-                        Sample(
-                            workflow_id(namespace, meta["name"], meta["uid"]),
-                            requested=requested,
-                            seen=requested + ready_at - started,
-                            cloud_s=cloud_seconds() - cloud_before,
-                        )
-                    )
+                    samples.append(sample)
                 body = await asyncio.to_thread(
                     _prepare, kube, direct_namespace, f"d{i + 1}", AWS_KINDS, spec
                 )

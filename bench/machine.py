@@ -41,6 +41,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
+from bench.breakdown import Sample, cloud_seconds
 from bench.context import BenchContext
 from bench.cpu import cpu_spent, stack_cpu_by_command
 from bench.overhead import overhead_ms
@@ -275,6 +276,25 @@ class ReadyWatch:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=remaining)
         return max(self.ready[n] for n in names)
+
+
+async def workflow_sample(
+    kube: Kube, watch: ReadyWatch, kinds: InfraKinds, namespace: str, body: dict[str, Any]
+) -> tuple[float, float, Sample]:
+    """One workflow-path sample: the prepared InfraMachine (:func:`_prepare`) created → seen
+    ready by ``watch``; (created, ready) on the monotonic clock and the sample's history
+    reference for :mod:`bench.breakdown`."""
+    started, requested, cloud_before = time.monotonic(), time.time(), cloud_seconds()
+    made = await asyncio.to_thread(kube.create, kinds.machine, body, namespace)
+    meta = made["metadata"]
+    ready_at = await watch.until([meta["name"]])
+    sample = Sample(
+        workflow_id(namespace, meta["name"], meta["uid"]),
+        requested=requested,
+        seen=requested + ready_at - started,
+        cloud_s=cloud_seconds() - cloud_before,
+    )
+    return started, ready_at, sample
 
 
 def _is_ready(obj: dict[str, Any]) -> bool:

@@ -61,16 +61,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.breakdown import Sample, breakdown, cloud_seconds, timeline
+from bench.breakdown import Sample, breakdown, timeline
 from bench.context import BenchContext
-from bench.machine import NAMESPACES, TIMINGS, ReadyWatch, _direct, _namespace, _prepare
+from bench.machine import (
+    NAMESPACES,
+    TIMINGS,
+    ReadyWatch,
+    _direct,
+    _namespace,
+    _prepare,
+    workflow_sample,
+)
 from bench.nodegroup import _capi_plane, _scale_group
 from bench.overhead import overhead_ms
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import SECRETS, Resource
-from cloudloop.messages.machine import workflow_id
 from devstack import machine_fixtures
 from devstack.backends.vsphere import (
     QUICK_TIMINGS,
@@ -235,21 +242,13 @@ async def _provision(ctx: BenchContext, driver: VsphereDriver, spans: Spans) -> 
                 name = f"w{i + 1}"
                 body = await asyncio.to_thread(_prepare, kube, namespace, name, INFRA_KINDS, spec)
                 await asyncio.sleep(phase.uniform(0, AGENT_PHASE_S))
-                started, requested, cloud_before = time.monotonic(), time.time(), cloud_seconds()
-                made = await asyncio.to_thread(kube.create, INFRA_KINDS.machine, body, namespace)
-                ready_at = await watch.until([name])
+                started, ready_at, sample = await workflow_sample(
+                    kube, watch, INFRA_KINDS, namespace, body
+                )
                 if i >= 0:
                     through_workflow.append(ready_at - started)
                     workflow_spans.append(_spans_of(spans.since(started), started, ready_at))
-                    meta = made["metadata"]
-                    samples.append(
-                        Sample(
-                            workflow_id(namespace, meta["name"], meta["uid"]),
-                            requested=requested,
-                            seen=requested + ready_at - started,
-                            cloud_s=cloud_seconds() - cloud_before,
-                        )
-                    )
+                    samples.append(sample)
                 body = await asyncio.to_thread(
                     _prepare, kube, direct_namespace, f"d{i + 1}", INFRA_KINDS, spec
                 )
