@@ -15,6 +15,7 @@ stays resident for the client's lifetime.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -186,12 +187,9 @@ class AwsBase:
         unknown = set(update) - CLIENT_SETTINGS
         if unknown:
             raise ValueError(f"not client-level settings: {sorted(unknown)}")
-        other = object.__new__(AwsBase)
+        other = copy.copy(self)  # the cluster, the lock and the boto3 session shared
         other.settings = self.settings.model_copy(update=update)
-        other.cluster = self.cluster
         other._clients = {}
-        other._lock = self._lock
-        other._session = self._session
         return other
 
     def _make_session(self) -> boto3.Session:
