@@ -3,9 +3,11 @@ run every benchmark module (or the ones named), print one ``name=value`` line pe
 Baselines are measured in the same run.
 
 Beside each module's figures: the machine's 1-minute load average when it started and ended
-(``load_1m_start_<module>``, ``load_1m_end_<module>``), so runs can be compared. Every run also
-writes its figures, with the git revision, to ``.cloudloop/bench/<UTC time>-<revision>.txt``
-(named on stderr), so a before/after is two runs and a diff.
+(``load_1m_start_<module>``, ``load_1m_end_<module>``), so runs can be compared, and its wall time
+(``bench_module_wall_s_<module>``); the whole run's, stack start included, is ``bench_wall_s``.
+Every run also writes its figures, with the git revision, to
+``.cloudloop/bench/<UTC time>-<revision>.txt`` (named on stderr), so a before/after is two runs
+and a diff.
 
 A module that fails is reported on stderr (and in the exit status); the others still run."""
 
@@ -88,6 +90,7 @@ async def _run(selected: list[str], out: Figures) -> int:
                 if selected and name not in selected:
                     continue
                 out.emit(f"load_1m_start_{name}", os.getloadavg()[0])
+                module_started = time.monotonic()
                 try:
                     figures = await bench(context)
                 except Exception as error:  # one module's failure is reported, the others run
@@ -96,8 +99,10 @@ async def _run(selected: list[str], out: Figures) -> int:
                     continue
                 finally:
                     out.emit(f"load_1m_end_{name}", os.getloadavg()[0])
+                    out.emit(f"bench_module_wall_s_{name}", time.monotonic() - module_started)
                 for figure, value in figures.items():
                     out.emit(figure, value)
+            out.emit("bench_wall_s", time.monotonic() - started)
             return 1 if failed else 0
 
 
