@@ -27,6 +27,11 @@ from bench.context import BenchContext
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions
 
+#: The stack's NodePort range. The modules share one API server and leave their Services behind
+#: (lbscale 1,000 with two ports, lbworkers 1,200, the load-balancer rounds ~440): more than the
+#: default 30000-32767 holds, so a whole run's last modules met "range is full". No kube-proxy
+#: runs, so nothing binds these ports.
+NODE_PORTS = "30000-44999"
 RESULTS_DIR = Path(__file__).resolve().parents[1] / ".cloudloop" / "bench"
 
 
@@ -78,7 +83,12 @@ async def _run(selected: list[str], out: Figures) -> int:
         stack = LocalStack(
             StackOptions(
                 state_dir=Path(state),
-                kube=(KubeOptions(components=ALL_COMPONENTS),),
+                kube=(
+                    KubeOptions(
+                        components=ALL_COMPONENTS,
+                        extra_apiserver_args=(f"--service-node-port-range={NODE_PORTS}",),
+                    ),
+                ),
                 autoscaling_ext=True,  # lifecycle actions for the termination benchmarks
             )
         )
