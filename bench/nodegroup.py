@@ -68,7 +68,9 @@ LB_SAMPLES = 10
 TIMINGS = MachineTimings(poll=PollSchedule(initial_s=0.05, factor=1.5, max_s=0.5))
 
 
-def _create(kube: Kube, resource: Resource, body: dict[str, Any], namespace: str | None) -> Any:
+def _create(
+    kube: Kube, resource: Resource[Any], body: dict[str, Any], namespace: str | None
+) -> Any:
     return kube.create(resource, body, namespace)
 
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from cloudloop.cloud.driver import Instances
 from cloudloop.cloud.errors import CloudError
@@ -303,11 +303,8 @@ class NodeSync:
             addresses = rules.node_addresses(node, instance.addresses)
             try:
                 if rules.addresses_changed(node, addresses):
-                    node = cast(
-                        Node,
-                        self.kube.patch(
-                            NODES, name, {"status": {"addresses": addresses}}, subresource="status"
-                        ),
+                    node = self.kube.patch(
+                        NODES, name, {"status": {"addresses": addresses}}, subresource="status"
                     )
                     if not rules.needs_init(node):  # the copy was stale: done already
                         return
@@ -328,8 +325,8 @@ class NodeSync:
         raise rules.InitError("conflicts kept the node from being updated")
 
     def _get(self, name: str) -> Node | None:
-        """The Node as the API server has it now (this module's reads, typed here)."""
-        return cast("Node | None", self.kube.get(NODES, name))
+        """The Node as the API server has it now."""
+        return self.kube.get(NODES, name)
 
     def _synced(self, ref: ObjectRef) -> None:
         record_event(

@@ -43,7 +43,7 @@ async def running(starter: CloudProbeStarter) -> AsyncIterator[CloudProbeStarter
             await task
 
 
-def probe(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+def probe(kube: Kube, namespace: str, name: str) -> CloudProbe:
     return kube.create(
         CLOUD_PROBES,
         {"metadata": {"name": name, "namespace": namespace}, "spec": {"provider": "aws"}},
