@@ -158,7 +158,9 @@ async def _scale_group(
 
     def provisioned() -> int:
         items = kube.list(
-            capi.MACHINES, namespace, labelSelector=f"cluster.x-k8s.io/deployment-name={name}"
+            capi.MACHINES.untyped,  # status.phase: CAPI's, which the product does not read
+            namespace,
+            labelSelector=f"cluster.x-k8s.io/deployment-name={name}",
         ).get("items", [])
         return sum(
             1

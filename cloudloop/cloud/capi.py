@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
+from cloudloop.kube.bodies import InfraObject
 from cloudloop.kube.resources import Resource
 
 CAPI_GROUP = "cluster.x-k8s.io"
@@ -28,8 +29,8 @@ class InfraKinds:
     """One provider's infrastructure kinds: its InfraMachine, InfraCluster and template."""
 
     provider: str
-    machine: Resource
-    cluster: Resource
+    machine: Resource[InfraObject]
+    cluster: Resource[InfraObject]
     template: Resource
     #: The InfraMachine's finalizer (Deckhouse's name).
     finalizer: str

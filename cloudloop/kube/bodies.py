@@ -462,6 +462,7 @@ class InfraStatus(TypedDict, total=False):
     ready: bool
     initialization: InfraInitialization
     conditions: list[Condition]
+    addresses: list[NodeAddressBody]  # the machine's, which CAPI copies onto the Machine
 
 
 class InfraObject(TypedDict, total=False):

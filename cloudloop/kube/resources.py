@@ -16,6 +16,7 @@ from typing import Any, Generic, cast
 from pydantic import BaseModel
 
 from cloudloop.kube.bodies import (
+    BodyT,
     BodyT_co,
     CloudProbe,
     ConfigMap,
@@ -123,6 +124,14 @@ class ObjectRef(BaseModel):
 
     @property
     def resource(self) -> Resource:
+        return Resource(
+            self.group, self.version, self.plural, self.kind, namespaced=bool(self.namespace)
+        )
+
+    def resource_of(self, body: type[BodyT]) -> Resource[BodyT]:
+        """:attr:`resource` with ``body`` as its body type: a ref crosses Temporal without one,
+        so the code that knows the kind names it (``ref.resource_of(InfraObject)``), as the
+        resource constants do; a type, not a check."""
         return Resource(
             self.group, self.version, self.plural, self.kind, namespaced=bool(self.namespace)
         )
