@@ -129,11 +129,16 @@ class PersistentVolumeClaimVolumeSource(TypedDict, total=False):
     readOnly: bool
 
 
+class EmptyDirVolumeSource(TypedDict, total=False):
+    medium: str
+    sizeLimit: str
+
+
 class Volume(TypedDict, total=False):
     """``spec.volumes[]``: which kind of volume it is (the drain refuses ``emptyDir``)."""
 
     name: str
-    emptyDir: dict[str, Any]
+    emptyDir: EmptyDirVolumeSource
     persistentVolumeClaim: PersistentVolumeClaimVolumeSource
 
 
@@ -189,6 +194,38 @@ class Eviction(TypedDict, total=False):
     kind: str
     metadata: ObjectMeta
     deleteOptions: DeleteOptions
+
+
+# -- Event --------------------------------------------------------------------------------------
+class InvolvedObject(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    namespace: str | None
+    uid: str | None
+
+
+class EventSource(TypedDict, total=False):
+    component: str
+    host: str
+
+
+class Event(TypedDict, total=False):
+    """A core ``v1`` Event, as :func:`cloudloop.kube.events.record_event` writes it."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    involvedObject: InvolvedObject
+    type: str
+    reason: str
+    message: str
+    source: EventSource
+    reportingComponent: str
+    reportingInstance: str
+    firstTimestamp: str
+    lastTimestamp: str
+    count: int
 
 
 # -- Secret, ConfigMap ------------------------------------------------------------------------

@@ -147,7 +147,7 @@ class Informer(Generic[BodyT]):
         watch_timeout_s: int = 300,
         page_size: int = 500,
         resource_version: str = "",
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        transform: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
         """``resource_version`` resumes a watch from a known version instead of listing first;
         ``transform`` is what is stored of each received object (client-go's ``SetTransform``;
@@ -286,7 +286,7 @@ class Informer(Generic[BodyT]):
                 backoff = min(backoff * 2, 30)
 
     def _relist(self) -> None:
-        fresh: dict[str, dict[str, Any]] = {}
+        fresh: dict[str, Mapping[str, Any]] = {}
         token: str | None = None
         pages = 0
         while True:

@@ -2,9 +2,9 @@
 
 A :class:`Resource` names the type of its bodies (:mod:`cloudloop.kube.bodies`): ``NODES`` is a
 ``Resource[Node]``, so ``kube.get(NODES, name)`` is a ``Node | None`` and ``Informer(kube,
-NODES)`` an ``Informer[Node]``. A resource without a typed body is a ``Resource`` (of the API's
-plain ``dict[str, Any]``). The body type is only a type: a resource's value is its group,
-version, plural, kind and scope, which equality and hashing compare.
+NODES)`` an ``Informer[Node]``. A resource without a typed body is a plain ``Resource``, whose
+bodies are the API's dicts as they are. The body type is only a type: a resource's value is its
+group, version, plural, kind and scope, which equality and hashing compare.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from cloudloop.kube.bodies import (
     BodyT_co,
     CloudProbe,
     ConfigMap,
+    Event,
     Node,
     ObjectList,
     PersistentVolume,
@@ -77,7 +78,7 @@ class Resource(Generic[BodyT_co]):
 
 NODES: Resource[Node] = Resource("", "v1", "nodes", "Node", namespaced=False)
 SERVICES: Resource[Service] = Resource("", "v1", "services", "Service")
-EVENTS = Resource("", "v1", "events", "Event")
+EVENTS: Resource[Event] = Resource("", "v1", "events", "Event")
 SECRETS: Resource[Secret] = Resource("", "v1", "secrets", "Secret")
 CLOUD_PROBES: Resource[CloudProbe] = Resource(
     "cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe"

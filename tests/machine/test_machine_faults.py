@@ -53,7 +53,7 @@ from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS as VSPHERE_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
-from cloudloop.kube.bodies import InfraObject
+from cloudloop.kube.bodies import Event, InfraObject
 from devstack import aws_front, machine_fixtures
 from devstack import dvp_simulator as sim
 from devstack.backends import aws as aws_backend
@@ -1448,7 +1448,7 @@ async def test_aws_quota_is_reported_then_retried(scenes: Callable[[str], Scene]
                            count=attempts)  # fmt: skip
     await scene.create()
 
-    def warned() -> dict[str, Any] | None:
+    def warned() -> Event | None:
         events = scene.kube.list(
             EVENTS, scene.namespace, fieldSelector=f"involvedObject.name={scene.name}"
         )

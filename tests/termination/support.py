@@ -19,7 +19,7 @@ from temporalio.client import Client
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.bodies import Pod
+from cloudloop.kube.bodies import Event, Pod
 from cloudloop.kube.resources import EVENTS, NODES, PDBS, PODS, Resource
 from cloudloop.settings import NthSettings
 from devstack.autoscaling_ext import lifecycle_calls
@@ -103,7 +103,7 @@ def pods_on(kube: Kube, node: str, namespace: str) -> list[Pod]:
     return kube.list(PODS, namespace, fieldSelector=f"spec.nodeName={node}")["items"]
 
 
-def node_events(kube: Kube, node: str, reason: str) -> list[dict[str, Any]]:
+def node_events(kube: Kube, node: str, reason: str) -> list[Event]:
     events = kube.list(EVENTS, "default", fieldSelector=f"involvedObject.name={node}")["items"]
     return [e for e in events if e["reason"] == reason]
 
