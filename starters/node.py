@@ -42,7 +42,7 @@ from cloudloop.cloud.driver import Instances
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import Instance
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.bodies import Node
+from cloudloop.kube.bodies import JsonPatchOperation, Node
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
@@ -422,7 +422,7 @@ class NodeSync:
             kept = [t for t in rules.taints(current) if t.get("key") != rules.SHUTDOWN_TAINT]
             if present:
                 kept.append({"key": rules.SHUTDOWN_TAINT, "effect": "NoSchedule"})
-            patch = [
+            patch: list[JsonPatchOperation] = [
                 {
                     "op": "test",
                     "path": "/metadata/resourceVersion",

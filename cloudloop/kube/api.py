@@ -14,14 +14,14 @@ restarting API server never escapes a loop's error handling.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cloudloop.kube.bodies import BodyT, ObjectList
+from cloudloop.kube.bodies import BodyT, JsonPatchOperation, ObjectList
 from cloudloop.kube.resources import Resource
 
 PatchType = Literal["merge", "strategic", "json"]
@@ -188,13 +188,15 @@ class Kube:
         self,
         resource: Resource[BodyT],
         name: str,
-        patch: Any,
+        patch: Mapping[str, Any] | Sequence[JsonPatchOperation],
         namespace: str | None = None,
         *,
         subresource: str | None = None,
         patch_type: PatchType = "merge",
     ) -> BodyT:
-        """Patch the object (or its ``subresource``); its body as the server now has it."""
+        """Patch the object (or its ``subresource``) with a merge or strategic patch (a partial
+        body, e.g. a ``Node``) or a JSON patch (a list of operations); its body as the server now
+        has it."""
         return resource.body(
             self.request(
                 "PATCH",

@@ -16,7 +16,7 @@ A plain dict from the API becomes a typed body at one boundary: a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, TypedDict
+from typing import Any, Generic, Literal, TypedDict
 
 from typing_extensions import TypeVar
 
@@ -53,6 +53,19 @@ class ObjectMeta(TypedDict, total=False):
 #: A list's ``metadata`` (``continue`` is a keyword, hence the functional form).
 ListMeta = TypedDict(
     "ListMeta", {"resourceVersion": str, "continue": str, "remainingItemCount": int}, total=False
+)
+
+
+#: One operation of a JSON patch (RFC 6902; ``from`` is a keyword, hence the functional form).
+JsonPatchOperation = TypedDict(
+    "JsonPatchOperation",
+    {
+        "op": Literal["add", "remove", "replace", "move", "copy", "test"],
+        "path": str,
+        "value": object,
+        "from": str,
+    },
+    total=False,
 )
 
 
