@@ -33,6 +33,7 @@ from cloudloop.cloud.calls import count, observe, outcome_for
 
 if TYPE_CHECKING:  # the mypy_boto3 stubs: types only, never imported at run time
     from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_sqs import SQSClient
 
 NAME = "aws"
@@ -207,14 +208,16 @@ class AwsBase:
         return boto3.Session(botocore_session=core, region_name=self.settings.region)
 
     @overload
+    def client(self, service: Literal["ec2"]) -> EC2Client: ...
+    @overload
     def client(self, service: Literal["autoscaling"]) -> AutoScalingClient: ...
     @overload
     def client(self, service: Literal["sqs"]) -> SQSClient: ...
     @overload
     def client(self, service: str) -> Any: ...
     def client(self, service: str) -> Any:
-        """The boto3 client of ``service``: Auto Scaling's and SQS's typed by their mypy_boto3
-        stubs (the others' answers are still plain dicts)."""
+        """The boto3 client of ``service``: EC2's, Auto Scaling's and SQS's typed by their
+        mypy_boto3 stubs (the others' answers are still plain dicts)."""
         with self._lock:
             if service not in self._clients:
                 config = botocore.config.Config(
