@@ -34,7 +34,7 @@ PersistentVolume whose reclaim policy is not ``Delete`` is named as such; no int
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeats import heartbeating
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import BodyT, PersistentVolumeClaim, Pod, Service, StorageClass
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import (
     CONFIG_MAPS,
@@ -58,26 +59,29 @@ HEARTBEAT_S = 2.0
 #: How often a wait step lists again.
 POLL_S = 1.0
 
-PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
-STORAGE_CLASSES = Resource(
+PVCS: Resource[PersistentVolumeClaim] = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"
+)
+STORAGE_CLASSES: Resource[StorageClass] = Resource(
     "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
 )
 CAPI_GROUP = "cluster.x-k8s.io"
 UUID_CONFIG_MAP = ("kube-system", "d8-cluster-uuid")
 
 
-def _name(obj: dict[str, Any]) -> str:
+def _name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
 
 
-def _items(kube: Kube, resource: Resource) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = kube.list(resource).get("items") or []
-    return items
+def _items(kube: Kube, resource: Resource[BodyT]) -> list[BodyT]:
+    return kube.list(resource).get("items") or []
 
 
-def _delete_all(kube: Kube, resource: Resource, objects: list[dict[str, Any]]) -> list[str]:
+def _delete_all(
+    kube: Kube, resource: Resource[Any], objects: Sequence[Mapping[str, Any]]
+) -> list[str]:
     deleted = []
     for obj in objects:
         meta = obj.get("metadata") or {}
@@ -86,13 +90,13 @@ def _delete_all(kube: Kube, resource: Resource, objects: list[dict[str, Any]]) -
     return deleted
 
 
-def _load_balancers(kube: Kube) -> list[dict[str, Any]]:
+def _load_balancers(kube: Kube) -> list[Service]:
     return [
         s for s in _items(kube, SERVICES) if (s.get("spec") or {}).get("type") == "LoadBalancer"
     ]
 
 
-def _uses_claim(pod: dict[str, Any]) -> bool:
+def _uses_claim(pod: Pod) -> bool:
     volumes = (pod.get("spec") or {}).get("volumes") or []
     return any(v.get("persistentVolumeClaim") for v in volumes)
 

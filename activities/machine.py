@@ -24,7 +24,7 @@ import functools
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -250,11 +250,12 @@ class MachineActivities:
     def _write(
         self, input: ReportMachineInput, *, resource_version: str = ""
     ) -> InfraObject | None:
-        """The writes of :meth:`report`: the object as its status patch answered (the API's
-        answers are typed here, not checked), ``None`` if it is gone. ``resource_version``: the
-        spec patch (there must be one) is made only on that version of the object (a conflict
-        raises)."""
+        """The writes of :meth:`report`: the object as its status patch answered (typed by
+        :meth:`ObjectRef.resource_of`, not checked), ``None`` if it is gone.
+        ``resource_version``: the spec patch (there must be one) is made only on that version of
+        the object (a conflict raises)."""
         ref = input.object
+        infra = ref.resource_of(InfraObject)
         namespace = ref.namespace or None
         guard: dict[str, str] = {"uid": ref.uid} if ref.uid else {}
         spec_patch: dict[str, Any] = {}
@@ -267,19 +268,14 @@ class MachineActivities:
             current: InfraObject | None
             if spec_patch:
                 precondition = {"resourceVersion": resource_version} if resource_version else {}
-                current = cast(
-                    InfraObject,
-                    self.kube.patch(
-                        ref.resource,
-                        ref.name,
-                        {"metadata": {**guard, **precondition}, "spec": spec_patch},
-                        namespace,
-                    ),
+                current = self.kube.patch(
+                    infra,
+                    ref.name,
+                    {"metadata": {**guard, **precondition}, "spec": spec_patch},
+                    namespace,
                 )
             else:
-                current = cast(
-                    "InfraObject | None", self.kube.get(ref.resource, ref.name, namespace)
-                )
+                current = self.kube.get(infra, ref.name, namespace)
             if current is None or (ref.uid and current["metadata"].get("uid") != ref.uid):
                 activity.logger.info("%s %s is gone; status not written", ref.kind, ref.key)
                 return None
@@ -304,15 +300,12 @@ class MachineActivities:
                 status["ready"] = input.ready
             if input.provisioned is not None:
                 status["initialization"] = {"provisioned": input.provisioned}
-            written = cast(
-                InfraObject,
-                self.kube.patch(
-                    ref.resource,
-                    ref.name,
-                    {"metadata": guard, "status": status},
-                    namespace,
-                    subresource="status",
-                ),
+            written = self.kube.patch(
+                infra,
+                ref.name,
+                {"metadata": guard, "status": status},
+                namespace,
+                subresource="status",
             )
         except KubeError as exc:
             if exc.not_found or (exc.conflict and "UID" in str(exc)):

@@ -15,7 +15,6 @@ import contextlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -27,6 +26,15 @@ from activities.kube import kube_errors
 from cloudloop.cloud.errors import NotSupported
 from cloudloop.cloud.termination import TerminationClient
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import (
+    DeleteOptions,
+    Eviction,
+    LabelSelector,
+    Node,
+    OwnerReference,
+    Pod,
+    Taint,
+)
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import NODES, PDBS, PODS, VOLUME_ATTACHMENTS, ObjectRef
 from cloudloop.messages.errors import ErrorKind
@@ -64,7 +72,7 @@ def node_ref(name: str) -> ObjectRef:
     return ObjectRef(plural=NODES.plural, kind=NODES.kind, name=name)
 
 
-def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+def selector_matches(selector: LabelSelector | None, labels: dict[str, str]) -> bool:
     """A PDB's label selector against a pod's labels (``None`` matches nothing, ``{}`` all)."""
     if selector is None:
         return False
@@ -85,14 +93,14 @@ def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) ->
     return True
 
 
-def controller_of(pod: dict[str, Any]) -> dict[str, Any] | None:
+def controller_of(pod: Pod) -> OwnerReference | None:
     for owner in pod["metadata"].get("ownerReferences") or []:
         if owner.get("controller"):
-            return dict(owner)
+            return owner.copy()
     return None
 
 
-def classify_pods(pods: list[dict[str, Any]], input: ListPodsInput) -> PodPlan:
+def classify_pods(pods: list[Pod], input: ListPodsInput) -> PodPlan:
     """kubectl drain's filters: mirror and DaemonSet pods, emptyDir, pods without controller."""
     plan = PodPlan()
     for pod in pods:
@@ -143,10 +151,13 @@ class DrainActivities:
                 node = self.kube.get(NODES, input.node)
                 if node is None:
                     return False
-                current: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
+                current: list[Taint] = list(node.get("spec", {}).get("taints") or [])
                 # One taint per key and effect (the API refuses duplicates): two events of one
                 # kind (the IMDS and the queue copy of a Spot notice) share it, the last wins.
-                by_key = {(t.key, t.effect): t.model_dump() for t in input.taints}
+                by_key = {
+                    (t.key, t.effect): Taint(key=t.key, value=t.value, effect=t.effect)
+                    for t in input.taints
+                }
                 wanted = list(by_key.values())
                 kept = [
                     t
@@ -158,15 +169,14 @@ class DrainActivities:
                 taints = kept + wanted
                 if sorted(map(str, taints)) == sorted(map(str, current)):
                     return True
+                # A merge patch of a Node is a partial Node: the taints as a whole, guarded by
+                # the version they were read at.
+                patch: Node = {
+                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                    "spec": {"taints": taints},
+                }
                 try:
-                    self.kube.patch(
-                        NODES,
-                        input.node,
-                        {
-                            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                            "spec": {"taints": taints},
-                        },
-                    )
+                    self.kube.patch(NODES, input.node, patch)
                     return True
                 except KubeError as exc:
                     if not exc.conflict:
@@ -180,7 +190,8 @@ class DrainActivities:
         """``spec.unschedulable=true``; ``False`` when the Node is gone."""
         with kube_errors():
             try:
-                self.kube.patch(NODES, input.node, {"spec": {"unschedulable": True}})
+                cordon: Node = {"spec": {"unschedulable": True}}
+                self.kube.patch(NODES, input.node, cordon)
             except KubeError as exc:
                 if exc.not_found:
                     return False
@@ -188,11 +199,8 @@ class DrainActivities:
             return True
 
     # -- pods ------------------------------------------------------------------------------
-    def _node_pods(self, node: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.kube.list(PODS, fieldSelector=f"spec.nodeName={node}")[
-            "items"
-        ]
-        return items
+    def _node_pods(self, node: str) -> list[Pod]:
+        return self.kube.list(PODS, fieldSelector=f"spec.nodeName={node}")["items"]
 
     @activity.defn(name=DrainActivity.LIST_PODS)
     def list_pods(self, input: ListPodsInput) -> PodPlan:
@@ -201,10 +209,10 @@ class DrainActivities:
 
     def _evict(self, ref: PodRef, grace_period_s: int | None) -> tuple[str, str]:
         """One eviction request: (``evicted``|``gone``|``blocked``|``retry``|``failed``, why)."""
-        delete_options: dict[str, Any] = {"preconditions": {"uid": ref.uid}}
+        delete_options: DeleteOptions = {"preconditions": {"uid": ref.uid}}
         if grace_period_s is not None:
             delete_options["gracePeriodSeconds"] = grace_period_s
-        body = {
+        body: Eviction = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": ref.name, "namespace": ref.namespace},
@@ -230,10 +238,10 @@ class DrainActivities:
             return "failed", message
         return "evicted", ""
 
-    def _allowed_now(self, blocked: list[_Pending], pods: dict[str, dict[str, Any]]) -> set[str]:
+    def _allowed_now(self, blocked: list[_Pending], pods: dict[str, Pod]) -> set[str]:
         """Blocked pods whose every PDB allows a disruption now (within the allowed count)."""
         budgets: dict[tuple[str, str], int] = {}
-        selectors: dict[str, list[tuple[str, dict[str, Any] | None]]] = {}
+        selectors: dict[str, list[tuple[str, LabelSelector | None]]] = {}
         for namespace in {p.ref.namespace for p in blocked}:
             selectors[namespace] = []
             for pdb in self.kube.list(PDBS, namespace)["items"]:

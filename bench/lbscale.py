@@ -32,6 +32,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -333,7 +334,7 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
     return figures
 
 
-async def signal_bytes(ctx: BenchContext, service: dict[str, Any]) -> float:
+async def signal_bytes(ctx: BenchContext, service: Mapping[str, Any]) -> float:
     """Start input + first ``apply`` signal input of the Service's workflow, as stored."""
     handle = ctx.client.get_workflow_handle(workflow_id(ObjectRef.of(SERVICES, service)))
     history = await handle.fetch_history()

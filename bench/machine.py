@@ -51,6 +51,7 @@ from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.models import MachineSpec
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import InfraObject
 from cloudloop.kube.conditions import set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer
@@ -297,7 +298,7 @@ async def workflow_sample(
     return started, ready_at, sample
 
 
-def _is_ready(obj: dict[str, Any]) -> bool:
+def _is_ready(obj: InfraObject) -> bool:
     status = obj.get("status") or {}
     return bool(status.get("ready") and (status.get("initialization") or {}).get("provisioned"))
 

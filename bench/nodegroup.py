@@ -68,7 +68,9 @@ LB_SAMPLES = 10
 TIMINGS = MachineTimings(poll=PollSchedule(initial_s=0.05, factor=1.5, max_s=0.5))
 
 
-def _create(kube: Kube, resource: Resource, body: dict[str, Any], namespace: str | None) -> Any:
+def _create(
+    kube: Kube, resource: Resource[Any], body: dict[str, Any], namespace: str | None
+) -> Any:
     return kube.create(resource, body, namespace)
 
 
@@ -156,7 +158,9 @@ async def _scale_group(
 
     def provisioned() -> int:
         items = kube.list(
-            capi.MACHINES, namespace, labelSelector=f"cluster.x-k8s.io/deployment-name={name}"
+            capi.MACHINES.untyped,  # status.phase: CAPI's, which the product does not read
+            namespace,
+            labelSelector=f"cluster.x-k8s.io/deployment-name={name}",
         ).get("items", [])
         return sum(
             1

@@ -16,6 +16,7 @@ from bench.context import BenchContext
 from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.kube.bodies import CloudProbe
 from cloudloop.kube.conditions import get_condition, set_condition
 from cloudloop.kube.events import record_event
 from cloudloop.kube.resources import CLOUD_PROBES, ObjectRef, Resource
@@ -40,7 +41,7 @@ async def probe_overhead(ctx: BenchContext) -> dict[str, float]:
     )
     worker = build_worker(ctx.client, settings, driver=driver, kube=kube)
 
-    def create(name: str) -> dict[str, object]:
+    def create(name: str) -> CloudProbe:
         return kube.create(
             CLOUD_PROBES,
             {"metadata": {"name": name, "namespace": namespace}, "spec": {"provider": "aws"}},

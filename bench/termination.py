@@ -37,6 +37,7 @@ from cloudloop.cloud.aws.imds import Imds
 from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
 from cloudloop.messages.termination import TAINT_KEYS, EventKind
 from cloudloop.settings import NthSettings
@@ -163,7 +164,7 @@ class Scenario:
         self.sqs.delete_queue(QueueUrl=self.queue)
 
 
-def _ready(node: dict[str, Any] | None) -> bool:
+def _ready(node: Node | None) -> bool:
     conditions = (node or {}).get("status", {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 

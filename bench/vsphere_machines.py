@@ -77,6 +77,7 @@ from bench.overhead import overhead_ms
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import BodyT
 from cloudloop.kube.resources import SECRETS, Resource
 from devstack import machine_fixtures
 from devstack.backends.vsphere import (
@@ -159,10 +160,10 @@ class Spans:
         paths: where the activity began its work); returns the undo."""
         inner = kube.get
 
-        def get(resource: Resource, *args: Any, **kwargs: Any) -> Any:
+        def get(resource: Resource[BodyT], name: str, namespace: str | None = None) -> BodyT | None:
             started = time.monotonic()
             try:
-                return inner(resource, *args, **kwargs)
+                return inner(resource, name, namespace)
             finally:
                 if resource == SECRETS:
                     with self._lock:

@@ -10,10 +10,12 @@ Machine CRDs when the real ones are missing. Test stack and benchmarks only.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import CapiCluster, InfraObject
 from cloudloop.kube.resources import SECRETS
 from cloudloop.rules import machine as capi
 from devstack.crds import CRDS, apply_crds
@@ -45,7 +47,7 @@ def dvp_machine_spec(**overrides: Any) -> dict[str, Any]:
     return spec
 
 
-def _owner(obj: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
+def _owner(obj: Mapping[str, Any], *, controller: bool = True) -> dict[str, Any]:
     return {
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
@@ -64,7 +66,7 @@ def create_cluster(
     *,
     infrastructure_ready: bool = True,
     paused: bool = False,
-) -> dict[str, Any]:
+) -> CapiCluster:
     """The Cluster and its InfraCluster (owned by it, as the Cluster controller does)."""
     spec: dict[str, Any] = {
         "infrastructureRef": {
@@ -134,7 +136,7 @@ def create_machine(
     bootstrap_secret: str | None,
     annotations: dict[str, str] | None = None,
     control_plane: bool = False,
-) -> dict[str, Any]:
+) -> InfraObject:
     """The Machine and its InfraMachine, owned and labelled as the Machine controller does.
 
     ``bootstrap_secret=None`` leaves the Machine waiting for its bootstrap provider.

@@ -36,6 +36,7 @@ from temporalio.service import RPCError
 
 from cloudloop import searchattrs
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import ObjectMeta, Secret
 from cloudloop.kube.resources import CONFIG_MAPS, SECRETS
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.model import ResourceDef
@@ -183,7 +184,7 @@ def _upsert_secret_keys(
     labels: Mapping[str, str] | None = None,
 ) -> None:
     encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-    metadata: dict[str, Any] = {"name": name}
+    metadata: ObjectMeta = {"name": name}
     if labels:
         metadata["labels"] = dict(labels)
     if kube.get(SECRETS, name, namespace) is None:
@@ -195,7 +196,7 @@ def _upsert_secret_keys(
         except KubeError as exc:
             if not exc.conflict:
                 raise
-    patch: dict[str, Any] = {"data": encoded}
+    patch: Secret = {"data": encoded}
     if labels:
         patch["metadata"] = {"labels": dict(labels)}
     kube.patch(SECRETS, name, patch, namespace)

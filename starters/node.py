@@ -36,13 +36,13 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from cloudloop.cloud.driver import Instances
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import Instance
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.bodies import Node
+from cloudloop.kube.bodies import JsonPatchOperation, Node
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
@@ -303,11 +303,8 @@ class NodeSync:
             addresses = rules.node_addresses(node, instance.addresses)
             try:
                 if rules.addresses_changed(node, addresses):
-                    node = cast(
-                        Node,
-                        self.kube.patch(
-                            NODES, name, {"status": {"addresses": addresses}}, subresource="status"
-                        ),
+                    node = self.kube.patch(
+                        NODES, name, {"status": {"addresses": addresses}}, subresource="status"
                     )
                     if not rules.needs_init(node):  # the copy was stale: done already
                         return
@@ -328,8 +325,8 @@ class NodeSync:
         raise rules.InitError("conflicts kept the node from being updated")
 
     def _get(self, name: str) -> Node | None:
-        """The Node as the API server has it now (this module's reads, typed here)."""
-        return cast("Node | None", self.kube.get(NODES, name))
+        """The Node as the API server has it now."""
+        return self.kube.get(NODES, name)
 
     def _synced(self, ref: ObjectRef) -> None:
         record_event(
@@ -425,7 +422,7 @@ class NodeSync:
             kept = [t for t in rules.taints(current) if t.get("key") != rules.SHUTDOWN_TAINT]
             if present:
                 kept.append({"key": rules.SHUTDOWN_TAINT, "effect": "NoSchedule"})
-            patch = [
+            patch: list[JsonPatchOperation] = [
                 {
                     "op": "test",
                     "path": "/metadata/resourceVersion",

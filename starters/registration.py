@@ -13,19 +13,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from cloudloop.cloud.registry import provider_for
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Secret
 from cloudloop.kube.resources import SECRETS
 from starters.context import StarterContext
 
 log = logging.getLogger(__name__)
 
-SecretBodies = Callable[[], list[dict[str, Any]]]
+SecretBodies = Callable[[], list[Secret]]
 
 
-def write_secrets(kube: Kube, bodies: list[dict[str, Any]]) -> int:
+def write_secrets(kube: Kube, bodies: list[Secret]) -> int:
     """Create or update each Secret whose data or labels differ; the number written."""
     written = 0
     for body in bodies:

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,7 +55,7 @@ from cloudloop.cloud.termination import (
     TerminationClient,
 )
 from cloudloop.kube.api import Kube
-from cloudloop.kube.bodies import Node
+from cloudloop.kube.bodies import Node, ObjectMeta
 from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
@@ -206,13 +207,16 @@ async def start_drain(
     return wf_id, attributes, start
 
 
-def node_identity(node: dict[str, Any]) -> dict[str, Any]:
+def node_identity(node: Mapping[str, Any]) -> Node:
     """What the handler reads of a Node (its name and providerID) and what the informer
     compares (resourceVersion): its own informer's stored projection."""
     meta = node.get("metadata", {})
-    kept: dict[str, Any] = {
-        "metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}
-    }
+    identity: ObjectMeta = {}
+    if "name" in meta:
+        identity["name"] = meta["name"]
+    if "resourceVersion" in meta:
+        identity["resourceVersion"] = meta["resourceVersion"]
+    kept: Node = {"metadata": identity}
     provider_id = node.get("spec", {}).get("providerID")
     if provider_id:
         kept["spec"] = {"providerID": provider_id}

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudloop.kube.api import Kube, KubeError, PatchType
+from cloudloop.kube.bodies import BodyT, ObjectList
 from cloudloop.kube.resources import Resource
 
 Key = tuple[str, str, str]  # plural, namespace, name
@@ -37,7 +38,7 @@ class MemoryKube(Kube):
         self.fail_reads = False
 
     @staticmethod
-    def key(resource: Resource, name: str, namespace: str | None) -> Key:
+    def key(resource: Resource[Any], name: str, namespace: str | None) -> Key:
         return (resource.plural, (namespace or "") if resource.namespaced else "", name)
 
     def _maybe_fail(self) -> None:
@@ -46,16 +47,16 @@ class MemoryKube(Kube):
             raise KubeError(500, "Internal Server Error", {"message": "scripted failure"})
 
     def get(
-        self, resource: Resource, name: str, namespace: str | None = None
-    ) -> dict[str, Any] | None:
+        self, resource: Resource[BodyT], name: str, namespace: str | None = None
+    ) -> BodyT | None:
         if self.fail_reads:
             raise KubeError(503, "Service Unavailable", {"message": "scripted read failure"})
         found = self.objects.get(self.key(resource, name, namespace))
-        return copy.deepcopy(found) if found is not None else None
+        return resource.body(copy.deepcopy(found)) if found is not None else None
 
     def list(
-        self, resource: Resource, namespace: str | None = None, **query: Any
-    ) -> dict[str, Any]:
+        self, resource: Resource[BodyT], namespace: str | None = None, **query: Any
+    ) -> ObjectList[BodyT]:
         if self.fail_reads:
             raise KubeError(503, "Service Unavailable", {"message": "scripted read failure"})
         items = [
@@ -63,38 +64,40 @@ class MemoryKube(Kube):
             for (plural, ns, _), obj in self.objects.items()
             if plural == resource.plural and (namespace is None or ns == namespace)
         ]
-        return {"items": items}
+        return resource.page({"items": items})
 
     def create(
-        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]:
+        self, resource: Resource[BodyT], obj: Mapping[str, Any], namespace: str | None = None
+    ) -> BodyT:
         self._maybe_fail()
         key = self.key(resource, obj["metadata"]["name"], namespace)
         if key in self.objects:
             raise KubeError(409, "Conflict", {"reason": "AlreadyExists"})
-        self.objects[key] = copy.deepcopy(obj)
+        self.objects[key] = copy.deepcopy(dict(obj))
         self.writes.append(("create", key, obj))
-        return copy.deepcopy(obj)
+        return resource.body(copy.deepcopy(obj))
 
     def patch(
         self,
-        resource: Resource,
+        resource: Resource[BodyT],
         name: str,
         patch: Any,
         namespace: str | None = None,
         *,
         subresource: str | None = None,
         patch_type: PatchType = "merge",
-    ) -> dict[str, Any]:
+    ) -> BodyT:
         self._maybe_fail()
         key = self.key(resource, name, namespace)
         if key not in self.objects:
             raise KubeError(404, "Not Found", {"reason": "NotFound"})
         self.objects[key] = merge(self.objects[key], patch)
         self.writes.append(("patch", key, patch))
-        return copy.deepcopy(self.objects[key])
+        return resource.body(copy.deepcopy(self.objects[key]))
 
-    def put(self, resource: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> None:
+    def put(
+        self, resource: Resource[Any], obj: Mapping[str, Any], namespace: str | None = None
+    ) -> None:
         """Seed an object (any body, typed or not) without recording a write."""
         key = self.key(resource, obj["metadata"]["name"], namespace)
         self.objects[key] = copy.deepcopy(dict(obj))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
+from cloudloop.kube.bodies import InfraObject, Secret
 from cloudloop.kube.resources import Resource
 
 CAPI_GROUP = "cluster.x-k8s.io"
@@ -28,8 +29,8 @@ class InfraKinds:
     """One provider's infrastructure kinds: its InfraMachine, InfraCluster and template."""
 
     provider: str
-    machine: Resource
-    cluster: Resource
+    machine: Resource[InfraObject]
+    cluster: Resource[InfraObject]
     template: Resource
     #: The InfraMachine's finalizer (Deckhouse's name).
     finalizer: str
@@ -71,7 +72,7 @@ class NodeTemplates:
     def contract_text(self) -> str:
         return files(self.package).joinpath(self.contract_file).read_text()
 
-    def secret(self) -> dict[str, Any]:
+    def secret(self) -> Secret:
         """``kube-system/d8-cloud-provider-<name>-capi``: the contract where the node manager
         reads it (beside the registration Secret, labelled as Deckhouse's modules label it)."""
         text = self.contract_text()

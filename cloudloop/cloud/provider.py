@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel
 
+from cloudloop.kube.bodies import Secret
+
 if TYPE_CHECKING:
     from cloudloop.cloud.capi import InfraKinds, NodeTemplates
     from cloudloop.cloud.driver import CloudDriver
@@ -41,7 +43,7 @@ class Provider(Generic[S]):
     #: The Cluster API infrastructure kinds this cloud provides, if any.
     infra_kinds: InfraKinds | None = None
     #: The node manager's registration Secrets (``d8-node-manager-cloud-provider``), if any.
-    registration: Callable[[S], list[dict[str, Any]]] | None = None
+    registration: Callable[[S], list[Secret]] | None = None
     #: The node termination handler's client (queue, instances, lifecycle actions), if any;
     #: given the process's driver, if it has one, whose session it may share.
     termination: Callable[[S, NthSettings, CloudDriver | None], Any] | None = None

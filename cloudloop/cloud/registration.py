@@ -14,7 +14,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from typing import Any
+
+from cloudloop.kube.bodies import Secret
 
 SECRET_NAME = "d8-node-manager-cloud-provider"
 NAMESPACE = "kube-system"
@@ -36,7 +37,7 @@ def encoded(values: Mapping[str, str]) -> dict[str, str]:
     return {key: b64(value) for key, value in values.items()}
 
 
-def registration_secrets(provider: str, data: Mapping[str, str]) -> list[dict[str, Any]]:
+def registration_secrets(provider: str, data: Mapping[str, str]) -> list[Secret]:
     """Both Secrets (the generic name and the ``-<provider>`` copy) with Deckhouse's labels."""
     labels = {
         REGISTRATION_LABEL: "",

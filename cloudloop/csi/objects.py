@@ -31,7 +31,7 @@ import binascii
 import contextlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cloudloop.cloud.driver import Capability, CloudDriver
@@ -39,17 +39,20 @@ from cloudloop.cloud.models import StorageClassSpec
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import CSIDriver, StorageClass, VolumeSnapshotClass
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
 from cloudloop.settings import CsiSettings
 
 log = logging.getLogger(__name__)
 
-CSI_DRIVERS = Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", namespaced=False)
-STORAGE_CLASSES = Resource(
+CSI_DRIVERS: Resource[CSIDriver] = Resource(
+    "storage.k8s.io", "v1", "csidrivers", "CSIDriver", namespaced=False
+)
+STORAGE_CLASSES: Resource[StorageClass] = Resource(
     "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
 )
-VOLUME_SNAPSHOT_CLASSES = Resource(
+VOLUME_SNAPSHOT_CLASSES: Resource[VolumeSnapshotClass] = Resource(
     "snapshot.storage.k8s.io",
     "v1",
     "volumesnapshotclasses",
@@ -64,7 +67,7 @@ DEFAULT_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 IMMUTABLE = ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode", "allowedTopologies")
 
 
-def csi_driver_object(name: str) -> dict[str, Any]:
+def csi_driver_object(name: str) -> CSIDriver:
     """Attach required (ControllerPublish), no pod info, fsGroup applied for the fs type."""
     return {
         "metadata": {"name": name, "labels": dict(MANAGED_BY)},
@@ -96,10 +99,10 @@ def storage_class_objects(
     zonal: bool,
     default: str,
     topology_key: str = ZONE_KEY,
-) -> list[dict[str, Any]]:
+) -> list[StorageClass]:
     objects = []
     for spec in sorted(specs, key=lambda s: s.name):
-        body: dict[str, Any] = {
+        body: StorageClass = {
             "metadata": {
                 "name": spec.name,
                 "labels": {**MANAGED_BY, DRIVER_LABEL: driver_name},
@@ -120,11 +123,11 @@ def storage_class_objects(
     return objects
 
 
-def _immutable(obj: dict[str, Any]) -> dict[str, Any]:
+def _immutable(obj: Mapping[str, Any]) -> dict[str, object]:
     return {field: obj.get(field) or None for field in IMMUTABLE}
 
 
-def reconcile_storage_classes(kube: Kube, driver_name: str, desired: list[dict[str, Any]]) -> None:
+def reconcile_storage_classes(kube: Kube, driver_name: str, desired: list[StorageClass]) -> None:
     """Create, replace (immutable fields changed), update and delete this driver's classes."""
     wanted = {obj["metadata"]["name"]: obj for obj in desired}
     mine = {
@@ -164,9 +167,9 @@ def reconcile_storage_classes(kube: Kube, driver_name: str, desired: list[dict[s
         log.info("deleted StorageClass %s (no longer offered)", name)
 
 
-def volume_snapshot_class_object(settings: CsiSettings) -> dict[str, Any]:
+def volume_snapshot_class_object(settings: CsiSettings) -> VolumeSnapshotClass:
     wanted = settings.volume_snapshot_class
-    body: dict[str, Any] = {
+    body: VolumeSnapshotClass = {
         "metadata": {
             "name": wanted.name or settings.driver_name,
             "labels": {**MANAGED_BY, DRIVER_LABEL: settings.driver_name},
@@ -181,7 +184,7 @@ def volume_snapshot_class_object(settings: CsiSettings) -> dict[str, Any]:
 
 
 def reconcile_volume_snapshot_class(
-    kube: Kube, settings: CsiSettings, desired: dict[str, Any] | None
+    kube: Kube, settings: CsiSettings, desired: VolumeSnapshotClass | None
 ) -> None:
     """Make, replace (driver/parameters/deletionPolicy changed), re-annotate or delete this
     driver's VolumeSnapshotClass; a class of that name without the label is left alone."""

@@ -1,7 +1,9 @@
 """A thin, typed REST layer over the kubernetes client: any resource as plain dicts.
 
 Using one generic path for core and custom resources keeps starters and activities free of the
-generated per-kind API classes, and gives the informer raw watch streams.
+generated per-kind API classes, and gives the informer raw watch streams. The verbs answer the
+resource's body type (``get(NODES, name)`` is a ``Node | None``, ``list(NODES)`` an
+``ObjectList[Node]``): the dict the server sent, typed by :meth:`Resource.body`.
 
 Every failure is a :class:`KubeError`: a non-2xx answer carries its status, and a transport
 failure (connection refused or reset while the API server restarts, a timeout, a TLS error, a
@@ -12,13 +14,14 @@ restarting API server never escapes a loop's error handling.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from cloudloop.kube.bodies import BodyT, JsonPatchOperation, ObjectList
 from cloudloop.kube.resources import Resource
 
 PatchType = Literal["merge", "strategic", "json"]
@@ -161,44 +164,49 @@ class Kube:
 
     # -- verbs -----------------------------------------------------------------------------
     def get(
-        self, resource: Resource, name: str, namespace: str | None = None
-    ) -> dict[str, Any] | None:
+        self, resource: Resource[BodyT], name: str, namespace: str | None = None
+    ) -> BodyT | None:
         try:
-            return self.request("GET", resource.path(namespace, name))
+            return resource.body(self.request("GET", resource.path(namespace, name)))
         except KubeError as exc:
             if exc.not_found:
                 return None
             raise
 
     def list(
-        self, resource: Resource, namespace: str | None = None, **query: Any
-    ) -> dict[str, Any]:
-        return self.request("GET", resource.path(namespace), query=query)
+        self, resource: Resource[BodyT], namespace: str | None = None, **query: Any
+    ) -> ObjectList[BodyT]:
+        return resource.page(self.request("GET", resource.path(namespace), query=query))
 
     def create(
-        self, resource: Resource, obj: dict[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]:
+        self, resource: Resource[BodyT], obj: Mapping[str, Any], namespace: str | None = None
+    ) -> BodyT:
         body = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
-        return self.request("POST", resource.path(namespace), body=body)
+        return resource.body(self.request("POST", resource.path(namespace), body=body))
 
     def patch(
         self,
-        resource: Resource,
+        resource: Resource[BodyT],
         name: str,
-        patch: Any,
+        patch: Mapping[str, Any] | Sequence[JsonPatchOperation],
         namespace: str | None = None,
         *,
         subresource: str | None = None,
         patch_type: PatchType = "merge",
-    ) -> dict[str, Any]:
-        return self.request(
-            "PATCH",
-            resource.path(namespace, name, subresource),
-            body=patch,
-            content_type=_PATCH_CONTENT[patch_type],
+    ) -> BodyT:
+        """Patch the object (or its ``subresource``) with a merge or strategic patch (a partial
+        body, e.g. a ``Node``) or a JSON patch (a list of operations); its body as the server now
+        has it."""
+        return resource.body(
+            self.request(
+                "PATCH",
+                resource.path(namespace, name, subresource),
+                body=patch,
+                content_type=_PATCH_CONTENT[patch_type],
+            )
         )
 
-    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
+    def delete(self, resource: Resource[Any], name: str, namespace: str | None = None) -> bool:
         """Delete; ``False`` when it was already gone."""
         try:
             self.request("DELETE", resource.path(namespace, name))

@@ -21,9 +21,10 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Literal
 
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import Event
 from cloudloop.kube.conditions import now_rfc3339
 from cloudloop.kube.resources import EVENTS, ObjectRef
 from cloudloop.messages.kube import EventSource
@@ -105,7 +106,7 @@ def _record(
             if not exc.not_found:  # expired (the Event TTL): created afresh below
                 raise
     host = os.uname().nodename
-    event: dict[str, Any] = {
+    event: Event = {
         "metadata": {"name": name, "namespace": namespace},
         "involvedObject": {
             "apiVersion": f"{ref.group}/{ref.version}" if ref.group else ref.version,

@@ -24,7 +24,7 @@ def replaced(exc: KubeError) -> bool:
 
 def _patch_finalizers(
     kube: Kube, ref: ObjectRef, obj: Mapping[str, Any], finalizers: list[str]
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     meta = obj["metadata"]
     patch = {
         "metadata": {
@@ -36,7 +36,7 @@ def _patch_finalizers(
     return kube.patch(ref.resource, ref.name, patch, ref.namespace or None)
 
 
-def _fresh(kube: Kube, ref: ObjectRef) -> dict[str, Any] | None:
+def _fresh(kube: Kube, ref: ObjectRef) -> Mapping[str, Any] | None:
     obj = kube.get(ref.resource, ref.name, ref.namespace or None)
     if obj is None or (ref.uid and obj["metadata"].get("uid") != ref.uid):
         return None

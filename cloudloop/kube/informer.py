@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, cast
+from typing import Any, Generic, Literal
 
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import BodyT, Node, Service
@@ -132,13 +132,14 @@ _Subscriber = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[WatchEvent[BodyT] 
 class Informer(Generic[BodyT]):
     """Keeps ``store`` (key → object) in sync with the API server and streams the changes.
 
-    ``Informer[Node]`` stores typed bodies (:mod:`cloudloop.kube.bodies`): the objects are the
-    API's dicts as they are, typed once where they are stored (:meth:`_apply`)."""
+    An informer of ``NODES`` (a ``Resource[Node]``) is an ``Informer[Node]`` and stores typed
+    bodies (:mod:`cloudloop.kube.bodies`): the objects are the API's dicts as they are (after
+    ``transform``), typed once where they are stored (:meth:`_apply`)."""
 
     def __init__(
         self,
         kube: Kube,
-        resource: Resource,
+        resource: Resource[BodyT],
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -146,7 +147,7 @@ class Informer(Generic[BodyT]):
         watch_timeout_s: int = 300,
         page_size: int = 500,
         resource_version: str = "",
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        transform: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
         """``resource_version`` resumes a watch from a known version instead of listing first;
         ``transform`` is what is stored of each received object (client-go's ``SetTransform``;
@@ -238,8 +239,9 @@ class Informer(Generic[BodyT]):
     def _apply(self, kind: EventType, key: str, received: Mapping[str, Any]) -> None:
         """Update the store and tell every subscriber, atomically with respect to subscribing.
 
-        The one place a received object becomes a ``BodyT`` (a type, not a check)."""
-        obj = cast(BodyT, received)
+        Where a received object becomes a ``BodyT`` (:meth:`Resource.body`: a type, not a
+        check)."""
+        obj = self.resource.body(received)
         with self._lock:
             if kind == "DELETED":
                 self.store.pop(key, None)
@@ -284,12 +286,12 @@ class Informer(Generic[BodyT]):
                 backoff = min(backoff * 2, 30)
 
     def _relist(self) -> None:
-        fresh: dict[str, dict[str, Any]] = {}
+        fresh: dict[str, Mapping[str, Any]] = {}
         token: str | None = None
         pages = 0
         while True:
             page = self.kube.list(
-                self.resource,
+                self.resource.untyped,
                 self.namespace,
                 limit=self.page_size,
                 **{"continue": token},
@@ -374,25 +376,34 @@ class Informers:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._informers: dict[tuple[Resource, str | None, str | None], Informer] = {}
+        self._informers: dict[tuple[Resource[Any], str | None, str | None], Informer[Any]] = {}
 
     def get(
-        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
-    ) -> Informer:
+        self,
+        resource: Resource[BodyT],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> Informer[BodyT]:
+        """The one informer of ``resource`` (and namespace and selector), of its body type: the
+        shared informer of an equal resource is the same (``Resource`` equality ignores body
+        types, and each resource constant names one)."""
         key = (resource, namespace, label_selector)
-        if key not in self._informers:
-            self._informers[key] = Informer(
+        informer = self._informers.get(key)
+        if informer is None:
+            informer = Informer(
                 self.kube, resource, namespace=namespace, label_selector=label_selector
             )
-        return self._informers[key]
+            self._informers[key] = informer
+        return informer
 
     def nodes(self, *, label_selector: str | None = None) -> Informer[Node]:
-        """The Node informer (the one :meth:`get` gives), its store typed as Node bodies."""
-        return cast("Informer[Node]", self.get(NODES, label_selector=label_selector))
+        """The Node informer (the one :meth:`get` gives for ``NODES``)."""
+        return self.get(NODES, label_selector=label_selector)
 
     def services(self, *, namespace: str | None = None) -> Informer[Service]:
-        """The Service informer (the one :meth:`get` gives), its store typed as Service bodies."""
-        return cast("Informer[Service]", self.get(SERVICES, namespace=namespace))
+        """The Service informer (the one :meth:`get` gives for ``SERVICES``)."""
+        return self.get(SERVICES, namespace=namespace)
 
     def stop(self) -> None:
         for informer in self._informers.values():

@@ -1,16 +1,39 @@
-"""Names of Kubernetes resources and object references, and the REST paths built from them."""
+"""Names of Kubernetes resources and object references, and the REST paths built from them.
+
+A :class:`Resource` names the type of its bodies (:mod:`cloudloop.kube.bodies`): ``NODES`` is a
+``Resource[Node]``, so ``kube.get(NODES, name)`` is a ``Node | None`` and ``Informer(kube,
+NODES)`` an ``Informer[Node]``. A resource without a typed body is a plain ``Resource``, whose
+bodies are the API's dicts as they are. The body type is only a type: a resource's value is its
+group, version, plural, kind and scope, which equality and hashing compare.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, cast
 
 from pydantic import BaseModel
 
+from cloudloop.kube.bodies import (
+    BodyT,
+    BodyT_co,
+    CloudProbe,
+    ConfigMap,
+    Event,
+    Node,
+    ObjectList,
+    PersistentVolume,
+    Pod,
+    PodDisruptionBudget,
+    Secret,
+    Service,
+    VolumeAttachment,
+)
+
 
 @dataclass(frozen=True)
-class Resource:
+class Resource(Generic[BodyT_co]):
     """A resource type: ``group`` is empty for the core API."""
 
     group: str
@@ -36,17 +59,39 @@ class Resource:
                 base += f"/{subresource}"
         return base
 
+    def body(self, obj: Mapping[str, Any]) -> BodyT_co:
+        """``obj``, an object of this resource the API server sent, as its typed body: the one
+        place an answer becomes a typed body (:class:`~cloudloop.kube.api.Kube`'s verbs and the
+        informers), a type and not a check."""
+        return cast(BodyT_co, obj)
 
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-SERVICES = Resource("", "v1", "services", "Service")
-EVENTS = Resource("", "v1", "events", "Event")
-SECRETS = Resource("", "v1", "secrets", "Secret")
-CLOUD_PROBES = Resource("cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe")
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
-PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
-PODS = Resource("", "v1", "pods", "Pod")
-PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
-VOLUME_ATTACHMENTS = Resource(
+    def page(self, obj: Mapping[str, Any]) -> ObjectList[BodyT_co]:
+        """A LIST answer of this resource as a page of its typed bodies (as :meth:`body`)."""
+        return cast(ObjectList[BodyT_co], obj)
+
+    @property
+    def untyped(self) -> Resource:
+        """This resource with the API's plain dicts as bodies (an equal resource), for code that
+        edits what the server sent before it becomes a body (the informer's transform)."""
+        return Resource(self.group, self.version, self.plural, self.kind, self.namespaced)
+
+
+NODES: Resource[Node] = Resource("", "v1", "nodes", "Node", namespaced=False)
+SERVICES: Resource[Service] = Resource("", "v1", "services", "Service")
+EVENTS: Resource[Event] = Resource("", "v1", "events", "Event")
+SECRETS: Resource[Secret] = Resource("", "v1", "secrets", "Secret")
+CLOUD_PROBES: Resource[CloudProbe] = Resource(
+    "cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe"
+)
+CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap")
+PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
+    "", "v1", "persistentvolumes", "PersistentVolume", namespaced=False
+)
+PODS: Resource[Pod] = Resource("", "v1", "pods", "Pod")
+PDBS: Resource[PodDisruptionBudget] = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"
+)
+VOLUME_ATTACHMENTS: Resource[VolumeAttachment] = Resource(
     "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
 )
 INSTANCE_TYPES_CATALOGS = Resource(
@@ -66,7 +111,7 @@ class ObjectRef(BaseModel):
     uid: str = ""
 
     @classmethod
-    def of(cls, resource: Resource, obj: Mapping[str, Any]) -> ObjectRef:
+    def of(cls, resource: Resource[Any], obj: Mapping[str, Any]) -> ObjectRef:
         meta = obj.get("metadata", {})
         return cls(
             group=resource.group,
@@ -80,6 +125,14 @@ class ObjectRef(BaseModel):
 
     @property
     def resource(self) -> Resource:
+        return Resource(
+            self.group, self.version, self.plural, self.kind, namespaced=bool(self.namespace)
+        )
+
+    def resource_of(self, body: type[BodyT]) -> Resource[BodyT]:
+        """:attr:`resource` with ``body`` as its body type: a ref crosses Temporal without one,
+        so the code that knows the kind names it (``ref.resource_of(InfraObject)``), as the
+        resource constants do; a type, not a check."""
         return Resource(
             self.group, self.version, self.plural, self.kind, namespaced=bool(self.namespace)
         )

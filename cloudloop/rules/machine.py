@@ -13,13 +13,13 @@ from cloudloop.cloud.capi import CAPI_GROUP as CAPI_GROUP
 from cloudloop.cloud.capi import INFRA_GROUP as INFRA_GROUP
 from cloudloop.cloud.capi import InfraKinds as InfraKinds
 from cloudloop.cloud.models import InstanceState, Machine
-from cloudloop.kube.bodies import CapiCluster, InfraObject
+from cloudloop.kube.bodies import CapiCluster, CapiMachine, InfraObject
 from cloudloop.kube.resources import Resource
 from cloudloop.messages.machine import ConditionStatus, MachineCondition
 
 #: Cluster API core kinds as the v1beta2 contract serves them.
-CLUSTERS = Resource(CAPI_GROUP, "v1beta2", "clusters", "Cluster")
-MACHINES = Resource(CAPI_GROUP, "v1beta2", "machines", "Machine")
+CLUSTERS: Resource[CapiCluster] = Resource(CAPI_GROUP, "v1beta2", "clusters", "Cluster")
+MACHINES: Resource[CapiMachine] = Resource(CAPI_GROUP, "v1beta2", "machines", "Machine")
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"

@@ -14,13 +14,16 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from pydantic import SecretStr
 
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.messages.termination import MANAGED_TAG
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import TagTypeDef
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b")
@@ -56,7 +59,7 @@ def aws_settings(endpoint: str, **overrides: Any) -> AwsSettings:
     return AwsSettings(**values)
 
 
-def owned(cluster: str) -> list[dict[str, str]]:
+def owned(cluster: str) -> list[TagTypeDef]:
     """The tag that marks a resource as the cluster's own."""
     return [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
 
@@ -64,7 +67,7 @@ def owned(cluster: str) -> list[dict[str, str]]:
 @dataclass
 class ClusterNetwork:
     vpc_id: str
-    owned_tags: list[dict[str, str]]
+    owned_tags: list[TagTypeDef]
     subnet_ids: list[str] = field(default_factory=list)
     node_group_id: str = ""
     route_table_id: str = ""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import cast
+from typing import Any
 
 from temporalio.client import Client
 
@@ -58,20 +58,20 @@ class MachineStarter:
     ) -> None:
         self.kinds = kinds
         self.concurrency = concurrency
-        self._own_informers: list[Informer] = []
+        self._own_informers: list[Informer[Any]] = []
 
-        def informer(resource: Resource) -> Informer:
+        def informer(resource: Resource[BodyT]) -> Informer[BodyT]:
             if informers is not None and namespace is None:
                 return informers.get(resource)
             own = Informer(kube, resource, namespace=namespace)
             self._own_informers.append(own)
             return own
 
-        # The one place these informers' objects get their body types (a type, not a check).
-        self.infra_machines = cast("Informer[InfraObject]", informer(kinds.machine))
-        self.infra_clusters = cast("Informer[InfraObject]", informer(kinds.cluster))
-        self.machines = cast("Informer[CapiMachine]", informer(capi.MACHINES))
-        self.clusters = cast("Informer[CapiCluster]", informer(capi.CLUSTERS))
+        # Typed by their resources (InfraKinds' and the CAPI kinds' body types).
+        self.infra_machines = informer(kinds.machine)
+        self.infra_clusters = informer(kinds.cluster)
+        self.machines = informer(capi.MACHINES)
+        self.clusters = informer(capi.CLUSTERS)
         self.machine_reconciler = InfraMachineReconciler(
             kube,
             client,
@@ -184,7 +184,7 @@ def _key(obj: InfraObject) -> str:
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
-def _not_served(kube: Kube, resources: list[Resource]) -> str:
+def _not_served(kube: Kube, resources: list[Resource[Any]]) -> str:
     """The kinds among ``resources`` the API server answers 404 for (no CRD); other errors
     count as served (the informers retry them)."""
     missing = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cloudloop.cloud.aws.base import AwsBase
@@ -30,9 +32,11 @@ def test_a_derived_session_shares_the_boto3_session_not_the_clients() -> None:
     sqs, ec2 = long_poll.client("sqs"), base.client("ec2")
     assert sqs is long_poll.client("sqs") and "sqs" not in base._clients
     assert ec2 is base.client("ec2") and "ec2" not in long_poll._clients
-    assert sqs.meta.config.read_timeout == 30.0
+    sqs_config: Any = sqs.meta.config  # botocore's Config: its stubs name no timeouts
+    ec2_config: Any = ec2.meta.config
+    assert sqs_config.read_timeout == 30.0
     assert sqs.meta.endpoint_url == "http://127.0.0.1:2"
-    assert ec2.meta.config.read_timeout == 10.0
+    assert ec2_config.read_timeout == 10.0
     assert ec2.meta.endpoint_url == "http://127.0.0.1:1"
 
 

@@ -21,11 +21,12 @@ from cloudloop.csi.objects import (
     volume_snapshot_class_object,
 )
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import StorageClass, VolumeSnapshotClass
 from cloudloop.settings import CsiSettings, VolumeSnapshotClassSettings
 from devstack.csi_deployment import write_discovery
 
 
-def classes(kube: Kube, driver_name: str) -> dict[str, dict[str, Any]]:
+def classes(kube: Kube, driver_name: str) -> dict[str, StorageClass]:
     found = kube.list(STORAGE_CLASSES, labelSelector=f"{DRIVER_LABEL}={driver_name}")["items"]
     return {c["metadata"]["name"]: c for c in found}
 
@@ -95,7 +96,7 @@ def test_the_volume_snapshot_class_follows_the_discovery_document(
     driver_name = f"ebs-{uuid.uuid4().hex[:6]}.csi.example"
     wanted = VolumeSnapshotClassSettings(enabled=True, name=f"snap-{uuid.uuid4().hex[:6]}")
 
-    def synced(**update: Any) -> dict[str, Any] | None:
+    def synced(**update: Any) -> VolumeSnapshotClass | None:
         csi = settings.csi.model_copy(
             update={
                 "driver_name": driver_name,
@@ -109,8 +110,7 @@ def test_the_volume_snapshot_class_follows_the_discovery_document(
             }
         )
         assert sync_objects(kube, chosen, AwsDriver(AWS.section(chosen)))
-        found: dict[str, Any] | None = kube.get(VOLUME_SNAPSHOT_CLASSES, wanted.name)
-        return found
+        return kube.get(VOLUME_SNAPSHOT_CLASSES, wanted.name)
 
     write_discovery(kube, namespace, {"zones": ["us-east-1a"]})
     try:

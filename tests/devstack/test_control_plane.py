@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES, Resource
 from devstack import gotools
@@ -40,7 +41,7 @@ def kwok_node(kube: Kube) -> str:
     return name
 
 
-def is_ready(obj: dict[str, Any] | None) -> bool:
+def is_ready(obj: Node | None) -> bool:
     conditions = (obj or {}).get("status", {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import CloudDriver, DiscoveryDefaults
 from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType, Zone
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.informer import Informers
@@ -34,9 +34,10 @@ from tests.fakes import MemoryKube
 NS = "kube-system"
 
 
-class ScriptedCloud(CloudDriver):
+class ScriptedDiscovery(DiscoveryDefaults):
+    """A discovery capability answering as told (``error``: every call raises it)."""
+
     provider = "scripted"
-    capabilities = frozenset({Capability.DISCOVERY})
 
     def __init__(self) -> None:
         self.error: errors.CloudError | None = None
@@ -49,6 +50,10 @@ class ScriptedCloud(CloudDriver):
         if self.error is not None:
             raise self.error
 
+    def zones(self) -> list[Zone]:
+        self._check()
+        return list(self.zones_list)
+
     def instance_types(self) -> list[InstanceType]:
         self._check()
         return list(self.types)
@@ -60,6 +65,17 @@ class ScriptedCloud(CloudDriver):
     def list_cluster_disks(self, cluster: str) -> list[Disk]:
         self._check()
         return list(self.disks)
+
+
+class ScriptedCloud(CloudDriver):
+    """A facade with the scripted discovery capability only."""
+
+    provider = "scripted"
+    discovery: ScriptedDiscovery
+
+    def __init__(self, discovery: ScriptedDiscovery | None = None) -> None:
+        self.discovery = discovery or ScriptedDiscovery()
+        self.assembled()
 
 
 def gauge(metric: str, **labels: str) -> float | None:
@@ -116,6 +132,7 @@ def seed(kube: MemoryKube, provider_document: str | None) -> None:
 
 async def test_good_pass_then_cloud_outage_keeps_the_documents() -> None:
     kube, cloud = MemoryKube(), ScriptedCloud()
+    scripted = cloud.discovery
     seed(kube, json.dumps({"kind": "AWSCloudDiscoveryData", "keyName": "k", "zones": ["old"]}))
     loop = discoverer(kube, cloud)
 
@@ -133,13 +150,13 @@ async def test_good_pass_then_cloud_outage_keeps_the_documents() -> None:
     assert all(conditions(kube).values())
     for kind in ("instance_types", "discovery_data", "disks_meta"):
         assert gauge("cloud_data_discovery_cloud_request_error", type=kind) == 0
-    assert gauge("cloud_data_discovery_orphaned_disk_info", id=cloud.lost, name="lost") == 1
+    assert gauge("cloud_data_discovery_orphaned_disk_info", id=scripted.lost, name="lost") == 1
     assert gauge("cloud_data_discovery_orphaned_disk_info", id="vol-used", name="pv-1") is None
     assert gauge("cloud_data_discovery_update_resource_error") == 0
 
     secret_before = kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, NS)
     catalog_before = kube.get(INSTANCE_TYPES_CATALOGS, cloud_data.CATALOG_NAME)
-    cloud.error = errors.CloudUnreachable("scripted", "Describe", f"refused {cloud.lost}")
+    scripted.error = errors.CloudUnreachable("scripted", "Describe", f"refused {scripted.lost}")
     result = await loop.discover()
     assert not result.wrote_secret and not result.wrote_catalog
     assert kube.get(SECRETS, cloud_data.DISCOVERY_SECRET, NS) == secret_before
@@ -156,18 +173,18 @@ async def test_good_pass_then_cloud_outage_keeps_the_documents() -> None:
         labels = {"name": c.name, "message": c.message}
         assert gauge("cloud_data_discovery_cloud_conditions_error", **labels) == 1
     # the last known orphans stay reported while the cloud cannot be asked
-    assert gauge("cloud_data_discovery_orphaned_disk_info", id=cloud.lost, name="lost") == 1
+    assert gauge("cloud_data_discovery_orphaned_disk_info", id=scripted.lost, name="lost") == 1
 
-    cloud.error = None
-    cloud.disks = [Disk(id="vol-used", name="pv-1")]
+    scripted.error = None
+    scripted.disks = [Disk(id="vol-used", name="pv-1")]
     await loop.discover()
-    unique = [c for c in failing if cloud.lost in c.message]  # only this test sets these
+    unique = [c for c in failing if scripted.lost in c.message]  # only this test sets these
     assert unique
     for c in unique:
         labels = {"name": c.name, "message": c.message}
         assert gauge("cloud_data_discovery_cloud_conditions_error", **labels) is None
     assert all(conditions(kube).values())
-    assert gauge("cloud_data_discovery_orphaned_disk_info", id=cloud.lost, name="lost") is None
+    assert gauge("cloud_data_discovery_orphaned_disk_info", id=scripted.lost, name="lost") is None
 
 
 async def test_without_the_terraform_secret_a_full_document_is_written() -> None:
@@ -202,7 +219,7 @@ async def test_no_available_zone_keeps_the_previous_document() -> None:
     loop = discoverer(kube, cloud)
     await loop.discover()
     before = secret_document(kube)
-    cloud.zones_list = []
+    cloud.discovery.zones_list = []
     await loop.discover()
     assert secret_document(kube) == before
     assert conditions(kube)["zones-available"] is False
@@ -234,7 +251,7 @@ async def test_unchanged_documents_are_not_rewritten() -> None:
 
 async def test_pv_listing_error_flags_no_orphan() -> None:
     kube, cloud = MemoryKube(), ScriptedCloud()
-    cloud.disks = [Disk(id="vol-maybe", name="maybe")]
+    cloud.discovery.disks = [Disk(id="vol-maybe", name="maybe")]
     loop = discoverer(kube, cloud)
     kube.fail_reads = True
     result = await loop.discover()
@@ -272,7 +289,7 @@ def test_discoverer_starts_only_when_wanted(
         assert (loop.interval_s, loop.namespace) == (3600.0, "kube-system")
 
 
-class CatalogLessCloud(ScriptedCloud):
+class CatalogLessDiscovery(ScriptedDiscovery):
     """Like DVP and zVirt: discovery data, but no instance-type catalog."""
 
     def instance_types(self) -> list[InstanceType]:
@@ -285,7 +302,7 @@ async def test_cloud_without_instance_types_still_gets_its_discovery_data() -> N
         kube,
         json.dumps({"kind": "ZvirtCloudProviderDiscoveryData", "apiVersion": "deckhouse.io/v1"}),
     )
-    result = await discoverer(kube, CatalogLessCloud()).discover()
+    result = await discoverer(kube, ScriptedCloud(CatalogLessDiscovery())).discover()
     assert result.wrote_secret and not result.wrote_catalog
     document = secret_document(kube)
     assert document is not None

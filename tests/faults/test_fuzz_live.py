@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import Event
 from cloudloop.kube.client import api_client
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.resources import CLOUD_PROBES, EVENTS, SERVICES, Resource
@@ -69,7 +70,7 @@ class Rig:
             time.sleep(0.5)
         raise AssertionError(f"no {what} within {timeout}s")
 
-    def events(self, name: str, reason: str) -> list[dict[str, Any]]:
+    def events(self, name: str, reason: str) -> list[Event]:
         found = self.kube.list(EVENTS, self.scope, fieldSelector=f"involvedObject.name={name}")
         return [e for e in found["items"] if e["reason"] == reason]
 

@@ -22,6 +22,7 @@ import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cloudloop.kube.resources import NODES, SERVICES, Resource
 
@@ -46,7 +47,7 @@ PROCESS_OF_MODULE = {
 PARENT_CLUSTER = "cloudloop.cloud.dvp."
 KUBE_RECEIVER = re.compile(r"(?i)kube\b|Kube\(")
 #: ``Informers``' typed accessors and the resource each one watches.
-TYPED_INFORMERS = {"nodes": NODES, "services": SERVICES}
+TYPED_INFORMERS: dict[str, Resource[Any]] = {"nodes": NODES, "services": SERVICES}
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class KubeCall:
     line: int
     verb: str
     #: The resource, when the call names a module-level constant.
-    resource: Resource | None
+    resource: Resource[Any] | None
     subresource: str
     #: The argument's source (``ref.resource``) when it is not a constant.
     expression: str
@@ -83,7 +84,7 @@ def product_modules() -> dict[str, Path]:
     return modules
 
 
-def _resolve(module: str, node: ast.expr, local: dict[str, str]) -> Resource | None:
+def _resolve(module: str, node: ast.expr, local: dict[str, str]) -> Resource[Any] | None:
     """The Resource a Name or dotted Attribute names in ``module``'s globals (or one its
     functions import), else None."""
     if not isinstance(node, ast.Name | ast.Attribute):

@@ -36,7 +36,7 @@ PROCESSES = {
 ELSEWHERE = {"parent", "cli", "layout-cluster"}
 #: Symbolic resources of :data:`DYNAMIC`, one per provider with Cluster API kinds.
 INFRA_MACHINE, INFRA_CLUSTER = "infra:machine", "infra:cluster"
-Target = Resource | str
+Target = Resource[Any] | str
 #: Calls whose resource is a parameter: ``module:function`` -> process -> (resource, subresource,
 #: verb) reached. ``None``: plumbing whose callers name the resource (informers), scanned there.
 DYNAMIC: dict[str, dict[str, list[tuple[Target, str, str]]] | None] = {
@@ -98,7 +98,7 @@ def needed(provider: Provider[Any]) -> dict[str, set[tuple[str, str, str, str]]]
     found: dict[str, set[tuple[str, str, str, str]]] = {p: set() for p in PROCESSES}
     kinds = provider.infra_kinds
 
-    def target(resource: Target) -> Resource | None:
+    def target(resource: Target) -> Resource[Any] | None:
         if isinstance(resource, Resource):
             return resource
         if kinds is None:

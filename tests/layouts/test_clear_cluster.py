@@ -29,21 +29,23 @@ class FakeKube:
         self.deleted: list[str] = []
 
     def add(
-        self, resource: Resource, name: str, namespace: str | None = None, **extra: Any
+        self, resource: Resource[Any], name: str, namespace: str | None = None, **extra: Any
     ) -> None:
         meta = {"name": name, **({"namespace": namespace} if namespace else {})}
         self.objects.setdefault(resource.path(), []).append({"metadata": meta, **extra})
 
-    def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> dict[str, Any]:
+    def list(
+        self, resource: Resource[Any], namespace: str | None = None, **_: Any
+    ) -> dict[str, Any]:
         return {"items": list(self.objects.get(resource.path(), []))}
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
+    def get(self, resource: Resource[Any], name: str, namespace: str | None = None) -> Any:
         for obj in self.objects.get(resource.path(), []):
             if obj["metadata"]["name"] == name and obj["metadata"].get("namespace") == namespace:
                 return obj
         return None
 
-    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
+    def delete(self, resource: Resource[Any], name: str, namespace: str | None = None) -> bool:
         found = self.get(resource, name, namespace)
         if found is None:
             return False
@@ -140,7 +142,7 @@ def test_machines_through_the_served_cluster_api_version_or_nothing() -> None:
 
 def test_a_refusal_of_the_api_is_not_retried() -> None:
     class Forbidden(FakeKube):
-        def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> Any:
+        def list(self, resource: Resource[Any], namespace: str | None = None, **_: Any) -> Any:
             raise KubeError(403, "Forbidden", {"message": "no"})
 
     refused = failure(Forbidden(), "delete-services")

@@ -22,6 +22,7 @@ from cloudloop.cloud.aws.loadbalancers import (
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Event, Service
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES, SERVICES
 from cloudloop.messages.loadbalancer import default_load_balancer_name
@@ -223,7 +224,7 @@ def _self_signed(domain: str) -> tuple[bytes, bytes]:
     )
 
 
-def lb_name(service: dict[str, Any]) -> str:
+def lb_name(service: Service) -> str:
     return default_load_balancer_name(service["metadata"]["uid"])
 
 
@@ -256,7 +257,7 @@ def make_service(
     ports: tuple[int, ...] = (80,),
     type: str = "LoadBalancer",
     lb_class: str | None = None,
-) -> dict[str, Any]:
+) -> Service:
     spec: dict[str, Any] = {
         "type": type,
         "selector": {"app": name},
@@ -280,7 +281,7 @@ def ingress(kube: Kube, namespace: str, name: str) -> list[str]:
     return [str(e.get("hostname") or e.get("ip")) for e in entries]
 
 
-def events(kube: Kube, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+def events(kube: Kube, namespace: str, name: str, reason: str) -> list[Event]:
     found = kube.list(EVENTS, namespace, fieldSelector=f"involvedObject.name={name}")["items"]
     return [e for e in found if e["reason"] == reason]
 

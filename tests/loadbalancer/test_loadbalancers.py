@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -16,6 +15,7 @@ from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Service
 from cloudloop.kube.resources import NODES, SERVICES, ObjectRef
 from cloudloop.messages.loadbalancer import (
     LB_FINALIZER,
@@ -39,11 +39,11 @@ from workers.main import build_worker
 pytestmark = pytest.mark.stack
 
 
-def service_ref(service: dict[str, Any]) -> ObjectRef:
+def service_ref(service: Service) -> ObjectRef:
     return ObjectRef.of(SERVICES, service)
 
 
-async def workflow_state(client: Client, service: dict[str, Any]) -> LoadBalancerState:
+async def workflow_state(client: Client, service: Service) -> LoadBalancerState:
     handle = client.get_workflow_handle(workflow_id(service_ref(service)))
     state: LoadBalancerState = await handle.query(
         LoadBalancerQuery.STATE, result_type=LoadBalancerState

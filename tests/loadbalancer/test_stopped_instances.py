@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -91,9 +90,7 @@ async def test_only_running_instances_are_registered_and_stopped_ones_kept(
     first, second, stopped = world.instance_ids
     ec2.stop_instances(InstanceIds=[stopped])
     annotations = {ann.TYPE: "nlb"} if nlb else {}
-    service: dict[str, Any] = await asyncio.to_thread(
-        make_service, kube, namespace, "web", annotations=annotations
-    )
+    service = await asyncio.to_thread(make_service, kube, namespace, "web", annotations=annotations)
     name = lb_name(service)
     await eventually(lambda: ingress(kube, namespace, "web"), timeout=60, what="ingress")
     assert registered(world, name, nlb) == sorted([first, second])

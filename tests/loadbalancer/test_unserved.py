@@ -9,6 +9,7 @@ from typing import Any
 
 from cloudloop.cloud.zvirt import PROVIDER as ZVIRT
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Event
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, SERVICES
 from starters.loadbalancer import UnservedLoadBalancers
@@ -22,7 +23,7 @@ def service(name: str, kind: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def warnings(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+def warnings(kube: Kube, namespace: str, name: str) -> list[Event]:
     found = kube.list(EVENTS, namespace, fieldSelector=f"involvedObject.name={name}")["items"]
     return [e for e in found if e["reason"] == "UnsupportedLoadBalancer"]
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.bodies import CapiCluster, CapiMachine
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.rules import machine as capi
 from devstack.crds import CRD_DIR
@@ -124,7 +125,7 @@ def workload_kubeconfig_secret(kube: Kube, namespace: str, cluster: str, kubecon
 
 def cluster(
     kube: Kube, namespace: str, name: str, infra: InfraKind, infra_spec: dict[str, Any]
-) -> dict[str, Any]:
+) -> CapiCluster:
     """An infrastructure cluster object and the CAPI Cluster that references it."""
     kube.create(
         infra.resource,
@@ -150,7 +151,7 @@ def machine(
     infra: InfraKind,
     infra_spec: dict[str, Any],
     data_secret: str,
-) -> dict[str, Any]:
+) -> CapiMachine:
     """An infrastructure machine object and the CAPI Machine that references it.
 
     Neither gets the cluster-name label: CAPI's defaulting webhook labels the Machine, and the
@@ -176,12 +177,13 @@ def machine(
 
 
 def machine_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    return dict(((kube.get(capi.MACHINES, name, namespace) or {}).get("status")) or {})
+    """What CAPI writes of a Machine's status (untyped: the product reads none of it)."""
+    return dict(((kube.get(capi.MACHINES.untyped, name, namespace) or {}).get("status")) or {})
 
 
 def provisioned_machine(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
     """The CAPI Machine once its phase is Provisioned or Running, else ``None``."""
-    obj = kube.get(capi.MACHINES, name, namespace)
+    obj = kube.get(capi.MACHINES.untyped, name, namespace)
     if obj and (obj.get("status") or {}).get("phase") in PROVISIONED_PHASES:
         return obj
     return None

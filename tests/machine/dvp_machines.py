@@ -17,6 +17,7 @@ from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import CapiCluster, InfraObject
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.resources import Resource
 from cloudloop.messages.machine import MachineTimings, PollSchedule
@@ -65,7 +66,7 @@ class DvpMachines:
         }
 
     # -- CAPI objects ----------------------------------------------------------------------
-    def cluster(self, name: str = "c1", **kwargs: Any) -> dict[str, Any]:
+    def cluster(self, name: str = "c1", **kwargs: Any) -> CapiCluster:
         return machine_fixtures.create_cluster(self.kube, self.namespace, name, DVP_KINDS, **kwargs)
 
     def machine(
@@ -76,7 +77,7 @@ class DvpMachines:
         spec: dict[str, Any] | None = None,
         bootstrap: bool = True,
         annotations: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> InfraObject:
         secret = f"{name}-bootstrap" if bootstrap else None
         if secret:
             machine_fixtures.create_bootstrap_secret(self.kube, self.namespace, secret, CLOUD_INIT)
@@ -91,13 +92,13 @@ class DvpMachines:
             annotations=annotations,
         )
 
-    def infra(self, name: str) -> dict[str, Any] | None:
+    def infra(self, name: str) -> InfraObject | None:
         return self.kube.get(DVP_KINDS.machine, name, self.namespace)
 
     def condition(self, name: str, type: str) -> dict[str, Any]:
         return get_condition(self.infra(name) or {}, type) or {}
 
-    def ready(self, name: str) -> dict[str, Any] | None:
+    def ready(self, name: str) -> InfraObject | None:
         obj = self.infra(name) or {}
         status = obj.get("status") or {}
         provisioned = (status.get("initialization") or {}).get("provisioned")

@@ -24,7 +24,7 @@ from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
-from cloudloop.kube.bodies import CapiCluster, InfraObject
+from cloudloop.kube.bodies import InfraObject
 from cloudloop.rules import machine as capi
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
@@ -233,7 +233,7 @@ async def test_capi_machine_is_provisioned_by_our_provider_and_deleted_with_its_
         assert capi.owner(cast(InfraObject, infra_obj), "Machine") == name
         assert infra_obj["metadata"]["labels"][capi.CLUSTER_NAME_LABEL] == "c1"
         cluster_obj = await asyncio.to_thread(kube.get, capi.CLUSTERS, "c1", ns)
-        assert capi.cluster_infrastructure_ready(cast("CapiCluster | None", cluster_obj))
+        assert capi.cluster_infrastructure_ready(cluster_obj)
 
         # The Machine carries our providerID and addresses, copied from the InfraMachine (the
         # copy may trail an address our provider adds later, hence the wait).

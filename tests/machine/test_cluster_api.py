@@ -197,7 +197,7 @@ async def test_manager_serves_defaulting_validation_and_conversion(
     # Defaulting webhook: cluster-name label and a "v" on the version.
     created = await asyncio.to_thread(
         kube.create,
-        capi.MACHINES,
+        capi.MACHINES.untyped,  # spec.version: the product reads no Machine version
         {
             "metadata": {"name": "defaulted", "namespace": ns},
             "spec": {
@@ -374,7 +374,7 @@ async def test_machine_runs_once_a_node_has_its_provider_id(
         )
 
         def running() -> dict[str, Any] | None:
-            obj = kube.get(capi.MACHINES, name, ns) or {}
+            obj = kube.get(capi.MACHINES.untyped, name, ns) or {}
             return obj if (obj.get("status") or {}).get("phase") == "Running" else None
 
         machine = await eventually(running, timeout=60, what="Machine Running")

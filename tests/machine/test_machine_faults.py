@@ -53,6 +53,7 @@ from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS as VSPHERE_KINDS
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Event, InfraObject
 from devstack import aws_front, machine_fixtures
 from devstack import dvp_simulator as sim
 from devstack.backends import aws as aws_backend
@@ -466,10 +467,10 @@ class ZvirtScene(Scene):
         return vm.get("status") == "image_locked" and bool(self.seen_disks & self.disks().keys())
 
     # -- the ZvirtMachine ------------------------------------------------------------------
-    def infra(self) -> dict[str, Any] | None:
+    def infra(self) -> InfraObject | None:
         return self.kube.get(ZVIRT_KINDS.machine, self.name, self.namespace)
 
-    def ready(self) -> dict[str, Any] | None:
+    def ready(self) -> InfraObject | None:
         obj = self.infra() or {}
         status = obj.get("status") or {}
         provisioned = (status.get("initialization") or {}).get("provisioned")
@@ -708,10 +709,10 @@ class OpenStackScene(Scene):
         return bool(found["ports"]) and not found["servers"]
 
     # -- the OpenStackMachine --------------------------------------------------------------
-    def infra(self) -> dict[str, Any] | None:
+    def infra(self) -> InfraObject | None:
         return self.kube.get(OPENSTACK_KINDS.machine, self.name, self.namespace)
 
-    def ready(self) -> dict[str, Any] | None:
+    def ready(self) -> InfraObject | None:
         obj = self.infra() or {}
         status = obj.get("status") or {}
         provisioned = (status.get("initialization") or {}).get("provisioned")
@@ -942,10 +943,10 @@ class AwsScene(Scene):
         """Nothing to remember: instances and volumes carry the machine's name and UID."""
 
     # -- the AWSMachine --------------------------------------------------------------------
-    def infra(self) -> dict[str, Any] | None:
+    def infra(self) -> InfraObject | None:
         return self.kube.get(AWS_KINDS.machine, self.name, self.namespace)
 
-    def ready(self) -> dict[str, Any] | None:
+    def ready(self) -> InfraObject | None:
         obj = self.infra() or {}
         status = obj.get("status") or {}
         provisioned = (status.get("initialization") or {}).get("provisioned")
@@ -1177,10 +1178,10 @@ class VsphereScene(Scene):
     def note_cloud(self) -> None:
         """Nothing to remember: vcsim's disks are the VM's own, they go with it."""
 
-    def infra(self) -> dict[str, Any] | None:
+    def infra(self) -> InfraObject | None:
         return self.kube.get(VSPHERE_KINDS.machine, self.name, self.namespace)
 
-    def ready(self) -> dict[str, Any] | None:
+    def ready(self) -> InfraObject | None:
         obj = self.infra() or {}
         status = obj.get("status") or {}
         provisioned = (status.get("initialization") or {}).get("provisioned")
@@ -1447,7 +1448,7 @@ async def test_aws_quota_is_reported_then_retried(scenes: Callable[[str], Scene]
                            count=attempts)  # fmt: skip
     await scene.create()
 
-    def warned() -> dict[str, Any] | None:
+    def warned() -> Event | None:
         events = scene.kube.list(
             EVENTS, scene.namespace, fieldSelector=f"involvedObject.name={scene.name}"
         )

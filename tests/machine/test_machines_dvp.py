@@ -310,9 +310,9 @@ async def test_schema_rejects_invalid_specs(
 
 
 async def test_crds_default_like_deckhouse_and_serve_templates(kube: Kube, namespace: str) -> None:
-    def create(resource: Resource, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    def create(resource: Resource[Any], name: str, spec: dict[str, Any]) -> dict[str, Any]:
         body = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
-        return kube.create(resource, body, namespace)
+        return kube.create(resource.untyped, body, namespace)
 
     dvp = await asyncio.to_thread(
         create,

@@ -504,8 +504,11 @@ class Group:
                      f"--replicas={replicas}")  # fmt: skip
 
     def machines(self) -> list[dict[str, Any]]:
+        """The deployment's Machines, untyped: the tests read CAPI's status of them."""
         found = self.kube.list(
-            capi.MACHINES, self.namespace, labelSelector=f"{DEPLOYMENT_LABEL}={self.deployment}"
+            capi.MACHINES.untyped,
+            self.namespace,
+            labelSelector=f"{DEPLOYMENT_LABEL}={self.deployment}",
         )
         return list(found.get("items", []))
 

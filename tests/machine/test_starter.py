@@ -110,14 +110,14 @@ class Rig:
             if value is not None:
                 getattr(self.starter, store).store[f"{NS}/{value['metadata']['name']}"] = value
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> InfraObject:
         found = self.kube.get(DVP_KINDS.machine, "m1", NS)
         assert found is not None
         return found
 
     def refresh(self) -> None:
         """The informer sees what was written."""
-        self.starter.infra_machines.store[f"{NS}/m1"] = cast(InfraObject, self.stored())
+        self.starter.infra_machines.store[f"{NS}/m1"] = self.stored()
 
 
 @pytest.fixture

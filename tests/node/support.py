@@ -86,7 +86,7 @@ def make_node(
         {"status": {"addresses": [{"type": "Hostname", "address": name}]}},
         subresource="status",
     )
-    return cast(Node, node)
+    return node
 
 
 def set_ready(kube: Kube, name: str, status: str) -> None:

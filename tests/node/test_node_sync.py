@@ -14,6 +14,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Event
 from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import node as rules
@@ -41,7 +42,7 @@ def run_instances(ec2: Any, count: int, instance_type: str = "m5.large") -> list
     )
 
 
-def events_for(kube: Kube, name: str, reason: str) -> list[dict[str, Any]]:
+def events_for(kube: Kube, name: str, reason: str) -> list[Event]:
     items = kube.list(EVENTS, "default", fieldSelector=f"involvedObject.name={name}")["items"]
     return [e for e in items if e["reason"] == reason]
 

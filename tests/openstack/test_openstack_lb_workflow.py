@@ -16,6 +16,7 @@ from cloudloop.cloud.openstack import PROVIDER as OPENSTACK
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import LoadBalancerIngress
 from cloudloop.kube.resources import SERVICES
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
 from tests.helpers import eventually
@@ -103,7 +104,7 @@ async def test_proxy_protocol_ingress_says_ip_mode_proxy(
             make_service, kube, namespace, "px", annotations={P + "proxy-protocol": "true"}
         )
 
-        def entries() -> list[dict[str, str]] | None:
+        def entries() -> list[LoadBalancerIngress] | None:
             service = kube.get(SERVICES, "px", namespace) or {}
             found = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
             return list(found) if found else None

@@ -15,6 +15,7 @@ from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import NetworkingSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Event
 from cloudloop.kube.resources import EVENTS
 from cloudloop.rules import node as rules
 from devstack.backends.openstack import connect
@@ -183,7 +184,7 @@ async def test_a_node_named_like_no_server_is_warned_with_what_was_found(
         async with node_sync(kube, ccm_settings, driver):
             for name, text in expected.items():
 
-                def warned(name: str = name) -> list[dict[str, object]]:
+                def warned(name: str = name) -> list[Event]:
                     items = kube.list(
                         EVENTS, "default", fieldSelector=f"involvedObject.name={name}"
                     )

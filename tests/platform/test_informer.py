@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cloudloop.kube.api import KubeError
+from cloudloop.kube.bodies import BodyT
 from cloudloop.kube.informer import LAST_APPLIED, Informer, WatchEvent, slim
 from cloudloop.kube.resources import NODES
 
@@ -49,8 +50,8 @@ class ScriptedKube:
         raise KubeError(410, "Gone", {"reason": "Expired", "code": 410})
 
 
-async def collect(informer: Informer, count: int) -> list[WatchEvent]:
-    seen: list[WatchEvent] = []
+async def collect(informer: Informer[BodyT], count: int) -> list[WatchEvent[BodyT]]:
+    seen: list[WatchEvent[BodyT]] = []
     async for event in informer.events():
         seen.append(event)
         if len(seen) == count:

@@ -20,7 +20,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.bodies import CloudProbe
+from cloudloop.kube.bodies import CloudProbe, Event
 from cloudloop.kube.conditions import get_condition
 from cloudloop.kube.informer import WatchEvent
 from cloudloop.kube.resources import CLOUD_PROBES, EVENTS
@@ -43,7 +43,7 @@ async def running(starter: CloudProbeStarter) -> AsyncIterator[CloudProbeStarter
             await task
 
 
-def probe(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+def probe(kube: Kube, namespace: str, name: str) -> CloudProbe:
     return kube.create(
         CLOUD_PROBES,
         {"metadata": {"name": name, "namespace": namespace}, "spec": {"provider": "aws"}},
@@ -125,7 +125,7 @@ async def test_failing_cloud_reports_condition_and_event(
         assert condition["reason"] == "CloudUnreachable"
         assert "DescribeAvailabilityZones" in condition["message"]
 
-        def warning() -> list[dict[str, Any]]:
+        def warning() -> list[Event]:
             events = kube.list(EVENTS, namespace, fieldSelector="involvedObject.name=down")
             return [
                 e

@@ -10,6 +10,7 @@ import pytest
 
 from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Secret
 from cloudloop.kube.resources import SECRETS
 
 
@@ -33,7 +34,7 @@ def test_registration_publishes_the_machine_template_contract(provider: str) -> 
     """The starter writes ``d8-cloud-provider-<name>-capi`` (key ``template.yaml``) beside the
     registration Secrets; its template renders the kinds the registration announces."""
     from types import SimpleNamespace
-    from typing import Any, cast
+    from typing import cast
 
     from cloudloop.nodegroup.contract import Contract
     from starters.registration import CloudProviderRegistration
@@ -70,7 +71,7 @@ def test_rewriting_the_secret_drops_the_keys_the_values_no_longer_have(kube: Kub
     assert aws.registration is not None and dvp.registration is not None
     name = f"reg-{uuid.uuid4().hex[:6]}"
 
-    def renamed(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def renamed(bodies: list[Secret]) -> list[Secret]:
         first = bodies[0]
         return [{**first, "metadata": {**first["metadata"], "name": name}}]
 

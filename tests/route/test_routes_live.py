@@ -15,7 +15,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.bodies import Node
+from cloudloop.kube.bodies import Event, Node
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import EVENTS, NODES
 from cloudloop.rules import route as rules
@@ -74,7 +74,7 @@ def make_node(kube: Kube, name: str, scope: str, instance_id: str) -> None:
     )
 
 
-def events_for(kube: Kube, name: str, reason: str) -> list[dict[str, Any]]:
+def events_for(kube: Kube, name: str, reason: str) -> list[Event]:
     items = kube.list(EVENTS, "default", fieldSelector=f"involvedObject.name={name}")["items"]
     return [e for e in items if e["reason"] == reason]
 

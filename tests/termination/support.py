@@ -19,6 +19,7 @@ from temporalio.client import Client
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Event, Pod
 from cloudloop.kube.resources import EVENTS, NODES, PDBS, PODS, Resource
 from cloudloop.settings import NthSettings
 from devstack.autoscaling_ext import lifecycle_calls
@@ -87,7 +88,7 @@ def pdb(kube: Kube, namespace: str, app: str, *, max_unavailable: int) -> None:
     )
 
 
-def running_pods(kube: Kube, namespace: str, node: str | None = None) -> list[dict[str, Any]]:
+def running_pods(kube: Kube, namespace: str, node: str | None = None) -> list[Pod]:
     pods = kube.list(PODS, namespace)["items"]
     return [
         p
@@ -98,14 +99,11 @@ def running_pods(kube: Kube, namespace: str, node: str | None = None) -> list[di
     ]
 
 
-def pods_on(kube: Kube, node: str, namespace: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = kube.list(PODS, namespace, fieldSelector=f"spec.nodeName={node}")[
-        "items"
-    ]
-    return items
+def pods_on(kube: Kube, node: str, namespace: str) -> list[Pod]:
+    return kube.list(PODS, namespace, fieldSelector=f"spec.nodeName={node}")["items"]
 
 
-def node_events(kube: Kube, node: str, reason: str) -> list[dict[str, Any]]:
+def node_events(kube: Kube, node: str, reason: str) -> list[Event]:
     events = kube.list(EVENTS, "default", fieldSelector=f"involvedObject.name={node}")["items"]
     return [e for e in events if e["reason"] == reason]
 

@@ -7,12 +7,12 @@ import json
 import threading
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
 from activities.termination import classify_pods, selector_matches
 from activities.webhook import go_time, render, send, template_fields
+from cloudloop.kube.bodies import LabelSelector, ObjectMeta, Pod, Volume
 from cloudloop.messages.termination import (
     EventKind,
     InterruptionEvent,
@@ -34,13 +34,13 @@ def pod(
     phase: str = "Running",
     empty_dir: bool = False,
     mirror: bool = False,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+) -> Pod:
+    meta: ObjectMeta = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
     if owner:
         meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True}]
     if mirror:
         meta["annotations"] = {"kubernetes.io/config.mirror": "abc"}
-    volumes = [{"name": "scratch", "emptyDir": {}}] if empty_dir else []
+    volumes: list[Volume] = [{"name": "scratch", "emptyDir": {}}] if empty_dir else []
     return {"metadata": meta, "spec": {"volumes": volumes}, "status": {"phase": phase}}
 
 
@@ -120,7 +120,7 @@ def test_pod_filters(
     ],
 )
 def test_pdb_selector(
-    selector: dict[str, Any] | None, labels: dict[str, str], matches: bool
+    selector: LabelSelector | None, labels: dict[str, str], matches: bool
 ) -> None:
     assert selector_matches(selector, labels) is matches
 

@@ -13,6 +13,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import BodyT, ObjectList
 from cloudloop.kube.resources import NODES, PODS, Resource
 from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
@@ -129,7 +130,9 @@ class CountingKube(Kube):
         super().__init__(kube.api)
         self.node_lists = 0
 
-    def list(self, resource: Resource, namespace: str | None = None, **query: Any) -> Any:
+    def list(
+        self, resource: Resource[BodyT], namespace: str | None = None, **query: Any
+    ) -> ObjectList[BodyT]:
         if resource == NODES:
             self.node_lists += 1
         return super().list(resource, namespace, **query)

@@ -10,7 +10,7 @@ Rules: importing this package loads no SDK; the factories import their modules w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudloop.cloud.aws.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.aws.settings import AwsSettings
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from cloudloop.cloud.aws.termination import AwsTermination
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
+    from cloudloop.kube.bodies import Secret
     from cloudloop.settings import NthSettings
 
 
@@ -42,7 +43,7 @@ def _termination(
     )
 
 
-def _registration(settings: AwsSettings) -> list[dict[str, Any]]:
+def _registration(settings: AwsSettings) -> list[Secret]:
     from cloudloop.cloud.aws.registration import registration_secrets
 
     return registration_secrets(settings)

@@ -19,7 +19,7 @@ import copy
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import boto3
 import botocore.config
@@ -30,6 +30,11 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.aws.service_models import use_slim_models
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.calls import count, observe, outcome_for
+
+if TYPE_CHECKING:  # the mypy_boto3 stubs: types only, never imported at run time
+    from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_sqs import SQSClient
 
 NAME = "aws"
 
@@ -202,7 +207,17 @@ class AwsBase:
             core.set_credentials(key.get_secret_value(), secret.get_secret_value())
         return boto3.Session(botocore_session=core, region_name=self.settings.region)
 
+    @overload
+    def client(self, service: Literal["ec2"]) -> EC2Client: ...
+    @overload
+    def client(self, service: Literal["autoscaling"]) -> AutoScalingClient: ...
+    @overload
+    def client(self, service: Literal["sqs"]) -> SQSClient: ...
+    @overload
+    def client(self, service: str) -> Any: ...
     def client(self, service: str) -> Any:
+        """The boto3 client of ``service``: EC2's, Auto Scaling's and SQS's typed by their
+        mypy_boto3 stubs (the others' answers are still plain dicts)."""
         with self._lock:
             if service not in self._clients:
                 config = botocore.config.Config(

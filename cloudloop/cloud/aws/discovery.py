@@ -7,6 +7,7 @@ so it never reads as an orphaned disk.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cloudloop.cloud import models
@@ -79,7 +80,7 @@ class AwsDiscovery(DiscoveryDefaults):
         return list(disks.values())
 
     @staticmethod
-    def _to_disk(raw: dict[str, Any], tags: dict[str, str]) -> models.Disk:
+    def _to_disk(raw: Mapping[str, Any], tags: dict[str, str]) -> models.Disk:
         name = next((tags[key] for key in _DISK_NAME_TAGS if tags.get(key)), "")
         return models.Disk(
             id=str(raw["VolumeId"]),

@@ -19,7 +19,7 @@ Rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cloudloop.cloud import errors, models
@@ -117,7 +117,7 @@ class AwsInstances:
             if not token:
                 return
 
-    def to_instance(self, raw: dict[str, Any]) -> models.Instance:
+    def to_instance(self, raw: Mapping[str, Any]) -> models.Instance:
         zone = raw.get("Placement", {}).get("AvailabilityZone", "")
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", []) or []}
         addresses: list[models.NodeAddress] = []

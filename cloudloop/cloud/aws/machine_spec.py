@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.tags import cluster_tag_key
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef
 
 NAME = "aws"
 OWNER_TAG = "cloudloop.io/machine-uid"
@@ -234,7 +237,7 @@ def instance_tags(
 
 def lookup_filters(
     cluster: str, machine_name: str, machine_uid: str, states: tuple[str, ...]
-) -> list[dict[str, Any]]:
+) -> list[FilterTypeDef]:
     """DescribeInstances filters for this machine's instances (one value per tag filter: moto
     compares multi-value tag filters as sets)."""
     return [

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
@@ -49,6 +49,9 @@ from cloudloop.cloud.aws.machine_spec import (
     to_machine,
 )
 
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, InstanceTypeDef
+
 log = logging.getLogger(__name__)
 
 #: The root device of an image that does not say (Amazon Linux, Ubuntu: /dev/xvda, /dev/sda1).
@@ -64,10 +67,10 @@ class AwsMachines:
     # -- reads -----------------------------------------------------------------------------
     def _machine_instances(
         self, spec: models.MachineSpec, states: tuple[str, ...]
-    ) -> list[dict[str, Any]]:
+    ) -> list[InstanceTypeDef]:
         """This machine's instances in ``states``, oldest first."""
         filters = lookup_filters(self._cluster(), spec.name, spec.machine_uid, states)
-        found: list[dict[str, Any]] = []
+        found: list[InstanceTypeDef] = []
         paginator = self.session.client("ec2").get_paginator("describe_instances")
         with calling("DescribeInstances"):
             for page in paginator.paginate(Filters=filters):
@@ -100,7 +103,7 @@ class AwsMachines:
 
     def _run_instance(
         self, spec: models.MachineSpec, machine: AwsMachineSpec, user_data: bytes
-    ) -> dict[str, Any]:
+    ) -> InstanceTypeDef:
         request = self._launch_request(spec, machine, user_data)
         try:
             with calling("RunInstances"):
@@ -122,7 +125,7 @@ class AwsMachines:
             request["InstanceType"],
             raw.get("Placement", {}).get("AvailabilityZone", ""),
         )
-        return dict(raw)
+        return raw.copy()
 
     def _launch_request(
         self, spec: models.MachineSpec, machine: AwsMachineSpec, user_data: bytes
@@ -290,7 +293,7 @@ class AwsMachines:
     def _volumes_gone(self, spec: models.MachineSpec) -> bool:
         """No volume tagged with the machine's UID is left; a detached one is deleted (the root
         volume goes with the instance: only a volume someone detached can be left)."""
-        filters = [{"Name": f"tag:{OWNER_TAG}", "Values": [spec.machine_uid]}]
+        filters: list[FilterTypeDef] = [{"Name": f"tag:{OWNER_TAG}", "Values": [spec.machine_uid]}]
         with calling("DescribeVolumes"):
             volumes = (
                 self.session.client("ec2").describe_volumes(Filters=filters).get("Volumes", [])

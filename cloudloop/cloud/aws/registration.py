@@ -21,6 +21,7 @@ from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.capi import INFRA_GROUP
 from cloudloop.cloud.registration import encoded, helm_json
+from cloudloop.kube.bodies import Secret
 
 #: The provider's name (here rather than from the driver's base: no boto3 in the starter).
 NAME = AWS.provider
@@ -72,6 +73,6 @@ def registration_values(settings: AwsSettings) -> dict[str, str]:
     return encoded(values)
 
 
-def registration_secrets(settings: AwsSettings) -> list[dict[str, Any]]:
+def registration_secrets(settings: AwsSettings) -> list[Secret]:
     """Both Secrets (the generic name and the ``-aws`` copy) with Deckhouse's labels."""
     return registration.registration_secrets(NAME, registration_values(settings))

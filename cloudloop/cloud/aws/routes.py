@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.tags import cluster_tag_filters, tag_dict, tagged_for_cluster
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import RouteTableTypeDef
 
 BLACKHOLE = "blackhole"
 
@@ -32,7 +36,7 @@ def _destination(raw: dict[str, Any]) -> str:
     return str(raw.get("DestinationCidrBlock") or raw.get("DestinationIpv6CidrBlock") or "")
 
 
-def routes_from_tables(cluster: str, tables: list[dict[str, Any]]) -> list[models.Route]:
+def routes_from_tables(cluster: str, tables: Sequence[Mapping[str, Any]]) -> list[models.Route]:
     """Merge the cluster's route tables into one route per destination (pure)."""
     entries: dict[str, list[tuple[str, bool]]] = defaultdict(list)
     for table in tables:
@@ -63,7 +67,21 @@ def routes_from_tables(cluster: str, tables: list[dict[str, Any]]) -> list[model
     return routes
 
 
-def _destination_args(destination_cidr: str) -> dict[str, str]:
+class _Destination(TypedDict, total=False):
+    """A route's destination, as CreateRoute, ReplaceRoute and DeleteRoute name it."""
+
+    DestinationCidrBlock: str
+    DestinationIpv6CidrBlock: str
+
+
+class _RouteArgs(_Destination):
+    """One route of a route table: CreateRoute's and ReplaceRoute's arguments."""
+
+    RouteTableId: str
+    InstanceId: str
+
+
+def _destination_args(destination_cidr: str) -> _Destination:
     if ":" in destination_cidr:
         return {"DestinationIpv6CidrBlock": destination_cidr}
     return {"DestinationCidrBlock": destination_cidr}
@@ -79,9 +97,9 @@ class AwsRoutes:
         #: Cluster → its route table IDs as of the last listing (saves a describe per create).
         self._route_table_ids: dict[str, list[str]] = {}
 
-    def _cluster_route_tables(self, cluster: str) -> list[dict[str, Any]]:
+    def _cluster_route_tables(self, cluster: str) -> list[RouteTableTypeDef]:
         """One call for ``kubernetes.io/cluster/<c>`` tables; the legacy tag only if none."""
-        tables: list[dict[str, Any]] = []
+        tables: list[RouteTableTypeDef] = []
         paginator = self.session.client("ec2").get_paginator("describe_route_tables")
         for filters in cluster_tag_filters(cluster):
             with calling("DescribeRouteTables"):
@@ -123,7 +141,7 @@ class AwsRoutes:
                 InstanceId=route.target_instance_id, SourceDestCheck={"Value": False}
             )
         for table_id in self._table_ids(cluster):
-            args = {
+            args: _RouteArgs = {
                 "RouteTableId": table_id,
                 "InstanceId": route.target_instance_id,
                 **_destination_args(route.destination_cidr),

@@ -9,13 +9,17 @@ returns; a snapshot may still be ``pending`` (CSI ``ready_to_use`` false).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 from cloudloop.cloud.aws.volumes import EBS_CSI_CLUSTER_TAG, ebs_calling
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef
 
 #: Tag holding the CSI snapshot name (the VolumeSnapshotContent name), as the EBS CSI driver.
 CSI_SNAPSHOT_NAME_TAG = "CSIVolumeSnapshotName"
@@ -83,7 +87,7 @@ class AwsSnapshots:
         )
         return sorted(found, key=lambda s: s.id)
 
-    def _describe_snapshots(self, filters: list[dict[str, Any]]) -> list[models.Snapshot]:
+    def _describe_snapshots(self, filters: list[FilterTypeDef]) -> list[models.Snapshot]:
         snapshots: list[models.Snapshot] = []
         paginator = self.session.client("ec2").get_paginator("describe_snapshots")
         with ebs_calling("DescribeSnapshots"):
@@ -92,7 +96,7 @@ class AwsSnapshots:
         return snapshots
 
     @staticmethod
-    def _to_snapshot(raw: dict[str, Any]) -> models.Snapshot:
+    def _to_snapshot(raw: Mapping[str, Any]) -> models.Snapshot:
         started = raw.get("StartTime")
         created = started.timestamp() if isinstance(started, datetime) else 0.0
         return models.Snapshot(

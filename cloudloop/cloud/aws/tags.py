@@ -7,7 +7,10 @@ A resource belongs to cluster ``<c>`` when it carries the tag key ``kubernetes.i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef
 
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 LEGACY_CLUSTER_TAG = "KubernetesCluster"
@@ -17,7 +20,7 @@ def cluster_tag_key(cluster: str) -> str:
     return f"{CLUSTER_TAG_PREFIX}{cluster}"
 
 
-def cluster_tag_filters(cluster: str) -> list[list[dict[str, Any]]]:
+def cluster_tag_filters(cluster: str) -> list[list[FilterTypeDef]]:
     """EC2 filter sets for the current tag style, then the legacy one.
 
     Two sets rather than one ``tag-key`` filter with both keys: an ORed multi-value tag filter

@@ -9,7 +9,7 @@ client's read timeout covers the long poll; the Auto Scaling client may use its 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +35,7 @@ NO_ACTIVE_ACTION = "No active Lifecycle Action"
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 
 
-def to_instance_info(raw: dict[str, Any]) -> InstanceInfo:
+def to_instance_info(raw: Mapping[str, Any]) -> InstanceInfo:
     launch = raw.get("LaunchTime")
     zone = raw.get("Placement", {}).get("AvailabilityZone", "") or ""
     return InstanceInfo(

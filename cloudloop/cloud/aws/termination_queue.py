@@ -18,11 +18,14 @@ Rules (upstream's README "Queue Processor" setup, done by code instead of by han
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
 from cloudloop.cloud.termination import QueueInfo, QueueSpec
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.literals import QueueAttributeNameType
 
 #: (rule suffix, EventBridge pattern): the five sources upstream's queue mode reads.
 RULES: dict[str, dict[str, Any]] = {
@@ -46,7 +49,10 @@ RULES: dict[str, dict[str, Any]] = {
     },
 }
 TARGET_ID = "cloudloop-nth-queue"
-QUEUE_ATTRIBUTES = {"MessageRetentionPeriod": "300", "SqsManagedSseEnabled": "true"}
+QUEUE_ATTRIBUTES: dict[QueueAttributeNameType, str] = {
+    "MessageRetentionPeriod": "300",
+    "SqsManagedSseEnabled": "true",
+}
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 _MISSING_QUEUE = ("NonExistentQueue", "QueueDoesNotExist")
 

@@ -15,7 +15,7 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
@@ -24,6 +24,9 @@ from cloudloop.cloud.aws import ebs_limits
 from cloudloop.cloud.aws.base import NAME, AwsBase, translate
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 from cloudloop.cloud.driver import VolumeDefaults
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef
 
 #: Tag holding the CSI volume name (the PV name), as the EBS CSI driver sets it.
 CSI_NAME_TAG = "CSIVolumeName"
@@ -211,7 +214,7 @@ class AwsVolumes(VolumeDefaults):
         self.session = session
 
     def list_volumes(self, cluster: str) -> list[models.Volume]:
-        filters = [
+        filters: list[FilterTypeDef] = [
             {"Name": "tag-key", "Values": [cluster_tag_key(cluster)]},
             {"Name": "tag-key", "Values": [CSI_NAME_TAG]},
         ]
@@ -241,7 +244,7 @@ class AwsVolumes(VolumeDefaults):
 
     # -- volumes ---------------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        filters = [
+        filters: list[FilterTypeDef] = [
             {"Name": f"tag:{CSI_NAME_TAG}", "Values": [name]},
             {"Name": "tag-key", "Values": [cluster_tag_key(cluster)]},
         ]
@@ -418,7 +421,7 @@ class AwsVolumes(VolumeDefaults):
         raise errors.NotFound(NAME, "DescribeInstances", f"no instance {instance_id!r}")
 
     @staticmethod
-    def to_volume(raw: dict[str, Any]) -> models.Volume:
+    def to_volume(raw: Mapping[str, Any]) -> models.Volume:
         tags = tag_dict(raw.get("Tags"))
         volume_id = str(raw["VolumeId"])
         attachments = [
@@ -444,7 +447,7 @@ class AwsVolumes(VolumeDefaults):
         )
 
     @staticmethod
-    def _to_modification(raw: dict[str, Any]) -> models.VolumeModification:
+    def _to_modification(raw: Mapping[str, Any]) -> models.VolumeModification:
         return models.VolumeModification(
             volume_id=str(raw.get("VolumeId", "")),
             state=str(raw.get("ModificationState", "")),

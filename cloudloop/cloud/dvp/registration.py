@@ -15,6 +15,7 @@ from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, REGION
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.registration import encoded
+from cloudloop.kube.bodies import Secret
 
 
 def registration_values(settings: DvpSettings) -> dict[str, str]:
@@ -44,6 +45,6 @@ def registration_values(settings: DvpSettings) -> dict[str, str]:
     return encoded(values)
 
 
-def registration_secrets(settings: DvpSettings) -> list[dict[str, Any]]:
+def registration_secrets(settings: DvpSettings) -> list[Secret]:
     """Both Secrets (the generic name and the ``-dvp`` copy) with Deckhouse's labels."""
     return registration.registration_secrets(NAME, registration_values(settings))

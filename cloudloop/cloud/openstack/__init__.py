@@ -11,7 +11,7 @@ Rules: importing this package loads no SDK; the factories import their modules w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudloop.cloud.openstack.capi import INFRA_KINDS, NODE_TEMPLATES
 from cloudloop.cloud.openstack.settings import OpenStackSettings
@@ -20,6 +20,7 @@ from cloudloop.cloud.provider import Provider
 if TYPE_CHECKING:
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
+    from cloudloop.kube.bodies import Secret
 
 
 def _driver(settings: OpenStackSettings) -> CloudDriver:
@@ -28,7 +29,7 @@ def _driver(settings: OpenStackSettings) -> CloudDriver:
     return OpenStackDriver(settings)
 
 
-def _registration(settings: OpenStackSettings) -> list[dict[str, Any]]:
+def _registration(settings: OpenStackSettings) -> list[Secret]:
     from cloudloop.cloud.openstack.registration import registration_secrets
 
     return registration_secrets(settings)

@@ -19,6 +19,7 @@ from cloudloop.cloud.openstack.capi import INFRA_KINDS
 from cloudloop.cloud.openstack.config import resolve
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.registration import encoded, helm_json
+from cloudloop.kube.bodies import Secret
 
 NAME = "openstack"
 
@@ -70,6 +71,6 @@ def registration_values(raw: OpenStackSettings) -> dict[str, str]:
     return encoded(values)
 
 
-def registration_secrets(settings: OpenStackSettings) -> list[dict[str, Any]]:
+def registration_secrets(settings: OpenStackSettings) -> list[Secret]:
     """Both Secrets (the generic name and the ``-openstack`` copy) with Deckhouse's labels."""
     return registration.registration_secrets(NAME, registration_values(settings))

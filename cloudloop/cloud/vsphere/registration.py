@@ -17,7 +17,6 @@ is empty, so the node manager picks the Cluster API engine.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from cloudloop.cloud import registration
 from cloudloop.cloud.capi import INFRA_GROUP
@@ -31,6 +30,7 @@ from cloudloop.cloud.vsphere.settings import (
     VsphereSettings,
     resolve,
 )
+from cloudloop.kube.bodies import Secret
 
 
 def registration_values(settings: VsphereSettings) -> dict[str, str]:
@@ -95,6 +95,6 @@ def registration_values(settings: VsphereSettings) -> dict[str, str]:
     return encoded(values)
 
 
-def registration_secrets(settings: VsphereSettings) -> list[dict[str, Any]]:
+def registration_secrets(settings: VsphereSettings) -> list[Secret]:
     """Both Secrets (the generic name and the ``-vsphere`` copy) with Deckhouse's labels."""
     return registration.registration_secrets(PROVIDER, registration_values(settings))

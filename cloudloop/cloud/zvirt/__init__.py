@@ -8,7 +8,7 @@ Rules: importing this package loads no SDK; the factories import their modules w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudloop.cloud.provider import Provider
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS, NODE_TEMPLATES
@@ -17,6 +17,7 @@ from cloudloop.cloud.zvirt.settings import ZvirtSettings
 if TYPE_CHECKING:
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
+    from cloudloop.kube.bodies import Secret
 
 
 def _driver(settings: ZvirtSettings) -> CloudDriver:
@@ -25,7 +26,7 @@ def _driver(settings: ZvirtSettings) -> CloudDriver:
     return ZvirtDriver(settings)
 
 
-def _registration(settings: ZvirtSettings) -> list[dict[str, Any]]:
+def _registration(settings: ZvirtSettings) -> list[Secret]:
     from cloudloop.cloud.zvirt.registration import registration_secrets
 
     return registration_secrets(settings)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from cloudloop.cloud import registration
 from cloudloop.cloud.capi import INFRA_GROUP
@@ -17,6 +16,7 @@ from cloudloop.cloud.registration import encoded, helm_json
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT
 from cloudloop.cloud.zvirt.mapping import NAME, REGION, ZONE
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
+from cloudloop.kube.bodies import Secret
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,6 @@ def registration_values(settings: ZvirtSettings, zones: Sequence[str] = (ZONE,))
     return encoded(values)
 
 
-def registration_secrets(
-    settings: ZvirtSettings, zones: Sequence[str] = (ZONE,)
-) -> list[dict[str, Any]]:
+def registration_secrets(settings: ZvirtSettings, zones: Sequence[str] = (ZONE,)) -> list[Secret]:
     """Both Secrets (the generic name and the ``-zvirt`` copy) with Deckhouse's labels."""
     return registration.registration_secrets(NAME, registration_values(settings, zones))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.lb_annotations import (
@@ -22,6 +22,9 @@ from cloudloop.cloud.aws.lb_annotations import (
     invalid,
 )
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict, tagged_for_cluster
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import TagTypeDef
 
 SERVICE_NAME_TAG = "kubernetes.io/service-name"
 SERVICE_UID_TAG = "cloudloop.io/service-uid"
@@ -51,7 +54,7 @@ def identity_tags(spec: models.LoadBalancerSpec) -> dict[str, str]:
     }
 
 
-def aws_tags(tags: dict[str, str]) -> list[dict[str, str]]:
+def aws_tags(tags: dict[str, str]) -> list[TagTypeDef]:
     return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
 
 
@@ -107,15 +110,16 @@ def target_instance_ids(
     return sorted(set(ids))
 
 
-def choose_subnets(
-    subnets: Iterable[dict[str, Any]], cluster: str, *, internal: bool
-) -> list[dict[str, Any]]:
+SubnetT = TypeVar("SubnetT", bound=Mapping[str, Any])
+
+
+def choose_subnets(subnets: Iterable[SubnetT], cluster: str, *, internal: bool) -> list[SubnetT]:
     """One cluster subnet per zone, preferring the role tag of the scheme (``kubernetes.io/role/
     elb`` or ``internal-elb``) and skipping subnets tagged only for the other scheme."""
     wanted, other = (
         (ROLE_INTERNAL_ELB_TAG, ROLE_ELB_TAG) if internal else (ROLE_ELB_TAG, ROLE_INTERNAL_ELB_TAG)
     )
-    best: dict[str, tuple[int, str, dict[str, Any]]] = {}
+    best: dict[str, tuple[int, str, SubnetT]] = {}
     for subnet in subnets:
         tags = tag_dict(subnet.get("Tags"))
         if not tagged_for_cluster(tags, cluster):

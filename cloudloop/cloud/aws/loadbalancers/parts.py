@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
@@ -25,6 +25,9 @@ from cloudloop.cloud.aws.loadbalancers.naming import choose_subnets
 from cloudloop.cloud.aws.loadbalancers.security_groups import LoadBalancerSecurityGroups
 from cloudloop.cloud.aws.loadbalancers.tls import LoadBalancerChecks
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, SubnetTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +74,19 @@ class LoadBalancerParts:
         ec2 = self.session.client("ec2")
         paginator = ec2.get_paginator("describe_subnets")
 
-        def describe(filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        def describe(filters: list[FilterTypeDef]) -> list[SubnetTypeDef]:
             with calling("DescribeSubnets"):
                 return [s for page in paginator.paginate(Filters=filters) for s in page["Subnets"]]
 
         if options.subnets:
             ids = [s for s in options.subnets if s.startswith("subnet-")]
             names = [s for s in options.subnets if not s.startswith("subnet-")]
-            found: list[dict[str, Any]] = []
+            found: list[SubnetTypeDef] = []
             if ids:
                 found += describe([{"Name": "subnet-id", "Values": ids}])
             if names:
                 found += describe([{"Name": "tag:Name", "Values": names}])
-            by_key: dict[str, dict[str, Any]] = {}
+            by_key: dict[str, SubnetTypeDef] = {}
             for subnet in found:
                 by_key.setdefault(str(subnet["SubnetId"]), subnet)
                 by_key.setdefault(tag_dict(subnet.get("Tags")).get("Name", ""), subnet)

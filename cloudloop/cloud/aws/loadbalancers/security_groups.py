@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
@@ -31,6 +31,9 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
 )
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict, tagged_for_cluster
 
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, IpPermissionTypeDef, TagSpecificationTypeDef
+
 log = logging.getLogger(__name__)
 
 
@@ -46,10 +49,11 @@ class Rule:
     source_group: str = ""
     role: str = "node"
 
-    def permission(self, description: str) -> dict[str, Any]:
-        permission: dict[str, Any] = {"IpProtocol": self.protocol}
+    def permission(self, description: str) -> IpPermissionTypeDef:
+        permission: IpPermissionTypeDef = {"IpProtocol": self.protocol}
         if self.protocol != "-1":
-            permission.update(FromPort=self.from_port, ToPort=self.to_port)
+            permission["FromPort"] = self.from_port
+            permission["ToPort"] = self.to_port
         if self.source_group:
             permission["UserIdGroupPairs"] = [
                 {"GroupId": self.source_group, "Description": description}
@@ -61,7 +65,7 @@ class Rule:
         return permission
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> Rule:
+    def of(cls, raw: Mapping[str, Any]) -> Rule:
         protocol = str(raw.get("IpProtocol", "-1")).lower()
         all_ports = protocol == "-1"
         return cls(
@@ -178,7 +182,9 @@ class LoadBalancerSecurityGroups:
         description = f"kubernetes.io/rule/{spec.name}"
         for (group_id, role), rules in by_group.items():
             tags = aws_tags({**identity_tags(spec), RULE_ROLE_TAG: role})
-            tag_spec = [{"ResourceType": "security-group-rule", "Tags": tags}]
+            tag_spec: list[TagSpecificationTypeDef] = [
+                {"ResourceType": "security-group-rule", "Tags": tags}
+            ]
             try:
                 with calling("AuthorizeSecurityGroupIngress"):
                     ec2.authorize_security_group_ingress(
@@ -225,7 +231,7 @@ class LoadBalancerSecurityGroups:
             ),
         }
         wanted = list(names) if own else list(names)[1:]
-        filters = [
+        filters: list[FilterTypeDef] = [
             {"Name": "group-name", "Values": wanted},
             {"Name": "vpc-id", "Values": [vpc_id]},
         ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
@@ -89,7 +88,7 @@ class LoadBalancerChecks:
 
         def check() -> str | None:
             with calling("DescribeAddresses"):
-                found: list[dict[str, Any]] = self.session.client("ec2").describe_addresses(
+                found = self.session.client("ec2").describe_addresses(
                     AllocationIds=list(allocations)
                 )["Addresses"]
             missing = sorted(set(allocations) - {str(a.get("AllocationId")) for a in found})
