@@ -219,6 +219,19 @@ class Process:
                 self.popen.wait()
 
 
+class Phases:
+    """Prints on stderr the seconds since the previous phase ended (where the module's wall
+    goes: set-up, the measured waits, teardown)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        print(f"lbscale phase {name}: {now - self.last:.1f} s", file=sys.stderr, flush=True)
+        self.last = now
+
+
 async def until(check: Any, timeout: float, what: str, interval: float = 1.0) -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(check):
@@ -253,6 +266,7 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
         "CLOUDLOOP_CCM__NODE_STATUS_UPDATE_FREQUENCY_S": "3600",
         "CLOUDLOOP_DISCOVERY__ENABLED": "false",
     }
+    phase = Phases()
     kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     # Real instances behind the Nodes: node sync in the starter process would delete Nodes
     # whose instance does not exist.
@@ -261,6 +275,7 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
     launched = await asyncio.to_thread(launch_instances, ec2, NODE_COUNT, InstanceType="m5.large")
     ids = [i["InstanceId"] for i in launched]
     found = (await asyncio.to_thread(driver.list_instances, ids)).found
+    phase("instances")
     node_names = [f"lbscale-{scope}-{i:05d}" for i in range(NODE_COUNT)]
     service_names = [f"s{i:04d}" for i in range(SERVICE_COUNT)]
 
@@ -271,11 +286,13 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
 
     with ThreadPoolExecutor(16) as pool:
         await asyncio.to_thread(lambda: list(pool.map(create_node, range(NODE_COUNT))))
+        phase("nodes")
         await asyncio.to_thread(
             lambda: list(
                 pool.map(lambda n: kube.create(SERVICES, lb_service(n), namespace), service_names)
             )
         )
+    phase("services")
 
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-lbscale-") as logs:
@@ -292,10 +309,12 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
                 )
 
             await until(lambda: applied() >= SERVICE_COUNT, 600, "1,000 apply signals")
+            phase("signals")
             await asyncio.sleep(2)
             figures["starter_rss_mb_5000_nodes_1000_services"] = rss_mb(starter.popen.pid)
             print(f"starter memory (kB): {memory_breakdown(starter.popen.pid)}", file=sys.stderr)
             await until(lambda: ensures() >= SERVICE_COUNT, 600, "1,000 lb.ensure runs")
+            phase("ensures")
             await asyncio.sleep(2)
             figures["worker_rss_mb_1000_running_lb_workflows"] = rss_mb(worker.popen.pid)
             print(f"worker memory (kB): {memory_breakdown(worker.popen.pid)}", file=sys.stderr)
@@ -320,16 +339,19 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             await asyncio.sleep(3)
             await until(quiet, 120, "the starter's queue drained")
             figures["lb_signals_per_lb_node_change"] = applied() - before
+            phase("node changes")
 
         finally:
             starter.stop()
             worker.stop()
+    phase("stop")
     with ThreadPoolExecutor(16) as pool:
         await asyncio.to_thread(lambda: list(pool.map(lambda n: kube.delete(NODES, n), node_names)))
     for start in range(0, len(ids), 200):
         ec2.terminate_instances(InstanceIds=ids[start : start + 200])
     kube.delete(CONFIG_MAPS, f"starter-{scope}-lb-nodes", LEASE_NAMESPACE)
     kube.delete(NAMESPACES, namespace)
+    phase("teardown")
     return figures
 
 
