@@ -19,6 +19,14 @@ finds the LB handled elsewhere and stays running, idle, with no ELB made in moto
 
 The Services are left with their finalizers and running workflows (the stack is thrown away at
 the end of the run); the Nodes and instances are removed.
+
+Set-up and teardown are not measured, and kept cheap: the Services are created while moto
+launches the instances (its ~100 CPU seconds for 5,000 are most of the module's set-up); each
+Node is one create with its status (the API server keeps a Node's status on create, as a kubelet
+registers; one managed-fields entry where a create and a status PATCH left two, which the
+starter's informers drop anyway); the Nodes go in :data:`GROUPS` collection deletes, the
+instances in 1,000-instance terminations, both at once; the two processes stop at once. Each
+phase's seconds go to stderr (``lbscale phase ...``).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from bench.context import BenchContext
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import Instance
+from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import Node
 from cloudloop.kube.resources import CONFIG_MAPS, NODES, SERVICES, ObjectRef, Resource
 from cloudloop.messages.loadbalancer import workflow_id
@@ -55,6 +64,10 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODE_COUNT = 5000
 SERVICE_COUNT = 1000
 SYNCS = 20
+#: Client threads creating the Nodes and Services.
+CREATE_THREADS = 16
+#: ``node.deckhouse.io/group`` values the Nodes spread over (``pool-<index % GROUPS>``).
+GROUPS = 10
 TYPE_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-type"
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 LEASE_NAMESPACE = "default"
@@ -86,7 +99,7 @@ def kubelet_node(
         "node.kubernetes.io/instance-type": "m5.large",
         "topology.kubernetes.io/region": "us-east-1",
         "topology.kubernetes.io/zone": zone,
-        "node.deckhouse.io/group": f"pool-{index % 10}",
+        "node.deckhouse.io/group": f"pool-{index % GROUPS}",
     }
     now = "2026-01-01T00:00:00Z"
     conditions = [
@@ -220,6 +233,19 @@ class Process:
                 self.popen.wait()
 
 
+class Phases:
+    """Prints on stderr the seconds since the previous phase ended (where the module's wall
+    goes: set-up, the measured waits, teardown)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        print(f"lbscale phase {name}: {now - self.last:.1f} s", file=sys.stderr, flush=True)
+        self.last = now
+
+
 async def until(check: Any, timeout: float, what: str, interval: float = 1.0) -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(check):
@@ -254,29 +280,36 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
         "CLOUDLOOP_CCM__NODE_STATUS_UPDATE_FREQUENCY_S": "3600",
         "CLOUDLOOP_DISCOVERY__ENABLED": "false",
     }
+    phase = Phases()
     kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     # Real instances behind the Nodes: node sync in the starter process would delete Nodes
     # whose instance does not exist.
     driver = AwsDriver(AWS.section(settings).model_copy(update={"timeout_s": 120}))
     ec2 = aws_client("ec2", AWS.section(settings).endpoint_url)
-    launched = await asyncio.to_thread(launch_instances, ec2, NODE_COUNT, InstanceType="m5.large")
-    ids = [i["InstanceId"] for i in launched]
-    found = (await asyncio.to_thread(driver.list_instances, ids)).found
     node_names = [f"lbscale-{scope}-{i:05d}" for i in range(NODE_COUNT)]
     service_names = [f"s{i:04d}" for i in range(SERVICE_COUNT)]
 
-    def create_node(index: int) -> None:
-        body = kubelet_node(node_names[index], scope, index, found[ids[index]])
-        kube.create(NODES, body)  # the API server drops the status of a create
-        kube.patch(NODES, node_names[index], {"status": body["status"]}, subresource="status")
+    def create_services() -> None:
+        with ThreadPoolExecutor(CREATE_THREADS) as pool:
+            list(pool.map(lambda n: kube.create(SERVICES, lb_service(n), namespace), service_names))
 
-    with ThreadPoolExecutor(16) as pool:
+    # The Services go to the API server while moto launches the instances (no process watches
+    # them yet: the starter starts once everything is there).
+    services = asyncio.create_task(asyncio.to_thread(create_services))
+    launched = await asyncio.to_thread(launch_instances, ec2, NODE_COUNT, InstanceType="m5.large")
+    ids = [i["InstanceId"] for i in launched]
+    found = (await asyncio.to_thread(driver.list_instances, ids)).found
+    phase("instances")
+
+    def create_node(index: int) -> None:
+        # One create: the API server keeps a Node's status on create (a kubelet registers so).
+        kube.create(NODES, kubelet_node(node_names[index], scope, index, found[ids[index]]))
+
+    with ThreadPoolExecutor(CREATE_THREADS) as pool:
         await asyncio.to_thread(lambda: list(pool.map(create_node, range(NODE_COUNT))))
-        await asyncio.to_thread(
-            lambda: list(
-                pool.map(lambda n: kube.create(SERVICES, lb_service(n), namespace), service_names)
-            )
-        )
+    phase("nodes")
+    await services
+    phase("services")
 
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-lbscale-") as logs:
@@ -293,10 +326,12 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
                 )
 
             await until(lambda: applied() >= SERVICE_COUNT, 600, "1,000 apply signals")
+            phase("signals")
             await asyncio.sleep(2)
             figures["starter_rss_mb_5000_nodes_1000_services"] = rss_mb(starter.popen.pid)
             print(f"starter memory (kB): {memory_breakdown(starter.popen.pid)}", file=sys.stderr)
             await until(lambda: ensures() >= SERVICE_COUNT, 600, "1,000 lb.ensure runs")
+            phase("ensures")
             await asyncio.sleep(2)
             figures["worker_rss_mb_1000_running_lb_workflows"] = rss_mb(worker.popen.pid)
             print(f"worker memory (kB): {memory_breakdown(worker.popen.pid)}", file=sys.stderr)
@@ -321,17 +356,40 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             await asyncio.sleep(3)
             await until(quiet, 120, "the starter's queue drained")
             figures["lb_signals_per_lb_node_change"] = applied() - before
+            phase("node changes")
 
         finally:
-            starter.stop()
-            worker.stop()
-    with ThreadPoolExecutor(16) as pool:
-        await asyncio.to_thread(lambda: list(pool.map(lambda n: kube.delete(NODES, n), node_names)))
-    for start in range(0, len(ids), 200):
-        ec2.terminate_instances(InstanceIds=ids[start : start + 200])
+            await asyncio.gather(asyncio.to_thread(starter.stop), asyncio.to_thread(worker.stop))
+    phase("stop")
+
+    def terminate() -> None:
+        for start in range(0, len(ids), 1000):
+            ec2.terminate_instances(InstanceIds=ids[start : start + 1000])
+
+    await asyncio.gather(asyncio.to_thread(delete_nodes, kube, scope), asyncio.to_thread(terminate))
     kube.delete(CONFIG_MAPS, f"starter-{scope}-lb-nodes", LEASE_NAMESPACE)
     kube.delete(NAMESPACES, namespace)
+    phase("teardown")
     return figures
+
+
+def delete_nodes(kube: Kube, scope: str) -> None:
+    """The module's Nodes by label, one collection delete per ``node.deckhouse.io/group`` (500
+    Nodes each, at once: the API server deletes a collection with one worker, and a request
+    answers within 60 s); any left after are deleted one by one."""
+    selector = f"cloudloop-bench-lbscale={scope}"
+
+    def delete_group(group: int) -> None:
+        query = {"labelSelector": f"{selector},node.deckhouse.io/group=pool-{group}"}
+        try:
+            kube.request("DELETE", NODES.path(None), query=query, timeout=120)
+        except KubeError as error:  # timed out: the one-by-one pass below finishes
+            print(f"lbscale: deleting Nodes of pool-{group}: {error}", file=sys.stderr)
+
+    with ThreadPoolExecutor(GROUPS) as pool:
+        list(pool.map(delete_group, range(GROUPS)))
+        left = kube.list(NODES, labelSelector=selector).get("items", [])
+        list(pool.map(lambda n: kube.delete(NODES, n["metadata"]["name"]), left))
 
 
 async def signal_bytes(ctx: BenchContext, service: Mapping[str, Any]) -> float:

@@ -196,6 +196,6 @@ async def _round(
         starter.stop()
         informers.stop()
         await asyncio.gather(task, return_exceptions=True)
-        for worker in workers:
-            await asyncio.to_thread(worker.stop)
+        # All at once: each waits out its own graceful shutdown.
+        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in workers))
     return wall, cpu, calls

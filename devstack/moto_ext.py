@@ -48,6 +48,7 @@ from typing import Any
 
 from moto import settings as moto_settings
 from moto.ec2.exceptions import InvalidSecurityGroupNotFoundError
+from moto.ec2.models import amis as ami_models
 from moto.ec2.models import core as ec2_core_models
 from moto.ec2.models import ec2_backends
 from moto.ec2.models import instances as instance_models
@@ -387,6 +388,33 @@ def _validate_launches() -> None:
     backend_cls.run_instances = run_instances
 
 
+def _image_lookup_by_key() -> None:
+    """Each launched instance looks its image up with one ``image-id`` filter, which moto
+    matches (``fnmatch``) against every image it holds, ~1,300 default AMIs: about half of a
+    launch's CPU, 5,000 instances ≈ 50 CPU seconds. A filter of one literal ID (no wildcard) is
+    a key lookup here, with the same answer (the image, or none); anything else goes to moto."""
+    backend_cls: Any = ami_models.AmiBackend
+    describe = backend_cls.describe_images
+
+    def describe_images(
+        self: Any,
+        ami_ids: list[str] | None = None,
+        filters: dict[str, Any] | None = None,
+        exec_users: list[str] | None = None,
+        owners: list[str] | None = None,
+    ) -> Any:
+        if not ami_ids and not exec_users and not owners and filters and len(filters) == 1:
+            value = filters.get("image-id")
+            if isinstance(value, list) and len(value) == 1:
+                value = value[0]
+            if isinstance(value, str) and not any(c in value for c in "*?["):
+                image = self.amis.get(value)
+                return [image] if image is not None else []
+        return describe(self, ami_ids, filters, exec_users, owners)
+
+    backend_cls.describe_images = describe_images
+
+
 def install() -> None:
     """Patch moto's ELB, subnet and EC2 tag and instance models (once per process)."""
     if getattr(elb_models, _PATCHED, False):
@@ -398,6 +426,7 @@ def install() -> None:
     _patch_lifecycle()
     _patch_volume_listing()
     _validate_launches()
+    _image_lookup_by_key()
     setattr(elb_models, _PATCHED, True)
 
 

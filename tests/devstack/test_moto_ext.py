@@ -334,3 +334,18 @@ def test_launches_check_image_type_and_interface_groups(aws: None) -> None:
     assert code(InstanceType="t9.nano").startswith("InvalidInstanceType")
     interface = {"DeviceIndex": 0, "SubnetId": subnet, "Groups": ["sg-0000000000000000f"]}
     assert code(NetworkInterfaces=[interface]) == "InvalidGroup.NotFound"
+
+
+def test_image_id_filter_answers_as_moto(aws: None) -> None:
+    ec2 = aws_client("ec2")
+
+    def ids(*values: str) -> list[str]:
+        filters = [{"Name": "image-id", "Values": list(values)}]
+        return [i["ImageId"] for i in ec2.describe_images(Filters=filters)["Images"]]
+
+    assert ids("ami-12c6146b") == ["ami-12c6146b"]
+    assert ids("ami-0000000000000000f") == []
+    assert "ami-12c6146b" in ids("ami-12c6146*")
+    assert sorted(ids("ami-12c6146b", "ami-0000000000000000f")) == ["ami-12c6146b"]
+    [instance] = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"]
+    assert instance["ImageId"] == "ami-12c6146b"
