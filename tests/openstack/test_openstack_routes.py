@@ -55,6 +55,10 @@ def pairs(admin: OpenStackEmulatorAdmin, server_id: str) -> list[str]:
     return [p["ip_address"] for p in port_of(admin, server_id)["allowed_address_pairs"]]
 
 
+def paired(admin: OpenStackEmulatorAdmin, server_id: str, cidr: str) -> bool:
+    return pairs(admin, server_id) == [cidr]
+
+
 def address(admin: OpenStackEmulatorAdmin, server_id: str) -> str:
     return str(port_of(admin, server_id)["fixed_ips"][0]["ip_address"])
 
@@ -218,7 +222,12 @@ async def test_route_sync_routes_the_pod_cidrs(
             now = await eventually(routed, what="the pod CIDRs routed")
             assert now[OUTSIDE_CIDR] == bystander  # outside the cluster CIDR: never touched
             for server in servers[:2]:
-                assert pairs(admin, server["id"]) == [cidrs[server["name"]]]
+                # The port's address pair is written after the router's route (as upstream's
+                # CreateRoute does): wait for it rather than read it once.
+                assert await eventually(
+                    functools.partial(paired, admin, server["id"], cidrs[server["name"]]),
+                    what=f"the address pair on {server['name']}'s port",
+                )
                 assert await eventually(
                     functools.partial(
                         has_condition, kube, server["name"], ("False", "RouteCreated")
