@@ -149,7 +149,7 @@ async def test_init_shutdown_outage_and_gone(
         async with node_sync(kube, ccm_settings, cloud.driver):
             node = await eventually(
                 node_when(kube, name, lambda n: not rules.needs_init(n)),
-                timeout=60,
+                timeout=120,
                 what=f"{name} initialized",
             )
             assert node["spec"]["providerID"] == provider_id
@@ -162,20 +162,20 @@ async def test_init_shutdown_outage_and_gone(
             await asyncio.to_thread(cloud.stop_vm, name)
             await eventually(
                 node_when(kube, name, lambda n: rules.has_taint(n, rules.SHUTDOWN_TAINT)),
-                timeout=60,
+                timeout=120,
                 what="the shutdown taint",
             )
 
         # The VM goes while the cloud's API does not answer: nothing is deleted.
         await asyncio.to_thread(cloud.remove_vm, name)
         async with node_sync(kube, ccm_settings, cloud.down()) as sync:
-            await eventually(lambda: sync.passes >= 4, timeout=60, what="lifecycle passes")
+            await eventually(lambda: sync.passes >= 4, timeout=120, what="lifecycle passes")
             assert kube.get(NODES, name) is not None
 
         # The API answers again: the VM is positively gone, so is its Node.
         async with node_sync(kube, ccm_settings, cloud.driver):
             await eventually(
-                lambda: kube.get(NODES, name) is None, timeout=60, what="the Node deleted"
+                lambda: kube.get(NODES, name) is None, timeout=120, what="the Node deleted"
             )
     finally:
         cleanup(kube, scope)
