@@ -172,8 +172,10 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
 @process_options
 def worker(settings: Settings) -> None:
     """Run a Temporal worker (workflows + the configured cloud's activities)."""
+    from cloudloop.kube.informer import cap_malloc_arenas
     from workers.main import run
 
+    cap_malloc_arenas()
     asyncio.run(run(settings))
 
 

@@ -59,9 +59,10 @@ _M_ARENA_MAX = -8
 def cap_malloc_arenas(arenas: int = 2) -> None:
     """Let glibc keep at most ``arenas`` malloc arenas (its default is eight per core).
 
-    For a process of one event loop and a few I/O threads (the starter): every thread that
-    allocates at once otherwise gets an arena of its own, whose free pages stay resident.
-    Called before the threads start; another C library: nothing.
+    For the starter (one event loop and a few I/O threads) and the worker (activity threads and
+    the Temporal core's threads): every thread that allocates at once otherwise gets an arena of
+    its own, whose free pages stay resident. Called before the threads start; another C library:
+    nothing.
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas)
