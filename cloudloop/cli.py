@@ -172,8 +172,11 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
 @process_options
 def worker(settings: Settings) -> None:
     """Run a Temporal worker (workflows + the configured cloud's activities)."""
+    from cloudloop.kube.informer import cap_malloc_arenas, pin_mmap_threshold
     from workers.main import run
 
+    cap_malloc_arenas()
+    pin_mmap_threshold()
     asyncio.run(run(settings))
 
 

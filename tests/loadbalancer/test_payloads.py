@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from activities.loadbalancer import LoadBalancerActivities
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
@@ -26,14 +27,16 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
 from cloudloop.kube.bodies import Node
-from cloudloop.kube.resources import CONFIG_MAPS, NODES
+from cloudloop.kube.resources import CONFIG_MAPS, NODES, ObjectRef
 from cloudloop.messages.loadbalancer import (
     ApplyRequest,
     DesiredLoadBalancer,
     LoadBalancerNode,
+    LoadBalancerTarget,
     NodeSetRef,
 )
 from cloudloop.rules import loadbalancer as rules
+from tests.fakes import MemoryKube
 from tests.helpers import eventually
 from tests.loadbalancer.support import AwsWorld, ingress, lb_name, make_service, service_starter
 from workers.main import build_worker
@@ -118,6 +121,53 @@ def test_node_set_encoding_round_trips_and_digests_content() -> None:
     assert nodesets.digest(nodes) == nodesets.digest(list(nodes))
     assert nodesets.digest(nodes) != nodesets.digest(nodes[1:])
     assert len(nodesets.encode(nodes)) < len(nodesets.canonical(nodes)) / 2
+
+
+def test_a_node_set_by_reference_is_mapped_once_per_version() -> None:
+    """Every ensure of one ConfigMap version shares one backend list (built once, not once per
+    activity: ~3 MB at 5,000 nodes); a new version is mapped again; inline sets as before."""
+    kube = MemoryKube()
+    activities = LoadBalancerActivities(AWS_DRIVER, AWS_DRIVER, kube)
+    target = LoadBalancerTarget(
+        service=ObjectRef(plural="services", kind="Service", namespace="ns", name="s", uid="u"),
+        cluster="c",
+        provider="aws",
+    )
+
+    def stored(nodes: list[LoadBalancerNode], version: str) -> DesiredLoadBalancer:
+        kube.put(
+            CONFIG_MAPS,
+            {
+                "metadata": {"name": "cm", "resourceVersion": version},
+                "binaryData": {nodesets.DATA_KEY: nodesets.encode(nodes)},
+            },
+            "kube-system",
+        )
+        ref = NodeSetRef(
+            namespace="kube-system", name="cm", digest=nodesets.digest(nodes), count=len(nodes)
+        )
+        return DesiredLoadBalancer(ports=[LoadBalancerPort(port=80, node_port=30080)], node_set=ref)
+
+    nodes = [
+        LoadBalancerNode(name=f"n{i}", provider_id=f"aws:///us-east-1a/i-{i:017x}")
+        for i in range(3)
+    ]
+    foreign = LoadBalancerNode(name="f", provider_id="openstack:///x")
+    desired = stored([*nodes, foreign], "1")
+    first, again = activities.spec(target, desired), activities.spec(target, desired)
+    assert [b.node_name for b in first.backends] == ["n0", "n1", "n2"]  # another cloud's: skipped
+    assert first.backend_instance_ids == [f"i-{i:017x}" for i in range(3)]
+    shared = activities.backends(target, desired)
+    assert activities.backends(target, desired) is shared
+    assert all(a is b for a, b in zip(again.backends, first.backends, strict=True))
+
+    newer = stored(nodes[:2], "2")
+    assert [b.node_name for b in activities.spec(target, newer).backends] == ["n0", "n1"]
+    assert activities.backends(target, newer) is not shared
+
+    inline = DesiredLoadBalancer(ports=[LoadBalancerPort(port=80, node_port=30080)], nodes=nodes)
+    assert activities.backends(target, inline) is not activities.backends(target, inline)
+    assert activities.spec(target, inline).backend_instance_ids == first.backend_instance_ids
 
 
 def test_a_desired_state_by_reference_is_small_and_the_old_shape_still_parses() -> None:

@@ -181,10 +181,12 @@ async def test_a_paged_listing_returns_the_free_heap(
 
 
 def test_the_heap_calls_are_safe_to_make() -> None:
-    from cloudloop.kube.informer import cap_malloc_arenas, release_free_heap
+    from cloudloop.kube.informer import cap_malloc_arenas, pin_mmap_threshold, release_free_heap
 
     cap_malloc_arenas(8)  # glibc: mallopt(M_ARENA_MAX); another C library: nothing
+    pin_mmap_threshold()  # glibc: mallopt(M_MMAP_THRESHOLD, 128 KiB)
     release_free_heap()  # glibc: malloc_trim(0)
+    assert len(bytearray(1 << 20)) == 1 << 20  # a block past the threshold: mapped, as before
 
 
 async def test_a_transform_is_what_the_store_keeps_of_listed_and_watched_objects() -> None:
