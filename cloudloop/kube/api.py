@@ -63,6 +63,23 @@ class KubeError(Exception):
     def transport(cls, exc: BaseException) -> KubeError:
         return cls(0, "Unreachable", {"message": f"{type(exc).__name__}: {exc}"})
 
+    @classmethod
+    def unserved(cls, status: int, reason: str, data: bytes) -> KubeError:
+        """An error answer without a Status body: the API server does not serve the path (its
+        plain ``404 page not found`` for a group or version it has not registered, such as a CRD
+        not installed, or not yet loaded after a restart). Not the object's NotFound, so never
+        taken for "gone": the caller sees it as unreachable and tries again, with what was
+        answered in the message."""
+        text = data.decode("utf-8", "replace").strip()[:200]
+        return cls(
+            0,
+            "Unreachable",
+            {
+                "message": f"the API server answered {status} {reason} without a Status"
+                f" ({text!r}): is the resource's API group served (its CRD installed)?"
+            },
+        )
+
 
 #: What the kubernetes client and urllib3 raise when no HTTP answer arrives.
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, ApiException, OSError, ValueError)
@@ -109,10 +126,13 @@ class Kube:
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._send(method, path, **kwargs)
+        data = b""
         try:
             data = response.read()
             parsed = json.loads(data) if data else {}
         except TRANSPORT_ERRORS as exc:  # reset mid-body, or a truncated JSON document
+            if isinstance(exc, ValueError) and data and not 200 <= int(response.status) < 300:
+                raise KubeError.unserved(int(response.status), str(response.reason), data) from exc
             raise KubeError.transport(exc) from exc
         if not 200 <= int(response.status) < 300:
             raise KubeError(
@@ -143,7 +163,12 @@ class Kube:
         try:
             if not 200 <= int(response.status) < 300:
                 body = raw.read()
-                parsed = json.loads(body) if body else None
+                try:
+                    parsed = json.loads(body) if body else None
+                except ValueError as exc:
+                    raise KubeError.unserved(
+                        int(response.status), str(response.reason), body
+                    ) from exc
                 raise KubeError(
                     int(response.status),
                     str(response.reason),
