@@ -43,14 +43,16 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeats import heartbeating
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.bodies import BodyT, PersistentVolumeClaim, Pod, Service, StorageClass
+from cloudloop.kube.bodies import BodyT, Pod, Service
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import (
     CONFIG_MAPS,
     PDBS,
+    PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     PODS,
     SERVICES,
+    STORAGE_CLASSES,
     Resource,
 )
 from cloudloop.messages.layout import ClearClusterInput, ClearClusterResult, LayoutActivity
@@ -59,12 +61,6 @@ HEARTBEAT_S = 2.0
 #: How often a wait step lists again.
 POLL_S = 1.0
 
-PVCS: Resource[PersistentVolumeClaim] = Resource(
-    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"
-)
-STORAGE_CLASSES: Resource[StorageClass] = Resource(
-    "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
-)
 CAPI_GROUP = "cluster.x-k8s.io"
 UUID_CONFIG_MAP = ("kube-system", "d8-cluster-uuid")
 
@@ -161,7 +157,9 @@ class ClusterResourceActivities:
         if step == "delete-volumes":
             deleted = _delete_all(kube, PDBS, _items(kube, PDBS))
             deleted += _delete_all(kube, STORAGE_CLASSES, _items(kube, STORAGE_CLASSES))
-            deleted += _delete_all(kube, PVCS, _items(kube, PVCS))
+            deleted += _delete_all(
+                kube, PERSISTENT_VOLUME_CLAIMS, _items(kube, PERSISTENT_VOLUME_CLAIMS)
+            )
             deleted += _delete_all(kube, PODS, [p for p in _items(kube, PODS) if _uses_claim(p)])
             return deleted
         if step == "wait-volumes":
@@ -201,7 +199,7 @@ class ClusterResourceActivities:
     def _volumes_left(kube: Kube) -> list[str]:
         claims = [
             f"PVC {_name(c)}"
-            for c in _items(kube, PVCS)
+            for c in _items(kube, PERSISTENT_VOLUME_CLAIMS)
             if (c.get("status") or {}).get("phase") != "Pending"
         ]
         volumes = []

@@ -202,7 +202,7 @@ async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]
 
 
 def _storage_class(ctx: BenchContext, name: str) -> bool:
-    from cloudloop.csi.objects import STORAGE_CLASSES
+    from cloudloop.kube.resources import STORAGE_CLASSES
 
     return ctx.kube.get(STORAGE_CLASSES, name) is not None
 

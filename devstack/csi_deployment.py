@@ -23,17 +23,24 @@ from pathlib import Path
 from typing import Any
 
 from cloudloop.cloud.registry import Settings, provider_for
-from cloudloop.csi.objects import CSI_DRIVERS, DRIVER_LABEL, STORAGE_CLASSES
+from cloudloop.csi.objects import CSI_DRIVERS, DRIVER_LABEL
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import NODES, PODS, SECRETS, Resource
+from cloudloop.kube.resources import (
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PODS,
+    SECRETS,
+    STORAGE_CLASSES,
+    Resource,
+)
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
 from devstack.backends import section_env
 from devstack.csi_sidecars import sidecar_processes
 from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.process import ManagedProcess, stop_all
 
-PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+PVCS = PERSISTENT_VOLUME_CLAIMS
 CSI_NODES = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", namespaced=False)
 ATTACH_DETACH_ANNOTATION = "volumes.kubernetes.io/controller-managed-attach-detach"
 

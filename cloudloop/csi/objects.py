@@ -40,7 +40,7 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import CSIDriver, StorageClass, VolumeSnapshotClass
-from cloudloop.kube.resources import SECRETS, Resource
+from cloudloop.kube.resources import SECRETS, STORAGE_CLASSES, Resource
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET
 from cloudloop.settings import CsiSettings
 
@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 
 CSI_DRIVERS: Resource[CSIDriver] = Resource(
     "storage.k8s.io", "v1", "csidrivers", "CSIDriver", namespaced=False
-)
-STORAGE_CLASSES: Resource[StorageClass] = Resource(
-    "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
 )
 VOLUME_SNAPSHOT_CLASSES: Resource[VolumeSnapshotClass] = Resource(
     "snapshot.storage.k8s.io",

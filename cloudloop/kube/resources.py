@@ -24,10 +24,12 @@ from cloudloop.kube.bodies import (
     Node,
     ObjectList,
     PersistentVolume,
+    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
     Secret,
     Service,
+    StorageClass,
     VolumeAttachment,
 )
 
@@ -86,6 +88,12 @@ CLOUD_PROBES: Resource[CloudProbe] = Resource(
 CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap")
 PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
     "", "v1", "persistentvolumes", "PersistentVolume", namespaced=False
+)
+PERSISTENT_VOLUME_CLAIMS: Resource[PersistentVolumeClaim] = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"
+)
+STORAGE_CLASSES: Resource[StorageClass] = Resource(
+    "storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False
 )
 PODS: Resource[Pod] = Resource("", "v1", "pods", "Pod")
 PDBS: Resource[PodDisruptionBudget] = Resource(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,7 @@ def live_attachments(volume: Volume | None) -> list[str]:
     return [a.instance_id for a in volume.attachments if a.state not in ("detached", "")]
 
 
-def _pvc(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+def _pvc(kube: Kube, namespace: str, name: str) -> Mapping[str, Any] | None:
     return kube.get(PVCS, name, namespace)
 
 

@@ -24,9 +24,9 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud.registry import Settings
-from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, STORAGE_CLASSES, default_class
+from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, default_class
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import EVENTS, PODS
+from cloudloop.kube.resources import EVENTS, PODS, STORAGE_CLASSES
 from cloudloop.settings import LeaderElectionSettings
 from devstack.aws_front import stats as front_stats
 from devstack.csi_deployment import (

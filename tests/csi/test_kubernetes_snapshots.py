@@ -27,10 +27,10 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import Settings
-from cloudloop.csi.objects import STORAGE_CLASSES, default_class
+from cloudloop.csi.objects import default_class
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import PERSISTENT_VOLUMES, PODS
+from cloudloop.kube.resources import PERSISTENT_VOLUMES, PODS, STORAGE_CLASSES
 from devstack import snapshots
 from devstack.backends.aws import aws_client
 from devstack.csi_deployment import (

@@ -15,13 +15,13 @@ from cloudloop.csi.objects import (
     DEFAULT_ANNOTATION,
     DRIVER_LABEL,
     SNAPSHOT_DEFAULT_ANNOTATION,
-    STORAGE_CLASSES,
     VOLUME_SNAPSHOT_CLASSES,
     sync_objects,
     volume_snapshot_class_object,
 )
 from cloudloop.kube.api import Kube
 from cloudloop.kube.bodies import StorageClass, VolumeSnapshotClass
+from cloudloop.kube.resources import STORAGE_CLASSES
 from cloudloop.settings import CsiSettings, VolumeSnapshotClassSettings
 from devstack.csi_deployment import write_discovery
 

@@ -27,7 +27,6 @@ import grpc
 import pytest
 import yaml
 
-from cloudloop.csi.objects import STORAGE_CLASSES
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
@@ -39,6 +38,7 @@ from cloudloop.kube.resources import (
     NODES,
     SECRETS,
     SERVICES,
+    STORAGE_CLASSES,
     Resource,
 )
 from cloudloop.rules.discovery import DISCOVERY_KEY, DISCOVERY_SECRET, encode_document

@@ -10,10 +10,17 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import layout_cluster
 from activities.layout_cluster import ClusterResourceActivities
 from cloudloop.kube.api import KubeError
-from cloudloop.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES, PODS, SERVICES, Resource
+from cloudloop.kube.resources import (
+    CONFIG_MAPS,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    SERVICES,
+    STORAGE_CLASSES,
+    Resource,
+)
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.messages.layout import ClearClusterInput, ClearClusterResult
 
@@ -104,9 +111,9 @@ def test_services_only_load_balancers_and_the_wait_names_what_is_left() -> None:
 
 def test_volumes_claims_pods_and_a_retained_volume_named() -> None:
     kube = FakeKube()
-    kube.add(layout_cluster.PVCS, "data", "a", status={"phase": "Bound"})
-    kube.add(layout_cluster.PVCS, "never", "a", status={"phase": "Pending"})
-    kube.add(layout_cluster.STORAGE_CLASSES, "fast")
+    kube.add(PERSISTENT_VOLUME_CLAIMS, "data", "a", status={"phase": "Bound"})
+    kube.add(PERSISTENT_VOLUME_CLAIMS, "never", "a", status={"phase": "Pending"})
+    kube.add(STORAGE_CLASSES, "fast")
     kube.add(
         PODS,
         "db",

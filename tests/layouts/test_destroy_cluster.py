@@ -27,14 +27,20 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from activities.layout import LayoutActivities
-from activities.layout_cluster import PVCS, ClusterResourceActivities
+from activities.layout_cluster import ClusterResourceActivities
 from cloudloop import temporal
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES, SERVICES, Resource
+from cloudloop.kube.resources import (
+    CONFIG_MAPS,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    SERVICES,
+    Resource,
+)
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import (
@@ -156,12 +162,15 @@ class StandIn:
                         {"metadata": {"finalizers": None}},
                         meta["namespace"],
                     )
-            for pvc in self.kube.list(PVCS).get("items", []):
+            for pvc in self.kube.list(PERSISTENT_VOLUME_CLAIMS).get("items", []):
                 meta = pvc["metadata"]
                 if not meta.get("deletionTimestamp"):
                     continue
                 self.kube.patch(
-                    PVCS, meta["name"], {"metadata": {"finalizers": None}}, meta["namespace"]
+                    PERSISTENT_VOLUME_CLAIMS,
+                    meta["name"],
+                    {"metadata": {"finalizers": None}},
+                    meta["namespace"],
                 )
                 pv = self.kube.get(PERSISTENT_VOLUMES, pvc["spec"]["volumeName"])
                 if pv is not None:
@@ -210,7 +219,7 @@ def service_and_claim(kube: Kube, ns: str, lb: str, driver: str, handle: str) ->
         },
     )
     kube.create(
-        PVCS,
+        PERSISTENT_VOLUME_CLAIMS,
         {
             "metadata": {"name": "data"},
             "spec": {
@@ -306,7 +315,7 @@ async def test_aws_destroy_deletes_the_clusters_objects_first(
         await run(client, settings, "destroy", path, cluster, kubeconfig)
     assert wrong.value.kind == "WrongCluster"
     assert kube.get(SERVICES, "web", prefix) is not None
-    assert kube.get(PVCS, "data", prefix) is not None
+    assert kube.get(PERSISTENT_VOLUME_CLAIMS, "data", prefix) is not None
 
     claim_cluster(kube, cluster)
     elb, ec2 = aws_client("elb", stack.moto_endpoint), aws_client("ec2", stack.moto_endpoint)
