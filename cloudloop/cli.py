@@ -172,7 +172,7 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
 @process_options
 def worker(settings: Settings) -> None:
     """Run a Temporal worker (workflows + the configured cloud's activities)."""
-    from cloudloop.kube.informer import cap_malloc_arenas, pin_mmap_threshold
+    from cloudloop.heap import cap_malloc_arenas, pin_mmap_threshold
     from workers.main import run
 
     cap_malloc_arenas()
@@ -237,7 +237,7 @@ def starter(settings: Settings, leader_elect: bool | None, **flags: Any) -> None
     The flags carry the upstream cloud-controller-manager names and defaults; each also has a
     setting (``CLOUDLOOP_CCM__<NAME>``), which the flag overrides.
     """
-    from cloudloop.kube.informer import cap_malloc_arenas
+    from cloudloop.heap import cap_malloc_arenas
     from starters.main import run
 
     cap_malloc_arenas()

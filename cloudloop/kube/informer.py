@@ -13,7 +13,7 @@ An informer may store a projection of its own instead (``transform``, client-go'
 After a listing of more than one page the C heap's free pages go back to the system
 (:func:`release_free_heap`): the pages' parsed JSON is garbage by then, and glibc keeps it
 resident otherwise (about 7 MB a 5,000-Node listing); the starter caps glibc's malloc arenas at
-two (:func:`cap_malloc_arenas`) for the same reason.
+two (:func:`cloudloop.heap.cap_malloc_arenas`) for the same reason.
 
 Staleness is tracked for health checks: an informer that keeps failing to list or watch (the
 API server is down or refuses it) reports since when, and :meth:`Informers.staleness` turns that
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import functools
 import logging
 import sys
 import threading
@@ -35,6 +33,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal
 
+from cloudloop.heap import release_free_heap
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import BodyT, Node, Service
 from cloudloop.kube.resources import NODES, SERVICES, Resource
@@ -42,54 +41,6 @@ from cloudloop.kube.resources import NODES, SERVICES, Resource
 log = logging.getLogger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None (another C library)."""
-    with contextlib.suppress(OSError, AttributeError):
-        return ctypes.CDLL(None).malloc_trim
-    return None
-
-
-#: glibc's ``mallopt`` parameter for the number of malloc arenas.
-_M_ARENA_MAX = -8
-
-
-def cap_malloc_arenas(arenas: int = 2) -> None:
-    """Let glibc keep at most ``arenas`` malloc arenas (its default is eight per core).
-
-    For the starter (one event loop and a few I/O threads) and the worker (activity threads and
-    the Temporal core's threads): every thread that allocates at once otherwise gets an arena of
-    its own, whose free pages stay resident. Called before the threads start; another C library:
-    nothing.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas)
-
-
-#: glibc's ``mallopt`` parameter for the size from which ``malloc`` maps memory of its own.
-_M_MMAP_THRESHOLD = -3
-
-
-def pin_mmap_threshold(size: int = 128 * 1024) -> None:
-    """Keep glibc's mmap threshold at ``size`` (its initial 128 KiB) instead of letting it grow.
-
-    glibc raises the threshold to the size of every mapped block freed (up to 32 MiB), so after
-    the first large buffers (a node set's JSON, gRPC messages) blocks of that size come from the
-    heap, where one live neighbour keeps their pages resident. A pinned threshold maps and unmaps
-    them. For the worker: 1,000 load-balancer workflows, 14 MB less resident. Another C library:
-    nothing.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size)
-
-
-def release_free_heap() -> None:
-    """Return the C heap's free pages to the system (glibc ``malloc_trim(0)``; else nothing)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ async def test_a_paged_listing_returns_the_free_heap(
 
 
 def test_the_heap_calls_are_safe_to_make() -> None:
-    from cloudloop.kube.informer import cap_malloc_arenas, pin_mmap_threshold, release_free_heap
+    from cloudloop.heap import cap_malloc_arenas, pin_mmap_threshold, release_free_heap
 
     cap_malloc_arenas(8)  # glibc: mallopt(M_ARENA_MAX); another C library: nothing
     pin_mmap_threshold()  # glibc: mallopt(M_MMAP_THRESHOLD, 128 KiB)
