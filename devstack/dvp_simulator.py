@@ -4,7 +4,8 @@ and a small simulator standing in for DVP's controllers and hypervisor.
 The simulator watches VirtualDisks, VirtualMachines and VirtualMachineBlockDeviceAttachments and
 moves them the way DVP does, a little later each: a disk is provisioned from its image (Failed
 when the image does not exist) and becomes Ready; a VM waits for its disks and its cloud-init
-Secret, starts, runs and gets an IP address (Stopped under ``runPolicy: AlwaysOff``); an
+Secret, starts, runs and gets an IP address (Stopped under ``runPolicy: AlwaysOff``, also once
+running: Stopping, then Stopped); an
 attachment becomes Attached once its VM exists; a grown disk gets its new capacity. Protection
 finalizers hold a deleted VM until it has stopped and a deleted disk until no VM uses it. Any
 step can be held (:meth:`DvpSimulator.hold`) so fault tests can stop the world at a chosen
@@ -417,6 +418,26 @@ class DvpSimulator:
                         _condition("BlockDevicesReady", "True", "Ready", ""),
                         _condition("Running", "True", "Running", ""),
                     ],
+                },
+            )
+            return
+        # A running VM whose runPolicy turns AlwaysOff is stopped (DVP: Stopping, then Stopped
+        # once the guest is off), keeping its disks and address.
+        if phase == "Running" and spec.get("runPolicy") == "AlwaysOff":
+            if self._once(vm, "stopping"):
+                self._patch_status(VIRTUAL_MACHINES, vm, {"phase": "Stopping"})
+        elif (
+            phase == "Stopping"
+            and spec.get("runPolicy") == "AlwaysOff"
+            and self._elapsed(vm, "Stopping") >= self.timings.vm_stop_s
+            and self._once(vm, "stopped")
+        ):
+            self._patch_status(
+                VIRTUAL_MACHINES,
+                vm,
+                {
+                    "phase": "Stopped",
+                    "conditions": [_condition("Running", "False", "Stopped", "")],
                 },
             )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -75,6 +76,13 @@ def dvp_cloud(parent: DvpParent) -> Iterator[Cloud]:
         return f"dvp://{name}"
 
     def stop_vm(name: str) -> None:
+        # As a user stops a VM that runs (the simulator stops one still starting, too).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            vm = parent.kube.get(dvp.VIRTUAL_MACHINES, name, namespace) or {}
+            if (vm.get("status") or {}).get("phase") == "Running":
+                break
+            time.sleep(0.1)
         parent.kube.patch(
             dvp.VIRTUAL_MACHINES, name, {"spec": {"runPolicy": "AlwaysOff"}}, namespace
         )
