@@ -18,9 +18,9 @@ workers) poll it. One Service warms the workers up (the round starts once it has
 Then the same burst in the shape users scale out for: the AWS front answers every call
 ``LATENCY_S`` late (a real endpoint's 100-300 ms, :func:`devstack.aws_front.set_latency`) and
 each worker has ``CLOUD_SLOTS`` load-balancer activity slots, so one worker is bound by its own
-slots while the cloud waits, not by the machine's CPU:
-``lb_200_burst_wall_s_<n>_workers_cloud_latency``, ``..._cpu_s_...``, ``..._cloud_calls_...``
-and ``lb_200_burst_speedup_<n>_workers_cloud_latency``.
+slots while the cloud waits, not by the machine's CPU; ``LATENCY_FLEET`` (100) Services:
+``lb_100_burst_wall_s_<n>_workers_cloud_latency``, ``..._cpu_s_...``, ``..._cloud_calls_...``
+and ``lb_100_burst_speedup_<n>_workers_cloud_latency``.
 
 Every round keeps the production per-queue rate (50 activities/s across all workers, a
 server-side limit no replica count raises; 200 ensures take ≥ 4 s of it).
@@ -61,6 +61,10 @@ WORKERS = (1, 2, 4)
 LATENCY_S = (0.1, 0.3)
 #: ... and each worker's load-balancer activity slots: modest, so one worker is slot-bound.
 CLOUD_SLOTS = 5
+#: ... and Services in that burst: half the production-shape burst, which keeps one worker
+#: slot-bound (100 x ~11 calls x ~0.2 s over 5 slots: >= 44 s, twice the 2-worker floor) and the
+#: three rounds at ~90 s together instead of ~240 s (200 Services): the whole bench's budget.
+LATENCY_FLEET = 100
 
 
 async def lb_worker_figures(ctx: BenchContext) -> dict[str, float]:
@@ -73,21 +77,25 @@ async def lb_worker_figures(ctx: BenchContext) -> dict[str, float]:
     log_dir = Path(tempfile.mkdtemp(prefix="bench-lbworkers-"))
     figures: dict[str, float] = {}
     endpoint = ctx.stack.aws_endpoint
-    for suffix, slots in (("", None), ("_cloud_latency", CLOUD_SLOTS)):
+    for fleet, suffix, slots in (
+        (FLEET, "", None),
+        (LATENCY_FLEET, "_cloud_latency", CLOUD_SLOTS),
+    ):
+        name = f"lb_{fleet}_burst"
         if slots is not None:
             set_latency(endpoint, *LATENCY_S)
         try:
             for count in WORKERS:
-                wall, cpu, calls = await _round(ctx, settings, scope, count, log_dir, slots)
-                figures[f"lb_200_burst_wall_s_{count}_workers{suffix}"] = wall
-                figures[f"lb_200_burst_cpu_s_{count}_workers{suffix}"] = cpu
-                figures[f"lb_200_burst_cloud_calls_{count}_workers{suffix}"] = calls
+                wall, cpu, calls = await _round(ctx, settings, scope, count, log_dir, slots, fleet)
+                figures[f"{name}_wall_s_{count}_workers{suffix}"] = wall
+                figures[f"{name}_cpu_s_{count}_workers{suffix}"] = cpu
+                figures[f"{name}_cloud_calls_{count}_workers{suffix}"] = calls
         finally:
             set_latency(endpoint)
         for count in WORKERS[1:]:
-            figures[f"lb_200_burst_speedup_{count}_workers{suffix}"] = (
-                figures[f"lb_200_burst_wall_s_1_workers{suffix}"]
-                / figures[f"lb_200_burst_wall_s_{count}_workers{suffix}"]
+            figures[f"{name}_speedup_{count}_workers{suffix}"] = (
+                figures[f"{name}_wall_s_1_workers{suffix}"]
+                / figures[f"{name}_wall_s_{count}_workers{suffix}"]
             )
     return figures
 
@@ -108,9 +116,11 @@ async def _round(
     count: int,
     log_dir: Path,
     slots: int | None,
+    fleet: int,
 ) -> tuple[float, float, int]:
-    """One burst with ``count`` workers (``slots`` load-balancer activity slots each, None:
-    production's): its wall, the stack's CPU seconds in it and the AWS requests it made."""
+    """One burst of ``fleet`` Services with ``count`` workers (``slots`` load-balancer activity
+    slots each, None: production's): its wall, the stack's CPU seconds in it and the AWS
+    requests it made."""
     kube = ctx.kube
     shape = "l" if slots else "c"
     queue = f"bench-lbw-{scope}-{shape}{count}"
@@ -170,7 +180,7 @@ async def _round(
         for name in warm:
             await asyncio.to_thread(create, name)
         await wait_ingress(warm, 300)
-        names = [f"f{i}" for i in range(FLEET)]
+        names = [f"f{i}" for i in range(fleet)]
         stats(ctx.stack.aws_endpoint, reset=True)
         cpu_before = stack_cpu_by_command()
         workers_before = [process_cpu(w.popen.pid) for w in workers]
@@ -186,7 +196,7 @@ async def _round(
         cpu = sum(cpu_after.values()) - sum(cpu_before.values())
         calls = _cloud_calls(ctx.stack.aws_endpoint)
         print(
-            f"lb_200_burst {count} workers, slots {slots or 'production'}: wall {wall:.1f} s, "
+            f"lb_{fleet}_burst {count} workers, slots {slots or 'production'}: wall {wall:.1f} s, "
             f"{calls} AWS calls, CPU s {cpu_spent(cpu_before, cpu_after)}; of python: "
             f"workers {' '.join(f'{c:.2f}' for c in workers_cpu)} (the rest: moto, AWS front)",
             file=sys.stderr,
