@@ -148,7 +148,12 @@ class DiscoverySettings(BaseModel):
 
     enabled: bool = True
     #: Seconds between discovery passes.
-    interval_s: float = 3600.0
+    interval_s: float = Field(default=3600.0, gt=0)
+    #: Not upstream: a pass the cloud failed (a request error or timeout) is tried again this
+    #: much later, doubling at each failed pass up to ``interval_s``, instead of leaving the
+    #: catalog, the discovery data and the StorageClasses they feed unwritten until the next
+    #: regular pass (an hour).
+    retry_interval_s: float = Field(default=30.0, gt=0)
     #: Namespace of the discovery-data Secret, the conditions ConfigMap and the input Secret.
     namespace: str = "kube-system"
 

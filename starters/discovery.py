@@ -1,11 +1,13 @@
 """CloudDataDiscoverer: Deckhouse's cloud-data-discoverer as one periodic loop in the starter.
 
-Each pass (every ``discovery.interval_s``) asks the cloud for instance types, the discovery data
-and the cluster's disks, then writes, in Deckhouse's order: the conditions ConfigMap, the
-``InstanceTypesCatalog``, the discovery-data Secret, and the orphaned-disk gauges. A cloud error
-sets ``cloud_data_discovery_cloud_request_error{type}`` and leaves what it would have fed
-untouched, so a good Secret or catalog is never replaced by an empty or partial one. Kubernetes
-writes are create-or-update, retried with backoff (Deckhouse: 15 attempts, 3 s up to 30 s).
+Each pass (every ``discovery.interval_s``; after a pass the cloud failed, again in
+``discovery.retry_interval_s``, doubling up to the interval) asks the cloud for instance types,
+the discovery data and the cluster's disks, then writes, in Deckhouse's order: the conditions
+ConfigMap, the ``InstanceTypesCatalog``, the discovery-data Secret, and the orphaned-disk
+gauges. A cloud error sets ``cloud_data_discovery_cloud_request_error{type}`` and leaves what it
+would have fed untouched, so a good Secret or catalog is never replaced by an empty or partial
+one. Kubernetes writes are create-or-update, retried with backoff (Deckhouse: 15 attempts, 3 s up
+to 30 s).
 """
 
 from __future__ import annotations
@@ -60,6 +62,14 @@ class DiscoveryPass:
     wrote_secret: bool = False
     write_failed: bool = False
 
+    @property
+    def cloud_failed(self) -> bool:
+        """A request the cloud failed (not one it does not support): worth trying again soon."""
+        return any(
+            error is not None and not isinstance(error, NotSupported)
+            for error in self.failures.values()
+        )
+
 
 class CloudDataDiscoverer:
     def __init__(
@@ -69,6 +79,7 @@ class CloudDataDiscoverer:
         *,
         cluster: str,
         interval_s: float,
+        retry_interval_s: float | None = None,
         namespace: str = "kube-system",
         catalog_name: str = cloud_data.CATALOG_NAME,
         write_attempts: int = 15,
@@ -79,6 +90,7 @@ class CloudDataDiscoverer:
         self.driver = driver
         self.cluster = cluster
         self.interval_s = interval_s
+        self.retry_interval_s = min(retry_interval_s or interval_s, interval_s)
         self.namespace = namespace
         self.catalog_name = catalog_name
         self.write_attempts = write_attempts
@@ -104,6 +116,7 @@ class CloudDataDiscoverer:
             context.driver,
             cluster=context.cluster,
             interval_s=settings.interval_s,
+            retry_interval_s=settings.retry_interval_s,
             namespace=settings.namespace,
         )
 
@@ -111,14 +124,21 @@ class CloudDataDiscoverer:
         self._stopped.set()
 
     async def run(self) -> None:
+        retry = self.retry_interval_s
         try:
             while not self._stopped.is_set():
                 started = time.monotonic()
+                failed = True
                 try:
-                    await self.discover()
+                    failed = (await self.discover()).cloud_failed
                 except Exception:
                     log.exception("discovery: pass failed")
-                remaining = self.interval_s - (time.monotonic() - started)
+                if failed:
+                    wait, retry = retry, min(retry * 2, self.interval_s)
+                    log.info("discovery: next pass in %.0fs (this one failed)", wait)
+                else:
+                    wait, retry = self.interval_s, self.retry_interval_s
+                remaining = wait - (time.monotonic() - started)
                 if remaining > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopped.wait(), timeout=remaining)

@@ -3,7 +3,9 @@ what a cloud or write error keeps, and the gauges."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import itertools
 import json
 import uuid
 from typing import Any, cast
@@ -309,3 +311,37 @@ async def test_cloud_without_instance_types_still_gets_its_discovery_data() -> N
     assert document["kind"] == "ZvirtCloudProviderDiscoveryData"
     assert "instanceTypes" not in document
     assert kube.get(INSTANCE_TYPES_CATALOGS, cloud_data.CATALOG_NAME) is None
+
+
+async def test_a_failed_pass_is_tried_again_sooner_doubling_until_one_succeeds() -> None:
+    """After a pass the cloud failed the next comes in ``retry_interval_s``, then twice that...;
+    once a pass succeeds the loop waits the whole interval again."""
+    kube, cloud = MemoryKube(), ScriptedCloud()
+    scripted = cloud.discovery
+    seed(kube, None)
+    scripted.error = errors.CloudUnreachable("scripted", "DescribeInstanceTypes", "read timeout")
+    loop = discoverer(kube, cloud, retry_interval_s=0.05)
+    times: list[float] = []
+    discover = loop.discover
+
+    async def timed() -> Any:
+        times.append(asyncio.get_running_loop().time())
+        if len(times) == 3:
+            scripted.error = None  # the third pass succeeds
+        return await discover()
+
+    loop.discover = timed  # type: ignore[method-assign]
+    task = asyncio.create_task(loop.run())
+    try:
+        for _ in range(100):
+            if loop.passes >= 3:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # an hourly loop makes no fourth pass
+    finally:
+        loop.stop()
+        await asyncio.wait_for(task, 5)
+    assert len(times) == 3
+    assert loop.last_pass is not None and loop.last_pass.wrote_secret
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps[0] >= 0.04 and gaps[1] >= 0.09  # 0.05 s, then 0.1 s

@@ -424,9 +424,6 @@ def aws_release(install: InstallStack, helm: Helm, folder: Path, cluster: str) -
                 "cloud.settings.region": "us-east-1",
                 "cloud.settings.endpoint_url": install.stack.moto_endpoint,
                 "config.ccm.configure_cloud_routes": "false",
-                # A pass the cloud fails (moto past the driver's read timeout on a loaded
-                # machine) is tried again in 30 s, not at the next hourly pass.
-                "config.discovery.interval_s": "30",
                 "logFormat": "text",
             },
             files={"cloud.credentials.files.credentials": credentials},
