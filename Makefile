@@ -22,12 +22,12 @@ STAMP  := $(VENV)/.installed-stamp
 dev: $(STAMP)
 	$(BIN)/cloudloop dev $(DEV_ARGS)
 
-# PYTEST_WORKERS=N runs the tests in N pytest-xdist processes, each with stacks (and a share of the
-# ports: tests/conftest.py) of its own; a test file stays on one worker, so its module-scoped
-# stacks start once, and the costliest files are handed out first. `make test` stays serial (0)
-# until a whole parallel run has passed on a quiet machine (issue 31: the only whole run so far,
-# at load 20-38, lost two fault tests to starvation); `make test PYTEST_WORKERS=2` runs it parallel.
-PYTEST_WORKERS ?= 0
+# `make test` runs the tests in PYTEST_WORKERS pytest-xdist processes (3 on this 2-core machine
+# kind: the stack tests wait on their servers as much as they compute), each with stacks (and a
+# share of the ports: tests/conftest.py) of its own; a test file stays on one worker, so its
+# module-scoped stacks start once, and the costliest files are handed out first. A whole run on a
+# quiet machine took 22 min against 53 serial (issue 31); PYTEST_WORKERS=0 runs it serially.
+PYTEST_WORKERS ?= 3
 FAST_WORKERS ?= 2
 xdist = -n $(1) --dist loadfile --no-loadscope-reorder
 
