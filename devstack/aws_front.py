@@ -130,7 +130,7 @@ def ebs_volume_state(describe_volumes_xml: str) -> EbsVolumeState | None:
 
     def number(name: str) -> int:
         value = field(name)
-        return int(value) if value.isdigit() else 0
+        return int(value) if value.isascii() and value.isdigit() else 0
 
     if not field("volumeType"):
         return None

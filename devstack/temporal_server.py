@@ -69,7 +69,9 @@ def postgres_bin_dir() -> Path:
         return Path(explicit)
     majors = sorted(
         (p for p in Path("/usr/lib/postgresql").glob("*/bin") if (p / "postgres").exists()),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(p.parent.name) if p.parent.name.isascii() and p.parent.name.isdigit() else 0
+        ),
     )
     if not majors:
         raise RuntimeError(

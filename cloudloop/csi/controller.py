@@ -128,7 +128,8 @@ def page(items: Sequence[T], starting_token: str, max_entries: int) -> tuple[lis
     """
     start = 0
     if starting_token:
-        if not starting_token.isdigit() or int(starting_token) > len(items):
+        decimal = starting_token.isascii() and starting_token.isdigit()
+        if not decimal or int(starting_token) > len(items):
             raise Refused(Code.ABORTED, f"invalid starting token {starting_token!r}")
         start = int(starting_token)
     if max_entries < 0:

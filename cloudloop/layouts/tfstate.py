@@ -134,7 +134,9 @@ def attribute(value: Any, path: str) -> Any:
     for part in path.split("."):
         if isinstance(value, Mapping):
             value = value.get(part)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+        elif (
+            isinstance(value, list) and part.isascii() and part.isdigit() and int(part) < len(value)
+        ):
             value = value[int(part)]
         else:
             return None

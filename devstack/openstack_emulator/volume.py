@@ -180,7 +180,7 @@ class BlockStorage(Service):
         self._project(request, project_id)
         body = request.json_body("volume")
         size = body.get("size")
-        if isinstance(size, str) and size.isdigit():
+        if isinstance(size, str) and size.isascii() and size.isdigit():
             size = int(size)
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise bad_request(
@@ -429,7 +429,7 @@ class BlockStorage(Service):
 
     def _extend(self, request: Request, volume: Resource, args: dict[str, Any]) -> None:
         new_size = args.get("new_size")
-        if isinstance(new_size, str) and new_size.isdigit():
+        if isinstance(new_size, str) and new_size.isascii() and new_size.isdigit():
             new_size = int(new_size)
         if not isinstance(new_size, int) or isinstance(new_size, bool):
             raise bad_request(f"Invalid input for field/attribute new_size. Value: {new_size}.")

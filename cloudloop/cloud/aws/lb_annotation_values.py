@@ -93,7 +93,8 @@ def port_selection(annotation: str, value: str | None) -> PortSelection | None:
     names: set[str] = set()
     numbers: set[int] = set()
     for item in items(value):
-        if item.lstrip("-").isdigit():
+        # ASCII digits only, as Go's strconv.Atoi: str.isdigit() is also true of "¹" or "٣".
+        if item.isascii() and item.lstrip("-").isdigit():
             number = int(item)
             if not 0 < number < 65536:
                 raise invalid(f"{annotation}: {number} is not a port number")

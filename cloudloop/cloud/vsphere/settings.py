@@ -157,10 +157,11 @@ def _split_server(server: str) -> tuple[str, int | None]:
     """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address."""
     if server.startswith("["):
         host, _, rest = server[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+        port = rest[1:] if rest.startswith(":") else ""
+        return host, int(port) if port.isascii() and port.isdigit() else None
     if server.count(":") == 1:
         host, port = server.split(":")
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):
             raise ConfigError(f"server: {server!r} has no valid port")
         return host, int(port)
     return server, None
