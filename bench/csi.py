@@ -33,12 +33,11 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
-from cloudloop.kube.resources import PODS, VOLUME_ATTACHMENTS
+from cloudloop.kube.resources import PERSISTENT_VOLUME_CLAIMS, PODS, VOLUME_ATTACHMENTS
 from cloudloop.messages.volume import create_workflow_id
 from cloudloop.settings import CsiSettings, Domain
 from devstack.backends.aws import launch_instance
 from devstack.csi_deployment import (
-    PVCS,
     CsiDeployment,
     kwok_node,
     objects_removed,
@@ -220,16 +219,16 @@ async def _wait(check: object, timeout: float) -> float:
 async def _one_pvc(ctx: BenchContext, namespace: str, node: str, name: str) -> tuple[float, float]:
     kube = ctx.kube
     started = time.monotonic()
-    kube.create(PVCS, pvc(name, "gp3", "1Gi"), namespace)
+    kube.create(PERSISTENT_VOLUME_CLAIMS, pvc(name, "gp3", "1Gi"), namespace)
     kube.create(PODS, pod(f"{name}-app", name, node), namespace)
 
     def bound() -> bool:
-        claim = kube.get(PVCS, name, namespace) or {}
+        claim = kube.get(PERSISTENT_VOLUME_CLAIMS, name, namespace) or {}
         return (claim.get("status") or {}).get("phase") == "Bound"
 
     await _wait(bound, 120)
     bound_at = time.monotonic() - started
-    pv = (kube.get(PVCS, name, namespace) or {})["spec"]["volumeName"]
+    pv = (kube.get(PERSISTENT_VOLUME_CLAIMS, name, namespace) or {})["spec"]["volumeName"]
 
     def attached() -> bool:
         return any(

@@ -28,7 +28,6 @@ from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import (
     NODES,
-    PERSISTENT_VOLUME_CLAIMS,
     PODS,
     SECRETS,
     STORAGE_CLASSES,
@@ -40,7 +39,6 @@ from devstack.csi_sidecars import sidecar_processes
 from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.process import ManagedProcess, stop_all
 
-PVCS = PERSISTENT_VOLUME_CLAIMS
 CSI_NODES = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", namespaced=False)
 ATTACH_DETACH_ANNOTATION = "volumes.kubernetes.io/controller-managed-attach-detach"
 

@@ -27,10 +27,9 @@ from pathlib import Path
 
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import NODES
+from cloudloop.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS
 from devstack.csi_deployment import (
     ATTACH_DETACH_ANNOTATION,
-    PVCS,
     CsiDeployment,
     csi_node,
     pvc,
@@ -100,7 +99,7 @@ class DemoStorage:
         """Start the controller and sidecars, then create the claim and its Deployment."""
         self.deployment = CsiDeployment(self.settings, self.kubeconfig, self.log_dir)
         self.deployment.start()
-        kube.create(PVCS, pvc(CLAIM, storage_class, SIZE), "default")
+        kube.create(PERSISTENT_VOLUME_CLAIMS, pvc(CLAIM, storage_class, SIZE), "default")
         kube.create(DEPLOYMENTS, claim_deployment(node_selector), "default")
 
     def stop(self) -> None:

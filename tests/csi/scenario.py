@@ -21,8 +21,13 @@ from cloudloop.cloud import errors
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import Volume
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import PERSISTENT_VOLUMES, PODS, VOLUME_ATTACHMENTS
-from devstack.csi_deployment import PVCS, delete_pod, pod, pvc
+from cloudloop.kube.resources import (
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    VOLUME_ATTACHMENTS,
+)
+from devstack.csi_deployment import delete_pod, pod, pvc
 from tests.helpers import eventually
 
 GIB = 1 << 30
@@ -52,7 +57,7 @@ def live_attachments(volume: Volume | None) -> list[str]:
 
 
 def _pvc(kube: Kube, namespace: str, name: str) -> Mapping[str, Any] | None:
-    return kube.get(PVCS, name, namespace)
+    return kube.get(PERSISTENT_VOLUME_CLAIMS, name, namespace)
 
 
 async def provision_and_attach(
@@ -69,7 +74,7 @@ async def provision_and_attach(
 ) -> tuple[str, Milestones]:
     """PVC and Pod created → bound, attached; returns the cloud volume ID."""
     milestones = Milestones()
-    kube.create(PVCS, pvc(name, storage_class, "1Gi"), namespace)
+    kube.create(PERSISTENT_VOLUME_CLAIMS, pvc(name, storage_class, "1Gi"), namespace)
     kube.create(PODS, pod(f"{name}-app", name, node), namespace)
 
     def bound() -> str | None:
@@ -135,7 +140,12 @@ async def detach_resize_delete(
 
     await eventually(detached, timeout=timeout, what=f"{volume_id} detached")
 
-    kube.patch(PVCS, name, {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}, namespace)
+    kube.patch(
+        PERSISTENT_VOLUME_CLAIMS,
+        name,
+        {"spec": {"resources": {"requests": {"storage": "2Gi"}}}},
+        namespace,
+    )
 
     def grown() -> bool:
         pv = kube.get(PERSISTENT_VOLUMES, pv_name) or {}
@@ -156,7 +166,7 @@ async def detach_resize_delete(
 
     await eventually(resize_pending, timeout=timeout, what="FileSystemResizePending on the PVC")
 
-    kube.delete(PVCS, name, namespace)
+    kube.delete(PERSISTENT_VOLUME_CLAIMS, name, namespace)
 
     def gone() -> bool:
         return (

@@ -26,11 +26,10 @@ from temporalio.client import Client
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, default_class
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import EVENTS, PODS, STORAGE_CLASSES
+from cloudloop.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PODS, STORAGE_CLASSES
 from cloudloop.settings import LeaderElectionSettings
 from devstack.aws_front import stats as front_stats
 from devstack.csi_deployment import (
-    PVCS,
     CsiDeployment,
     delete_pod,
     kwok_node,
@@ -72,7 +71,7 @@ async def huge_claim_is_refused(
     kube: Kube, stack: LocalStack, namespace: str, storage_class: str, node: str
 ) -> None:
     creates = int(front_stats(stack.aws_endpoint)["requests"].get("ec2:CreateVolume", 0))
-    kube.create(PVCS, pvc("huge", storage_class, "100000Gi"), namespace)
+    kube.create(PERSISTENT_VOLUME_CLAIMS, pvc("huge", storage_class, "100000Gi"), namespace)
     kube.create(PODS, pod("huge-app", "huge", node), namespace)
 
     def refusal() -> str | None:
@@ -87,11 +86,11 @@ async def huge_claim_is_refused(
 
     message = await eventually(refusal, timeout=120, what="ProvisioningFailed on PVC huge")
     assert "OutOfRange" in message and "1-65536 GiB" in message, message
-    claim = kube.get(PVCS, "huge", namespace) or {}
+    claim = kube.get(PERSISTENT_VOLUME_CLAIMS, "huge", namespace) or {}
     assert (claim.get("status") or {}).get("phase") == "Pending", claim.get("status")
     assert int(front_stats(stack.aws_endpoint)["requests"].get("ec2:CreateVolume", 0)) == creates
     delete_pod(kube, namespace, "huge-app")
-    kube.delete(PVCS, "huge", namespace)
+    kube.delete(PERSISTENT_VOLUME_CLAIMS, "huge", namespace)
 
 
 async def test_pvc_pod_resize_delete(

@@ -30,11 +30,15 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.csi.objects import default_class
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import PERSISTENT_VOLUMES, PODS, STORAGE_CLASSES
+from cloudloop.kube.resources import (
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    STORAGE_CLASSES,
+)
 from devstack import snapshots
 from devstack.backends.aws import aws_client
 from devstack.csi_deployment import (
-    PVCS,
     CsiDeployment,
     delete_pod,
     kwok_node,
@@ -78,7 +82,7 @@ def cloud_snapshot(driver: CloudDriver, snapshot_id: str) -> Any:
 
 
 def bound_volume(kube: Kube, namespace: str, claim: str) -> str | None:
-    found = kube.get(PVCS, claim, namespace) or {}
+    found = kube.get(PERSISTENT_VOLUME_CLAIMS, claim, namespace) or {}
     if (found.get("status") or {}).get("phase") != "Bound":
         return None
     pv = kube.get(PERSISTENT_VOLUMES, found["spec"]["volumeName"]) or {}
@@ -193,7 +197,7 @@ async def test_snapshot_restore_delete_through_kubernetes(
                     "kind": "VolumeSnapshot",
                     "name": "backup",
                 }
-                kube.create(PVCS, restored, namespace)
+                kube.create(PERSISTENT_VOLUME_CLAIMS, restored, namespace)
                 kube.create(PODS, pod("restored-app", "restored", node), namespace)
                 new_volume = await eventually(
                     lambda: bound_volume(kube, namespace, "restored"),
@@ -219,7 +223,7 @@ async def test_snapshot_restore_delete_through_kubernetes(
 
                 for name in ("data", "restored"):
                     await asyncio.to_thread(delete_pod, kube, namespace, f"{name}-app")
-                    kube.delete(PVCS, name, namespace)
+                    kube.delete(PERSISTENT_VOLUME_CLAIMS, name, namespace)
 
                 def volumes_gone() -> bool:
                     return all(
