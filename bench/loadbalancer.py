@@ -26,6 +26,7 @@ import asyncio
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,6 +40,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.errors import CloudError
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec, LoadBalancerStatus
+from cloudloop.kube.api import Kube
 from cloudloop.kube.bodies import Service
 from cloudloop.kube.events import record_event
 from cloudloop.kube.finalizers import add_finalizer, remove_finalizer
@@ -75,6 +77,43 @@ def _service(name: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def direct_service_pass(
+    kube: Kube, namespace: str, name: str, ensure: Callable[[ObjectRef], LoadBalancerStatus]
+) -> None:
+    """One Service through the upstream service controller's steps, made directly, the kube
+    writes the product's path makes for it too: the Service created, its finalizer, the
+    ``EnsuringLoadBalancer`` Event, the cloud LB (``ensure``), the ingress status,
+    ``EnsuredLoadBalancer``. The other side of every ``*_lb_ensure_overhead_ratio``, whose
+    workflow side is timed from the same create to the ingress seen."""
+    obj = kube.create(SERVICES, _service(name), namespace)
+    ref = ObjectRef.of(SERVICES, obj)
+    add_finalizer(kube, ref, LB_FINALIZER, obj)
+    _event(kube, ref, "EnsuringLoadBalancer", "Ensuring load balancer")
+    status = ensure(ref)
+    entry = {"hostname": status.hostname} if status.hostname else {"ip": status.ip}
+    patch = {"metadata": {"uid": ref.uid}, "status": {"loadBalancer": {"ingress": [entry]}}}
+    kube.patch(SERVICES, name, patch, namespace, subresource="status")
+    _event(kube, ref, "EnsuredLoadBalancer", "Ensured load balancer")
+
+
+def release_direct_services(kube: Kube, namespace: str) -> None:
+    """The finalizers of :func:`direct_service_pass`'s Services off (no workflow will take
+    them off), then their namespace deleted."""
+
+    def release(obj: dict[str, Any]) -> None:
+        remove_finalizer(kube, ObjectRef.of(SERVICES, obj), LB_FINALIZER)
+
+    with ThreadPoolExecutor(PARALLELISM) as pool:
+        list(pool.map(release, kube.list(SERVICES, namespace).get("items", [])))
+    kube.delete(NAMESPACES, namespace)
+
+
+def _event(kube: Kube, ref: ObjectRef, reason: str, message: str) -> None:
+    record_event(
+        kube, ref, type="Normal", reason=reason, message=message, component=EventSource.SERVICE
+    )
 
 
 def _has_ingress(obj: Service | None) -> bool:
@@ -159,23 +198,8 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
                 time.sleep(1.0 * (attempt + 1))
         return driver.ensure_load_balancer(spec)
 
-    def event(ref: ObjectRef, reason: str, message: str) -> None:
-        record_event(
-            kube, ref, type="Normal", reason=reason, message=message, component=EventSource.SERVICE
-        )
-
     def direct(name: str) -> None:
-        """The product's steps and kube writes, made directly: the Service, its finalizer, the
-        ``EnsuringLoadBalancer`` Event, the cloud LB, the ingress, ``EnsuredLoadBalancer``."""
-        obj = kube.create(SERVICES, _service(name), direct_namespace)
-        ref = ObjectRef.of(SERVICES, obj)
-        add_finalizer(kube, ref, LB_FINALIZER, obj)
-        event(ref, "EnsuringLoadBalancer", "Ensuring load balancer")
-        status = ensure(direct_spec(ref))
-        entry = {"hostname": status.hostname} if status.hostname else {"ip": status.ip}
-        patch = {"metadata": {"uid": ref.uid}, "status": {"loadBalancer": {"ingress": [entry]}}}
-        kube.patch(SERVICES, name, patch, direct_namespace, subresource="status")
-        event(ref, "EnsuredLoadBalancer", "Ensured load balancer")
+        direct_service_pass(kube, direct_namespace, name, lambda ref: ensure(direct_spec(ref)))
 
     def create(name: str) -> None:
         kube.create(SERVICES, _service(name), namespace)
@@ -240,12 +264,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         list(pool.map(direct, [f"df{i}" for i in range(FLEET)]))
     direct_fleet_wall = time.monotonic() - started
 
-    def release(obj: dict[str, Any]) -> None:  # no workflow will: the finalizer off, then gone
-        remove_finalizer(kube, ObjectRef.of(SERVICES, obj), LB_FINALIZER)
-
-    with ThreadPoolExecutor(PARALLELISM) as pool:
-        list(pool.map(release, kube.list(SERVICES, direct_namespace).get("items", [])))
-    kube.delete(NAMESPACES, direct_namespace)
+    release_direct_services(kube, direct_namespace)
 
     for name in node_names:
         kube.delete(NODES, name)

@@ -11,8 +11,11 @@
   starter → ``LoadBalancer`` workflow → ``lb.ensure`` (parent Service, EndpointSlice, wait for the
   parent's address, status patch). The parent's LB controller (``devstack.dvp_loadbalancer``)
   assigns addresses ~50 ms after it sees a Service.
-- ``dvp_lb_direct_median_s``: ``DvpDriver.ensure_load_balancer`` on the same spec, directly
-  (samples alternate with the ones above).
+- ``dvp_lb_direct_median_s``: the same Service through the upstream service controller's steps
+  made directly (:func:`bench.loadbalancer.direct_service_pass`, as the ``loadbalancers``
+  module's direct side: the Service, its finalizer, the Events and the ingress status around
+  ``DvpDriver.ensure_load_balancer`` on the same spec), in a namespace the starter does not
+  watch; samples alternate with the ones above.
 - ``dvp_lb_ensure_overhead_ratio``: the first over the second (goal ≤ 1.3).
 """
 
@@ -29,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import BenchContext
+from bench.loadbalancer import _service, direct_service_pass, release_direct_services
 from bench.overhead import overhead_ms
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
 from cloudloop.cloud.dvp.driver import DvpDriver
-from cloudloop.cloud.models import LoadBalancerPort
+from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerStatus
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
@@ -253,7 +257,9 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
             },
         )
     namespace = f"bench-dvp-lb-{scope}"
-    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    direct_namespace = f"bench-dvp-lb-direct-{scope}"
+    for name in (namespace, direct_namespace):
+        kube.create(NAMESPACES, {"metadata": {"name": name}})
     ccm = ctx.settings.ccm.model_copy(update={"node_selector": f"cloudloop-bench-dvp-lb={scope}"})
     settings = ctx.settings.model_copy(
         update={
@@ -281,36 +287,20 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     nodes = [LoadBalancerNode(name=n, provider_id=f"dvp://{n}") for n in vms]
     store = starter.services.store
 
-    def service(name: str) -> dict[str, Any]:
-        return {
-            "metadata": {"name": name},
-            "spec": {
-                "type": "LoadBalancer",
-                "selector": {"app": name},
-                "ports": [
-                    {"name": "http", "port": 80, "protocol": "TCP"},
-                    {"name": "https", "port": 443, "protocol": "TCP"},
-                ],
-            },
-        }
+    desired = DesiredLoadBalancer(
+        ports=[
+            LoadBalancerPort(name="http", port=80, node_port=30080),
+            LoadBalancerPort(name="https", port=443, node_port=30443),
+        ],
+        nodes=nodes,
+    )
 
-    def direct(label: str) -> None:
-        desired = DesiredLoadBalancer(
-            ports=[
-                LoadBalancerPort(name="http", port=80, node_port=30080),
-                LoadBalancerPort(name="https", port=443, node_port=30443),
-            ],
-            nodes=nodes,
-        )
-        ref = ObjectRef(
-            plural="services",
-            kind="Service",
-            namespace=namespace,
-            name=label,
-            uid=str(uuid.uuid4()),
-        )
+    def ensure(ref: ObjectRef) -> LoadBalancerStatus:
         target = LoadBalancerTarget(service=ref, cluster=settings.cluster_name, provider="dvp")
-        driver.ensure_load_balancer(lb_activities.spec(target, desired))
+        return driver.ensure_load_balancer(lb_activities.spec(target, desired))
+
+    def direct(name: str) -> None:
+        direct_service_pass(kube, direct_namespace, name, ensure)
 
     async def ingress(name: str) -> None:
         key = f"{namespace}/{name}"
@@ -324,11 +314,11 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     async with worker:
         task = asyncio.create_task(starter.run())
         await asyncio.to_thread(direct, "warmup")
-        await asyncio.to_thread(_create, kube, SERVICES, service("warmup"), namespace)
+        await asyncio.to_thread(_create, kube, SERVICES, _service("warmup"), namespace)
         await ingress("warmup")
         for i in range(LB_SAMPLES):
             started = time.monotonic()
-            await asyncio.to_thread(_create, kube, SERVICES, service(f"s{i}"), namespace)
+            await asyncio.to_thread(_create, kube, SERVICES, _service(f"s{i}"), namespace)
             await ingress(f"s{i}")
             workflow_s.append(time.monotonic() - started)
             started = time.monotonic()
@@ -342,6 +332,7 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
         starter.stop()
         informers.stop()
         await task
+    release_direct_services(kube, direct_namespace)
     for name in vms:
         kube.delete(NODES, name)
     workflow_median, direct_median = statistics.median(workflow_s), statistics.median(direct_s)
