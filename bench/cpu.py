@@ -5,11 +5,14 @@ costs, so the scale benchmarks print the stack's CPU seconds beside their walls:
 path's extra CPU (Temporal server, workers, status writes) is what its wall ratio is made of.
 
 Rules: read from ``/proc`` (Linux); the benchmark process and its descendants, user + system
-time, processes that ended meanwhile not counted.
+time, processes that ended meanwhile not counted. A Python process started as ``python -m
+MODULE`` is named by its module's last part (``moto_ext``: moto; ``aws_front``: the AWS front;
+``cli``: a ``cloudloop`` process), so moto's share of a burst is its own figure.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -25,6 +28,20 @@ def _stat(pid: str) -> tuple[int, str, float] | None:
     command = raw[raw.index("(") + 1 : raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
     return int(fields[1]), command, (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _module_name(pid: str, command: str) -> str:
+    """``command``, or for ``python -m a.b`` the module's last part (``b``)."""
+    if not command.startswith("python"):
+        return command
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return command
+    for flag, module in itertools.pairwise(args):
+        if flag == b"-m" and module:
+            return module.decode(errors="replace").rpartition(".")[2]
+    return command
 
 
 def process_cpu(pid: int) -> float:
@@ -45,8 +62,7 @@ def stack_cpu_by_command() -> dict[str, float]:
         current = pending.pop()
         if current in stats:
             _, command, seconds = stats[current]
-            if current == os.getpid():
-                command = "bench"
+            command = "bench" if current == os.getpid() else _module_name(str(current), command)
             totals[command] = totals.get(command, 0.0) + seconds
         pending.extend(children.get(current) or ())
     return totals

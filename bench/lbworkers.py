@@ -10,8 +10,10 @@ workers) poll it. One Service warms the workers up (the round starts once it has
 - ``lb_200_burst_speedup_2_workers`` / ``_4_workers``: the 1-worker wall over the n-worker one.
 - ``lb_200_burst_cpu_s_<n>_workers``: CPU seconds the whole stack spent in the wall
   (:mod:`bench.cpu`): on 2 shared cores a second worker adds CPU, not cores. The per-process
-  split (bench = starter + kube client, cloudloop workers, moto + AWS front, Temporal,
-  kube-apiserver) goes to stderr.
+  split (bench = starter + kube client, ``cli`` = the cloudloop workers, ``moto_ext`` = moto,
+  ``aws_front``, Temporal, kube-apiserver) goes to stderr: moto is one process, its requests
+  served under one interpreter lock, so its CPU seconds over the wall is how near one core the
+  burst keeps the cloud.
 - ``lb_200_burst_cloud_calls_<n>_workers``: AWS requests the front served in the burst (its own
   request count): the same work in every round.
 
@@ -197,8 +199,9 @@ async def _round(
         calls = _cloud_calls(ctx.stack.aws_endpoint)
         print(
             f"lb_{fleet}_burst {count} workers, slots {slots or 'production'}: wall {wall:.1f} s, "
-            f"{calls} AWS calls, CPU s {cpu_spent(cpu_before, cpu_after)}; of python: "
-            f"workers {' '.join(f'{c:.2f}' for c in workers_cpu)} (the rest: moto, AWS front)",
+            f"{calls} AWS calls, CPU s {cpu_spent(cpu_before, cpu_after)} (cli: the workers, "
+            f"each {' '.join(f'{c:.2f}' for c in workers_cpu)}; moto_ext: moto; aws_front: "
+            "the AWS front)",
             file=sys.stderr,
             flush=True,
         )
