@@ -18,10 +18,10 @@ finds the LB handled elsewhere and stays running, idle, with no ELB made in moto
   that the figure above can see signals: every LB Service gets one).
 
 The Services are left with their finalizers and running workflows (the stack is thrown away at
-the end of the run); the Nodes and instances are removed.
+the end of the run), and so are the instances (below); the Nodes are removed.
 
 Set-up and teardown are not measured, and kept cheap: the Services are created while moto
-launches the instances (its ~40 CPU seconds for 5,000 are most of the module's set-up), and each
+launches the instances (~40 s for 5,000 on a quiet machine, most of the module's set-up), and each
 launched batch's Nodes while moto launches the next; each Node is one create with its status
 (the API server keeps a Node's status on create, as a kubelet registers; one managed-fields
 entry where a create and a status PATCH left two, which the starter's informers drop anyway);
@@ -302,10 +302,8 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
     # The Services go to the API server while moto launches the instances (no process watches
     # them yet: the starter starts once everything is there).
     services = asyncio.create_task(asyncio.to_thread(create_services))
-    ids: list[str] = []
-    node_pool = ThreadPoolExecutor(CREATE_THREADS)
 
-    def create_nodes(first: int, batch: list[str]) -> None:
+    def create_nodes(node_pool: ThreadPoolExecutor, first: int, batch: list[str]) -> None:
         """One launched batch's Nodes, each one create: the API server keeps a Node's status on
         create (a kubelet registers so)."""
         found = driver.list_instances(batch).found
@@ -323,16 +321,19 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
 
     # Pipelined: a batch's Nodes go to the API server while moto launches the next batch (moto
     # holds one core, the API server and this client the other).
-    node_batches: list[asyncio.Task[None]] = []
-    while len(ids) < NODE_COUNT:
-        count = min(LAUNCH_BATCH, NODE_COUNT - len(ids))
-        launched = await asyncio.to_thread(launch_instances, ec2, count, InstanceType="m5.large")
-        batch = [i["InstanceId"] for i in launched]
-        node_batches.append(asyncio.create_task(asyncio.to_thread(create_nodes, len(ids), batch)))
-        ids += batch
-    phase("instances")
-    await asyncio.gather(*node_batches)
-    node_pool.shutdown()
+    with ThreadPoolExecutor(CREATE_THREADS) as node_pool:
+        node_batches: list[asyncio.Task[None]] = []
+        for first in range(0, NODE_COUNT, LAUNCH_BATCH):
+            count = min(LAUNCH_BATCH, NODE_COUNT - first)
+            launched = await asyncio.to_thread(
+                launch_instances, ec2, count, InstanceType="m5.large"
+            )
+            batch = [i["InstanceId"] for i in launched]
+            node_batches.append(
+                asyncio.create_task(asyncio.to_thread(create_nodes, node_pool, first, batch))
+            )
+        phase("instances")
+        await asyncio.gather(*node_batches)
     phase("nodes")
     await services
     phase("services")
@@ -385,8 +386,8 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
             phase("node changes")
 
         finally:
-            # Killed: what is measured is done, and a graceful stop is not (the worker's alone,
-            # evicting 1,000 cached workflows, took ~15 s of the module).
+            # Killed: what is measured is done, and a graceful stop is not (the two stopping
+            # took 17 s of the module).
             starter.kill()
             worker.kill()
     phase("stop")
