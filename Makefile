@@ -106,9 +106,12 @@ lock-runtime: $(STAMP)
 lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -q -o requirements.lock
 
-# Builds kube-apiserver, etcd, kwok, ... from Go modules once per version (cached in ~/.cache/cloudloop).
+# Builds kube-apiserver, etcd, kwok, the Temporal server, ... from Go modules once per version and
+# installs the real Keystone of the identity tests (both cached in ~/.cache/cloudloop): every tool a
+# test needs is made here, never inside a test's timeout.
 tools: $(STAMP)
 	$(BIN)/cloudloop stack build
+	$(BIN)/cloudloop stack keystone
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
