@@ -24,6 +24,8 @@ from devstack.process import ManagedProcess, free_port, http_ok, stop_all
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
+#: Components started with the apiserver that may give up waiting for it (started again once).
+_RESTARTABLE = frozenset({CONTROLLER_MANAGER, SCHEDULER, KWOK})
 ALL_COMPONENTS = (CONTROLLER_MANAGER, SCHEDULER, KWOK)
 #: The Cluster API core manager (with its CRDs and webhooks); started once the apiserver is up.
 CAPI = cluster_api.MANAGER
@@ -253,9 +255,19 @@ class KubeControlPlane:
         return target
 
     def wait_ready(self, timeout: float = 90) -> None:
+        """Wait for every process, the apiserver first. A component that exited while the
+        apiserver was still starting is started again once: kube-controller-manager gives up
+        when the apiserver's /healthz is not ok within its own ~10 s (its post-start hooks take
+        longer than that on a loaded machine), so the stack would fail for a timing only."""
         deadline = time.monotonic() + timeout
         for process in self.processes:
-            process.wait_ready(max(1.0, deadline - time.monotonic()))
+            try:
+                process.wait_ready(max(1.0, deadline - time.monotonic()))
+            except RuntimeError:
+                if process.name not in _RESTARTABLE or process.running:
+                    raise
+                process.start()
+                process.wait_ready(max(1.0, deadline - time.monotonic()))
         self._wait_default_namespace(deadline)
         if CAPI in self.options.components and not any(p.name == CAPI for p in self.processes):
             self._start_cluster_api(deadline)
