@@ -27,6 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 IDENTITY_NAMESPACE = "kube-system"
 #: The command that releases a claim.
 RELEASE_COMMAND = "cloudloop temporal release-claim"
+#: Each claim call's deadline (the API server calls have the kube client's own).
+RPC_TIMEOUT = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -136,10 +139,11 @@ async def claim_queue(
             cluster=identity.name, cluster_uid=identity.uid, provider=provider, queue=queue
         ),
         static_summary=f"task queue {queue} is cluster {identity.name}'s",
+        rpc_timeout=RPC_TIMEOUT,
     )
-    described = await client.get_workflow_handle(
-        workflow_id, run_id=handle.result_run_id
-    ).describe()
+    described = await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).describe(
+        rpc_timeout=RPC_TIMEOUT
+    )
     return claim_of(queue, described.typed_search_attributes, workflow_id, described.run_id)
 
 
@@ -149,7 +153,7 @@ async def read_claim(client: Client, queue: str) -> Claim | None:
 
     workflow_id = claim_workflow_id(queue)
     try:
-        described = await client.get_workflow_handle(workflow_id).describe()
+        described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=RPC_TIMEOUT)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None
@@ -166,7 +170,8 @@ async def release_claim(client: Client, queue: str, *, by: str, reason: str = ""
     if claim is None:
         return None
     await client.get_workflow_handle(claim.workflow_id, run_id=claim.run_id).terminate(
-        reason=f"claim released by {by or 'an operator'}" + (f": {reason}" if reason else "")
+        reason=f"claim released by {by or 'an operator'}" + (f": {reason}" if reason else ""),
+        rpc_timeout=RPC_TIMEOUT,
     )
     return claim
 
