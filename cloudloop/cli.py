@@ -1,6 +1,7 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
 ``termination-imds``, ``termination``,
-``temporal setup``, ``retry``, ``nodegroup`` and ``layout``, plus the commands of plugins.
+``temporal setup``, ``temporal claims``, ``temporal release-claim``, ``retry``, ``nodegroup``
+and ``layout``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
 group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
@@ -177,7 +178,18 @@ def worker(settings: Settings) -> None:
 
     cap_malloc_arenas()
     pin_mmap_threshold()
-    asyncio.run(run(settings))
+    _refused_exits(lambda: asyncio.run(run(settings)))
+
+
+def _refused_exits(run: Callable[[], None]) -> None:
+    """Run a process; another cluster's claim on its queues ends it with the error, code 1."""
+    from cloudloop.claim import ClaimRefused
+
+    try:
+        run()
+    except ClaimRefused as exc:
+        click.echo(f"Error: {exc}", err=True)
+        _leave(1)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -244,7 +256,7 @@ def starter(settings: Settings, leader_elect: bool | None, **flags: Any) -> None
     if leader_elect is not None:
         election = settings.leader_election.model_copy(update={"enabled": leader_elect})
         settings = settings.model_copy(update={"leader_election": election})
-    asyncio.run(run(with_ccm_flags(settings, flags)))
+    _refused_exits(lambda: asyncio.run(run(with_ccm_flags(settings, flags))))
 
 
 def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
@@ -379,6 +391,80 @@ def temporal_setup(wait: float) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@temporal.command("claims")
+@click.option("--task-queue", help="The general queue of the set [temporal.task_queue].")
+def temporal_claims(task_queue: str | None) -> None:
+    """Show which cluster holds each queue of the set (its clusterName and kube-system UID)."""
+    from cloudloop.claim import read_claim
+
+    queues = _claim_queues(task_queue)
+
+    async def run() -> list[str]:
+        from cloudloop.temporal import connect
+
+        client = await connect(Settings().temporal)
+        lines = []
+        for queue in queues:
+            claim = await read_claim(client, queue)
+            lines.append(f"{queue}: " + (f"cluster {claim.holder}" if claim else "not claimed"))
+        return lines
+
+    _claim_command(run)
+
+
+@temporal.command("release-claim")
+@click.option("--task-queue", help="The general queue of the set [temporal.task_queue].")
+@click.option("--reason", default="", help="Why (kept in the claim's history).")
+def temporal_release_claim(task_queue: str | None, reason: str) -> None:
+    """Release a cluster's claim of a queue set, so another cluster may serve it.
+
+    Stop the old cluster's workers and starters first: a running one claims its queues again
+    within a minute (and the other cluster is then refused).
+    """
+    from cloudloop.claim import release_claim
+
+    queues = _claim_queues(task_queue)
+
+    async def run() -> list[str]:
+        from cloudloop.temporal import connect
+
+        client = await connect(Settings().temporal)
+        lines = []
+        for queue in queues:
+            claim = await release_claim(
+                client,
+                queue,
+                by=f"{os.environ.get('USER', '')}@{os.uname().nodename}",
+                reason=reason,
+            )
+            lines.append(
+                f"{queue}: released the claim of cluster {claim.holder}"
+                if claim
+                else f"{queue}: not claimed"
+            )
+        return lines
+
+    _claim_command(run)
+
+
+def _claim_queues(task_queue: str | None) -> list[str]:
+    temporal_settings = Settings().temporal
+    if task_queue:
+        temporal_settings = temporal_settings.model_copy(update={"task_queue": task_queue})
+    return temporal_settings.all_queues()
+
+
+def _claim_command(run: Callable[[], Any]) -> None:
+    code = 0
+    try:
+        for line in asyncio.run(run()):
+            click.echo(line)
+    except Exception as exc:  # Temporal unreachable or refusing
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
+    _leave(code)
 
 
 @main.group()
@@ -621,6 +707,7 @@ def _layout_run(
             if action == "destroy" and kubeconfig is not None
             else ""
         ),
+        id_scope=temporal_settings.id_scope,
     )
 
     async def go() -> Any:

@@ -11,6 +11,11 @@ Rules:
 - ``provider`` must name a registered provider; an unknown one fails at start, loudly (checked
   by the composed ``Settings``).
 - Code outside a provider's package reads its section only as ``record.section(settings)``.
+- One cluster, one set of queues: the general task queue derives from ``cluster_name``
+  (:func:`derived_task_queue`) unless ``temporal.task_queue`` is set; every queue name and
+  workflow-ID scope is derived here only (:meth:`TemporalSettings.queue_for`,
+  :attr:`TemporalSettings.id_scope`; the IDs themselves are built by
+  :func:`cloudloop.messages.scope.scoped_id`), so a fleet of clusters reuses one derivation.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,6 +43,24 @@ class TemporalTlsSettings(BaseModel):
     key_file: Path | None = None
     #: Server CA; the system trust store when unset or missing.
     ca_file: Path | None = None
+
+
+#: The general task queue of every install made before queues derived from ``cluster_name``
+#: (its long-lived workflows run there; see docs/decisions/0039-one-cluster-one-queue-set.md).
+LEGACY_TASK_QUEUE = "cloudloop"
+#: What a derived general queue starts with: ``cloudloop-<cluster_name>``.
+TASK_QUEUE_PREFIX = "cloudloop-"
+#: A cluster name: a DNS-label-like word (it is a queue component, a tag value and part of
+#: cloud resource names). Upper case, dots and underscores are kept for existing installs.
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+#: A task queue the settings accept: printable, no blank, no ``/`` (workflow IDs are scoped by
+#: it with ``/``), not Temporal's reserved ``/_sys/``; short enough for ``-<domain>``.
+TASK_QUEUE = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+def derived_task_queue(cluster_name: str) -> str:
+    """The general task queue of ``cluster_name`` when none is configured."""
+    return f"{TASK_QUEUE_PREFIX}{cluster_name}"
 
 
 class Domain:
@@ -65,7 +88,14 @@ class TemporalSettings(BaseModel):
     namespace: str = "default"
     #: The general queue (cloud probes, and every workflow type for runs started before the
     #: domains had queues of their own); each domain's queue is ``<task_queue>-<domain>``.
-    task_queue: str = "cloudloop"
+    #: Empty: ``cloudloop-<cluster_name>`` (filled in by :class:`CoreSettings`); an install
+    #: that ran before queues were derived keeps ``cloudloop`` (the chart pins it).
+    task_queue: str = ""
+    #: What workflow IDs that carry no Kubernetes UID are prefixed with (``<scope>/drain/...``),
+    #: so two clusters on one namespace never share one. None: the general queue, but none on
+    #: the legacy queue ``cloudloop`` (an existing install keeps its running workflows' IDs);
+    #: "": none.
+    workflow_id_scope: str | None = None
     #: Activity slots of the general queue's worker.
     max_concurrent_activities: int = Field(default=100, ge=1)
     #: Per-domain queue settings (keys: :class:`Domain` names).
@@ -81,9 +111,38 @@ class TemporalSettings(BaseModel):
     #: picked up in parallel rather than queueing behind one non-sticky poller.
     poller_autoscaling: bool = True
 
+    @field_validator("task_queue")
+    @classmethod
+    def _task_queue_legal(cls, value: str) -> str:
+        if value and not TASK_QUEUE.fullmatch(value):
+            raise ValueError(
+                f"task_queue {value!r}: use 1-200 letters, digits, '.', '_', ':' or '-'"
+            )
+        return value
+
+    @field_validator("workflow_id_scope")
+    @classmethod
+    def _scope_legal(cls, value: str | None) -> str | None:
+        if value and not TASK_QUEUE.fullmatch(value):
+            raise ValueError(
+                f"workflow_id_scope {value!r}: use letters, digits, '.', '_', ':' or '-'"
+            )
+        return value
+
     def queue_for(self, domain: str) -> str:
         """The task queue of ``domain`` (load balancers, machines, volumes, drains)."""
         return f"{self.task_queue}-{domain}"
+
+    def all_queues(self) -> list[str]:
+        """Every queue of this cluster's set: the general queue, then each domain's."""
+        return [self.task_queue, *(self.queue_for(domain) for domain in Domain.ALL)]
+
+    @property
+    def id_scope(self) -> str:
+        """The scope of this cluster's workflow IDs (see :attr:`workflow_id_scope`)."""
+        if self.workflow_id_scope is not None:
+            return self.workflow_id_scope
+        return "" if self.task_queue == LEGACY_TASK_QUEUE else self.task_queue
 
     def queue_settings(self, domain: str) -> TaskQueueSettings:
         return self.queues.get(domain) or TaskQueueSettings()
@@ -325,6 +384,7 @@ class CoreSettings(BaseSettings):
         env_prefix="CLOUDLOOP_", env_nested_delimiter="__", extra="ignore"
     )
 
+    #: The cluster's name (tags, resource names, the derived task queue); see :data:`CLUSTER_NAME`.
     cluster_name: str = "cloudloop"
     #: The cloud: a name in :data:`cloudloop.cloud.registry.PROVIDERS` (its default and the
     #: check that it is registered come with the composed ``Settings``).
@@ -346,6 +406,25 @@ class CoreSettings(BaseSettings):
     discovery: DiscoverySettings = DiscoverySettings()
     nth: NthSettings = NthSettings()
     csi: CsiSettings = Field(default_factory=CsiSettings)
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name_legal(cls, value: str) -> str:
+        if not CLUSTER_NAME.fullmatch(value):
+            raise ValueError(
+                f"cluster_name {value!r}: use 1-63 letters, digits, '.', '_' or '-', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _derive_task_queue(self) -> CoreSettings:
+        """An unset ``temporal.task_queue`` becomes ``cloudloop-<cluster_name>``."""
+        if not self.temporal.task_queue:
+            self.temporal = self.temporal.model_copy(
+                update={"task_queue": derived_task_queue(self.cluster_name)}
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

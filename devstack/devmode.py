@@ -33,9 +33,7 @@ from devstack.local import LocalStack, StackOptions
 log = logging.getLogger(__name__)
 
 
-def stack_settings(
-    stack: LocalStack, *, task_queue: str = "cloudloop", cluster: str = "dev"
-) -> Settings:
+def stack_settings(stack: LocalStack, *, task_queue: str = "", cluster: str = "dev") -> Settings:
     """Settings that point a worker or starter at a running local stack."""
     return Settings(
         cluster_name=cluster,

@@ -129,7 +129,8 @@ async def run_layout(
 ) -> LayoutResult:
     """Start (or join) the action and wait for its result, reporting progress."""
     prefix = input.cluster.prefix
-    wid = plan_workflow_id(prefix) if input.action == "plan" else workflow_id(prefix)
+    scope = input.id_scope
+    wid = plan_workflow_id(prefix, scope) if input.action == "plan" else workflow_id(prefix, scope)
     handle = await client.start_workflow(
         LayoutWorkflow.run,
         input,

@@ -79,6 +79,7 @@ class ImdsMonitor:
         task_queue: str,
         cluster: str,
         provider: str,
+        id_scope: str = "",
     ) -> None:
         self.kube = kube
         self.client = client
@@ -88,6 +89,7 @@ class ImdsMonitor:
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
+        self.id_scope = id_scope
         self.instance: InstanceInfo | None = None
         self.monitors: Monitors = {}
         self.dispatched: dict[str, str] = {}  # dedup key → workflow ID
@@ -168,6 +170,7 @@ class ImdsMonitor:
                         task_queue=self.task_queue,
                         cluster=self.cluster,
                         provider=self.provider,
+                        id_scope=self.id_scope,
                     )
                 except Exception as exc:  # Temporal unreachable: the next poll tries again
                     NTH_EVENTS_ERROR.labels("imds-start-workflow").inc()
@@ -209,10 +212,15 @@ async def run_imds(settings: Settings, *, stop: asyncio.Event | None = None) -> 
     if provider.termination is None or not nth.node_name:
         log.error("IMDS mode needs a provider with a termination handler and NODE_NAME")
         return
+    from cloudloop.claim import for_process, gated
+
+    kube = Kube(api_client(settings.kubeconfig))
     client = await temporal.connect(settings.temporal, lazy=True)
+    # Drains start only on queues this cluster holds; another cluster's claim stops the monitor.
+    client = gated(client, for_process(client, settings, kube, on_refused=lambda _: stop.set()))
     aws = provider.termination(provider.section(settings), nth, None)
     monitor = ImdsMonitor(
-        Kube(api_client(settings.kubeconfig)),
+        kube,
         client,
         aws.instance_metadata(),
         nth,
@@ -220,6 +228,7 @@ async def run_imds(settings: Settings, *, stop: asyncio.Event | None = None) -> 
         task_queue=settings.temporal.queue_for(Domain.DRAIN),
         cluster=settings.cluster_name,
         provider=provider.name,
+        id_scope=settings.temporal.id_scope,
     )
     task = asyncio.create_task(monitor.run())
     await stop.wait()

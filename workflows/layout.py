@@ -305,7 +305,9 @@ class LayoutWorkflow:
 
     async def _run(self, input: LayoutInput, layout: LayoutDef) -> LayoutResult:
         self._progress.modules = [
-            ModuleState(module=m.id, workflow_id=module_workflow_id(layout.prefix, m.id))
+            ModuleState(
+                module=m.id, workflow_id=module_workflow_id(layout.prefix, m.id, input.id_scope)
+            )
             for m in layout.modules
         ]
         result = LayoutResult(action=input.action, layout=layout.layout, prefix=layout.prefix)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from grpc import aio
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client
 
 from cloudloop import temporal
 from cloudloop.cloud.driver import CloudDriver
@@ -89,7 +90,7 @@ async def run_controller(settings: Settings, *, stop: asyncio.Event | None = Non
     temporal.stop_on_signals(stop)
     client = await temporal.connect(settings.temporal)
     driver = _driver(settings)
-    operations = VolumeOperations.from_settings(client, settings)
+    operations = VolumeOperations.from_settings(_claimed(client, settings, stop), settings)
     server = controller_server(operations, settings, driver)
     tasks = []
     if settings.csi.storage_classes:
@@ -102,6 +103,18 @@ async def run_controller(settings: Settings, *, stop: asyncio.Event | None = Non
         stop.set()
         for task in tasks:
             await asyncio.gather(task, return_exceptions=True)
+
+
+def _claimed(client: Client, settings: Settings, stop: asyncio.Event) -> Client:
+    """``client`` gated by this cluster's claim of its queues (:mod:`cloudloop.claim`): a volume
+    workflow starts only on queues this cluster holds; a queue another cluster serves stops
+    the controller (the refusal is logged, naming both clusters)."""
+    from cloudloop.claim import for_process, gated
+    from cloudloop.kube.api import Kube
+    from cloudloop.kube.client import api_client
+
+    kube = Kube(api_client(settings.kubeconfig))
+    return gated(client, for_process(client, settings, kube, on_refused=lambda _: stop.set()))
 
 
 def node_identity(settings: Settings, driver: CloudDriver) -> tuple[str, str]:

@@ -86,6 +86,8 @@ CLOUD_PROBES: Resource[CloudProbe] = Resource(
     "cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe"
 )
 CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap")
+#: Namespaces, read only for ``kube-system``'s UID (the cluster's identity, :mod:`cloudloop.claim`).
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
     "", "v1", "persistentvolumes", "PersistentVolume", namespaced=False
 )

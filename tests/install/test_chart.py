@@ -845,3 +845,46 @@ def test_layout_configs_are_mounted_into_the_worker_only(helm: Helm) -> None:
     assert mount["readOnly"] is True
     starter = _pod(docs, "Deployment", "-starter")
     assert "layouts" not in {v["name"] for v in starter["volumes"]}
+
+
+@pytest.mark.parametrize(
+    ("sets", "queue_env", "scope_env"),
+    [
+        pytest.param({}, None, None, id="derived-from-clusterName"),
+        pytest.param({"temporal.taskQueue": "ours"}, "ours", None, id="explicit-queue"),
+        pytest.param(
+            {"temporal.taskQueue": "cloudloop", "temporal.workflowIdScope": ""},
+            "cloudloop",
+            "",
+            id="pinned-upgrade",
+        ),
+    ],
+)
+def test_the_task_queue_derives_from_the_cluster_unless_pinned(
+    helm: Helm, sets: dict[str, str], queue_env: str | None, scope_env: str | None
+) -> None:
+    """A fresh install leaves the queue to the settings (``cloudloop-<clusterName>``); values pin
+    it (and the ID scope) for every process alike, and the ConfigMap records what is in use so
+    an upgrade keeps it."""
+    docs = render(helm, "aws", sets)
+    for kind, suffix, name in (
+        ("Deployment", "-worker", "worker"),
+        ("Deployment", "-starter", "starter"),
+        ("Deployment", "-csi-controller", "csi-controller"),
+    ):
+        env = {
+            e["name"]: e.get("value")
+            for e in _main_container(_pod(docs, kind, suffix), name)["env"]
+        }
+        assert env.get("CLOUDLOOP_TEMPORAL__TASK_QUEUE") == queue_env, name
+        assert env.get("CLOUDLOOP_TEMPORAL__WORKFLOW_ID_SCOPE") == scope_env, name
+        assert env["CLOUDLOOP_CLUSTER_NAME"] == "install-test"
+    data = next(
+        d["data"]
+        for d in docs
+        if d["kind"] == "ConfigMap" and "temporal-task-queue" in d.get("data", {})
+    )
+    assert data["temporal-task-queue"] == (queue_env or "")
+    assert data.get("temporal-workflow-id-scope") == scope_env
+    settings = Settings(cluster_name="install-test", temporal={"task_queue": queue_env or ""})
+    assert settings.temporal.task_queue == (queue_env or "cloudloop-install-test")

@@ -148,14 +148,47 @@ checksum/credentials: {{ include (print .Template.BasePath "/secret-credentials.
 {{- end }}
 {{- end }}
 
+{{/* The task queue and workflow-ID scope the processes use: {taskQueue, workflowIdScope} (a key
+     left out: the settings' default, a queue derived from clusterName). Values win; else what
+     the release's ConfigMap recorded; else, for a release installed before queues derived
+     from clusterName (its ConfigMap records neither), the old queue `cloudloop` and unscoped IDs,
+     so its long-lived workflows keep their queue and IDs. `helm template` cannot look up: set
+     both values when upgrading such a release that way. */}}
+{{- define "cloudloop.queuePin" -}}
+{{- $existing := lookup "v1" "ConfigMap" .Release.Namespace (include "cloudloop.fullname" .) }}
+{{- $data := (($existing | default dict).data | default dict) }}
+{{- $pin := dict }}
+{{- if hasKey $data "temporal-task-queue" }}
+{{- with get $data "temporal-task-queue" }}{{- $_ := set $pin "taskQueue" . }}{{- end }}
+{{- if hasKey $data "temporal-workflow-id-scope" }}
+{{- $_ := set $pin "workflowIdScope" (get $data "temporal-workflow-id-scope") }}
+{{- end }}
+{{- else if $existing }}
+{{- $_ := set $pin "taskQueue" "cloudloop" }}
+{{- $_ := set $pin "workflowIdScope" "" }}
+{{- end }}
+{{- with .Values.temporal.taskQueue }}{{- $_ := set $pin "taskQueue" . }}{{- end }}
+{{- if ne (toString .Values.temporal.workflowIdScope) "<nil>" }}
+{{- $_ := set $pin "workflowIdScope" (toString .Values.temporal.workflowIdScope) }}
+{{- end }}
+{{- toYaml $pin }}
+{{- end }}
+
 {{/* Temporal connection env (worker, starter and the set-up Job). */}}
 {{- define "cloudloop.temporalEnv" -}}
 - name: CLOUDLOOP_TEMPORAL__ADDRESS
   value: {{ .Values.temporal.address | quote }}
 - name: CLOUDLOOP_TEMPORAL__NAMESPACE
   value: {{ .Values.temporal.namespace | quote }}
+{{- $pin := include "cloudloop.queuePin" . | fromYaml }}
+{{- with $pin.taskQueue }}
 - name: CLOUDLOOP_TEMPORAL__TASK_QUEUE
-  value: {{ .Values.temporal.taskQueue | quote }}
+  value: {{ . | quote }}
+{{- end }}
+{{- if hasKey $pin "workflowIdScope" }}
+- name: CLOUDLOOP_TEMPORAL__WORKFLOW_ID_SCOPE
+  value: {{ $pin.workflowIdScope | quote }}
+{{- end }}
 {{- if .Values.temporal.tls.enabled }}
 - name: CLOUDLOOP_TEMPORAL__TLS__ENABLED
   value: "true"
