@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import yaml
+from pydantic import ValidationError
 
 from cloudloop.cloud.registry import Settings
+from cloudloop.errortext import describe_validation, yaml_problem
 from cloudloop.settings import MAX_CONCURRENT_NODE_SYNCS
 
 if TYPE_CHECKING:
@@ -164,8 +166,10 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
         )
     try:
         return record.settings.model_validate({**loaded, **explicit})
-    except ValueError as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--cloud-config") from None
+    except ValidationError as exc:  # the fields named, never their values (credentials)
+        raise click.BadParameter(
+            f"{path}: {describe_validation(exc)}", param_hint="--cloud-config"
+        ) from None
 
 
 @main.command()
@@ -568,7 +572,7 @@ def _layout_run(
             pod_subnet_cidr=flags["pod_subnet_cidr"],
         )
     except yaml.YAMLError as exc:
-        raise click.ClickException(f"{path}: not YAML: {exc}") from None
+        raise click.ClickException(f"{path}: {yaml_problem(exc)}") from None
     except InvalidConfig as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
