@@ -537,7 +537,8 @@ def layout_options(command: F) -> F:
     @click.option("--task-queue", help="The workers' task queue [temporal.task_queue].")
     @click.option(
         "--worker-config-path",
-        help="Where the workers read this file (a mounted Secret in a cluster) [its own path].",
+        help="Where the workers read this file: under their layouts.source_dir (the chart's "
+        "layouts.mountPath; a relative name is taken inside it) [its own path].",
     )
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
