@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import yaml
+from pydantic import ValidationError
 
 from cloudloop.cloud.registry import Settings
+from cloudloop.errortext import describe_validation, yaml_problem
 from cloudloop.settings import MAX_CONCURRENT_NODE_SYNCS
 
 if TYPE_CHECKING:
@@ -165,8 +167,10 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
         )
     try:
         return record.settings.model_validate({**loaded, **explicit})
-    except ValueError as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--cloud-config") from None
+    except ValidationError as exc:  # the fields named, never their values (credentials)
+        raise click.BadParameter(
+            f"{path}: {describe_validation(exc)}", param_hint="--cloud-config"
+        ) from None
 
 
 @main.command()
@@ -619,7 +623,8 @@ def layout_options(command: F) -> F:
     @click.option("--task-queue", help="The workers' task queue [temporal.task_queue].")
     @click.option(
         "--worker-config-path",
-        help="Where the workers read this file (a mounted Secret in a cluster) [its own path].",
+        help="Where the workers read this file: under their layouts.source_dir (the chart's "
+        "layouts.mountPath; a relative name is taken inside it) [its own path].",
     )
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -654,7 +659,7 @@ def _layout_run(
             pod_subnet_cidr=flags["pod_subnet_cidr"],
         )
     except yaml.YAMLError as exc:
-        raise click.ClickException(f"{path}: not YAML: {exc}") from None
+        raise click.ClickException(f"{path}: {yaml_problem(exc)}") from None
     except InvalidConfig as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)

@@ -7,7 +7,8 @@ per provider (``CLOUDLOOP_AWS__*``, ...) into ``Settings``, read through each pr
 
 Rules:
 - Secrets are read from files or typed as :class:`pydantic.SecretStr`, so they never print in
-  logs, reprs or workflow history.
+  logs, reprs or workflow history; a refused setting's error names it, never its value
+  (``hide_input_in_errors``; validators word their messages without the value).
 - ``provider`` must name a registered provider; an unknown one fails at start, loudly (checked
   by the composed ``Settings``).
 - Code outside a provider's package reads its section only as ``record.section(settings)``.
@@ -363,13 +364,11 @@ class CsiSettings(BaseModel):
     @field_validator("storage_class_exclude")
     @classmethod
     def _patterns_compile(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
+        for index, pattern in enumerate(patterns):
             try:
                 re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"storage_class_exclude: {pattern!r} is not a regex: {exc}"
-                ) from None
+            except re.error:
+                raise ValueError(f"entry {index} is not a regex") from None
         return patterns
 
     def excluded(self, storage_class: str) -> bool:
@@ -377,11 +376,30 @@ class CsiSettings(BaseModel):
         return any(re.search(pattern, storage_class) for pattern in self.storage_class_exclude)
 
 
+#: Where the chart mounts the layouts Secret into the worker pods (``layouts.mountPath``).
+LAYOUTS_MOUNT = Path("/etc/cloudloop/layouts")
+
+
+class LayoutSettings(BaseModel):
+    """The files the layout activities read (each cluster's ``<Provider>ClusterConfiguration``
+    with its credentials, and destroy's kubeconfig): only under ``source_dir``."""
+
+    #: The one directory layout inputs may name (a file's real path, symlinks and ``..``
+    #: resolved, must lie inside it; a relative name is taken inside it).
+    source_dir: Path = LAYOUTS_MOUNT
+    #: A larger file is refused unread (a ClusterConfiguration is a few KiB).
+    max_file_bytes: int = Field(default=1 << 20, ge=1)
+
+
 class CoreSettings(BaseSettings):
     """Everything a worker or starter process needs to know, but the providers' sections."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOUDLOOP_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="CLOUDLOOP_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        # a refused setting is named, never printed (a credential may be the refused value)
+        hide_input_in_errors=True,
     )
 
     #: The cluster's name (tags, resource names, the derived task queue); see :data:`CLUSTER_NAME`.
@@ -406,6 +424,7 @@ class CoreSettings(BaseSettings):
     discovery: DiscoverySettings = DiscoverySettings()
     nth: NthSettings = NthSettings()
     csi: CsiSettings = Field(default_factory=CsiSettings)
+    layouts: LayoutSettings = Field(default_factory=LayoutSettings)
 
     @field_validator("cluster_name")
     @classmethod

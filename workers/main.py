@@ -120,7 +120,7 @@ def all_activities(
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
     activities += LayoutActivities(settings).all()
-    activities += ClusterResourceActivities().all()
+    activities += ClusterResourceActivities(source_dir=settings.layouts.source_dir).all()
     provider = provider_for(settings)
     termination = (
         provider.termination(provider.section(settings), settings.nth, driver)

@@ -845,6 +845,17 @@ def test_layout_configs_are_mounted_into_the_worker_only(helm: Helm) -> None:
     assert mount["readOnly"] is True
     starter = _pod(docs, "Deployment", "-starter")
     assert "layouts" not in {v["name"] for v in starter["volumes"]}
+    # the worker reads layout files only under that mount (its layouts.source_dir)
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["CLOUDLOOP_LAYOUTS__SOURCE_DIR"] == "/etc/cloudloop/layouts"
+    moved = render(helm, "aws", {"layouts.existingSecret": "l", "layouts.mountPath": "/srv/l"})
+    moved_env = {
+        e["name"]: e.get("value") for e in container(find(moved, "Deployment", "-worker"))["env"]
+    }
+    assert moved_env["CLOUDLOOP_LAYOUTS__SOURCE_DIR"] == "/srv/l"
+    assert "CLOUDLOOP_LAYOUTS__SOURCE_DIR" not in {
+        e["name"] for e in container(find(docs, "Deployment", "-starter"))["env"]
+    }
 
 
 @pytest.mark.parametrize(

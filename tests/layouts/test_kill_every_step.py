@@ -68,6 +68,7 @@ def worker_env(
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": queue,
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        "CLOUDLOOP_LAYOUTS__SOURCE_DIR": str(folder),  # where the rig writes the config
         **{f"CLOUDLOOP_{provider.upper()}__{k.upper()}": v for k, v in cloud.items()},
     }
 

@@ -371,6 +371,9 @@ containers:
         value: {{ $root.Values.temporal.maxConcurrentActivities | int | quote }}
       - name: CLOUDLOOP_TEMPORAL__QUEUES
         value: {{ include "cloudloop.taskQueues" $root | quote }}
+      # the layout activities read configs (and destroy's kubeconfig) only under the mount
+      - name: CLOUDLOOP_LAYOUTS__SOURCE_DIR
+        value: {{ $root.Values.layouts.mountPath | quote }}
       {{- end }}
       {{- with $root.Values.extraEnv }}
       {{- toYaml . | nindent 6 }}
