@@ -44,7 +44,10 @@ def stack_settings(
         metrics_port=free_port(),
         metrics_bind="127.0.0.1",
         temporal=TemporalSettings(
-            address=stack.temporal_address, task_queue=task_queue, graceful_shutdown_s=5
+            address=stack.temporal_address,
+            task_queue=task_queue,
+            graceful_shutdown_s=5,
+            codec=stack.codec,
         ),
         aws=AwsSettings(
             endpoint_url=stack.aws_endpoint or stack.moto_endpoint,
@@ -141,7 +144,9 @@ async def print_status(settings: Settings, stack: dict[str, Any] | None) -> bool
     address = stack["temporal_address"] if stack else settings.temporal.address
     kubeconfig = stack["kubeconfigs"]["main"] if stack else settings.kubeconfig
     try:
-        client = await temporal.connect(settings.temporal.model_copy(update={"address": address}))
+        client = await temporal.connect(
+            settings.temporal.model_copy(update={"address": address}), payloads=False
+        )
         counts: dict[str, int] = {}
         async for wf in client.list_workflows("ExecutionStatus='Running'"):
             counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1

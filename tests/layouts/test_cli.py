@@ -105,7 +105,9 @@ async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
     queue = f"layout-cli-{uuid.uuid4().hex[:8]}"
     settings = Settings(
         provider="aws",
-        temporal=TemporalSettings(address=aws_stack.temporal_address, task_queue=queue),
+        temporal=TemporalSettings(
+            address=aws_stack.temporal_address, task_queue=queue, codec=aws_stack.codec
+        ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
