@@ -69,6 +69,8 @@ class StackOptions:
     #: Fixed ports for ``dev`` (7233 and UI 8233); ``None`` picks free ports and runs headless.
     temporal_port: int | None = None
     temporal_ui_port: int | None = None
+    #: The UI's codec endpoint (``cloudloop dev`` serves one on loopback), so it shows payloads.
+    temporal_ui_codec_endpoint: str = ""
     #: Register the ``Cloudloop*`` search attributes at start (a bare server without them tests
     #: ``cloudloop temporal setup``).
     temporal_search_attributes: bool = True
@@ -263,6 +265,8 @@ class LocalStack:
                 argv += ["--search-attribute", f"{name}=Keyword"]
         if self.options.temporal_ui_port:
             argv += ["--ui-port", str(self.options.temporal_ui_port)]
+            if self.options.temporal_ui_codec_endpoint:
+                argv += ["--ui-codec-endpoint", self.options.temporal_ui_codec_endpoint]
             self.temporal_ui_url = f"http://127.0.0.1:{self.options.temporal_ui_port}"
         else:
             argv.append("--headless")
