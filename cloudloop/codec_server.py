@@ -128,7 +128,7 @@ def transform(ring: KeyRing, action: str, body: bytes) -> tuple[bytes, int]:
     """The answer to an ``encode`` or ``decode`` body, and its payload count."""
     try:
         document = json.loads(body)
-        payloads = json_format.ParseDict(document, Payloads())
+        payloads = json_format.ParseDict(document, Payloads(), ignore_unknown_fields=True)
     except (ValueError, json_format.ParseError, TypeError):
         raise BadRequest(400, 'not a payloads document ({"payloads": [...]})') from None
     change = ring.encrypt if action == "encode" else ring.decrypt
