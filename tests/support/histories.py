@@ -114,3 +114,27 @@ def user_payloads(node: Any) -> list[dict[str, Any]]:
     if isinstance(node, list):
         return [p for v in node for p in user_payloads(v)]
     return []
+
+
+def paths_containing(node: Any, text: str, path: str = "") -> list[str]:
+    """Where ``text`` occurs in ``node`` (JSON paths), to say which field leaked it."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in paths_containing(v, text, f"{path}.{k}")]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in paths_containing(v, text, f"{path}[{i}]")]
+    return [path] if text in str(node) else []
+
+
+#: What a history shows on purpose, never encrypted: the search attributes and workflow IDs
+#: (the UI lists and finds runs by them; the IDs are the idempotency keys, see
+#: docs/decisions/payload-codec.md).
+VISIBLE = frozenset({"searchAttributes", "workflowId"})
+
+
+def without_visible(node: Any) -> Any:
+    """``node`` without the fields in :data:`VISIBLE`."""
+    if isinstance(node, dict):
+        return {k: without_visible(v) for k, v in node.items() if k not in VISIBLE}
+    if isinstance(node, list):
+        return [without_visible(v) for v in node]
+    return node
