@@ -1,5 +1,5 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
-``termination-imds``, ``termination``,
+``termination-imds``, ``termination``, ``codec-server``,
 ``temporal setup``, ``temporal claims``, ``temporal release-claim``, ``retry``, ``nodegroup``
 and ``layout``, plus the commands of plugins.
 
@@ -173,6 +173,18 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
         ) from None
 
 
+def require_codec(settings: Settings) -> None:
+    """Stop with a clear error (and a log line) when the payload codec is on without its keys:
+    a process that talks to Temporal never writes plaintext histories by accident."""
+    from cloudloop.codec import CodecConfigError, key_ring
+
+    try:
+        key_ring(settings.temporal.codec)
+    except CodecConfigError as exc:
+        logging.getLogger("cloudloop.codec").error("refusing to start: %s", exc)
+        raise click.ClickException(str(exc)) from None
+
+
 @main.command()
 @process_options
 def worker(settings: Settings) -> None:
@@ -180,6 +192,7 @@ def worker(settings: Settings) -> None:
     from cloudloop.heap import cap_malloc_arenas, pin_mmap_threshold
     from workers.main import run
 
+    require_codec(settings)
     cap_malloc_arenas()
     pin_mmap_threshold()
     _refused_exits(lambda: asyncio.run(run(settings)))
@@ -256,6 +269,7 @@ def starter(settings: Settings, leader_elect: bool | None, **flags: Any) -> None
     from cloudloop.heap import cap_malloc_arenas
     from starters.main import run
 
+    require_codec(settings)
     cap_malloc_arenas()
     if leader_elect is not None:
         election = settings.leader_election.model_copy(update={"enabled": leader_elect})
@@ -281,6 +295,7 @@ def csi_controller(settings: Settings, endpoint: str | None) -> None:
     """Serve the CSI Identity and Controller services (through the volume workflows)."""
     from cloudloop.csi.server import run_controller
 
+    require_codec(settings)
     if endpoint:
         settings = settings.model_copy(
             update={"csi": settings.csi.model_copy(update={"endpoint": endpoint})}
@@ -310,9 +325,44 @@ def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: s
     IMDSv2 for interruption notices and start the node's drain workflow."""
     from starters.termination_imds import run_imds
 
+    require_codec(settings)
     update = {k: v for k, v in (("node_name", node_name), ("imds_endpoint", imds_endpoint)) if v}
     settings = settings.model_copy(update={"nth": settings.nth.model_copy(update=update)})
     asyncio.run(run_imds(settings))
+
+
+@main.command("codec-server")
+@click.option("--port", type=click.IntRange(0, 65535), help="Listen port [codec_server.port].")
+@click.option("--bind", help="Listen address [codec_server.bind].")
+@process_options
+def codec_server(settings: Settings, port: int | None, bind: str | None) -> None:
+    """Serve Temporal's codec endpoint (POST /encode, /decode) for the Temporal UI and CLI:
+    payloads decrypted with the key ring, behind an authorization check and CORS."""
+    import signal
+    import threading
+
+    from cloudloop.codec import CodecConfigError, key_ring
+    from cloudloop.codec_server import serve
+
+    update = {k: v for k, v in (("port", port), ("bind", bind)) if v is not None}
+    server_settings = settings.codec_server.model_copy(update=update)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        ring = key_ring(settings.temporal.codec)
+        if ring is None:
+            raise CodecConfigError("the payload codec is off (temporal.codec.enabled): no keys")
+        serve(
+            ring,
+            server_settings,
+            namespace=settings.temporal.namespace,
+            kubeconfig=settings.kubeconfig,
+            stop=stop,
+        )
+    except CodecConfigError as exc:
+        logging.getLogger("cloudloop.codec").error("refusing to start: %s", exc)
+        raise click.ClickException(str(exc)) from None
 
 
 @main.group()
@@ -323,6 +373,8 @@ def termination() -> None:
 def _queue_setup(remove: bool) -> None:
     from cloudloop import temporal as temporal_client
     from starters.termination import setup_queue
+
+    require_codec(Settings())
 
     async def run() -> str:
         client = await temporal_client.connect(Settings().temporal)
@@ -489,6 +541,7 @@ def retry_machine(target: str) -> None:
     namespace, _, name = target.partition("/")
     if not namespace or not name:
         raise click.BadParameter("expected NAMESPACE/NAME", param_hint="TARGET")
+    require_codec(Settings())
     try:
         click.echo(asyncio.run(request_retry(Settings(), namespace, name)))
     except LookupError as exc:
@@ -690,6 +743,7 @@ def _layout_run(
         except StateUnreadable as exc:
             raise click.ClickException(str(exc)) from None
     settings = Settings()
+    require_codec(settings)
     temporal_settings = settings.temporal.model_copy(
         update={
             k: v

@@ -84,6 +84,47 @@ class TaskQueueSettings(BaseModel):
     activities_per_second: float | None = Field(default=50.0, gt=0)
 
 
+class CodecSettings(BaseModel):
+    """The payload codec (AES-256-GCM) every process that talks to Temporal encrypts with.
+
+    Keys come from ``key_dir`` (a mounted Secret): one file a key, named by its id (letters,
+    digits, ``.``, ``_``, ``-``), holding 32 random bytes in base64 (``openssl rand -base64 32``).
+    """
+
+    #: On by default: a process with the codec on and no key refuses to start. Off only where
+    #: histories may hold the cluster's data in plaintext (never with a shared Temporal).
+    enabled: bool = True
+    key_dir: Path | None = None
+    #: The key new payloads are encrypted with; empty: the only key of ``key_dir``. The others
+    #: still decrypt what they encrypted (rotation: add a key, make it active, keep the old).
+    active_key_id: str = ""
+
+
+class CodecServerSettings(BaseModel):
+    """``cloudloop codec-server``: Temporal's codec endpoint for the Temporal UI and CLI."""
+
+    bind: str = "0.0.0.0"
+    port: int = Field(default=8888, ge=0, le=65535)
+    #: Origins allowed by CORS (the Temporal UI's, e.g. ``https://temporal.example.com``).
+    cors_origins: list[str] = Field(default_factory=list)
+    #: Bearer tokens accepted, one a line (a mounted Secret file), compared in constant time.
+    tokens_file: Path | None = None
+    #: Also accept Kubernetes tokens allowed ``post`` on the non-resource URL
+    #: ``/cloudloop/codec`` (TokenReview + SubjectAccessReview, as ``metrics_authorization``).
+    kubernetes_authorization: bool = False
+    token_audiences: list[str] = Field(default_factory=list)
+    #: Serve without any authorization check (a developer's loopback only).
+    insecure_no_authorization: bool = False
+    #: Largest request body read; larger ones get 413.
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Seconds a connection may take to send its request.
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    #: HTTPS from this pair (a kubernetes.io/tls Secret); plain HTTP when unset (behind an
+    #: Ingress that terminates TLS).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+
 class TemporalSettings(BaseModel):
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
@@ -111,6 +152,8 @@ class TemporalSettings(BaseModel):
     #: poller autoscaling) instead of keeping five per queue: a burst of new workflows is
     #: picked up in parallel rather than queueing behind one non-sticky poller.
     poller_autoscaling: bool = True
+    #: Payload encryption (``CLOUDLOOP_TEMPORAL__CODEC__*``): see :class:`CodecSettings`.
+    codec: CodecSettings = CodecSettings()
 
     @field_validator("task_queue")
     @classmethod
@@ -425,6 +468,7 @@ class CoreSettings(BaseSettings):
     nth: NthSettings = NthSettings()
     csi: CsiSettings = Field(default_factory=CsiSettings)
     layouts: LayoutSettings = Field(default_factory=LayoutSettings)
+    codec_server: CodecServerSettings = Field(default_factory=CodecServerSettings)
 
     @field_validator("cluster_name")
     @classmethod

@@ -384,7 +384,11 @@ def test_csi_pods_get_the_cloud_settings_and_credentials_the_worker_gets(
         a for a in worker["args"] if a.startswith("--cloud-config=")
     ]
     assert {k: env[k] for k in shared} == {k: worker_env[k] for k in shared}
-    assert _config_sources(pod, csi) == _config_sources(worker_pod, worker)
+    # the same files, but the payload codec's keys only where the process talks to Temporal
+    worker_sources = _config_sources(worker_pod, worker)
+    if name == "csi-node":
+        worker_sources.pop("/etc/cloudloop/codec-keys")
+    assert _config_sources(pod, csi) == worker_sources
     assert ("Secret", find(manifests, "Secret", "-credentials")["metadata"]["name"]) in (
         _config_sources(pod, csi).values()
     )
@@ -415,7 +419,8 @@ def test_csi_pods_mount_an_existing_credentials_secret(
         "my-cloud-conf",
     )
     assert cloud["cloud_config_file"] == "/etc/cloudloop/credentials/cloud.conf"
-    assert not [d for d in docs if d["kind"] == "Secret"]
+    # no credentials Secret: the only one made is the payload codec's key ring
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == ["cloudloop-codec"]
 
 
 def test_storage_class_exclude_and_default_reach_the_csi_controller(helm: Helm) -> None:
@@ -814,7 +819,8 @@ def test_the_termination_handler_runs_both_modes_on_aws_by_default(helm: Helm) -
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "CLOUDLOOP_TEMPORAL__ADDRESS" in env
-    assert [m["name"] for m in container["volumeMounts"]] == ["config"]
+    # the configuration and, as it starts drain workflows, the payload codec's keys: no credentials
+    assert [m["name"] for m in container["volumeMounts"]] == ["config", "codec-keys"]
     job = find(docs, "Job", "-nth-uninstall")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == [

@@ -10,7 +10,6 @@ One stack for the folder (Temporal, moto behind the AWS front), the worker in th
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,6 +44,7 @@ from tests.layouts.support import (
     payloads,
 )
 from tests.layouts.test_cli import cli
+from tests.support.histories import plain_json
 
 pytestmark = pytest.mark.stack
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -58,7 +58,9 @@ async def adopt_queue(aws_stack: LocalStack) -> AsyncIterator[tuple[Client, str]
     queue = f"layout-adopt-{uuid.uuid4().hex[:8]}"
     settings = Settings(
         provider="aws",
-        temporal=TemporalSettings(address=aws_stack.temporal_address, task_queue=queue),
+        temporal=TemporalSettings(
+            address=aws_stack.temporal_address, task_queue=queue, codec=aws_stack.codec
+        ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
@@ -476,7 +478,7 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
 
     # the adoption is a workflow: its history holds IDs, never the state's secrets
     history = await client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    text = payloads(json.loads(history.to_json()))
+    text = payloads(plain_json(history, client))
     assert terraform.ids[f"{defs.VPC}/{prefix}"] in text
     assert USER_DATA not in text and SECRET not in text
 

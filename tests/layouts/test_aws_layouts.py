@@ -43,7 +43,9 @@ def layout_settings(aws_stack: LocalStack) -> Settings:
     return Settings(
         provider="aws",
         temporal=TemporalSettings(
-            address=aws_stack.temporal_address, task_queue=f"layouts-{uuid.uuid4().hex[:8]}"
+            address=aws_stack.temporal_address,
+            task_queue=f"layouts-{uuid.uuid4().hex[:8]}",
+            codec=aws_stack.codec,
         ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )

@@ -104,7 +104,9 @@ def settings(stack: LocalStack) -> Settings:
     return Settings(
         provider="aws",
         temporal=TemporalSettings(
-            address=stack.temporal_address, task_queue=f"destroy-{uuid.uuid4().hex[:8]}"
+            address=stack.temporal_address,
+            task_queue=f"destroy-{uuid.uuid4().hex[:8]}",
+            codec=stack.codec,
         ),
         aws=AwsSettings(endpoint_url=stack.aws_endpoint, timeout_s=5, max_attempts=2),
         openstack=OpenStackSettings(request_timeout_s=10, wait_timeout_s=60, poll_interval_s=0.1),
@@ -359,6 +361,7 @@ async def test_openstack_destroy_deletes_the_clusters_objects_first(
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": f"destroy-kill-{prefix}",
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        **stack.codec_env(),
         "CLOUDLOOP_OPENSTACK__REQUEST_TIMEOUT_S": "10",
         "CLOUDLOOP_OPENSTACK__POLL_INTERVAL_S": "0.1",
         "CLOUDLOOP_LAYOUTS__SOURCE_DIR": str(TEST_MOUNT),  # the config's and kubeconfig's root

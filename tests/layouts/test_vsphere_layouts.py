@@ -57,7 +57,9 @@ def vs_settings(vs_stack: LocalStack) -> Settings:
     return Settings(
         provider="vsphere",
         temporal=TemporalSettings(
-            address=vs_stack.temporal_address, task_queue=f"vs-layouts-{uuid.uuid4().hex[:8]}"
+            address=vs_stack.temporal_address,
+            task_queue=f"vs-layouts-{uuid.uuid4().hex[:8]}",
+            codec=vs_stack.codec,
         ),
         vsphere=VsphereSettings(poll_interval_s=0.05, wait_timeout_s=30.0, timeout_s=10.0),
     )

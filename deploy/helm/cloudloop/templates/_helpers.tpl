@@ -205,6 +205,44 @@ checksum/credentials: {{ include (print .Template.BasePath "/secret-credentials.
 - name: CLOUDLOOP_TEMPORAL__API_KEY_FILE
   value: /etc/cloudloop/temporal-api-key/{{ .Values.temporal.apiKey.key }}
 {{- end }}
+{{- include "cloudloop.codecEnv" . }}
+{{- end }}
+
+{{/* The payload codec (issue 39): every process that talks to Temporal holds the key ring. */}}
+{{- define "cloudloop.codecSecret" -}}
+{{- .Values.temporal.codec.existingSecret | default (printf "%s-codec" (include "cloudloop.fullname" .)) }}
+{{- end }}
+
+{{- define "cloudloop.codecEnv" }}
+- name: CLOUDLOOP_TEMPORAL__CODEC__ENABLED
+  value: {{ .Values.temporal.codec.enabled | quote }}
+{{- if and .Values.temporal.codec.enabled (not .withoutCodec) }}
+- name: CLOUDLOOP_TEMPORAL__CODEC__KEY_DIR
+  value: {{ .Values.temporal.codec.mountPath }}
+{{- with .Values.temporal.codec.activeKeyId }}
+- name: CLOUDLOOP_TEMPORAL__CODEC__ACTIVE_KEY_ID
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Not in the pre-install set-up Job (it sends no payload, and runs before the Secret exists):
+     it renders the Temporal helpers with (dict ... "withoutCodec" true). */}}
+{{- define "cloudloop.codecVolume" }}
+{{- if and .Values.temporal.codec.enabled (not .withoutCodec) }}
+- name: codec-keys
+  secret:
+    secretName: {{ include "cloudloop.codecSecret" . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "cloudloop.codecMount" }}
+{{- if and .Values.temporal.codec.enabled (not .withoutCodec) }}
+- name: codec-keys
+  mountPath: {{ .Values.temporal.codec.mountPath }}
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{/* The worker's domain queues as CLOUDLOOP_TEMPORAL__QUEUES (JSON, the settings' field names);
@@ -237,6 +275,7 @@ an activitiesPerSecond of 0 is unlimited (null). */}}
     secretName: {{ . }}
     defaultMode: 0440
 {{- end }}
+{{- include "cloudloop.codecVolume" . }}
 {{- end }}
 
 {{- define "cloudloop.temporalMounts" -}}
@@ -250,6 +289,7 @@ an activitiesPerSecond of 0 is unlimited (null). */}}
   mountPath: /etc/cloudloop/temporal-api-key
   readOnly: true
 {{- end }}
+{{- include "cloudloop.codecMount" . }}
 {{- end }}
 
 {{/* The pod spec of a component: (dict "root" $ "component" "worker"). */}}
