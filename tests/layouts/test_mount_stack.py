@@ -79,7 +79,9 @@ async def test_a_path_outside_the_mount_is_refused_with_nothing_read(
     queue = f"mount-{uuid.uuid4().hex[:8]}"
     settings = Settings(
         provider="aws",
-        temporal=TemporalSettings(address=aws_stack.temporal_address, task_queue=queue),
+        temporal=TemporalSettings(
+            address=aws_stack.temporal_address, task_queue=queue, codec=aws_stack.codec
+        ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     front = Front(aws_stack.aws_endpoint)

@@ -79,7 +79,9 @@ def cluster_settings(stack: LocalStack, name: str, kubeconfig: Path, endpoint: s
         cluster_name=name,
         provider="aws",
         kubeconfig=kubeconfig,
-        temporal=TemporalSettings(address=stack.temporal_address, graceful_shutdown_s=2),
+        temporal=TemporalSettings(
+            address=stack.temporal_address, graceful_shutdown_s=2, codec=stack.codec
+        ),
         aws=AwsSettings(
             endpoint_url=endpoint,
             region="us-east-1",
