@@ -329,6 +329,18 @@ class AwsLayoutResources(AwsBase):
         delete(resource, properties, raw)
         return True
 
+    def refusals(self, resource: ResourceDef, properties: Props) -> list[str]:
+        """An instance's AMI that EC2 does not have (the looked-up VPC is the engine's)."""
+        if resource.kind != defs.INSTANCE or not properties.get("ami"):
+            return []
+        ami = str(properties["ami"])
+        try:
+            with calling("DescribeImages"):
+                images = self.ec2.describe_images(ImageIds=[ami]).get("Images", [])
+        except errors.NotFound:
+            images = []
+        return [] if images else [f"{resource.key}: image {ami} not found"]
+
     # -- adoption --------------------------------------------------------------------------
     def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
         found: Found | None = self._patiently(lambda: self._adopt(resource, properties, cloud_id))
