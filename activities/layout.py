@@ -18,6 +18,9 @@ secrets stay out of history.
   reference it needs is not there yet), ``update`` with the drifted fields, ``no-op``; with
   ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
 - ``ensure_resource`` / ``delete_resource``: one resource, found before created, idempotent.
+- ``check_apply``: every refusal an apply would meet (a looked-up resource or a template the
+  cloud lacks; :mod:`activities.layout_checks`), before its first create, as one non-retryable
+  ``NotFound`` naming them all.
 - ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked`` that
   names them and says to pass ``--kubeconfig`` (or, after that phase ran, what is left).
 - ``map_state``: an upstream Terraform state's records placed onto the layout's resource keys
@@ -43,6 +46,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
+from activities.layout_checks import apply_refusals
 from cloudloop import mounted
 from cloudloop.cloud.layouts import (
     AdoptingPart,
@@ -58,6 +62,7 @@ from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.errors import ErrorKind
 from cloudloop.messages.layout import (
+    CheckApplyInput,
     CheckDestroyInput,
     DefineInput,
     FieldChange,
@@ -295,6 +300,20 @@ class LayoutActivities:
                 )
             return blockers
 
+    @activity.defn(name=LayoutActivity.CHECK_APPLY)
+    def check_apply(self, input: CheckApplyInput) -> list[str]:
+        with self._beating():
+            session = self._session(input.provider, input.source)
+            with cloud_errors():
+                refusals = apply_refusals(session.resources, input.layout)
+            if refusals:
+                raise ApplicationError(
+                    "; ".join(refusals) + " — nothing was made",
+                    type=ErrorKind.NOT_FOUND,
+                    non_retryable=True,
+                )
+            return refusals
+
     @activity.defn(name=LayoutActivity.MAP_STATE)
     def map_state(self, input: MapStateInput) -> tfstate.StateMap:
         with self._beating():
@@ -364,6 +383,7 @@ class LayoutActivities:
             self.ensure_resource,
             self.delete_resource,
             self.check_destroy,
+            self.check_apply,
             self.map_state,
             self.adopt_resource,
         ]

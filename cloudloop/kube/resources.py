@@ -104,6 +104,7 @@ PDBS: Resource[PodDisruptionBudget] = Resource(
 VOLUME_ATTACHMENTS: Resource[VolumeAttachment] = Resource(
     "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
 )
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 INSTANCE_TYPES_CATALOGS = Resource(
     "deckhouse.io", "v1alpha1", "instancetypescatalogs", "InstanceTypesCatalog", namespaced=False
 )

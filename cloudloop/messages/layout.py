@@ -34,6 +34,7 @@ class LayoutActivity:
     DELETE = "layout.delete_resource"
     PLAN = "layout.plan_module"
     CHECK_DESTROY = "layout.check_destroy"
+    CHECK_APPLY = "layout.check_apply"
     MAP_STATE = "layout.map_state"
     ADOPT = "layout.adopt_resource"
     CLEAR_CLUSTER = "layout.clear_cluster"
@@ -167,6 +168,14 @@ class CheckDestroyInput(BaseModel):
     found: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: The cluster's own objects were deleted through its API first (destroy ``--kubeconfig``).
     cleared: bool = False
+
+
+class CheckApplyInput(BaseModel):
+    """The refusals an apply of ``layout`` would meet, looked for before the first create."""
+
+    provider: str
+    source: ConfigSource
+    layout: LayoutDef
 
 
 class ClearClusterInput(BaseModel):

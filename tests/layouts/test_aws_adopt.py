@@ -275,8 +275,14 @@ class Terraform(TerraformStates):
     def _iam_role_policy(
         self, module: str, r: ResourceDef, p: dict[str, Any], tags: dict[str, str]
     ) -> None:
+        # upstream's document: the same policy as the layout's, in another form (a one-element
+        # Resource list, the actions in another order) — IAM, and so the plan, sees no change
+        policy = json.loads(p["policy"])
+        for statement in policy["Statement"]:
+            statement["Resource"] = [statement["Resource"]]
+            statement["Action"] = list(reversed(statement["Action"]))
         self.iam.put_role_policy(
-            RoleName=p["role_name"], PolicyName=r.name, PolicyDocument=p["policy"]
+            RoleName=p["role_name"], PolicyName=r.name, PolicyDocument=json.dumps(policy)
         )
         self.record(
             module,

@@ -58,10 +58,10 @@ class FakeKube:
             }
         }
 
-    def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any] | None:
+    def get(self, resource: Any, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self.objects.get((namespace, name))
 
-    def create(self, resource: Any, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    def create(self, resource: Any, obj: dict[str, Any], namespace: str = "") -> dict[str, Any]:
         self.objects[namespace, obj["metadata"]["name"]] = obj
         return obj
 
