@@ -10,6 +10,7 @@ One stack for the folder (Temporal, moto behind the AWS front), the worker in th
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
