@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from devstack.metadata_mock import metadata_mock
 from starters.termination_imds import INVALID_NOTICE, ImdsNotices
 from tests.helpers import eventually, eventually_async
 from tests.install.chart import Helm, documents, find, provider_values
+from tests.support.procfs import environment_of, open_files_of, remote_ports_of
 from tests.termination.support import delete_nodes, kwok_node, node_events, nth_settings, taints
 from tests.termination.test_imds import moto_instance
 from workers.main import build_worker
@@ -198,36 +198,6 @@ def agent_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-def environment_of(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(e.decode(errors="replace").split("=", 1) for e in raw if b"=" in e)
-
-
-def open_files_of(pid: int) -> list[str]:
-    found = []
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            found.append(os.readlink(fd))
-    return found
-
-
-def remote_ports_of(pid: int) -> set[int]:
-    """The remote TCP ports of the process's sockets (IPv4 and IPv6)."""
-    inodes = {
-        f.removeprefix("socket:[").removesuffix("]")
-        for f in open_files_of(pid)
-        if f.startswith("socket:[")
-    }
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[9] in inodes:
-                    ports.add(int(fields[2].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def refused(call: Any) -> int:
