@@ -317,18 +317,39 @@ def csi_node(settings: Settings, endpoint: str | None, node_name: str | None) ->
 
 
 @main.command("termination-imds")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Path of a kubeconfig; in-cluster config when unset.",
+)
 @click.option("--node-name", help="This node's Kubernetes name [nth.node_name, NODE_NAME].")
 @click.option("--imds-endpoint", help="The instance metadata service [nth.imds_endpoint].")
-@process_options
-def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: str | None) -> None:
+@click.option(
+    "--log-format", "process_log_format", type=click.Choice(LOG_FORMATS), help="Log lines."
+)
+def termination_imds(
+    kubeconfig: Path | None,
+    node_name: str | None,
+    imds_endpoint: str | None,
+    process_log_format: str | None,
+) -> None:
     """The node termination handler's instance-metadata mode on this node (a DaemonSet): poll
-    IMDSv2 for interruption notices and start the node's drain workflow."""
-    from starters.termination_imds import run_imds
+    IMDSv2 for interruption notices and record them on this Node, for the starter to drain.
 
-    require_codec(settings)
+    It reads only its own settings (``CLOUDLOOP_PROVIDER``, ``CLOUDLOOP_NTH__IMDS_*``,
+    ``NODE_NAME``) and the Kubernetes API: no Temporal setting, no cloud credential."""
+    from cloudloop.nodeagents.termination_imds import run_imds_agent
+    from cloudloop.settings import ImdsAgentSettings
+
+    if process_log_format is not None:
+        obj = click.get_current_context().find_root().obj or {}
+        _logging(bool(obj.get("verbose")), process_log_format)
+    settings = ImdsAgentSettings()
+    if kubeconfig is not None:
+        settings = settings.model_copy(update={"kubeconfig": kubeconfig})
     update = {k: v for k, v in (("node_name", node_name), ("imds_endpoint", imds_endpoint)) if v}
     settings = settings.model_copy(update={"nth": settings.nth.model_copy(update=update)})
-    asyncio.run(run_imds(settings))
+    sys.exit(asyncio.run(run_imds_agent(settings)))
 
 
 @main.command("codec-server")

@@ -353,6 +353,33 @@ class NthSettings(BaseModel):
     imds_poll_interval_s: float = Field(default=2.0, gt=0)
 
 
+class ImdsAgentNthSettings(BaseModel):
+    """The part of :class:`NthSettings` the IMDS node agent reads (the same names, so the same
+    ``CLOUDLOOP_NTH__*`` variables)."""
+
+    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    imds_endpoint: str = "http://169.254.169.254"
+    imds_timeout_s: float = Field(default=2.0, gt=0)
+    imds_poll_interval_s: float = Field(default=2.0, gt=0)
+
+
+class ImdsAgentSettings(BaseSettings):
+    """Everything the IMDS node agent (``cloudloop termination-imds``, on every node) reads: the
+    cloud, the Kubernetes API (a kubeconfig, or the in-cluster ServiceAccount) and its node's
+    metadata service. Nothing of Temporal, no cloud section, no credential file, and no
+    ``CLOUDLOOP_CONFIG`` file: the chart gives it these variables alone."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLOUDLOOP_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    cluster_name: str = "cloudloop"
+    #: The cloud (a registered provider's name; empty: the registry's default).
+    provider: str = ""
+    kubeconfig: Path | None = None
+    nth: ImdsAgentNthSettings = Field(default_factory=ImdsAgentNthSettings)
+
+
 class VolumeSnapshotClassSettings(BaseModel):
     """The driver's VolumeSnapshotClass, kept by the CSI controller beside the StorageClasses
     (from the same discovery document) where the cloud's driver has snapshots."""

@@ -38,6 +38,7 @@ from starters.registration import CloudProviderRegistration
 from starters.route import RouteSync
 from starters.supervisor import Supervisor
 from starters.termination import QueueProcessor
+from starters.termination_imds import ImdsNotices
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     ServiceStarter.from_context,
     UnservedLoadBalancers.from_context,
     QueueProcessor.from_context,
+    ImdsNotices.from_context,
 ]
 
 

@@ -60,6 +60,7 @@ from tests.install.chart import (
     running,
 )
 from tests.loadbalancer.support import AwsWorld, ingress, make_service
+from tests.support.procfs import environment_of, open_files_of, remote_ports_of
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 
@@ -639,6 +640,10 @@ async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own
                     classes = await eventually(
                         storage_classes, timeout=120, what="the cloud's StorageClasses"
                     )
+                    assert node.process is not None
+                    node_env = environment_of(node.process.pid)
+                    node_files = open_files_of(node.process.pid)
+                    node_ports = remote_ports_of(node.process.pid)
                 except AssertionError as exc:
                     raise AssertionError(
                         f"{exc}\n--- csi-controller:\n{controller.tail()}"
@@ -652,6 +657,16 @@ async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own
 
     instance_id = node_spec["spec"]["providerID"].rsplit("/", 1)[-1]
     assert served_node == (driver, instance_id)
+    # The node plugin (on every node) holds no Temporal setting or cloud credential: none in
+    # its environment, no credential file mounted or open, no connection to Temporal or the
+    # cloud's API (issue 39); it learned its instance from its Node (above).
+    temporal_port = int(install.stack.temporal_address.rsplit(":", 1)[1])
+    cloud_port = int(install.stack.aws_endpoint.rsplit(":", 1)[1].split("/")[0])
+    assert not [k for k in node_env if k.startswith("CLOUDLOOP_TEMPORAL")], node_env
+    assert not [k for k in node_env if k.startswith("CLOUDLOOP_AWS__")], node_env
+    assert not [f for f in node_files if "credentials" in f], node_files
+    assert not (node.root / "etc" / "cloudloop" / "credentials").exists()
+    assert temporal_port not in node_ports and cloud_port not in node_ports, node_ports
     assert served_controller[0] == driver
     assert classes
     for name in ("csi-controller", "csi-node"):
