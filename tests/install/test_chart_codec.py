@@ -19,7 +19,6 @@ TEMPORAL_PODS = [
     ("Deployment", "-worker"),
     ("Deployment", "-starter"),
     ("Deployment", "-csi-controller"),
-    ("DaemonSet", "-nth-imds"),
     ("Job", "-nth-uninstall"),
 ]
 
@@ -73,10 +72,11 @@ def test_every_pod_that_talks_to_temporal_holds_the_chart_made_key(
         assert env(spec)["CLOUDLOOP_TEMPORAL__CODEC__ENABLED"] == "true"
         assert env(spec)["CLOUDLOOP_TEMPORAL__CODEC__KEY_DIR"] == KEY_DIR
     # the set-up hook runs before the Secret exists and sends no payload: no key there; nor on
-    # the nodes' CSI plugin, which never talks to Temporal
+    # the node agents (the CSI plugin, the IMDS agent), which never talk to Temporal
     assert codec_secret(pod(docs, "Job", "-temporal-setup")) is None
     assert "CLOUDLOOP_TEMPORAL__CODEC__KEY_DIR" not in env(pod(docs, "Job", "-temporal-setup"))
     assert codec_secret(pod(docs, "DaemonSet", "-csi-node")) is None
+    assert codec_secret(pod(docs, "DaemonSet", "-nth-imds")) is None
 
 
 def test_an_existing_secret_and_an_active_key_for_rotation(helm: Helm) -> None:
