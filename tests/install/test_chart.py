@@ -245,15 +245,20 @@ def test_rbac_is_least_privilege(manifests: list[dict[str, Any]]) -> None:
     rules = [(d, r) for d in roles for r in d.get("rules") or []]
 
     for role, rule in rules:
-        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role["metadata"]
+        named = rule.get("resources", []) + rule.get("apiGroups", [])
+        assert "*" not in rule["verbs"] + named, role["metadata"]
         assert "deletecollection" not in rule["verbs"]
+    # The one non-resource rule: the metrics reader's `get` on /metrics.
+    assert [r for _, r in rules if "nonResourceURLs" in r] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
     # In kube-system only `create` (which RBAC cannot limit by name) goes without resourceNames.
     for role, rule in rules:
         if role["kind"] == "Role" and role["metadata"]["namespace"] == "kube-system":
             assert rule.get("resourceNames") or rule["verbs"] == ["create"], rule
     # Nothing cluster-wide reads Secrets but the Cluster API bootstrap data, if any.
     for role, rule in rules:
-        if role["kind"] == "ClusterRole" and "secrets" in rule["resources"]:
+        if role["kind"] == "ClusterRole" and "secrets" in rule.get("resources", []):
             assert rule["verbs"] == ["get"] and role["metadata"]["name"].endswith("-worker")
 
 
@@ -776,10 +781,16 @@ def test_metrics_authorization_serves_https_to_probes_and_scrapes(
 
 
 def test_metrics_without_authorization_stay_plain_http(helm: Helm) -> None:
-    docs = render(helm, "aws", {"monitoring.podMonitor.enabled": "true"})
+    """``metrics.authorization=false`` (on by default): plain HTTP, no review rules, no reader."""
+    docs = render(
+        helm, "aws", {"monitoring.podMonitor.enabled": "true", "metrics.authorization": "false"}
+    )
     assert "scheme" not in find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
     probe = container(find(docs, "Deployment", "-worker"))["readinessProbe"]["httpGet"]
     assert probe["scheme"] == "HTTP"
+    rules = find(docs, "ClusterRole", "-worker")["rules"]
+    assert not [r for r in rules if "tokenreviews" in r["resources"]]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics-reader")]
 
 
 # -- VolumeSnapshots (issue 29) ---------------------------------------------------------------

@@ -26,6 +26,7 @@ args:
 volumeMounts:
   - name: socket-dir
     mountPath: /csi
+{{ include "cloudloop.containerSecurityContext" .root }}
 {{- end }}
 
 {{/* -- snapshots (issue 29) -------------------------------------------------------------------

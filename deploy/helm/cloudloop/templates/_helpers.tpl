@@ -309,8 +309,7 @@ priorityClassName: {{ . }}
 hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
 {{- end }}
-securityContext:
-  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+{{ include "cloudloop.podSecurityContext" $root }}
 {{- $daemonSet := eq (include "cloudloop.kind" .) "DaemonSet" }}
 {{- $nodeSelector := deepCopy ($root.Values.nodeSelector | default dict) }}
 {{- if or $root.Values.controlPlane $daemonSet }}
@@ -354,8 +353,7 @@ containers:
       {{- with $values.extraArgs }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
-    securityContext:
-      {{- toYaml $root.Values.securityContext | nindent 6 }}
+    {{- include "cloudloop.containerSecurityContext" $root | nindent 4 }}
     ports:
       - name: metrics
         containerPort: {{ include "cloudloop.metricsPort" . }}
@@ -451,4 +449,17 @@ volumes:
       secretName: {{ $root.Values.layouts.existingSecret }}
       defaultMode: 0440
 {{- end }}
+{{- end }}
+
+{{/* -- the chart's boundary (issue 39; deploy/SECURITY.md) ----------------------------------
+     The restricted Pod Security level of every pod but the node agents: one include per pod
+     spec and one per container (the values podSecurityContext and securityContext). */}}
+{{- define "cloudloop.podSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{- define "cloudloop.containerSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
 {{- end }}
