@@ -35,7 +35,7 @@ READS_THE_API = {
     "starter": "informers, Lease, Node sync, discovery, metrics reviews",
     "csi-controller": "StorageClasses, CSIDriver, its Lease; the sidecars' PVs and attachments",
     "csi-node": "its Node (provider ID and zone)",
-    "nth-imds": "Events on its Node",
+    "nth-imds": "its own Node's notices annotation and Events about it",
 }
 #: Components whose process never reads the Kubernetes API (no token in their pods).
 NO_API = {
@@ -396,7 +396,7 @@ def test_the_api_readers_are_the_processes_with_kubernetes_calls() -> None:
             by_process.setdefault(process, set()).add(call.module)
     assert {"worker", "starter", "csi-controller", "csi-node"} <= set(by_process)
     # The IMDS agent records Events on its Node (cloudloop.kube.events, run with its token).
-    assert "starters.termination_imds" in importers()["cloudloop.kube.events"]
+    assert "cloudloop.nodeagents.termination_imds" in importers()["cloudloop.kube.events"]
     for module, function in NO_API.values():
         path = REPO / (module.replace(".", "/") + ".py")
         tree = ast.parse(path.read_text())
@@ -412,6 +412,45 @@ def test_the_api_readers_are_the_processes_with_kubernetes_calls() -> None:
 
 
 # -- metrics authorization --------------------------------------------------------------------
+@pytest.mark.parametrize("kubernetes_authorization", [False, True], ids=["tokens", "tokenreview"])
+def test_the_codec_server_is_reached_on_its_port_and_reads_the_api_only_to_review(
+    helm: Helm, kubernetes_authorization: bool
+) -> None:
+    """The codec server (issue 39, item 3) answers on its port only (from
+    ``codecServer.networkPolicyFrom`` when given), reaches the API server only when it reviews
+    Kubernetes tokens, and mounts a token only then."""
+    sets = {
+        "codecServer.enabled": "true",
+        "codecServer.tokens.secretName": "codec-tokens",
+        "codecServer.kubernetesAuthorization": str(kubernetes_authorization).lower(),
+        "networkPolicy.apiServer.cidrs[0]": f"{API_SERVER}/32",
+    }
+    docs = render(helm, "aws", sets)
+    rules = policies(docs)
+    server = workloads(docs)["codec-server"]
+    target = template_endpoint(server)
+    port = target.ports["codec"]
+    assert allowed(rules, ANY_POD, target, port)
+    assert not allowed(rules, ANY_POD, target, 9464)
+    reaches_api = allowed(rules, target, address(API_SERVER), 6443)
+    assert reaches_api == kubernetes_authorization
+    assert not allowed(rules, target, TEMPORAL_FRONTEND, 7233)
+    assert not allowed(rules, target, address(CLOUD), 443)
+    spec = server["spec"]["template"]["spec"]
+    assert spec.get("automountServiceAccountToken", True) == kubernetes_authorization
+    assert restricted_violations(spec) == []
+
+    narrowed = render(
+        helm,
+        "aws",
+        {**sets, "codecServer.networkPolicyFrom[0].namespaceSelector.matchLabels.team": "ui"},
+    )
+    ui = pod("ui", {"app": "temporal-ui"}, namespace_labels={"team": "ui"})
+    target = template_endpoint(workloads(narrowed)["codec-server"])
+    assert allowed(policies(narrowed), ui, target, port)
+    assert not allowed(policies(narrowed), ANY_POD, target, port)
+
+
 def test_metrics_authorization_is_on_by_default(manifests: list[dict[str, Any]]) -> None:
     reader = find(manifests, "ClusterRole", "-metrics-reader")
     binding = find(manifests, "ClusterRoleBinding", "-metrics-reader")
