@@ -104,6 +104,7 @@ class ImdsNotices:
         task_queue: str,
         cluster: str,
         provider: str = "",
+        id_scope: str = "",
         nodes: Informer[Node] | None = None,
     ) -> None:
         self.kube = kube
@@ -112,6 +113,8 @@ class ImdsNotices:
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
+        #: The cluster's workflow-ID scope: the drain's ID is the queue mode's for one notice.
+        self.id_scope = id_scope
         self._own_nodes = nodes is None
         self.nodes = (
             nodes if nodes is not None else Informer[Node](kube, NODES, transform=notices_view)
@@ -131,6 +134,7 @@ class ImdsNotices:
             task_queue=context.queue(Domain.DRAIN),
             cluster=context.cluster,
             provider=provider.name,
+            id_scope=context.settings.temporal.id_scope,
             # The CCM's Node informer when it holds every Node; else one of its own (views).
             nodes=None if context.settings.ccm.node_selector else context.informers.nodes(),
         )
@@ -198,6 +202,7 @@ class ImdsNotices:
                     task_queue=self.task_queue,
                     cluster=self.cluster,
                     provider=self.provider,
+                    id_scope=self.id_scope,
                 )
             except Exception as exc:  # Temporal unreachable: again after RETRY_S
                 NTH_EVENTS_ERROR.labels("imds-start-workflow").inc()

@@ -63,6 +63,7 @@ def notices_starter(config: Settings, kube: Kube, client: Client) -> ImdsNotices
         task_queue=config.temporal.task_queue,
         cluster=config.cluster_name,
         provider="aws",
+        id_scope=config.temporal.id_scope,  # the queue mode's: one notice, one drain
     )
 
 

@@ -367,3 +367,30 @@ def test_notices_drain_the_node_they_are_on_once_and_a_failed_start_is_retried(
     assert [(n, i) for n, i, _ in calls] == [("n1", INSTANCE.id)]
     deleted = WatchEvent("DELETED", event.object)
     assert asyncio.run(starter.handle(deleted)) == [] and "n1" not in starter.state
+
+
+def test_a_notice_drains_under_the_cluster_s_id_scope_as_the_queue_mode_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The IMDS starter names the drain as the queue mode does for the same notice (the
+    cluster's ID scope included, issue 39 item 4), so both modes join one drain and another
+    cluster's Node of the same name never shares it."""
+    scopes: list[str] = []
+
+    async def start_drain(*args: Any, id_scope: str = "", **_: Any) -> Any:
+        scopes.append(id_scope)
+        return f"{id_scope}/drain/n1", None, object()
+
+    monkeypatch.setattr("starters.termination_imds.start_drain", start_drain)
+    starter = ImdsNotices(
+        MemoryKube(),
+        cast(Client, object()),
+        NthSettings(),
+        task_queue="cloudloop-alpha-drain",
+        cluster="alpha",
+        provider="aws",
+        id_scope="cloudloop-alpha",
+    )
+    event = _node("n1", _notices_text(), f"aws:///eu-west-1a/{INSTANCE.id}")
+    assert asyncio.run(starter.handle(event)) == ["cloudloop-alpha/drain/n1"]
+    assert scopes == ["cloudloop-alpha"]
