@@ -481,7 +481,7 @@ def temporal_claims(task_queue: str | None) -> None:
     async def run() -> list[str]:
         from cloudloop.temporal import connect
 
-        client = await connect(Settings().temporal)
+        client = await connect(Settings().temporal, payloads=False)  # no payload: no key
         lines = []
         for queue in queues:
             claim = await read_claim(client, queue)
@@ -507,7 +507,7 @@ def temporal_release_claim(task_queue: str | None, reason: str) -> None:
     async def run() -> list[str]:
         from cloudloop.temporal import connect
 
-        client = await connect(Settings().temporal)
+        client = await connect(Settings().temporal, payloads=False)  # no payload: no key
         lines = []
         for queue in queues:
             claim = await release_claim(

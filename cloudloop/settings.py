@@ -159,18 +159,14 @@ class TemporalSettings(BaseModel):
     @classmethod
     def _task_queue_legal(cls, value: str) -> str:
         if value and not TASK_QUEUE.fullmatch(value):
-            raise ValueError(
-                f"task_queue {value!r}: use 1-200 letters, digits, '.', '_', ':' or '-'"
-            )
+            raise ValueError("task_queue: use 1-200 letters, digits, '.', '_', ':' or '-'")
         return value
 
     @field_validator("workflow_id_scope")
     @classmethod
     def _scope_legal(cls, value: str | None) -> str | None:
         if value and not TASK_QUEUE.fullmatch(value):
-            raise ValueError(
-                f"workflow_id_scope {value!r}: use letters, digits, '.', '_', ':' or '-'"
-            )
+            raise ValueError("workflow_id_scope: use letters, digits, '.', '_', ':' or '-'")
         return value
 
     def queue_for(self, domain: str) -> str:
@@ -370,7 +366,10 @@ class ImdsAgentSettings(BaseSettings):
     ``CLOUDLOOP_CONFIG`` file: the chart gives it these variables alone."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOUDLOOP_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="CLOUDLOOP_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        hide_input_in_errors=True,
     )
 
     cluster_name: str = "cloudloop"
@@ -502,7 +501,7 @@ class CoreSettings(BaseSettings):
     def _cluster_name_legal(cls, value: str) -> str:
         if not CLUSTER_NAME.fullmatch(value):
             raise ValueError(
-                f"cluster_name {value!r}: use 1-63 letters, digits, '.', '_' or '-', "
+                "cluster_name: use 1-63 letters, digits, '.', '_' or '-', "
                 "starting and ending with a letter or digit"
             )
         return value

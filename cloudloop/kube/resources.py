@@ -86,7 +86,8 @@ CLOUD_PROBES: Resource[CloudProbe] = Resource(
     "cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe"
 )
 CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap")
-#: Namespaces, read only for ``kube-system``'s UID (the cluster's identity, :mod:`cloudloop.claim`).
+#: Namespaces: ``kube-system``'s UID is the cluster's identity (:mod:`cloudloop.claim`); a layout
+#: publish creates ``d8-system`` when the cluster has none yet.
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
     "", "v1", "persistentvolumes", "PersistentVolume", namespaced=False
@@ -104,7 +105,6 @@ PDBS: Resource[PodDisruptionBudget] = Resource(
 VOLUME_ATTACHMENTS: Resource[VolumeAttachment] = Resource(
     "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
 )
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 INSTANCE_TYPES_CATALOGS = Resource(
     "deckhouse.io", "v1alpha1", "instancetypescatalogs", "InstanceTypesCatalog", namespaced=False
 )

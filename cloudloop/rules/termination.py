@@ -16,6 +16,7 @@ import json
 
 from pydantic import ValidationError
 
+from cloudloop.errortext import describe_validation
 from cloudloop.messages.termination import EventKind, InterruptionEvent, NodeNotices
 
 #: Drain failures that a redelivery of the same message would meet again (pods that may not be
@@ -51,9 +52,12 @@ def read_node_notices(text: str, provider_id: str = "") -> NodeNotices:
     """The notices of a Node's annotation ``text`` (its ``spec.providerID`` given, when set)."""
     try:
         notices = NodeNotices.model_validate(json.loads(text))
-    except (ValueError, ValidationError) as exc:
-        first = str(exc).splitlines()
-        raise InvalidNotices(f"not a notices document: {' '.join(first[:3])[:300]}") from None
+    except ValidationError as exc:  # field paths and kinds, never the annotation's values
+        raise InvalidNotices(f"not a notices document: {describe_validation(exc)[:300]}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidNotices(
+            f"not a notices document: not JSON (line {exc.lineno}, column {exc.colno})"
+        ) from None
     others = sorted({n.instance_id for n in notices.notices} - {notices.instance_id})
     if others:
         raise InvalidNotices(

@@ -350,6 +350,10 @@ SETTINGS_BREAKERS = [
     ("layouts", "max_file_bytes"),
     ("provider",),
     ("aws", "unknown"),
+    # the validators of the per-cluster queues (issue 39, item 4) word their refusal too
+    ("cluster_name",),
+    ("temporal", "task_queue"),
+    ("temporal", "workflow_id_scope"),
 ]
 
 
