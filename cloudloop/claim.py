@@ -281,11 +281,17 @@ def for_process(
     *,
     on_refused: Callable[[ClaimRefused], None] | None = None,
 ) -> QueueClaim:
-    """The claim of a process of ``settings``' cluster, identified through ``kube``."""
+    """The claim of a process of ``settings``' cluster, identified through ``kube`` (or by
+    ``settings.cluster_uid`` when set: a worker serving a cluster that does not exist yet, such as
+    the layouts that bootstrap it, names the identity itself)."""
     return QueueClaim(
         client,
         settings.temporal,
-        lambda: read_identity(kube, settings.cluster_name),
+        (
+            (lambda: ClusterIdentity(name=settings.cluster_name, uid=settings.cluster_uid))
+            if settings.cluster_uid
+            else (lambda: read_identity(kube, settings.cluster_name))
+        ),
         provider=settings.provider,
         on_refused=on_refused,
     )

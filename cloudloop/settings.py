@@ -473,6 +473,10 @@ class CoreSettings(BaseSettings):
 
     #: The cluster's name (tags, resource names, the derived task queue); see :data:`CLUSTER_NAME`.
     cluster_name: str = "cloudloop"
+    #: The cluster's identity in its queue claims (:mod:`cloudloop.claim`); empty: the UID of
+    #: the cluster's kube-system Namespace, read from its API server. Set it only for a worker
+    #: whose cluster does not exist yet (the layouts that bootstrap it).
+    cluster_uid: str = Field(default="", max_length=128)
     #: The cloud: a name in :data:`cloudloop.cloud.registry.PROVIDERS` (its default and the
     #: check that it is registered come with the composed ``Settings``).
     provider: str = ""

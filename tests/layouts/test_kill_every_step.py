@@ -68,6 +68,8 @@ def worker_env(
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": queue,
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        # no cluster yet (a bootstrap's layouts): the worker names its claim's identity
+        "CLOUDLOOP_CLUSTER_UID": f"layout-rig-{queue}",
         "CLOUDLOOP_LAYOUTS__SOURCE_DIR": str(folder),  # where the rig writes the config
         **stack.codec_env(),
         **{f"CLOUDLOOP_{provider.upper()}__{k.upper()}": v for k, v in cloud.items()},
