@@ -117,9 +117,7 @@ def zvirt_layout_settings(zvirt_stack: LocalStack) -> Settings:
     return Settings(
         provider="zvirt",
         temporal=TemporalSettings(
-            address=zvirt_stack.temporal_address,
-            task_queue=f"zv-layouts-{uuid.uuid4().hex[:8]}",
-            codec=zvirt_stack.codec,
+            address=zvirt_stack.temporal_address, task_queue=f"zv-layouts-{uuid.uuid4().hex[:8]}"
         ),
         zvirt=zvirt_section(),
     )

@@ -54,8 +54,7 @@ def test_a_full_spec_parses() -> None:
         ({"instanceType": "t3.micro", "rootVolume": {"size": 20, "iops": "3000"}}, ["iops"]),
         ({"instanceType": "t3.micro", "spotMarketOptions": {"maxPrice": "0.1"}}, ["maxPrice"]),
         ({"instanceType": "t3.micro", "additionalTags": {"aws:x": "1"}}, ["aws: keys"]),
-        # the entry named by its index, never its value
-        ({"instanceType": "t3.micro", "additionalSecurityGroups": [{"id": "x"}]}, ["entries 0"]),
+        ({"instanceType": "t3.micro", "additionalSecurityGroups": [{"id": "x"}]}, ["'x'"]),
         ({"instanceType": "t3.micro", "rootVolume": {"size": 20, "iops": 3000}}, ["gp2"]),
     ],
     ids=["empty", "type", "ids", "volume", "iops-string", "price", "tags", "groups", "iops-gp2"],
