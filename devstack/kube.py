@@ -24,8 +24,6 @@ from devstack.process import ManagedProcess, free_port, http_ok, stop_all
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 KWOK = "kwok"
-#: Components started with the apiserver that may give up waiting for it (started again once).
-_RESTARTABLE = frozenset({CONTROLLER_MANAGER, SCHEDULER, KWOK})
 ALL_COMPONENTS = (CONTROLLER_MANAGER, SCHEDULER, KWOK)
 #: The Cluster API core manager (with its CRDs and webhooks); started once the apiserver is up.
 CAPI = cluster_api.MANAGER
@@ -264,10 +262,9 @@ class KubeControlPlane:
             try:
                 process.wait_ready(max(1.0, deadline - time.monotonic()))
             except RuntimeError:
-                if process.name not in _RESTARTABLE or process.running:
+                if process.name not in ALL_COMPONENTS or process.running:
                     raise
-                process.start()
-                process.wait_ready(max(1.0, deadline - time.monotonic()))
+                self.restart(process.name, timeout=max(1.0, deadline - time.monotonic()))
         self._wait_default_namespace(deadline)
         if CAPI in self.options.components and not any(p.name == CAPI for p in self.processes):
             self._start_cluster_api(deadline)
