@@ -51,7 +51,7 @@ def stack_settings(
             region="us-east-1",
             access_key_id=SecretStr("testing"),
             secret_access_key=SecretStr("testing"),
-            timeout_s=5,
+            timeout_s=20,  # moto answers a big page in seconds on a loaded runner
             max_attempts=2,
         ),
         leader_election=LeaderElectionSettings(
