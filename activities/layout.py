@@ -6,11 +6,21 @@ opens the provider's layout session with the document's credentials and this wor
 section (endpoint, timeouts); the session is kept while the file is unchanged (its mtime). So
 credentials never enter an input, a result or a log: only the path does.
 
+The file is read only from under ``layouts.source_dir`` (the chart's mount;
+:mod:`cloudloop.mounted`): a path outside it (absolute, ``..``, a symlink leading out), not a
+regular file or larger than ``layouts.max_file_bytes`` is refused unread
+(``LayoutConfigRefused``, non-retryable). Every configuration error (``LayoutConfigInvalid``)
+names the file and the field, never a value (:mod:`cloudloop.errortext`): a bad document's
+secrets stay out of history.
+
 - ``define``: the cloud's zones, then the layout's definitions (data).
 - ``plan_module``: read-only; per resource (dependency order) ``create`` when absent (or a
   reference it needs is not there yet), ``update`` with the drifted fields, ``no-op``; with
   ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
 - ``ensure_resource`` / ``delete_resource``: one resource, found before created, idempotent.
+- ``check_apply``: every refusal an apply would meet (a looked-up resource or a template the
+  cloud lacks; :mod:`activities.layout_checks`), before its first create, as one non-retryable
+  ``NotFound`` naming them all.
 - ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked`` that
   names them and says to pass ``--kubeconfig`` (or, after that phase ran, what is left).
 - ``map_state``: an upstream Terraform state's records placed onto the layout's resource keys
@@ -28,7 +38,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -37,6 +46,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.cloud import cloud_errors
 from activities.heartbeats import heartbeating
+from activities.layout_checks import apply_refusals
+from cloudloop import mounted
 from cloudloop.cloud.layouts import (
     AdoptingPart,
     AdoptingResources,
@@ -45,11 +56,13 @@ from cloudloop.cloud.layouts import (
     LayoutResources,
 )
 from cloudloop.cloud.registry import PROVIDERS, Settings
+from cloudloop.errortext import yaml_problem
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.errors import ErrorKind
 from cloudloop.messages.layout import (
+    CheckApplyInput,
     CheckDestroyInput,
     DefineInput,
     FieldChange,
@@ -90,20 +103,24 @@ class LayoutActivities:
         self._lock = threading.Lock()
 
     # -- the configuration and the session -------------------------------------------------
-    def _read(self, source: ConfigSource) -> tuple[str, str]:
-        """(text, stamp) of the source; the stamp changes when its content may have."""
-        path = Path(source.file)
+    def _read(self, source: ConfigSource) -> mounted.MountedFile:
+        """The source's text and stamp, read only from under ``layouts.source_dir``."""
+        where = self.settings.layouts
         try:
-            return path.read_text(), str(path.stat().st_mtime_ns)
-        except OSError as exc:
+            return mounted.read_under(where.source_dir, source.file, max_bytes=where.max_file_bytes)
+        except mounted.Refused as exc:
+            activity.logger.warning("configuration refused: %s", exc)
             raise ApplicationError(
-                f"configuration {source.file}: {exc.strerror or exc}",
-                type="LayoutConfigMissing",
-                non_retryable=True,
+                f"configuration {exc}", type="LayoutConfigRefused", non_retryable=True
+            ) from None
+        except mounted.Unreadable as exc:
+            raise ApplicationError(
+                f"configuration {exc}", type="LayoutConfigMissing", non_retryable=True
             ) from None
 
     def _session(self, provider: str, source: ConfigSource) -> _Session:
-        text, stamp = self._read(source)
+        read = self._read(source)
+        text, stamp = read.text, read.stamp
         key = (provider, source.describe())
         with self._lock:
             session = self._sessions.get(key)
@@ -120,14 +137,18 @@ class LayoutActivities:
             docs = [
                 d
                 for d in yaml.safe_load_all(text)
-                if isinstance(d, dict) and d.get("kind") in DOCUMENTS
+                if isinstance(d, dict) and isinstance(d.get("kind"), str) and d["kind"] in DOCUMENTS
             ]
             config = validate_document(docs[0] if len(docs) == 1 else None, source=source.file)
-        except (yaml.YAMLError, InvalidConfig) as exc:
+        except yaml.YAMLError as exc:
             raise ApplicationError(
-                f"configuration {source.describe()}: {exc}",
+                f"configuration {source.describe()}: {yaml_problem(exc)}",
                 type="LayoutConfigInvalid",
                 non_retryable=True,
+            ) from None
+        except InvalidConfig as exc:  # its messages name fields, never their values
+            raise ApplicationError(
+                f"configuration {exc}", type="LayoutConfigInvalid", non_retryable=True
             ) from None
         part = record.layouts()
         with cloud_errors():
@@ -279,6 +300,20 @@ class LayoutActivities:
                 )
             return blockers
 
+    @activity.defn(name=LayoutActivity.CHECK_APPLY)
+    def check_apply(self, input: CheckApplyInput) -> list[str]:
+        with self._beating():
+            session = self._session(input.provider, input.source)
+            with cloud_errors():
+                refusals = apply_refusals(session.resources, input.layout)
+            if refusals:
+                raise ApplicationError(
+                    "; ".join(refusals) + " — nothing was made",
+                    type=ErrorKind.NOT_FOUND,
+                    non_retryable=True,
+                )
+            return refusals
+
     @activity.defn(name=LayoutActivity.MAP_STATE)
     def map_state(self, input: MapStateInput) -> tfstate.StateMap:
         with self._beating():
@@ -348,6 +383,7 @@ class LayoutActivities:
             self.ensure_resource,
             self.delete_resource,
             self.check_destroy,
+            self.check_apply,
             self.map_state,
             self.adopt_resource,
         ]

@@ -16,6 +16,10 @@ the Layout workflow), idempotent and crash-safe: a delete step lists and deletes
 (absent is success), a wait step lists again until nothing is left. A killed worker costs a
 heartbeat timeout; the retried step starts over from the cluster's state.
 
+The kubeconfig is read only from under ``layouts.source_dir`` (:mod:`cloudloop.mounted`): a
+path outside it is refused before anything is opened (``KubeconfigRefused``, non-retryable),
+and a broken one is named without its content (``KubeconfigInvalid``).
+
 Identity: ``verify-cluster`` refuses (``WrongCluster``, non-retryable) unless the cluster's
 ConfigMap ``kube-system/d8-cluster-uuid`` (``cluster-uuid``, which dhctl writes at bootstrap)
 names this layout's cluster UUID, so a kubeconfig of another cluster never has anything
@@ -38,10 +42,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeats import heartbeating
+from cloudloop import mounted
+from cloudloop.errortext import yaml_problem
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import BodyT, Pod, Service
 from cloudloop.kube.client import api_client
@@ -56,6 +63,7 @@ from cloudloop.kube.resources import (
     Resource,
 )
 from cloudloop.messages.layout import ClearClusterInput, ClearClusterResult, LayoutActivity
+from cloudloop.settings import LAYOUTS_MOUNT
 
 HEARTBEAT_S = 2.0
 #: How often a wait step lists again.
@@ -63,6 +71,16 @@ POLL_S = 1.0
 
 CAPI_GROUP = "cluster.x-k8s.io"
 UUID_CONFIG_MAP = ("kube-system", "d8-cluster-uuid")
+
+
+def _kubeconfig_problem(exc: Exception) -> str:
+    """Why a kubeconfig did not load, without its content (YAML errors quote lines; a
+    kubeconfig holds tokens and keys)."""
+    if isinstance(exc, yaml.YAMLError):
+        return yaml_problem(exc)
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return f"not a usable kubeconfig ({type(exc).__name__})"
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -113,18 +131,28 @@ def _capi(kube: Kube) -> tuple[Resource, Resource] | None:
 class ClusterResourceActivities:
     """``layout.clear_cluster``: one step of destroy's first phase."""
 
-    def __init__(self, kube_factory: Callable[[str], Kube] | None = None) -> None:
+    def __init__(
+        self, kube_factory: Callable[[str], Kube] | None = None, source_dir: Path = LAYOUTS_MOUNT
+    ) -> None:
         self._kube_factory = kube_factory or (lambda path: Kube(api_client(Path(path))))
+        self._source_dir = source_dir
 
     @activity.defn(name=LayoutActivity.CLEAR_CLUSTER)
     def clear_cluster(self, input: ClearClusterInput) -> ClearClusterResult:
         progress: dict[str, Any] = {"step": input.step}
         with heartbeating(HEARTBEAT_S, details=lambda: dict(progress)):
             try:
-                kube = self._kube_factory(input.kubeconfig)
+                path = mounted.resolve_under(self._source_dir, input.kubeconfig)
+            except mounted.Refused as exc:
+                activity.logger.warning("kubeconfig refused: %s", exc)
+                raise ApplicationError(
+                    f"kubeconfig {exc}", type="KubeconfigRefused", non_retryable=True
+                ) from None
+            try:
+                kube = self._kube_factory(str(path))
             except Exception as exc:  # a missing or broken kubeconfig: fix and run again
                 raise ApplicationError(
-                    f"kubeconfig {input.kubeconfig}: {exc}",
+                    f"kubeconfig {input.kubeconfig}: {_kubeconfig_problem(exc)}",
                     type="KubeconfigInvalid",
                     non_retryable=True,
                 ) from None

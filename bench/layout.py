@@ -26,6 +26,7 @@ from cloudloop import temporal
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
+from cloudloop.settings import LayoutSettings
 from devstack.backends.aws_layouts import cluster_resources
 from starters.layout import run_layout
 from workflows.layout import LAYOUT_WORKFLOWS
@@ -78,7 +79,9 @@ async def layout_figures(ctx: BenchContext) -> dict[str, float]:
             ctx.client,
             queue,
             workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(ctx.settings).all(),  # type: ignore[arg-type]
+            activities=LayoutActivities(
+                ctx.settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
+            ).all(),  # type: ignore[arg-type]
         )
         async with worker:
             before = _aws_requests()

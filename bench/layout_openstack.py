@@ -31,6 +31,7 @@ from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
+from cloudloop.settings import LayoutSettings
 from devstack.backends.openstack import openstack_emulator
 from devstack.backends.openstack_layouts import cluster_resources
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
@@ -108,7 +109,9 @@ async def openstack_layout_figures(ctx: BenchContext) -> dict[str, float]:
             ctx.client,
             queue,
             workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
+            activities=LayoutActivities(
+                settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
+            ).all(),  # type: ignore[arg-type]
         )
         async with worker:
             before = _openstack_requests()

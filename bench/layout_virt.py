@@ -35,6 +35,7 @@ from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
+from cloudloop.settings import LayoutSettings
 from devstack.backends.dvp_layouts import cluster_resources as dvp_resources
 from devstack.backends.zvirt import QUICK_TIMINGS, ovirt_engine
 from devstack.backends.zvirt_layouts import cluster_resources as zvirt_resources
@@ -131,7 +132,9 @@ async def _cycle(
         ctx.client,
         queue,
         workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
+        activities=LayoutActivities(
+            settings.model_copy(update={"layouts": LayoutSettings(source_dir=path.parent)})
+        ).all(),  # type: ignore[arg-type]
     )
     async with worker:
         before = _requests(provider)

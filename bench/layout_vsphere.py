@@ -33,6 +33,7 @@ from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
+from cloudloop.settings import LayoutSettings
 from devstack.backends.vsphere import QUICK_TIMINGS, vcsim_server
 from devstack.backends.vsphere_layouts import (
     TaskLog,
@@ -82,7 +83,9 @@ async def vsphere_layout_figures(ctx: BenchContext) -> dict[str, float]:
             ctx.client,
             queue,
             workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
+            activities=LayoutActivities(
+                settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
+            ).all(),  # type: ignore[arg-type]
         )
         with GuestAgent(endpoint):
             async with worker:

@@ -49,6 +49,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from bench.context import BenchContext
+from cloudloop import codec
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.models import Instance
@@ -276,6 +277,7 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
         "CLOUDLOOP_TEMPORAL__ADDRESS": settings.temporal.address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "5",
+        **codec.process_env(settings.temporal.codec),
         "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
         "CLOUDLOOP_LEADER_ELECTION__NAMESPACE": LEASE_NAMESPACE,
         "CLOUDLOOP_LEADER_ELECTION__NAME": f"starter-{scope}",

@@ -47,6 +47,7 @@ from bench.context import BenchContext
 from bench.cpu import cpu_spent, process_cpu, stack_cpu_by_command
 from bench.lbscale import Process
 from bench.loadbalancer import FLEET, PARALLELISM, _has_ingress, _make_nodes, _make_world, _service
+from cloudloop import codec
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.registry import Settings
@@ -140,6 +141,7 @@ async def _round(
         "CLOUDLOOP_TEMPORAL__ADDRESS": settings.temporal.address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": queue,
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "5",
+        **codec.process_env(settings.temporal.codec),
         "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
         "CLOUDLOOP_DISCOVERY__ENABLED": "false",
         "CLOUDLOOP_TEMPORAL__QUEUES": json.dumps(queues),

@@ -33,6 +33,7 @@ from typing import Any
 from activities.kube import KubeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from bench.breakdown import Sample, breakdown, cloud_seconds
+from bench.codecsize import payload_bytes
 from bench.context import BenchContext
 from bench.overhead import overhead_ms
 from cloudloop import temporal
@@ -257,6 +258,8 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         starter.stop()
         informers.stop()
         await task
+    # The samples' complete histories: what the payload codec costs them in bytes.
+    codec_bytes = await payload_bytes(ctx.client, [s.workflow_id for s in samples])
 
     # -- the same 200 ensures, directly, with the same parallelism --------------------------
     started = time.monotonic()
@@ -280,6 +283,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         "lb_direct_200_services_wall_s": direct_fleet_wall,
         "lb_ensure_200_services_wall_ratio": fleet_wall / direct_fleet_wall,
         **steps,
+        **codec_bytes,
     }
 
 

@@ -12,10 +12,12 @@ Temporal, an in-process worker and QueueProcessor starters).
 - ``duplicate_events_started_workflows``: 50 messages about one interruption (ASG lifecycle
   action, Spot warning and state change copies, interleaved) read by two starter replicas;
   the number of drain workflows started for the Node (goal: 1).
-- ``imds_interruption_to_drain_start_s``: IMDS mode (``ImdsMonitor`` at upstream's 2 s poll)
-  against amazon-ec2-metadata-mock serving a moto instance's identity; the mock's Spot notice
-  appears at a set wall-clock second (``--mock-trigger-time``); seconds from then until the
-  drain workflow has tainted the Node (``aws-node-termination-handler/spot-itn``).
+- ``imds_interruption_to_drain_start_s``: IMDS mode, the node agent (``ImdsAgent`` at upstream's
+  2 s poll, writing the notice on its Node through the Kubernetes API only) and the starter's
+  ``ImdsNotices`` (a Node informer of its own, starting the drain workflow), against
+  amazon-ec2-metadata-mock serving a moto instance's identity; the mock's Spot notice appears at a
+  set wall-clock second (``--mock-trigger-time``); seconds from then until the drain workflow has
+  tainted the Node (``aws-node-termination-handler/spot-itn``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.bodies import Node
 from cloudloop.kube.resources import NODES, PDBS, PODS, Resource
 from cloudloop.messages.termination import TAINT_KEYS, EventKind
-from cloudloop.settings import NthSettings
+from cloudloop.nodeagents.termination_imds import ImdsAgent
+from cloudloop.settings import ImdsAgentNthSettings, NthSettings
 from devstack.backends.aws import NthCloud, asg_terminate, spot_itn, state_change
 from devstack.kube import KWOK_NODE_ANNOTATION
 from devstack.metadata_mock import MockInstance, metadata_mock
 from starters.termination import QueueProcessor
-from starters.termination_imds import ImdsMonitor
+from starters.termination_imds import ImdsNotices
 from workers.main import build_worker
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -285,12 +288,19 @@ async def _imds_interruption_to_drain_start(ctx: BenchContext) -> dict[str, floa
         with metadata_mock(
             ctx.stack.state_dir, identity, "spot", "--mock-trigger-time", stamp, delay_s=3600
         ) as endpoint:
-            monitor = ImdsMonitor(
+            agent_settings = ImdsAgentNthSettings(
+                imds_endpoint=endpoint, imds_timeout_s=settings.nth.imds_timeout_s
+            )
+            agent = ImdsAgent(
+                ctx.kube,
+                Imds(endpoint, timeout_s=agent_settings.imds_timeout_s),
+                agent_settings,
+                node=source,
+            )
+            notices = ImdsNotices(
                 ctx.kube,
                 ctx.client,
-                Imds(endpoint, timeout_s=settings.nth.imds_timeout_s),
                 settings.nth,
-                node=source,
                 task_queue=settings.temporal.task_queue,
                 cluster=settings.cluster_name,
                 provider=AWS.name,
@@ -299,14 +309,17 @@ async def _imds_interruption_to_drain_start(ctx: BenchContext) -> dict[str, floa
                 ctx.client, settings, driver=AwsDriver(AWS.section(settings)), kube=ctx.kube
             )
             async with worker:
-                task = asyncio.create_task(monitor.run())
+                tasks = [asyncio.create_task(agent.run()), asyncio.create_task(notices.run())]
                 try:
                     while TAINT_KEYS[EventKind.SPOT_ITN] not in _taints(ctx.kube, source):
                         await asyncio.sleep(0.05)
                     elapsed = (datetime.now(UTC) - trigger).total_seconds()
                 finally:
-                    monitor.stop()
-                    await asyncio.wait_for(task, 30)
+                    agent.stop()
+                    notices.stop()
+                    await asyncio.wait_for(tasks[0], 30)
+                    tasks[1].cancel()
+                    await asyncio.gather(tasks[1], return_exceptions=True)
         return {"imds_interruption_to_drain_start_s": elapsed}
     finally:
         scenario.cleanup()

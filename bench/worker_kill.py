@@ -101,6 +101,7 @@ def _worker_env(ctx: BenchContext, cluster: str, task_queue: str) -> dict[str, s
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": task_queue,
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        **stack.codec_env(),
         "CLOUDLOOP_AWS__ENDPOINT_URL": stack.aws_endpoint,
         "CLOUDLOOP_AWS__ACCESS_KEY_ID": "testing",
         "CLOUDLOOP_AWS__SECRET_ACCESS_KEY": "testing",

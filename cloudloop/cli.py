@@ -1,6 +1,7 @@
 """The ``cloudloop`` command: ``worker``, ``starter``, ``csi-controller``, ``csi-node``,
-``termination-imds``, ``termination``,
-``temporal setup``, ``retry``, ``nodegroup`` and ``layout``, plus the commands of plugins.
+``termination-imds``, ``termination``, ``codec-server``,
+``temporal setup``, ``temporal claims``, ``temporal release-claim``, ``retry``, ``nodegroup``
+and ``layout``, plus the commands of plugins.
 
 Plugins register through the ``cloudloop.commands`` entry point: a callable taking the command
 group. The dev stack (``devstack``, installed by ``make setup`` only) adds ``dev``, ``status``,
@@ -30,8 +31,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import yaml
+from pydantic import ValidationError
 
 from cloudloop.cloud.registry import Settings
+from cloudloop.errortext import describe_validation, yaml_problem
 from cloudloop.settings import MAX_CONCURRENT_NODE_SYNCS
 
 if TYPE_CHECKING:
@@ -164,8 +167,22 @@ def _cloud_config_section(record: Any, settings: Settings, path: Path) -> Any:
         )
     try:
         return record.settings.model_validate({**loaded, **explicit})
-    except ValueError as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--cloud-config") from None
+    except ValidationError as exc:  # the fields named, never their values (credentials)
+        raise click.BadParameter(
+            f"{path}: {describe_validation(exc)}", param_hint="--cloud-config"
+        ) from None
+
+
+def require_codec(settings: Settings) -> None:
+    """Stop with a clear error (and a log line) when the payload codec is on without its keys:
+    a process that talks to Temporal never writes plaintext histories by accident."""
+    from cloudloop.codec import CodecConfigError, key_ring
+
+    try:
+        key_ring(settings.temporal.codec)
+    except CodecConfigError as exc:
+        logging.getLogger("cloudloop.codec").error("refusing to start: %s", exc)
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()
@@ -175,9 +192,21 @@ def worker(settings: Settings) -> None:
     from cloudloop.heap import cap_malloc_arenas, pin_mmap_threshold
     from workers.main import run
 
+    require_codec(settings)
     cap_malloc_arenas()
     pin_mmap_threshold()
-    asyncio.run(run(settings))
+    _refused_exits(lambda: asyncio.run(run(settings)))
+
+
+def _refused_exits(run: Callable[[], None]) -> None:
+    """Run a process; another cluster's claim on its queues ends it with the error, code 1."""
+    from cloudloop.claim import ClaimRefused
+
+    try:
+        run()
+    except ClaimRefused as exc:
+        click.echo(f"Error: {exc}", err=True)
+        _leave(1)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -240,11 +269,12 @@ def starter(settings: Settings, leader_elect: bool | None, **flags: Any) -> None
     from cloudloop.heap import cap_malloc_arenas
     from starters.main import run
 
+    require_codec(settings)
     cap_malloc_arenas()
     if leader_elect is not None:
         election = settings.leader_election.model_copy(update={"enabled": leader_elect})
         settings = settings.model_copy(update={"leader_election": election})
-    asyncio.run(run(with_ccm_flags(settings, flags)))
+    _refused_exits(lambda: asyncio.run(run(with_ccm_flags(settings, flags))))
 
 
 def with_ccm_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
@@ -265,6 +295,7 @@ def csi_controller(settings: Settings, endpoint: str | None) -> None:
     """Serve the CSI Identity and Controller services (through the volume workflows)."""
     from cloudloop.csi.server import run_controller
 
+    require_codec(settings)
     if endpoint:
         settings = settings.model_copy(
             update={"csi": settings.csi.model_copy(update={"endpoint": endpoint})}
@@ -286,17 +317,73 @@ def csi_node(settings: Settings, endpoint: str | None, node_name: str | None) ->
 
 
 @main.command("termination-imds")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Path of a kubeconfig; in-cluster config when unset.",
+)
 @click.option("--node-name", help="This node's Kubernetes name [nth.node_name, NODE_NAME].")
 @click.option("--imds-endpoint", help="The instance metadata service [nth.imds_endpoint].")
-@process_options
-def termination_imds(settings: Settings, node_name: str | None, imds_endpoint: str | None) -> None:
+@click.option(
+    "--log-format", "process_log_format", type=click.Choice(LOG_FORMATS), help="Log lines."
+)
+def termination_imds(
+    kubeconfig: Path | None,
+    node_name: str | None,
+    imds_endpoint: str | None,
+    process_log_format: str | None,
+) -> None:
     """The node termination handler's instance-metadata mode on this node (a DaemonSet): poll
-    IMDSv2 for interruption notices and start the node's drain workflow."""
-    from starters.termination_imds import run_imds
+    IMDSv2 for interruption notices and record them on this Node, for the starter to drain.
 
+    It reads only its own settings (``CLOUDLOOP_PROVIDER``, ``CLOUDLOOP_NTH__IMDS_*``,
+    ``NODE_NAME``) and the Kubernetes API: no Temporal setting, no cloud credential."""
+    from cloudloop.nodeagents.termination_imds import run_imds_agent
+    from cloudloop.settings import ImdsAgentSettings
+
+    if process_log_format is not None:
+        obj = click.get_current_context().find_root().obj or {}
+        _logging(bool(obj.get("verbose")), process_log_format)
+    settings = ImdsAgentSettings()
+    if kubeconfig is not None:
+        settings = settings.model_copy(update={"kubeconfig": kubeconfig})
     update = {k: v for k, v in (("node_name", node_name), ("imds_endpoint", imds_endpoint)) if v}
     settings = settings.model_copy(update={"nth": settings.nth.model_copy(update=update)})
-    asyncio.run(run_imds(settings))
+    sys.exit(asyncio.run(run_imds_agent(settings)))
+
+
+@main.command("codec-server")
+@click.option("--port", type=click.IntRange(0, 65535), help="Listen port [codec_server.port].")
+@click.option("--bind", help="Listen address [codec_server.bind].")
+@process_options
+def codec_server(settings: Settings, port: int | None, bind: str | None) -> None:
+    """Serve Temporal's codec endpoint (POST /encode, /decode) for the Temporal UI and CLI:
+    payloads decrypted with the key ring, behind an authorization check and CORS."""
+    import signal
+    import threading
+
+    from cloudloop.codec import CodecConfigError, key_ring
+    from cloudloop.codec_server import serve
+
+    update = {k: v for k, v in (("port", port), ("bind", bind)) if v is not None}
+    server_settings = settings.codec_server.model_copy(update=update)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        ring = key_ring(settings.temporal.codec)
+        if ring is None:
+            raise CodecConfigError("the payload codec is off (temporal.codec.enabled): no keys")
+        serve(
+            ring,
+            server_settings,
+            namespace=settings.temporal.namespace,
+            kubeconfig=settings.kubeconfig,
+            stop=stop,
+        )
+    except CodecConfigError as exc:
+        logging.getLogger("cloudloop.codec").error("refusing to start: %s", exc)
+        raise click.ClickException(str(exc)) from None
 
 
 @main.group()
@@ -307,6 +394,8 @@ def termination() -> None:
 def _queue_setup(remove: bool) -> None:
     from cloudloop import temporal as temporal_client
     from starters.termination import setup_queue
+
+    require_codec(Settings())
 
     async def run() -> str:
         client = await temporal_client.connect(Settings().temporal)
@@ -381,6 +470,80 @@ def temporal_setup(wait: float) -> None:
     os._exit(code)
 
 
+@temporal.command("claims")
+@click.option("--task-queue", help="The general queue of the set [temporal.task_queue].")
+def temporal_claims(task_queue: str | None) -> None:
+    """Show which cluster holds each queue of the set (its clusterName and kube-system UID)."""
+    from cloudloop.claim import read_claim
+
+    queues = _claim_queues(task_queue)
+
+    async def run() -> list[str]:
+        from cloudloop.temporal import connect
+
+        client = await connect(Settings().temporal, payloads=False)  # no payload: no key
+        lines = []
+        for queue in queues:
+            claim = await read_claim(client, queue)
+            lines.append(f"{queue}: " + (f"cluster {claim.holder}" if claim else "not claimed"))
+        return lines
+
+    _claim_command(run)
+
+
+@temporal.command("release-claim")
+@click.option("--task-queue", help="The general queue of the set [temporal.task_queue].")
+@click.option("--reason", default="", help="Why (kept in the claim's history).")
+def temporal_release_claim(task_queue: str | None, reason: str) -> None:
+    """Release a cluster's claim of a queue set, so another cluster may serve it.
+
+    Stop the old cluster's workers and starters first: a running one claims its queues again
+    within a minute (and the other cluster is then refused).
+    """
+    from cloudloop.claim import release_claim
+
+    queues = _claim_queues(task_queue)
+
+    async def run() -> list[str]:
+        from cloudloop.temporal import connect
+
+        client = await connect(Settings().temporal, payloads=False)  # no payload: no key
+        lines = []
+        for queue in queues:
+            claim = await release_claim(
+                client,
+                queue,
+                by=f"{os.environ.get('USER', '')}@{os.uname().nodename}",
+                reason=reason,
+            )
+            lines.append(
+                f"{queue}: released the claim of cluster {claim.holder}"
+                if claim
+                else f"{queue}: not claimed"
+            )
+        return lines
+
+    _claim_command(run)
+
+
+def _claim_queues(task_queue: str | None) -> list[str]:
+    temporal_settings = Settings().temporal
+    if task_queue:
+        temporal_settings = temporal_settings.model_copy(update={"task_queue": task_queue})
+    return temporal_settings.all_queues()
+
+
+def _claim_command(run: Callable[[], Any]) -> None:
+    code = 0
+    try:
+        for line in asyncio.run(run()):
+            click.echo(line)
+    except Exception as exc:  # Temporal unreachable or refusing
+        click.echo(f"Error: {exc}", err=True)
+        code = 1
+    _leave(code)
+
+
 @main.group()
 def retry() -> None:
     """Retry a failed cloud operation."""
@@ -399,6 +562,7 @@ def retry_machine(target: str) -> None:
     namespace, _, name = target.partition("/")
     if not namespace or not name:
         raise click.BadParameter("expected NAMESPACE/NAME", param_hint="TARGET")
+    require_codec(Settings())
     try:
         click.echo(asyncio.run(request_retry(Settings(), namespace, name)))
     except LookupError as exc:
@@ -533,7 +697,8 @@ def layout_options(command: F) -> F:
     @click.option("--task-queue", help="The workers' task queue [temporal.task_queue].")
     @click.option(
         "--worker-config-path",
-        help="Where the workers read this file (a mounted Secret in a cluster) [its own path].",
+        help="Where the workers read this file: under their layouts.source_dir (the chart's "
+        "layouts.mountPath; a relative name is taken inside it) [its own path].",
     )
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -568,7 +733,7 @@ def _layout_run(
             pod_subnet_cidr=flags["pod_subnet_cidr"],
         )
     except yaml.YAMLError as exc:
-        raise click.ClickException(f"{path}: not YAML: {exc}") from None
+        raise click.ClickException(f"{path}: {yaml_problem(exc)}") from None
     except InvalidConfig as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
@@ -599,6 +764,7 @@ def _layout_run(
         except StateUnreadable as exc:
             raise click.ClickException(str(exc)) from None
     settings = Settings()
+    require_codec(settings)
     temporal_settings = settings.temporal.model_copy(
         update={
             k: v
@@ -621,6 +787,7 @@ def _layout_run(
             if action == "destroy" and kubeconfig is not None
             else ""
         ),
+        id_scope=temporal_settings.id_scope,
     )
 
     async def go() -> Any:

@@ -7,10 +7,16 @@ per provider (``CLOUDLOOP_AWS__*``, ...) into ``Settings``, read through each pr
 
 Rules:
 - Secrets are read from files or typed as :class:`pydantic.SecretStr`, so they never print in
-  logs, reprs or workflow history.
+  logs, reprs or workflow history; a refused setting's error names it, never its value
+  (``hide_input_in_errors``; validators word their messages without the value).
 - ``provider`` must name a registered provider; an unknown one fails at start, loudly (checked
   by the composed ``Settings``).
 - Code outside a provider's package reads its section only as ``record.section(settings)``.
+- One cluster, one set of queues: the general task queue derives from ``cluster_name``
+  (:func:`derived_task_queue`) unless ``temporal.task_queue`` is set; every queue name and
+  workflow-ID scope is derived here only (:meth:`TemporalSettings.queue_for`,
+  :attr:`TemporalSettings.id_scope`; the IDs themselves are built by
+  :func:`cloudloop.messages.scope.scoped_id`), so a fleet of clusters reuses one derivation.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,6 +44,24 @@ class TemporalTlsSettings(BaseModel):
     key_file: Path | None = None
     #: Server CA; the system trust store when unset or missing.
     ca_file: Path | None = None
+
+
+#: The general task queue of every install made before queues derived from ``cluster_name``
+#: (its long-lived workflows run there; see docs/decisions/0039-one-cluster-one-queue-set.md).
+LEGACY_TASK_QUEUE = "cloudloop"
+#: What a derived general queue starts with: ``cloudloop-<cluster_name>``.
+TASK_QUEUE_PREFIX = "cloudloop-"
+#: A cluster name: a DNS-label-like word (it is a queue component, a tag value and part of
+#: cloud resource names). Upper case, dots and underscores are kept for existing installs.
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+#: A task queue the settings accept: printable, no blank, no ``/`` (workflow IDs are scoped by
+#: it with ``/``), not Temporal's reserved ``/_sys/``; short enough for ``-<domain>``.
+TASK_QUEUE = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+def derived_task_queue(cluster_name: str) -> str:
+    """The general task queue of ``cluster_name`` when none is configured."""
+    return f"{TASK_QUEUE_PREFIX}{cluster_name}"
 
 
 class Domain:
@@ -60,12 +84,60 @@ class TaskQueueSettings(BaseModel):
     activities_per_second: float | None = Field(default=50.0, gt=0)
 
 
+class CodecSettings(BaseModel):
+    """The payload codec (AES-256-GCM) every process that talks to Temporal encrypts with.
+
+    Keys come from ``key_dir`` (a mounted Secret): one file a key, named by its id (letters,
+    digits, ``.``, ``_``, ``-``), holding 32 random bytes in base64 (``openssl rand -base64 32``).
+    """
+
+    #: On by default: a process with the codec on and no key refuses to start. Off only where
+    #: histories may hold the cluster's data in plaintext (never with a shared Temporal).
+    enabled: bool = True
+    key_dir: Path | None = None
+    #: The key new payloads are encrypted with; empty: the only key of ``key_dir``. The others
+    #: still decrypt what they encrypted (rotation: add a key, make it active, keep the old).
+    active_key_id: str = ""
+
+
+class CodecServerSettings(BaseModel):
+    """``cloudloop codec-server``: Temporal's codec endpoint for the Temporal UI and CLI."""
+
+    bind: str = "0.0.0.0"
+    port: int = Field(default=8888, ge=0, le=65535)
+    #: Origins allowed by CORS (the Temporal UI's, e.g. ``https://temporal.example.com``).
+    cors_origins: list[str] = Field(default_factory=list)
+    #: Bearer tokens accepted, one a line (a mounted Secret file), compared in constant time.
+    tokens_file: Path | None = None
+    #: Also accept Kubernetes tokens allowed ``post`` on the non-resource URL
+    #: ``/cloudloop/codec`` (TokenReview + SubjectAccessReview, as ``metrics_authorization``).
+    kubernetes_authorization: bool = False
+    token_audiences: list[str] = Field(default_factory=list)
+    #: Serve without any authorization check (a developer's loopback only).
+    insecure_no_authorization: bool = False
+    #: Largest request body read; larger ones get 413.
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Seconds a connection may take to send its request.
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    #: HTTPS from this pair (a kubernetes.io/tls Secret); plain HTTP when unset (behind an
+    #: Ingress that terminates TLS).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+
 class TemporalSettings(BaseModel):
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
     #: The general queue (cloud probes, and every workflow type for runs started before the
     #: domains had queues of their own); each domain's queue is ``<task_queue>-<domain>``.
-    task_queue: str = "cloudloop"
+    #: Empty: ``cloudloop-<cluster_name>`` (filled in by :class:`CoreSettings`); an install
+    #: that ran before queues were derived keeps ``cloudloop`` (the chart pins it).
+    task_queue: str = ""
+    #: What workflow IDs that carry no Kubernetes UID are prefixed with (``<scope>/drain/...``),
+    #: so two clusters on one namespace never share one. None: the general queue, but none on
+    #: the legacy queue ``cloudloop`` (an existing install keeps its running workflows' IDs);
+    #: "": none.
+    workflow_id_scope: str | None = None
     #: Activity slots of the general queue's worker.
     max_concurrent_activities: int = Field(default=100, ge=1)
     #: Per-domain queue settings (keys: :class:`Domain` names).
@@ -80,10 +152,37 @@ class TemporalSettings(BaseModel):
     #: poller autoscaling) instead of keeping five per queue: a burst of new workflows is
     #: picked up in parallel rather than queueing behind one non-sticky poller.
     poller_autoscaling: bool = True
+    #: Payload encryption (``CLOUDLOOP_TEMPORAL__CODEC__*``): see :class:`CodecSettings`.
+    codec: CodecSettings = CodecSettings()
+
+    @field_validator("task_queue")
+    @classmethod
+    def _task_queue_legal(cls, value: str) -> str:
+        if value and not TASK_QUEUE.fullmatch(value):
+            raise ValueError("task_queue: use 1-200 letters, digits, '.', '_', ':' or '-'")
+        return value
+
+    @field_validator("workflow_id_scope")
+    @classmethod
+    def _scope_legal(cls, value: str | None) -> str | None:
+        if value and not TASK_QUEUE.fullmatch(value):
+            raise ValueError("workflow_id_scope: use letters, digits, '.', '_', ':' or '-'")
+        return value
 
     def queue_for(self, domain: str) -> str:
         """The task queue of ``domain`` (load balancers, machines, volumes, drains)."""
         return f"{self.task_queue}-{domain}"
+
+    def all_queues(self) -> list[str]:
+        """Every queue of this cluster's set: the general queue, then each domain's."""
+        return [self.task_queue, *(self.queue_for(domain) for domain in Domain.ALL)]
+
+    @property
+    def id_scope(self) -> str:
+        """The scope of this cluster's workflow IDs (see :attr:`workflow_id_scope`)."""
+        if self.workflow_id_scope is not None:
+            return self.workflow_id_scope
+        return "" if self.task_queue == LEGACY_TASK_QUEUE else self.task_queue
 
     def queue_settings(self, domain: str) -> TaskQueueSettings:
         return self.queues.get(domain) or TaskQueueSettings()
@@ -250,6 +349,36 @@ class NthSettings(BaseModel):
     imds_poll_interval_s: float = Field(default=2.0, gt=0)
 
 
+class ImdsAgentNthSettings(BaseModel):
+    """The part of :class:`NthSettings` the IMDS node agent reads (the same names, so the same
+    ``CLOUDLOOP_NTH__*`` variables)."""
+
+    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    imds_endpoint: str = "http://169.254.169.254"
+    imds_timeout_s: float = Field(default=2.0, gt=0)
+    imds_poll_interval_s: float = Field(default=2.0, gt=0)
+
+
+class ImdsAgentSettings(BaseSettings):
+    """Everything the IMDS node agent (``cloudloop termination-imds``, on every node) reads: the
+    cloud, the Kubernetes API (a kubeconfig, or the in-cluster ServiceAccount) and its node's
+    metadata service. Nothing of Temporal, no cloud section, no credential file, and no
+    ``CLOUDLOOP_CONFIG`` file: the chart gives it these variables alone."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLOUDLOOP_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        hide_input_in_errors=True,
+    )
+
+    cluster_name: str = "cloudloop"
+    #: The cloud (a registered provider's name; empty: the registry's default).
+    provider: str = ""
+    kubeconfig: Path | None = None
+    nth: ImdsAgentNthSettings = Field(default_factory=ImdsAgentNthSettings)
+
+
 class VolumeSnapshotClassSettings(BaseModel):
     """The driver's VolumeSnapshotClass, kept by the CSI controller beside the StorageClasses
     (from the same discovery document) where the cloud's driver has snapshots."""
@@ -304,13 +433,11 @@ class CsiSettings(BaseModel):
     @field_validator("storage_class_exclude")
     @classmethod
     def _patterns_compile(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
+        for index, pattern in enumerate(patterns):
             try:
                 re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(
-                    f"storage_class_exclude: {pattern!r} is not a regex: {exc}"
-                ) from None
+            except re.error:
+                raise ValueError(f"entry {index} is not a regex") from None
         return patterns
 
     def excluded(self, storage_class: str) -> bool:
@@ -318,14 +445,38 @@ class CsiSettings(BaseModel):
         return any(re.search(pattern, storage_class) for pattern in self.storage_class_exclude)
 
 
+#: Where the chart mounts the layouts Secret into the worker pods (``layouts.mountPath``).
+LAYOUTS_MOUNT = Path("/etc/cloudloop/layouts")
+
+
+class LayoutSettings(BaseModel):
+    """The files the layout activities read (each cluster's ``<Provider>ClusterConfiguration``
+    with its credentials, and destroy's kubeconfig): only under ``source_dir``."""
+
+    #: The one directory layout inputs may name (a file's real path, symlinks and ``..``
+    #: resolved, must lie inside it; a relative name is taken inside it).
+    source_dir: Path = LAYOUTS_MOUNT
+    #: A larger file is refused unread (a ClusterConfiguration is a few KiB).
+    max_file_bytes: int = Field(default=1 << 20, ge=1)
+
+
 class CoreSettings(BaseSettings):
     """Everything a worker or starter process needs to know, but the providers' sections."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOUDLOOP_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="CLOUDLOOP_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        # a refused setting is named, never printed (a credential may be the refused value)
+        hide_input_in_errors=True,
     )
 
+    #: The cluster's name (tags, resource names, the derived task queue); see :data:`CLUSTER_NAME`.
     cluster_name: str = "cloudloop"
+    #: The cluster's identity in its queue claims (:mod:`cloudloop.claim`); empty: the UID of
+    #: the cluster's kube-system Namespace, read from its API server. Set it only for a worker
+    #: whose cluster does not exist yet (the layouts that bootstrap it).
+    cluster_uid: str = Field(default="", max_length=128)
     #: The cloud: a name in :data:`cloudloop.cloud.registry.PROVIDERS` (its default and the
     #: check that it is registered come with the composed ``Settings``).
     provider: str = ""
@@ -346,6 +497,27 @@ class CoreSettings(BaseSettings):
     discovery: DiscoverySettings = DiscoverySettings()
     nth: NthSettings = NthSettings()
     csi: CsiSettings = Field(default_factory=CsiSettings)
+    layouts: LayoutSettings = Field(default_factory=LayoutSettings)
+    codec_server: CodecServerSettings = Field(default_factory=CodecServerSettings)
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name_legal(cls, value: str) -> str:
+        if not CLUSTER_NAME.fullmatch(value):
+            raise ValueError(
+                "cluster_name: use 1-63 letters, digits, '.', '_' or '-', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _derive_task_queue(self) -> CoreSettings:
+        """An unset ``temporal.task_queue`` becomes ``cloudloop-<cluster_name>``."""
+        if not self.temporal.task_queue:
+            self.temporal = self.temporal.model_copy(
+                update={"task_queue": derived_task_queue(self.cluster_name)}
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -1,6 +1,8 @@
 """Temporal client and worker factory, and the one start / signal-with-start helper.
 
-The client uses the pydantic converter and an optional metrics runtime; workers shut down
+The client uses the pydantic converter with the payload codec (:mod:`cloudloop.codec`: every
+payload and failure text encrypted, search attributes readable) and an optional metrics
+runtime; workers build from the client, so they share its converter; workers shut down
 gracefully. :func:`signal_with_start` is how every starter starts or signals a workflow:
 deterministic ID, conflict policy ``USE_EXISTING`` (a repeated event or a second replica joins the
 running workflow), a reuse policy per workflow kind, search attributes, and
@@ -11,6 +13,11 @@ Also the namespace set-up (``cloudloop temporal setup``) and the guard that name
 server lacks a search attribute.
 
 Rules:
+- :func:`connect` is the one client factory: with the codec on (the default) and no key it
+  raises :class:`~cloudloop.codec.CodecConfigError` at once (lazy or not), so a process without
+  its key stops at start instead of writing plaintext. A client for operator calls only
+  (``payloads=False``: ``cloudloop temporal setup``, ``cloudloop status``) needs no key and
+  refuses to encode or decode any payload.
 - Starters connect lazily (:func:`connect` with ``lazy=True``): nothing waits for Temporal at
   start, so node sync, routes and discovery run while Temporal is unreachable (Temporal may run on
   nodes this process has to initialize first). Each call then connects, or fails and is retried by
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -62,12 +70,12 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 
-from cloudloop import searchattrs
+from cloudloop import codec, searchattrs
 from cloudloop.metrics import WORKFLOW_SIGNALS, WORKFLOWS_STARTED
 from cloudloop.settings import TemporalSettings
 
@@ -107,15 +115,40 @@ def _tls(settings: TemporalSettings) -> TLSConfig | bool:
     )
 
 
+class _NoPayloads(PayloadCodec):
+    """The codec of a client for operator calls only: it has no key, so it takes no payload."""
+
+    async def encode(self, payloads: Sequence[Any]) -> list[Any]:
+        return self._refuse(payloads)
+
+    async def decode(self, payloads: Sequence[Any]) -> list[Any]:
+        return self._refuse(payloads)
+
+    @staticmethod
+    def _refuse(payloads: Sequence[Any]) -> list[Any]:
+        if payloads:
+            raise codec.CodecError("this Temporal client is for operator calls only (no key)")
+        return []
+
+
 async def connect(
-    settings: TemporalSettings, *, runtime: Runtime | None = None, lazy: bool = False
+    settings: TemporalSettings,
+    *,
+    runtime: Runtime | None = None,
+    lazy: bool = False,
+    payloads: bool = True,
 ) -> Client:
-    """A client of ``settings.namespace``; ``lazy`` connects at the first call instead of now."""
+    """A client of ``settings.namespace``; ``lazy`` connects at the first call instead of now;
+    ``payloads=False``: for operator and listing calls only (no key needed, no payload taken)."""
+    if payloads:
+        converter = codec.data_converter(codec.key_ring(settings.codec))
+    else:
+        converter = dataclasses.replace(codec.data_converter(None), payload_codec=_NoPayloads())
     api_key = settings.api_key_file.read_text().strip() if settings.api_key_file else None
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=converter,
         runtime=runtime,
         tls=_tls(settings),
         api_key=api_key,
@@ -203,7 +236,7 @@ async def setup_namespace(settings: TemporalSettings, *, wait_s: float = 120.0) 
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            client = await connect(settings)
+            client = await connect(settings, payloads=False)
             break
         except RuntimeError as exc:
             if time.monotonic() >= deadline:

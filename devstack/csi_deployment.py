@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cloudloop import codec
 from cloudloop.cloud.registry import Settings, provider_for
 from cloudloop.csi.objects import CSI_DRIVERS, DRIVER_LABEL
 from cloudloop.csi.spec import ZONE_KEY
@@ -53,6 +54,7 @@ def controller_env(settings: Settings, kubeconfig: Path, endpoint: str) -> dict[
         "CLOUDLOOP_KUBECONFIG": str(kubeconfig),
         "CLOUDLOOP_TEMPORAL__ADDRESS": settings.temporal.address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
+        **codec.process_env(settings.temporal.codec),
         "CLOUDLOOP_CSI__ENDPOINT": endpoint,
         "CLOUDLOOP_CSI__DRIVER_NAME": csi.driver_name,
         "CLOUDLOOP_CSI__STORAGE_CLASSES": "true" if csi.storage_classes else "false",

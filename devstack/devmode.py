@@ -18,12 +18,14 @@ from pydantic import SecretStr
 from cloudloop import temporal
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
+from cloudloop.codec import key_ring
+from cloudloop.codec_server import CodecServer
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES
 from cloudloop.net import free_port
 from cloudloop.rules.node import INSTANCE_TYPE_LABELS, ZONE_LABELS
-from cloudloop.settings import LeaderElectionSettings, TemporalSettings
+from cloudloop.settings import CodecServerSettings, LeaderElectionSettings, TemporalSettings
 from devstack import gotools
 from devstack.crds import apply_crds
 from devstack.demos import DEMOS, Demo
@@ -33,9 +35,7 @@ from devstack.local import LocalStack, StackOptions
 log = logging.getLogger(__name__)
 
 
-def stack_settings(
-    stack: LocalStack, *, task_queue: str = "cloudloop", cluster: str = "dev"
-) -> Settings:
+def stack_settings(stack: LocalStack, *, task_queue: str = "", cluster: str = "dev") -> Settings:
     """Settings that point a worker or starter at a running local stack."""
     return Settings(
         cluster_name=cluster,
@@ -44,7 +44,10 @@ def stack_settings(
         metrics_port=free_port(),
         metrics_bind="127.0.0.1",
         temporal=TemporalSettings(
-            address=stack.temporal_address, task_queue=task_queue, graceful_shutdown_s=5
+            address=stack.temporal_address,
+            task_queue=task_queue,
+            graceful_shutdown_s=5,
+            codec=stack.codec,
         ),
         aws=AwsSettings(
             endpoint_url=stack.aws_endpoint or stack.moto_endpoint,
@@ -60,6 +63,21 @@ def stack_settings(
     )
 
 
+def _codec_server(stack: LocalStack, port: int) -> CodecServer:
+    """The UI's codec endpoint on loopback (no authorization: the developer's own machine), so
+    the dev UI shows the encrypted payloads decrypted."""
+    ring = key_ring(stack.codec)
+    assert ring is not None
+    settings = CodecServerSettings(
+        bind="127.0.0.1",
+        port=port,
+        cors_origins=[stack.temporal_ui_url],
+        insecure_no_authorization=True,
+    )
+    server = CodecServer(ring, settings, namespace="default", guard=None)
+    return server.start()
+
+
 def _banner(stack: LocalStack, kubectl: Path, demo: Demo) -> str:
     kubeconfig = stack.kubeconfig
     return "\n".join(
@@ -68,7 +86,8 @@ def _banner(stack: LocalStack, kubectl: Path, demo: Demo) -> str:
             f"cloudloop dev is up ({demo.name}; stack started in {stack.started_in_s:.1f}s). "
             "Ctrl-C stops everything.",
             f"  Temporal UI : {stack.temporal_ui_url}/namespaces/default/workflows",
-            f"  Temporal    : {stack.temporal_address}",
+            f"  Temporal    : {stack.temporal_address} (payloads encrypted; the UI decodes them "
+            f"through the codec server at {stack.options.temporal_ui_codec_endpoint})",
             f"  kubeconfig  : {kubeconfig}",
             *demo.endpoints(stack),
             f"  logs        : {stack.state_dir / 'logs'}",
@@ -90,18 +109,22 @@ async def run_dev(
     demo = DEMOS[provider]()
     if fresh:
         shutil.rmtree(state_dir, ignore_errors=True)
+    codec_port = free_port()
     stack = LocalStack(
         demo.stack_options(
             StackOptions(
                 state_dir=state_dir,
                 temporal_port=temporal_port,
                 temporal_ui_port=ui_port,
+                temporal_ui_codec_endpoint=f"http://127.0.0.1:{codec_port}",
                 kube=(KubeOptions(components=ALL_COMPONENTS),),
             )
         )
     )
     await asyncio.to_thread(stack.start)
+    codec_server: CodecServer | None = None
     try:
+        codec_server = _codec_server(stack, codec_port)
         kube = Kube(api_client(stack.kubeconfig))
         await asyncio.to_thread(apply_crds, kube)
         kubectl = state_dir / "bin" / "kubectl"
@@ -128,6 +151,8 @@ async def run_dev(
             if task.exception() is not None:
                 log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
     finally:
+        if codec_server is not None:
+            codec_server.stop()
         try:
             await asyncio.to_thread(demo.stop)
         finally:
@@ -141,7 +166,9 @@ async def print_status(settings: Settings, stack: dict[str, Any] | None) -> bool
     address = stack["temporal_address"] if stack else settings.temporal.address
     kubeconfig = stack["kubeconfigs"]["main"] if stack else settings.kubeconfig
     try:
-        client = await temporal.connect(settings.temporal.model_copy(update={"address": address}))
+        client = await temporal.connect(
+            settings.temporal.model_copy(update={"address": address}), payloads=False
+        )
         counts: dict[str, int] = {}
         async for wf in client.list_workflows("ExecutionStatus='Running'"):
             counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1

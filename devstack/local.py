@@ -5,11 +5,13 @@ dev server (the server built from its Go module on PostgreSQL, :mod:`.temporal_s
 
 ``LocalStack`` starts everything on loopback (free ports unless told otherwise), waits until each
 part answers, writes ``stack.json`` with the addresses into the state folder, and stops it all.
-The test fixtures and ``cloudloop dev`` both use it.
+The test fixtures and ``cloudloop dev`` both use it. Every process on it encrypts its Temporal
+payloads with the stack's own codec key (:attr:`LocalStack.codec`), as the chart's processes do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Literal
 
 from cloudloop import searchattrs
+from cloudloop.codec import process_env, write_key
+from cloudloop.settings import CodecSettings
 from devstack import gotools
 from devstack.kube import KubeControlPlane, KubeOptions, required_tools
 from devstack.openstack_emulator import OpenStackEmulatorEndpoint, OpenStackEmulatorOptions
@@ -39,6 +43,9 @@ from devstack.process import (
 )
 from devstack.temporal_server import PostgresTemporal
 from devstack.vcsim import VcsimEndpoint, VcsimOptions, vcsim_process
+
+#: The one key of a local stack's codec key ring.
+CODEC_KEY_ID = "local-1"
 
 
 def _script(name: str) -> str:
@@ -62,6 +69,8 @@ class StackOptions:
     #: Fixed ports for ``dev`` (7233 and UI 8233); ``None`` picks free ports and runs headless.
     temporal_port: int | None = None
     temporal_ui_port: int | None = None
+    #: The UI's codec endpoint (``cloudloop dev`` serves one on loopback), so it shows payloads.
+    temporal_ui_codec_endpoint: str = ""
     #: Register the ``Cloudloop*`` search attributes at start (a bare server without them tests
     #: ``cloudloop temporal setup``).
     temporal_search_attributes: bool = True
@@ -117,6 +126,20 @@ class LocalStack:
     @property
     def state_dir(self) -> Path:
         return self.options.state_dir
+
+    @property
+    def codec(self) -> CodecSettings:
+        """The payload codec of every process on this stack: one key, made at the first use
+        and kept with the state (a restarted ``cloudloop dev`` still decodes its histories)."""
+        keys = self.state_dir / "codec-keys"
+        if not (keys / CODEC_KEY_ID).exists():
+            with contextlib.suppress(FileExistsError):
+                write_key(keys, CODEC_KEY_ID)
+        return CodecSettings(key_dir=keys)
+
+    def codec_env(self) -> dict[str, str]:
+        """:attr:`codec` as a process's environment."""
+        return process_env(self.codec)
 
     @property
     def kubeconfig(self) -> Path:
@@ -242,6 +265,8 @@ class LocalStack:
                 argv += ["--search-attribute", f"{name}=Keyword"]
         if self.options.temporal_ui_port:
             argv += ["--ui-port", str(self.options.temporal_ui_port)]
+            if self.options.temporal_ui_codec_endpoint:
+                argv += ["--ui-codec-endpoint", self.options.temporal_ui_codec_endpoint]
             self.temporal_ui_url = f"http://127.0.0.1:{self.options.temporal_ui_port}"
         else:
             argv.append("--headless")
@@ -314,6 +339,7 @@ class LocalStack:
             "ovirt_api_url": self.ovirt.api_url if self.ovirt else "",
             "vcsim_url": self.vcsim.url if self.vcsim else "",
             "openstack_auth_url": self.openstack.auth_url if self.openstack else "",
+            "codec_key_dir": str(self.codec.key_dir),
             "kubeconfigs": {name: str(p.kubeconfig) for name, p in self.clusters.items()},
             "started_in_s": round(self.started_in_s, 2),
         }

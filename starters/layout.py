@@ -37,7 +37,7 @@ from temporalio.service import RPCError
 from cloudloop import searchattrs
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import ObjectMeta, Secret
-from cloudloop.kube.resources import CONFIG_MAPS, SECRETS
+from cloudloop.kube.resources import CONFIG_MAPS, NAMESPACES, SECRETS
 from cloudloop.layouts import tfstate
 from cloudloop.layouts.model import ResourceDef
 from cloudloop.messages.layout import (
@@ -129,7 +129,8 @@ async def run_layout(
 ) -> LayoutResult:
     """Start (or join) the action and wait for its result, reporting progress."""
     prefix = input.cluster.prefix
-    wid = plan_workflow_id(prefix) if input.action == "plan" else workflow_id(prefix)
+    scope = input.id_scope
+    wid = plan_workflow_id(prefix, scope) if input.action == "plan" else workflow_id(prefix, scope)
     handle = await client.start_workflow(
         LayoutWorkflow.run,
         input,
@@ -202,6 +203,18 @@ def _upsert_secret_keys(
     kube.patch(SECRETS, name, patch, namespace)
 
 
+def _ensure_namespace(kube: Kube, namespace: str) -> None:
+    """Make ``namespace`` unless it is there (dhctl creates ``d8-system`` during bootstrap, so a
+    cluster the layout's results go into before that has none)."""
+    if kube.get(NAMESPACES, namespace) is not None:
+        return
+    try:
+        kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
 #: dhctl's ConfigMap naming the cluster's UUID (key ``cluster-uuid``).
 CLUSTER_UUID_CONFIG_MAP = ("kube-system", "d8-cluster-uuid")
 
@@ -254,8 +267,10 @@ def publish(
     ``d8-system/d8-node-terraform-state-<node>``. Given ``cluster_uuid``, the ConfigMap
     ``kube-system/d8-cluster-uuid`` dhctl writes at bootstrap (``cluster-uuid``) is made when the
     cluster has none (one that exists is never changed: ``layout destroy --kubeconfig`` checks it
-    names the layout's cluster). The objects written."""
+    names the layout's cluster). ``d8-system`` is made first when the cluster has none yet, so
+    nothing is written unless every namespace is there. The objects written."""
     written: list[str] = []
+    _ensure_namespace(kube, DEVICE_PATH_SECRET[0])
     if cluster_uuid and _create_cluster_uuid(kube, cluster_uuid):
         written.append("kube-system/d8-cluster-uuid")
     provider: dict[str, str] = {}

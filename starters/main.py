@@ -5,6 +5,10 @@ off by settings or not supported by the configured cloud. Each starter runs unde
 :class:`~starters.supervisor.Supervisor` (restarted with backoff when it fails). ``/healthz``
 fails for a crash-looping starter, a dead elector or a Lease not renewed in time; ``/readyz`` also
 for informers that have not heard from the API server for ``STALE_AFTER_S``.
+
+Every start or signal first makes sure this cluster holds its queue set (the client is gated by
+:func:`cloudloop.claim.gated`; every replica claims from its start, the leader or not): a queue
+another cluster serves stops the process with an error naming both (:mod:`cloudloop.claim`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 from cloudloop import temporal
+from cloudloop.claim import ClaimRefused, for_process, gated
 from cloudloop.cloud.registry import Settings, driver_for
 from cloudloop.health import Health
 from cloudloop.kube.api import Kube
@@ -33,6 +38,7 @@ from starters.registration import CloudProviderRegistration
 from starters.route import RouteSync
 from starters.supervisor import Supervisor
 from starters.termination import QueueProcessor
+from starters.termination_imds import ImdsNotices
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,7 @@ STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     ServiceStarter.from_context,
     UnservedLoadBalancers.from_context,
     QueueProcessor.from_context,
+    ImdsNotices.from_context,
 ]
 
 
@@ -76,7 +83,8 @@ async def run_starters(context: StarterContext, stop: asyncio.Event) -> None:
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    """Run the starters while leading; return on SIGTERM/SIGINT (or ``stop``)."""
+    """Run the starters while leading; return on SIGTERM/SIGINT (or ``stop``); raise
+    :class:`~cloudloop.claim.ClaimRefused` when another cluster serves a queue of the set."""
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
     health = Health()
@@ -85,11 +93,20 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     ).start()
     api = api_client(settings.kubeconfig)
     kube = Kube(api)
+    # Lazy: node sync, routes and discovery must not wait for Temporal (no bootstrap deadlock).
+    client = await temporal.connect(settings.temporal, lazy=True)
+    refusals: list[ClaimRefused] = []
+
+    def refused(refusal: ClaimRefused) -> None:
+        refusals.append(refusal)
+        stop.set()
+
+    claim = for_process(client, settings, kube, on_refused=refused)
+    claiming = asyncio.create_task(claim.hold(stop), name="queue-claim")
     context = StarterContext(
         settings=settings,
         kube=kube,
-        # Lazy: node sync, routes and discovery must not wait for Temporal (no bootstrap deadlock).
-        client=await temporal.connect(settings.temporal, lazy=True),
+        client=gated(client, claim),
         driver=driver_for(settings),
         informers=Informers(kube),
         health=health,
@@ -113,5 +130,10 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             await leader
         stopped.cancel()
     finally:
+        claiming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await claiming
         metrics.stop()
         log.info("starter stopped")
+    if refusals:
+        raise refusals[0]

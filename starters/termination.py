@@ -60,6 +60,7 @@ from cloudloop.kube.events import record_event
 from cloudloop.kube.informer import Informer
 from cloudloop.kube.resources import NODES, ObjectRef
 from cloudloop.messages.kube import EventSource
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.termination import (
     DRAIN_SIGNAL,
     DrainInput,
@@ -123,7 +124,9 @@ async def setup_queue(
     result: QueueSetupResult = await client.execute_workflow(
         TerminationQueueWorkflow.run,
         QueueSetupInput(spec=queue_spec(settings), remove=remove),
-        id=queue_workflow_id(settings.cluster_name, remove=remove),
+        id=scoped_id(
+            settings.temporal.id_scope, queue_workflow_id(settings.cluster_name, remove=remove)
+        ),
         task_queue=task_queue or settings.temporal.queue_for(Domain.DRAIN),
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -169,9 +172,12 @@ async def start_drain(
     task_queue: str,
     cluster: str,
     provider: str,
+    id_scope: str = "",
 ) -> tuple[str, TypedSearchAttributes, Start | None]:
     """Signal-with-start the drain of ``node`` for ``event`` (queue and IMDS mode alike): one
-    workflow ID per node and instance incarnation, whichever mode or replica sees it first.
+    workflow ID per node and instance incarnation, whichever mode or replica sees it first
+    (within the cluster's ``id_scope``: another cluster's Node of the same name and instance ID
+    has a drain of its own).
     (workflow ID, its search attributes, the start or ``None`` when a completed run blocks it)."""
     cordon_only = is_cordon_only(
         event, cordon_only=nth.cordon_only, rebalance_drains=nth.enable_rebalance_draining
@@ -188,7 +194,10 @@ async def start_drain(
         event=event,
         options=options,
     )
-    wf_id = drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only)
+    wf_id = scoped_id(
+        id_scope,
+        drain_workflow_id(node, instance.id, instance.launch_time, cordon_only=cordon_only),
+    )
     attributes = searchattrs.for_object(
         cluster=cluster, provider=provider, kind="Node", namespace="", name=node
     )
@@ -246,6 +255,7 @@ class QueueProcessor:
         provider: str = "",
         nodes: Informer[Node] | None = None,
         settings: Settings | None = None,
+        id_scope: str = "",
     ) -> None:
         #: The queue read: ``nth.queue_url``, or (empty) the managed queue, made at start.
         self.queue_url = nth.queue_url
@@ -258,6 +268,7 @@ class QueueProcessor:
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
+        self.id_scope = id_scope
         self._own_nodes = nodes is None
         self.nodes = (
             nodes if nodes is not None else Informer[Node](kube, NODES, transform=node_identity)
@@ -286,6 +297,7 @@ class QueueProcessor:
             # The CCM's Node informer when it holds every Node; else one of node identities.
             nodes=None if context.settings.ccm.node_selector else context.informers.nodes(),
             settings=context.settings,
+            id_scope=context.settings.temporal.id_scope,
         )
 
     def stop(self) -> None:
@@ -562,6 +574,7 @@ class QueueProcessor:
             task_queue=self.task_queue,
             cluster=self.cluster,
             provider=self.provider,
+            id_scope=self.id_scope,
         )
         if start is None:
             # Only a successful run blocks a new one: this interruption was handled already.

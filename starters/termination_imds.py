@@ -1,22 +1,22 @@
-"""ImdsMonitor: aws-node-termination-handler's instance-metadata mode, one process per node
-(``cloudloop termination-imds``, the chart's DaemonSet).
+"""ImdsNotices: the starter's half of aws-node-termination-handler's instance-metadata mode.
 
-Every ``imds_poll_interval_s`` it asks the node's metadata service (IMDSv2, the cloud's
-``instance_metadata()``) for Spot interruption notices, scheduled events, rebalance
-recommendations and the ASG target lifecycle state, and signals-with-start the same
-:class:`~workflows.termination.DrainNodeWorkflow` the queue processor does (:func:`start_drain`):
-the workflow ID is the node and the instance incarnation (the identity document's ``pendingTime``,
-EC2's ``LaunchTime``), so a notice seen by both modes, or polled again, is one drain.
+The IMDS node agents (:mod:`cloudloop.nodeagents.termination_imds`, a DaemonSet holding no
+Temporal or cloud credential) record what their node's metadata service says on their own Node:
+the annotation :data:`~cloudloop.messages.termination.NOTICES_ANNOTATION`. This starter, leader
+elected and holding the Temporal connection, watches Nodes (the CCM's informer when it holds
+every Node, else one of its own storing only names, providerIDs and that annotation) and
+signals-with-start the same :class:`~workflows.termination.DrainNodeWorkflow` the queue processor
+does (:func:`~starters.termination.start_drain`) for each notice: the workflow ID is the Node and
+the instance incarnation, so a notice seen by both modes, recorded again or read again after a
+leader change, joins one drain (a completed drain blocks a new run).
 
-Rules: each monitor fails on its own (a timeout, a 5xx, an answer that is not what the path
-promises); a failure is counted in ``events_error_total{event_error_where="imds-<monitor>"}``,
-logged, and shown once per failure streak as a Warning Event on the Node (upstream's
-``MonitorError``); the loop never stops. A dispatched notice is a Normal Event with upstream's
-reason (``SpotInterruption``, ``ScheduledEvent``, ``RebalanceRecommendation``, ``ASGLifecycle``). A
-notice is dispatched once per process (Spot, rebalance and ASG notices by kind, scheduled events
-by ID); a dispatch that fails (Temporal unreachable) is tried again at the next poll. Departure
-from upstream: the drain runs in the workers, not in this process, and an IMDS ASG termination
-carries no lifecycle token (the queue mode, or the hook's timeout, completes the action).
+Rules: a Node's notices drain that Node only: the workflow is named after the Node the annotation
+is on, whatever the annotation says, and an annotation that is not a valid account of that Node's
+instance (not JSON, not the typed body, another instance than its ``spec.providerID``) drains
+nothing: one ``InvalidInterruptionNotice`` Warning on the Node per distinct annotation, a log line
+and ``events_error_total{event_error_where="imds-notice"}``. A start Temporal refuses or misses is
+tried again every :data:`RETRY_S` until it works or the annotation changes. Nothing here stops the
+loop.
 """
 
 from __future__ import annotations
@@ -24,206 +24,223 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.client import Client
 
-from cloudloop.cloud.registry import Settings
-from cloudloop.cloud.termination import (
-    EventKind,
-    InstanceInfo,
-    InterruptionEvent,
-    MalformedMessage,
-)
+from cloudloop.cloud.registry import provider_for
+from cloudloop.cloud.termination import InstanceInfo
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import Node, ObjectMeta
 from cloudloop.kube.events import record_event
+from cloudloop.kube.informer import Informer, WatchEvent
 from cloudloop.kube.resources import NODES, ObjectRef
 from cloudloop.messages.kube import EventSource
+from cloudloop.messages.termination import NOTICES_ANNOTATION, NodeNotices
 from cloudloop.metrics import NTH_EVENTS_ERROR
+from cloudloop.rules.termination import InvalidNotices, read_node_notices
 from cloudloop.settings import Domain, NthSettings
+from starters.context import StarterContext
 from starters.termination import start_drain
 
 log = logging.getLogger(__name__)
 
-IDENTITY_BACKOFF_S = (1.0, 30.0)
-#: Upstream's Event reasons (``pkg/observability/k8s-events.go``).
-MONITOR_ERROR = "MonitorError"
-INTERRUPTION_REASONS = {
-    EventKind.SPOT_ITN: "SpotInterruption",
-    EventKind.SCHEDULED_EVENT: "ScheduledEvent",
-    EventKind.REBALANCE_RECOMMENDATION: "RebalanceRecommendation",
-    EventKind.ASG_LIFECYCLE: "ASGLifecycle",
-}
-Monitors = dict[str, Callable[[datetime], list[InterruptionEvent]]]
+#: How soon a drain Temporal did not start is tried again.
+RETRY_S = 2.0
+INVALID_NOTICE = "InvalidInterruptionNotice"
 
 
-def dedup_key(event: InterruptionEvent) -> str:
-    """Upstream's IMDS IDs of Spot, rebalance and ASG notices hash their answer, which may
-    change between polls; one of each kind per incarnation is enough."""
-    if event.kind == EventKind.SCHEDULED_EVENT:
-        return f"{event.kind}/{event.event_id}"
-    return str(event.kind)
+def notices_view(node: Mapping[str, Any]) -> Node:
+    """What this starter stores of a Node in an informer of its own: name, resourceVersion,
+    the notices annotation and the providerID."""
+    meta = node.get("metadata", {})
+    kept_meta: ObjectMeta = {}
+    if "name" in meta:
+        kept_meta["name"] = meta["name"]
+    if "resourceVersion" in meta:
+        kept_meta["resourceVersion"] = meta["resourceVersion"]
+    text = (meta.get("annotations") or {}).get(NOTICES_ANNOTATION)
+    if text is not None:
+        kept_meta["annotations"] = {NOTICES_ANNOTATION: text}
+    kept: Node = {"metadata": kept_meta}
+    provider_id = node.get("spec", {}).get("providerID")
+    if provider_id:
+        kept["spec"] = {"providerID": provider_id}
+    return kept
 
 
-class ImdsMonitor:
+def instance_of(notices: NodeNotices, provider_id: str) -> InstanceInfo:
+    """The instance the notices are about, as the drain's input names it."""
+    return InstanceInfo(
+        id=notices.instance_id,
+        state="running",
+        provider_id=provider_id or f"aws:///{notices.zone}/{notices.instance_id}",
+        launch_time=notices.instance_launch_time,
+        zone=notices.zone,
+        instance_type=notices.instance_type,
+    )
+
+
+@dataclass
+class NodeState:
+    """What this starter did about one Node's annotation."""
+
+    text: str = ""
+    #: Event IDs whose drain was started (or joined) for ``text``'s instance incarnation.
+    started: set[str] = field(default_factory=set)
+    #: Some start failed: the Node is handled again after :data:`RETRY_S`.
+    retry: bool = False
+
+
+class ImdsNotices:
     def __init__(
         self,
         kube: Kube,
         client: Client,
-        metadata: Any,
         nth: NthSettings,
         *,
-        node: str,
         task_queue: str,
         cluster: str,
-        provider: str,
+        provider: str = "",
+        id_scope: str = "",
+        nodes: Informer[Node] | None = None,
     ) -> None:
         self.kube = kube
         self.client = client
-        self.metadata = metadata
         self.nth = nth
-        self.node = node
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
-        self.instance: InstanceInfo | None = None
-        self.monitors: Monitors = {}
-        self.dispatched: dict[str, str] = {}  # dedup key → workflow ID
-        self._failing: set[str] = set()
+        #: The cluster's workflow-ID scope: the drain's ID is the queue mode's for one notice.
+        self.id_scope = id_scope
+        self._own_nodes = nodes is None
+        self.nodes = (
+            nodes if nodes is not None else Informer[Node](kube, NODES, transform=notices_view)
+        )
+        self.state: dict[str, NodeState] = {}
         self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> ImdsNotices | None:
+        provider = provider_for(context.settings)
+        if provider.termination is None or provider.instance_metadata is None:
+            return None
+        return cls(
+            context.kube,
+            context.client,
+            context.settings.nth,
+            task_queue=context.queue(Domain.DRAIN),
+            cluster=context.cluster,
+            provider=provider.name,
+            id_scope=context.settings.temporal.id_scope,
+            # The CCM's Node informer when it holds every Node; else one of its own (views).
+            nodes=None if context.settings.ccm.node_selector else context.informers.nodes(),
+        )
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._own_nodes:
+            self.nodes.stop()
 
-    def _event(self, type: str, reason: str, message: str) -> None:
-        ref = ObjectRef(plural=NODES.plural, kind=NODES.kind, name=self.node)
-        record_event(
+    async def run(self) -> None:
+        retries = asyncio.create_task(self._retry_loop())
+        try:
+            async for event in self.nodes.events():
+                if self._stopped.is_set():
+                    return
+                await self.handle(event)
+        finally:
+            retries.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retries
+
+    async def _retry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RETRY_S)
+            for name in [n for n, s in self.state.items() if s.retry]:
+                node = self.nodes.store.get(name)
+                if node is not None:
+                    await self.handle(WatchEvent("MODIFIED", node))
+
+    async def handle(self, event: WatchEvent[Node]) -> list[str]:
+        """Start (or join) the drains a Node's notices ask for; the workflow IDs started now."""
+        node = event.object
+        name = str(node["metadata"]["name"])
+        text = (node["metadata"].get("annotations") or {}).get(NOTICES_ANNOTATION)
+        if event.type == "DELETED" or not text:
+            self.state.pop(name, None)
+            return []
+        state = self.state.get(name)
+        if state is not None and state.text == text and not state.retry:
+            return []  # seen (another field of the Node changed)
+        provider_id = str(node.get("spec", {}).get("providerID") or "")
+        try:
+            notices = read_node_notices(text, provider_id)
+        except InvalidNotices as exc:
+            self.state[name] = NodeState(text=text)
+            await self._invalid(name, exc)
+            return []
+        if state is None or state.text != text:
+            # The same incarnation keeps what was started; another one starts afresh.
+            started = set(state.started) if state is not None and _same(state, notices) else set()
+            state = self.state[name] = NodeState(text=text, started=started)
+        state.retry = False
+        instance = instance_of(notices, provider_id)
+        started_now: list[str] = []
+        for notice in notices.notices:
+            if notice.event_id in state.started:
+                continue
+            try:
+                wf_id, _, start = await start_drain(
+                    self.client,
+                    self.nth,
+                    notice,
+                    instance,
+                    name,
+                    task_queue=self.task_queue,
+                    cluster=self.cluster,
+                    provider=self.provider,
+                    id_scope=self.id_scope,
+                )
+            except Exception as exc:  # Temporal unreachable: again after RETRY_S
+                NTH_EVENTS_ERROR.labels("imds-start-workflow").inc()
+                log.warning("IMDS %s on %s: drain not started: %s", notice.event_id, name, exc)
+                state.retry = True
+                continue
+            state.started.add(notice.event_id)
+            started_now.append(wf_id)
+            log.info(
+                "IMDS %s on %s → %s%s",
+                notice.event_id,
+                name,
+                wf_id,
+                "" if start else " (completed before)",
+            )
+        return started_now
+
+    async def _invalid(self, node: str, exc: InvalidNotices) -> None:
+        NTH_EVENTS_ERROR.labels("imds-notice").inc()
+        text = f"The interruption notices on this Node are not valid, nothing drained: {exc}"
+        ref = ObjectRef(plural=NODES.plural, kind=NODES.kind, name=node)
+        await asyncio.to_thread(
+            record_event,
             self.kube,
             ref,
-            type="Warning" if type == "Warning" else "Normal",
-            reason=reason,
-            message=message,
+            type="Warning",
+            reason=INVALID_NOTICE,
+            message=text,
             component=EventSource.TERMINATION,
         )
 
-    async def _failed(self, where: str, exc: Exception) -> None:
-        NTH_EVENTS_ERROR.labels(f"imds-{where}").inc()
-        what = "malformed answer" if isinstance(exc, MalformedMessage) else "no answer"
-        log.warning("instance metadata, %s: %s: %s", where, what, exc)
-        if where in self._failing:
-            return
-        self._failing.add(where)
-        text = (
-            f"There was a problem monitoring for events in monitor '{where}': {what}: {exc}; "
-            f"polling again every {self.nth.imds_poll_interval_s:g}s"
-        )
-        await asyncio.to_thread(self._event, "Warning", MONITOR_ERROR, text)
 
-    async def identify(self) -> InstanceInfo | None:
-        """The instance behind this node (retried with backoff until it answers or a stop)."""
-        backoff = IDENTITY_BACKOFF_S[0]
-        while not self._stopped.is_set():
-            try:
-                instance: InstanceInfo = await asyncio.to_thread(self.metadata.identity)
-            except Exception as exc:
-                await self._failed("identity", exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), backoff)
-                backoff = min(backoff * 2, IDENTITY_BACKOFF_S[1])
-                continue
-            self._failing.discard("identity")
-            self.instance = instance
-            self.monitors = self.metadata.monitors(instance)
-            log.info("IMDS mode on node %s: instance %s", self.node, instance.id)
-            return instance
-        return None
-
-    async def poll_once(self) -> list[str]:
-        """One round of every monitor; the workflow IDs of the notices dispatched now."""
-        assert self.instance is not None
-        now = datetime.now(UTC)
-        started: list[str] = []
-        for name, monitor in self.monitors.items():
-            try:
-                events = await asyncio.to_thread(monitor, now)
-            except Exception as exc:  # ImdsError, MalformedMessage, anything: next poll
-                await self._failed(name, exc)
-                continue
-            if name in self._failing:
-                self._failing.discard(name)
-                log.info("instance metadata, %s: answering again", name)
-            for event in events:
-                key = dedup_key(event)
-                if key in self.dispatched:
-                    continue
-                try:
-                    wf_id, _, start = await start_drain(
-                        self.client,
-                        self.nth,
-                        event,
-                        self.instance,
-                        self.node,
-                        task_queue=self.task_queue,
-                        cluster=self.cluster,
-                        provider=self.provider,
-                    )
-                except Exception as exc:  # Temporal unreachable: the next poll tries again
-                    NTH_EVENTS_ERROR.labels("imds-start-workflow").inc()
-                    log.warning("IMDS %s: drain not started: %s", event.event_id, exc)
-                    continue
-                self.dispatched[key] = wf_id
-                started.append(wf_id)
-                reason = INTERRUPTION_REASONS.get(event.kind, "UnknownInterruption")
-                text = f"{event.description} ({event.event_id}; workflow {wf_id})"
-                await asyncio.to_thread(self._event, "Normal", reason, text)
-                log.info(
-                    "IMDS %s on %s → %s%s",
-                    event.event_id,
-                    self.node,
-                    wf_id,
-                    "" if start else " (completed before)",
-                )
-        return started
-
-    async def run(self) -> None:
-        if await self.identify() is None:
-            return
-        while not self._stopped.is_set():
-            await self.poll_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), self.nth.imds_poll_interval_s)
-
-
-async def run_imds(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    """``cloudloop termination-imds``: the monitor of ``nth.node_name`` until SIGTERM."""
-    from cloudloop import temporal
-    from cloudloop.cloud.registry import provider_for
-    from cloudloop.kube.client import api_client
-
-    stop = stop or asyncio.Event()
-    temporal.stop_on_signals(stop)
-    nth = settings.nth
-    provider = provider_for(settings)
-    if provider.termination is None or not nth.node_name:
-        log.error("IMDS mode needs a provider with a termination handler and NODE_NAME")
-        return
-    client = await temporal.connect(settings.temporal, lazy=True)
-    aws = provider.termination(provider.section(settings), nth, None)
-    monitor = ImdsMonitor(
-        Kube(api_client(settings.kubeconfig)),
-        client,
-        aws.instance_metadata(),
-        nth,
-        node=nth.node_name,
-        task_queue=settings.temporal.queue_for(Domain.DRAIN),
-        cluster=settings.cluster_name,
-        provider=provider.name,
+def _same(state: NodeState, notices: NodeNotices) -> bool:
+    try:
+        before = read_node_notices(state.text)
+    except InvalidNotices:
+        return False
+    return (before.instance_id, before.instance_launch_time) == (
+        notices.instance_id,
+        notices.instance_launch_time,
     )
-    task = asyncio.create_task(monitor.run())
-    await stop.wait()
-    monitor.stop()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

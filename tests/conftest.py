@@ -19,7 +19,7 @@ import botocore.session
 import pytest
 from temporalio.client import Client
 
-from cloudloop import temporal
+from cloudloop import codec, temporal
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
@@ -161,6 +161,17 @@ async def client(stack: LocalStack) -> Client:
 def scope() -> str:
     """A name and label value unique to this test (its Nodes, its cluster name, its objects)."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def codec_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A codec key of this test's own in the environment (``CLOUDLOOP_TEMPORAL__CODEC__*``), for
+    a CLI command run in-process whose Temporal side is faked: the codec is on by default and a
+    command without a key refuses to run."""
+    keys = tmp_path / "codec-keys"
+    codec.write_key(keys, "test")
+    monkeypatch.setenv(codec.KEY_DIR_ENV, str(keys))
+    return keys
 
 
 @pytest.fixture

@@ -6,6 +6,10 @@ Each domain (load balancers, machines, volumes, drains) has its own task queue
 domain floods the cloud API for the others. The general queue (``task_queue``) carries the cloud
 probes and registers every workflow type and activity, so runs started before the split (long
 lives: load balancers, machines) go on where they were started.
+
+Before polling, the worker claims every queue of its set for its cluster
+(:mod:`cloudloop.claim`): a queue another cluster serves makes it exit with an error naming
+both, and a claim lost while running (re-checked every minute) stops it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from activities.machine import MachineActivities
 from activities.termination import DrainActivities
 from activities.volume import VolumeActivities
 from cloudloop import temporal
+from cloudloop.claim import ClaimRefused, for_process
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import Settings, provider_for
 from cloudloop.kube.api import Kube
@@ -34,6 +39,7 @@ from cloudloop.metrics import MetricsServer
 from cloudloop.metrics_auth import protect_metrics
 from cloudloop.net import free_port
 from cloudloop.settings import Domain
+from workflows.claim import ClusterClaimWorkflow
 from workflows.layout import LAYOUT_WORKFLOWS
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow
@@ -50,8 +56,9 @@ DOMAIN_WORKFLOWS: dict[str, list[type]] = {
     Domain.VOLUME: list(VOLUME_WORKFLOWS),
     Domain.DRAIN: list(DRAIN_WORKFLOWS),
 }
-#: The general queue's workflows: the probes and the layouts (``cloudloop layout``), then all.
-WORKFLOWS: list[type] = [CloudProbeWorkflow, *LAYOUT_WORKFLOWS]
+#: The general queue's workflows: the probes, the layouts (``cloudloop layout``) and the queue
+#: claims, then all.
+WORKFLOWS: list[type] = [CloudProbeWorkflow, *LAYOUT_WORKFLOWS, ClusterClaimWorkflow]
 for _workflows in DOMAIN_WORKFLOWS.values():
     WORKFLOWS += _workflows
 
@@ -113,7 +120,7 @@ def all_activities(
     activities += MachineActivities(driver, kube).all()
     activities += VolumeActivities(driver).all()
     activities += LayoutActivities(settings).all()
-    activities += ClusterResourceActivities().all()
+    activities += ClusterResourceActivities(source_dir=settings.layouts.source_dir).all()
     provider = provider_for(settings)
     termination = (
         provider.termination(provider.section(settings), settings.nth, driver)
@@ -125,7 +132,8 @@ def all_activities(
 
 
 async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop``), then shut down gracefully."""
+    """Run until SIGTERM/SIGINT (or ``stop``), then shut down gracefully; raise
+    :class:`~cloudloop.claim.ClaimRefused` when another cluster serves a queue of the set."""
     from cloudloop.cloud.registry import driver_for
     from cloudloop.kube.client import api_client
 
@@ -144,9 +152,23 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     if client is None:  # stopped before Temporal answered
         metrics.stop()
         return
-    workers = build_workers(
-        client, settings, driver=driver_for(settings), kube=Kube(api_client(settings.kubeconfig))
-    )
+    kube = Kube(api_client(settings.kubeconfig))
+    refusals: list[ClaimRefused] = []
+
+    def refused(refusal: ClaimRefused) -> None:
+        refusals.append(refusal)
+        stop.set()
+
+    claim = for_process(client, settings, kube, on_refused=refused)
+    try:
+        claimed = await claim.first(stop)
+    except ClaimRefused:
+        metrics.stop()
+        raise
+    if not claimed:  # stopped first
+        metrics.stop()
+        return
+    workers = build_workers(client, settings, driver=driver_for(settings), kube=kube)
     log.info(
         "worker polling %s on %s (provider %s)",
         ", ".join(w.task_queue for w in workers),
@@ -158,12 +180,18 @@ async def run(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
             await running.enter_async_context(worker)
         metrics.health.add_liveness("workers", lambda: stopped_workers(workers))
         metrics.set_ready()
+        keeper = asyncio.create_task(claim.keep(stop), name="queue-claim")
         await stop.wait()
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
         log.info(
             "stopping worker: waiting up to %.0fs for running activities",
             settings.temporal.graceful_shutdown_s,
         )
     metrics.stop()
+    if refusals:
+        raise refusals[0]
 
 
 def stopped_workers(workers: list[Worker]) -> str | None:

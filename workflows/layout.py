@@ -4,9 +4,11 @@
 layout part for the definitions (``layout.define``: the only step that reads the configuration
 and the cloud's zones), then:
 
-- **apply**: the ``base`` module's child first, then every ``master-<i>`` and ``static-<ng>-<i>``
-  child at once with the base's outputs; the result carries ``cloud_discovery_data`` and each
-  node module's outputs (SSH/internal IP, data device path), references resolved.
+- **apply**: ``layout.check_apply`` first (every lookup that can refuse, read-only, before the
+  first create: a refused apply makes nothing), then the ``base`` module's child, then every
+  ``master-<i>`` and ``static-<ng>-<i>`` child at once with the base's outputs; the result
+  carries ``cloud_discovery_data`` and each node module's outputs (SSH/internal IP, data device
+  path), references resolved.
 - **destroy**: with a kubeconfig, first dhctl's "delete resources" phase through the cluster's
   API, one ``layout.clear_cluster`` step each (:data:`CLEAR_STEPS`: the cluster verified to be
   this one, LoadBalancer Services deleted and waited for, PVCs deleted and their volumes waited
@@ -58,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from cloudloop.layouts.tfstate import StateMap
     from cloudloop.messages.layout import (
         CLEAR_STEPS,
+        CheckApplyInput,
         CheckDestroyInput,
         ClearClusterInput,
         ClearClusterResult,
@@ -305,7 +308,9 @@ class LayoutWorkflow:
 
     async def _run(self, input: LayoutInput, layout: LayoutDef) -> LayoutResult:
         self._progress.modules = [
-            ModuleState(module=m.id, workflow_id=module_workflow_id(layout.prefix, m.id))
+            ModuleState(
+                module=m.id, workflow_id=module_workflow_id(layout.prefix, m.id, input.id_scope)
+            )
             for m in layout.modules
         ]
         result = LayoutResult(action=input.action, layout=layout.layout, prefix=layout.prefix)
@@ -413,6 +418,19 @@ class LayoutWorkflow:
     async def _apply(
         self, layout: LayoutDef, base: ModuleDef, nodes: list[ModuleDef], result: LayoutResult
     ) -> None:
+        if workflow.patched("layout-check-apply"):
+            self._progress.phase = "checking"
+            try:
+                await workflow.execute_activity(
+                    LayoutActivity.CHECK_APPLY,
+                    CheckApplyInput(
+                        provider=self._input.provider, source=self._input.source, layout=layout
+                    ),
+                    result_type=list[str],
+                    **_activity_options(self._input.timings),
+                )
+            except ActivityError as err:
+                raise self._failed(_failure(err, "apply refused")) from err
         self._progress.phase = "base-infrastructure"
         base_result = (await self._children([base], "apply", {}))[0]
         external = {s.key: s.outputs for s in base_result.steps}

@@ -15,6 +15,11 @@ Rules for a :class:`LayoutResources`:
   allows (so a crash right after still leaves a findable resource), and repairs drift; a repeat
   with nothing to do makes no mutating call.
 - ``delete`` is idempotent: absent is success.
+- ``refusals`` (optional, :class:`CheckingResources`) is read-only: what would refuse the
+  resource's create (a template, an image, a datastore, a network the cloud lacks), each as one
+  line; the engine asks it for every resource of a layout before an apply's first create, with
+  the properties known then (``None`` for an output of a resource not made yet), so a refused
+  apply leaves nothing behind. A cloud error is an error, never a refusal.
 - ``blockers`` names what must go first before a destroy (the cluster's own load balancers,
   volumes, instances the layout did not make); empty means the destroy may start.
 
@@ -81,6 +86,11 @@ class LayoutPart(Protocol):
     def define(self, config: Any, cluster: ClusterIdentity, zones: list[str]) -> LayoutDef: ...
 
     def connect(self, config: Any, section: Any) -> LayoutResources: ...
+
+
+@runtime_checkable
+class CheckingResources(Protocol):
+    def refusals(self, resource: ResourceDef, properties: dict[str, Any]) -> list[str]: ...
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cloudloop.cloud.capi import InfraKinds, NodeTemplates
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
+    from cloudloop.cloud.termination import InstanceMetadata
     from cloudloop.settings import CoreSettings, NthSettings
 
 S = TypeVar("S", bound=BaseModel)
@@ -47,6 +48,14 @@ class Provider(Generic[S]):
     #: The node termination handler's client (queue, instances, lifecycle actions), if any;
     #: given the process's driver, if it has one, whose session it may share.
     termination: Callable[[S, NthSettings, CloudDriver | None], Any] | None = None
+    #: A node's own view of its instance (the termination handler's IMDS mode), if the cloud
+    #: has one: built from the metadata service's endpoint and request timeout alone, with no
+    #: credential (a node agent holds none).
+    instance_metadata: Callable[[str, float], InstanceMetadata] | None = None
+    #: The fields of this provider's settings section that name credential files (the chart's
+    #: ``providers.<name>.credentialFiles`` keys). Processes on every node (the CSI node
+    #: plugin) are built without them: :meth:`make_node_driver`.
+    credential_settings: tuple[str, ...] = ()
     #: Node groups from InstanceClasses: the InstanceClass kind and the ``template.yaml``
     #: turning one into this cloud's InfraMachineTemplate (published beside the registration
     #: Secret, rendered by ``cloudloop nodegroup render``), if the cloud has Cluster API nodes.
@@ -64,5 +73,15 @@ class Provider(Generic[S]):
 
     def make_driver(self, settings: CoreSettings) -> CloudDriver:
         driver = self.driver(self.section(settings))
+        driver.cluster = settings.cluster_name
+        return driver
+
+    def make_node_driver(self, settings: CoreSettings) -> CloudDriver:
+        """The driver as a node's process needs it (features, provider-ID parsing): its settings
+        without the credential files (:attr:`credential_settings`), which a node does not
+        mount; it never connects to the cloud."""
+        section = self.section(settings)
+        blank = {name: None for name in self.credential_settings}
+        driver = self.driver(section.model_copy(update=blank))
         driver.cluster = settings.cluster_name
         return driver

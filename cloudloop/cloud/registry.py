@@ -48,7 +48,7 @@ class _RegisteredProvider(CoreSettings):
     @classmethod
     def _known_provider(cls, value: str) -> str:
         if value not in PROVIDERS:
-            raise ValueError(f"unknown provider {value!r}; one of: {', '.join(sorted(PROVIDERS))}")
+            raise ValueError(f"unknown provider; one of: {', '.join(sorted(PROVIDERS))}")
         return value
 
 

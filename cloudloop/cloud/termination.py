@@ -1,9 +1,11 @@
 """What the node termination handler needs of a cloud: a queue of interruption notices, the
-instance behind a notice, and the cloud's lifecycle actions.
+instance behind a notice, the cloud's lifecycle actions, and a node's own metadata service.
 
 A provider that has such a service (AWS: SQS, EC2, Auto Scaling) returns a
 :class:`TerminationClient` from its record's ``termination`` factory; the queue processor and the
-drain activities use only this protocol. Rules: blocking calls, ``CloudError`` on failure.
+drain activities use only this protocol. The IMDS node agent uses only
+:class:`InstanceMetadata` (the record's ``instance_metadata`` factory), which needs no
+credential. Rules: blocking calls, ``CloudError`` on failure.
 """
 
 from __future__ import annotations
@@ -149,8 +151,6 @@ class InstanceMetadata(Protocol):
 
 class TerminationClient(Protocol):
     """The cloud side of the node termination handler."""
-
-    def instance_metadata(self) -> InstanceMetadata: ...
 
     def ensure_queue(self, spec: QueueSpec) -> QueueInfo: ...
 

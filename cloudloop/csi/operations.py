@@ -33,6 +33,7 @@ from temporalio.exceptions import CancelledError, TerminatedError
 from cloudloop import searchattrs
 from cloudloop.cloud import errors
 from cloudloop.cloud.registry import Settings
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.volume import (
     AttachResult,
     AttachVolumeInput,
@@ -105,6 +106,7 @@ class VolumeOperations:
             cluster=settings.cluster_name,
             provider=settings.provider,
             limits=limits,
+            id_scope=settings.temporal.id_scope,
         )
 
     def __init__(
@@ -115,8 +117,12 @@ class VolumeOperations:
         cluster: str,
         provider: str,
         limits: VolumeLimits | None = None,
+        id_scope: str = "",
     ) -> None:
         self.client = client
+        #: The cluster's workflow-ID scope: another cluster's volume of the same ID (or CSI
+        #: name) never joins this one's workflow (``TemporalSettings.id_scope``).
+        self.id_scope = id_scope
         self.task_queue = task_queue
         self.cluster = cluster
         self.provider = provider
@@ -369,6 +375,7 @@ class VolumeOperations:
         timeout: float | None,
     ) -> R:
         """Start or join the workflow; refuse (ABORTED) when it runs another request."""
+        workflow_id = scoped_id(self.id_scope, workflow_id)
         request = fingerprint(input)
         started = await self.client.start_workflow(
             workflow_type,

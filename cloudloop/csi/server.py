@@ -5,7 +5,9 @@ replaced) with grpcio's asyncio server until SIGTERM/SIGINT, then stop accepting
 RPCs finish for a few seconds. The controller connects to Temporal only (the workers hold the
 cloud credentials) and, leader-elected, keeps the cloud's StorageClasses and the ``CSIDriver``
 object up to date. The node plugin learns its instance ID and zone from its Node object
-(``spec.providerID``, ``topology.kubernetes.io/zone``) unless ``csi.node_id``/``csi.zone`` say.
+(``spec.providerID``, ``topology.kubernetes.io/zone``) unless ``csi.node_id``/``csi.zone`` say;
+it holds no cloud credential and no Temporal connection on any cloud (its driver is built
+without the credential files, :func:`node_driver`; docs/decisions/node-agents-credentials.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from grpc import aio
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client
 
 from cloudloop import temporal
 from cloudloop.cloud.driver import CloudDriver
@@ -89,7 +92,7 @@ async def run_controller(settings: Settings, *, stop: asyncio.Event | None = Non
     temporal.stop_on_signals(stop)
     client = await temporal.connect(settings.temporal)
     driver = _driver(settings)
-    operations = VolumeOperations.from_settings(client, settings)
+    operations = VolumeOperations.from_settings(_claimed(client, settings, stop), settings)
     server = controller_server(operations, settings, driver)
     tasks = []
     if settings.csi.storage_classes:
@@ -102,6 +105,18 @@ async def run_controller(settings: Settings, *, stop: asyncio.Event | None = Non
         stop.set()
         for task in tasks:
             await asyncio.gather(task, return_exceptions=True)
+
+
+def _claimed(client: Client, settings: Settings, stop: asyncio.Event) -> Client:
+    """``client`` gated by this cluster's claim of its queues (:mod:`cloudloop.claim`): a volume
+    workflow starts only on queues this cluster holds; a queue another cluster serves stops
+    the controller (the refusal is logged, naming both clusters)."""
+    from cloudloop.claim import for_process, gated
+    from cloudloop.kube.api import Kube
+    from cloudloop.kube.client import api_client
+
+    kube = Kube(api_client(settings.kubeconfig))
+    return gated(client, for_process(client, settings, kube, on_refused=lambda _: stop.set()))
 
 
 def node_identity(settings: Settings, driver: CloudDriver) -> tuple[str, str]:
@@ -152,10 +167,19 @@ def node_server(settings: Settings, driver: CloudDriver, node_id: str, zone: str
     return server
 
 
+def node_driver(settings: Settings) -> CloudDriver:
+    """The configured cloud's driver as the node plugin uses it (features, provider-ID parsing),
+    built without the cloud's credential files: the node plugin's DaemonSet mounts none (the
+    controller's publish context and the Node object tell it all it needs)."""
+    from cloudloop.cloud.registry import provider_for
+
+    return provider_for(settings).make_node_driver(settings)
+
+
 async def run_node(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
-    driver = _driver(settings)
+    driver = node_driver(settings)
     node_id, zone = await asyncio.to_thread(node_identity, settings, driver)
     log.info("CSI node %s (zone %s) on %s", node_id, zone or "-", os.uname().nodename)
     await serve(node_server(settings, driver, node_id, zone), settings.csi.endpoint, stop)

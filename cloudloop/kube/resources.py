@@ -86,6 +86,9 @@ CLOUD_PROBES: Resource[CloudProbe] = Resource(
     "cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe"
 )
 CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap")
+#: Namespaces: ``kube-system``'s UID is the cluster's identity (:mod:`cloudloop.claim`); a layout
+#: publish creates ``d8-system`` when the cluster has none yet.
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
     "", "v1", "persistentvolumes", "PersistentVolume", namespaced=False
 )

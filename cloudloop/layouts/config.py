@@ -6,7 +6,10 @@ minimums, unknown fields where upstream sets ``additionalProperties: false``) an
 cross-field rules upstream writes as ``oneOf``/``x-rules`` (``vpcNetworkCIDR`` XOR
 ``existingVPCID``, the layout's own section, unique node group names, ``tenantName`` XOR
 ``tenantID``...) are collected together, so a bad document is refused with *every* error at once
-(:class:`InvalidConfig`: path + message), before any cloud call.
+(:class:`InvalidConfig`: path + message), before any cloud call. A message names the field and
+what is wrong, never the value (:mod:`cloudloop.errortext`; the rules word theirs so): a refused
+document's credentials and values stay out of workflow history, Events and logs. A section of
+the wrong shape is its field's error; the cross-field rules that trip on it add none.
 
 Field names are upstream's (camelCase), so a model dumps back into the upstream shape. Defaults
 are upstream's (``layouts.md``). Credentials (``providerSecretAccessKey``, ``password``,
@@ -36,6 +39,8 @@ from pydantic import (
     StringConstraints,
     ValidationError,
 )
+
+from cloudloop.errortext import field_problems
 
 API_VERSION = "deckhouse.io/v1"
 API_VERSIONS = ("deckhouse.io/v1", "deckhouse.io/v1alpha1")
@@ -69,9 +74,9 @@ def _cidr(value: str) -> str:
     try:
         network = ipaddress.ip_network(value, strict=False)
     except ValueError:
-        raise ValueError(f"not a CIDR: {value!r}") from None
+        raise ValueError("not a CIDR") from None
     if network.version != 4 or "/" not in value:
-        raise ValueError(f"not an IPv4 CIDR (a.b.c.d/n): {value!r}")
+        raise ValueError("not an IPv4 CIDR (a.b.c.d/n)")
     return value
 
 
@@ -79,7 +84,7 @@ def _ipv4(value: str) -> str:
     try:
         ipaddress.IPv4Address(value)
     except ValueError:
-        raise ValueError(f"not an IPv4 address: {value!r}") from None
+        raise ValueError("not an IPv4 address") from None
     return value
 
 
@@ -93,13 +98,13 @@ Tags = dict[str, str]
 class _Open(BaseModel):
     """A nested object upstream leaves open (unknown fields are kept, not refused)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", hide_input_in_errors=True)
 
 
 class _Closed(BaseModel):
     """An object with ``additionalProperties: false`` upstream."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
 class NodeTemplate(_Open):
@@ -210,16 +215,12 @@ def _aws_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
         except (ValueError, TypeError):
             inside = True  # the CIDR itself is reported by its field
         if not inside:
-            yield ConfigError(
-                path="nodeNetworkCIDR", message=f"{node} is not inside vpcNetworkCIDR {vpc}"
-            )
+            yield ConfigError(path="nodeNetworkCIDR", message="not inside vpcNetworkCIDR")
     if doc.get("layout") == "WithNAT":
         bastion = (doc.get("withNAT") or {}).get("bastionInstance") or {}
         zone, zones = bastion.get("zone"), doc.get("zones")
         if zone and isinstance(zones, list) and zone not in zones:
-            yield ConfigError(
-                path="withNAT.bastionInstance.zone", message=f"{zone!r} is not one of zones"
-            )
+            yield ConfigError(path="withNAT.bastionInstance.zone", message="not one of zones")
 
 
 # -- OpenStack ------------------------------------------------------------------------------
@@ -369,7 +370,7 @@ def _openstack_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
             # upstream's variables.tf: cidrsubnet(cidr, 0, 0) == cidr
             yield ConfigError(
                 path=f"{section}.internalNetworkCIDR",
-                message=f"not a network address (host bits set): {cidr}, use {network}",
+                message="not a network address (host bits set; use the network's own address)",
             )
     group = (doc.get("masterNodeGroup") or {}).get("serverGroup")
     if (
@@ -462,7 +463,7 @@ def _vsphere_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
     if addresses and isinstance(replicas, int) and len(addresses) < replicas:
         yield ConfigError(
             path="masterNodeGroup.instanceClass.mainNetworkIPAddresses",
-            message=f"{len(addresses)} address(es) for {replicas} replicas",
+            message="fewer addresses than masterNodeGroup.replicas",
         )
 
 
@@ -531,7 +532,7 @@ def _zvirt_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
     if addresses and isinstance(replicas, int) and len(addresses) != replicas:
         yield ConfigError(
             path="masterNodeGroup.instanceClass.customNetworkConfig.networkInterfaceAddress",
-            message=f"one address per node: {len(addresses)} for {replicas} replicas",
+            message="one address per node: not as many as masterNodeGroup.replicas",
         )
 
 
@@ -636,7 +637,7 @@ def _dvp_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
     if addresses and isinstance(replicas, int) and len(addresses) != replicas:
         yield ConfigError(
             path="masterNodeGroup.instanceClass.virtualMachine.ipAddresses",
-            message=f"one address (or Auto) per replica: {len(addresses)} for {replicas}",
+            message="one address (or Auto) per replica: not as many as masterNodeGroup.replicas",
         )
     for index, address in enumerate(addresses):
         if address != "Auto":
@@ -645,7 +646,7 @@ def _dvp_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
             except ValueError:
                 yield ConfigError(
                     path=f"masterNodeGroup.instanceClass.virtualMachine.ipAddresses[{index}]",
-                    message=f"neither an IPv4 address nor Auto: {address!r}",
+                    message="neither an IPv4 address nor Auto",
                 )
 
 
@@ -673,7 +674,7 @@ KIND_SUFFIX = "ClusterConfiguration"
 def _layout_section(doc: Mapping[str, Any], sections: Mapping[str, str]) -> Iterable[ConfigError]:
     section = sections.get(str(doc.get("layout")))
     if section is not None and not isinstance(doc.get(section), Mapping):
-        yield ConfigError(path=section, message=f"required for layout {doc.get('layout')}")
+        yield ConfigError(path=section, message="required for the document's layout")
 
 
 def _common_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
@@ -689,33 +690,14 @@ def _common_rules(doc: Mapping[str, Any]) -> Iterable[ConfigError]:
                 continue
             if name in seen:
                 yield ConfigError(
-                    path=f"nodeGroups[{index}].name", message=f"duplicate node group {name!r}"
+                    path=f"nodeGroups[{index}].name", message="duplicate node group name"
                 )
             seen.add(name)
             if not PREFIX_PATTERN.match(name):
                 yield ConfigError(
                     path=f"nodeGroups[{index}].name",
-                    message=f"{name!r} must be lower case letters, digits and '-' (a node name)",
+                    message="must be lower case letters, digits and '-' (a node name)",
                 )
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not part.startswith(("function-", "constrained-")):
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _message(error: Mapping[str, Any]) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown field"
-    if error["type"] == "missing":
-        return "required"
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ")
 
 
 def validate_document(doc: Any, *, source: str = "") -> ProviderConfiguration:
@@ -723,12 +705,12 @@ def validate_document(doc: Any, *, source: str = "") -> ProviderConfiguration:
     if not isinstance(doc, Mapping):
         raise InvalidConfig([ConfigError(path="", message="not a YAML mapping")], source)
     kind = doc.get("kind")
-    if kind not in DOCUMENTS:
+    if not isinstance(kind, str) or kind not in DOCUMENTS:
         raise InvalidConfig(
             [
                 ConfigError(
                     path="kind",
-                    message=f"{kind!r} is not one of {', '.join(sorted(DOCUMENTS))}",
+                    message=f"not one of {', '.join(sorted(DOCUMENTS))}",
                 )
             ],
             source,
@@ -739,13 +721,26 @@ def validate_document(doc: Any, *, source: str = "") -> ProviderConfiguration:
     try:
         parsed = model.model_validate(doc)
     except ValidationError as exc:
-        for error in exc.errors():
-            errors.append(ConfigError(path=_path(error["loc"]), message=_message(error)))
-    errors += _common_rules(doc)
-    errors += rules(doc)
+        errors += [ConfigError(path=p.path, message=p.message) for p in field_problems(exc)]
+    errors += _cross_field(_common_rules, doc, parsed)
+    errors += _cross_field(rules, doc, parsed)
     if errors or parsed is None:
         raise InvalidConfig(errors, source)
     return parsed  # type: ignore[return-value]
+
+
+def _cross_field(
+    rules: Rules, doc: Mapping[str, Any], parsed: BaseModel | None
+) -> list[ConfigError]:
+    """The errors of ``rules`` over the raw document; a section of the wrong shape (a string
+    where a mapping belongs) is its field's own error, so the rules that trip on it add none —
+    unless the fields all parsed, then the document is refused as a whole."""
+    try:
+        return list(rules(doc))
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+        if parsed is None:
+            return []
+        return [ConfigError(path="", message="the cross-field rules cannot read this document")]
 
 
 def provider_of(config: ProviderConfiguration) -> str:
@@ -785,14 +780,14 @@ def cluster_identity(
         errors.append(
             ConfigError(
                 path="cloud.prefix",
-                message=f"{prefix!r}: lower case letters, digits and '-' (at most 48)",
+                message="lower case letters, digits and '-' (at most 48)",
             )
         )
     uuid = uuid or doc.get("clusterUUID")
     if not uuid:
         errors.append(ConfigError(path="clusterUUID", message="required (--cluster-uuid)"))
     elif not re.match(_UUID, str(uuid)):
-        errors.append(ConfigError(path="clusterUUID", message=f"not a UUID: {uuid!r}"))
+        errors.append(ConfigError(path="clusterUUID", message="not a UUID"))
     pod = pod_subnet_cidr or doc.get("podSubnetCIDR") or DEFAULT_POD_SUBNET
     try:
         _cidr(str(pod))
@@ -826,12 +821,18 @@ def load_documents(
     errors: list[ConfigError] = []
     for index, doc in enumerate(d for d in docs if d is not None):
         kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        kind = kind if isinstance(kind, str) else None  # a list or a map is no kind either
         if kind == "ClusterConfiguration":
             cluster_doc = doc
         elif kind in DOCUMENTS:
             provider_docs.append(doc)
         else:
-            errors.append(ConfigError(path=f"[{index}].kind", message=f"unexpected {kind!r}"))
+            errors.append(
+                ConfigError(
+                    path=f"[{index}].kind",
+                    message="not a ClusterConfiguration or <Provider>ClusterConfiguration",
+                )
+            )
     if len(provider_docs) != 1:
         errors.append(
             ConfigError(

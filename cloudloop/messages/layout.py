@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ModuleDef, ResourceDef
 from cloudloop.layouts.tfstate import StateResource
+from cloudloop.messages.scope import scoped_id
 
 Action = Literal["apply", "destroy", "plan", "adopt"]
 #: What a plan says about one resource.
@@ -33,6 +34,7 @@ class LayoutActivity:
     DELETE = "layout.delete_resource"
     PLAN = "layout.plan_module"
     CHECK_DESTROY = "layout.check_destroy"
+    CHECK_APPLY = "layout.check_apply"
     MAP_STATE = "layout.map_state"
     ADOPT = "layout.adopt_resource"
     CLEAR_CLUSTER = "layout.clear_cluster"
@@ -57,16 +59,18 @@ class LayoutQuery:
     PROGRESS = "progress"
 
 
-def workflow_id(prefix: str) -> str:
-    return f"layout/{prefix}"
+def workflow_id(prefix: str, scope: str = "") -> str:
+    """``[<scope>/]layout/<prefix>``: the cloud prefix is unique within one cloud account
+    only, so the cluster's ID scope (:mod:`cloudloop.messages.scope`) comes first."""
+    return scoped_id(scope, f"layout/{prefix}")
 
 
-def module_workflow_id(prefix: str, module_id: str) -> str:
-    return f"layout/{prefix}/{module_id}"
+def module_workflow_id(prefix: str, module_id: str, scope: str = "") -> str:
+    return scoped_id(scope, f"layout/{prefix}/{module_id}")
 
 
-def plan_workflow_id(prefix: str) -> str:
-    return f"layout/{prefix}/plan"
+def plan_workflow_id(prefix: str, scope: str = "") -> str:
+    return scoped_id(scope, f"layout/{prefix}/plan")
 
 
 class LayoutTimings(BaseModel):
@@ -97,6 +101,9 @@ class LayoutInput(BaseModel):
     #: For ``destroy``: the kubeconfig the workers read (a path, never its content); set, the
     #: destroy first deletes the cluster's own cloud-backed objects through its API.
     kubeconfig: str = ""
+    #: The workflow-ID scope of the cluster's queues (``TemporalSettings.id_scope``): the
+    #: modules' IDs carry it as the layout's own does ("" in runs started before it existed).
+    id_scope: str = ""
 
 
 class DefineInput(BaseModel):
@@ -161,6 +168,14 @@ class CheckDestroyInput(BaseModel):
     found: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: The cluster's own objects were deleted through its API first (destroy ``--kubeconfig``).
     cleared: bool = False
+
+
+class CheckApplyInput(BaseModel):
+    """The refusals an apply of ``layout`` would meet, looked for before the first create."""
+
+    provider: str
+    source: ConfigSource
+    layout: LayoutDef
 
 
 class ClearClusterInput(BaseModel):

@@ -1,5 +1,7 @@
 """Models and activity names of the node termination handler: interruption events, the drain
-workflow's input and result, and the inputs and outputs of its activities."""
+workflow's input and result, the inputs and outputs of its activities, and the notices the IMDS
+node agent records on its own Node (:class:`NodeNotices`, the annotation
+:data:`NOTICES_ANNOTATION`) for the leader-elected starter to drain."""
 
 from __future__ import annotations
 
@@ -86,6 +88,27 @@ class LifecycleInput(BaseModel):
     node: str
     cluster: str
     action: LifecycleAction
+
+
+# -- the IMDS node agent's notices ----------------------------------------------------------
+#: The annotation the IMDS node agent (``cloudloop termination-imds``) writes on its own Node: a
+#: JSON :class:`NodeNotices`. The only field of a Node the agent may change (its
+#: ValidatingAdmissionPolicy), read by the starter's ``ImdsNotices``.
+NOTICES_ANNOTATION = "termination.cloudloop.io/imds-notices"
+#: At most this many notices are kept (the newest): scheduled events accumulate.
+MAX_NOTICES = 16
+
+
+class NodeNotices(BaseModel):
+    """What the instance metadata service told the agent of one Node: the instance behind the
+    Node (its incarnation: the identity document's ``pendingTime``) and the interruption notices
+    seen for it. A new incarnation replaces the notices of the old one."""
+
+    instance_id: str = Field(pattern=r"^i-[0-9a-zA-Z]{1,32}$")
+    instance_launch_time: datetime | None = None
+    zone: str = Field(default="", max_length=64)
+    instance_type: str = Field(default="", max_length=64)
+    notices: list[InterruptionEvent] = Field(default_factory=list, max_length=MAX_NOTICES)
 
 
 # -- activities ------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 - :func:`resolve` replaces every ``{"$ref": key, "output": o}`` in a value by that output;
   an output not known yet raises :class:`Unresolved` (a plan then says "create").
+- :func:`resolve_known` resolves what is known and leaves ``None`` for what is not (the lookups an
+  apply makes before its first create read only the properties they can know).
 - :func:`refs_of` lists the keys a value refers to; :func:`needs` = ``depends_on`` and refs.
 - :func:`waves` orders a module's resources: each wave needs only earlier waves; the reverse of
   :func:`waves` is the destroy order (a resource goes only after everything that needs it).
@@ -30,6 +32,19 @@ def resolve(value: Any, outputs: Mapping[str, Mapping[str, Any]]) -> Any:
         return {k: resolve(v, outputs) for k, v in value.items()}
     if isinstance(value, list):
         return [resolve(v, outputs) for v in value]
+    return value
+
+
+def resolve_known(value: Any, outputs: Mapping[str, Mapping[str, Any]]) -> Any:
+    """:func:`resolve`, with ``None`` for each reference whose output is not known."""
+    if isinstance(value, dict):
+        if REF in value:
+            found = outputs.get(str(value[REF])) or {}
+            output = found.get(str(value.get("output", "id")))
+            return None if output in (None, "") else output
+        return {k: resolve_known(v, outputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_known(v, outputs) for v in value]
     return value
 
 

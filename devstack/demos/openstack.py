@@ -39,6 +39,7 @@ from cloudloop.messages.layout import LayoutInput, workflow_id
 from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
+from cloudloop.settings import LayoutSettings
 from devstack.demos.common import DEPLOYMENTS
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
@@ -135,6 +136,8 @@ class OpenStackDemo:
                 "openstack": OpenStackSettings(
                     cloud_config_file=conf, zones=[z for _, z in DEMO_SERVERS]
                 ),
+                # the worker reads the layout's config where the demo wrote it
+                "layouts": LayoutSettings(source_dir=layout.parent),
             }
         )
 

@@ -46,6 +46,12 @@ def iso_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def cinder_now() -> str:
+    """Timestamps as Cinder writes them: microseconds and no zone (``2026-12-01T21:00:00.000000``;
+    gophercloud parses them with ``JSONRFC3339MilliNoZ`` and refuses a ``Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
 class ApiFault(Exception):
     """An answer other than success. ``kind`` names the fault in the service's error body
     (Nova ``itemNotFound``, Neutron ``NetworkNotFound``, ...); the service picks a default."""

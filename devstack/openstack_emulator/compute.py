@@ -15,7 +15,12 @@ exceeded", and a flavor marked "no valid host" (admin) makes its servers end in 
 Nova's fault. ``GET /servers[/detail]`` filters by ``name`` (a regex, as Nova
 does), ``status``, ``uuid``, ``ip``, tags, and pages by ``limit``/``marker`` (``max_limit``
 1000, newest first) with ``servers_links``. Key pairs are made, shown and deleted by name (a
-second one of a name is 409, a public key Nova cannot fingerprint 400). Errors are
+second one of a name is 409, a public key Nova cannot fingerprint 400). Below 2.36 Nova proxies
+Neutron's floating IPs (``/os-floating-ips`` list, create from a ``pool`` = an external
+network's name, show, delete; ``/os-floating-ip-pools``; 404 from 2.36) and the server actions
+``addFloatingIp``/``removeFloatingIp`` (gone from 2.44), on the emulator's Neutron floating IPs,
+as gophercloud's ``compute/v2/extensions/floatingips`` (Terraform's
+``openstack_compute_floatingip_v2`` and ``_associate_v2``) drives them. Errors are
 ``{"itemNotFound": {code, message}}``.
 """
 
@@ -118,6 +123,11 @@ class Compute(Service):
             Route("POST", "/v2.1/os-server-groups", self.create_server_group),
             Route("GET", f"/v2.1/os-server-groups/{ID}", self.show_server_group),
             Route("DELETE", f"/v2.1/os-server-groups/{ID}", self.delete_server_group),
+            Route("GET", "/v2.1/os-floating-ips", self.list_floating_ips),
+            Route("POST", "/v2.1/os-floating-ips", self.create_floating_ip),
+            Route("GET", f"/v2.1/os-floating-ips/{ID}", self.show_floating_ip),
+            Route("DELETE", f"/v2.1/os-floating-ips/{ID}", self.delete_floating_ip),
+            Route("GET", "/v2.1/os-floating-ip-pools", self.list_floating_ip_pools),
             Route("GET", "/v2.1/os-keypairs", self.list_keypairs),
             Route("POST", "/v2.1/os-keypairs", self.create_keypair),
             Route("GET", f"/v2.1/os-keypairs/{ID}", self.show_keypair),
@@ -856,6 +866,8 @@ class Compute(Service):
                     f"{_VM_STATE.get(server['status'], ('?',))[0]}"
                 )
             self._power(server, "powering-on", "ACTIVE", delay)
+        elif action in ("addFloatingIp", "removeFloatingIp") and not request.at_least(2, 44):
+            self._floating_ip_action(request, server, action)
         elif action == "reboot":
             if server["status"] not in ("ACTIVE", "SHUTOFF"):
                 raise conflict(
@@ -866,6 +878,122 @@ class Compute(Service):
         else:
             raise bad_request(f"There is no such action: {action}")
         return Reply(202)
+
+    # -- the floating-IP proxy (below 2.36; the actions below 2.44) -------------------------
+    @staticmethod
+    def _proxy(request: Request) -> None:
+        if request.at_least(2, 36):
+            raise nova_fault(404, "The resource could not be found.")
+
+    def _floating_view(self, fip: Resource) -> dict[str, Any]:
+        networks = self.cloud.table("networks")
+        port = self.cloud.table("ports").get(str(fip.get("port_id") or ""))
+        return {
+            "id": fip["id"],
+            "ip": fip["floating_ip_address"],
+            "pool": (networks.get(fip["floating_network_id"]) or {}).get("name"),
+            "fixed_ip": fip.get("fixed_ip_address"),
+            "instance_id": (port or {}).get("device_id") or None,
+        }
+
+    def _floating_ip(self, request: Request, fip_id: str) -> Resource:
+        fip = self.cloud.table("floatingips").get(fip_id)
+        if fip is None or fip.get("project_id") != request.project_id:
+            raise nova_fault(404, f"Floating IP not found for ID {fip_id}")
+        return fip
+
+    def list_floating_ips(self, request: Request) -> Reply:
+        self._proxy(request)
+        mine = [
+            f
+            for f in self.cloud.table("floatingips").values()
+            if f.get("project_id") == request.project_id
+        ]
+        return Reply(200, {"floating_ips": [self._floating_view(f) for f in mine]})
+
+    def list_floating_ip_pools(self, request: Request) -> Reply:
+        self._proxy(request)
+        pools = [
+            {"name": n["name"]}
+            for n in self.cloud.table("networks").values()
+            if n.get("router:external")
+        ]
+        return Reply(200, {"floating_ip_pools": pools})
+
+    def create_floating_ip(self, request: Request) -> Reply:
+        self._proxy(request)
+        body = request.body if isinstance(request.body, dict) else {}
+        pool = str(body.get("pool") or "nova")  # Nova's default_floating_pool
+        network = next(
+            (
+                n
+                for n in self.cloud.table("networks").values()
+                if n.get("router:external") and pool in (n["name"], n["id"])
+            ),
+            None,
+        )
+        if network is None:
+            raise nova_fault(404, "Floating IP pool not found.")
+        try:
+            fip = self.network.create_floating_ip(
+                request.project_id, {"floating_network_id": network["id"]}
+            )
+        except ApiFault as fault:
+            if fault.kind == "IpAddressGenerationFailure":
+                raise nova_fault(404, f"No more floating IPs in pool {pool}.") from None
+            raise
+        return Reply(200, {"floating_ip": self._floating_view(fip)})
+
+    def show_floating_ip(self, request: Request, fip_id: str) -> Reply:
+        self._proxy(request)
+        return Reply(200, {"floating_ip": self._floating_view(self._floating_ip(request, fip_id))})
+
+    def delete_floating_ip(self, request: Request, fip_id: str) -> Reply:
+        self._proxy(request)
+        fip = self._floating_ip(request, fip_id)
+        self.cloud.table("floatingips").pop(fip["id"], None)
+        return Reply(202)
+
+    def _floating_ip_action(self, request: Request, server: Resource, action: str) -> None:
+        body = request.json_body(action)
+        address = body.get("address")
+        if not isinstance(address, str) or not address:
+            raise bad_request(f"Invalid input for field/attribute {action}.")
+        fip = next(
+            (
+                f
+                for f in self.cloud.table("floatingips").values()
+                if f["floating_ip_address"] == address and f.get("project_id") == request.project_id
+            ),
+            None,
+        )
+        if fip is None:
+            raise nova_fault(404, f"floating IP {address} not found")
+        ports = [p for p in self.cloud.table("ports").values() if p["device_id"] == server["id"]]
+        if action == "removeFloatingIp":
+            if not any(p["id"] == fip.get("port_id") for p in ports):
+                raise conflict(
+                    f"Floating IP {address} is not associated with instance {server['id']}."
+                )
+            self.network.associate_floating_ip(fip, None, None)
+            return
+        fixed = body.get("fixed_address")
+        port = next(
+            (p for p in ports if any(fixed in (None, ip["ip_address"]) for ip in p["fixed_ips"])),
+            None,
+        )
+        if port is None:
+            if fixed:
+                raise bad_request(f"Specified fixed address {fixed} not assigned to instance")
+            raise bad_request("Unable to associate floating IP: the instance has no fixed IPs")
+        try:
+            self.network.associate_floating_ip(fip, port["id"], fixed)
+        except ApiFault as fault:
+            if fault.status == 409:
+                raise conflict(fault.message) from None
+            raise bad_request(
+                f"Unable to associate floating IP {address}: {fault.message}"
+            ) from None
 
     def _power(self, server: Resource, task: str, target: str, delay: float) -> None:
         server["_task_state"] = task

@@ -813,6 +813,16 @@ class Network(Service):
                 raise
         return item
 
+    def associate_floating_ip(
+        self, fip: Resource, port_id: str | None, fixed_ip: str | None
+    ) -> None:
+        """Nova's floating-IP proxy: associate (``port_id``) or disassociate (``None``)."""
+        if port_id is None:
+            self._disassociate(fip)
+        else:
+            self._associate(fip, port_id, fixed_ip)
+        self._touch(fip)
+
     def _update_floating_ip(self, fip: Resource, changes: dict[str, Any]) -> None:
         if "port_id" in changes:
             if changes["port_id"] is None:

@@ -23,7 +23,7 @@ from devstack.openstack_emulator.cloud import (
     Cloud,
     Resource,
     bad_request,
-    iso_now,
+    cinder_now,
     new_id,
     seed_id,
 )
@@ -273,7 +273,7 @@ class BlockStorage(Service):
         self._check_quota(size)
         volumes = self.cloud.table("volumes")
         volume_type = volume_type or self.volume_type(self.default_type_id())
-        now = iso_now()
+        now = cinder_now()
         volume: Resource = {
             "id": new_id(),
             "name": name,
@@ -332,7 +332,7 @@ class BlockStorage(Service):
     @staticmethod
     def _set_status(volume: Resource, status: str) -> None:
         volume["status"] = status
-        volume["updated_at"] = iso_now()
+        volume["updated_at"] = cinder_now()
 
     def update_volume(self, request: Request, project_id: str, volume_id: str) -> Reply:
         self._project(request, project_id)
@@ -343,7 +343,7 @@ class BlockStorage(Service):
                 volume[key] = body[key]
         if "metadata" in body and isinstance(body["metadata"], dict):
             volume["metadata"] = {str(k): str(v) for k, v in body["metadata"].items()}
-        volume["updated_at"] = iso_now()
+        volume["updated_at"] = cinder_now()
         return Reply(200, {"volume": self.render(request, volume)})
 
     def delete_volume(self, request: Request, project_id: str, volume_id: str) -> Reply:
@@ -528,7 +528,7 @@ class BlockStorage(Service):
             if self.cloud.take_failure("volume-attach"):
                 self._set_status(volume, "available" if not volume["attachments"] else "in-use")
                 return
-            attachment["attached_at"] = iso_now()
+            attachment["attached_at"] = cinder_now()
             volume["attachments"].append(attachment)
             self._set_status(volume, "in-use")
 
@@ -545,7 +545,7 @@ class BlockStorage(Service):
                 "server_id": server_id,
                 "host_name": None,
                 "device": device,
-                "attached_at": iso_now(),
+                "attached_at": cinder_now(),
             }
         )
         self._set_status(volume, "in-use")

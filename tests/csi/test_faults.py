@@ -34,6 +34,7 @@ from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.api import Kube
+from cloudloop.messages.scope import scoped_id
 from devstack.backends.zvirt import ovirt_engine
 from devstack.csi_deployment import CsiDeployment, controller_env
 from devstack.local import LocalStack, StackOptions
@@ -403,6 +404,7 @@ async def test_controller_killed_during_create_and_publish(
 ) -> None:
     cloud = fault_cloud.cloud
     settings = csi_settings(cloud.settings, storage_classes=False)
+    scope = settings.temporal.id_scope  # where the controller's workflow IDs live
     node_id, zone, _ = await cloud.new_node()
     deployment = CsiDeployment(settings, stack.kubeconfig, tmp_path / "logs")
     endpoint = f"unix://{deployment.socket}"
@@ -416,7 +418,8 @@ async def test_controller_killed_during_create_and_publish(
                 csi_pb2_grpc.ControllerStub(opened).CreateVolume(create_request(cloud, name, zone))
             )
             await eventually_async(
-                lambda: workflow_running(client, f"volume-create/{name}"), what="create started"
+                lambda: workflow_running(client, scoped_id(scope, f"volume-create/{name}")),
+                what="create started",
             )
             assert deployment.controller is not None
             await asyncio.to_thread(deployment.controller.kill)
@@ -441,7 +444,8 @@ async def test_controller_killed_during_create_and_publish(
                 )
             )
             await eventually_async(
-                lambda: workflow_running(client, f"volume/{volume_id}"), what="attach started"
+                lambda: workflow_running(client, scoped_id(scope, f"volume/{volume_id}")),
+                what="attach started",
             )
             await asyncio.to_thread(deployment.controller.kill)
             with pytest.raises(grpc.aio.AioRpcError):

@@ -296,6 +296,52 @@ def test_a_floating_ip_needs_a_router_and_shows_on_the_server(
     assert subnet.gateway_ip == "192.168.77.1"
 
 
+def test_novas_floating_ip_proxy_below_2_36(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
+    """What gophercloud's ``compute/v2/extensions/floatingips`` sends (Terraform's
+    ``openstack_compute_floatingip_v2`` and ``_associate_v2``), as Nova serves it below 2.36
+    (the actions below 2.44), on Neutron's floating IPs."""
+    [made] = admin.seed_servers(1, prefix="nova-fip")
+    [port] = conn.network.ports(device_id=made["id"])
+    old = {"microversion": "2.1"}
+    made_fip = conn.compute.post("/os-floating-ips", json={"pool": "public"}, **old)
+    assert made_fip.status_code == 200, made_fip.text
+    fip = made_fip.json()["floating_ip"]
+    assert fip["pool"] == "public" and fip["instance_id"] is None and fip["fixed_ip"] is None
+    assert conn.network.get_ip(fip["id"]).floating_ip_address == fip["ip"]  # Neutron's own
+    assert fip["id"] in [
+        f["id"] for f in conn.compute.get("/os-floating-ips", **old).json()["floating_ips"]
+    ]
+    assert {"name": "public"} in conn.compute.get("/os-floating-ip-pools", **old).json()[
+        "floating_ip_pools"
+    ]
+
+    action = f"/servers/{made['id']}/action"
+    added = conn.compute.post(action, json={"addFloatingIp": {"address": fip["ip"]}}, **old)
+    assert added.status_code == 202, added.text
+    shown = conn.compute.get(f"/os-floating-ips/{fip['id']}", **old).json()["floating_ip"]
+    assert shown["instance_id"] == made["id"]
+    assert shown["fixed_ip"] == port.fixed_ips[0]["ip_address"]
+    assert conn.network.get_ip(fip["id"]).port_id == port.id
+    kinds = {a["OS-EXT-IPS:type"] for a in conn.compute.get_server(made["id"]).addresses["private"]}
+    assert kinds == {"fixed", "floating"}
+
+    removed = conn.compute.post(action, json={"removeFloatingIp": {"address": fip["ip"]}}, **old)
+    assert removed.status_code == 202, removed.text
+    assert conn.network.get_ip(fip["id"]).port_id is None
+    again = conn.compute.post(action, json={"removeFloatingIp": {"address": fip["ip"]}}, **old)
+    assert again.status_code == 409
+    assert conn.compute.delete(f"/os-floating-ips/{fip['id']}", **old).status_code == 202
+    assert conn.compute.get(f"/os-floating-ips/{fip['id']}", **old).status_code == 404
+    assert conn.network.find_ip(fip["id"]) is None
+
+    # gone from 2.36 (the proxy APIs) and 2.44 (the actions), as in Nova
+    assert conn.compute.get("/os-floating-ips", microversion="2.36").status_code == 404
+    late = conn.compute.post(
+        action, json={"addFloatingIp": {"address": "1.2.3.4"}}, microversion="2.44"
+    )
+    assert late.status_code == 400
+
+
 def test_router_extra_routes(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
     router = conn.network.find_router("router1")
     hop = "10.0.0.50"  # inside PRIVATE_CIDR, which router1 is connected to

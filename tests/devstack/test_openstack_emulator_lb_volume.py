@@ -9,6 +9,7 @@ through Nova with their intermediate states, extend (in-use from 3.42), delete r
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -313,6 +314,10 @@ def test_attach_and_detach_through_nova(conn: Sdk, admin: OpenStackEmulatorAdmin
     volume = wait_volume(conn, volume.id, "in-use")
     [attached] = volume.attachments
     assert attached["server_id"] == made["id"] and attached["device"] == "/dev/vdb"
+    # as real Cinder writes them (no zone; gophercloud's JSONRFC3339MilliNoZ refuses a "Z")
+    raw = conn.block_storage.get(f"/volumes/{volume.id}").json()["volume"]
+    for stamp in (raw["created_at"], raw["updated_at"], raw["attachments"][0]["attached_at"]):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}", stamp), stamp
     with pytest.raises(exceptions.BadRequestException, match="Invalid volume"):
         conn.block_storage.delete_volume(volume)
     second = conn.compute.create_volume_attachment(

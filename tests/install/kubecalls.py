@@ -34,6 +34,8 @@ METHODS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delet
 PROCESS_OF_MODULE = {
     "cloudloop.csi.objects": {"csi-controller"},
     "cloudloop.csi.server": {"csi-node"},
+    # `cloudloop termination-imds`: the chart's nth-imds DaemonSet (its own ServiceAccount).
+    "cloudloop.nodeagents.termination_imds": {"nth-imds"},
     # `cloudloop retry machine`: run by a user with the user's own credentials.
     "starters.machine.retry": {"cli"},
     # `cloudloop layout plan|apply|adopt --kubeconfig`: the user's CLI reads the Terraform state

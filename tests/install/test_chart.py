@@ -17,11 +17,13 @@ import yaml
 from prometheus_client import REGISTRY
 
 from cloudloop.cloud.registry import PROVIDERS, Settings
+from cloudloop.messages.termination import NOTICES_ANNOTATION
 from cloudloop.settings import Domain, TaskQueueSettings
 from devstack import gotools
 from tests.install.chart import (
     CHART,
     Helm,
+    Rules,
     container,
     documents,
     find,
@@ -62,6 +64,16 @@ def test_every_registered_provider_has_a_values_file_and_a_chart_block() -> None
 
     assert sorted(PROVIDERS) == PROVIDER_NAMES
     assert sorted(chart_values["providers"]) == PROVIDER_NAMES
+
+
+def test_the_node_driver_drops_exactly_the_charts_credential_files() -> None:
+    """``Provider.credential_settings`` (what the CSI node plugin is built without) are the
+    settings the chart points at the credentials Secret's files."""
+    chart_values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    for name, record in PROVIDERS.items():
+        files = chart_values["providers"][name]["credentialFiles"]
+        assert sorted(record.credential_settings) == sorted(files), name
 
 
 def test_helm_lint_passes(helm: Helm, provider: str) -> None:
@@ -233,15 +245,20 @@ def test_rbac_is_least_privilege(manifests: list[dict[str, Any]]) -> None:
     rules = [(d, r) for d in roles for r in d.get("rules") or []]
 
     for role, rule in rules:
-        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role["metadata"]
+        named = rule.get("resources", []) + rule.get("apiGroups", [])
+        assert "*" not in rule["verbs"] + named, role["metadata"]
         assert "deletecollection" not in rule["verbs"]
+    # The one non-resource rule: the metrics reader's `get` on /metrics.
+    assert [r for _, r in rules if "nonResourceURLs" in r] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
     # In kube-system only `create` (which RBAC cannot limit by name) goes without resourceNames.
     for role, rule in rules:
         if role["kind"] == "Role" and role["metadata"]["namespace"] == "kube-system":
             assert rule.get("resourceNames") or rule["verbs"] == ["create"], rule
     # Nothing cluster-wide reads Secrets but the Cluster API bootstrap data, if any.
     for role, rule in rules:
-        if role["kind"] == "ClusterRole" and "secrets" in rule["resources"]:
+        if role["kind"] == "ClusterRole" and "secrets" in rule.get("resources", []):
             assert rule["verbs"] == ["get"] and role["metadata"]["name"].endswith("-worker")
 
 
@@ -368,9 +385,11 @@ def test_a_hung_csi_controller_is_restarted(manifests: list[dict[str, Any]]) -> 
 
 
 @pytest.mark.parametrize("kind, suffix, name", CSI_PODS)
-def test_csi_pods_get_the_cloud_settings_and_credentials_the_worker_gets(
+def test_csi_pods_get_the_cloud_settings_the_worker_gets(
     manifests: list[dict[str, Any]], kind: str, suffix: str, name: str
 ) -> None:
+    """Both CSI processes get the worker's cloud settings and configuration; the controller
+    also its credential files, the node plugin (on every node) none (issue 39)."""
     worker_pod = _pod(manifests, "Deployment", "-worker")
     worker = worker_pod["containers"][0]
     pod = _pod(manifests, kind, suffix)
@@ -378,16 +397,26 @@ def test_csi_pods_get_the_cloud_settings_and_credentials_the_worker_gets(
     env = {e["name"]: e.get("value") for e in csi["env"]}
     worker_env = {e["name"]: e.get("value") for e in worker["env"]}
     shared = ("CLOUDLOOP_CLUSTER_NAME", "CLOUDLOOP_PROVIDER", "CLOUDLOOP_CONFIG")
+    credentials = ("Secret", find(manifests, "Secret", "-credentials")["metadata"]["name"])
+    sources = _config_sources(pod, csi)
+    worker_sources = _config_sources(worker_pod, worker)
 
     assert csi["args"][0] == name
     assert [a for a in csi["args"] if a.startswith("--cloud-config=")] == [
         a for a in worker["args"] if a.startswith("--cloud-config=")
     ]
     assert {k: env[k] for k in shared} == {k: worker_env[k] for k in shared}
-    assert _config_sources(pod, csi) == _config_sources(worker_pod, worker)
-    assert ("Secret", find(manifests, "Secret", "-credentials")["metadata"]["name"]) in (
-        _config_sources(pod, csi).values()
-    )
+    # the same files, but the payload codec's keys only where the process talks to Temporal and
+    # the cloud credentials nowhere on a node
+    if name == "csi-node":
+        assert sources == {
+            p: s
+            for p, s in worker_sources.items()
+            if s != credentials and p != "/etc/cloudloop/codec-keys"
+        }
+    else:
+        assert sources == worker_sources
+        assert credentials in sources.values()
     # Credentials are files: no env value carries one, no env reads a Secret key.
     assert "placeholder" not in json.dumps(csi["env"])
     assert not any("secretKeyRef" in (e.get("valueFrom") or {}) for e in csi["env"])
@@ -397,6 +426,7 @@ def test_csi_pods_get_the_cloud_settings_and_credentials_the_worker_gets(
 def test_csi_pods_mount_an_existing_credentials_secret(
     helm: Helm, kind: str, suffix: str, name: str
 ) -> None:
+    """The controller mounts an existing credentials Secret; the node plugin never does."""
     docs = documents(
         helm.template(
             [provider_values()["openstack"]],
@@ -409,13 +439,94 @@ def test_csi_pods_mount_an_existing_credentials_secret(
     )
     pod = _pod(docs, kind, suffix)
     cloud = yaml.safe_load(find(docs, "ConfigMap", "cloudloop")["data"]["cloud.yaml"])
+    sources = _config_sources(pod, _main_container(pod, name))
 
-    assert _config_sources(pod, _main_container(pod, name))["/etc/cloudloop/credentials"] == (
-        "Secret",
-        "my-cloud-conf",
-    )
+    if name == "csi-node":
+        assert "/etc/cloudloop/credentials" not in sources
+        assert ("Secret", "my-cloud-conf") not in sources.values()
+    else:
+        assert sources["/etc/cloudloop/credentials"] == ("Secret", "my-cloud-conf")
     assert cloud["cloud_config_file"] == "/etc/cloudloop/credentials/cloud.conf"
-    assert not [d for d in docs if d["kind"] == "Secret"]
+    # no credentials Secret: the only one made is the payload codec's key ring
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == ["cloudloop-codec"]
+
+
+# -- node agents: no Temporal, no cloud credential (issue 39) ----------------------------------
+#: Everything that would let a node reach the control plane: the Temporal connection's
+#: settings and its TLS pair or API key, and the cloud's credentials Secret.
+TEMPORAL_AND_CREDENTIALS = {
+    "temporal.tls.enabled": "true",
+    "temporal.tls.secretName": "temporal-mtls",
+    "temporal.apiKey.secretName": "temporal-api-key",
+}
+NODE_AGENTS = ("-nth-imds", "-csi-node")
+
+
+def node_agent_pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]
+        for d in docs
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith(NODE_AGENTS)
+    }
+
+
+@pytest.mark.parametrize("provider", PROVIDER_NAMES, ids=PROVIDER_NAMES)
+def test_node_agent_pods_hold_no_temporal_or_cloud_credential(helm: Helm, provider: str) -> None:
+    """For every values file, with Temporal mTLS and an API key configured: the DaemonSets on
+    every node (IMDS agent, CSI node plugin) mount no Secret, read no Secret key, get no Temporal
+    setting, and what they do mount (the ConfigMap) holds no credential's content."""
+    docs = render(helm, provider, TEMPORAL_AND_CREDENTIALS)
+    pods = node_agent_pods(docs)
+    secrets = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    secrets |= {"temporal-mtls", "temporal-api-key"}
+
+    assert any(name.endswith("-csi-node") for name in pods)
+    assert any(name.endswith("-nth-imds") for name in pods) == (provider == "aws")
+    for name, pod in pods.items():
+        volumes = pod.get("volumes") or []
+        assert not [v for v in volumes if "secret" in v or "projected" in v], name
+        for c in pod["containers"] + (pod.get("initContainers") or []):
+            text = json.dumps(c)
+            env = {e["name"] for e in c.get("env") or []}
+            assert not [e for e in env if e.startswith("CLOUDLOOP_TEMPORAL")], (name, env)
+            assert not [e for e in env if e.startswith("AWS_") or "PASSWORD" in e], (name, env)
+            assert "secretKeyRef" not in text and "envFrom" not in c, name
+            assert "/etc/cloudloop/credentials" not in text, name
+            assert "temporal" not in text.lower(), (name, c["name"])
+            assert not any(s in text for s in secrets), name
+    mounted = {
+        v["configMap"]["name"]
+        for pod in pods.values()
+        for v in pod.get("volumes") or []
+        if "configMap" in v
+    }
+    for config in (d for d in docs if d["kind"] == "ConfigMap"):
+        if config["metadata"]["name"] in mounted:
+            assert "placeholder" not in json.dumps(config), config["metadata"]["name"]
+
+
+def test_the_imds_agent_may_change_only_its_own_node(helm: Helm) -> None:
+    """RBAC: get and patch Nodes, Events in ``default``; the ValidatingAdmissionPolicy (bound,
+    Deny) narrows its writes to its own Node's notices annotation and Events about that Node."""
+    docs = render(helm, "aws", namespace="kube-system")
+    account = find(docs, "DaemonSet", "-nth-imds")["spec"]["template"]["spec"]["serviceAccountName"]
+    bound = Rules.bound_to(docs, "kube-system", account)
+    policy = find(docs, "ValidatingAdmissionPolicy", "-nth-imds")
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", "-nth-imds")
+
+    assert sorted((r["resources"][0], tuple(r["verbs"])) for r in bound.cluster) == [
+        ("nodes", ("get", "patch"))
+    ]
+    assert list(bound.namespaced) == ["default"]
+    assert bound.namespaced["default"][0]["resources"] == ["events"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f"system:serviceaccount:kube-system:{account}" in condition["expression"]
+    assert "authentication.kubernetes.io/node-name" in json.dumps(policy["spec"]["variables"])
+    assert NOTICES_ANNOTATION in json.dumps(policy["spec"]["validations"])
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
 
 
 def test_storage_class_exclude_and_default_reach_the_csi_controller(helm: Helm) -> None:
@@ -670,10 +781,16 @@ def test_metrics_authorization_serves_https_to_probes_and_scrapes(
 
 
 def test_metrics_without_authorization_stay_plain_http(helm: Helm) -> None:
-    docs = render(helm, "aws", {"monitoring.podMonitor.enabled": "true"})
+    """``metrics.authorization=false`` (on by default): plain HTTP, no review rules, no reader."""
+    docs = render(
+        helm, "aws", {"monitoring.podMonitor.enabled": "true", "metrics.authorization": "false"}
+    )
     assert "scheme" not in find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
     probe = container(find(docs, "Deployment", "-worker"))["readinessProbe"]["httpGet"]
     assert probe["scheme"] == "HTTP"
+    rules = find(docs, "ClusterRole", "-worker")["rules"]
+    assert not [r for r in rules if "tokenreviews" in r["resources"]]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics-reader")]
 
 
 # -- VolumeSnapshots (issue 29) ---------------------------------------------------------------
@@ -805,16 +922,17 @@ def test_snapshots_can_be_turned_off(helm: Helm, sets: dict[str, str]) -> None:
 
 
 def test_the_termination_handler_runs_both_modes_on_aws_by_default(helm: Helm) -> None:
-    """AWS: the IMDS DaemonSet (NODE_NAME, host network, no credentials) and the queue's
+    """AWS: the IMDS DaemonSet (NODE_NAME, host network, its own settings only) and the queue's
     pre-delete uninstall Job; the queue mode makes its own queue (``queue_url`` empty)."""
     docs = render(helm, "aws")
     pod = find(docs, "DaemonSet", "-nth-imds")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["args"][0] == "termination-imds" and pod["hostNetwork"] is True
+    assert container["args"][-1] == "termination-imds" and pod["hostNetwork"] is True
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert "CLOUDLOOP_TEMPORAL__ADDRESS" in env
-    assert [m["name"] for m in container["volumeMounts"]] == ["config"]
+    assert "CLOUDLOOP_TEMPORAL__ADDRESS" not in env and "CLOUDLOOP_CONFIG" not in env
+    assert env["CLOUDLOOP_NTH__IMDS_POLL_INTERVAL_S"]["value"] == "2"
+    assert "volumeMounts" not in container and "volumes" not in pod
     job = find(docs, "Job", "-nth-uninstall")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == [
@@ -845,3 +963,57 @@ def test_layout_configs_are_mounted_into_the_worker_only(helm: Helm) -> None:
     assert mount["readOnly"] is True
     starter = _pod(docs, "Deployment", "-starter")
     assert "layouts" not in {v["name"] for v in starter["volumes"]}
+    # the worker reads layout files only under that mount (its layouts.source_dir)
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["CLOUDLOOP_LAYOUTS__SOURCE_DIR"] == "/etc/cloudloop/layouts"
+    moved = render(helm, "aws", {"layouts.existingSecret": "l", "layouts.mountPath": "/srv/l"})
+    moved_env = {
+        e["name"]: e.get("value") for e in container(find(moved, "Deployment", "-worker"))["env"]
+    }
+    assert moved_env["CLOUDLOOP_LAYOUTS__SOURCE_DIR"] == "/srv/l"
+    assert "CLOUDLOOP_LAYOUTS__SOURCE_DIR" not in {
+        e["name"] for e in container(find(docs, "Deployment", "-starter"))["env"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("sets", "queue_env", "scope_env"),
+    [
+        pytest.param({}, None, None, id="derived-from-clusterName"),
+        pytest.param({"temporal.taskQueue": "ours"}, "ours", None, id="explicit-queue"),
+        pytest.param(
+            {"temporal.taskQueue": "cloudloop", "temporal.workflowIdScope": ""},
+            "cloudloop",
+            "",
+            id="pinned-upgrade",
+        ),
+    ],
+)
+def test_the_task_queue_derives_from_the_cluster_unless_pinned(
+    helm: Helm, sets: dict[str, str], queue_env: str | None, scope_env: str | None
+) -> None:
+    """A fresh install leaves the queue to the settings (``cloudloop-<clusterName>``); values pin
+    it (and the ID scope) for every process alike, and the ConfigMap records what is in use so
+    an upgrade keeps it."""
+    docs = render(helm, "aws", sets)
+    for kind, suffix, name in (
+        ("Deployment", "-worker", "worker"),
+        ("Deployment", "-starter", "starter"),
+        ("Deployment", "-csi-controller", "csi-controller"),
+    ):
+        env = {
+            e["name"]: e.get("value")
+            for e in _main_container(_pod(docs, kind, suffix), name)["env"]
+        }
+        assert env.get("CLOUDLOOP_TEMPORAL__TASK_QUEUE") == queue_env, name
+        assert env.get("CLOUDLOOP_TEMPORAL__WORKFLOW_ID_SCOPE") == scope_env, name
+        assert env["CLOUDLOOP_CLUSTER_NAME"] == "install-test"
+    data = next(
+        d["data"]
+        for d in docs
+        if d["kind"] == "ConfigMap" and "temporal-task-queue" in d.get("data", {})
+    )
+    assert data["temporal-task-queue"] == (queue_env or "")
+    assert data.get("temporal-workflow-id-scope") == scope_env
+    settings = Settings(cluster_name="install-test", temporal={"task_queue": queue_env or ""})
+    assert settings.temporal.task_queue == (queue_env or "cloudloop-install-test")

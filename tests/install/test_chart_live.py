@@ -15,8 +15,11 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import ssl
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ from devstack.local import LocalStack, StackOptions
 from devstack.process import free_port
 from tests.helpers import eventually, eventually_async
 from tests.install.chart import (
+    CHART,
     Helm,
     PodProcess,
     Request,
@@ -60,10 +64,14 @@ from tests.install.chart import (
     running,
 )
 from tests.loadbalancer.support import AwsWorld, ingress, make_service
+from tests.support.procfs import environment_of, open_files_of, remote_ports_of
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 
 NAMESPACE = "cloudloop-install"
+#: The chart's metrics.readers default: the scraper allowed `get` on /metrics.
+MONITORING_NAMESPACE, SCRAPER = "d8-monitoring", "prometheus"
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 RELEASE = "cl"
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -190,9 +198,9 @@ class InstallStack:
             check=False,
         )
 
-    def token_kubeconfig(self, account: str, folder: Path) -> Path:
-        """A kubeconfig holding a fresh token of ``account`` (what the pod would mount)."""
-        token = subprocess.run(
+    def token(self, account: str, namespace: str = NAMESPACE) -> str:
+        """A fresh token of ``namespace/account``."""
+        return subprocess.run(
             [
                 str(self.kubectl),
                 "--kubeconfig",
@@ -201,7 +209,7 @@ class InstallStack:
                 "token",
                 account,
                 "-n",
-                NAMESPACE,
+                namespace,
                 "--duration=1h",
             ],
             capture_output=True,
@@ -209,6 +217,10 @@ class InstallStack:
             timeout=60,
             check=True,
         ).stdout.strip()
+
+    def token_kubeconfig(self, account: str, folder: Path) -> Path:
+        """A kubeconfig holding a fresh token of ``account`` (what the pod would mount)."""
+        token = self.token(account)
         admin = yaml.safe_load(self.stack.kubeconfig.read_text())
         config = {
             "apiVersion": "v1",
@@ -280,6 +292,8 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstallStack]:
         apply_crds(kube, [*_monitoring_crds(state)])
         apply_crds(kube)
         kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+        kube.create(NAMESPACES, {"metadata": {"name": MONITORING_NAMESPACE}})
+        kube.create(SERVICE_ACCOUNTS, {"metadata": {"name": SCRAPER}}, MONITORING_NAMESPACE)
         kubectl = gotools.ensure_built(["kubectl"])["kubectl"]
         yield InstallStack(stack, audit_log, kube, kubectl)
     finally:
@@ -371,6 +385,60 @@ def test_the_chart_options_pass_a_server_side_dry_run(
     assert result.stdout.count("(server dry run)") == len(docs)
 
 
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+
+
+def test_the_api_server_policy_names_the_addresses_of_the_kubernetes_endpoint_slice(
+    install: InstallStack, helm: Helm
+) -> None:
+    """NetworkPolicy cannot select the API server by label: at install (``helm install``, or
+    ``helm template --dry-run=server``) the chart looks up the ``default/kubernetes``
+    EndpointSlice the API servers publish and allows exactly those addresses and ports. (This
+    stack's apiserver runs with ``--endpoint-reconciler-type=none``: the test publishes one as
+    two control-plane nodes' apiservers would.)"""
+    port = install.stack.clusters["install"].apiserver_port
+    install.kube.create(
+        ENDPOINT_SLICES,
+        {
+            "metadata": {
+                "name": "kubernetes",
+                "labels": {"kubernetes.io/service-name": "kubernetes"},
+            },
+            "addressType": "IPv4",
+            # Two control-plane nodes (the apiserver refuses loopback endpoints).
+            "endpoints": [{"addresses": ["10.0.0.11"]}, {"addresses": ["10.0.0.12"]}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        },
+        "default",
+    )
+    try:
+        result = helm.run(
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            str(provider_values()["dvp"]),
+            "--set",
+            "clusterName=lookup",
+            "--set",
+            "cloud.credentials.files.kubeconfig=x",
+            "--dry-run=server",
+            "--kubeconfig",
+            str(install.stack.kubeconfig),
+        )
+    finally:
+        install.kube.delete(ENDPOINT_SLICES, "kubernetes", "default")
+    (rule,) = find(documents(result.stdout), "NetworkPolicy", "-apiserver")["spec"]["egress"]
+
+    assert rule["to"] == [
+        {"ipBlock": {"cidr": "10.0.0.11/32"}},
+        {"ipBlock": {"cidr": "10.0.0.12/32"}},
+    ]
+    assert {p["port"] for p in rule["ports"]} == {443, 6443, port}
+
+
 # -- the release at work --------------------------------------------------------------------
 @dataclass
 class Release:
@@ -437,6 +505,20 @@ def aws_release(install: InstallStack, helm: Helm, folder: Path, cluster: str) -
     result = install.apply(applied, "--server-side")
     assert result.returncode == 0, result.stderr
     return Release(docs, world, folder)
+
+
+def scrape(port: str, token: str | None) -> int:
+    """The status of ``GET /metrics`` on a local process's HTTPS metrics port (self-signed)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
 def add_nodes(install: InstallStack, world: AwsWorld, prefix: str) -> list[str]:
@@ -522,6 +604,22 @@ async def test_the_rendered_processes_initialize_nodes_and_give_a_service_its_lo
                     f"{exc}\n--- worker:\n{worker.tail()}\n--- starter:\n{starter.tail()}"
                 ) from None
             assert hostname[0].endswith(".elb.amazonaws.com")
+            # metrics.authorization (on by default): the chart's reader gets /metrics, another
+            # ServiceAccount is forbidden, no token is unauthenticated.
+            scraper, outsider = (
+                install.token(SCRAPER, MONITORING_NAMESPACE),
+                install.token(
+                    find(release.docs, "ServiceAccount", "-csi-node")["metadata"]["name"]
+                ),
+            )
+            answers = {
+                process.name: [
+                    scrape(process.overrides["CLOUDLOOP_METRICS_PORT"], token)
+                    for token in (scraper, outsider, None)
+                ]
+                for process in (worker, starter)
+            }
+            assert answers == {"worker": [200, 403, 401], "starter": [200, 403, 401]}
             install.kube.delete(SERVICES, "frontend", web)
             await eventually(
                 lambda: install.kube.get(SERVICES, "frontend", web) is None,
@@ -639,6 +737,10 @@ async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own
                     classes = await eventually(
                         storage_classes, timeout=120, what="the cloud's StorageClasses"
                     )
+                    assert node.process is not None
+                    node_env = environment_of(node.process.pid)
+                    node_files = open_files_of(node.process.pid)
+                    node_ports = remote_ports_of(node.process.pid)
                 except AssertionError as exc:
                     raise AssertionError(
                         f"{exc}\n--- csi-controller:\n{controller.tail()}"
@@ -652,6 +754,16 @@ async def test_the_rendered_csi_processes_run_on_the_cloud_config_with_their_own
 
     instance_id = node_spec["spec"]["providerID"].rsplit("/", 1)[-1]
     assert served_node == (driver, instance_id)
+    # The node plugin (on every node) holds no Temporal setting or cloud credential: none in
+    # its environment, no credential file mounted or open, no connection to Temporal or the
+    # cloud's API (issue 39); it learned its instance from its Node (above).
+    temporal_port = int(install.stack.temporal_address.rsplit(":", 1)[1])
+    cloud_port = int(install.stack.aws_endpoint.rsplit(":", 1)[1].split("/")[0])
+    assert not [k for k in node_env if k.startswith("CLOUDLOOP_TEMPORAL")], node_env
+    assert not [k for k in node_env if k.startswith("CLOUDLOOP_AWS__")], node_env
+    assert not [f for f in node_files if "credentials" in f], node_files
+    assert not (node.root / "etc" / "cloudloop" / "credentials").exists()
+    assert temporal_port not in node_ports and cloud_port not in node_ports, node_ports
     assert served_controller[0] == driver
     assert classes
     for name in ("csi-controller", "csi-node"):

@@ -105,3 +105,30 @@ def test_an_upstream_config_file_goes_to_the_provider_that_reads_one(tmp_path: P
     applied = cli.with_process_flags(Settings(provider="vsphere"), cloud_config=path)
 
     assert PROVIDERS["vsphere"].section(applied).config_file == path
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        pytest.param(
+            {"CLOUDLOOP_PROVIDER": "dvp", "NODE_NAME": "n1"}, "no instance metadata", id="dvp"
+        ),
+        pytest.param({"CLOUDLOOP_PROVIDER": "aws"}, "needs this node's name", id="no-node"),
+    ],
+)
+def test_termination_imds_needs_no_temporal_setting_and_says_what_is_missing(
+    env: dict[str, str], error: str, tmp_path: Path
+) -> None:
+    """The IMDS node agent starts from its own settings alone (no Temporal, no configuration
+    file, no cloud section): what it cannot work without is a clear error and exit status 2."""
+    result = subprocess.run(
+        [CLOUDLOOP, "termination-imds"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert error in result.stderr

@@ -84,3 +84,6 @@ def test_the_cli_and_settings_accept_the_commands_and_environment(
     assert {arg.split("=")[0] for arg in spec["command"][1:]} <= options
     assert settings.provider == spec["environment"]["CLOUDLOOP_PROVIDER"]
     assert settings.temporal.address == spec["environment"]["CLOUDLOOP_TEMPORAL__ADDRESS"]
+    # the payload codec is on, its key the stack's (devstack.local.LocalStack.codec)
+    assert settings.temporal.codec.enabled
+    assert str(settings.temporal.codec.key_dir) == "/state/stack/codec-keys"

@@ -79,7 +79,9 @@ async def custom_attributes(client: Client) -> dict[str, int]:
 async def test_a_start_without_the_attributes_names_the_setup_command_once(
     bare_temporal: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client = await temporal.connect(TemporalSettings(address=bare_temporal), lazy=True)
+    client = await temporal.connect(
+        TemporalSettings(address=bare_temporal), lazy=True, payloads=False
+    )
 
     with caplog.at_level(logging.ERROR, logger="cloudloop.temporal"):
         for _ in range(3):
@@ -97,7 +99,7 @@ async def test_setup_registers_the_attributes_once_and_starts_then_succeed(
 ) -> None:
     first = setup_command(bare_temporal)
     second = setup_command(bare_temporal)
-    client = await temporal.connect(TemporalSettings(address=bare_temporal))
+    client = await temporal.connect(TemporalSettings(address=bare_temporal), payloads=False)
 
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == f"search attributes added: {', '.join(searchattrs.KEYWORDS)}"

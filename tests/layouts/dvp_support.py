@@ -99,6 +99,7 @@ def dvp_layout_settings(dvp_stack: tuple[LocalStack, DvpParent]) -> Settings:
         temporal=TemporalSettings(
             address=dvp_stack[0].temporal_address,
             task_queue=f"dvp-layouts-{uuid.uuid4().hex[:8]}",
+            codec=dvp_stack[0].codec,
         ),
         dvp=DvpSettings(timeout_s=5),
     )

@@ -59,7 +59,9 @@ def layout_settings(stack: LocalStack) -> Settings:
     return Settings(
         provider="openstack",
         temporal=TemporalSettings(
-            address=stack.temporal_address, task_queue=f"os-layouts-{uuid.uuid4().hex[:8]}"
+            address=stack.temporal_address,
+            task_queue=f"os-layouts-{uuid.uuid4().hex[:8]}",
+            codec=stack.codec,
         ),
         openstack=OpenStackSettings(request_timeout_s=10, wait_timeout_s=60, poll_interval_s=0.1),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
 import urllib.request
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutResult
+from cloudloop.settings import LayoutSettings
 from workflows.layout import LAYOUT_WORKFLOWS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
@@ -28,14 +30,27 @@ SECRET = "layout-s3cr3t-value"
 READ_ONLY = ("Describe", "Get", "List")
 
 
-def layout_worker(client: Client, settings: Settings, queue: str = "") -> Worker:
+#: The tests write their configs into pytest's temporary folders: their workers' mount
+#: (``layouts.source_dir``) is the temporary root.
+TEST_MOUNT = Path(tempfile.gettempdir())
+
+
+def mounted(settings: Settings, source_dir: Path = TEST_MOUNT) -> Settings:
+    """``settings`` whose layout activities read files under ``source_dir``."""
+    return settings.model_copy(update={"layouts": LayoutSettings(source_dir=source_dir)})
+
+
+def layout_worker(
+    client: Client, settings: Settings, queue: str = "", source_dir: Path = TEST_MOUNT
+) -> Worker:
     """The layout workflows and ``settings``' activities on ``queue`` (the settings' own by
-    default), in this process, stopped in a second (``async with``)."""
+    default), reading configs under ``source_dir``, in this process, stopped in a second
+    (``async with``)."""
     return temporal.make_worker(
         client,
         queue or settings.temporal.task_queue,
         workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(settings).all(),  # type: ignore[arg-type]
+        activities=LayoutActivities(mounted(settings, source_dir)).all(),  # type: ignore[arg-type]
         graceful_shutdown_s=1,
     )
 

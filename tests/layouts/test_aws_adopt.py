@@ -45,6 +45,7 @@ from tests.layouts.support import (
     payloads,
 )
 from tests.layouts.test_cli import cli
+from tests.support.histories import plain_json
 
 pytestmark = pytest.mark.stack
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -58,7 +59,9 @@ async def adopt_queue(aws_stack: LocalStack) -> AsyncIterator[tuple[Client, str]
     queue = f"layout-adopt-{uuid.uuid4().hex[:8]}"
     settings = Settings(
         provider="aws",
-        temporal=TemporalSettings(address=aws_stack.temporal_address, task_queue=queue),
+        temporal=TemporalSettings(
+            address=aws_stack.temporal_address, task_queue=queue, codec=aws_stack.codec
+        ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
@@ -273,8 +276,14 @@ class Terraform(TerraformStates):
     def _iam_role_policy(
         self, module: str, r: ResourceDef, p: dict[str, Any], tags: dict[str, str]
     ) -> None:
+        # upstream's document: the same policy as the layout's, in another form (a one-element
+        # Resource list, the actions in another order) — IAM, and so the plan, sees no change
+        policy = json.loads(p["policy"])
+        for statement in policy["Statement"]:
+            statement["Resource"] = [statement["Resource"]]
+            statement["Action"] = list(reversed(statement["Action"]))
         self.iam.put_role_policy(
-            RoleName=p["role_name"], PolicyName=r.name, PolicyDocument=p["policy"]
+            RoleName=p["role_name"], PolicyName=r.name, PolicyDocument=json.dumps(policy)
         )
         self.record(
             module,
@@ -476,7 +485,7 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
 
     # the adoption is a workflow: its history holds IDs, never the state's secrets
     history = await client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    text = payloads(json.loads(history.to_json()))
+    text = payloads(plain_json(history, client))
     assert terraform.ids[f"{defs.VPC}/{prefix}"] in text
     assert USER_DATA not in text and SECRET not in text
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from temporalio.client import Client
 
 from cloudloop import temporal
@@ -43,7 +44,9 @@ def layout_settings(aws_stack: LocalStack) -> Settings:
     return Settings(
         provider="aws",
         temporal=TemporalSettings(
-            address=aws_stack.temporal_address, task_queue=f"layouts-{uuid.uuid4().hex[:8]}"
+            address=aws_stack.temporal_address,
+            task_queue=f"layouts-{uuid.uuid4().hex[:8]}",
+            codec=aws_stack.codec,
         ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
@@ -237,3 +240,78 @@ async def test_apply_reapply_drift_destroy(
     assert f"{prefix}-node" not in {r["RoleName"] for r in iam.list_roles()["Roles"]}
     plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
     assert set(plan_actions(plan).values()) == {"create"}
+
+
+def _edited(path: Path, **changes: Any) -> Path:
+    """The config at ``path`` with the AWSClusterConfiguration's fields changed (None: removed)."""
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        if doc["kind"] == "AWSClusterConfiguration":
+            for key, value in changes.items():
+                if value is None:
+                    doc.pop(key, None)
+                else:
+                    doc[key] = value
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+async def test_a_refused_apply_makes_nothing(
+    aws_stack: LocalStack,
+    layout_client: Client,
+    layout_settings: Settings,
+    layout_worker: None,
+    tmp_path: Path,
+) -> None:
+    """An ``existingVPCID`` EC2 does not have and an AMI it does not have refuse the apply
+    before its first create, named together: no key pair, IAM role or data volume is left."""
+    prefix, cluster_uuid = f"r{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = _edited(
+        config_file(tmp_path, "aws-without-nat", prefix),
+        vpcNetworkCIDR=None,
+        existingVPCID="vpc-0123456789abcdef0",
+    )
+    docs = list(yaml.safe_load_all(path.read_text()))
+    [aws] = [d for d in docs if d["kind"] == "AWSClusterConfiguration"]
+    aws["masterNodeGroup"]["instanceClass"]["ami"] = "ami-0000000000000dead"
+    path.write_text(yaml.safe_dump_all(docs))
+    front = Front(aws_stack.aws_endpoint)
+    front.reset()
+    with pytest.raises(LayoutFailed) as refused:
+        await run(layout_client, layout_settings, "apply", path, prefix, cluster_uuid)
+    assert refused.value.kind == "NotFound"
+    assert f"aws.vpc/{prefix}: not found" in str(refused.value)
+    assert f"aws.instance/{prefix}-master-0: image ami-0000000000000dead not found" in str(
+        refused.value
+    )
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
+    assert front.mutating() == {}
+
+
+async def test_an_existing_vpc_without_a_node_cidr_is_split_by_its_own_cidr(
+    aws_stack: LocalStack,
+    layout_client: Client,
+    layout_settings: Settings,
+    layout_worker: None,
+    tmp_path: Path,
+) -> None:
+    """``existingVPCID`` alone: the subnets split the VPC's CIDR (upstream's data source), a
+    second apply finds them, destroy leaves the VPC (it is not the layout's)."""
+    prefix, cluster_uuid = f"v{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    ec2 = aws_client("ec2", aws_stack.moto_endpoint)
+    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
+    path = _edited(
+        config_file(tmp_path, "aws-without-nat", prefix),
+        vpcNetworkCIDR=None,
+        nodeNetworkCIDR=None,
+        existingVPCID=vpc,
+    )
+    await run(layout_client, layout_settings, "apply", path, prefix, cluster_uuid)
+    subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+    assert sorted(s["CidrBlock"] for s in subnets) == ["10.77.0.0/17", "10.77.128.0/17"]
+    plan = await run(layout_client, layout_settings, "plan", path, prefix, cluster_uuid)
+    assert set(plan_actions(plan).values()) == {"no-op"}
+    await run(layout_client, layout_settings, "destroy", path, prefix, cluster_uuid)
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
+    assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
+    ec2.delete_vpc(VpcId=vpc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cloudloop.cloud import errors
@@ -65,3 +67,31 @@ def test_any_other_error_ends_the_step_at_once(error: errors.CloudError) -> None
     with pytest.raises(type(error)):
         resources()._patiently(step)
     assert len(calls) == 1
+
+
+def test_iam_policies_compare_as_iam_does() -> None:
+    """A lone value is a one-element list, actions and statements are unordered (Terraform's
+    ``awspolicyequivalence``): an adopted upstream policy is not rewritten on every converge."""
+    from cloudloop.cloud.aws.layout_resources import equivalent_policy
+
+    ours: dict[str, Any] = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": ["ec2:DescribeTags", "ec2:A"], "Resource": "*"},
+            {"Effect": "Allow", "Action": "s3:Get", "Resource": "*"},
+        ],
+    }
+    upstream: dict[str, Any] = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": ["s3:Get"], "Resource": ["*"]},
+            {"Effect": "Allow", "Action": ["ec2:A", "ec2:DescribeTags"], "Resource": ["*"]},
+        ],
+    }
+    assert equivalent_policy(ours) == equivalent_policy(upstream)
+    lone = {"Version": "2012-10-17", "Statement": upstream["Statement"][0]}
+    assert equivalent_policy(lone) == equivalent_policy(
+        {"Version": "2012-10-17", "Statement": [ours["Statement"][1]]}
+    )
+    narrower = {**upstream, "Statement": [{**upstream["Statement"][0], "Resource": ["arn:x"]}]}
+    assert equivalent_policy(narrower) != equivalent_policy(upstream)

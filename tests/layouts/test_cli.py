@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -57,10 +58,10 @@ class FakeKube:
             }
         }
 
-    def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any] | None:
+    def get(self, resource: Any, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self.objects.get((namespace, name))
 
-    def create(self, resource: Any, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    def create(self, resource: Any, obj: dict[str, Any], namespace: str = "") -> dict[str, Any]:
         self.objects[namespace, obj["metadata"]["name"]] = obj
         return obj
 
@@ -105,7 +106,9 @@ async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
     queue = f"layout-cli-{uuid.uuid4().hex[:8]}"
     settings = Settings(
         provider="aws",
-        temporal=TemporalSettings(address=aws_stack.temporal_address, task_queue=queue),
+        temporal=TemporalSettings(
+            address=aws_stack.temporal_address, task_queue=queue, codec=aws_stack.codec
+        ),
         aws=AwsSettings(endpoint_url=aws_stack.aws_endpoint, timeout_s=5, max_attempts=2),
     )
     client = await temporal.connect(settings.temporal)
@@ -126,6 +129,7 @@ async def cli(stack: LocalStack, queue: str, *args: str) -> tuple[int, str]:
         queue,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **stack.codec_env()},  # the stack's key, as the workers'
     )
     out, _ = await asyncio.wait_for(process.communicate(), timeout=240)
     return int(process.returncode or 0), out.decode()
@@ -243,6 +247,7 @@ def test_adopt_refuses_an_unreadable_state_before_anything_else(tmp_path: Path) 
     ],
     ids=["without", "kubeconfig", "worker-path"],
 )
+@pytest.mark.usefixtures("codec_keys")
 def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], expected: str
 ) -> None:

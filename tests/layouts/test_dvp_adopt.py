@@ -63,6 +63,7 @@ from tests.layouts.dvp_support import (
     layout_input,
 )
 from tests.layouts.support import payloads
+from tests.support.histories import plain_json
 
 __all__ = ["dvp_client", "dvp_layout_settings", "dvp_stack", "dvp_worker"]
 
@@ -329,7 +330,7 @@ async def test_adopt_upstreams_objects_then_apply_makes_nothing_and_destroy_leav
     assert drift == {worker_vm: ["spec.runPolicy"]}
     assert mutating_since(before) == {"PatchSecret": 2}  # the Secrets given the node's labels
     history = await dvp_client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    assert USER_DATA not in payloads(json.loads(history.to_json()))
+    assert USER_DATA not in payloads(plain_json(history, dvp_client))
     assert cluster_resources(kube, namespace, prefix) == made
 
     repaired = await act("apply")

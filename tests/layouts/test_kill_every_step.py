@@ -68,6 +68,10 @@ def worker_env(
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": queue,
         "CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S": "1",
+        # no cluster yet (a bootstrap's layouts): the worker names its claim's identity
+        "CLOUDLOOP_CLUSTER_UID": f"layout-rig-{queue}",
+        "CLOUDLOOP_LAYOUTS__SOURCE_DIR": str(folder),  # where the rig writes the config
+        **stack.codec_env(),
         **{f"CLOUDLOOP_{provider.upper()}__{k.upper()}": v for k, v in cloud.items()},
     }
 
@@ -83,6 +87,7 @@ def aws_rig(stack: LocalStack, example: str) -> LayoutRig:
     return LayoutRig(
         provider="aws",
         temporal_address=stack.temporal_address,
+        codec=stack.codec,
         config=lambda folder, prefix: config_file(folder, example, prefix),
         env=env,
         resources=lambda prefix, _: aws_layouts.cluster_resources(stack.moto_endpoint, prefix),
@@ -128,6 +133,7 @@ def openstack_rig(stack: LocalStack, example: str) -> LayoutRig:
     return LayoutRig(
         provider="openstack",
         temporal_address=stack.temporal_address,
+        codec=stack.codec,
         config=lambda folder, prefix: openstack_support.config_file(
             folder, example, prefix, endpoint
         ),
@@ -156,6 +162,7 @@ def vsphere_rig(stack: LocalStack) -> LayoutRig:
     return LayoutRig(
         provider="vsphere",
         temporal_address=stack.temporal_address,
+        codec=stack.codec,
         config=lambda folder, prefix: vsphere_support.config_file(folder, endpoint, prefix),
         env=lambda queue, folder: worker_env(
             "vsphere",
@@ -182,6 +189,7 @@ def zvirt_rig(stack: LocalStack) -> LayoutRig:
     return LayoutRig(
         provider="zvirt",
         temporal_address=stack.temporal_address,
+        codec=stack.codec,
         config=lambda folder, prefix: zvirt_support.zvirt_config(folder, stack, prefix),
         env=lambda queue, folder: worker_env(
             "zvirt", stack, queue, folder, **{k: f"{v:g}" for k, v in QUICK_TIMINGS.items()}
@@ -232,6 +240,7 @@ def dvp_rig(stack: LocalStack, parent: DvpParent) -> LayoutRig:
     return LayoutRig(
         provider="dvp",
         temporal_address=stack.temporal_address,
+        codec=stack.codec,
         config=config,
         env=lambda queue, folder: worker_env("dvp", stack, queue, folder, timeout_s="5"),
         resources=lambda prefix, _: dvp_layouts.cluster_resources(parent.kube, namespace, prefix),
@@ -322,7 +331,9 @@ async def test_sigkill_at_every_resource_step(
     with RIGS[rig_name](request) as rigs:
         queue = f"layout-kill-{uuid.uuid4().hex[:8]}"
         client = await temporal.connect(
-            TemporalSettings(address=rigs[0].temporal_address, task_queue=queue)
+            TemporalSettings(
+                address=rigs[0].temporal_address, task_queue=queue, codec=rigs[0].codec
+            )
         )
         workers = Workers(tmp_path)
         try:

@@ -18,7 +18,6 @@ upstream cluster is :class:`tests.layouts.openstack_terraform.Terraform`'s.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -49,6 +48,7 @@ from tests.layouts.openstack_support import (
 )
 from tests.layouts.openstack_terraform import USER_DATA, Terraform
 from tests.layouts.support import counts, layout_worker, payloads
+from tests.support.histories import plain_json
 
 pytestmark = pytest.mark.stack
 
@@ -145,7 +145,7 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
 
     # the adoption is a workflow: its history holds IDs, never the config's or state's secrets
     history = await client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    text = payloads(json.loads(history.to_json()))
+    text = payloads(plain_json(history, client))
     assert terraform.ids[f"{defs.NETWORK}/{prefix}"] in text
     assert USER_DATA not in text and SECRET not in text
     # adopting twice changes nothing
@@ -274,7 +274,7 @@ async def test_adopt_the_other_layouts_then_apply_makes_nothing(
     }
     assert requests.mutating() == {k: n for k, n in renamed.items() if n}, requests.mutating()
     history = await client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    text = payloads(json.loads(history.to_json()))
+    text = payloads(plain_json(history, client))
     assert USER_DATA not in text and SECRET not in text
 
     requests.reset()

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from cloudloop.cloud.aws import layout as defs
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
@@ -21,6 +24,8 @@ from cloudloop.layouts import tfstate
 from cloudloop.layouts.config import load_documents
 from cloudloop.messages.layout import LayoutResult, ModuleResult, StepResult
 from cloudloop.rules import discovery as cloud_data
+from devstack.kube import KubeOptions
+from devstack.local import LocalStack, StackOptions
 from starters.layout import publish, state_records
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
@@ -129,3 +134,89 @@ def test_the_cluster_uuid_config_map_is_made_once_and_never_changed(kube: Kube) 
     assert made is not None
     assert made["data"] == {"cluster-uuid": "uuid-one"}
     kube.delete(config_maps, "d8-cluster-uuid", "kube-system")  # the stack is shared
+
+
+@pytest.fixture(scope="module")
+def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A fresh control plane (etcd and kube-apiserver only): no ``d8-system`` yet, as before
+    dhctl's bootstrap."""
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("bare"),
+            temporal=False,
+            moto=False,
+            kube=(KubeOptions(name="bare"),),
+        )
+    )
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
+    bare_cluster: LocalStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dhctl creates ``d8-system`` during bootstrap, so a cluster an apply publishes into before
+    that has none: ``layout apply --kubeconfig`` makes it and writes everything (it exited 1
+    after writing the ``kube-system`` objects). The workflow's run is faked; the CLI, publish and
+    the kube-apiserver are real."""
+    import starters.layout
+    from cloudloop import cli as cli_module
+    from cloudloop import temporal
+    from cloudloop.kube.client import api_client
+    from tests.layouts.support import config_file
+
+    stack = bare_cluster
+    kube = Kube(api_client(stack.kubeconfig))
+    assert kube.get(NAMESPACES, "d8-system") is None
+    prefix = "nsless"
+    result = LayoutResult(
+        action="apply",
+        layout="WithoutNAT",
+        prefix=prefix,
+        cloud_discovery_data={"kind": "AWSCloudDiscoveryData", "keyName": prefix},
+        modules=[
+            ModuleResult(
+                module="master-0",
+                node_name=f"{prefix}-master-0",
+                steps=[StepResult(key="aws.instance/m", action="created", outputs={"id": "i-1"})],
+                outputs={"kubernetes_data_device_path": "/dev/xvdf"},
+            )
+        ],
+    )
+
+    async def fake_connect(_: Any) -> None:
+        return None
+
+    async def fake_run(*_: Any, **__: Any) -> LayoutResult:
+        return result
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(temporal, "connect", fake_connect)
+    monkeypatch.setattr(starters.layout, "run_layout", fake_run)
+    monkeypatch.setattr(cli_module, "_leave", leave)
+    path = config_file(tmp_path, "aws-without-nat", prefix)
+    answer = CliRunner().invoke(
+        cli_module.main,
+        [
+            "layout",
+            "apply",
+            "--config",
+            str(path),
+            "--cluster-uuid",
+            "9a0c4a52-3f0e-4d3b-a3c4-2f1e0d9c8b7a",
+            "--kubeconfig",
+            str(stack.kubeconfig),
+        ],
+    )
+    assert answer.exit_code == 0, answer.output
+    assert "written: Secret d8-system/d8-masters-kubernetes-data-device-path" in answer.output
+    assert f"written: Secret d8-system/d8-node-terraform-state-{prefix}-master-0" in answer.output
+    assert _data(kube, "d8-system", "d8-masters-kubernetes-data-device-path") == {
+        f"{prefix}-master-0": "/dev/xvdf"
+    }
+    assert "written: ConfigMap kube-system/d8-cluster-uuid" in answer.output

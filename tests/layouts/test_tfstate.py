@@ -239,3 +239,38 @@ def test_dvp_what_publish_writes_reads_back_onto_the_same_keys() -> None:
     placed = tfstate.map_state(layout, records, DVP_TYPES)
     assert placed.unmapped == []
     assert placed.ids == {k: v["id"] for k, v in found.items()}
+
+
+def test_upstream_types_that_are_part_of_another_resource_are_placed_or_skipped() -> None:
+    """``aws_route`` (upstream's ``internet_access_public``) is a route of its table, not a
+    resource nobody placed; ``openstack_compute_floatingip_v2`` (Deckhouse's OpenStack master
+    module, Nova's proxy of a Neutron floating IP) is the master's floating IP."""
+    without = layout("aws-without-nat")
+    text = state(
+        resource("aws_route", "internet_access_public", id="r-rtb-1080289494"),
+        resource("aws_route_table", "kube", id="rtb-1", tags={"Name": f"{without.prefix}-public"}),
+    )
+    placed = tfstate.map_state(without, tfstate.parse_state(text, "base", STATE_TYPES), STATE_TYPES)
+    assert placed.unmapped == []
+    assert placed.ids == {f"{defs.ROUTE_TABLE}/{without.prefix}-public": "rtb-1"}
+
+    from cloudloop.cloud.openstack.layout_state import STATE_TYPES as OS_TYPES
+    from tests.layouts.test_openstack_definitions import build
+
+    simple = build("openstack-simple-with-internal-network")
+    master = simple.module("master-0")
+    [fip] = [r for r in master.resources if r.kind == "openstack.floating_ip"]
+    text = state(
+        resource("openstack_compute_floatingip_v2", "master", id="fip-1", pool="public"),
+        resource(
+            "openstack_compute_floatingip_associate_v2",
+            "master",
+            id="203.0.113.7/srv-1/",
+            floating_ip="203.0.113.7",
+            instance_id="srv-1",
+        ),
+    )
+    records = tfstate.parse_state(text, master.node_name, OS_TYPES)
+    placed = tfstate.map_state(simple, records, OS_TYPES)
+    assert placed.unmapped == []
+    assert placed.ids == {fip.key: "fip-1"}

@@ -43,6 +43,7 @@ from tests.layouts.vsphere_support import (
     vsphere_calls,
     vsphere_stack,
 )
+from tests.support.histories import plain_json
 
 pytestmark = pytest.mark.stack
 USER_DATA = "vs-bootstrap-token-s3cr3t"
@@ -60,7 +61,9 @@ async def vs_worker(vs_stack: LocalStack) -> AsyncIterator[tuple[Client, Setting
     settings = Settings(
         provider="vsphere",
         temporal=TemporalSettings(
-            address=vs_stack.temporal_address, task_queue=f"vs-adopt-{uuid.uuid4().hex[:8]}"
+            address=vs_stack.temporal_address,
+            task_queue=f"vs-adopt-{uuid.uuid4().hex[:8]}",
+            codec=vs_stack.codec,
         ),
         vsphere=VsphereSettings(poll_interval_s=0.05, wait_timeout_s=30.0, timeout_s=10.0),
     )
@@ -201,7 +204,7 @@ async def test_adopt_a_terraform_state_renames_back_then_apply_makes_nothing(
     assert [s.changes for m in adopted.modules for s in m.steps if s.changes] == []
     assert mutating(calls_since(before)) == {"RenameEntity": 2}
     history = await client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    text = payloads(json.loads(history.to_json()))
+    text = payloads(plain_json(history, client))
     assert USER_DATA not in text and endpoint.password not in text
     assert cluster_resources(endpoint, prefix, cluster_uuid) == made  # named back, no more
 

@@ -5,7 +5,8 @@ Apply makes the folder, a resource pool per zone, the master's data disk and VMs
 template with the reference's names and outputs; a second apply runs no vCenter task and makes
 no mutating call; drift made out of band (a VM's CPUs, the data disk detached and deleted, a root
 disk grown) shows in the plan, the next apply repairs what it can and reports the rest; a missing
-template fails the step with vCenter's message; destroy leaves nothing of the cluster.
+template or datastore refuses the apply before anything is made; destroy leaves nothing of the
+cluster.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def vs_settings(vs_stack: LocalStack) -> Settings:
     return Settings(
         provider="vsphere",
         temporal=TemporalSettings(
-            address=vs_stack.temporal_address, task_queue=f"vs-layouts-{uuid.uuid4().hex[:8]}"
+            address=vs_stack.temporal_address,
+            task_queue=f"vs-layouts-{uuid.uuid4().hex[:8]}",
+            codec=vs_stack.codec,
         ),
         vsphere=VsphereSettings(poll_interval_s=0.05, wait_timeout_s=30.0, timeout_s=10.0),
     )
@@ -259,7 +262,7 @@ async def test_apply_reapply_drift_destroy(
     ],
     ids=["template", "datastore"],
 )
-async def test_cloud_error_fails_the_step_with_its_message(
+async def test_a_missing_template_or_datastore_refuses_the_apply_before_anything_is_made(
     master_class: dict[str, str],
     message: str,
     vs_stack: LocalStack,
@@ -276,13 +279,14 @@ async def test_cloud_error_fails_the_step_with_its_message(
     async def act(action: str) -> LayoutResult:
         return await run(vs_client, vs_settings, action, path, prefix, cluster_uuid)
 
+    before = vsphere_calls()
     with pytest.raises(LayoutFailed, match=message) as failed:
         await act("apply")
-    assert failed.value.kind == "InvalidRequest"
-    plan = await act("plan")
-    actions = plan_actions(plan)
-    assert actions[f"vsphere.folder/{prefix}"] == "no-op"  # made before the step failed
-    assert actions[f"vsphere.virtual_machine/{prefix}-master-0"] == "create"
-    assert actions[f"vsphere.virtual_machine/{prefix}-worker-0"] == "no-op"  # its class is fine
-    await act("destroy")
+    assert failed.value.kind == "NotFound"
+    assert f"vsphere.virtual_machine/{prefix}-master-0: " in str(failed.value)
+    # looked up before the first create: no folder, resource pool or data disk was left
+    assert mutating(calls_since(before)) == {}
     assert cluster_resources(endpoint, prefix, cluster_uuid) == []
+    plan = await act("plan")
+    assert {a for k, a in plan_actions(plan).items() if a != "no-op"} == {"create"}
+    assert plan_actions(plan)[f"vsphere.folder/{prefix}"] == "create"

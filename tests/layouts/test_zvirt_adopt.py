@@ -47,6 +47,7 @@ from tests.layouts.zvirt_support import (
     zvirt_stack,
     zvirt_worker,
 )
+from tests.support.histories import plain_json
 
 __all__ = ["zvirt_client", "zvirt_layout_settings", "zvirt_stack", "zvirt_worker"]
 
@@ -239,7 +240,7 @@ async def test_adopt_a_terraform_state_marks_and_renames_then_apply_makes_nothin
         "PUT /ovirt-engine/api/disks/{id}": 1,
     }
     history = await zvirt_client.get_workflow_handle(f"layout/{prefix}").fetch_history()
-    text = payloads(json.loads(history.to_json()))
+    text = payloads(plain_json(history, zvirt_client))
     assert USER_DATA not in text and SECRET not in text
     made = sorted(
         [

@@ -5,8 +5,8 @@ Apply makes the masters and static nodes with the reference's names and shapes (
 template, ``nic1``, the ``-kubernetes-data`` disk attached, started with cloud-init); a second
 apply makes no mutating engine request; drift made out of band (a NIC removed, a VM powered off,
 the data disk detached) shows in the plan and the next apply repairs it; destroy leaves nothing.
-Destroy is refused while the cluster has a VM the layout did not make. A template the engine
-does not have fails the step with the engine's answer.
+Destroy is refused while the cluster has a VM the layout did not make. A template or storage
+domain the engine does not have refuses the apply before anything is made.
 """
 
 from __future__ import annotations
@@ -191,21 +191,28 @@ async def test_apply_reapply_drift_destroy(
     assert set(plan_actions(await act("plan")).values()) == {"create"}
 
 
-async def test_missing_template_fails_with_the_engines_message(
+async def test_a_missing_template_or_storage_domain_refuses_the_apply_before_anything(
     zvirt_stack: LocalStack,
     zvirt_client: Client,
     zvirt_layout_settings: Settings,
     zvirt_worker: None,
     tmp_path: Path,
 ) -> None:
+    """Looked up before the first create, named together: not even the master's data disk (or
+    the static node, whose template exists) is made."""
     prefix, cluster_uuid = f"z{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
-    path = zvirt_config(tmp_path, zvirt_stack, prefix, template="no-such-template")
+    domain = str(uuid.uuid4())
+    path = zvirt_config(
+        tmp_path, zvirt_stack, prefix, template="no-such-template", storageDomainID=domain
+    )
+    ovirt = engine(zvirt_stack)
+    before = mutating_calls(ovirt.admin_url)
     with pytest.raises(LayoutFailed, match="no template named 'no-such-template'") as failed:
         await run(zvirt_client, zvirt_layout_settings, "apply", path, prefix, cluster_uuid)
-    assert failed.value.kind == "InvalidRequest"
-    assert f"zvirt.vm/{prefix}-master-0" in str(failed.value)
-    # the static node (its template exists) may be made; no master VM is
-    ovirt = engine(zvirt_stack)
-    assert f"VM/{prefix}-master-0" not in cluster_resources(ovirt.admin_url, prefix)
-    await run(zvirt_client, zvirt_layout_settings, "destroy", path, prefix, cluster_uuid)
+    assert failed.value.kind == "NotFound"
+    assert f"zvirt.vm/{prefix}-master-0: no template named" in str(failed.value)
+    assert f"zvirt.disk/{prefix}-master-0-kubernetes-data: no storage domain {domain}" in str(
+        failed.value
+    )
+    assert mutating_calls(ovirt.admin_url) == before
     assert cluster_resources(ovirt.admin_url, prefix) == []

@@ -117,7 +117,9 @@ def zvirt_layout_settings(zvirt_stack: LocalStack) -> Settings:
     return Settings(
         provider="zvirt",
         temporal=TemporalSettings(
-            address=zvirt_stack.temporal_address, task_queue=f"zv-layouts-{uuid.uuid4().hex[:8]}"
+            address=zvirt_stack.temporal_address,
+            task_queue=f"zv-layouts-{uuid.uuid4().hex[:8]}",
+            codec=zvirt_stack.codec,
         ),
         zvirt=zvirt_section(),
     )

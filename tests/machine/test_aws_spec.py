@@ -54,7 +54,8 @@ def test_a_full_spec_parses() -> None:
         ({"instanceType": "t3.micro", "rootVolume": {"size": 20, "iops": "3000"}}, ["iops"]),
         ({"instanceType": "t3.micro", "spotMarketOptions": {"maxPrice": "0.1"}}, ["maxPrice"]),
         ({"instanceType": "t3.micro", "additionalTags": {"aws:x": "1"}}, ["aws: keys"]),
-        ({"instanceType": "t3.micro", "additionalSecurityGroups": [{"id": "x"}]}, ["'x'"]),
+        # the entry named by its index, never its value
+        ({"instanceType": "t3.micro", "additionalSecurityGroups": [{"id": "x"}]}, ["entries 0"]),
         ({"instanceType": "t3.micro", "rootVolume": {"size": 20, "iops": 3000}}, ["gp2"]),
     ],
     ids=["empty", "type", "ids", "volume", "iops-string", "price", "tags", "groups", "iops-gp2"],

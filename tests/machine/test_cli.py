@@ -28,6 +28,7 @@ def test_target_must_be_namespace_slash_name(target: str) -> None:
         pytest.param(LookupError("no DeckhouseMachine or ZvirtMachine ns/m1"), 1, id="missing"),
     ],
 )
+@pytest.mark.usefixtures("codec_keys")
 def test_reports_what_it_did(
     monkeypatch: pytest.MonkeyPatch, outcome: str | Exception, exit_code: int
 ) -> None:

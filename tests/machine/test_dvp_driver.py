@@ -55,7 +55,7 @@ def machine_spec(**overrides: Any) -> MachineSpec:
             id="image-kind",
         ),
         pytest.param(
-            {"additionalDisks": [{"size": "1Gi"}]}, "additionalDisks.0.storageClass", id="disk"
+            {"additionalDisks": [{"size": "1Gi"}]}, "additionalDisks[0].storageClass", id="disk"
         ),
     ],
 )

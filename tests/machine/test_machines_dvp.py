@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from cloudloop.cloud import errors
@@ -42,6 +41,7 @@ from devstack.local import LocalStack
 from starters.registration import write_secrets
 from tests.helpers import eventually, eventually_async
 from tests.machine.dvp_machines import CLOUD_INIT, DvpMachines, dvp_machines
+from tests.support.histories import plain_json
 from workers.main import build_worker
 from workflows.machine import MachineWorkflow
 
@@ -169,10 +169,10 @@ async def test_machine_lifecycle(dvp: DvpMachines, client: Client, namespace: st
 
     assert await eventually_async(listed, what="workflow listed") == [wf_id]
     history = await client.get_workflow_handle(wf_id).fetch_history()
-    payloads = b"\n".join(decoded_payloads(history.to_json_dict()))
+    payloads = b"\n".join(decoded_payloads(plain_json(history, client)))
     assert b"m1-bootstrap" in payloads  # the Secret's name is there, its data is not
     assert b"bootstrap-secret-data" not in payloads
-    replayer = Replayer(workflows=[MachineWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[MachineWorkflow], data_converter=client.data_converter)
     await replayer.replay_workflow(history)  # deterministic: the run replays as it ran
     events = (await asyncio.to_thread(dvp.kube.list, EVENTS, namespace))["items"]
     provisioned = [e for e in events if e["reason"] == "Provisioned"]
@@ -385,6 +385,7 @@ def run_cli(stack: LocalStack, settings: Settings, dvp: DvpMachines, *args: str)
         "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig),
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
+        **stack.codec_env(),
     }
     done = subprocess.run(
         [sys.executable, "-m", "cloudloop.cli", *args],

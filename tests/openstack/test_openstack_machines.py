@@ -62,7 +62,7 @@ def test_a_bad_spec_names_every_bad_field() -> None:
             }
         )
     message = caught.value.message
-    for field in ("image", "ports.0.trunk", "rootVolume.sizeGiB"):
+    for field in ("image", "ports[0].trunk", "rootVolume.sizeGiB"):
         assert field in message, message
 
 

@@ -37,7 +37,9 @@ from temporalio.client import Client
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource, LayoutDef
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.settings import CodecSettings
 from starters.layout import run_layout
+from tests.support.histories import plain_json
 from tests.support.workers import CLI, WorkerProcess, Workers
 
 FAULT_WORKER = "tests.support.step_fault_worker"
@@ -77,6 +79,8 @@ class LayoutRig:
     #: ``prefix`` → the keys of the only resources whose steps are killed (each makes a
     #: mutating call in the apply and in the destroy); empty: every step's.
     only: Callable[[str], frozenset[str]] = lambda prefix: frozenset()
+    #: The payload codec of the rig's stack (the harness's client and every worker use it).
+    codec: CodecSettings = field(default_factory=CodecSettings)
 
 
 @dataclass
@@ -258,7 +262,7 @@ async def prove_kill_every_step(
             ids = [f"layout/{prefix}"] + [f"layout/{prefix}/{m.module}" for m in result.modules]
             for wid in ids:
                 history = await client.get_workflow_handle(wid).fetch_history()
-                assert each.secret not in history_payloads(history.to_json())
+                assert each.secret not in history_payloads(json.dumps(plain_json(history, client)))
     assert len(applied.killed) == len(made), (applied.killed, made)
     if chosen:
         assert sorted(killed_keys(applied)) == chosen, (applied.killed, chosen)

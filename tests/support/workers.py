@@ -41,6 +41,7 @@ def worker_env(
         "CLOUDLOOP_METRICS_BIND": "127.0.0.1",
         "CLOUDLOOP_TEMPORAL__ADDRESS": stack.temporal_address,
         "CLOUDLOOP_TEMPORAL__TASK_QUEUE": settings.temporal.task_queue,
+        **stack.codec_env(),
     }
     if graceful_shutdown_s is not None:
         env["CLOUDLOOP_TEMPORAL__GRACEFUL_SHUTDOWN_S"] = f"{graceful_shutdown_s:g}"

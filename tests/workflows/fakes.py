@@ -19,6 +19,7 @@ from cloudloop.layouts import tfstate
 from cloudloop.layouts.model import LayoutDef
 from cloudloop.messages.kube import KubeActivity, PatchStatusInput, RecordEventInput
 from cloudloop.messages.layout import (
+    CheckApplyInput,
     CheckDestroyInput,
     DefineInput,
     LayoutActivity,
@@ -275,6 +276,10 @@ class FakeLayout(Fakes):
     @activity.defn(name=LayoutActivity.CHECK_DESTROY)
     async def check_destroy(self, input: CheckDestroyInput) -> list[str]:
         return await self.script.answer(LayoutActivity.CHECK_DESTROY, input, list)
+
+    @activity.defn(name=LayoutActivity.CHECK_APPLY)
+    async def check_apply(self, input: CheckApplyInput) -> list[str]:
+        return await self.script.answer(LayoutActivity.CHECK_APPLY, input, list)
 
     @activity.defn(name=LayoutActivity.MAP_STATE)
     async def map_state(self, input: MapStateInput) -> tfstate.StateMap:

@@ -122,6 +122,7 @@ def found(*keys: str, destroy: bool = True) -> object:
 @pytest.fixture
 async def wf(env: WorkflowEnvironment, script: Script) -> AsyncIterator[Harness]:
     script.on(LayoutActivity.DEFINE, layout())
+    script.on(LayoutActivity.CHECK_APPLY, [])
     async with running(env, script, LAYOUT_WORKFLOWS) as harness:
         yield harness
 
@@ -151,6 +152,21 @@ async def test_apply_runs_the_base_then_the_nodes_in_dependency_waves(wf: Harnes
     assert master.outputs == {"node_internal_ip_address": "10.0.0.5", "device": "/dev/xvdf"}
     assert master.node_name == "p1-master-0"
     assert all(c.input.source.file == "/etc/cluster.yaml" for c in wf.script.calls)
+
+
+async def test_a_refused_apply_check_makes_nothing(wf: Harness) -> None:
+    """Every lookup that can refuse runs before the first create (``layout.check_apply``)."""
+    wf.script.on(
+        LayoutActivity.CHECK_APPLY,
+        fail("NotFound", f"{VPC}: not found (it is looked up, never created)", non_retryable=True),
+    )
+    handle = await wf.start(LayoutWorkflow.run, layout_input("apply"), id=workflow_id(PREFIX))
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result()
+    assert f"apply refused: {VPC}: not found" in str(caught.value.cause)
+    [check] = wf.script.inputs(LayoutActivity.CHECK_APPLY)
+    assert [m.id for m in check.layout.modules] == ["base", "master-0"]
+    assert wf.script.of(LayoutActivity.ENSURE) == []
 
 
 async def test_a_failed_step_fails_the_run_after_its_wave_and_starts_nothing_later(

@@ -41,7 +41,7 @@ from cloudloop.messages.loadbalancer import (
 )
 from tests.helpers import eventually_async
 from tests.workflows.conftest import Harness, running
-from tests.workflows.histories import record
+from tests.workflows.histories import TEST_KEYS, record
 from tests.workflows.scripted import Gate, Script, fail, gaps
 from workflows.loadbalancer import LoadBalancerWorkflow
 
@@ -448,7 +448,8 @@ async def test_a_failed_repair_warns_and_the_next_period_tries_again(wf: Harness
 
 
 async def test_readable_in_the_temporal_ui(wf: Harness) -> None:
-    """Every activity says what it does to which Service (user metadata summary), the run keeps
+    """Every activity says what it does to which Service (user metadata summary, encrypted as
+    every payload: the UI shows it through the codec server), the run keeps
     a current-details line (waiting for what, last error), and ``describe`` answers its state
     as JSON."""
     wf.script.on(ENSURE, fail("InvalidRequest", "bad annotation", non_retryable=True), INGRESS)
@@ -476,11 +477,14 @@ async def test_readable_in_the_temporal_ui(wf: Harness) -> None:
     described = await eventually_async(in_sync, what="in sync")
     assert described["ingress"] == ["a1.elb.example"] and described["last_error"] == ""
     assert described["phase"].startswith("in sync (a1.elb.example, 3 nodes)")
-    summaries = [
-        e.user_metadata.summary.data.decode()
+    stored = [
+        e.user_metadata.summary
         async for e in handle.fetch_history_events()
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
+    # encrypted in the history (they name the Service); the UI reads them through the codec
+    assert stored and all(s.metadata["encoding"] == b"binary/encrypted" for s in stored)
+    summaries = [TEST_KEYS.decrypt(s).data.decode() for s in stored]
     assert any("ensure the load balancer of ns/web" in s and "3 nodes" in s for s in summaries), (
         summaries
     )

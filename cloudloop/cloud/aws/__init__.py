@@ -3,7 +3,8 @@ and Cluster API machines for node groups (CAPA's kinds, from ``AWSInstanceClass`
 
 The provider record; the boto3-backed driver is :mod:`cloudloop.cloud.aws.driver` (a facade over
 one object per capability, each taking the session of :mod:`cloudloop.cloud.aws.base`) and the
-node termination handler's client :mod:`cloudloop.cloud.aws.termination`.
+node termination handler's client :mod:`cloudloop.cloud.aws.termination` (its node agent reads
+IMDSv2 through :mod:`cloudloop.cloud.aws.imds` alone, no credential).
 
 Rules: importing this package loads no SDK; the factories import their modules when called.
 """
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from cloudloop.cloud.aws.termination import AwsTermination
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
+    from cloudloop.cloud.termination import InstanceMetadata
     from cloudloop.kube.bodies import Secret
     from cloudloop.settings import NthSettings
 
@@ -43,6 +45,12 @@ def _termination(
     )
 
 
+def _instance_metadata(endpoint: str, timeout_s: float) -> InstanceMetadata:
+    from cloudloop.cloud.aws.imds import Imds
+
+    return Imds(endpoint, timeout_s=timeout_s)
+
+
 def _registration(settings: AwsSettings) -> list[Secret]:
     from cloudloop.cloud.aws.registration import registration_secrets
 
@@ -57,9 +65,11 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="aws",
+    credential_settings=("credentials_file",),
     settings=AwsSettings,
     driver=_driver,
     termination=_termination,
+    instance_metadata=_instance_metadata,
     infra_kinds=INFRA_KINDS,
     registration=_registration,
     node_templates=NODE_TEMPLATES,

@@ -18,8 +18,10 @@ Departures from the Terraform modules (and why):
   need no cycle; a rule whose source is a security group outside the layout (the CCM's ELB
   groups) is left alone;
 - an EIP's association is a property of the EIP (``instance_id``), not a resource of its own;
-- ``existingVPCID`` needs ``nodeNetworkCIDR`` (upstream reads the VPC's CIDR with a data source;
-  a definition here is built before any lookup of the VPC); VPC peering is not made (refused);
+- with ``existingVPCID`` and no ``nodeNetworkCIDR``, a subnet's ``cidr_block`` is
+  ``{"network": <the looked-up VPC's cidr_block>, "newbits": n, "netnum": i}`` (upstream's
+  ``cidrsubnet`` of the VPC data source's CIDR), split when the step runs: a definition is built
+  before any lookup; VPC peering is not made (refused);
 - ``user_data`` (dhctl's ``cloudConfig``) is not set: the layout makes the machines, bootstrap is
   dhctl's or Cluster API's.
 """
@@ -86,6 +88,14 @@ def cidr_split(cidr: str, newbits: int, index: int) -> str:
     return f"{ipaddress.ip_address(base)}/{network.prefixlen + newbits}"
 
 
+def subnet_cidr(value: Any) -> str:
+    """A subnet's ``cidr_block`` property as a CIDR (a ``{"network", "newbits", "netnum"}``
+    split of the existing VPC's CIDR, resolved, is split here)."""
+    if isinstance(value, dict):
+        return cidr_split(str(value["network"]), int(value["newbits"]), int(value["netnum"]))
+    return str(value)
+
+
 def _rule(
     protocol: str, *, cidr: str = "", group: Any = None, port: int | None = None
 ) -> dict[str, Any]:
@@ -133,8 +143,6 @@ class _Builder:
         resources: list[ResourceDef] = []
         vpc_key = resource_key(VPC, p)
         if c.existingVPCID:
-            if not c.nodeNetworkCIDR:
-                raise LayoutError("existingVPCID needs nodeNetworkCIDR here")
             resources.append(
                 ResourceDef(
                     kind=VPC,
@@ -154,8 +162,8 @@ class _Builder:
                     outputs=["id", "cidr_block"],
                 )
             )
-        node_cidr = c.nodeNetworkCIDR or c.vpcNetworkCIDR
-        assert node_cidr is not None
+        # the existing VPC's CIDR when neither is given (split when the subnet's step runs)
+        node_cidr: Any = c.nodeNetworkCIDR or c.vpcNetworkCIDR or ref(vpc_key, "cidr_block")
         n = len(self.zones)
         newbits = math.ceil(math.log2(2 * n if self.nat else n)) if n > 1 or self.nat else 0
         for i, zone in enumerate(self.zones):
@@ -230,7 +238,7 @@ class _Builder:
     def _subnet(
         self,
         name: str,
-        cidr: str,
+        cidr: Any,
         newbits: int,
         index: int,
         zone: str,
@@ -244,7 +252,9 @@ class _Builder:
             tags=self.tags(name, self.cluster_tags, role),
             properties={
                 "vpc_id": ref(resource_key(VPC, self.p)),
-                "cidr_block": cidr_split(cidr, newbits, index),
+                "cidr_block": cidr_split(cidr, newbits, index)
+                if isinstance(cidr, str)
+                else {"network": cidr, "newbits": newbits, "netnum": index},
                 "availability_zone": zone,
                 "map_public_ip_on_launch": public,
             },

@@ -236,6 +236,51 @@ def _policy(document: Any) -> Any:
     return document
 
 
+def _as_set(value: Any) -> Any:
+    """A string or a list of strings as a sorted list (IAM reads ``"*"`` as ``["*"]``)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return sorted(set(value))
+    return value
+
+
+def _statement(statement: Any) -> Any:
+    if not isinstance(statement, dict):
+        return statement
+    out: dict[str, Any] = {}
+    for key, value in statement.items():
+        if key in ("Action", "NotAction", "Resource", "NotResource"):
+            out[key] = _as_set(value)
+        elif key in ("Principal", "NotPrincipal") and isinstance(value, dict):
+            out[key] = {k: _as_set(v) for k, v in value.items()}
+        elif key == "Condition" and isinstance(value, dict):
+            out[key] = {
+                op: {k: _as_set(v) for k, v in tests.items()} if isinstance(tests, dict) else tests
+                for op, tests in value.items()
+            }
+        else:
+            out[key] = value
+    return out
+
+
+def equivalent_policy(document: Any) -> Any:
+    """An IAM policy in the form IAM compares (Terraform's ``awspolicyequivalence``): a lone
+    statement or value is a one-element list, actions, resources, principals and condition
+    values are sets, statements are unordered."""
+    if not isinstance(document, dict):
+        return document
+    statements = document.get("Statement")
+    if statements is None:
+        return document
+    listed = statements if isinstance(statements, list) else [statements]
+    canonical = [_statement(s) for s in listed]
+    return {
+        **document,
+        "Statement": sorted(canonical, key=lambda s: json.dumps(s, sort_keys=True)),
+    }
+
+
 class AwsLayoutResources(AwsBase):
     """The AWS :class:`~cloudloop.cloud.layouts.LayoutResources`."""
 
@@ -328,6 +373,18 @@ class AwsLayoutResources(AwsBase):
             return False
         delete(resource, properties, raw)
         return True
+
+    def refusals(self, resource: ResourceDef, properties: Props) -> list[str]:
+        """An instance's AMI that EC2 does not have (the looked-up VPC is the engine's)."""
+        if resource.kind != defs.INSTANCE or not properties.get("ami"):
+            return []
+        ami = str(properties["ami"])
+        try:
+            with calling("DescribeImages"):
+                images = self.ec2.describe_images(ImageIds=[ami]).get("Images", [])
+        except errors.NotFound:
+            images = []
+        return [] if images else [f"{resource.key}: image {ami} not found"]
 
     # -- adoption --------------------------------------------------------------------------
     def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
@@ -560,7 +617,7 @@ class AwsLayoutResources(AwsBase):
         with calling("CreateSubnet"):
             raw = self.ec2.create_subnet(
                 VpcId=props["vpc_id"],
-                CidrBlock=props["cidr_block"],
+                CidrBlock=defs.subnet_cidr(props["cidr_block"]),
                 AvailabilityZone=props["availability_zone"],
                 TagSpecifications=_tag_spec("subnet", resource.tags),
             )["Subnet"]
@@ -579,9 +636,13 @@ class AwsLayoutResources(AwsBase):
         self, resource: ResourceDef, props: Props, raw: dict[str, Any]
     ) -> list[Drift]:
         drift = _tag_drift(raw, resource.tags)
+        want = {
+            "cidr_block": defs.subnet_cidr(props["cidr_block"]),
+            "availability_zone": props["availability_zone"],
+        }
         for field, key in (("cidr_block", "CidrBlock"), ("availability_zone", "AvailabilityZone")):
-            if raw.get(key) != props[field]:
-                drift.append(Drift(field, raw.get(key), props[field], immutable=True))
+            if raw.get(key) != want[field]:
+                drift.append(Drift(field, raw.get(key), want[field], immutable=True))
         have = bool(raw.get("MapPublicIpOnLaunch"))
         if have != props["map_public_ip_on_launch"]:
             drift.append(Drift("map_public_ip_on_launch", have, props["map_public_ip_on_launch"]))
@@ -997,7 +1058,8 @@ class AwsLayoutResources(AwsBase):
     def _drift_role(self, resource: ResourceDef, props: Props, raw: dict[str, Any]) -> list[Drift]:
         have = _policy(raw.get("AssumeRolePolicyDocument"))
         want = json.loads(props["assume_role_policy"])
-        return [] if have == want else [Drift("assume_role_policy", have, want)]
+        same = equivalent_policy(have) == equivalent_policy(want)
+        return [] if same else [Drift("assume_role_policy", have, want)]
 
     def _fix_role(
         self, resource: ResourceDef, props: Props, raw: dict[str, Any], drift: list[Drift]
@@ -1036,7 +1098,8 @@ class AwsLayoutResources(AwsBase):
     ) -> list[Drift]:
         have = _policy(raw.get("PolicyDocument"))
         want = json.loads(props["policy"])
-        return [] if have == want else [Drift("policy", have, want)]
+        same = equivalent_policy(have) == equivalent_policy(want)
+        return [] if same else [Drift("policy", have, want)]
 
     def _delete_policy(self, resource: ResourceDef, props: Props, raw: dict[str, Any]) -> None:
         with calling("DeleteRolePolicy"):

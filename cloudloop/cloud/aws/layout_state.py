@@ -5,9 +5,10 @@ by adoption (``cloudloop layout adopt``) and by ``publish`` when it writes the s
 Names are upstream's (``layouts.md`` §1); the ``match`` pairs name the attribute that refers to
 another resource (an association's subnet, a NAT gateway's EIP), so a resource whose ``Name``
 tag differs from the layout's is still placed. ``aws_eip_association`` is the EIP's
-``instance_id`` here and ``aws_security_group_rule`` records all fold into their group's rule
-set; VPC peering is not a layout resource yet (reported). Associations and attachments have no
-tags upstream; the ``tags.Name`` a state written by ``publish`` gives them places them by name.
+``instance_id`` here, an ``aws_route`` one of its table's ``routes`` (taken over with the table)
+and ``aws_security_group_rule`` records all fold into their group's rule set; VPC peering is not
+a layout resource yet (reported). Associations and attachments have no tags upstream; the
+``tags.Name`` a state written by ``publish`` gives them places them by name.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ STATE_TYPES: dict[str, StateMapping] = {
             ("route.0.nat_gateway_id", "routes.0.nat_gateway_id"),
         ),
     ),
+    # upstream's ``internet_access_public`` (0.0.0.0/0 → the IGW): a route of the table here
+    "aws_route": StateMapping(""),
     "aws_route_table_association": StateMapping(
         defs.ASSOCIATION,
         match=(("subnet_id", "subnet_id"), ("route_table_id", "route_table_id")),

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.tags import cluster_tag_key
+from cloudloop.errortext import describe_validation
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import FilterTypeDef
@@ -81,9 +82,7 @@ class RootVolume(_Model):
     @classmethod
     def _known_type(cls, value: str) -> str:
         if value not in VOLUME_TYPES:
-            raise ValueError(
-                f"not an EBS volume type: {value!r} ({', '.join(sorted(VOLUME_TYPES))})"
-            )
+            raise ValueError(f"not an EBS volume type (one of {', '.join(sorted(VOLUME_TYPES))})")
         return value
 
 
@@ -140,29 +139,29 @@ class AwsMachineSpec(_Model):
     @classmethod
     def _instance_type(cls, value: str) -> str:
         if not _INSTANCE_TYPE.match(value):
-            raise ValueError(f"not an EC2 instance type: {value!r}")
+            raise ValueError("not an EC2 instance type")
         return value
 
     @field_validator("ami")
     @classmethod
     def _ami(cls, value: ResourceRef | None) -> ResourceRef | None:
         if value is not None and not _AMI.match(value.id):
-            raise ValueError(f"not an AMI ID: {value.id!r}")
+            raise ValueError("not an AMI ID")
         return value
 
     @field_validator("subnet")
     @classmethod
     def _subnet(cls, value: ResourceRef | None) -> ResourceRef | None:
         if value is not None and not _SUBNET.match(value.id):
-            raise ValueError(f"not a subnet ID: {value.id!r}")
+            raise ValueError("not a subnet ID")
         return value
 
     @field_validator("additional_security_groups")
     @classmethod
     def _groups(cls, value: list[ResourceRef]) -> list[ResourceRef]:
-        bad = [ref.id for ref in value if not _GROUP.match(ref.id)]
+        bad = [str(i) for i, ref in enumerate(value) if not _GROUP.match(ref.id)]
         if bad:
-            raise ValueError(f"not security group IDs: {', '.join(map(repr, bad))}")
+            raise ValueError(f"not security group IDs: entries {', '.join(bad)}")
         return value
 
     @field_validator("additional_tags")
@@ -198,10 +197,7 @@ def parse_machine_spec(provider_spec: Mapping[str, Any]) -> AwsMachineSpec:
     try:
         spec = AwsMachineSpec.model_validate(dict(provider_spec))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
-            for error in exc.errors()
-        )
+        problems = describe_validation(exc, whole="spec")
         raise errors.InvalidRequest(NAME, "ValidateMachineSpec", problems) from None
     volume = spec.root_volume
     if volume is not None and volume.iops is not None and volume.type not in IOPS_TYPES:

@@ -21,7 +21,7 @@ import configparser
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class AwsNodeDefaults(BaseModel):
@@ -42,6 +42,9 @@ class AwsNodeDefaults(BaseModel):
 
 
 class AwsSettings(BaseModel):
+    #: a refused setting is named, never printed (its value may be a credential)
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     region: str = "us-east-1"
     #: Emulator or VPC endpoint; unset means the real AWS endpoints.
     endpoint_url: str | None = None

@@ -15,7 +15,6 @@ from typing import Any
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
-from cloudloop.cloud.aws.imds import Imds
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.termination_events import parse_message
 from cloudloop.cloud.aws.termination_queue import AwsTerminationQueue, queue_missing
@@ -84,10 +83,6 @@ class AwsTermination:
 
     def remove_queue(self, spec: QueueSpec) -> list[str]:
         return self._queue_infra().remove(spec)
-
-    def instance_metadata(self) -> Imds:
-        """This node's metadata service (IMDS mode): ``nth.imds_endpoint``, IMDSv2."""
-        return Imds(self.nth.imds_endpoint, timeout_s=self.nth.imds_timeout_s)
 
     # -- SQS -------------------------------------------------------------------------------
     def parse_message(self, body: str, *, message_id: str, now: datetime) -> ParsedMessage:

@@ -40,6 +40,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="dvp",
+    credential_settings=("kubeconfig",),
     settings=DvpSettings,
     driver=_driver,
     infra_kinds=INFRA_KINDS,

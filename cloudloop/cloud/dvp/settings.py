@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class DvpSettings(BaseModel):
@@ -18,6 +18,9 @@ class DvpSettings(BaseModel):
     The defaults read Deckhouse's own variables (``DVP_KUBERNETES_CONFIG_BASE64``,
     ``DVP_NAMESPACE``, ``CLUSTER_UUID``); ``CLOUDLOOP_DVP__*`` wins over them.
     """
+
+    #: a refused setting is named, never printed (its value may be a credential)
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     #: A kubeconfig file for the parent cluster, or the same kubeconfig base64-encoded.
     kubeconfig: Path | None = None

@@ -13,6 +13,7 @@ from kubernetes.utils import parse_quantity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cloudloop.cloud.errors import InvalidRequest
+from cloudloop.errortext import describe_validation
 
 CPU_FRACTION_PATTERN = r"^100%$|^[1-9][0-9]?%$"
 RUN_POLICIES = Literal["AlwaysOn", "AlwaysOff", "Manual", "AlwaysOnUnlessStoppedManually"]
@@ -28,9 +29,9 @@ def quantity(value: Any) -> str:
     try:
         parsed = parse_quantity(value)  # type: ignore[no-untyped-call]
     except (ValueError, InvalidOperation) as exc:
-        raise ValueError(f"{value!r} is not a quantity") from exc
+        raise ValueError("not a quantity") from exc
     if parsed <= Decimal(0):
-        raise ValueError(f"{value!r} must be positive")
+        raise ValueError("must be positive")
     return str(value)
 
 
@@ -85,8 +86,5 @@ def parse_spec(provider_spec: dict[str, Any]) -> DeckhouseMachineSpec:
     try:
         return DeckhouseMachineSpec.model_validate(provider_spec)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"spec.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-            for error in exc.errors()
-        )
+        problems = describe_validation(exc, prefix="spec")
         raise InvalidRequest("dvp", "ValidateDeckhouseMachine", problems) from None

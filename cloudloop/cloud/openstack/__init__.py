@@ -43,6 +43,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="openstack",
+    credential_settings=("cloud_config_file",),
     settings=OpenStackSettings,
     driver=_driver,
     infra_kinds=INFRA_KINDS,

@@ -26,6 +26,7 @@ from cloudloop.cloud.openstack.settings import (
     LoadBalancerClassSettings,
     OpenStackSettings,
 )
+from cloudloop.errortext import yaml_problem
 
 
 class ConfigError(ValueError):
@@ -191,7 +192,7 @@ def parse_cloud_conf(text: str) -> dict[str, Any]:
             continue
         found = _KEY.match(line)
         if found is None or section is None:
-            raise ConfigError(f"line {line_no}: cannot parse {line.split('=')[0].strip()!r}")
+            raise ConfigError(f"line {line_no}: cannot parse (key = value in a [section] expected)")
         key = found.group(1).lower()
         value = _unquote(found.group(2) or "", line_no)
         if section == "loadbalancerclass":
@@ -232,7 +233,7 @@ def parse_cluster_configuration(text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not YAML: {exc}") from None
+        raise ConfigError(yaml_problem(exc)) from None
     if not isinstance(document, dict) or document.get("kind") != "OpenStackClusterConfiguration":
         raise ConfigError("not an OpenStackClusterConfiguration")
     provider = document.get("provider") or {}

@@ -6,11 +6,13 @@ Secrets. Types are upstream's (``layouts.md`` §2); Terraform's OpenStack resour
 name in ``name``. Ports are placed by (name, network) — upstream's master ports have no name, so
 the network and the server or floating IP that refers to them decide; floating IPs (no name
 upstream) by the port they are bound to, and ``openstack_networking_floatingip_associate_v2`` is
-that binding (the floating IP's ``port_id`` here). A key pair's ID is its name; security group
-rules all fold into their group's rule set (``id`` = the group); a router interface's ID is its
-port, a volume attachment's ``<server>/<volume>``. A state ``publish`` writes names a port and a
-floating IP by the definition's name (``<port>@<network>``, ``<node>@<pool>``), which places them
-before the ``match`` pairs are tried.
+that binding (the floating IP's ``port_id`` here); ``openstack_compute_floatingip_v2`` is Nova's
+proxy of such a floating IP (the same ID; Deckhouse's master module) and
+``openstack_compute_floatingip_associate_v2`` its binding to the server. A key pair's ID is its
+name; security group rules all fold into their group's rule set (``id`` = the group); a router
+interface's ID is its port, a volume attachment's ``<server>/<volume>``. A state ``publish``
+writes names a port and a floating IP by the definition's name (``<port>@<network>``,
+``<node>@<pool>``), which places them before the ``match`` pairs are tried.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ STATE_TYPES: dict[str, StateMapping] = {
         defs.FLOATING_IP,
         names=("description",),
         match=(("port_id", "port_id"), ("description", "description")),
+    ),
+    # Nova's proxy of the same Neutron floating IP (its ID is Neutron's): Deckhouse's master
+    # module; no name, so the one of its node's module, or the port it is bound to, places it
+    "openstack_compute_floatingip_v2": StateMapping(
+        defs.FLOATING_IP, names=(), match=(("port_id", "port_id"),)
     ),
     "openstack_networking_floatingip_associate_v2": StateMapping(""),
     "openstack_compute_floatingip_associate_v2": StateMapping(""),

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.openstack.servers import provider_id, server_addresses
 from cloudloop.cloud.openstack.settings import NetworkingSettings
+from cloudloop.errortext import describe_validation
 
 NAME = "openstack"
 #: Server metadata keys: the InfraMachine's UID, and who it is (``namespace/name``).
@@ -199,9 +200,9 @@ class OpenStackMachineSpec(_Model):
 def tag_problem(tag: str) -> str:
     """Why Nova/Neutron refuse ``tag`` ("" when they take it): 1-60 characters, no ``,``/``/``."""
     if not 0 < len(tag) <= 60:
-        return f"{tag!r} must have 1 to 60 characters"
+        return "a tag must have 1 to 60 characters"
     if "," in tag or "/" in tag:
-        return f"{tag!r} must not contain ',' or '/'"
+        return "a tag must not contain ',' or '/'"
     return ""
 
 
@@ -211,10 +212,7 @@ def parse_machine_spec(provider_spec: Mapping[str, Any]) -> OpenStackMachineSpec
     try:
         return OpenStackMachineSpec.model_validate(dict(provider_spec))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
-            for error in exc.errors()
-        )
+        problems = describe_validation(exc, whole="spec")
         raise errors.InvalidRequest(NAME, "ValidateMachineSpec", problems) from None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class ConnectionSettings(BaseModel):
@@ -135,6 +135,9 @@ class BlockStorageSettings(BaseModel):
 
 
 class OpenStackSettings(BaseModel):
+    #: a refused setting is named, never printed (its value may be a credential)
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     connection: ConnectionSettings = Field(default_factory=ConnectionSettings)
     networking: NetworkingSettings = Field(default_factory=NetworkingSettings)
     load_balancer: LoadBalancerSettings = Field(default_factory=LoadBalancerSettings)

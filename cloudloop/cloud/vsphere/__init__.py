@@ -40,6 +40,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="vsphere",
+    credential_settings=("password_file", "ca_bundle"),
     settings=VsphereSettings,
     driver=_driver,
     infra_kinds=INFRA_KINDS,

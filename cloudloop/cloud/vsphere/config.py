@@ -188,16 +188,16 @@ def _bool(key: str, value: Any) -> bool:
         return True
     if text in ("0", "f", "false", "no", "n", "off", ""):
         return False
-    raise ConfigError(f"{key}: {value!r} is not a boolean")
+    raise ConfigError(f"{key}: not a boolean")
 
 
 def _int(key: str, value: Any) -> int:
     try:
         number = int(str(value).strip())
     except ValueError:
-        raise ConfigError(f"{key}: {value!r} is not a number") from None
+        raise ConfigError(f"{key}: not a number") from None
     if number < 0:
-        raise ConfigError(f"{key}: {number} is negative")
+        raise ConfigError(f"{key}: negative")
     return number
 
 
@@ -205,7 +205,7 @@ def _families(key: str, value: Any) -> tuple[str, ...]:
     families = tuple(f.lower() for f in _split(value))
     for family in families:
         if family not in IP_FAMILIES:
-            raise ConfigError(f"{key}: {family!r} is not ipv4 or ipv6")
+            raise ConfigError(f"{key}: not ipv4 or ipv6")
     return families
 
 
@@ -246,7 +246,7 @@ def _check_cidrs(nodes: NodesConfig) -> None:
             try:
                 ipaddress.ip_network(cidr, strict=False)
             except ValueError:
-                raise ConfigError(f"nodes.{_NODES_KEYS[name][0]}: {cidr!r} is not a CIDR") from None
+                raise ConfigError(f"nodes.{_NODES_KEYS[name][0]}: not a CIDR") from None
 
 
 def _nodes(raw: Mapping[str, Any], ini: bool) -> NodesConfig:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,6 +223,28 @@ class VsphereLayoutResources(VsphereMachines):
             return False
         getattr(self, f"_delete_{suffix}")(resource, properties, raw)
         return True
+
+    def refusals(self, resource: ResourceDef, properties: Props) -> list[str]:
+        """What the create of a VM or a data disk would not find: the template, the datastore,
+        the networks (the datacenter and compute clusters are the engine's lookups)."""
+        dc_name = properties.get("datacenter")
+        if resource.kind not in (defs.VM, defs.DISK) or not dc_name:
+            return []
+        checks: list[Callable[[], Any]] = []
+        if properties.get("datastore"):
+            checks.append(lambda: self._check_datastore(dc_name, properties["datastore"]))
+        if resource.kind == defs.VM:
+            checks.append(lambda: self._template(str(properties["template"]), dc_name))
+            checks.append(
+                lambda: self._networks(self._dc_ref(dc_name), list(properties["networks"]))
+            )
+        refusals: list[str] = []
+        for check in checks:
+            try:
+                check()
+            except errors.InvalidRequest as exc:  # "not found" (or ambiguous), named
+                refusals.append(f"{resource.key}: {exc.message}")
+        return refusals
 
     def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
         """The folder, pool or VM the Terraform state names (by moref; a VM by BIOS UUID),

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.vsphere.mapping import PROVIDER
+from cloudloop.errortext import describe_validation
 
 MIB = 2**20
 GIB = 2**30
@@ -60,11 +61,11 @@ def quantity(value: int | str) -> Decimal:
         return Decimal(value)
     found = _QUANTITY.match(value.strip())
     if found is None:
-        raise ValueError(f"not a quantity: {value!r}")
+        raise ValueError("not a quantity")
     try:
         return Decimal(found.group(1)) * _FACTORS[found.group(2)]
     except InvalidOperation:
-        raise ValueError(f"not a quantity: {value!r}") from None
+        raise ValueError("not a quantity") from None
 
 
 def _ceil(value: Decimal) -> int:
@@ -182,11 +183,9 @@ def parse_machine_spec(provider_spec: Mapping[str, Any]) -> VsphereMachineSpec:
     try:
         spec = VsphereMachineSpec.model_validate(dict(provider_spec))
     except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
-            for error in exc.errors()
-        ]
-        raise errors.InvalidRequest(PROVIDER, "ValidateMachineSpec", "; ".join(problems)) from None
+        raise errors.InvalidRequest(
+            PROVIDER, "ValidateMachineSpec", describe_validation(exc, whole="spec")
+        ) from None
     if spec.clone_mode == "linkedClone" or spec.snapshot:
         problems.append("cloneMode: linkedClone (from a snapshot) is not supported; use fullClone")
     if spec.storage_policy_name:

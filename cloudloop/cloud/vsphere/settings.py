@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from cloudloop.cloud.vsphere.config import (
     CloudConfig,
@@ -61,6 +61,9 @@ class InstanceClassDefaults(BaseModel):
 
 class VsphereSettings(BaseModel):
     """vCenter access and the CPI's options (``CLOUDLOOP_VSPHERE__*``)."""
+
+    #: a refused setting is named, never printed (its value may be a credential)
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     #: Upstream ``vsphere.conf`` (YAML or INI), e.g. the ``vsphere-cloud-config`` ConfigMap.
     config_file: Path | None = None

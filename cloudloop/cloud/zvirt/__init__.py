@@ -40,6 +40,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="zvirt",
+    credential_settings=("password_file", "ca_bundle"),
     settings=ZvirtSettings,
     driver=_driver,
     infra_kinds=INFRA_KINDS,

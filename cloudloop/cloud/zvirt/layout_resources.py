@@ -142,6 +142,32 @@ class ZvirtLayoutResources(ZvirtMachines):
         raw = find(resource, properties) or raw
         return Ensured("updated", outputs(resource, raw), changed)
 
+    def refusals(self, resource: ResourceDef, properties: Props) -> list[str]:
+        """What the create of a VM or a data disk would not find: the template, the vNIC
+        profile, the storage domain."""
+        checks: list[Callable[[], Any]] = []
+        if resource.kind == defs.VM:
+            checks.append(lambda: self._template_id(str(properties["template"])))
+            checks.append(lambda: self._check_vnic_profile(str(properties["vnic_profile_id"])))
+        elif resource.kind == defs.DISK:
+            checks.append(lambda: self._check_storage_domain(str(properties["storage_domain_id"])))
+        refusals: list[str] = []
+        for check in checks:
+            try:
+                check()
+            except errors.InvalidRequest as exc:  # "not found", named
+                refusals.append(f"{resource.key}: {exc.message}")
+        return refusals
+
+    def _check_storage_domain(self, domain_id: str) -> None:
+        try:
+            self.session.call(
+                "GetStorageDomain",
+                lambda api: api.storage_domains_service().storage_domain_service(domain_id).get(),
+            )
+        except errors.NotFound:
+            raise errors.InvalidRequest(NAME, "AddDisk", f"no storage domain {domain_id}") from None
+
     def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
         """The resource a Terraform state names, made findable, then ``inspect``'s answer;
         ``None`` when the engine has no such resource.

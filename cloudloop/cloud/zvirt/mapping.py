@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cloudloop.cloud import errors, models
+from cloudloop.errortext import describe_validation
 
 NAME = "zvirt"
 PROVIDER_ID_PREFIX = "zvirt://"
@@ -76,15 +77,10 @@ def parse_machine_spec(provider_spec: Mapping[str, Any]) -> ZvirtMachineSpec:
     try:
         spec = ZvirtMachineSpec.model_validate(dict(provider_spec))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
-            for error in exc.errors()
-        )
+        problems = describe_validation(exc, whole="spec")
         raise errors.InvalidRequest(NAME, "ValidateMachineSpec", problems) from None
     if not is_uuid(spec.vnic_profile_id):
-        raise errors.InvalidRequest(
-            NAME, "ValidateMachineSpec", f"vnicProfileID: not a UUID: {spec.vnic_profile_id!r}"
-        )
+        raise errors.InvalidRequest(NAME, "ValidateMachineSpec", "vnicProfileID: not a UUID")
     return spec
 
 

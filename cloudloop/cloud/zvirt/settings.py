@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 
 class ZvirtSettings(BaseModel):
     """zVirt / oVirt Engine API access (the ``provider`` parameters of cloud-provider-zvirt)."""
+
+    #: a refused setting is named, never printed (its value may be a credential)
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     #: The engine's API, e.g. ``https://zvirt.example.com/ovirt-engine/api``.
     api_url: str = ""

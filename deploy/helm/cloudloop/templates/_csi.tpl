@@ -1,6 +1,7 @@
 {{/* CSI driver: the env both CSI processes read. Like the worker and starter they get the
-     cloud's settings (--cloud-config), the CLOUDLOOP_CONFIG file and the credentials Secret's
-     files: the driver builds StorageClasses, topology and limits from them. */}}
+     cloud's settings (--cloud-config) and the CLOUDLOOP_CONFIG file: the driver builds
+     StorageClasses, topology and limits from them. The controller also gets the credentials
+     Secret's files; the node plugin none (docs/decisions/node-agents-credentials.md). */}}
 {{- define "cloudloop.csi.env" -}}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
@@ -26,6 +27,7 @@ args:
 volumeMounts:
   - name: socket-dir
     mountPath: /csi
+{{ include "cloudloop.containerSecurityContext" .root }}
 {{- end }}
 
 {{/* -- snapshots (issue 29) -------------------------------------------------------------------

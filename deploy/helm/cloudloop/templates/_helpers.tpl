@@ -148,14 +148,47 @@ checksum/credentials: {{ include (print .Template.BasePath "/secret-credentials.
 {{- end }}
 {{- end }}
 
+{{/* The task queue and workflow-ID scope the processes use: {taskQueue, workflowIdScope} (a key
+     left out: the settings' default, a queue derived from clusterName). Values win; else what
+     the release's ConfigMap recorded; else, for a release installed before queues derived
+     from clusterName (its ConfigMap records neither), the old queue `cloudloop` and unscoped IDs,
+     so its long-lived workflows keep their queue and IDs. `helm template` cannot look up: set
+     both values when upgrading such a release that way. */}}
+{{- define "cloudloop.queuePin" -}}
+{{- $existing := lookup "v1" "ConfigMap" .Release.Namespace (include "cloudloop.fullname" .) }}
+{{- $data := (($existing | default dict).data | default dict) }}
+{{- $pin := dict }}
+{{- if hasKey $data "temporal-task-queue" }}
+{{- with get $data "temporal-task-queue" }}{{- $_ := set $pin "taskQueue" . }}{{- end }}
+{{- if hasKey $data "temporal-workflow-id-scope" }}
+{{- $_ := set $pin "workflowIdScope" (get $data "temporal-workflow-id-scope") }}
+{{- end }}
+{{- else if $existing }}
+{{- $_ := set $pin "taskQueue" "cloudloop" }}
+{{- $_ := set $pin "workflowIdScope" "" }}
+{{- end }}
+{{- with .Values.temporal.taskQueue }}{{- $_ := set $pin "taskQueue" . }}{{- end }}
+{{- if ne (toString .Values.temporal.workflowIdScope) "<nil>" }}
+{{- $_ := set $pin "workflowIdScope" (toString .Values.temporal.workflowIdScope) }}
+{{- end }}
+{{- toYaml $pin }}
+{{- end }}
+
 {{/* Temporal connection env (worker, starter and the set-up Job). */}}
 {{- define "cloudloop.temporalEnv" -}}
 - name: CLOUDLOOP_TEMPORAL__ADDRESS
   value: {{ .Values.temporal.address | quote }}
 - name: CLOUDLOOP_TEMPORAL__NAMESPACE
   value: {{ .Values.temporal.namespace | quote }}
+{{- $pin := include "cloudloop.queuePin" . | fromYaml }}
+{{- with $pin.taskQueue }}
 - name: CLOUDLOOP_TEMPORAL__TASK_QUEUE
-  value: {{ .Values.temporal.taskQueue | quote }}
+  value: {{ . | quote }}
+{{- end }}
+{{- if hasKey $pin "workflowIdScope" }}
+- name: CLOUDLOOP_TEMPORAL__WORKFLOW_ID_SCOPE
+  value: {{ $pin.workflowIdScope | quote }}
+{{- end }}
 {{- if .Values.temporal.tls.enabled }}
 - name: CLOUDLOOP_TEMPORAL__TLS__ENABLED
   value: "true"
@@ -171,6 +204,44 @@ checksum/credentials: {{ include (print .Template.BasePath "/secret-credentials.
 {{- if .Values.temporal.apiKey.secretName }}
 - name: CLOUDLOOP_TEMPORAL__API_KEY_FILE
   value: /etc/cloudloop/temporal-api-key/{{ .Values.temporal.apiKey.key }}
+{{- end }}
+{{- include "cloudloop.codecEnv" . }}
+{{- end }}
+
+{{/* The payload codec (issue 39): every process that talks to Temporal holds the key ring. */}}
+{{- define "cloudloop.codecSecret" -}}
+{{- .Values.temporal.codec.existingSecret | default (printf "%s-codec" (include "cloudloop.fullname" .)) }}
+{{- end }}
+
+{{- define "cloudloop.codecEnv" }}
+- name: CLOUDLOOP_TEMPORAL__CODEC__ENABLED
+  value: {{ .Values.temporal.codec.enabled | quote }}
+{{- if and .Values.temporal.codec.enabled (not .withoutCodec) }}
+- name: CLOUDLOOP_TEMPORAL__CODEC__KEY_DIR
+  value: {{ .Values.temporal.codec.mountPath }}
+{{- with .Values.temporal.codec.activeKeyId }}
+- name: CLOUDLOOP_TEMPORAL__CODEC__ACTIVE_KEY_ID
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Not in the pre-install set-up Job (it sends no payload, and runs before the Secret exists):
+     it renders the Temporal helpers with (dict ... "withoutCodec" true). */}}
+{{- define "cloudloop.codecVolume" }}
+{{- if and .Values.temporal.codec.enabled (not .withoutCodec) }}
+- name: codec-keys
+  secret:
+    secretName: {{ include "cloudloop.codecSecret" . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "cloudloop.codecMount" }}
+{{- if and .Values.temporal.codec.enabled (not .withoutCodec) }}
+- name: codec-keys
+  mountPath: {{ .Values.temporal.codec.mountPath }}
+  readOnly: true
 {{- end }}
 {{- end }}
 
@@ -204,6 +275,7 @@ an activitiesPerSecond of 0 is unlimited (null). */}}
     secretName: {{ . }}
     defaultMode: 0440
 {{- end }}
+{{- include "cloudloop.codecVolume" . }}
 {{- end }}
 
 {{- define "cloudloop.temporalMounts" -}}
@@ -217,6 +289,7 @@ an activitiesPerSecond of 0 is unlimited (null). */}}
   mountPath: /etc/cloudloop/temporal-api-key
   readOnly: true
 {{- end }}
+{{- include "cloudloop.codecMount" . }}
 {{- end }}
 
 {{/* The pod spec of a component: (dict "root" $ "component" "worker"). */}}
@@ -236,8 +309,7 @@ priorityClassName: {{ . }}
 hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
 {{- end }}
-securityContext:
-  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+{{ include "cloudloop.podSecurityContext" $root }}
 {{- $daemonSet := eq (include "cloudloop.kind" .) "DaemonSet" }}
 {{- $nodeSelector := deepCopy ($root.Values.nodeSelector | default dict) }}
 {{- if or $root.Values.controlPlane $daemonSet }}
@@ -281,8 +353,7 @@ containers:
       {{- with $values.extraArgs }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
-    securityContext:
-      {{- toYaml $root.Values.securityContext | nindent 6 }}
+    {{- include "cloudloop.containerSecurityContext" $root | nindent 4 }}
     ports:
       - name: metrics
         containerPort: {{ include "cloudloop.metricsPort" . }}
@@ -338,6 +409,9 @@ containers:
         value: {{ $root.Values.temporal.maxConcurrentActivities | int | quote }}
       - name: CLOUDLOOP_TEMPORAL__QUEUES
         value: {{ include "cloudloop.taskQueues" $root | quote }}
+      # the layout activities read configs (and destroy's kubeconfig) only under the mount
+      - name: CLOUDLOOP_LAYOUTS__SOURCE_DIR
+        value: {{ $root.Values.layouts.mountPath | quote }}
       {{- end }}
       {{- with $root.Values.extraEnv }}
       {{- toYaml . | nindent 6 }}
@@ -375,4 +449,17 @@ volumes:
       secretName: {{ $root.Values.layouts.existingSecret }}
       defaultMode: 0440
 {{- end }}
+{{- end }}
+
+{{/* -- the chart's boundary (issue 39; deploy/SECURITY.md) ----------------------------------
+     The restricted Pod Security level of every pod but the node agents: one include per pod
+     spec and one per container (the values podSecurityContext and securityContext). */}}
+{{- define "cloudloop.podSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{- define "cloudloop.containerSecurityContext" -}}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
 {{- end }}
