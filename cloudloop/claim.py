@@ -163,6 +163,22 @@ async def read_claim(client: Client, queue: str) -> Claim | None:
     return claim_of(queue, described.typed_search_attributes, workflow_id, described.run_id)
 
 
+async def refuse_if_claimed_elsewhere(
+    client: Client, queues: list[str], mine: ClusterIdentity
+) -> None:
+    """For a one-off start from outside the cluster (the CLI: it holds no claim of its own):
+    raise :class:`ClaimRefused` when a running claim of one of ``queues`` names another cluster
+    (another name, or another UID when both are known). An unclaimed queue passes: its work
+    waits for a worker, and a worker claims before it polls."""
+    for queue in queues:
+        claim = await read_claim(client, queue)
+        if claim is None:
+            continue
+        holder = claim.holder
+        if holder.name != mine.name or (holder.uid and mine.uid and holder.uid != mine.uid):
+            raise ClaimRefused(queue, mine, holder)
+
+
 async def release_claim(client: Client, queue: str, *, by: str, reason: str = "") -> Claim | None:
     """End ``queue``'s running claim by terminating it (no worker needed: the holder's may be
     gone for good); ``None``: none was running. ``by`` and ``reason`` stay in its history."""

@@ -398,8 +398,14 @@ def _queue_setup(remove: bool) -> None:
     require_codec(Settings())
 
     async def run() -> str:
-        client = await temporal_client.connect(Settings().temporal)
-        result = await setup_queue(client, Settings(), remove=remove)
+        from cloudloop.claim import ClusterIdentity, refuse_if_claimed_elsewhere
+
+        settings = Settings()
+        client = await temporal_client.connect(settings.temporal)
+        # The queue workflow runs on this cluster's queues: never on another cluster's.
+        mine = ClusterIdentity(name=settings.cluster_name, uid=settings.cluster_uid)
+        await refuse_if_claimed_elsewhere(client, settings.temporal.all_queues(), mine)
+        result = await setup_queue(client, settings, remove=remove)
         if remove:
             return "removed: " + (", ".join(result.removed) or "nothing (already gone)")
         return f"queue {result.queue_url}: rules {', '.join(result.rules)}; hooks {result.hooks}"

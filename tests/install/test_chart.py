@@ -939,6 +939,13 @@ def test_the_termination_handler_runs_both_modes_on_aws_by_default(helm: Helm) -
         "termination",
         "uninstall",
     ]
+    # The Job only starts a workflow: the worker's credentials Secret is not mounted in it.
+    worker_pod = find(docs, "Deployment", "-worker")["spec"]["template"]["spec"]
+    (credentials,) = [
+        v["secret"]["secretName"] for v in worker_pod["volumes"] if v["name"] == "credentials"
+    ]
+    job_pod = job["spec"]["template"]["spec"]
+    assert all(v.get("secret", {}).get("secretName") != credentials for v in job_pod["volumes"])
     config = yaml.safe_load(find(docs, "ConfigMap", "cloudloop")["data"]["config.yaml"])
     assert config["nth"]["queue_url"] == "" and config["nth"]["manage_queue"] is True
 

@@ -8,7 +8,8 @@ its activities were scheduled on that cluster's queue and started by that cluste
 process. Then the refusals: a worker of cluster beta configured onto alpha's queue exits with
 the error naming both clusters; a cluster that copied alpha's name (another kube-system UID)
 is refused alpha's queues, its gated starter starts nothing; and after
-``release-claim`` the queues can be claimed by the other cluster.
+``release-claim`` the queues can be claimed by the other cluster. A one-off start from outside
+(the CLI) is refused a queue another cluster claims.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from pydantic import SecretStr
 from temporalio.client import Client
 
 from cloudloop import temporal
-from cloudloop.claim import ClaimRefused, for_process, gated, read_claim, release_claim
+from cloudloop.claim import (
+    ClaimRefused,
+    ClusterIdentity,
+    for_process,
+    gated,
+    read_claim,
+    refuse_if_claimed_elsewhere,
+    release_claim,
+)
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
@@ -264,6 +273,17 @@ async def test_two_clusters_on_one_namespace_never_cross(
             await gated(client, twin).start_workflow(
                 "CloudProbe", id=f"never-{os.getpid()}", task_queue="cloudloop-alpha"
             )
+
+        # A one-off start from outside (the CLI's termination install) is refused another
+        # cluster's queues by name or by UID, and passes its own and an unclaimed queue.
+        queues = alpha.settings.temporal.all_queues()
+        with pytest.raises(ClaimRefused, match="served by cluster alpha"):
+            await refuse_if_claimed_elsewhere(client, queues, ClusterIdentity("beta", ""))
+        with pytest.raises(ClaimRefused):
+            await refuse_if_claimed_elsewhere(client, queues, refused.value.mine)
+        await refuse_if_claimed_elsewhere(client, queues, refused.value.holder)
+        await refuse_if_claimed_elsewhere(client, queues, ClusterIdentity("alpha", ""))
+        await refuse_if_claimed_elsewhere(client, ["never-claimed"], ClusterIdentity("beta", ""))
 
         # Released (alpha's worker stopped first), the queues go to whoever claims next.
         workers["alpha"].process.stop()  # type: ignore[union-attr]
