@@ -48,6 +48,17 @@ def active(conn: Sdk, lb_id: str) -> Any:
 def test_a_load_balancer_is_immutable_until_active(
     conn: Sdk, admin: OpenStackEmulatorAdmin
 ) -> None:
+    # Each PENDING_* lasts 2 s here (0.2 s by default): long enough for the next SDK call to
+    # meet it on a loaded runner, where the default window closed before the call got there.
+    defaults = admin.set_delays()
+    admin.set_delays(lb_update_s=2.0, lb_create_s=2.0)
+    try:
+        _immutable_until_active(conn)
+    finally:
+        admin.set_delays(lb_update_s=defaults["lb_update_s"], lb_create_s=defaults["lb_create_s"])
+
+
+def _immutable_until_active(conn: Sdk) -> None:
     lb = conn.load_balancer.create_load_balancer(
         name="lb-1", vip_subnet_id=subnet_id(conn), tags=["kube_service_c_ns_web"]
     )

@@ -491,6 +491,9 @@ def aws_release(install: InstallStack, helm: Helm, folder: Path, cluster: str) -
                 "temporal.address": install.stack.temporal_address,
                 "cloud.settings.region": "us-east-1",
                 "cloud.settings.endpoint_url": install.stack.moto_endpoint,
+                # moto's DescribeInstanceTypes (every type, one page) outlasted the default 10 s
+                # on a loaded runner: discovery then waited out its backoff past the test's wait.
+                "cloud.settings.timeout_s": "60",
                 "config.ccm.configure_cloud_routes": "false",
                 "logFormat": "text",
             },

@@ -30,6 +30,7 @@ from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.layouts.config import ClusterIdentity, load_documents
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutInput, LayoutTimings
+from cloudloop.messages.layout import workflow_id as layout_workflow_id
 from cloudloop.settings import TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
@@ -484,7 +485,9 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
     assert set(before) <= set(after) and len(after) == len(before) + len(renamed)
 
     # the adoption is a workflow: its history holds IDs, never the state's secrets
-    history = await client.get_workflow_handle(f"layout/{prefix}").fetch_history()
+    history = await client.get_workflow_handle(
+        layout_workflow_id(prefix, queue)
+    ).fetch_history()  # the CLI scopes it by its queue
     text = payloads(plain_json(history, client))
     assert terraform.ids[f"{defs.VPC}/{prefix}"] in text
     assert USER_DATA not in text and SECRET not in text

@@ -51,6 +51,7 @@ async def cli(stack: LocalStack, queue: str, *args: str) -> tuple[int, str]:
         queue,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **stack.codec_env()},  # the stack's key, as the workers'
     )
     out, _ = await asyncio.wait_for(process.communicate(), timeout=240)
     return int(process.returncode or 0), out.decode()
@@ -137,7 +138,10 @@ async def test_a_path_outside_the_mount_is_refused_with_nothing_read(
             assert os.stat(secret).st_atime_ns == before, f"{case}: the file was read"
             assert front.requests() == {}, (case, front.requests())  # no cloud call either
 
-            history = await client.get_workflow_handle(plan_workflow_id(prefix)).fetch_history()
+            scope = queue if case == "etc-passwd" else ""  # the CLI scopes its IDs by its queue
+            history = await client.get_workflow_handle(
+                plan_workflow_id(prefix, scope)
+            ).fetch_history()
             raw = history.to_json()
             text = payloads(json.loads(raw)) + raw
             assert OUTSIDE_SECRET not in text and "root:x:0:0" not in text, case

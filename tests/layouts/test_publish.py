@@ -212,6 +212,7 @@ def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
             "--kubeconfig",
             str(stack.kubeconfig),
         ],
+        env={"CLOUDLOOP_TEMPORAL__CODEC__ENABLED": "false"},  # Temporal is faked: no history
     )
     assert answer.exit_code == 0, answer.output
     assert "written: Secret d8-system/d8-masters-kubernetes-data-device-path" in answer.output

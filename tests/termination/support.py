@@ -182,6 +182,7 @@ def processor(settings: Settings, kube: Kube, client: Client) -> QueueProcessor:
         settings.nth,
         task_queue=settings.temporal.task_queue,
         cluster=settings.cluster_name,
+        id_scope=settings.temporal.id_scope,  # as the starter's (QueueProcessor.from_context)
     )
 
 

@@ -105,7 +105,13 @@ def pod_bound_kubeconfig(
     pod = kube.create(
         PODS,
         {
-            "metadata": {"name": "nth-imds-agent"},
+            # A DaemonSet's pod in the chart, which a drain leaves running; here a mirror pod
+            # (also left by the drain, and no controller to replace or collect it), so the
+            # test's own drain of the Node does not evict it and void its bound token.
+            "metadata": {
+                "name": "nth-imds-agent",
+                "annotations": {"kubernetes.io/config.mirror": "nth-imds-agent"},
+            },
             "spec": {
                 "serviceAccountName": account,
                 "nodeName": node,

@@ -20,6 +20,7 @@ from cloudloop.cloud.aws.termination import AwsTermination
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, VOLUME_ATTACHMENTS
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.termination import TAINT_KEYS, DrainResult, EventKind
 from devstack.audit import eviction_audit_log, read_evictions
 from devstack.autoscaling_ext import inject_fault
@@ -119,7 +120,8 @@ async def test_asg_termination_drains_then_completes_lifecycle(
             what="workflow in visibility",
             timeout=60,
         )
-        assert len(found) == 1 and found[0].id.startswith(f"drain/{source}/{instance}/")
+        drain_prefix = scoped_id(config.temporal.id_scope, f"drain/{source}/{instance}/")
+        assert len(found) == 1 and found[0].id.startswith(drain_prefix)
         messages = [e["message"] for e in node_events(kube, source, "CordonAndDrain")]
         assert any(found[0].id in m and "4 pod(s) evicted" in m for m in messages), messages
         assert (

@@ -18,6 +18,7 @@ from temporalio.client import Client
 
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.volume import (
     AttachVolumeRequest,
     Code,
@@ -168,9 +169,13 @@ async def test_crashed_create_resumes_from_its_heartbeat(
     volume_id = held.params["VolumeId.1"]
 
     async def heartbeat_has_volume() -> bool:
-        description = await client.get_workflow_handle(f"volume-create/{name}").describe()
+        description = await client.get_workflow_handle(
+            scoped_id(settings.temporal.id_scope, f"volume-create/{name}")
+        ).describe()
+        codec = client.data_converter.payload_codec  # the raw description is still encrypted
         for pending in description.raw_description.pending_activities:
-            for payload in pending.heartbeat_details.payloads:
+            payloads = list(pending.heartbeat_details.payloads)
+            for payload in await codec.decode(payloads) if codec else payloads:
                 if json.loads(payload.data).get("volume_id") == volume_id:
                     return True
         return False

@@ -23,6 +23,7 @@ from cloudloop.cloud.aws.tags import cluster_tag_key
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.volume import (
     AttachVolumeRequest,
     CapacityRange,
@@ -97,7 +98,7 @@ async def test_create_is_idempotent_on_name(
     )
     first = await ops.create(request)
     assert first.code is Code.OK, first.message
-    assert first.workflow_id == f"volume-create/{name}"
+    assert first.workflow_id == scoped_id(settings.temporal.id_scope, f"volume-create/{name}")
     assert first.volume is not None and first.volume.size_gib == 4  # rounded up to whole GiB
 
     raw = await in_moto(ec2, first.volume.id)
@@ -159,7 +160,7 @@ async def test_create_honours_capacity_and_topology(
 
 
 async def test_attach_detach_delete_lifecycle(
-    worker: Worker, ops: VolumeOperations, ec2: Any
+    worker: Worker, ops: VolumeOperations, ec2: Any, settings: Settings
 ) -> None:
     node_a = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     node_b = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
@@ -171,7 +172,7 @@ async def test_attach_detach_delete_lifecycle(
 
     attached = await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node_a))
     assert attached.code is Code.OK, attached.message
-    assert attached.workflow_id == f"volume/{volume_id}"
+    assert attached.workflow_id == scoped_id(settings.temporal.id_scope, f"volume/{volume_id}")
     assert attached.device.startswith("/dev/xvd")
     # The node finds the disk by its NVMe serial (the volume ID without dash), else by name.
     assert attached.publish_context == {
@@ -222,14 +223,14 @@ async def test_attach_detach_delete_lifecycle(
 
 
 async def test_detach_without_node_detaches_everywhere(
-    worker: Worker, ops: VolumeOperations, ec2: Any
+    worker: Worker, ops: VolumeOperations, ec2: Any, settings: Settings
 ) -> None:
     node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
     assert (await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node))).ok
     result = await ops.detach(DetachVolumeRequest(volume_id=volume_id))
     assert result.code is Code.OK, result.message
-    assert result.workflow_id == f"volume/{volume_id}"
+    assert result.workflow_id == scoped_id(settings.temporal.id_scope, f"volume/{volume_id}")
     assert await asyncio.to_thread(attachments, ec2, volume_id) == []
 
 
@@ -312,7 +313,9 @@ async def test_repeated_request_joins_and_conflicting_one_is_refused(
     volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a", 2)
     attach = AttachVolumeRequest(volume_id=volume_id, node_id=node)
     first = asyncio.create_task(ops.attach(attach))
-    handle = client.get_workflow_handle(f"volume/{volume_id}")
+    handle = client.get_workflow_handle(
+        scoped_id(settings.temporal.id_scope, f"volume/{volume_id}")
+    )
     running = await started(client, handle.id)
 
     second = asyncio.create_task(ops.attach(attach))
@@ -327,7 +330,7 @@ async def test_repeated_request_joins_and_conflicting_one_is_refused(
     assert delete.code is Code.ABORTED, delete
     name = unique("pvc")
     create = asyncio.create_task(ops.create(CreateVolumeRequest(name=name)))
-    await started(client, f"volume-create/{name}")
+    await started(client, scoped_id(settings.temporal.id_scope, f"volume-create/{name}"))
     other_size = await ops.create(
         CreateVolumeRequest(name=name, capacity=CapacityRange(required_bytes=2 * GIB))
     )
