@@ -8,11 +8,9 @@ same worker plans from a file inside the mount (by absolute or relative name).""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import sys
 import uuid
 from pathlib import Path
 
@@ -29,32 +27,13 @@ from cloudloop.settings import TemporalSettings
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed, run_layout
 from tests.layouts.support import Front, config_file, layout_worker, payloads
-from tests.support.workers import CLI
+from tests.layouts.test_cli import cli
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 
 UUID = "3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60"
 #: A secret in the file outside the mount: if it were read, it would be a valid config.
 OUTSIDE_SECRET = "outside-mount-s3cr3t-7f3a"
-
-
-async def cli(stack: LocalStack, queue: str, *args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        CLI,
-        "layout",
-        *args,
-        "--temporal-address",
-        stack.temporal_address,
-        "--task-queue",
-        queue,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **stack.codec_env()},  # the stack's key, as the workers'
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=240)
-    return int(process.returncode or 0), out.decode()
 
 
 def _age(path: Path) -> int:
