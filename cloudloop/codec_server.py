@@ -199,7 +199,7 @@ class CodecServer:
                 path = self.path.split("?", 1)[0].rstrip("/")
                 action = path.rsplit("/", 1)[-1]
                 asked = self.headers.get("X-Namespace") or ""
-                status, count, size = 0, 0, 0
+                count, size = 0, 0
                 try:
                     if action not in ("encode", "decode"):
                         raise BadRequest(404, "not found")
@@ -218,21 +218,20 @@ class CodecServer:
                         self.close_connection = True
                         raise BadRequest(413, f"body over {limit} bytes")
                     answer, count = transform(ring, action, self.rfile.read(size))
-                    status = 200
-                    self._send(200, answer, "application/json")
+                    status, body, kind = 200, answer, "application/json"
                 except BadRequest as exc:
-                    status = exc.status
-                    self._send(exc.status, f"{exc}\n".encode())
-                finally:
-                    log.info(
-                        "codec %s %s namespace=%s payloads=%d bytes=%d -> %d",
-                        self.command,
-                        path,
-                        asked or "-",
-                        count,
-                        size,
-                        status,
-                    )
+                    status, body, kind = exc.status, f"{exc}\n".encode(), "text/plain"
+                # logged before the answer is sent: a client that has its answer has the line too
+                log.info(
+                    "codec %s %s namespace=%s payloads=%d bytes=%d -> %d",
+                    self.command,
+                    path,
+                    asked or "-",
+                    count,
+                    size,
+                    status,
+                )
+                self._send(status, body, kind)
 
             def log_message(self, format: str, *args: object) -> None:
                 pass  # one line per request above, without anything the request carried

@@ -98,10 +98,10 @@ async def test_adopt_a_terraform_made_cluster_then_apply_makes_nothing(
     sources = terraform.write_states(tmp_path)
     # deleted after the state was written: the state lists it, the cloud has it no more
     gone_server = f"{defs.SERVER}/{prefix}-front-0"
-    sdk.compute.delete_server(terraform.ids[gone_server])
-    sdk.compute.wait_for_delete(
-        sdk.compute.get_server(terraform.ids[gone_server]), wait=60, interval=0.2
-    )
+    # fetched before the delete: the emulator may have removed it by the time a later GET asks
+    server = sdk.compute.get_server(terraform.ids[gone_server])
+    sdk.compute.delete_server(server)
+    sdk.compute.wait_for_delete(server, wait=60, interval=0.2)
 
     def input(action: str, **more: Any) -> LayoutInput:
         return LayoutInput(
