@@ -797,13 +797,23 @@ def _layout_run(
     )
 
     async def go() -> Any:
+        from cloudloop import claim
         from cloudloop.temporal import connect
 
         client = await connect(temporal_settings)
+        # The layout runs on this cluster's queue with its workers' cloud credentials: never on
+        # a queue another cluster serves (checked before anything is started).
+        mine = claim.ClusterIdentity(name=settings.cluster_name, uid=settings.cluster_uid)
+        await claim.refuse_if_claimed_elsewhere(client, [temporal_settings.task_queue], mine)
         return await run_layout(client, temporal_settings.task_queue, input, report=click.echo)
+
+    from cloudloop.claim import ClaimRefused
 
     try:
         return asyncio.run(go())
+    except ClaimRefused as exc:
+        click.echo(f"Error: {exc}", err=True)
+        _leave(1)
     except LayoutFailed as exc:
         click.echo(f"Error: {action} failed: {exc}", err=True)
         _leave(1)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cloudloop import temporal
+from cloudloop import claim, temporal
 from cloudloop.cli import main
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
@@ -260,6 +260,9 @@ def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
     async def fake_connect(_: Any) -> None:
         return None
 
+    async def no_claim(*_: Any) -> None:
+        return None
+
     async def fake_run(client: Any, queue: str, input: Any, **_: Any) -> LayoutResult:
         seen.append(input)
         return LayoutResult(action="destroy", layout=input.cluster.prefix, prefix="p")
@@ -268,6 +271,7 @@ def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
         raise SystemExit(code)
 
     monkeypatch.setattr(temporal, "connect", fake_connect)
+    monkeypatch.setattr(claim, "refuse_if_claimed_elsewhere", no_claim)  # Temporal is faked
     monkeypatch.setattr(starters.layout, "run_layout", fake_run)
     monkeypatch.setattr(cli_module, "_leave", leave)
     monkeypatch.chdir(tmp_path)

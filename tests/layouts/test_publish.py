@@ -163,8 +163,8 @@ def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
     after writing the ``kube-system`` objects). The workflow's run is faked; the CLI, publish and
     the kube-apiserver are real."""
     import starters.layout
+    from cloudloop import claim, temporal
     from cloudloop import cli as cli_module
-    from cloudloop import temporal
     from cloudloop.kube.client import api_client
     from tests.layouts.support import config_file
 
@@ -190,6 +190,9 @@ def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
     async def fake_connect(_: Any) -> None:
         return None
 
+    async def no_claim(*_: Any) -> None:
+        return None
+
     async def fake_run(*_: Any, **__: Any) -> LayoutResult:
         return result
 
@@ -197,6 +200,7 @@ def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
         raise SystemExit(code)
 
     monkeypatch.setattr(temporal, "connect", fake_connect)
+    monkeypatch.setattr(claim, "refuse_if_claimed_elsewhere", no_claim)  # Temporal is faked
     monkeypatch.setattr(starters.layout, "run_layout", fake_run)
     monkeypatch.setattr(cli_module, "_leave", leave)
     path = config_file(tmp_path, "aws-without-nat", prefix)
