@@ -29,7 +29,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
 from cloudloop.codec import CodecConfigError, CodecError, KeyRing
+from cloudloop.http_server import QuietHandler, ThreadedServer
 from cloudloop.metrics_auth import ALLOWED, FORBIDDEN, UNAUTHENTICATED, bearer_token
 from cloudloop.settings import CodecServerSettings
 
@@ -141,7 +141,7 @@ def transform(ring: KeyRing, action: str, body: bytes) -> tuple[bytes, int]:
     return json.dumps(answer).encode(), len(result.payloads)
 
 
-class CodecServer:
+class CodecServer(ThreadedServer):
     """The threaded HTTP server; :meth:`start` serves in a thread, :meth:`stop` ends it."""
 
     def __init__(
@@ -156,7 +156,7 @@ class CodecServer:
         origins = frozenset(settings.cors_origins)
         limit = settings.max_body_bytes
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):  # one line per request, nothing it carried
             timeout = settings.request_timeout_s
 
             def _cors(self) -> None:
@@ -233,28 +233,7 @@ class CodecServer:
                 )
                 self._send(status, body, kind)
 
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # one line per request above, without anything the request carried
-
-        self._server = ThreadingHTTPServer((settings.bind, settings.port), Handler)
-        self._server.daemon_threads = True
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(
-                self._server.socket, server_side=True, do_handshake_on_connect=False
-            )
-        self.scheme = "https" if tls is not None else "http"
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="codec-server", daemon=True
-        )
-
-    def start(self) -> CodecServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler, settings.bind, settings.port, tls=tls, thread_name="codec-server")
 
 
 def serve(

@@ -10,14 +10,13 @@ the reasons, one a line.
 from __future__ import annotations
 
 import ssl
-import threading
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 from cloudloop.health import Health
+from cloudloop.http_server import QuietHandler, ThreadedServer
 
 CLOUD_API_REQUESTS = Counter(
     "cloud_api_requests",
@@ -140,7 +139,7 @@ def require_metrics_authorization(guard: MetricsGuard | None) -> None:
     _metrics_guard = guard
 
 
-class MetricsServer:
+class MetricsServer(ThreadedServer):
     """A small threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``."""
 
     def __init__(
@@ -157,7 +156,7 @@ class MetricsServer:
         temporal_url = temporal_metrics_url
         checks = self.health
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 if self.path in ("/healthz", "/readyz"):
                     reasons = checks.live() if self.path == "/healthz" else checks.ready()
@@ -188,28 +187,7 @@ class MetricsServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((bind, port), Handler)
-        self._server.daemon_threads = True
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(
-                self._server.socket, server_side=True, do_handshake_on_connect=False
-            )
-        self.scheme = "https" if tls is not None else "http"
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics", daemon=True
-        )
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
+        super().__init__(Handler, bind, port, tls=tls, thread_name="metrics")
 
     def set_ready(self) -> None:
         self.health.set_started()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
