@@ -9,6 +9,23 @@ from __future__ import annotations
 
 import pytest
 
+from tests.install.chart import Helm, provider_values
+
+#: Every provider the chart has a values file for (``deploy/helm/values/<provider>.yaml``).
+PROVIDER_NAMES = sorted(provider_values())
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "image: builds the container image (minutes)")
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The Helm binary the set-up built, with a home of its own for this module."""
+    return Helm(tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="module", params=PROVIDER_NAMES, ids=PROVIDER_NAMES)
+def provider(request: pytest.FixtureRequest) -> str:
+    """Each provider in turn (a module renders the chart once per provider)."""
+    return str(request.param)

@@ -45,16 +45,6 @@ NO_API = {
 
 
 @pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(tmp_path_factory.mktemp("helm"))
-
-
-@pytest.fixture(scope="module", params=PROVIDER_NAMES, ids=PROVIDER_NAMES)
-def provider(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
 def manifests(helm: Helm, provider: str) -> list[dict[str, Any]]:
     return render(helm, provider, {"networkPolicy.apiServer.cidrs[0]": f"{API_SERVER}/32"})
 

@@ -23,11 +23,6 @@ TEMPORAL_PODS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(tmp_path_factory.mktemp("helm"))
-
-
 def pod(docs: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
     return dict(find(docs, kind, suffix)["spec"]["template"]["spec"])
 

@@ -332,11 +332,6 @@ def _monitoring_crds(folder: Path) -> list[Path]:
     return paths
 
 
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(tmp_path_factory.mktemp("helm"))
-
-
 @pytest.mark.parametrize("provider", sorted(provider_values()), ids=sorted(provider_values()))
 def test_the_rendered_chart_passes_a_server_side_dry_run(
     install: InstallStack, helm: Helm, provider: str

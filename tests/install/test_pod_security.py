@@ -96,11 +96,6 @@ def pss(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodSecurityStack]:
         stack.stop()
 
 
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(tmp_path_factory.mktemp("helm"))
-
-
 def pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """component -> a Pod made of its rendered workload's template, as its controller makes it."""
     found = {}

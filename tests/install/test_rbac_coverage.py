@@ -138,11 +138,6 @@ def allows(rules: Rules, verb: str, group: str, resource: str) -> bool:
     )
 
 
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(tmp_path_factory.mktemp("helm"))
-
-
 def test_every_call_with_a_computed_resource_is_declared() -> None:
     undeclared = sorted(
         call.where
