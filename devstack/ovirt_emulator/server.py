@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import json
 import re
 import socket
@@ -469,6 +470,7 @@ class EngineServer:
 
 def _engine_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     class EngineHandler(BaseHTTPRequestHandler):
+        _unrecorded: RequestRecord | None = None
         protocol_version = "HTTP/1.1"
         server_version = "Apache"
         sys_version = ""
@@ -516,17 +518,17 @@ def _engine_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             parts = urlsplit(self.path)
             path = unquote(parts.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-            status = self._answer(method, path, query, body)
-            engine.record(
-                RequestRecord(
-                    method=method,
-                    route=route_label(path),
-                    path=path,
-                    query=parts.query,
-                    user_agent=self.headers.get("User-Agent", ""),
-                    status=status,
-                )
+            # recorded by _send, before the answer is written: a client that has its answer
+            # finds its request in the admin API's counts
+            self._unrecorded = RequestRecord(
+                method=method,
+                route=route_label(path),
+                path=path,
+                query=parts.query,
+                user_agent=self.headers.get("User-Agent", ""),
+                status=0,
             )
+            self._answer(method, path, query, body)
 
         def _answer(self, method: str, path: str, query: dict[str, str], body: bytes) -> int:
             if engine.engine_mode == "proxy_503":
@@ -616,6 +618,9 @@ def _engine_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             return self._send(code, json.dumps(payload).encode(), "application/json")
 
         def _send(self, code: int, payload: bytes, content_type: str) -> int:
+            pending, self._unrecorded = self._unrecorded, None
+            if pending is not None:
+                engine.record(dataclasses.replace(pending, status=code))
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))

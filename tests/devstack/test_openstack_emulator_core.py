@@ -131,8 +131,12 @@ def test_revoked_tokens_make_the_sdk_log_in_again(conn: Sdk, admin: OpenStackEmu
 
 # -- Nova -----------------------------------------------------------------------------------
 def test_a_server_builds_stops_starts_and_goes(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
-    server = create_server(conn, "web-1", availability_zone="nova-b", metadata={"role": "web"})
-    assert conn.compute.get_server(server.id).status == "BUILD"
+    admin.hold("server")  # BUILD however long the GET below takes on a loaded machine
+    try:
+        server = create_server(conn, "web-1", availability_zone="nova-b", metadata={"role": "web"})
+        assert conn.compute.get_server(server.id).status == "BUILD"
+    finally:
+        admin.release("server")
     server = conn.compute.wait_for_server(server, wait=10, interval=0.05)
     assert server.status == "ACTIVE"
     assert server.availability_zone == "nova-b"
