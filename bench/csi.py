@@ -34,6 +34,7 @@ from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.resources import PERSISTENT_VOLUME_CLAIMS, PODS, VOLUME_ATTACHMENTS
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.volume import create_workflow_id
 from cloudloop.settings import CsiSettings, Domain
 from devstack.backends.aws import launch_instance
@@ -114,7 +115,7 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
                 elapsed = time.monotonic() - started
                 samples.append(
                     Sample(
-                        workflow_id=create_workflow_id(name),
+                        workflow_id=scoped_id(settings.temporal.id_scope, create_workflow_id(name)),
                         requested=requested,
                         seen=requested + elapsed,
                         cloud_s=cloud_seconds() - cloud_before,

@@ -25,6 +25,7 @@ from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.csi.operations import VolumeOperations
+from cloudloop.messages.scope import scoped_id
 from cloudloop.messages.volume import AttachVolumeRequest, Code, volume_workflow_id
 from cloudloop.settings import Domain
 from devstack.backends.aws import launch_instance
@@ -74,7 +75,7 @@ async def volume_figures(ctx: BenchContext) -> dict[str, float]:
             raise RuntimeError(f"attach {volume_id} failed: {result.code} {result.message}")
         samples.append(
             Sample(
-                workflow_id=volume_workflow_id(volume_id),
+                workflow_id=scoped_id(settings.temporal.id_scope, volume_workflow_id(volume_id)),
                 requested=requested,
                 seen=requested + elapsed,
                 cloud_s=cloud_seconds() - cloud_before,
