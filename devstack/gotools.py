@@ -11,7 +11,6 @@ changed) and covered by the digest.
 
 from __future__ import annotations
 
-import concurrent.futures
 import fcntl
 import hashlib
 import json
@@ -328,80 +327,24 @@ def _build_module(module: str, tools: list[GoTool]) -> None:
     _log(f"built {names} in {time.monotonic() - started:.0f}s")
 
 
-#: How many wrapper modules ``ensure_built`` builds at once (``$CLOUDLOOP_GO_BUILD_JOBS``).
-#: Two on any machine: one build's downloads and single-threaded link overlap the other's
-#: compile, which ``go build`` already spreads over every core.
-BUILD_JOBS_ENV = "CLOUDLOOP_GO_BUILD_JOBS"
-DEFAULT_BUILD_JOBS = 2
-
-
-#: Cold-build seconds of each wrapper module measured on a 2-core machine with empty Go caches
-#: (2026-12-01, one build at a time): the order builds start in, longest first, so that the
-#: last one to finish is a short one. A module not listed starts after these.
-COLD_BUILD_S = {
-    "kubernetes": 572,
-    "temporal-server": 260,
-    "external-attacher": 246,
-    "external-provisioner": 228,
-    "external-resizer": 216,
-    "cluster-api": 214,
-    "external-snapshotter": 201,
-    "kwok": 144,
-    "helm": 103,
-    "ec2-metadata-mock": 60,
-    "govmomi": 43,
-    "etcd": 31,
-    "csi-test": 30,
-    "livenessprobe": 19,
-}
-
-
-def _build_jobs() -> int:
-    try:
-        return max(1, int(os.environ.get(BUILD_JOBS_ENV) or DEFAULT_BUILD_JOBS))
-    except ValueError:
-        raise RuntimeError(f"${BUILD_JOBS_ENV} must be a whole number") from None
-
-
-def _ensure_module(module: str, tools: list[GoTool]) -> None:
-    lock_path = binary_path(tools[0].name).parent.with_suffix(".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        missing = [t for t in tools if not binary_path(t.name).exists()]
-        if missing:
-            _build_module(module, missing)
-
-
 def ensure_built(names: Iterable[str]) -> dict[str, Path]:
     """Build whatever of ``names`` is not cached yet; return each tool's binary path.
 
-    Tools of one wrapper module are built by a single ``go build``; up to :func:`_build_jobs`
-    modules build at once, the longest first (:data:`COLD_BUILD_S`). A file lock
-    per module makes concurrent callers (two test sessions, ``dev`` and a test run) wait for one
-    build. Every module is tried; the first failure is raised after the others have ended.
+    Tools of one wrapper module are built by a single ``go build``. A file lock per module makes
+    concurrent callers (two test sessions, ``dev`` and a test run) wait for one build.
     """
     wanted = [TOOLS[n] for n in dict.fromkeys(names)]
     by_module: dict[str, list[GoTool]] = {}
     for tool in wanted:
         by_module.setdefault(tool.module, []).append(tool)
-    pending = {
-        module: tools
-        for module, tools in sorted(
-            by_module.items(), key=lambda item: -COLD_BUILD_S.get(item[0], 0)
-        )
-        if not all(binary_path(t.name).exists() for t in tools)
-    }
-    if len(pending) <= 1:
-        for module, tools in pending.items():
-            _ensure_module(module, tools)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(
-            max_workers=_build_jobs(), thread_name_prefix="go-build"
-        ) as pool:
-            futures = [pool.submit(_ensure_module, m, t) for m, t in pending.items()]
-        for future in futures:
-            future.result()
+    for module, tools in by_module.items():
+        lock_path = binary_path(tools[0].name).parent.with_suffix(".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            missing = [t for t in tools if not binary_path(t.name).exists()]
+            if missing:
+                _build_module(module, missing)
     return {t.name: binary_path(t.name) for t in wanted}
 
 
