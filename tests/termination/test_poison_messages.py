@@ -68,12 +68,13 @@ async def test_a_drain_that_fails_for_good_gives_the_message_up_at_once(
     try:
         await eventually(lambda: node_ready(kube, source), what="node Ready", timeout=60)
         await asyncio.to_thread(bare_pod, kube, namespace, source)
-        config = nth_settings(settings, stack, queue, force=False, visibility_timeout_s=2)
+        # 6 s: long enough that a loaded machine deletes the message before SQS hands it out again
+        config = nth_settings(settings, stack, queue, force=False, visibility_timeout_s=6)
         worker = build_worker(client, config, driver=AwsDriver(AWS.section(config)), kube=kube)
         async with worker, running(processor(config, kube, client)):
             aws.send(queue, spot_itn(instance))
             await eventually(lambda: aws.depth(queue) == 0, timeout=60, what="message deleted")
-            await asyncio.sleep(3)  # past a visibility timeout: nothing comes back
+            await asyncio.sleep(7)  # past a visibility timeout: nothing comes back
         assert len(await drain_workflows(client, config, source)) == 1
         warnings = node_events(kube, source, "InterruptionNotHandled")
         assert len(warnings) == 1 and warnings[0]["count"] == 1
