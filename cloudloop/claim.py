@@ -73,6 +73,11 @@ class ClusterIdentity:
     def __str__(self) -> str:
         return f"{self.name} (kube-system {self.uid or 'unknown'})"
 
+    @classmethod
+    def named_by(cls, settings: CoreSettings) -> ClusterIdentity:
+        """The identity ``settings`` name (``cluster_name``, and ``cluster_uid`` when set)."""
+        return cls(name=settings.cluster_name, uid=settings.cluster_uid)
+
 
 def read_identity(kube: Kube, cluster_name: str) -> ClusterIdentity:
     """This cluster's identity, from its API server (a ``KubeError`` when it does not answer)."""
@@ -304,7 +309,7 @@ def for_process(
         client,
         settings.temporal,
         (
-            (lambda: ClusterIdentity(name=settings.cluster_name, uid=settings.cluster_uid))
+            (lambda: ClusterIdentity.named_by(settings))
             if settings.cluster_uid
             else (lambda: read_identity(kube, settings.cluster_name))
         ),

@@ -403,7 +403,7 @@ def _queue_setup(remove: bool) -> None:
         settings = Settings()
         client = await temporal_client.connect(settings.temporal)
         # The queue workflow runs on this cluster's queues: never on another cluster's.
-        mine = ClusterIdentity(name=settings.cluster_name, uid=settings.cluster_uid)
+        mine = ClusterIdentity.named_by(settings)
         await refuse_if_claimed_elsewhere(client, settings.temporal.all_queues(), mine)
         result = await setup_queue(client, settings, remove=remove)
         if remove:
@@ -722,6 +722,7 @@ def _layout_run(
     kubeconfig: Path | None = None,
 ) -> Any:
     """Validate, start the action, follow it; the result (or a clean error exit)."""
+    from cloudloop import claim
     from cloudloop.cloud.layouts import AdoptingPart
     from cloudloop.cloud.registry import PROVIDERS
     from cloudloop.layouts.config import InvalidConfig, load_documents
@@ -797,21 +798,18 @@ def _layout_run(
     )
 
     async def go() -> Any:
-        from cloudloop import claim
         from cloudloop.temporal import connect
 
         client = await connect(temporal_settings)
         # The layout runs on this cluster's queue with its workers' cloud credentials: never on
         # a queue another cluster serves (checked before anything is started).
-        mine = claim.ClusterIdentity(name=settings.cluster_name, uid=settings.cluster_uid)
+        mine = claim.ClusterIdentity.named_by(settings)
         await claim.refuse_if_claimed_elsewhere(client, [temporal_settings.task_queue], mine)
         return await run_layout(client, temporal_settings.task_queue, input, report=click.echo)
 
-    from cloudloop.claim import ClaimRefused
-
     try:
         return asyncio.run(go())
-    except ClaimRefused as exc:
+    except claim.ClaimRefused as exc:
         click.echo(f"Error: {exc}", err=True)
         _leave(1)
     except LayoutFailed as exc:
