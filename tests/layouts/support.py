@@ -3,11 +3,15 @@ an example, the AWS front's counts, a history's payloads as one text, a plan's a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
+import sys
 import tempfile
 import urllib.request
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +25,8 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutResult
 from cloudloop.settings import LayoutSettings
+from devstack.local import LocalStack
+from tests.support.workers import CLI
 from workflows.layout import LAYOUT_WORKFLOWS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
@@ -149,3 +155,30 @@ class TerraformStates:
 
     def resources(self) -> list[tuple[str, ResourceDef]]:
         return [(m.id, r) for m in self.layout.modules for r in m.resources]
+
+
+async def cli(
+    stack: LocalStack,
+    queue: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 240,
+) -> tuple[int, str]:
+    """``cloudloop layout ARGS`` on ``queue`` of ``stack``'s Temporal, with the stack's codec
+    key (as the workers') and ``env`` over this process's environment: (exit code, output)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        CLI,
+        "layout",
+        *args,
+        "--temporal-address",
+        stack.temporal_address,
+        "--task-queue",
+        queue,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **stack.codec_env(), **(env or {})},
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=timeout_s)
+    return int(process.returncode or 0), out.decode()

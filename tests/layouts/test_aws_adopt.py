@@ -40,12 +40,12 @@ from tests.layouts.support import (
     SECRET,
     Front,
     TerraformStates,
+    cli,
     config_file,
     counts,
     layout_worker,
     payloads,
 )
-from tests.layouts.test_cli import cli
 from tests.support.histories import plain_json
 
 pytestmark = pytest.mark.stack

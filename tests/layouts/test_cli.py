@@ -5,11 +5,8 @@ so, destroy removes it all; the results land in the cluster's Secrets when asked
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +24,7 @@ from cloudloop.messages.layout import LayoutResult, ModuleResult
 from cloudloop.settings import TemporalSettings
 from devstack.local import LocalStack
 from starters.layout import publish
-from tests.layouts.support import EXAMPLES, SECRET, config_file, layout_worker
+from tests.layouts.support import EXAMPLES, SECRET, cli, config_file, layout_worker
 
 UUID = "3c1d62a1-0b9c-4d3e-8f4e-1d2c3b4a5f60"
 
@@ -114,25 +111,6 @@ async def cli_queue(aws_stack: LocalStack) -> AsyncIterator[str]:
     client = await temporal.connect(settings.temporal)
     async with layout_worker(client, settings, queue):
         yield queue
-
-
-async def cli(stack: LocalStack, queue: str, *args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cloudloop.cli",
-        "layout",
-        *args,
-        "--temporal-address",
-        stack.temporal_address,
-        "--task-queue",
-        queue,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **stack.codec_env()},  # the stack's key, as the workers'
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=240)
-    return int(process.returncode or 0), out.decode()
 
 
 @pytest.mark.stack

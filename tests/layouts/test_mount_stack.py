@@ -26,8 +26,7 @@ from cloudloop.messages.layout import LayoutInput, plan_workflow_id
 from cloudloop.settings import TemporalSettings
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed, run_layout
-from tests.layouts.support import Front, config_file, layout_worker, payloads
-from tests.layouts.test_cli import cli
+from tests.layouts.support import Front, cli, config_file, layout_worker, payloads
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

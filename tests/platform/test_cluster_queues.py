@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from devstack.local import LocalStack, StackOptions
 from starters.probe import CloudProbeStarter
 from tests.helpers import eventually
 from tests.holding_proxy import HoldingProxy
-from tests.layouts.support import config_file
+from tests.layouts.support import cli, config_file
 from tests.support.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.stack
@@ -153,30 +152,6 @@ async def probe_starter(cluster: Cluster, client: Client, namespace: str) -> Asy
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-async def layout_plan(stack: LocalStack, cluster: str, queue: str, config: str) -> tuple[int, str]:
-    """``cloudloop layout plan`` as ``cluster``'s operator, on ``queue``: (exit code, output)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cloudloop.cli",
-        "layout",
-        "plan",
-        "--config",
-        config,
-        "--cluster-uuid",
-        "0d2d7a3e-5c1b-4a33-9b6e-3a8f0f0c1a11",
-        "--temporal-address",
-        stack.temporal_address,
-        "--task-queue",
-        queue,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **stack.codec_env(), "CLOUDLOOP_CLUSTER_NAME": cluster},
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
-    return int(process.returncode or 0), out.decode()
 
 
 def make_namespace(kube: Kube, name: str) -> None:
@@ -314,7 +289,13 @@ async def test_two_clusters_on_one_namespace_never_cross(
         # The layout CLI run by beta's operator on alpha's queue is refused before it starts
         # anything (exit 1, both clusters named); alpha's own name passes the check.
         config = str(config_file(tmp_path, "aws-without-nat", "crossed"))
-        code, out = await layout_plan(two_clusters, "beta", "cloudloop-alpha", config)
+        code, out = await cli(
+            two_clusters,
+            "cloudloop-alpha",
+            *("plan", "--config", config, "--cluster-uuid", "0d2d7a3e-5c1b-4a33-9b6e-3a8f0f0c1a11"),
+            env={"CLOUDLOOP_CLUSTER_NAME": "beta"},
+            timeout_s=120,
+        )
         assert code == 1 and "served by cluster alpha" in out and "Plan:" not in out, out
         assert SECRET not in out
 
