@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -134,6 +135,14 @@ class _Pending:
     next_try: float = 0.0
     evicted: bool = False
     blocked: str = ""
+
+
+def _evicted_before() -> list[str]:
+    """Pod UIDs an earlier attempt of this round heartbeated as evicted (none on the first)."""
+    details = activity.info().heartbeat_details
+    last = details[-1] if details else None
+    uids = last.get("evicted") if isinstance(last, Mapping) else None
+    return [uid for uid in uids if isinstance(uid, str)] if isinstance(uids, list) else []
 
 
 class DrainActivities:
@@ -276,6 +285,10 @@ class DrainActivities:
         end = started + max(0.0, min(input.round_s, left_s))
         pending = {ref.uid: _Pending(ref) for ref in input.pods}
         result = EvictPodsResult()
+        for uid in _evicted_before():  # a retried round still counts the earlier attempt's
+            if uid in pending and not pending[uid].evicted:
+                pending[uid].evicted = True
+                result.evicted.append(pending[uid].ref)
         warned = False
         blocked_gauge = NTH_DRAIN_BLOCKED_PODS.labels(input.node)
         while True:
