@@ -29,7 +29,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -72,6 +77,11 @@ class LayoutFailed(RuntimeError):
         self.kind = kind
 
 
+#: A progress query that fails (the server unreachable, or the worker's answer failed, say a
+#: replay over the deadlock detector's 2 s on a loaded worker) skips one report, never the run.
+_QUERY_ERRORS = (RPCError, WorkflowQueryFailedError)
+
+
 def _line(module: str, status: ResourceStatus) -> str:
     if status.state == "failed":
         return f"  ! {status.key} ({module}): {status.error}"
@@ -90,7 +100,7 @@ class _Follower:
         self.phase = ""
 
     async def poll(self, handle: WorkflowHandle[LayoutWorkflow, LayoutResult]) -> None:
-        with contextlib.suppress(RPCError):
+        with contextlib.suppress(*_QUERY_ERRORS):
             progress: LayoutProgress = await handle.query(LayoutWorkflow.progress)
             for module in progress.modules:
                 if module.state == "pending" or module.module in self.finished:
@@ -101,7 +111,7 @@ class _Follower:
                         module.workflow_id,
                     )
                 )
-                with contextlib.suppress(RPCError):
+                with contextlib.suppress(*_QUERY_ERRORS):
                     detail: ModuleProgress = await child.query(LayoutModuleWorkflow.progress)
                     self._resources(module.module, detail.resources)
                 if module.state in ("done", "failed"):
@@ -142,7 +152,7 @@ async def run_layout(
             cluster=prefix, provider=input.provider, kind="Layout", namespace="", name=prefix
         ),
     )
-    with contextlib.suppress(RPCError):
+    with contextlib.suppress(*_QUERY_ERRORS):
         running: LayoutProgress = await handle.query(LayoutWorkflow.progress)
         if running.action != input.action:
             raise LayoutFailed(
