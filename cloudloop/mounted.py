@@ -39,9 +39,14 @@ class Unreadable(OSError):
 
 @dataclass(frozen=True)
 class MountedFile:
-    text: str
+    data: bytes
     #: Changes whenever the content may have.
     stamp: str
+
+    @property
+    def text(self) -> str:
+        """The content as text (:func:`read_under` checked it is UTF-8)."""
+        return self.data.decode()
 
 
 def resolve_under(root: Path, name: str) -> Path:
@@ -63,6 +68,17 @@ def resolve_under(root: Path, name: str) -> Path:
 def read_under(root: Path, name: str, *, max_bytes: int) -> MountedFile:
     """The text of ``name`` if :func:`resolve_under` allows it, it is a regular file of at most
     ``max_bytes`` and UTF-8; :class:`Refused` or :class:`Unreadable` otherwise."""
+    read = read_bytes_under(root, name, max_bytes=max_bytes)
+    try:
+        read.data.decode()
+    except UnicodeDecodeError:
+        raise Refused(f"{name}: not UTF-8 text") from None
+    return read
+
+
+def read_bytes_under(root: Path, name: str, *, max_bytes: int) -> MountedFile:
+    """The bytes of ``name`` (any content: a gzipped cloud-config too) under the same rules
+    as :func:`read_under`."""
     real = resolve_under(root, name)
     try:
         looked = os.stat(real)
@@ -96,8 +112,5 @@ def read_under(root: Path, name: str, *, max_bytes: int) -> MountedFile:
         os.close(fd)
     if size > max_bytes:
         raise Refused(f"{name}: larger than {SIZE_SETTING}")
-    try:
-        text = b"".join(chunks).decode()
-    except UnicodeDecodeError:
-        raise Refused(f"{name}: not UTF-8 text") from None
-    return MountedFile(text=text, stamp=f"{real}:{opened.st_mtime_ns}:{opened.st_size}")
+    data = b"".join(chunks)
+    return MountedFile(data=data, stamp=f"{real}:{opened.st_mtime_ns}:{opened.st_size}")
