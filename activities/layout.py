@@ -13,7 +13,9 @@ regular file or larger than ``layouts.max_file_bytes`` is refused unread
 names the file and the field, never a value (:mod:`cloudloop.errortext`): a bad document's
 secrets stay out of history.
 
-- ``define``: the cloud's zones, then the layout's definitions (data).
+- ``define``: the cloud's zones, then the layout's definitions (data), each node machine
+  naming its bootstrap data file and digest (:mod:`cloudloop.layouts.bootstrap`; the bytes are
+  read, under the same mount, only by the ``ensure_resource`` that makes the machine).
 - ``plan_module``: read-only; per resource (dependency order) ``create`` when absent (or a
   reference it needs is not there yet), ``update`` with the drifted fields, ``no-op``; with
   ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
@@ -57,7 +59,7 @@ from cloudloop.cloud.layouts import (
 )
 from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.errortext import yaml_problem
-from cloudloop.layouts import tfstate
+from cloudloop.layouts import bootstrap, tfstate
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.errors import ErrorKind
@@ -80,10 +82,16 @@ from cloudloop.rules import layout as rules
 HEARTBEAT_S = 2.0
 
 
+def _why_not_repaired(drift: Drift) -> str:
+    if drift.note:
+        return f" ({drift.note})"
+    return " (needs replacement; not repaired)" if drift.immutable else ""
+
+
 def _changes(drift: list[Drift]) -> list[FieldChange]:
     return [
         FieldChange(
-            field=d.field + (" (needs replacement; not repaired)" if d.immutable else ""),
+            field=d.field + _why_not_repaired(d),
             have=d.have,
             want=d.want,
         )
@@ -176,11 +184,34 @@ class LayoutActivities:
             with cloud_errors():
                 zones = session.resources.layout_zones()
             try:
-                return session.part.define(session.config, input.cluster, zones)
+                layout = session.part.define(session.config, input.cluster, zones)
             except ValueError as exc:
                 raise ApplicationError(
                     f"{session.config.kind}: {exc}", type="LayoutConfigInvalid", non_retryable=True
                 ) from None
+            try:
+                return bootstrap.attach(layout, input.source.cloud_config, self._read_bootstrap)
+            except bootstrap.BootstrapInvalid as exc:
+                raise ApplicationError(
+                    str(exc), type="LayoutConfigInvalid", non_retryable=True
+                ) from None
+
+    def _read_bootstrap(self, name: str) -> bytes:
+        """A bootstrap data file's bytes, read only from under ``layouts.source_dir``."""
+        where = self.settings.layouts
+        try:
+            return mounted.read_bytes_under(
+                where.source_dir, name, max_bytes=where.max_file_bytes
+            ).data
+        except mounted.Refused as exc:
+            activity.logger.warning("bootstrap data refused: %s", exc)
+            raise ApplicationError(
+                f"bootstrap data {exc}", type="LayoutConfigRefused", non_retryable=True
+            ) from None
+        except mounted.Unreadable as exc:
+            raise ApplicationError(
+                f"bootstrap data {exc}", type="LayoutConfigMissing", non_retryable=True
+            ) from None
 
     @activity.defn(name=LayoutActivity.PLAN)
     def plan_module(self, input: PlanModuleInput) -> PlanModuleResult:
@@ -252,6 +283,12 @@ class LayoutActivities:
                         non_retryable=True,
                     )
                 return StepResult(key=resource.key, action="unchanged", outputs=found.outputs)
+            try:
+                properties = bootstrap.load(properties, self._read_bootstrap)
+            except bootstrap.BootstrapInvalid as exc:
+                raise ApplicationError(
+                    f"{resource.key}: {exc}", type="LayoutConfigInvalid", non_retryable=True
+                ) from None
             with activity.shield_thread_cancel_exception(), cloud_errors():
                 ensured = session.resources.ensure(resource, properties)
             activity.logger.info("%s: %s", resource.key, ensured.action)

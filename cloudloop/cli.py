@@ -713,6 +713,42 @@ def layout_options(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def bootstrap_option(command: F) -> F:
+    """``--cloud-config [SELECTOR=]FILE`` (repeatable) of the commands that make machines."""
+    return click.option(
+        "--cloud-config",
+        "cloud_config",
+        multiple=True,
+        metavar="[SELECTOR=]FILE",
+        help="Bootstrap data (dhctl's cloudConfig, the file's bytes as they are) of every node, "
+        "or of the nodes SELECTOR names: master, a static node group, or a node's name. The "
+        "workers read FILE (under their layouts.source_dir; an existing local file is passed "
+        "by its absolute path); only its name and digest go to Temporal.",
+    )(command)
+
+
+def _cloud_config(values: tuple[str, ...]) -> dict[str, str]:
+    """The ``--cloud-config`` values as selector → file (the workers' name of it)."""
+    from cloudloop.layouts.bootstrap import BootstrapInvalid, parse_option
+
+    selection: dict[str, str] = {}
+    for value in values:
+        try:
+            selector, file = parse_option(value)
+        except BootstrapInvalid as exc:
+            raise click.BadParameter(str(exc), param_hint="--cloud-config") from None
+        if selector in selection:
+            named = selector or "every node"
+            raise click.BadParameter(f"{named} is given twice", param_hint="--cloud-config")
+        local = Path(file)
+        if local.is_file():
+            file = str(local.resolve())
+        elif local.exists():
+            raise click.BadParameter(f"{file}: not a file", param_hint="--cloud-config")
+        selection[selector] = file
+    return selection
+
+
 def _layout_run(
     action: str,
     flags: dict[str, Any],
@@ -785,7 +821,10 @@ def _layout_run(
     input = LayoutInput(
         action=action,
         provider=loaded.provider,
-        source=ConfigSource(file=flags["worker_config_path"] or str(path.resolve())),
+        source=ConfigSource(
+            file=flags["worker_config_path"] or str(path.resolve()),
+            cloud_config=_cloud_config(flags.get("cloud_config", ())),
+        ),
         cluster=loaded.cluster,
         plan_destroy=plan_destroy,
         state=state,
@@ -830,6 +869,7 @@ def _leave(code: int) -> NoReturn:
 
 @layout.command("plan")
 @layout_options
+@bootstrap_option
 @click.option("--destroy", "plan_destroy", is_flag=True, help="Plan the destroy instead.")
 def layout_plan(plan_destroy: bool, **flags: Any) -> None:
     """Show what apply would create, change (drift included) or leave — or, with
@@ -854,6 +894,7 @@ def layout_plan(plan_destroy: bool, **flags: Any) -> None:
 
 @layout.command("apply")
 @layout_options
+@bootstrap_option
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -925,6 +966,7 @@ def _loaded(flags: dict[str, Any]) -> LoadedConfig:
 
 @layout.command("adopt")
 @layout_options
+@bootstrap_option
 @click.option(
     "--state",
     "states",

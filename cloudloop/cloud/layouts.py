@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
@@ -52,6 +53,8 @@ class Drift:
     want: Any = None
     #: The cloud cannot change it in place (a subnet's CIDR): reported, never repaired.
     immutable: bool = False
+    #: Why it is reported and not acted on, when not "needs replacement".
+    note: str = ""
 
 
 @dataclass
@@ -86,6 +89,17 @@ class LayoutPart(Protocol):
     def define(self, config: Any, cluster: ClusterIdentity, zones: list[str]) -> LayoutDef: ...
 
     def connect(self, config: Any, section: Any) -> LayoutResources: ...
+
+
+def user_data_drift(booted: str | None, properties: Mapping[str, Any]) -> list[Drift]:
+    """A machine that booted with other bootstrap data (digest ``booted``, None: unknown) than
+    the definition's: reported, never acted on (:mod:`cloudloop.layouts.bootstrap`)."""
+    wanted = bootstrap.digest_of(properties.get("user_data"))
+    if not booted or not wanted or booted == wanted:
+        return []
+    have, want = bootstrap.short(booted), bootstrap.short(wanted)
+    note = "kept: a running machine is not replaced for it"
+    return [Drift("user_data", have, want, immutable=True, note=note)]
 
 
 @runtime_checkable

@@ -66,6 +66,11 @@ class ModuleDef(BaseModel):
     outputs: dict[str, Any] = Field(default_factory=dict)
     #: For node modules: the node's name (``<prefix>-master-0``).
     node_name: str = ""
+    #: For node modules: ``master``, or the static node group's name (bootstrap selectors).
+    group: str = ""
+    #: For node modules: the key of the resource that boots the node (its ``user_data``
+    #: property takes the bootstrap data, :mod:`cloudloop.layouts.bootstrap`).
+    machine: str = ""
 
 
 class LayoutDef(BaseModel):
@@ -87,6 +92,9 @@ class ConfigSource(BaseModel):
     reference enters workflow history."""
 
     file: str
+    #: Bootstrap data files by node selector (:mod:`cloudloop.layouts.bootstrap`), read under
+    #: the same mount; only their names enter history.
+    cloud_config: dict[str, str] = Field(default_factory=dict)
 
     def describe(self) -> str:
         return self.file

@@ -8,6 +8,8 @@ shows in the plan and the next apply repairs it; destroy leaves nothing of the c
 
 from __future__ import annotations
 
+import base64
+import gzip
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,14 +24,21 @@ from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import (
+    LayoutInput,
+    LayoutResult,
+    LayoutTimings,
+    module_workflow_id,
+)
+from cloudloop.messages.layout import workflow_id as layout_workflow_id
 from cloudloop.settings import TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed, run_layout
 from tests.layouts import support
-from tests.layouts.support import Front, config_file
+from tests.layouts.support import Front, config_file, payloads
+from tests.support.histories import plain_json
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples"
 #: Calls that change nothing in the cloud.
@@ -64,13 +73,19 @@ async def layout_worker(layout_client: Client, layout_settings: Settings) -> Asy
 
 
 async def run(
-    client: Client, settings: Settings, action: str, path: Path, prefix: str, cluster_uuid: str
+    client: Client,
+    settings: Settings,
+    action: str,
+    path: Path,
+    prefix: str,
+    cluster_uuid: str,
+    cloud_config: dict[str, str] | None = None,
 ) -> LayoutResult:
     """The action as ``cloudloop layout`` runs it (start or join, follow, result)."""
     input = LayoutInput(
         action=action,
         provider="aws",
-        source=ConfigSource(file=str(path)),
+        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
         cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
         timings=LayoutTimings(max_attempts=3),
     )
@@ -315,3 +330,95 @@ async def test_an_existing_vpc_without_a_node_cidr_is_split_by_its_own_cidr(
     assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
     assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
     ec2.delete_vpc(VpcId=vpc)
+
+
+def user_data_of(ec2: Any, name: str) -> bytes:
+    [reservation] = tagged(ec2, "describe_instances", "Reservations", name)
+    instance = reservation["Instances"][0]["InstanceId"]
+    answer = ec2.describe_instance_attribute(InstanceId=instance, Attribute="userData")
+    return base64.b64decode(answer["UserData"]["Value"])
+
+
+async def test_nodes_boot_with_the_bootstrap_data_given(
+    aws_stack: LocalStack,
+    layout_client: Client,
+    layout_settings: Settings,
+    layout_worker: None,
+    tmp_path: Path,
+) -> None:
+    """``--cloud-config master=F --cloud-config G``: the master launches with F's bytes, the
+    static node with G's (gzipped: any bytes); the histories hold the files' names and digests,
+    never the bytes; a re-apply makes no mutating call; other data later is shown by plan as a
+    kept change and apply leaves the running master as it is (upstream's ``ignore_changes``)."""
+    prefix, cluster_uuid = f"b{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, "aws-without-nat", prefix)
+    token = f"bootstrap-token-{uuid.uuid4().hex}"
+    master_data = f"#cloud-config\nbootstrap_token: {token}\n".encode()
+    node_data = gzip.compress(b"#cloud-config\nruncmd: [node]\n")
+    (tmp_path / "master.cloud-config").write_bytes(master_data)
+    (tmp_path / "node.cloud-config").write_bytes(node_data)
+    selection = {
+        "master": str(tmp_path / "master.cloud-config"),
+        "": str(tmp_path / "node.cloud-config"),
+    }
+    ec2 = aws_client("ec2", aws_stack.moto_endpoint)
+    front = Front(aws_stack.aws_endpoint)
+    args = (layout_client, layout_settings)
+
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    assert user_data_of(ec2, f"{prefix}-master-0") == master_data
+    assert user_data_of(ec2, f"{prefix}-front-0") == node_data
+    for workflow in (layout_workflow_id(prefix), module_workflow_id(prefix, "master-0")):
+        history = await layout_client.get_workflow_handle(workflow).fetch_history()
+        text = payloads(plain_json(history, layout_client))
+        assert "master.cloud-config" in text and token not in text
+
+    front.reset()
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    assert front.mutating() == {}
+
+    (tmp_path / "master.cloud-config").write_bytes(b"#cloud-config\nother: data\n")
+    plan = await run(*args, "plan", path, prefix, cluster_uuid, selection)
+    changed = {r.key: r.changes for m in plan.plan for r in m.resources if r.changes}
+    [change] = changed[f"aws.instance/{prefix}-master-0"]
+    assert change.field.startswith("user_data (kept") and change.have != change.want
+    assert f"aws.instance/{prefix}-front-0" not in changed
+    front.reset()
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    assert front.mutating() == {}
+    assert user_data_of(ec2, f"{prefix}-master-0") == master_data
+
+    await run(*args, "destroy", path, prefix, cluster_uuid)
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []
+
+
+async def test_bootstrap_data_outside_the_mount_is_refused_unread(
+    aws_stack: LocalStack,
+    layout_client: Client,
+    layout_settings: Settings,
+    layout_worker: None,
+    tmp_path: Path,
+) -> None:
+    """A ``--cloud-config`` file outside ``layouts.source_dir``, or a selector that names no
+    node, refuses the apply before any cloud call, naming the file or selector only."""
+    prefix, cluster_uuid = f"o{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, "aws-without-nat", prefix)
+    front = Front(aws_stack.aws_endpoint)
+    front.reset()
+    args = (layout_client, layout_settings)
+    with pytest.raises(LayoutFailed) as outside:
+        await run(*args, "apply", path, prefix, cluster_uuid, {"": "/etc/passwd"})
+    assert outside.value.kind == "LayoutConfigRefused"
+    assert "/etc/passwd: outside layouts.source_dir; nothing read" in str(outside.value)
+    assert "root:" not in str(outside.value)
+    (tmp_path / "boot").write_bytes(b"#cloud-config\n")
+    with pytest.raises(LayoutFailed) as unknown:
+        await run(*args, "apply", path, prefix, cluster_uuid, {"back": str(tmp_path / "boot")})
+    assert unknown.value.kind == "LayoutConfigInvalid"
+    assert "no node or node group named back" in str(unknown.value)
+    (tmp_path / "big").write_bytes(b"#" * (16 * 1024 + 1))
+    with pytest.raises(LayoutFailed) as big:
+        await run(*args, "apply", path, prefix, cluster_uuid, {"": str(tmp_path / "big")})
+    assert "user data of 16385 bytes is over EC2's 16384 bytes" in str(big.value)
+    assert {k for k in front.mutating()} == set()
+    assert cluster_resources(aws_stack.moto_endpoint, prefix) == []

@@ -216,6 +216,33 @@ def test_adopt_refuses_an_unreadable_state_before_anything_else(tmp_path: Path) 
         assert message in result.output
 
 
+def faked_layout_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The layout CLI with Temporal faked: the inputs it would start, listed."""
+    import starters.layout
+    from cloudloop import cli as cli_module
+
+    seen: list[Any] = []
+
+    async def fake_connect(_: Any) -> None:
+        return None
+
+    async def no_claim(*_: Any) -> None:
+        return None
+
+    async def fake_run(client: Any, queue: str, input: Any, **_: Any) -> LayoutResult:
+        seen.append(input)
+        return LayoutResult(action=input.action, layout=input.cluster.prefix, prefix="p")
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(temporal, "connect", fake_connect)
+    monkeypatch.setattr(claim, "refuse_if_claimed_elsewhere", no_claim)  # Temporal is faked
+    monkeypatch.setattr(starters.layout, "run_layout", fake_run)
+    monkeypatch.setattr(cli_module, "_leave", leave)
+    return seen
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
@@ -230,28 +257,7 @@ def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], expected: str
 ) -> None:
     """Only the path goes into the workflow's input (the workers read it); none, no phase."""
-    import starters.layout
-    from cloudloop import cli as cli_module
-
-    seen: list[Any] = []
-
-    async def fake_connect(_: Any) -> None:
-        return None
-
-    async def no_claim(*_: Any) -> None:
-        return None
-
-    async def fake_run(client: Any, queue: str, input: Any, **_: Any) -> LayoutResult:
-        seen.append(input)
-        return LayoutResult(action="destroy", layout=input.cluster.prefix, prefix="p")
-
-    def leave(code: int) -> None:
-        raise SystemExit(code)
-
-    monkeypatch.setattr(temporal, "connect", fake_connect)
-    monkeypatch.setattr(claim, "refuse_if_claimed_elsewhere", no_claim)  # Temporal is faked
-    monkeypatch.setattr(starters.layout, "run_layout", fake_run)
-    monkeypatch.setattr(cli_module, "_leave", leave)
+    seen = faked_layout_run(monkeypatch)
     monkeypatch.chdir(tmp_path)
     path = config_file(tmp_path, "aws-without-nat", "clitest")
     result = CliRunner().invoke(
@@ -261,3 +267,31 @@ def test_destroy_hands_the_kubeconfigs_path_to_the_workers(
     assert result.exit_code == 0, result.output
     want = str((tmp_path / "k.yaml").resolve()) if expected == "RESOLVED" else expected
     assert seen[0].kubeconfig == want
+
+
+@pytest.mark.usefixtures("codec_keys")
+def test_cloud_config_hands_only_file_names_to_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--cloud-config [SELECTOR=]FILE``: a local file by its absolute path, any other name as
+    the workers' (under their mount); the bytes never; a selector given twice is refused."""
+    seen = faked_layout_run(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    path = config_file(tmp_path, "aws-without-nat", "clitest")
+    (tmp_path / "boot.yaml").write_text("#cloud-config\nsecret: s3cr3t\n")
+    base = ["layout", "plan", "--config", str(path), "--cluster-uuid", UUID]
+    result = CliRunner().invoke(
+        main, [*base, "--cloud-config", "master=boot.yaml", "--cloud-config", "nodes/all.yaml"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen[0].source.cloud_config == {
+        "master": str((tmp_path / "boot.yaml").resolve()),
+        "": "nodes/all.yaml",
+    }
+    assert "s3cr3t" not in seen[0].model_dump_json()
+
+    twice = CliRunner().invoke(
+        main, [*base, "--cloud-config", "master=boot.yaml", "--cloud-config", "master=x"]
+    )
+    assert twice.exit_code == 2 and "master is given twice" in twice.output
+    assert len(seen) == 1

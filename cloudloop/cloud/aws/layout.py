@@ -22,8 +22,10 @@ Departures from the Terraform modules (and why):
   ``{"network": <the looked-up VPC's cidr_block>, "newbits": n, "netnum": i}`` (upstream's
   ``cidrsubnet`` of the VPC data source's CIDR), split when the step runs: a definition is built
   before any lookup; VPC peering is not made (refused);
-- ``user_data`` (dhctl's ``cloudConfig``) is not set: the layout makes the machines, bootstrap is
-  dhctl's or Cluster API's.
+- ``user_data`` is dhctl's ``cloudConfig`` as ``--cloud-config`` names it
+  (:mod:`cloudloop.layouts.bootstrap`); the instance also carries the tag
+  ``cloudloop.io/user-data-sha256`` of what it booted with, so plan can show a later change
+  (upstream's ``ignore_changes = [user_data]``: never a replacement).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import json
 import math
 from typing import Any
 
+from cloudloop.layouts.bootstrap import MASTERS
 from cloudloop.layouts.config import AWSClusterConfiguration, AwsInstanceClass, ClusterIdentity
 from cloudloop.layouts.model import (
     LayoutDef,
@@ -522,6 +525,8 @@ class _Builder:
             id=f"master-{index}",
             module="master-node",
             node_name=name,
+            group=MASTERS,
+            machine=instance.key,
             resources=resources,
             outputs={
                 "master_ip_address_for_ssh": ssh,
@@ -562,6 +567,8 @@ class _Builder:
             id=f"static-{group.name}-{index}",
             module="static-node",
             node_name=name,
+            group=group.name,
+            machine=instance.key,
             resources=resources,
             outputs=outputs,
         )

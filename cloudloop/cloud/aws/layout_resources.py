@@ -18,6 +18,9 @@ Identity and crash rules:
   from groups outside the layout: the CCM's), instance security groups and source/dest check,
   IAM documents, profile role, EIP association, volume attachment, IGW attachment. Immutable
   fields (CIDRs, zones, instance type, AMI) are reported, never repaired.
+- An instance with bootstrap data is launched with it (``UserData``) and tagged with its digest
+  (``cloudloop.io/user-data-sha256``); other data later is an immutable change, shown only when
+  the tag says what the instance booted with. Over EC2's 16 KiB it is refused before any create.
 - A second ensure of an unchanged resource makes only Describe/Get calls.
 - A refusal that passes once something settles (``DependencyViolation`` while a terminated
   instance's interface lingers, IAM's eventual consistency) repeats the whole step — find
@@ -46,12 +49,17 @@ from cloudloop.cloud.aws.base import NAME, AwsBase, calling
 from cloudloop.cloud.aws.layout_state import STATE_TYPES
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.tags import tag_dict
-from cloudloop.cloud.layouts import Drift, Ensured, Found
+from cloudloop.cloud.layouts import Drift, Ensured, Found, user_data_drift
+from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import AWSClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
 
 _LIVE_INSTANCE = ["pending", "running", "stopping", "stopped"]
+#: What an instance booted with (its user data's SHA-256), for plan to compare.
+USER_DATA_TAG = "cloudloop.io/user-data-sha256"
+#: EC2's limit on user data, before base64.
+MAX_USER_DATA = 16 * 1024
 _LIVE_NAT = ["pending", "available"]
 Props = dict[str, Any]
 #: Kind → the suffix of its handler methods (``_find_<s>``, ``_create_<s>``, ``_drift_<s>``,
@@ -378,13 +386,19 @@ class AwsLayoutResources(AwsBase):
         """An instance's AMI that EC2 does not have (the looked-up VPC is the engine's)."""
         if resource.kind != defs.INSTANCE or not properties.get("ami"):
             return []
+        size = bootstrap.size_of(properties.get("user_data"))
+        too_big = (
+            [f"{resource.key}: user data of {size} bytes is over EC2's {MAX_USER_DATA} bytes"]
+            if size > MAX_USER_DATA
+            else []
+        )
         ami = str(properties["ami"])
         try:
             with calling("DescribeImages"):
                 images = self.ec2.describe_images(ImageIds=[ami]).get("Images", [])
         except errors.NotFound:
             images = []
-        return [] if images else [f"{resource.key}: image {ami} not found"]
+        return too_big + ([] if images else [f"{resource.key}: image {ami} not found"])
 
     # -- adoption --------------------------------------------------------------------------
     def adopt(self, resource: ResourceDef, properties: Props, cloud_id: str) -> Found | None:
@@ -1301,6 +1315,11 @@ class AwsLayoutResources(AwsBase):
             ],
             "TagSpecifications": _tag_spec("instance", resource.tags),
         }
+        user_data = bootstrap.data_of(props.get("user_data"))
+        if user_data is not None:
+            params["UserData"] = user_data  # botocore base64-encodes it
+            digest = {USER_DATA_TAG: str(bootstrap.digest_of(props["user_data"]))}
+            params["TagSpecifications"] = _tag_spec("instance", {**resource.tags, **digest})
         if "associate_public_ip" in props:
             params["NetworkInterfaces"] = [
                 {
@@ -1331,6 +1350,8 @@ class AwsLayoutResources(AwsBase):
         self, resource: ResourceDef, props: Props, raw: dict[str, Any]
     ) -> list[Drift]:
         drift = _tag_drift(raw, resource.tags)
+        booted = tag_dict(raw.get("Tags")).get(USER_DATA_TAG)
+        drift += user_data_drift(booted, props)
         for field, key in (
             ("ami", "ImageId"),
             ("instance_type", "InstanceType"),

@@ -1,0 +1,162 @@
+"""Bootstrap data (dhctl's ``cloudConfig``) for the machines a layout makes.
+
+Upstream's ``master-node`` and ``static-node`` modules take a base64 ``cloudConfig`` per node and
+place it where the cloud hands it to the booting VM (AWS ``user_data``, ...). Here the operator
+names files (``cloudloop layout apply --cloud-config [SELECTOR=]FILE``); :func:`attach` gives each
+node module's machine resource a ``user_data`` property that names its file and holds the
+content's SHA-256 and size; :func:`load` turns that into the bytes (:class:`UserData`) in the
+activity that makes the machine. A cloud's resource runtime reads them with :func:`data_of`
+and the digest with :func:`digest_of`.
+
+Rules:
+- The bytes (a bootstrap token, certificates) never enter workflow history: only the file's
+  name (on the workers' mount, ``layouts.source_dir``) and its digest and size do.
+- A node's file: the selector of its own name, else of its group (``master``, or the static
+  node group's name), else the default (no selector); a node with none boots without user data.
+  A selector that names no node or group is refused when the layout is defined.
+- The file is the user data, byte for byte (a gzipped cloud-config too); a file that changed
+  after the layout was defined is refused at the create (run the action again), never used.
+- A machine is never replaced for other bootstrap data (upstream ignores a changed
+  ``cloudConfig`` too): where the cloud keeps what a machine booted with, plan shows the change
+  as an immutable ``user_data`` field, and apply leaves the machine as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from cloudloop.layouts.model import LayoutDef, ModuleDef
+
+#: The selector of every node (``--cloud-config FILE``).
+EVERY_NODE = ""
+#: The group selector of the master nodes.
+MASTERS = "master"
+FILE = "$file"
+SELECTOR = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class BootstrapInvalid(ValueError):
+    """The bootstrap selection cannot be used (its message names selectors and files only)."""
+
+
+@dataclass(frozen=True)
+class UserData:
+    """A machine's bootstrap bytes, read in the activity that makes it."""
+
+    data: bytes
+    sha256: str
+
+
+def parse_option(value: str) -> tuple[str, str]:
+    """``SELECTOR=FILE`` or ``FILE`` (every node) as (selector, file)."""
+    selector, sep, file = value.partition("=")
+    if sep and SELECTOR.match(selector) and file:
+        return selector, file
+    if not value:
+        raise BootstrapInvalid("--cloud-config: empty")
+    return EVERY_NODE, value
+
+
+def property_value(file: str, data: bytes) -> dict[str, Any]:
+    """The ``user_data`` property of a machine booting with ``data`` read from ``file``."""
+    return {FILE: file, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def file_for(selection: Mapping[str, str], module: ModuleDef) -> str | None:
+    """The file the module's node boots with (see the rules), if any."""
+    for selector in (module.node_name, module.group):
+        if selector and selector in selection:
+            return selection[selector]
+    return selection.get(EVERY_NODE)
+
+
+def attach(
+    layout: LayoutDef, selection: Mapping[str, str], read: Callable[[str], bytes]
+) -> LayoutDef:
+    """``layout`` with each node machine's ``user_data`` property set from ``selection``
+    (selector → file); ``read`` returns a file's bytes (or raises, naming the file)."""
+    if not selection:
+        return layout
+    nodes = [m for m in layout.modules if m.node_name]
+    known = {m.node_name for m in nodes} | {m.group for m in nodes if m.group} | {MASTERS}
+    unknown = sorted(s for s in selection if s != EVERY_NODE and s not in known)
+    if unknown:
+        raise BootstrapInvalid(
+            f"--cloud-config: no node or node group named {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    digests: dict[str, dict[str, Any]] = {}
+    modules = []
+    for module in layout.modules:
+        file = file_for(selection, module) if module.node_name else None
+        if file is None:
+            modules.append(module)
+            continue
+        if not module.machine:
+            raise BootstrapInvalid(
+                f"--cloud-config: {layout.provider} layouts do not take bootstrap data yet"
+            )
+        if file not in digests:
+            digests[file] = property_value(file, read(file))
+        resources = [
+            r.model_copy(update={"properties": {**r.properties, "user_data": digests[file]}})
+            if r.key == module.machine
+            else r
+            for r in module.resources
+        ]
+        modules.append(module.model_copy(update={"resources": resources}))
+    return layout.model_copy(update={"modules": modules})
+
+
+def is_reference(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    return isinstance(value, Mapping) and FILE in value
+
+
+def load(properties: dict[str, Any], read: Callable[[str], bytes]) -> dict[str, Any]:
+    """``properties`` with a ``user_data`` reference replaced by its :class:`UserData`;
+    :class:`BootstrapInvalid` when the file is no longer what the layout was defined with."""
+    value = properties.get("user_data")
+    if not is_reference(value):
+        return properties
+    file, digest = str(value[FILE]), str(value["sha256"])
+    data = read(file)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise BootstrapInvalid(
+            f"--cloud-config: {file} changed after the layout was defined; run the action again"
+        )
+    return {**properties, "user_data": UserData(data=data, sha256=digest)}
+
+
+def digest_of(value: Any) -> str | None:
+    """The SHA-256 of a ``user_data`` property (a reference or loaded), or None."""
+    if isinstance(value, UserData):
+        return value.sha256
+    if is_reference(value):
+        return str(value["sha256"])
+    return None
+
+
+def size_of(value: Any) -> int:
+    if isinstance(value, UserData):
+        return len(value.data)
+    if is_reference(value):
+        return int(value.get("bytes") or 0)
+    return 0
+
+
+def data_of(value: Any) -> bytes | None:
+    """The bytes of a loaded ``user_data`` property; None when the machine has none."""
+    if value is None:
+        return None
+    if isinstance(value, UserData):
+        return value.data
+    raise BootstrapInvalid("user_data is not loaded (only the step that makes a machine reads it)")
+
+
+def short(digest: str | None) -> str | None:
+    """How plan shows a digest."""
+    return f"sha256:{digest[:12]}" if digest else None
