@@ -71,6 +71,18 @@ def nova_fault(status: int, message: str) -> ApiFault:
     return ApiFault(status, message)
 
 
+#: Nova's server metadata keys (``parameter_types.metadata``): no ``/``, at most 255 characters.
+_METADATA_KEY = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
+
+
+def _valid_metadata(value: object) -> bool:
+    """Nova's schema for server metadata: string keys of its pattern, strings of ≤ 255."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and _METADATA_KEY.match(k) and isinstance(v, str) and len(v) <= 255
+        for k, v in value.items()
+    )
+
+
 class Compute(Service):
     type = "compute"
     microversion_service = "compute"
@@ -588,7 +600,7 @@ class Compute(Service):
         if not isinstance(tags, list) or len(tags) > 50 or not all(_valid_tag(t) for t in tags):
             raise bad_request("Invalid input for field/attribute tags.")
         metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        if not _valid_metadata(metadata):
             raise bad_request("Invalid input for field/attribute metadata.")
         user_data = body.get("user_data")
         if user_data is not None:
@@ -1008,11 +1020,9 @@ class Compute(Service):
     @staticmethod
     def _metadata_body(request: Request, key: str = "metadata") -> dict[str, str]:
         body = request.json_body().get(key)
-        if not isinstance(body, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and len(k) <= 255 and len(v) <= 255
-            for k, v in body.items()
-        ):
-            raise bad_request(f"Malformed request body: {key}")
+        if not _valid_metadata(body):
+            raise bad_request(f"Invalid input for field/attribute {key}.")
+        assert isinstance(body, dict)
         return body
 
     def get_metadata(self, request: Request, server_id: str) -> Reply:

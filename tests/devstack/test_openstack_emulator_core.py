@@ -234,6 +234,25 @@ def test_metadata_and_tags(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
     assert not list(conn.compute.servers(tags="absent"))
 
 
+@pytest.mark.parametrize(
+    "metadata",
+    [{"cloudloop.io/digest": "x"}, {"": "x"}, {"k": "v" * 256}],
+    ids=["slash-in-key", "empty-key", "long-value"],
+)
+def test_metadata_outside_novas_schema_is_refused(
+    conn: Sdk, admin: OpenStackEmulatorAdmin, metadata: dict[str, str]
+) -> None:
+    """Nova's ``parameter_types.metadata``: keys ``^[a-zA-Z0-9-_:. ]{1,255}$``, values ≤ 255."""
+    with pytest.raises(exceptions.BadRequestException, match="field/attribute metadata"):
+        create_server(conn, "bad-meta", metadata=metadata)
+    [made] = admin.seed_servers(1, prefix="meta-bad")
+    server = conn.compute.get_server(made["id"])
+    with pytest.raises(exceptions.BadRequestException, match="field/attribute metadata"):
+        conn.compute.set_server_metadata(server, **metadata)
+    assert conn.compute.get_server(server.id).metadata == {}
+    conn.compute.set_server_metadata(server, **{"cloudloop.io:digest": "x"})  # ':' is allowed
+
+
 def test_flavors_and_zones(conn: Sdk, admin: OpenStackEmulatorAdmin) -> None:
     small = conn.compute.find_flavor("m1.small")
     assert (small.vcpus, small.ram, small.disk) == (1, 2048, 20)

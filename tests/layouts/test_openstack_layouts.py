@@ -13,6 +13,8 @@ ends in ERROR is deleted and made again by the next apply from the same root vol
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ import yaml
 from temporalio.client import Client
 
 from cloudloop import temporal
+from cloudloop.cloud.openstack.layout_resources import USER_DATA_KEY
 from cloudloop.cloud.registry import Settings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
@@ -81,12 +84,17 @@ def sdk(os_stack: LocalStack) -> Iterator[Any]:
 
 
 async def run(
-    client: Client, settings: Settings, action: str, path: Path, prefix: str
+    client: Client,
+    settings: Settings,
+    action: str,
+    path: Path,
+    prefix: str,
+    cloud_config: dict[str, str] | None = None,
 ) -> LayoutResult:
     input = LayoutInput(
         action=action,
         provider="openstack",
-        source=ConfigSource(file=str(path)),
+        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
         cluster=ClusterIdentity(prefix=prefix, uuid=str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))),
         timings=LayoutTimings(max_attempts=3),
     )
@@ -386,4 +394,59 @@ async def test_standard_with_bastion_and_server_group(
     assert data.size == 11 and data.status == "in-use"
 
     await run(os_client, os_settings, "destroy", path, prefix)
+    assert cluster_resources(endpoint.admin_url, prefix) == []
+
+
+async def test_servers_boot_with_the_bootstrap_data_given(
+    os_stack: LocalStack,
+    os_client: Client,
+    os_settings: Settings,
+    os_worker: None,
+    sdk: Any,
+    tmp_path: Path,
+) -> None:
+    """``--cloud-config master=F --cloud-config G`` on ``Standard``: Nova gets F's bytes as the
+    master's ``user_data`` and G's as the static node's, each server's metadata the digest (kept
+    by a metadata repair); a re-apply makes no mutating request; other data later is a kept
+    change in the plan and apply leaves the running master as it is."""
+    endpoint = endpoint_of(os_stack)
+    admin = OpenStackEmulatorAdmin(endpoint.admin_url)
+    prefix = f"b{uuid.uuid4().hex[:6]}"
+    path = config_file(tmp_path, "openstack-standard", prefix, endpoint)
+    master_data = f"#cloud-config\nbootstrap_token: {uuid.uuid4().hex}\n".encode()
+    node_data = b"#cloud-config\nruncmd: [static]\n"
+    (tmp_path / "master.cfg").write_bytes(master_data)
+    (tmp_path / "node.cfg").write_bytes(node_data)
+    selection = {"master": str(tmp_path / "master.cfg"), "": str(tmp_path / "node.cfg")}
+    requests = Requests(endpoint)
+    args = (os_client, os_settings)
+
+    def booted_with(name: str) -> bytes:
+        [server] = [s for s in admin.rows("servers") if s["name"] == name]
+        return base64.b64decode(server["_user_data"])
+
+    await run(*args, "apply", path, prefix, selection)
+    assert booted_with(f"{prefix}-master-0") == master_data
+    assert booted_with(f"{prefix}-front-0") == node_data
+    master = one(list(sdk.compute.servers(name=f"^{prefix}-master-0$")), "master")
+    digest = hashlib.sha256(master_data).hexdigest()
+    assert master.metadata == {"team": "demo", "role": "master", USER_DATA_KEY: digest}
+
+    requests.reset()
+    await run(*args, "apply", path, prefix, selection)
+    assert requests.mutating() == {}
+
+    sdk.compute.set_server_metadata(master, owner="someone")
+    (tmp_path / "master.cfg").write_bytes(b"#cloud-config\nother: data\n")
+    plan = await run(*args, "plan", path, prefix, selection)
+    changes = {c.field: c for m in plan.plan for r in m.resources for c in r.changes}
+    kept = changes["user_data (kept: a running machine is not replaced for it)"]
+    assert kept.have == f"sha256:{digest[:12]}" and kept.want != kept.have
+    await run(*args, "apply", path, prefix, selection)
+    metadata = sdk.compute.get_server_metadata(master.id).metadata
+    assert metadata == {"team": "demo", "role": "master", USER_DATA_KEY: digest}
+    assert booted_with(f"{prefix}-master-0") == master_data  # not replaced
+    assert one(list(sdk.compute.servers(name=f"^{prefix}-master-0$")), "master").id == master.id
+
+    await run(*args, "destroy", path, prefix)
     assert cluster_resources(endpoint.admin_url, prefix) == []

@@ -42,9 +42,11 @@ Departures from the Terraform modules (and why):
 - a root volume is not ``delete_on_termination``: it is a resource of its own, deleted by its
   own step after the server, so a server that ends in ERROR can be deleted and made again from
   the same volume;
-- volume metadata and zone are not repaired (upstream ``ignore_changes``); ``user_data``
-  (dhctl's ``cloudConfig``) is not set: the layout makes the machines, bootstrap is dhctl's or
-  Cluster API's.
+- volume metadata and zone are not repaired (upstream ``ignore_changes``); ``user_data`` is
+  dhctl's ``cloudConfig`` as ``--cloud-config`` names it (:mod:`cloudloop.layouts.bootstrap`),
+  beside the config drive the layout asks for; the server's metadata also holds
+  ``cloudloop.io:user-data-sha256`` of what it booted with, so plan can show a later change
+  (upstream ignores it: never a replacement).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from cloudloop.layouts.bootstrap import MASTERS
 from cloudloop.layouts.config import (
     ClusterIdentity,
     OpenStackClusterConfiguration,
@@ -526,6 +529,8 @@ class _Builder:
             id=f"master-{index}",
             module="master-node",
             node_name=name,
+            group=MASTERS,
+            machine=server.key,
             resources=resources,
             outputs={
                 "master_ip_address_for_ssh": ssh,
@@ -614,6 +619,8 @@ class _Builder:
             id=f"static-{group.name}-{index}",
             module="static-node",
             node_name=name,
+            group=group.name,
+            machine=server.key,
             resources=resources,
             outputs={"node_internal_ip_address": ref(ports[0].key, "ip")},
         )

@@ -18,6 +18,10 @@ Identity and crash rules:
   gateway, a subnet's DNS servers, a volume smaller than asked (``os-extend``, online as
   upstream's ``enable_online_resize``). Immutable fields (CIDRs, a shrink, volume types, flavors,
   zones, a key pair's public key) are reported, never repaired.
+- A server with bootstrap data is created with it (``user_data``) and the metadata key
+  ``cloudloop.io:user-data-sha256`` (Nova allows no ``/`` in a key; metadata repairs keep it);
+  other data later is an immutable change, shown only when that key says what the server
+  booted with. Over Nova's 65535 base64 bytes it is refused before any create.
 - A second ensure of an unchanged resource makes only GET requests.
 - ``create`` waits for what the next step needs (a server ACTIVE, a volume available, an
   attachment in-use) and ``delete`` for what must be gone first (a server deleted, a volume
@@ -34,6 +38,7 @@ Identity and crash rules:
 
 from __future__ import annotations
 
+import base64
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -41,11 +46,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.layouts import Drift, Ensured, Found
+from cloudloop.cloud.layouts import Drift, Ensured, Found, user_data_drift
 from cloudloop.cloud.openstack import layout as defs
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase, is_conflict
 from cloudloop.cloud.openstack.layout_state import STATE_TYPES
 from cloudloop.cloud.openstack.settings import ConnectionSettings, OpenStackSettings
+from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import OpenStackClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
@@ -54,6 +60,10 @@ Props = dict[str, Any]
 Raw = dict[str, Any]
 #: Nova microversion of server requests (tags in bodies; 2.47 embeds the flavor).
 COMPUTE_MICROVERSION = "2.52"
+#: What a server booted with (its user data's SHA-256), in its metadata for plan to compare.
+USER_DATA_KEY = "cloudloop.io:user-data-sha256"
+#: Nova's limit on ``user_data`` (base64).
+MAX_USER_DATA_BASE64 = 65535
 #: Cinder microversion of ``os-extend`` (an in-use volume grows from 3.42).
 EXTEND_MICROVERSION = "3.42"
 #: Kind → the suffix of its handler methods (``_find_<s>``, ``_create_<s>``, ``_drift_<s>``,
@@ -126,6 +136,12 @@ def _ipv4(fixed_ips: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _booted_with(raw: Raw) -> dict[str, str]:
+    """The server's metadata key of what it booted with (kept when metadata is repaired)."""
+    booted = (raw.get("metadata") or {}).get(USER_DATA_KEY)
+    return {USER_DATA_KEY: str(booted)} if booted else {}
+
+
 class OpenStackLayoutResources(OpenStackBase):
     """The OpenStack :class:`~cloudloop.cloud.layouts.LayoutResources`."""
 
@@ -146,6 +162,18 @@ class OpenStackLayoutResources(OpenStackBase):
             getattr(self, f"_{verb}_{suffix}", None) or getattr(self, f"_{verb}_none")
             for verb in ("find", "create", "drift", "fix", "delete")
         )
+
+    def refusals(self, resource: ResourceDef, properties: Props) -> list[str]:
+        """A server's user data over Nova's limit (65535 bytes once base64-encoded)."""
+        if resource.kind != defs.SERVER:
+            return []
+        encoded = 4 * ((bootstrap.size_of(properties.get("user_data")) + 2) // 3)
+        if encoded > MAX_USER_DATA_BASE64:
+            return [
+                f"{resource.key}: user data of {encoded} bytes in base64 is over Nova's "
+                f"{MAX_USER_DATA_BASE64}"
+            ]
+        return []
 
     def inspect(self, resource: ResourceDef, properties: Props) -> Found | None:
         with _classified():
@@ -941,6 +969,13 @@ class OpenStackLayoutResources(OpenStackBase):
             "config_drive": bool(props.get("config_drive")),
             "metadata": props.get("metadata") or {},
         }
+        user_data = bootstrap.data_of(props.get("user_data"))
+        if user_data is not None:
+            server["user_data"] = base64.b64encode(user_data).decode()
+            server["metadata"] = {
+                **server["metadata"],
+                USER_DATA_KEY: str(bootstrap.digest_of(props["user_data"])),
+            }
         if props.get("ports"):
             server["networks"] = [{"port": port} for port in props["ports"]]
         else:
@@ -987,9 +1022,11 @@ class OpenStackLayoutResources(OpenStackBase):
         if flavor.get("id") and flavor["id"] != props["flavor_id"]:
             drift.append(Drift("flavor_id", flavor["id"], props["flavor_id"], immutable=True))
         want = props.get("metadata") or {}
-        have = raw.get("metadata") or {}
+        have = {k: v for k, v in (raw.get("metadata") or {}).items() if k != USER_DATA_KEY}
         if have != want:
             drift.append(Drift("metadata", have, want))
+        booted = (raw.get("metadata") or {}).get(USER_DATA_KEY)
+        drift += user_data_drift(booted, props)
         return drift
 
     def _fix_server(
@@ -1001,7 +1038,7 @@ class OpenStackLayoutResources(OpenStackBase):
                 "compute",
                 "PUT",
                 f"/servers/{raw['id']}/metadata",
-                json={"metadata": props.get("metadata") or {}},
+                json={"metadata": {**(props.get("metadata") or {}), **_booted_with(raw)}},
             )
 
     def _delete_server(self, resource: ResourceDef, props: Props, raw: Raw) -> None:
