@@ -11,6 +11,8 @@ cluster.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -78,12 +80,18 @@ async def vs_worker(vs_client: Client, vs_settings: Settings) -> AsyncIterator[N
 
 
 async def run(
-    client: Client, settings: Settings, action: str, path: Path, prefix: str, cluster_uuid: str
+    client: Client,
+    settings: Settings,
+    action: str,
+    path: Path,
+    prefix: str,
+    cluster_uuid: str,
+    cloud_config: dict[str, str] | None = None,
 ) -> LayoutResult:
     input = LayoutInput(
         action=action,
         provider="vsphere",
-        source=ConfigSource(file=str(path)),
+        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
         cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
         timings=LayoutTimings(max_attempts=3),
     )
@@ -290,3 +298,56 @@ async def test_a_missing_template_or_datastore_refuses_the_apply_before_anything
     plan = await act("plan")
     assert {a for k, a in plan_actions(plan).items() if a != "no-op"} == {"create"}
     assert plan_actions(plan)[f"vsphere.folder/{prefix}"] == "create"
+
+
+async def test_vms_boot_with_the_bootstrap_data_given(
+    vs_stack: LocalStack, vs_client: Client, vs_settings: Settings, vs_worker: None, tmp_path: Path
+) -> None:
+    """``--cloud-config master=F``: the master is cloned with F's bytes as upstream's
+    ``guestinfo.userdata`` (base64), the static node (no selector) with none; a re-apply runs no
+    vCenter task; other data later is a kept change in the plan, and apply leaves the VM."""
+    assert vs_stack.vcsim is not None
+    endpoint = vs_stack.vcsim
+    prefix, cluster_uuid = f"u{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = config_file(tmp_path, endpoint, prefix)
+    master, worker = f"{prefix}-master-0", f"{prefix}-worker-0"
+    data = f"#cloud-config\nbootstrap_token: {uuid.uuid4().hex}\n".encode()
+    (tmp_path / "master.cfg").write_bytes(data)
+    selection = {"master": str(tmp_path / "master.cfg")}
+
+    async def act(action: str) -> LayoutResult:
+        return await run(vs_client, vs_settings, action, path, prefix, cluster_uuid, selection)
+
+    def extra_config(name: str) -> dict[str, str]:
+        si = connect(endpoint)
+        try:
+            vm = find(si, f"DC0/vm/{prefix}/{name}")
+            return {o.key: o.value for o in vm.config.extraConfig}
+        finally:
+            disconnect(si)
+
+    await act("apply")
+    extra = extra_config(master)
+    assert base64.b64decode(extra["guestinfo.userdata"]) == data
+    assert extra["guestinfo.userdata.encoding"] == "base64"
+    assert extra["guestinfo.metadata.encoding"] == "base64"
+    assert "guestinfo.userdata" not in extra_config(worker)
+
+    tasks = TaskLog(endpoint)
+    tasks.mark()
+    await act("apply")
+    assert [str(t) for t in tasks.since()] == []
+
+    (tmp_path / "master.cfg").write_bytes(b"#cloud-config\nother: data\n")
+    plan = await act("plan")
+    changes = {r.key: r.changes for m in plan.plan for r in m.resources if r.changes}
+    [kept] = changes[f"vsphere.virtual_machine/{master}"]
+    assert kept.field == "user_data (kept: a running machine is not replaced for it)"
+    assert kept.have == f"sha256:{hashlib.sha256(data).hexdigest()[:12]}"
+    tasks.mark()
+    await act("apply")
+    assert [str(t) for t in tasks.since()] == []
+    assert base64.b64decode(extra_config(master)["guestinfo.userdata"]) == data
+
+    await act("destroy")
+    assert cluster_resources(endpoint, prefix, cluster_uuid) == []

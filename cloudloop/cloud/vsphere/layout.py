@@ -16,8 +16,9 @@ Identity: a VM is found at ``/<datacenter>/vm/<vmFolderPath>/<name>``, a pool at
 path; tags and tag categories are pre-existing (looked up, never created), as upstream.
 
 Departures from the Terraform modules (and why):
-- ``guestinfo.userdata`` (dhctl's ``cloudConfig``) is not written: the layout makes the machines,
-  bootstrap is dhctl's or Cluster API's; ``guestinfo.metadata`` is (host name, SSH key, netplan);
+- ``guestinfo.userdata`` is dhctl's ``cloudConfig`` as ``--cloud-config`` names it
+  (:mod:`cloudloop.layouts.bootstrap`), beside ``guestinfo.metadata`` (host name, SSH key,
+  netplan);
 - the VM keeps the template's NICs' adapter type only when it is vmxnet3 (the machine driver's
   clone makes vmxnet3 NICs); ``annotation`` is not copied from the template;
 - ``storagePolicyID`` and ``nsxt`` are refused (storage policies are not implemented);
@@ -33,6 +34,7 @@ import json
 import uuid
 from typing import Any
 
+from cloudloop.layouts.bootstrap import MASTERS
 from cloudloop.layouts.config import ClusterIdentity, VsphereClusterConfiguration
 from cloudloop.layouts.model import (
     LayoutDef,
@@ -277,6 +279,8 @@ class _Builder:
             id=f"master-{index}",
             module="master-node",
             node_name=name,
+            group=MASTERS,
+            machine=vm.key,
             resources=[disk, vm],
             outputs={
                 "master_ip_address_for_ssh": ref(vm.key, "default_ip"),
@@ -298,6 +302,8 @@ class _Builder:
             id=f"static-{group.name}-{index}",
             module="static-node",
             node_name=name,
+            group=group.name,
+            machine=vm.key,
             resources=[vm],
             outputs={"node_internal_ip_address": ref(vm.key, "default_ip")},
         )

@@ -23,6 +23,9 @@ Identity and crash rules:
   Terraform does), the root disk grown, the data disk attached again, power. A root disk larger
   than the definition is reported, never shrunk (immutable). extraConfig changes are ignored, as
   upstream ``ignore_changes`` them.
+- Bootstrap data is written once, as upstream's ``guestinfo.userdata`` (base64) at the clone; a
+  VM that holds some keeps it: other data later is an immutable change (its digest read from
+  the VM's extraConfig), never a replacement.
 - A second ensure of an unchanged resource makes only reads: no task, no create.
 - ``delete`` is idempotent: a VM is powered off, its data disk detached (kept: it is its own
   resource), then destroyed; a pool or folder that still holds anything is refused (vCenter would
@@ -41,6 +44,9 @@ Identity and crash rules:
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
 import logging
 import tempfile
 import time
@@ -52,7 +58,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.layouts import Drift, Ensured, Found
+from cloudloop.cloud.layouts import Drift, Ensured, Found, user_data_drift
 from cloudloop.cloud.vsphere import layout as defs
 from cloudloop.cloud.vsphere.base import VsphereBase
 from cloudloop.cloud.vsphere.layout_state import STATE_TYPES
@@ -62,6 +68,7 @@ from cloudloop.cloud.vsphere.mapping import PROVIDER, Inventory
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import PC, vim
 from cloudloop.cloud.vsphere.volumes import fcd_manager
+from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import VsphereClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
@@ -98,7 +105,10 @@ _VM_PATHS = [
     "config.memoryHotAddEnabled",
     "runtime.powerState",
     "guest.ipAddress",
+    "config.extraConfig",
 ]
+#: Where the guest reads its bootstrap data (Deckhouse's master and static node modules).
+USERDATA_KEY = "guestinfo.userdata"
 
 
 @dataclass
@@ -114,6 +124,8 @@ class VmRaw:
     memory_hot_add: bool
     power_state: str
     ip: str
+    #: SHA-256 of the ``guestinfo.userdata`` the VM holds (None: it holds none).
+    user_data_sha256: str | None = None
 
     @property
     def state(self) -> VmState:
@@ -131,6 +143,23 @@ class VmRaw:
 
     def disk_file(self, disk: Any) -> str:
         return str(getattr(disk.backing, "fileName", "") or "")
+
+
+def _user_data(props: Props) -> bytes:
+    return bootstrap.data_of(props.get("user_data")) or b""
+
+
+def _userdata_digest(options: list[Any]) -> str | None:
+    """SHA-256 of the bootstrap data in a VM's extraConfig (decoded as its encoding says)."""
+    values = {str(o.key): str(o.value) for o in options if getattr(o, "key", None)}
+    text = values.get(USERDATA_KEY)
+    if not text:
+        return None
+    data = text.encode()
+    if values.get(f"{USERDATA_KEY}.encoding") in ("base64", "b64"):
+        with contextlib.suppress(ValueError):  # not what it says: the digest of what is there
+            data = base64.b64decode(text, validate=True)
+    return hashlib.sha256(data).hexdigest()
 
 
 def _entity_path(inventory: Inventory, moref: str) -> str:
@@ -694,6 +723,7 @@ class VsphereLayoutResources(VsphereMachines):
             memory_hot_add=bool(props.get("config.memoryHotAddEnabled")),
             power_state=str(props.get("runtime.powerState", "")),
             ip=str(props.get("guest.ipAddress") or ""),
+            user_data_sha256=_userdata_digest(props.get("config.extraConfig") or []),
         )
 
     def _find_vm(self, resource: ResourceDef, props: Props) -> VmRaw | None:
@@ -754,8 +784,13 @@ class VsphereLayoutResources(VsphereMachines):
     def _extra_config(
         self, machine: VsphereMachineSpec, spec: models.MachineSpec, user_data: bytes
     ) -> dict[str, str]:
-        """Deckhouse's keys as the definition gives them (no CAPV cloud-init keys)."""
-        return dict(machine.custom_vmx_keys)
+        """Deckhouse's keys as the definition gives them (no CAPV cloud-init keys), and the
+        bootstrap data as upstream writes it (``guestinfo.userdata``, base64)."""
+        keys = dict(machine.custom_vmx_keys)
+        if user_data:
+            keys[USERDATA_KEY] = base64.b64encode(user_data).decode()
+            keys[f"{USERDATA_KEY}.encoding"] = "base64"
+        return keys
 
     def _data_disk(self, raw: VmRaw, props: Props) -> Any | None:
         want = props.get("data_disk")
@@ -779,6 +814,7 @@ class VsphereLayoutResources(VsphereMachines):
                 drift.append(Drift("root_disk_gb", have_gb, want_gb, immutable=True))
         if props.get("data_disk") and self._data_disk(raw, props) is None:
             drift.append(Drift("data_disk", None, props["data_disk"]))
+        drift += user_data_drift(raw.user_data_sha256, props)
         return drift
 
     def _ensure_vm(self, resource: ResourceDef, props: Props) -> Ensured:
@@ -810,7 +846,7 @@ class VsphereLayoutResources(VsphereMachines):
         place = self._placement(machine, spec, dc, dc_name)
         state = self._await_clone_in_flight(spec, place.folder_path)
         if state is None:
-            state = self._clone(spec, machine, place, b"")
+            state = self._clone(spec, machine, place, _user_data(props))
         raw = self._read_vm(state.moref)
         if raw is None:
             raise errors.CloudError(PROVIDER, "CloneVM", f"the clone of {resource.name} is gone")
@@ -826,7 +862,9 @@ class VsphereLayoutResources(VsphereMachines):
         spec, machine = self._machine(resource, props)
         dc, dc_name = self._datacenter(props["datacenter"])
         place = self._placement(machine, spec, dc, dc_name)
-        self._reconfigure(raw.state, spec, machine, place, b"")
+        # bootstrap data is written once: a VM that holds some keeps it
+        user_data = b"" if raw.user_data_sha256 else _user_data(props)
+        self._reconfigure(raw.state, spec, machine, place, user_data)
         raw = self._read_vm(raw.moref) or raw
         if props.get("data_disk") and self._data_disk(raw, props) is None:
             self._reconfig(raw, vim.vm.ConfigSpec(deviceChange=[self._attach_spec(raw, props)]))
