@@ -4,7 +4,9 @@ heartbeat): the drain's count does not drop to the pods left for the retry."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from temporalio.testing import ActivityEnvironment
 
@@ -24,7 +26,7 @@ def round_input(*pods: PodRef) -> EvictPodsInput:
     )
 
 
-def run(kube: MemoryKube, input: EvictPodsInput, details: list[object]) -> EvictPodsResult:
+def run(kube: MemoryKube, input: EvictPodsInput, details: Sequence[Any]) -> EvictPodsResult:
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, heartbeat_details=details)
     result: EvictPodsResult = env.run(DrainActivities(kube, None, NthSettings()).evict_pods, input)
