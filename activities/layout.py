@@ -56,6 +56,7 @@ from cloudloop.cloud.layouts import (
     Drift,
     LayoutPart,
     LayoutResources,
+    MergingBootstrapPart,
 )
 from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.errortext import yaml_problem
@@ -190,7 +191,14 @@ class LayoutActivities:
                     f"{session.config.kind}: {exc}", type="LayoutConfigInvalid", non_retryable=True
                 ) from None
             try:
-                return bootstrap.attach(layout, input.source.cloud_config, self._read_bootstrap)
+                check = (
+                    bootstrap.merge_problem
+                    if isinstance(session.part, MergingBootstrapPart)
+                    else None
+                )
+                return bootstrap.attach(
+                    layout, input.source.cloud_config, self._read_bootstrap, check
+                )
             except bootstrap.BootstrapInvalid as exc:
                 raise ApplicationError(
                     str(exc), type="LayoutConfigInvalid", non_retryable=True

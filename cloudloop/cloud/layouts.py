@@ -103,6 +103,14 @@ def user_data_drift(booted: str | None, properties: Mapping[str, Any]) -> list[D
 
 
 @runtime_checkable
+class MergingBootstrapPart(Protocol):
+    """A cloud whose nodes take the bootstrap data merged into its own cloud-init document
+    (:func:`cloudloop.layouts.bootstrap.merged`): the data must be a cloud-config mapping."""
+
+    merges_user_data: bool
+
+
+@runtime_checkable
 class CheckingResources(Protocol):
     def refusals(self, resource: ResourceDef, properties: dict[str, Any]) -> list[str]: ...
 

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+import yaml
+
 from cloudloop.layouts.model import LayoutDef, ModuleDef
 
 #: The selector of every node (``--cloud-config FILE``).
@@ -75,10 +77,14 @@ def file_for(selection: Mapping[str, str], module: ModuleDef) -> str | None:
 
 
 def attach(
-    layout: LayoutDef, selection: Mapping[str, str], read: Callable[[str], bytes]
+    layout: LayoutDef,
+    selection: Mapping[str, str],
+    read: Callable[[str], bytes],
+    check: Callable[[bytes], str | None] | None = None,
 ) -> LayoutDef:
     """``layout`` with each node machine's ``user_data`` property set from ``selection``
-    (selector → file); ``read`` returns a file's bytes (or raises, naming the file)."""
+    (selector → file); ``read`` returns a file's bytes (or raises, naming the file); ``check``
+    (the cloud's) says why some bytes cannot be used."""
     if not selection:
         return layout
     nodes = [m for m in layout.modules if m.node_name]
@@ -101,7 +107,11 @@ def attach(
                 f"--cloud-config: {layout.provider} layouts do not take bootstrap data yet"
             )
         if file not in digests:
-            digests[file] = property_value(file, read(file))
+            data = read(file)
+            problem = check(data) if check is not None else None
+            if problem:
+                raise BootstrapInvalid(f"--cloud-config: {file} {problem}")
+            digests[file] = property_value(file, data)
         resources = [
             r.model_copy(update={"properties": {**r.properties, "user_data": digests[file]}})
             if r.key == module.machine
@@ -155,6 +165,29 @@ def data_of(value: Any) -> bytes | None:
     if isinstance(value, UserData):
         return value.data
     raise BootstrapInvalid("user_data is not loaded (only the step that makes a machine reads it)")
+
+
+def merge_problem(data: bytes) -> str | None:
+    """Why ``data`` cannot be merged into a cloud's own cloud-init document (None: it can)."""
+    try:
+        document = yaml.safe_load(data.decode())
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return "is not a cloud-config YAML document (this cloud merges it into its own)"
+    if document is not None and not isinstance(document, dict):
+        return "is not a cloud-config mapping (this cloud merges it into its own)"
+    return None
+
+
+def merged(base: str, data: bytes | None) -> str:
+    """``base`` (a ``#cloud-config`` document) with ``data``'s top-level keys over its own, as
+    upstream's ``yamlencode(merge(base, yamldecode(cloudConfig)))`` (zVirt, DVP)."""
+    if not data:
+        return base
+    problem = merge_problem(data)
+    if problem:
+        raise BootstrapInvalid(f"the bootstrap data {problem}")
+    document = {**(yaml.safe_load(base) or {}), **(yaml.safe_load(data.decode()) or {})}
+    return "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False)
 
 
 def short(digest: str | None) -> str | None:

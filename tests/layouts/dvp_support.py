@@ -116,22 +116,34 @@ async def dvp_worker(dvp_client: Client, dvp_layout_settings: Settings) -> Async
         yield
 
 
-def layout_input(action: str, path: Path, prefix: str, cluster_uuid: str) -> LayoutInput:
+def layout_input(
+    action: str,
+    path: Path,
+    prefix: str,
+    cluster_uuid: str,
+    cloud_config: dict[str, str] | None = None,
+) -> LayoutInput:
     return LayoutInput(
         action=action,
         provider="dvp",
-        source=ConfigSource(file=str(path)),
+        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
         cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
         timings=LayoutTimings(max_attempts=3),
     )
 
 
 async def run(
-    client: Client, settings: Settings, action: str, path: Path, prefix: str, cluster_uuid: str
+    client: Client,
+    settings: Settings,
+    action: str,
+    path: Path,
+    prefix: str,
+    cluster_uuid: str,
+    cloud_config: dict[str, str] | None = None,
 ) -> LayoutResult:
     return await run_layout(
         client,
         settings.temporal.task_queue,
-        layout_input(action, path, prefix, cluster_uuid),
+        layout_input(action, path, prefix, cluster_uuid, cloud_config),
         poll_s=0.2,
     )

@@ -12,13 +12,17 @@ have fails the apply with the parent's word for it.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.client import Client
 
 from cloudloop.cloud.dvp import resources as r
+from cloudloop.cloud.dvp.layout_resources import USER_DATA_ANNOTATION
 from cloudloop.cloud.registry import Settings
 from devstack.backends.dvp_layouts import (
     NETWORK_POLICIES,
@@ -168,3 +172,60 @@ async def test_missing_image_fails_with_the_parents_word(
         await run(dvp_client, dvp_layout_settings, "apply", path, prefix, cluster_uuid)
     assert failed.value.kind == "NotFound"
     assert cluster_resources(parent.kube, namespace, prefix) == []  # failed fast: nothing made
+
+
+async def test_bootstrap_data_is_merged_into_the_cloud_init_secret(
+    dvp_stack: tuple[LocalStack, DvpParent],
+    dvp_client: Client,
+    dvp_layout_settings: Settings,
+    dvp_worker: None,
+    tmp_path: Path,
+) -> None:
+    """``--cloud-config master=FILE``: the master's cloud-init Secret holds upstream's merge of
+    its hostname/SSH-key document and the data, and its digest annotation; the static node's
+    holds its own document only; other data later is a kept change and apply leaves it."""
+    _, parent = dvp_stack
+    namespace = parent.new_namespace("boot")
+    prefix, cluster_uuid = f"b{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = dvp_config(tmp_path, parent, namespace, prefix)
+    kube = parent.kube
+    token = uuid.uuid4().hex
+    (tmp_path / "boot.yaml").write_text(f"#cloud-config\nbootstrap_token: {token}\n")
+    selection = {"master": str(tmp_path / "boot.yaml")}
+    args = (dvp_client, dvp_layout_settings)
+
+    def user_data(hostname: str) -> tuple[dict[str, object], dict[str, str]]:
+        [secret] = [
+            s
+            for s in kube.list(r.SECRETS, namespace)["items"]
+            if s["metadata"]["name"].startswith(f"{hostname}-cloudinit-")
+        ]
+        text = base64.b64decode(secret["data"][r.CLOUD_INIT_KEY]).decode()
+        assert text.startswith("#cloud-config\n")
+        return yaml.safe_load(text), secret["metadata"].get("annotations") or {}
+
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    document, annotations = user_data(f"{prefix}-master-0")
+    assert document["hostname"] == f"{prefix}-master-0" and document["bootstrap_token"] == token
+    digest = hashlib.sha256((tmp_path / "boot.yaml").read_bytes()).hexdigest()
+    assert annotations[USER_DATA_ANNOTATION] == digest
+    static, _ = user_data(f"{prefix}-worker-0")
+    assert "bootstrap_token" not in static
+
+    (tmp_path / "boot.yaml").write_text("#cloud-config\nother: data\n")
+    plan = await run(*args, "plan", path, prefix, cluster_uuid, selection)
+    changes = [c for m in plan.plan for res in m.resources for c in res.changes]
+    assert [c.field for c in changes] == [
+        "user_data (kept: a running machine is not replaced for it)"
+    ]
+    before = dvp_requests()
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    assert mutating_since(before) == {}
+    assert user_data(f"{prefix}-master-0")[0]["bootstrap_token"] == token
+
+    await run(*args, "destroy", path, prefix, cluster_uuid)
+
+    async def nothing_left() -> bool:
+        return cluster_resources(kube, namespace, prefix) == []
+
+    await eventually_async(nothing_left, timeout=60)

@@ -17,6 +17,7 @@ from pathlib import Path
 import ovirtsdk4 as sdk
 import ovirtsdk4.types
 import pytest
+import yaml
 from temporalio.client import Client
 
 from cloudloop.cloud.registry import Settings
@@ -215,4 +216,47 @@ async def test_a_missing_template_or_storage_domain_refuses_the_apply_before_any
         failed.value
     )
     assert mutating_calls(ovirt.admin_url) == before
+    assert cluster_resources(ovirt.admin_url, prefix) == []
+
+
+async def test_bootstrap_data_is_merged_into_the_cloud_init_script(
+    zvirt_stack: LocalStack,
+    zvirt_client: Client,
+    zvirt_layout_settings: Settings,
+    zvirt_worker: None,
+    tmp_path: Path,
+) -> None:
+    """``--cloud-config FILE``: each VM starts with upstream's merge of the hostname/SSH-key
+    document and the data (its keys win); a re-apply makes no mutating request; data that is no
+    cloud-config mapping is refused when the layout is defined, before anything is made."""
+    prefix, cluster_uuid = f"c{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    path = zvirt_config(tmp_path, zvirt_stack, prefix)
+    ovirt = engine(zvirt_stack)
+    admin = OvirtEmulatorAdmin(ovirt.admin_url)
+    token = uuid.uuid4().hex
+    (tmp_path / "boot.yaml").write_text(
+        f"#cloud-config\nbootstrap_token: {token}\nssh_pwauth: false\nruncmd: [kubeadm]\n"
+    )
+    args = (zvirt_client, zvirt_layout_settings)
+    (tmp_path / "script.sh").write_text("#!/bin/sh\necho not yaml: [\n")
+    with pytest.raises(LayoutFailed, match="is not a cloud-config") as refused:
+        await run(*args, "apply", path, prefix, cluster_uuid, {"": str(tmp_path / "script.sh")})
+    assert refused.value.kind == "LayoutConfigInvalid"
+    assert cluster_resources(ovirt.admin_url, prefix) == []
+
+    selection = {"": str(tmp_path / "boot.yaml")}
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    for name in (f"{prefix}-master-0", f"{prefix}-worker-0"):
+        vm = admin.vm(name)
+        assert vm is not None
+        script = vm["last_start"]["custom_script"]
+        assert script.startswith("#cloud-config\n")
+        document = yaml.safe_load(script)
+        assert document["hostname"] == name and document["create_hostname_file"] is True
+        assert document["ssh_authorized_keys"][0].startswith("ssh-ed25519 AAAA")
+        assert document["bootstrap_token"] == token and document["runcmd"] == ["kubeadm"]
+    admin.clear_requests()
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    assert mutating_calls(ovirt.admin_url) == {}
+    await run(*args, "destroy", path, prefix, cluster_uuid)
     assert cluster_resources(ovirt.admin_url, prefix) == []

@@ -57,7 +57,10 @@ Departures from the Terraform modules (and why):
   labels); the address is left out when a found VM's parameters are compared;
 - no ``kubernetes_owner_references``: each object is deleted by the destroy, in reverse order
   (VM first, then its Secret and disks), which needs no garbage collector;
-- the cloud-init data does not carry dhctl's ``cloudConfig`` (as on AWS and zVirt).
+- dhctl's ``cloudConfig`` (``--cloud-config``, :mod:`cloudloop.layouts.bootstrap`) is merged
+  into the cloud-init Secret's ``userData`` as upstream's ``yamlencode(merge(...))`` (its
+  top-level keys win); the Secret is annotated ``cloudloop.io/user-data-sha256``, so plan shows
+  a later change (kept: the VM is not replaced for it).
 """
 
 from __future__ import annotations
@@ -463,6 +466,8 @@ class _Builder:
             id=module_id,
             module=module,
             node_name=hostname,
+            group=group,
+            machine=secret.key,
             resources=[*disks, secret, machine],
             outputs=outputs,
         )

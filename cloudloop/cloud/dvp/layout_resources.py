@@ -51,14 +51,17 @@ from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, DvpBase
 from cloudloop.cloud.dvp.layout_state import STATE_TYPES
 from cloudloop.cloud.dvp.settings import DvpSettings
-from cloudloop.cloud.layouts import Drift, Ensured, Found
+from cloudloop.cloud.layouts import Drift, Ensured, Found, user_data_drift
 from cloudloop.kube.resources import Resource
+from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import DVPClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
 
 Props = dict[str, Any]
 Obj = dict[str, Any]
+#: The digest of the bootstrap data a cloud-init Secret was made with (for plan to compare).
+USER_DATA_ANNOTATION = "cloudloop.io/user-data-sha256"
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 RESOURCES = {
     defs.NETWORK_POLICY: NETWORK_POLICIES,
@@ -354,7 +357,12 @@ class DvpLayoutResources:
         if annotations:
             metadata["annotations"] = annotations
         if resource.kind == defs.SECRET:
-            encoded = base64.b64encode(str(props["userData"]).encode()).decode()
+            user_data = bootstrap.data_of(props.get("user_data"))
+            text = bootstrap.merged(str(props["userData"]), user_data)
+            if user_data is not None:
+                digest = {USER_DATA_ANNOTATION: str(bootstrap.digest_of(props["user_data"]))}
+                metadata["annotations"] = {**metadata.get("annotations", {}), **digest}
+            encoded = base64.b64encode(text.encode()).decode()
             return {
                 "metadata": metadata,
                 "type": props["type"],
@@ -371,7 +379,8 @@ class DvpLayoutResources:
         if resource.kind == defs.SECRET:
             if obj.get("type") != props["type"]:
                 drift.append(Drift("type", obj.get("type"), props["type"], immutable=True))
-            return drift
+            booted = (meta.get("annotations") or {}).get(USER_DATA_ANNOTATION)
+            return drift + user_data_drift(booted, props)
         have = obj.get("spec") or {}
         want = props.get("spec") or {}
         if resource.kind == defs.DISK:
@@ -493,6 +502,8 @@ class DvpLayouts:
 
     layouts: tuple[str, ...] = defs.LAYOUTS
     state_types: Mapping[str, StateMapping] = STATE_TYPES
+    #: Bootstrap data goes into the cloud-init Secret's document (a cloud-config mapping).
+    merges_user_data = True
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)

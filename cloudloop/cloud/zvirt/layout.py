@@ -26,8 +26,9 @@ Departures from the Terraform modules (and why):
 - the VM's description carries ``cloudloop layout <prefix> cluster_uuid=<uuid>``: a same-named
   VM without it is refused (``AlreadyExists``), never taken over — only ``adopt`` (the VM an
   upstream Terraform state names by ID) marks one;
-- the cloud-init script does not carry dhctl's ``cloudConfig``: the layout makes the machines,
-  bootstrap is dhctl's or Cluster API's (as on AWS).
+- dhctl's ``cloudConfig`` (``--cloud-config``, :mod:`cloudloop.layouts.bootstrap`) is merged
+  into the cloud-init document as upstream's ``yamlencode(merge(...))`` (its top-level keys
+  win); the script of a started VM is not read back, so plan cannot show a later change.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 import yaml
 
 from cloudloop.cloud.zvirt.mapping import DISCOVERY_API_VERSION, DISCOVERY_KIND, ZONE
+from cloudloop.layouts.bootstrap import MASTERS
 from cloudloop.layouts.config import (
     ClusterIdentity,
     ZvirtClusterConfiguration,
@@ -117,6 +119,7 @@ class _Builder:
         index: int,
         *,
         data_disk: bool,
+        group: str,
     ) -> ModuleDef:
         vm = ResourceDef(
             kind=VM,
@@ -196,7 +199,13 @@ class _Builder:
                 "kubernetes_data_device_path": DATA_DEVICE,
             }
         return ModuleDef(
-            id=module_id, module=module, node_name=name, resources=resources, outputs=outputs
+            id=module_id,
+            module=module,
+            node_name=name,
+            group=group,
+            machine=start.key,
+            resources=resources,
+            outputs=outputs,
         )
 
     def base(self) -> ModuleDef:
@@ -210,6 +219,7 @@ class _Builder:
             self.c.masterNodeGroup.instanceClass,
             index,
             data_disk=True,
+            group=MASTERS,
         )
 
     def static(self, group_index: int, index: int) -> ModuleDef:
@@ -221,6 +231,7 @@ class _Builder:
             group.instanceClass,
             index,
             data_disk=False,
+            group=group.name,
         )
 
     @staticmethod

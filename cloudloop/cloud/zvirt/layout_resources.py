@@ -64,6 +64,7 @@ from cloudloop.cloud.zvirt.mapping import (
     searchable_name,
 )
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
+from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import ZvirtClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
@@ -574,7 +575,10 @@ class ZvirtLayoutResources(ZvirtMachines):
             lambda vm: vm.status not in ("image_locked", "powering_down", "saving_state"),
             deadline=deadline,
         )
-        self._start(vm_id, str(props["host_name"]), str(props["custom_script"]), _nic(props))
+        script = bootstrap.merged(
+            str(props["custom_script"]), bootstrap.data_of(props.get("user_data"))
+        )
+        self._start(vm_id, str(props["host_name"]), script, _nic(props))
         return self._wait_for_ip(vm_id)
 
     def _wait_for_ip(self, vm_id: str) -> Raw:
@@ -644,6 +648,8 @@ class ZvirtLayouts:
 
     layouts: tuple[str, ...] = defs.LAYOUTS
     state_types: Mapping[str, StateMapping] = STATE_TYPES
+    #: Bootstrap data goes into the VM's cloud-init document (a cloud-config mapping).
+    merges_user_data = True
 
     def define(self, config: Any, cluster: Any, zones: list[str]) -> LayoutDef:
         return defs.define(config, cluster, zones)
