@@ -114,17 +114,26 @@ class LayoutActivities:
     # -- the configuration and the session -------------------------------------------------
     def _read(self, source: ConfigSource) -> mounted.MountedFile:
         """The source's text and stamp, read only from under ``layouts.source_dir``."""
+        return self._mounted(source.file, "configuration", mounted.read_under)
+
+    def _read_bootstrap(self, name: str) -> bytes:
+        """A bootstrap data file's bytes, read only from under ``layouts.source_dir``."""
+        return self._mounted(name, "bootstrap data", mounted.read_bytes_under).data
+
+    def _mounted(
+        self, name: str, what: str, read: Callable[..., mounted.MountedFile]
+    ) -> mounted.MountedFile:
         where = self.settings.layouts
         try:
-            return mounted.read_under(where.source_dir, source.file, max_bytes=where.max_file_bytes)
+            return read(where.source_dir, name, max_bytes=where.max_file_bytes)
         except mounted.Refused as exc:
-            activity.logger.warning("configuration refused: %s", exc)
+            activity.logger.warning("%s refused: %s", what, exc)
             raise ApplicationError(
-                f"configuration {exc}", type="LayoutConfigRefused", non_retryable=True
+                f"{what} {exc}", type="LayoutConfigRefused", non_retryable=True
             ) from None
         except mounted.Unreadable as exc:
             raise ApplicationError(
-                f"configuration {exc}", type="LayoutConfigMissing", non_retryable=True
+                f"{what} {exc}", type="LayoutConfigMissing", non_retryable=True
             ) from None
 
     def _session(self, provider: str, source: ConfigSource) -> _Session:
@@ -203,23 +212,6 @@ class LayoutActivities:
                 raise ApplicationError(
                     str(exc), type="LayoutConfigInvalid", non_retryable=True
                 ) from None
-
-    def _read_bootstrap(self, name: str) -> bytes:
-        """A bootstrap data file's bytes, read only from under ``layouts.source_dir``."""
-        where = self.settings.layouts
-        try:
-            return mounted.read_bytes_under(
-                where.source_dir, name, max_bytes=where.max_file_bytes
-            ).data
-        except mounted.Refused as exc:
-            activity.logger.warning("bootstrap data refused: %s", exc)
-            raise ApplicationError(
-                f"bootstrap data {exc}", type="LayoutConfigRefused", non_retryable=True
-            ) from None
-        except mounted.Unreadable as exc:
-            raise ApplicationError(
-                f"bootstrap data {exc}", type="LayoutConfigMissing", non_retryable=True
-            ) from None
 
     @activity.defn(name=LayoutActivity.PLAN)
     def plan_module(self, input: PlanModuleInput) -> PlanModuleResult:

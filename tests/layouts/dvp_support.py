@@ -5,6 +5,7 @@ the simulator in a thread), a config file from the ``dvp-standard`` example on t
 from __future__ import annotations
 
 import base64
+import functools
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -18,13 +19,10 @@ from temporalio.client import Client
 from cloudloop import temporal
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.registry import Settings
-from cloudloop.layouts.config import ClusterIdentity
-from cloudloop.layouts.model import ConfigSource
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import TemporalSettings
 from devstack.dvp_simulator import CLUSTER_IMAGE, STORAGE_CLASSES, VM_CLASS, DvpParent
 from devstack.local import LocalStack, StackOptions
-from starters.layout import run_layout
+from tests.layouts import support
 from tests.layouts.support import EXAMPLES, layout_worker
 
 
@@ -116,34 +114,6 @@ async def dvp_worker(dvp_client: Client, dvp_layout_settings: Settings) -> Async
         yield
 
 
-def layout_input(
-    action: str,
-    path: Path,
-    prefix: str,
-    cluster_uuid: str,
-    cloud_config: dict[str, str] | None = None,
-) -> LayoutInput:
-    return LayoutInput(
-        action=action,
-        provider="dvp",
-        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
-        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
-        timings=LayoutTimings(max_attempts=3),
-    )
-
-
-async def run(
-    client: Client,
-    settings: Settings,
-    action: str,
-    path: Path,
-    prefix: str,
-    cluster_uuid: str,
-    cloud_config: dict[str, str] | None = None,
-) -> LayoutResult:
-    return await run_layout(
-        client,
-        settings.temporal.task_queue,
-        layout_input(action, path, prefix, cluster_uuid, cloud_config),
-        poll_s=0.2,
-    )
+#: ``cloudloop layout`` inputs and runs of dvp layouts (:mod:`tests.layouts.support`).
+layout_input = functools.partial(support.layout_input, "dvp")
+run = functools.partial(support.run, provider="dvp")

@@ -22,10 +22,12 @@ from temporalio.worker import Worker
 from activities.layout import LayoutActivities
 from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
-from cloudloop.layouts.model import LayoutDef, ResourceDef
-from cloudloop.messages.layout import LayoutResult
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
+from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import LayoutSettings
 from devstack.local import LocalStack
+from starters.layout import run_layout
 from tests.support.workers import CLI
 from workflows.layout import LAYOUT_WORKFLOWS
 
@@ -59,6 +61,41 @@ def layout_worker(
         activities=LayoutActivities(mounted(settings, source_dir)).all(),  # type: ignore[arg-type]
         graceful_shutdown_s=1,
     )
+
+
+def layout_input(
+    provider: str,
+    action: str,
+    path: Path,
+    prefix: str,
+    cluster_uuid: str,
+    cloud_config: dict[str, str] | None = None,
+) -> LayoutInput:
+    """The input ``cloudloop layout <action>`` would start for ``provider``'s config at ``path``
+    (``cloud_config``: its ``--cloud-config`` selection), three attempts a step."""
+    return LayoutInput(
+        action=action,
+        provider=provider,
+        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(max_attempts=3),
+    )
+
+
+async def run(
+    client: Client,
+    settings: Settings,
+    action: str,
+    path: Path,
+    prefix: str,
+    cluster_uuid: str,
+    cloud_config: dict[str, str] | None = None,
+    *,
+    provider: str,
+) -> LayoutResult:
+    """The action as ``cloudloop layout`` runs it (start or join, follow, result)."""
+    input = layout_input(provider, action, path, prefix, cluster_uuid, cloud_config)
+    return await run_layout(client, settings.temporal.task_queue, input, poll_s=0.2)
 
 
 class Front:

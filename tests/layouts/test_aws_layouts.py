@@ -9,6 +9,7 @@ shows in the plan and the next apply repairs it; destroy leaves nothing of the c
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import uuid
 from collections.abc import AsyncIterator
@@ -22,12 +23,8 @@ from temporalio.client import Client
 from cloudloop import temporal
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
-from cloudloop.layouts.config import ClusterIdentity
-from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import (
-    LayoutInput,
     LayoutResult,
-    LayoutTimings,
     module_workflow_id,
 )
 from cloudloop.messages.layout import workflow_id as layout_workflow_id
@@ -35,7 +32,7 @@ from cloudloop.settings import TemporalSettings
 from devstack.backends.aws import aws_client
 from devstack.backends.aws_layouts import cluster_resources
 from devstack.local import LocalStack
-from starters.layout import LayoutFailed, run_layout
+from starters.layout import LayoutFailed
 from tests.layouts import support
 from tests.layouts.support import Front, config_file, payloads
 from tests.support.histories import plain_json
@@ -72,24 +69,8 @@ async def layout_worker(layout_client: Client, layout_settings: Settings) -> Asy
         yield
 
 
-async def run(
-    client: Client,
-    settings: Settings,
-    action: str,
-    path: Path,
-    prefix: str,
-    cluster_uuid: str,
-    cloud_config: dict[str, str] | None = None,
-) -> LayoutResult:
-    """The action as ``cloudloop layout`` runs it (start or join, follow, result)."""
-    input = LayoutInput(
-        action=action,
-        provider="aws",
-        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
-        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
-        timings=LayoutTimings(max_attempts=3),
-    )
-    return await run_layout(client, settings.temporal.task_queue, input, poll_s=0.2)
+#: The action as ``cloudloop layout`` runs it (:func:`tests.layouts.support.run`).
+run = functools.partial(support.run, provider="aws")
 
 
 def tagged(ec2: Any, describe: str, key: str, name: str) -> list[dict[str, Any]]:

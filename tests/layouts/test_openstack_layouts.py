@@ -27,14 +27,13 @@ from temporalio.client import Client
 from cloudloop import temporal
 from cloudloop.cloud.openstack.layout_resources import USER_DATA_KEY
 from cloudloop.cloud.registry import Settings
-from cloudloop.layouts.config import ClusterIdentity
-from cloudloop.layouts.model import ConfigSource
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import LayoutResult
 from devstack.backends.openstack import connect
 from devstack.backends.openstack_layouts import cluster_resources
 from devstack.local import LocalStack
 from devstack.openstack_emulator import OpenStackEmulatorAdmin
-from starters.layout import LayoutFailed, run_layout
+from starters.layout import LayoutFailed
+from tests.layouts import support
 from tests.layouts.openstack_support import (
     Requests,
     config_file,
@@ -91,14 +90,11 @@ async def run(
     prefix: str,
     cloud_config: dict[str, str] | None = None,
 ) -> LayoutResult:
-    input = LayoutInput(
-        action=action,
-        provider="openstack",
-        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
-        cluster=ClusterIdentity(prefix=prefix, uuid=str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))),
-        timings=LayoutTimings(max_attempts=3),
+    """The action as ``cloudloop layout`` runs it, the cluster's UUID derived from ``prefix``."""
+    cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
+    return await support.run(
+        client, settings, action, path, prefix, cluster_uuid, cloud_config, provider="openstack"
     )
-    return await run_layout(client, settings.temporal.task_queue, input, poll_s=0.2)
 
 
 def plan_actions(result: LayoutResult) -> dict[str, str]:

@@ -12,6 +12,7 @@ cluster.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -27,15 +28,14 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import vim
-from cloudloop.layouts.config import ClusterIdentity
-from cloudloop.layouts.model import ConfigSource
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import LayoutResult
 from cloudloop.settings import TemporalSettings
 from devstack.backends.vsphere import vsphere_settings
 from devstack.backends.vsphere_layouts import TaskLog, cluster_resources
 from devstack.local import LocalStack
 from devstack.vcsim_inventory import connect, disconnect, find, wait_task
-from starters.layout import LayoutFailed, run_layout
+from starters.layout import LayoutFailed
+from tests.layouts import support
 from tests.layouts.support import layout_worker
 from tests.layouts.vsphere_support import (
     calls_since,
@@ -79,23 +79,8 @@ async def vs_worker(vs_client: Client, vs_settings: Settings) -> AsyncIterator[N
         yield
 
 
-async def run(
-    client: Client,
-    settings: Settings,
-    action: str,
-    path: Path,
-    prefix: str,
-    cluster_uuid: str,
-    cloud_config: dict[str, str] | None = None,
-) -> LayoutResult:
-    input = LayoutInput(
-        action=action,
-        provider="vsphere",
-        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
-        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
-        timings=LayoutTimings(max_attempts=3),
-    )
-    return await run_layout(client, settings.temporal.task_queue, input, poll_s=0.2)
+#: The action as ``cloudloop layout`` runs it (:func:`tests.layouts.support.run`).
+run = functools.partial(support.run, provider="vsphere")
 
 
 def plan_actions(result: LayoutResult) -> dict[str, str]:

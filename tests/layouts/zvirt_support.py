@@ -4,6 +4,7 @@ control plane), a config file from the ``zvirt-standard`` example pointed at the
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -17,15 +18,13 @@ from temporalio.client import Client
 from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
-from cloudloop.layouts.config import ClusterIdentity
-from cloudloop.layouts.model import ConfigSource
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import LayoutResult
 from cloudloop.settings import TemporalSettings
 from devstack.backends.zvirt import QUICK, QUICK_TIMINGS
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint, OvirtEmulatorOptions
 from devstack.ovirt_emulator.engine import seed_id
-from starters.layout import run_layout
+from tests.layouts import support
 from tests.layouts.support import EXAMPLES, layout_worker
 
 #: The engine's admin password in the configs: it must never reach a history or a log.
@@ -138,38 +137,9 @@ async def zvirt_worker(
         yield
 
 
-def layout_input(
-    action: str,
-    path: Path,
-    prefix: str,
-    cluster_uuid: str,
-    cloud_config: dict[str, str] | None = None,
-) -> LayoutInput:
-    return LayoutInput(
-        action=action,
-        provider="zvirt",
-        source=ConfigSource(file=str(path), cloud_config=cloud_config or {}),
-        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
-        timings=LayoutTimings(max_attempts=3),
-    )
-
-
-async def run(
-    client: Client,
-    settings: Settings,
-    action: str,
-    path: Path,
-    prefix: str,
-    cluster_uuid: str,
-    cloud_config: dict[str, str] | None = None,
-) -> LayoutResult:
-    """The action as ``cloudloop layout`` runs it (start or join, follow, result)."""
-    return await run_layout(
-        client,
-        settings.temporal.task_queue,
-        layout_input(action, path, prefix, cluster_uuid, cloud_config),
-        poll_s=0.2,
-    )
+#: ``cloudloop layout`` inputs and runs of zvirt layouts (:mod:`tests.layouts.support`).
+layout_input = functools.partial(support.layout_input, "zvirt")
+run = functools.partial(support.run, provider="zvirt")
 
 
 def plan_actions(result: LayoutResult) -> dict[str, str]:
