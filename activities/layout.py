@@ -56,7 +56,6 @@ from cloudloop.cloud.layouts import (
     Drift,
     LayoutPart,
     LayoutResources,
-    MergingBootstrapPart,
 )
 from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.errortext import yaml_problem
@@ -200,11 +199,8 @@ class LayoutActivities:
                     f"{session.config.kind}: {exc}", type="LayoutConfigInvalid", non_retryable=True
                 ) from None
             try:
-                check = (
-                    bootstrap.merge_problem
-                    if isinstance(session.part, MergingBootstrapPart)
-                    else None
-                )
+                merges = getattr(session.part, "merges_user_data", False) is True
+                check = bootstrap.merge_problem if merges else None
                 return bootstrap.attach(
                     layout, input.source.cloud_config, self._read_bootstrap, check
                 )

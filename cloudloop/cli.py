@@ -69,7 +69,9 @@ def _logging(verbose: bool, log_format: str = "text") -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )
-    for noisy in ("urllib3", "botocore", "kubernetes", "leaderelection", "temporalio.activity"):
+    # keystoneauth logs request bodies at DEBUG (a server's user_data among them)
+    quiet = ("keystoneauth", "openstack", "leaderelection", "temporalio.activity")
+    for noisy in ("urllib3", "botocore", "kubernetes", *quiet):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -167,7 +167,14 @@ async def run_layout(
             await follower.poll(handle)
             if done:
                 break
-        return result_task.result()
+        result: LayoutResult = result_task.result()
+        if result.action != input.action:  # the busy check's query failed: joined another
+            raise LayoutFailed(
+                f"a {result.action} of {prefix} was running ({wid}) and has ended; "
+                f"run the {input.action} again",
+                "Busy",
+            )
+        return result
     except WorkflowFailureError as exc:
         cause: BaseException | None = exc.cause
         while cause is not None and not isinstance(cause, ApplicationError):

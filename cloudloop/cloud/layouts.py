@@ -102,10 +102,10 @@ def user_data_drift(booted: str | None, properties: Mapping[str, Any]) -> list[D
     return [Drift("user_data", have, want, immutable=True, note=note)]
 
 
-@runtime_checkable
 class MergingBootstrapPart(Protocol):
     """A cloud whose nodes take the bootstrap data merged into its own cloud-init document
-    (:func:`cloudloop.layouts.bootstrap.merged`): the data must be a cloud-config mapping."""
+    (:func:`cloudloop.layouts.bootstrap.merged`): a part with ``merges_user_data = True``; the
+    data must then be a cloud-config mapping."""
 
     merges_user_data: bool
 

@@ -108,7 +108,7 @@ def attach(
             )
         if file not in digests:
             data = read(file)
-            problem = check(data) if check is not None else None
+            problem = "is empty" if not data else check(data) if check is not None else None
             if problem:
                 raise BootstrapInvalid(f"--cloud-config: {file} {problem}")
             digests[file] = property_value(file, data)

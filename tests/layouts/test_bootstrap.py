@@ -121,3 +121,10 @@ def test_the_create_step_reads_the_bytes_and_refuses_a_changed_file() -> None:
 )
 def test_option_values(value: str, expected: tuple[str, str]) -> None:
     assert bootstrap.parse_option(value) == expected
+
+
+def test_an_empty_file_is_refused() -> None:
+    with pytest.raises(bootstrap.BootstrapInvalid, match=r"/m/empty is empty"):
+        bootstrap.attach(
+            layout(node("master-0", "p-master-0", "master")), {"": "/m/empty"}, lambda _: b""
+        )
