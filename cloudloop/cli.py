@@ -70,7 +70,7 @@ def _logging(verbose: bool, log_format: str = "text") -> None:
         level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )
     # keystoneauth logs request bodies at DEBUG (a server's user_data among them)
-    quiet = ("keystoneauth", "openstack", "leaderelection", "temporalio.activity")
+    quiet = ("keystoneauth", "leaderelection", "temporalio.activity")
     for noisy in ("urllib3", "botocore", "kubernetes", *quiet):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
