@@ -83,6 +83,10 @@ class LayoutResources(Protocol):
 
 
 class LayoutPart(Protocol):
+    """A cloud's layouts. A part whose nodes take the bootstrap data merged into its own
+    cloud-init document (:func:`cloudloop.layouts.bootstrap.merged`) also sets
+    ``merges_user_data = True``: the data must then be a cloud-config mapping."""
+
     #: The layouts this cloud builds (``WithoutNAT``...).
     layouts: tuple[str, ...]
 
@@ -100,14 +104,6 @@ def user_data_drift(booted: str | None, properties: Mapping[str, Any]) -> list[D
     have, want = bootstrap.short(booted), bootstrap.short(wanted)
     note = "kept: a running machine is not replaced for it"
     return [Drift("user_data", have, want, immutable=True, note=note)]
-
-
-class MergingBootstrapPart(Protocol):
-    """A cloud whose nodes take the bootstrap data merged into its own cloud-init document
-    (:func:`cloudloop.layouts.bootstrap.merged`): a part with ``merges_user_data = True``; the
-    data must then be a cloud-config mapping."""
-
-    merges_user_data: bool
 
 
 @runtime_checkable

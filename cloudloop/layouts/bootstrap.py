@@ -5,8 +5,8 @@ place it where the cloud hands it to the booting VM (AWS ``user_data``, ...). He
 names files (``cloudloop layout apply --cloud-config [SELECTOR=]FILE``); :func:`attach` gives each
 node module's machine resource a ``user_data`` property that names its file and holds the
 content's SHA-256 and size; :func:`load` turns that into the bytes (:class:`UserData`) in the
-activity that makes the machine. A cloud's resource runtime reads them with :func:`data_of`
-and the digest with :func:`digest_of`.
+activity that makes the machine. A cloud's resource runtime takes them with :func:`loaded`
+(or :func:`data_of`) and, in a plan, the digest with :func:`digest_of`.
 
 Rules:
 - The bytes (a bootstrap token, certificates) never enter workflow history: only the file's
@@ -38,6 +38,9 @@ EVERY_NODE = ""
 #: The group selector of the master nodes.
 MASTERS = "master"
 FILE = "$file"
+#: The tag, label or annotation key of a machine's bootstrap data digest, where the cloud allows
+#: a ``/`` in it (the machine records what it booted with, for plan to compare).
+DIGEST_KEY = "cloudloop.io/user-data-sha256"
 SELECTOR = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -158,13 +161,17 @@ def size_of(value: Any) -> int:
     return 0
 
 
+def loaded(value: Any) -> UserData | None:
+    """A loaded ``user_data`` property (bytes and digest); None when the machine has none."""
+    if value is None or isinstance(value, UserData):
+        return value
+    raise BootstrapInvalid("user_data is not loaded (only the step that makes a machine reads it)")
+
+
 def data_of(value: Any) -> bytes | None:
     """The bytes of a loaded ``user_data`` property; None when the machine has none."""
-    if value is None:
-        return None
-    if isinstance(value, UserData):
-        return value.data
-    raise BootstrapInvalid("user_data is not loaded (only the step that makes a machine reads it)")
+    user_data = loaded(value)
+    return user_data.data if user_data is not None else None
 
 
 def merge_problem(data: bytes) -> str | None:

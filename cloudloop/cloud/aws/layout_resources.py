@@ -57,7 +57,7 @@ from cloudloop.layouts.tfstate import StateMapping
 
 _LIVE_INSTANCE = ["pending", "running", "stopping", "stopped"]
 #: What an instance booted with (its user data's SHA-256), for plan to compare.
-USER_DATA_TAG = "cloudloop.io/user-data-sha256"
+USER_DATA_TAG = bootstrap.DIGEST_KEY
 #: EC2's limit on user data, before base64.
 MAX_USER_DATA = 16 * 1024
 _LIVE_NAT = ["pending", "available"]
@@ -1315,10 +1315,10 @@ class AwsLayoutResources(AwsBase):
             ],
             "TagSpecifications": _tag_spec("instance", resource.tags),
         }
-        user_data = bootstrap.data_of(props.get("user_data"))
+        user_data = bootstrap.loaded(props.get("user_data"))
         if user_data is not None:
-            params["UserData"] = user_data  # botocore base64-encodes it
-            digest = {USER_DATA_TAG: str(bootstrap.digest_of(props["user_data"]))}
+            params["UserData"] = user_data.data  # botocore base64-encodes it
+            digest = {USER_DATA_TAG: user_data.sha256}
             params["TagSpecifications"] = _tag_spec("instance", {**resource.tags, **digest})
         if "associate_public_ip" in props:
             params["NetworkInterfaces"] = [

@@ -61,7 +61,7 @@ from cloudloop.layouts.tfstate import StateMapping
 Props = dict[str, Any]
 Obj = dict[str, Any]
 #: The digest of the bootstrap data a cloud-init Secret was made with (for plan to compare).
-USER_DATA_ANNOTATION = "cloudloop.io/user-data-sha256"
+USER_DATA_ANNOTATION = bootstrap.DIGEST_KEY
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 RESOURCES = {
     defs.NETWORK_POLICY: NETWORK_POLICIES,
@@ -357,10 +357,10 @@ class DvpLayoutResources:
         if annotations:
             metadata["annotations"] = annotations
         if resource.kind == defs.SECRET:
-            user_data = bootstrap.data_of(props.get("user_data"))
-            text = bootstrap.merged(str(props["userData"]), user_data)
+            user_data = bootstrap.loaded(props.get("user_data"))
+            text = bootstrap.merged(str(props["userData"]), bootstrap.data_of(user_data))
             if user_data is not None:
-                digest = {USER_DATA_ANNOTATION: str(bootstrap.digest_of(props["user_data"]))}
+                digest = {USER_DATA_ANNOTATION: user_data.sha256}
                 metadata["annotations"] = {**metadata.get("annotations", {}), **digest}
             encoded = base64.b64encode(text.encode()).decode()
             return {

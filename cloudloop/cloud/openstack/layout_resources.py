@@ -969,13 +969,10 @@ class OpenStackLayoutResources(OpenStackBase):
             "config_drive": bool(props.get("config_drive")),
             "metadata": props.get("metadata") or {},
         }
-        user_data = bootstrap.data_of(props.get("user_data"))
+        user_data = bootstrap.loaded(props.get("user_data"))
         if user_data is not None:
-            server["user_data"] = base64.b64encode(user_data).decode()
-            server["metadata"] = {
-                **server["metadata"],
-                USER_DATA_KEY: str(bootstrap.digest_of(props["user_data"])),
-            }
+            server["user_data"] = base64.b64encode(user_data.data).decode()
+            server["metadata"] = {**server["metadata"], USER_DATA_KEY: user_data.sha256}
         if props.get("ports"):
             server["networks"] = [{"port": port} for port in props["ports"]]
         else:
