@@ -445,14 +445,25 @@ def set_latency(endpoint: str, min_s: float = 0.0, max_s: float = 0.0) -> None:
     _post(endpoint, LATENCY_PATH, {"min_s": min_s, "max_s": max_s})
 
 
-def ec2_lifecycle(endpoint: str, *, pending_s: float = 0.0, shutting_down_s: float = 0.0) -> None:
-    """moto's instance transitions (through the front to :mod:`devstack.moto_ext`): new
-    instances ``pending`` for ``pending_s``, terminated ones ``shutting-down`` for
-    ``shutting_down_s``; zeros make both instant again."""
+def ec2_lifecycle(
+    endpoint: str,
+    *,
+    pending_s: float = 0.0,
+    shutting_down_s: float = 0.0,
+    volume_creating_s: float = 0.0,
+) -> None:
+    """moto's instance and volume transitions (through the front to :mod:`devstack.moto_ext`):
+    new instances ``pending`` for ``pending_s``, terminated ones ``shutting-down`` for
+    ``shutting_down_s``, new volumes ``creating`` for ``volume_creating_s``; zeros make all
+    instant again."""
     _post(
         endpoint,
         "/_cloudloop/moto/ec2-lifecycle",
-        {"pending_s": pending_s, "shutting_down_s": shutting_down_s},
+        {
+            "pending_s": pending_s,
+            "shutting_down_s": shutting_down_s,
+            "volume_creating_s": volume_creating_s,
+        },
     )
 
 

@@ -25,6 +25,8 @@ from the AWS API reference, and changes nothing else:
   this process; ``{}`` sets both back to 0) a new instance is ``pending`` for ``p`` seconds before
   ``running``, and a terminated one ``shutting-down`` for ``s`` seconds before ``terminated``
   (its delete-on-termination volumes go then, as in AWS). moto moves both instantly otherwise.
+  The same lifecycle's ``volume_creating_s`` keeps a new EBS volume ``creating`` that long
+  before ``available`` (moto makes it available at once).
 - ``RunInstances`` checks its image and instance type, as AWS does (``InvalidAMIID.NotFound``,
   ``InvalidInstanceType``): moto's own switches for both (``MOTO_ENABLE_AMI_VALIDATION``,
   ``MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION``) are turned on; and the security groups of its
@@ -287,8 +289,9 @@ def _patch_tags() -> None:
 
 #: The admin path of the EC2 instance lifecycle (served by this process, not by moto).
 LIFECYCLE_PATH = "/_cloudloop/moto/ec2-lifecycle"
-#: Seconds a new instance stays ``pending`` and a terminated one ``shutting-down``.
-LIFECYCLE: dict[str, float] = {"pending_s": 0.0, "shutting_down_s": 0.0}
+#: Seconds a new instance stays ``pending``, a terminated one ``shutting-down`` and a new volume
+#: ``creating``.
+LIFECYCLE: dict[str, float] = {"pending_s": 0.0, "shutting_down_s": 0.0, "volume_creating_s": 0.0}
 _lifecycle_lock = threading.RLock()
 
 
@@ -370,6 +373,30 @@ def _patch_volume_listing() -> None:
     backend_cls.describe_volumes = describe_volumes
 
 
+def _patch_volume_creation() -> None:
+    """A new volume is ``creating`` for the lifecycle's ``volume_creating_s``."""
+    from moto.ec2.models import elastic_block_store as ebs_models
+
+    volume_cls: Any = ebs_models.Volume
+    init = volume_cls.__init__
+    status = volume_cls.status
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        creating = LIFECYCLE["volume_creating_s"]
+        if creating > 0:
+            self.__dict__["_cloudloop_available_at"] = time.monotonic() + creating
+
+    def status_get(self: Any) -> str:
+        due = self.__dict__.get("_cloudloop_available_at")
+        if due is not None and time.monotonic() < due:
+            return "creating"
+        return str(status.fget(self))
+
+    volume_cls.__init__ = __init__
+    volume_cls.status = property(status_get)
+
+
 def _validate_launches() -> None:
     """AWS refuses an unknown image, instance type or interface security group."""
     settings: Any = moto_settings
@@ -425,6 +452,7 @@ def install() -> None:
     _patch_tags()
     _patch_lifecycle()
     _patch_volume_listing()
+    _patch_volume_creation()
     _validate_launches()
     _image_lookup_by_key()
     setattr(elb_models, _PATCHED, True)

@@ -321,6 +321,31 @@ def test_instances_pass_through_pending_and_shutting_down(
         moto_ext.LIFECYCLE.update(pending_s=0.0, shutting_down_s=0.0)
 
 
+def test_a_new_volume_is_creating_then_available(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devstack import moto_ext
+
+    clock = _Clock()
+    monkeypatch.setattr(moto_ext, "time", clock)
+    ec2 = aws_client("ec2")
+    moto_ext.LIFECYCLE.update(volume_creating_s=3.0)
+    try:
+        made = ec2.create_volume(AvailabilityZone="us-east-1a", Size=1)
+        assert made["State"] == "creating"
+
+        def state() -> str:
+            [found] = ec2.describe_volumes(VolumeIds=[made["VolumeId"]])["Volumes"]
+            return str(found["State"])
+
+        clock.now += 2.9
+        assert state() == "creating"
+        clock.now += 0.1
+        assert state() == "available"
+    finally:
+        moto_ext.LIFECYCLE.update(volume_creating_s=0.0)
+
+
 def test_launches_check_image_type_and_interface_groups(aws: None) -> None:
     ec2 = aws_client("ec2")
     [subnet] = _subnets(ec2)[:1]
