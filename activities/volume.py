@@ -2,9 +2,14 @@
 the result in the same activity, heartbeating its progress.
 
 Every activity first reads what the cloud already has, so a retry after a worker crash continues
-instead of repeating: create finds its volume by the ID in the heartbeat details or by its tags,
-attach finds the existing attachment, detach and expand see what is already done. Cloud errors
-become ``ApplicationError`` with the error kind as ``type`` (see :mod:`activities.cloud`).
+instead of repeating: create finds its volume by the ID in the heartbeat details (or the
+``resume`` a local attempt handed over) or by its tags, attach finds the existing attachment,
+detach and expand see what is already done. Cloud errors become ``ApplicationError`` with the
+error kind as ``type`` (see :mod:`activities.cloud`).
+
+Run as a local activity (the workflows' first attempt), an activity sends no heartbeat, and a
+wait for the cloud that outlasts ``LOCAL_WAIT_S`` stops with ``HAND_OVER`` and its progress: the
+workflow goes on with the same activity as a heartbeating one.
 """
 
 from __future__ import annotations
@@ -13,17 +18,20 @@ import contextlib
 import contextvars
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import CancelledError
+from temporalio.exceptions import ApplicationError, CancelledError
 
+from activities.budget import LocalBudget
 from activities.cloud import cloud_errors
 from cloudloop.cloud import errors
 from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import Attachment, SnapshotSpec, Volume, VolumeSpec
 from cloudloop.messages.volume import (
+    HAND_OVER,
     AttachResult,
     AttachVolumeInput,
     CreateSnapshotInput,
@@ -40,6 +48,7 @@ from cloudloop.messages.volume import (
     ReadVolumesResult,
     SnapshotResult,
     VolumeActivity,
+    VolumeInput,
 )
 from cloudloop.rules.volume import choose_zone, incompatibility
 
@@ -50,15 +59,25 @@ POLL_FIRST_S = 0.1
 POLL_MAX_S = 3.0
 #: How often a side thread heartbeats while the activity is busy (the SDK batches the sends).
 KEEPALIVE_S = 1.0
+#: A local attempt waits this long for the cloud, then hands the wait over.
+LOCAL_WAIT_S = 5.0
 _LIVE_ATTACHMENT = {"attaching", "attached", "busy"}
 
 
-def _progress() -> dict[str, Any]:
-    """What the previous attempt heartbeated (empty on the first attempt)."""
+def _progress(input: VolumeInput) -> dict[str, Any]:
+    """What the previous attempt heartbeated, or what the local attempt handed over (empty on
+    the first attempt)."""
     details = activity.info().heartbeat_details
     if details and isinstance(details[0], Mapping):
         return dict(details[0])
-    return {}
+    return dict(input.resume)
+
+
+def _beat(progress: Mapping[str, Any]) -> None:
+    """Heartbeat ``progress`` (a local activity has no heartbeat: the SDK keeps its workflow
+    task alive)."""
+    if not activity.info().is_local:
+        activity.heartbeat(dict(progress))
 
 
 def _client_token() -> str:
@@ -80,6 +99,9 @@ def _alive(progress: dict[str, Any]) -> Iterator[None]:
     dead worker only, and a slow call is never run twice at once by a second attempt. (Each
     heartbeat waits for the worker's event loop, so the fast path sends none.)
     """
+    if activity.info().is_local:
+        yield
+        return
     context = contextvars.copy_context()  # the activity's context, for heartbeat()
     stop = threading.Event()
 
@@ -97,23 +119,41 @@ def _alive(progress: dict[str, Any]) -> Iterator[None]:
 
 
 class VolumeActivities:
-    def __init__(self, driver: CloudDriver) -> None:
+    def __init__(self, driver: CloudDriver, *, local_budget: LocalBudget | None = None) -> None:
         self.driver = driver
+        #: The local attempts' own rate (the queue's rate limit does not count them).
+        self.local_budget = local_budget or LocalBudget(None)
 
     def _check_provider(self, provider: str) -> None:
         if provider != self.driver.provider:
             raise errors.NotSupported(
                 provider, f"provider {provider!r} on a worker for {self.driver.provider!r}"
             )
+        if activity.info().is_local and not self.local_budget.take():
+            raise ApplicationError(
+                "the worker's local budget is spent: handed to a heartbeating activity",
+                {},
+                type=HAND_OVER,
+                non_retryable=True,
+            )
 
     def _wait(self, what: str, check: Callable[[], T | None], progress: Mapping[str, Any]) -> T:
-        """Read until ``check`` returns something, heartbeating ``progress`` between reads."""
+        """Read until ``check`` returns something, heartbeating ``progress`` between reads; a
+        local attempt hands over after ``LOCAL_WAIT_S``."""
         delay = POLL_FIRST_S
+        local_until = time.monotonic() + LOCAL_WAIT_S if activity.info().is_local else None
         while True:
             found = check()
             if found is not None:
                 return found
-            activity.heartbeat(dict(progress))
+            if local_until is not None and time.monotonic() >= local_until:
+                raise ApplicationError(
+                    f"still waiting for {what}: handed to a heartbeating activity",
+                    dict(progress),
+                    type=HAND_OVER,
+                    non_retryable=True,
+                )
+            _beat(progress)
             activity.wait_for_cancelled_sync(delay)
             if activity.is_cancelled():
                 raise CancelledError(f"cancelled while waiting for {what}")
@@ -122,7 +162,7 @@ class VolumeActivities:
     # -- create ----------------------------------------------------------------------------
     @activity.defn(name=VolumeActivity.CREATE)
     def create(self, input: CreateVolumeInput) -> CreateVolumeResult:
-        progress = _progress()
+        progress = _progress(input)
         with cloud_errors(), _alive(progress):
             self._check_provider(input.provider)
             volume: Volume | None = None
@@ -148,7 +188,7 @@ class VolumeActivities:
     def _create(self, input: CreateVolumeInput, progress: dict[str, Any]) -> Volume:
         created = self.driver.create_volume(self._spec(input))
         progress["volume_id"] = created.id
-        activity.heartbeat(dict(progress))
+        _beat(progress)
         activity.logger.info("created volume %s for %s", created.id, input.name)
         # Two attempts that raced (a cloud without idempotency tokens) each made one: all keep
         # the oldest, and the others remove their own.

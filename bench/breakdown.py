@@ -13,6 +13,8 @@ them into per-step medians, printed as ``<prefix>_step_<step>_median_s`` beside 
 - ``activity_cloud``: the cloud requests made during the sample;
 - ``activity_other``: the rest of the activity (status write, Events, SDK) up to its completion,
   or up to the caller seeing the result when that came first (a status the caller watches);
+  a local activity (a marker, no activity task) runs inside the first workflow task: its
+  ``activity_*`` steps span that task, from its start to its completion RPC;
 - ``final_workflow_task``: activity completed → ``WorkflowExecutionCompleted`` (the workflow task
   that returns the result; none for a long-lived workflow);
 - ``result``: the last of these → the caller saw the result (the result's long poll, a watch).
@@ -48,6 +50,7 @@ _MARKS = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: "activity_started",
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_completed",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed",
+    EventType.EVENT_TYPE_MARKER_RECORDED: "marker",
 }
 
 
@@ -85,6 +88,8 @@ async def steps_of(client: Client, sample: Sample) -> dict[str, float]:
     scheduled = marks.get("scheduled", task_started)
     activity_started = marks.get("activity_started", scheduled)
     activity_end = min(marks.get("activity_completed", sample.seen), sample.seen)
+    if "scheduled" not in marks and "marker" in marks:  # a local activity in the first task
+        activity_end = min(marks.get("task_completed", sample.seen), sample.seen)
     activity_s = max(activity_end - activity_started, 0.0)
     cloud = min(sample.cloud_s, activity_s)
     completed = min(marks.get("completed", activity_end), sample.seen)

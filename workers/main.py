@@ -22,6 +22,7 @@ from collections.abc import Callable
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.budget import LocalBudget
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
 from activities.layout import LayoutActivities
@@ -118,7 +119,8 @@ def all_activities(
     lb_parts = (driver.load_balancers or driver, driver.instances or driver)
     activities += LoadBalancerActivities(*lb_parts, kube).all()
     activities += MachineActivities(driver, kube).all()
-    activities += VolumeActivities(driver).all()
+    volume_rate = settings.temporal.queue_settings(Domain.VOLUME).activities_per_second
+    activities += VolumeActivities(driver, local_budget=LocalBudget(volume_rate)).all()
     activities += LayoutActivities(settings).all()
     activities += ClusterResourceActivities(source_dir=settings.layouts.source_dir).all()
     provider = provider_for(settings)

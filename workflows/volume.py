@@ -1,7 +1,21 @@
 """Volume workflows: create, delete, attach, detach and expand a cloud disk for a CSI controller.
 
-Each workflow runs one heartbeating activity that makes the cloud change and waits for it, and
+Each workflow runs its operation's activity, which makes the cloud change and waits for it, and
 turns a refusal (cloud error kind) into a result with a CSI code, so callers always get a result.
+
+Rules:
+
+- Local first. The activity runs first as a local activity, in the workflow task that started
+  the workflow: the common case (an answer within seconds) costs one workflow task and no
+  activity task. A local attempt that has waited ``LOCAL_WAIT_S`` for the cloud hands over
+  (``HAND_OVER``, its progress in the details); a retryable failure or the local attempt's
+  timeout goes on too: the same activity then runs as a heartbeating, retried activity
+  (``resume`` carries the progress), visible as a pending activity in the UI. A refusal of the
+  local attempt is the result. Every attempt reads what the cloud already has first, so running
+  the activity again after a local attempt never repeats a change.
+- A worker killed during the local attempt: the workflow task times out and another worker
+  replays and runs it again (the same crash safety as an activity's heartbeat timeout).
+- Runs started before the ``volume-local-first`` patch keep their single heartbeating activity.
 
 Identity: a create runs as ``volume-create/<name>``; every other operation on an existing volume
 runs as ``volume/<volume-id>``. One workflow ID per volume is what makes "at most one operation
@@ -28,6 +42,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from cloudloop.messages.volume import (
+        HAND_OVER,
         AttachResult,
         AttachVolumeInput,
         Code,
@@ -76,6 +91,52 @@ def _root_application_error(err: BaseException | None) -> ApplicationError | Non
 
 #: A read answers within this or not at all (the caller asks again).
 READ_TIMEOUT = timedelta(seconds=30)
+#: The local attempt: one cloud change and a short wait (the activity hands over after
+#: ``activities.volume.LOCAL_WAIT_S``); longer only when a cloud call itself hangs.
+LOCAL_ATTEMPT_TIMEOUT = timedelta(seconds=30)
+LOCAL_ONCE = RetryPolicy(maximum_attempts=1)
+LOCAL_FIRST_PATCH = "volume-local-first"
+
+
+def _failure_of(err: ActivityError | ApplicationError | TemporalTimeoutError) -> BaseException:
+    """What failed: the activity error's cause (a local activity's error may come unwrapped)."""
+    return err.cause or err if isinstance(err, ActivityError) else err
+
+
+def _failure_result(failure: BaseException, result_type: type[R]) -> R:
+    """The result with the CSI code of a failed activity."""
+    cause = _root_application_error(failure)
+    if isinstance(failure, TemporalTimeoutError):
+        last = f" (last error: {cause.message})" if cause is not None else ""
+        return result_type(code=Code.UNAVAILABLE, message=f"{failure.message}{last}")
+    if cause is not None:
+        return result_type(code=code_for(cause.type), message=cause.message)
+    return result_type(code=Code.INTERNAL, message=str(failure))
+
+
+async def _local_attempt(name: str, input: VolumeInput, result_type: type[R]) -> R | VolumeInput:
+    """The local attempt's result (a refusal's included), or the input the heartbeating
+    activity goes on with."""
+    try:
+        result: R = await workflow.execute_local_activity(
+            name,
+            input,
+            result_type=result_type,
+            start_to_close_timeout=LOCAL_ATTEMPT_TIMEOUT,
+            retry_policy=LOCAL_ONCE,
+        )
+        return result
+    except (ActivityError, ApplicationError, TemporalTimeoutError) as err:
+        failure = _failure_of(err)
+        cause = _root_application_error(failure)
+        if cause is None or isinstance(failure, TemporalTimeoutError):
+            return input
+        if cause.type == HAND_OVER:
+            progress = cause.details[0] if cause.details else {}
+            return input.model_copy(update={"resume": dict(progress)})
+        if cause.non_retryable:
+            return _failure_result(failure, result_type)
+        return input
 
 
 async def run_volume_activity(
@@ -85,26 +146,28 @@ async def run_volume_activity(
     *,
     timeout: timedelta = OPERATION_TIMEOUT,
 ) -> R:
-    """Run the operation's activity; a failure becomes a result with its CSI code."""
-    try:
-        result: R = await workflow.execute_activity(
-            name,
-            input,
-            result_type=result_type,
-            start_to_close_timeout=min(ATTEMPT_TIMEOUT, timeout),
-            schedule_to_close_timeout=timeout,
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=CLOUD_RETRY,
-        )
-    except ActivityError as err:
-        cause = _root_application_error(err.cause)
-        if isinstance(err.cause, TemporalTimeoutError):
-            last = f" (last error: {cause.message})" if cause is not None else ""
-            result = result_type(code=Code.UNAVAILABLE, message=f"{err.cause.message}{last}")
-        elif cause is not None:
-            result = result_type(code=code_for(cause.type), message=cause.message)
-        else:
-            result = result_type(code=Code.INTERNAL, message=str(err.cause or err))
+    """Run the operation's activity (local first); a failure becomes a result with its CSI
+    code."""
+    deadline = workflow.now() + timeout
+    attempt: R | VolumeInput = input
+    if workflow.patched(LOCAL_FIRST_PATCH):
+        attempt = await _local_attempt(name, input, result_type)
+    if not isinstance(attempt, VolumeInput):
+        result = attempt
+    else:
+        remaining = max(deadline - workflow.now(), timedelta(seconds=1))
+        try:
+            result = await workflow.execute_activity(
+                name,
+                attempt,
+                result_type=result_type,
+                start_to_close_timeout=min(ATTEMPT_TIMEOUT, remaining),
+                schedule_to_close_timeout=remaining,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=CLOUD_RETRY,
+            )
+        except ActivityError as err:
+            result = _failure_result(_failure_of(err), result_type)
     result.workflow_id = workflow.info().workflow_id
     return result
 

@@ -10,7 +10,7 @@ are here too (the CSI layer builds them without importing the workflows).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -77,6 +77,11 @@ CODE_BY_ERROR_KIND: dict[str, Code] = {
     ErrorKind.CLOUD_THROTTLED: Code.UNAVAILABLE,
     ErrorKind.CLOUD_ERROR: Code.UNAVAILABLE,
 }
+
+
+#: The error type of a local attempt that stopped waiting: its details are the progress, and
+#: the workflow goes on with a heartbeating activity (``VolumeInput.resume``).
+HAND_OVER = "HandOver"
 
 
 def code_for(error_kind: str | None) -> Code:
@@ -153,6 +158,9 @@ ReadKind = Literal["volume", "volumes", "capacity", "snapshots", "snapshot"]
 class VolumeInput(BaseModel):
     cluster: str
     provider: str
+    #: What a local attempt had done when it handed the wait over (``HAND_OVER``), for the
+    #: heartbeating activity that goes on from there: empty otherwise.
+    resume: dict[str, Any] = Field(default_factory=dict)
 
 
 class CreateVolumeInput(VolumeInput):

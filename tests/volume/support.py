@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
+from temporalio.client import Client
+
 from cloudloop.cloud.aws.tags import cluster_tag_key
+from tests.support.histories import without_visible
 
 GIB = 1 << 30
 
@@ -48,3 +52,24 @@ def instance_devices(ec2: Any, instance_id: str) -> dict[str, str]:
         str(m["DeviceName"]): str(m.get("Ebs", {}).get("VolumeId", ""))
         for m in raw.get("BlockDeviceMappings", [])
     }
+
+
+async def ran_again_after_the_kill(client: Client, workflow_id: str) -> bool:
+    """The operation ran again on the second worker: the killed worker's workflow task (its
+    local attempt) timed out, or an activity attempt after the first one started."""
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("workflow_task_timed_out_event_attributes"):
+            return True
+        started = event.activity_task_started_event_attributes
+        if event.HasField("activity_task_started_event_attributes") and started.attempt >= 2:
+            return True
+    return False
+
+
+async def raw_history_text(temporal_address: str, workflow_id: str) -> tuple[list[str], str]:
+    """The event types of a history and its JSON without the readable fields (search
+    attributes, workflow IDs), as read by a client that has no codec at all."""
+    bare = await Client.connect(temporal_address)
+    history = (await bare.get_workflow_handle(workflow_id).fetch_history()).to_json_dict()
+    types = [str(event["eventType"]) for event in history["events"]]
+    return types, json.dumps(without_visible(history))

@@ -3,7 +3,9 @@
 The first worker talks to moto through a :class:`HoldingProxy` that holds back the answer to one
 EC2 call, so the kill lands at a known point: the cloud made the change, the worker never heard.
 A fresh worker process on the same task queue must then converge without repeating the change:
-one attachment after attach, none after detach, one volume after create.
+one attachment after attach, none after detach, one volume after create. The kill lands in the
+local first attempt (its workflow task times out, the next worker runs it again), or, for a
+volume that stays ``creating``, in the heartbeating activity the local attempt handed over to.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from activities.volume import LOCAL_WAIT_S
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.scope import scoped_id
@@ -26,6 +29,7 @@ from cloudloop.messages.volume import (
     DetachVolumeRequest,
     Topology,
 )
+from devstack.aws_front import ec2_lifecycle
 from devstack.backends.aws import launch_instance
 from devstack.local import LocalStack
 from tests.helpers import eventually, eventually_async
@@ -35,6 +39,8 @@ from tests.volume.support import (
     attachments,
     instance_devices,
     make_volume,
+    ran_again_after_the_kill,
+    raw_history_text,
     unique,
     volumes_named,
 )
@@ -52,15 +58,6 @@ def proxy(stack: LocalStack) -> Iterator[HoldingProxy]:
 def through_proxy(settings: Settings, stack: LocalStack, proxy: HoldingProxy) -> dict[str, str]:
     """A worker's environment with EC2 behind the holding proxy."""
     return worker_env(settings, stack, aws_env(proxy.url), graceful_shutdown_s=None)
-
-
-async def last_activity_attempt(client: Client, workflow_id: str) -> int:
-    attempts = [
-        event.activity_task_started_event_attributes.attempt
-        async for event in client.get_workflow_handle(workflow_id).fetch_history_events()
-        if event.HasField("activity_task_started_event_attributes")
-    ]
-    return attempts[-1]
 
 
 async def test_worker_killed_during_attach(
@@ -90,7 +87,7 @@ async def test_worker_killed_during_attach(
     mapped = await asyncio.to_thread(instance_devices, ec2, node)
     assert [d for d, v in mapped.items() if v == volume_id] == [result.device]
     assert proxy.actions().count("AttachVolume") == 1  # the retry found it, never re-attached
-    assert await last_activity_attempt(ops.client, result.workflow_id) >= 2
+    assert await ran_again_after_the_kill(ops.client, result.workflow_id)
 
 
 async def test_worker_killed_during_detach(
@@ -117,7 +114,7 @@ async def test_worker_killed_during_detach(
     assert result.code is Code.OK, result.message
     assert await asyncio.to_thread(attachments, ec2, volume_id) == []
     assert volume_id not in (await asyncio.to_thread(instance_devices, ec2, node)).values()
-    assert await last_activity_attempt(ops.client, result.workflow_id) >= 2
+    assert await ran_again_after_the_kill(ops.client, result.workflow_id)
 
 
 async def test_crashed_create_adopts_its_volume(
@@ -157,16 +154,42 @@ async def test_crashed_create_resumes_from_its_heartbeat(
     client: Client,
     ec2: Any,
     settings: Settings,
+    stack: LocalStack,
 ) -> None:
-    """Killed while waiting for ``available``: the retry takes the volume ID from the heartbeat
-    details and goes straight back to waiting (no tag lookup, no second create)."""
+    """A volume that stays ``creating``: the local attempt hands the wait over with the volume
+    ID, the heartbeating activity heartbeats it; killed there, the retry takes the ID from the
+    heartbeat details and goes straight back to waiting (no tag lookup, no second create)."""
     name = unique("pvc")
-    held = proxy.hold("DescribeVolumes", when=lambda params: "VolumeId.1" in params)
-    first = await asyncio.to_thread(workers.start, through_proxy)
+    ec2_lifecycle(stack.moto_endpoint, volume_creating_s=CREATING_S)
+    try:
+        await _crash_while_creating(
+            workers, through_proxy, proxy, ops, client, ec2, settings, name, stack.temporal_address
+        )
+    finally:
+        ec2_lifecycle(stack.moto_endpoint)
 
+
+#: Longer than the local attempt's wait (``LOCAL_WAIT_S``), short enough for the test.
+CREATING_S = LOCAL_WAIT_S + 7
+
+
+async def _crash_while_creating(
+    workers: Workers,
+    through_proxy: dict[str, str],
+    proxy: HoldingProxy,
+    ops: VolumeOperations,
+    client: Client,
+    ec2: Any,
+    settings: Settings,
+    name: str,
+    stack_address: str,
+) -> None:
+    first = await asyncio.to_thread(workers.start, through_proxy)
     create = asyncio.create_task(ops.create(CreateVolumeRequest(name=name)))
-    await eventually(held.reached.is_set, what="the wait for available reached moto")
-    volume_id = held.params["VolumeId.1"]
+    [made] = await eventually(
+        lambda: volumes_named(ec2, settings.cluster_name, name) or None, what="the volume made"
+    )
+    volume_id = made["VolumeId"]
 
     async def heartbeat_has_volume() -> bool:
         description = await client.get_workflow_handle(
@@ -197,3 +220,6 @@ async def test_crashed_create_resumes_from_its_heartbeat(
     assert "CreateVolume" not in [p.get("Action") for p in after_restart]
     found = await asyncio.to_thread(volumes_named, ec2, settings.cluster_name, name)
     assert [v["VolumeId"] for v in found] == [volume_id]
+    # The hand-over's failure (it names the volume) is encrypted like every payload.
+    types, raw = await raw_history_text(stack_address, result.workflow_id)
+    assert "EVENT_TYPE_MARKER_RECORDED" in types and volume_id not in raw

@@ -36,6 +36,7 @@ from cloudloop.messages.volume import (
 )
 from cloudloop.settings import Domain
 from devstack.backends.aws import launch_instance
+from devstack.local import LocalStack
 from tests.helpers import eventually_async
 from tests.volume.support import (
     GIB,
@@ -43,6 +44,7 @@ from tests.volume.support import (
     describe_volume,
     instance_devices,
     make_volume,
+    raw_history_text,
     unique,
     volumes_named,
 )
@@ -220,6 +222,23 @@ async def test_attach_detach_delete_lifecycle(
     assert (await ops.delete(DeleteVolumeRequest(volume_id=volume_id))).code is Code.OK
     gone = await ops.detach(DetachVolumeRequest(volume_id=volume_id, node_id=node_a))
     assert gone.code is Code.OK, gone
+
+
+async def test_a_quick_attach_is_one_workflow_task_and_stays_encrypted(
+    worker: Worker, ops: VolumeOperations, ec2: Any, stack: LocalStack
+) -> None:
+    """The local first attempt: no activity task, one workflow task; its marker (the result
+    with the device) is as encrypted as an activity's result."""
+    node = await asyncio.to_thread(launch_instance, ec2, "us-east-1a")
+    volume_id = await asyncio.to_thread(make_volume, ec2, "us-east-1a")
+    attached = await ops.attach(AttachVolumeRequest(volume_id=volume_id, node_id=node))
+    assert attached.code is Code.OK, attached.message
+    types, raw = await raw_history_text(stack.temporal_address, attached.workflow_id)
+    assert "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED" not in types, types
+    assert types.count("EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 1, types
+    assert "EVENT_TYPE_MARKER_RECORDED" in types, types
+    for plain in (node, attached.device):
+        assert plain not in raw, plain
 
 
 async def test_detach_without_node_detaches_everywhere(

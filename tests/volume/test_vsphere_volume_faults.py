@@ -33,6 +33,7 @@ from devstack.vcsim_inventory import Inventory, VmRecord, ZoneLayout, connect, d
 from tests.conftest import VCSIM_NODES
 from tests.helpers import eventually
 from tests.support.workers import WorkerProcess, Workers, aws_process_env
+from tests.volume.support import ran_again_after_the_kill
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -117,15 +118,6 @@ def attach_tasks(endpoint: VcsimEndpoint, vm: VmRecord) -> list[str]:
         disconnect(si)
 
 
-async def last_activity_attempt(client: Client, workflow_id: str) -> int:
-    attempts = [
-        event.activity_task_started_event_attributes.attempt
-        async for event in client.get_workflow_handle(workflow_id).fetch_history_events()
-        if event.HasField("activity_task_started_event_attributes")
-    ]
-    return attempts[-1]
-
-
 @pytest.mark.parametrize("moment", ["answered", "in-flight"])
 async def test_worker_killed_during_attach(
     request: pytest.FixtureRequest,
@@ -174,7 +166,7 @@ async def test_worker_killed_during_attach(
         assert final.attached_to == [node.uuid]
         assert [(a.instance_id, a.state) for a in final.attachments] == [(node.uuid, "attached")]
         assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["success"]
-        assert await last_activity_attempt(client, result.workflow_id) >= 2
+        assert await ran_again_after_the_kill(client, result.workflow_id)
         if in_flight:  # the retry met the running task and waited for it
             assert "waiting for disk task" in second.log.read_text(), second.log.read_text()
         await asyncio.to_thread(driver.detach_volume, volume.id, node.uuid)

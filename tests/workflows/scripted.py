@@ -41,14 +41,21 @@ class Call:
     name: str
     input: Any
     attempt: int
-    #: Server time at which this attempt started (the test server's clock).
+    #: When this attempt started: the test server's clock (a local attempt: the worker's).
     at: datetime
     cancelled: bool = False
+    #: Run as a local activity (inside a workflow task) rather than as an activity task.
+    local: bool = False
 
 
-def fail(kind: str, message: str = "", *, non_retryable: bool = False) -> ApplicationError:
+def fail(
+    kind: str, message: str = "", *, non_retryable: bool = False, details: Any = None
+) -> ApplicationError:
     """The error a driver's ``CloudError`` of ``kind`` becomes (see ``activities/errors.py``)."""
-    return ApplicationError(message or f"scripted {kind}", type=kind, non_retryable=non_retryable)
+    extra = () if details is None else (details,)
+    return ApplicationError(
+        message or f"scripted {kind}", *extra, type=kind, non_retryable=non_retryable
+    )
 
 
 @dataclass
@@ -134,6 +141,7 @@ class Script:
             input=input,
             attempt=info.attempt,
             at=info.started_time,
+            local=info.is_local,
         )
         async with self._changed:
             self.calls.append(call)

@@ -1,9 +1,10 @@
 """The volume workflows' branches with fake activities on the time-skipping server.
 
-Each runs one activity and turns every outcome into a result with a CSI code: success (the
-workflow ID filled in), a refusal of each cloud error kind (its code, not retried when
-non-retryable), transient errors retried with backoff until the operation's time is up (then the
-last error's code) — never a workflow failure.
+Each runs its activity, locally first, and turns every outcome into a result with a CSI code:
+success (the workflow ID filled in), a refusal of each cloud error kind (its code, not retried
+when non-retryable), transient errors retried with backoff by the heartbeating activity until the
+operation's time is up (then the last error's code) — never a workflow failure. A local attempt
+that hands over passes its progress to the heartbeating activity.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from cloudloop.cloud.models import Snapshot, Volume
 from cloudloop.messages.volume import (
+    HAND_OVER,
     AttachResult,
     AttachVolumeInput,
     Code,
@@ -149,6 +151,20 @@ async def test_success_carries_the_workflow_id(
     assert result.model_dump(exclude={"workflow_id"}) == done.model_dump(exclude={"workflow_id"})
     [call] = wf.script.of(name)
     assert call.input == input
+    assert call.local  # the fast path: no activity task
+
+
+@pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS + READS)
+async def test_a_local_attempt_hands_its_progress_over(
+    wf: Harness, run: Any, name: str, input: Any, done: Any
+) -> None:
+    progress = {"volume_id": "vol-1", "detaching_from": ["i-1"]}
+    wf.script.on(name, fail(HAND_OVER, "still waiting", non_retryable=True, details=progress), done)
+    result = await wf.execute(run, input)
+    assert result.code is Code.OK
+    local, handed = wf.script.of(name)
+    assert (local.local, handed.local) == (True, False)
+    assert handed.input == input.model_copy(update={"resume": progress})
 
 
 @pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS + READS)
@@ -180,9 +196,10 @@ async def test_transient_errors_are_retried_with_backoff(
     result = await handle.result()
     await record(handle, (await handle.describe()).workflow_type)
     assert result.code is Code.OK
-    calls = wf.script.of(name)
-    assert [c.attempt for c in calls] == [1, 2, 3, 4]
-    assert gaps(calls) == pytest.approx([1, 2, 4], abs=1)  # CLOUD_RETRY: 1 s doubling
+    local, *retried = wf.script.of(name)
+    assert local.local and not any(c.local for c in retried)
+    assert [c.attempt for c in retried] == [1, 2, 3]
+    assert gaps(retried) == pytest.approx([1, 2], abs=1)  # CLOUD_RETRY: 1 s doubling
 
 
 @pytest.mark.parametrize(("run", "name", "input", "done"), OPERATIONS)
@@ -193,6 +210,7 @@ async def test_retried_until_the_operation_time_is_up(
     result = await wf.execute(run, input)
     assert result.code is Code.UNAVAILABLE
     assert result.message == "connection refused"  # the last attempt's error
-    calls = wf.script.of(name)
+    # The heartbeating activity's attempts (a local attempt's time is the worker's clock).
+    calls = [c for c in wf.script.of(name) if not c.local]
     assert max(gaps(calls)) == pytest.approx(30, abs=1)  # the backoff stops growing at 30 s
     assert (calls[-1].at - calls[0].at).total_seconds() <= OPERATION_TIMEOUT.total_seconds()
