@@ -724,13 +724,16 @@ def bootstrap_option(command: F) -> F:
         metavar="[SELECTOR=]FILE",
         help="Bootstrap data (dhctl's cloudConfig, the file's bytes as they are) of every node, "
         "or of the nodes SELECTOR names: master, a static node group, or a node's name. The "
-        "workers read FILE (under their layouts.source_dir; an existing local file is passed "
-        "by its absolute path); only its name and digest go to Temporal.",
+        "workers read FILE under their layouts.source_dir (a relative name inside it). "
+        "Without --worker-config-path (workers on this machine) an existing local file is "
+        "passed by its absolute path; with it, every name as given. Only its name and digest "
+        "go to Temporal.",
     )(command)
 
 
-def _cloud_config(values: tuple[str, ...]) -> dict[str, str]:
-    """The ``--cloud-config`` values as selector → file (the workers' name of it)."""
+def _cloud_config(values: tuple[str, ...], *, workers_elsewhere: bool) -> dict[str, str]:
+    """The ``--cloud-config`` values as selector → file (the workers' name of it): a local file
+    by its absolute path unless the workers read their own files (``workers_elsewhere``)."""
     from cloudloop.layouts.bootstrap import BootstrapInvalid, parse_option
 
     selection: dict[str, str] = {}
@@ -743,9 +746,9 @@ def _cloud_config(values: tuple[str, ...]) -> dict[str, str]:
             named = selector or "every node"
             raise click.BadParameter(f"{named} is given twice", param_hint="--cloud-config")
         local = Path(file)
-        if local.is_file():
+        if not workers_elsewhere and local.is_file():
             file = str(local.resolve())
-        elif local.exists():
+        elif not workers_elsewhere and local.exists():
             raise click.BadParameter(f"{file}: not a file", param_hint="--cloud-config")
         selection[selector] = file
     return selection
@@ -825,7 +828,9 @@ def _layout_run(
         provider=loaded.provider,
         source=ConfigSource(
             file=flags["worker_config_path"] or str(path.resolve()),
-            cloud_config=_cloud_config(flags.get("cloud_config", ())),
+            cloud_config=_cloud_config(
+                flags.get("cloud_config", ()), workers_elsewhere=bool(flags["worker_config_path"])
+            ),
         ),
         cluster=loaded.cluster,
         plan_destroy=plan_destroy,

@@ -274,7 +274,8 @@ def test_cloud_config_hands_only_file_names_to_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--cloud-config [SELECTOR=]FILE``: a local file by its absolute path, any other name as
-    the workers' (under their mount); the bytes never; a selector given twice is refused."""
+    the workers' (under their mount), every name as given when the workers read their own files
+    (``--worker-config-path``); the bytes never; a selector given twice is refused."""
     seen = faked_layout_run(monkeypatch)
     monkeypatch.chdir(tmp_path)
     path = config_file(tmp_path, "aws-without-nat", "clitest")
@@ -290,8 +291,14 @@ def test_cloud_config_hands_only_file_names_to_the_workers(
     }
     assert "s3cr3t" not in seen[0].model_dump_json()
 
+    elsewhere = CliRunner().invoke(
+        main, [*base, "--worker-config-path", "c.yaml", "--cloud-config", "master=boot.yaml"]
+    )
+    assert elsewhere.exit_code == 0, elsewhere.output
+    assert seen[1].source.cloud_config == {"master": "boot.yaml"}  # the workers' own boot.yaml
+
     twice = CliRunner().invoke(
         main, [*base, "--cloud-config", "master=boot.yaml", "--cloud-config", "master=x"]
     )
     assert twice.exit_code == 2 and "master is given twice" in twice.output
-    assert len(seen) == 1
+    assert len(seen) == 2
