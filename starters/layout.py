@@ -3,9 +3,11 @@
 :func:`run_layout` starts the ``Layout`` workflow (``layout/<prefix>``, or
 ``layout/<prefix>/plan`` for a plan) with conflict policy ``USE_EXISTING``: a second
 ``apply`` while one runs joins it (and follows it) instead of starting another; a different
-action while one runs is refused with the running one's ID. It then polls the workflow's and
-its module children's ``progress`` queries and reports every resource's state change as one
-line, so the user sees each step as it happens (and the Temporal UI shows the same history).
+action, or the same action with other inputs (another file, other ``--cloud-config`` files: the
+input's digest is the run's memo), while one runs is refused with the running one's ID. It then
+polls the workflow's and its module children's ``progress`` queries and reports every
+resource's state change as one line, so the user sees each step as it happens (and the Temporal
+UI shows the same history).
 
 The input holds only the config file's path (the workers read credentials from it) and the
 cluster's identity; nothing secret is sent to Temporal. For ``adopt`` it also holds the upstream
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,6 +58,7 @@ from cloudloop.messages.layout import (
     workflow_id,
 )
 from cloudloop.rules import discovery as cloud_data
+from cloudloop.temporal import started_run
 from workflows.layout import LayoutModuleWorkflow, LayoutWorkflow
 
 Report = Callable[[str], None]
@@ -129,6 +133,15 @@ class _Follower:
             self.report(_line(module, status))
 
 
+#: The memo key of a run's input digest (a joining call with another digest is refused).
+REQUEST_MEMO = "request"
+
+
+def request_digest(input: LayoutInput) -> str:
+    """A short digest of the whole input: equal for a repeated call, different otherwise."""
+    return hashlib.sha256(input.model_dump_json().encode()).hexdigest()[:16]
+
+
 async def run_layout(
     client: Client,
     task_queue: str,
@@ -141,6 +154,7 @@ async def run_layout(
     prefix = input.cluster.prefix
     scope = input.id_scope
     wid = plan_workflow_id(prefix, scope) if input.action == "plan" else workflow_id(prefix, scope)
+    request = request_digest(input)
     handle = await client.start_workflow(
         LayoutWorkflow.run,
         input,
@@ -148,6 +162,7 @@ async def run_layout(
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        memo={REQUEST_MEMO: request},
         search_attributes=searchattrs.for_object(
             cluster=prefix, provider=input.provider, kind="Layout", namespace="", name=prefix
         ),
@@ -157,6 +172,14 @@ async def run_layout(
         if running.action != input.action:
             raise LayoutFailed(
                 f"a {running.action} of {prefix} is running ({wid}); wait for it or cancel it",
+                "Busy",
+            )
+    if started_run(handle) is False:
+        theirs = (await (await handle.describe()).memo()).get(REQUEST_MEMO)
+        if theirs is not None and theirs != request:  # a run from before the memo: join it
+            raise LayoutFailed(
+                f"a {input.action} of {prefix} with other inputs (file, cloud-config) is "
+                f"running ({wid}); wait for it or cancel it, then run yours",
                 "Busy",
             )
     follower = _Follower(client, report or (lambda _: None))
