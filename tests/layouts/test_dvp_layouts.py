@@ -33,7 +33,7 @@ from devstack.backends.dvp_layouts import (
 from devstack.dvp_simulator import DvpParent
 from devstack.local import LocalStack
 from starters.layout import LayoutFailed
-from tests.helpers import eventually_async
+from tests.helpers import eventually, eventually_async
 from tests.layouts.dvp_support import (
     dvp_client,
     dvp_config,
@@ -222,6 +222,28 @@ async def test_bootstrap_data_is_merged_into_the_cloud_init_secret(
     await run(*args, "apply", path, prefix, cluster_uuid, selection)
     assert mutating_since(before) == {}
     assert user_data(f"{prefix}-master-0")[0]["bootstrap_token"] == token
+
+    # The master's VM gone: the VM made anew boots from the current data, not the old Secret's.
+    [vm] = [
+        v["metadata"]["name"]
+        for v in kube.list(r.VIRTUAL_MACHINES, namespace)["items"]
+        if v["metadata"]["name"].startswith(f"{prefix}-master-0-")
+    ]
+    kube.delete(r.VIRTUAL_MACHINES, vm, namespace)
+    await eventually(
+        lambda: kube.get(r.VIRTUAL_MACHINES, vm, namespace) is None,
+        timeout=60,
+        what="the master's VM gone",
+    )
+    plan = await run(*args, "plan", path, prefix, cluster_uuid, selection)
+    fields = [c.field for m in plan.plan for res in m.resources for c in res.changes]
+    assert "user_data (rewritten: its VM is made anew)" in fields, fields
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    document, annotations = user_data(f"{prefix}-master-0")
+    assert document["other"] == "data" and "bootstrap_token" not in document
+    assert document["hostname"] == f"{prefix}-master-0"
+    new_digest = hashlib.sha256((tmp_path / "boot.yaml").read_bytes()).hexdigest()
+    assert annotations[USER_DATA_ANNOTATION] == new_digest
 
     await run(*args, "destroy", path, prefix, cluster_uuid)
 

@@ -401,6 +401,12 @@ class _Builder:
                 "stems": [f"{hostname}-cloudinit"],
                 "type": r.CLOUD_INIT_SECRET_TYPE,
                 "userData": user_data,
+                # the VM that boots from it: made anew, it must boot from the current data
+                "vm": {
+                    "name": f"{hostname}-{digest}",
+                    "stems": [hostname],
+                    "destructive": destructive,
+                },
             },
             outputs=["id", "name"],
         )

@@ -28,8 +28,11 @@ Identity and crash rules:
   with DVP's message, not retried), a VirtualMachine ``Running`` with an address.
 - drift repaired in place (merge patch): missing or changed labels and annotations, a VM's spec,
   a NetworkPolicy's spec, a disk grown (``persistentVolumeClaim.size``). A disk's source or
-  storage class and a Secret's type are reported, never repaired; a cloud-init Secret's data is
-  not compared (upstream ignores changes to it).
+  storage class and a Secret's type are reported, never repaired. A cloud-init Secret made with
+  other bootstrap data (its digest annotation) is kept while its VM runs (upstream ignores
+  changes to it), and rewritten when the VM is to be made anew (none, or a destructive change
+  replaces it), so a new VM never boots from stale data; the lookup of the VM is made only
+  when the digests differ.
 - a second ensure of an unchanged object makes only GET requests.
 - ``delete`` is idempotent and waits until the object is gone (finalizers: a VM stops first,
   a disk goes once no VM uses it).
@@ -62,6 +65,8 @@ Props = dict[str, Any]
 Obj = dict[str, Any]
 #: The digest of the bootstrap data a cloud-init Secret was made with (for plan to compare).
 USER_DATA_ANNOTATION = bootstrap.DIGEST_KEY
+#: The drift field of bootstrap data (a cloud-init Secret's ``data`` with its digest).
+USER_DATA_FIELD = "user_data"
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 RESOURCES = {
     defs.NETWORK_POLICY: NETWORK_POLICIES,
@@ -279,7 +284,8 @@ class DvpLayoutResources:
         changed = self._drift(resource, properties, obj)
         repairable = [d for d in changed if not d.immutable]
         if repairable:
-            obj = self.api.patch(self._resource(resource), self._name(obj), self._patch(repairable))
+            patch = self._repair(resource, properties, repairable)
+            obj = self.api.patch(self._resource(resource), self._name(obj), patch)
         obj = self._settle(resource, obj)
         return Ensured(
             "updated" if repairable else "unchanged", self._outputs(resource, obj), changed
@@ -380,6 +386,11 @@ class DvpLayoutResources:
             if obj.get("type") != props["type"]:
                 drift.append(Drift("type", obj.get("type"), props["type"], immutable=True))
             booted = (meta.get("annotations") or {}).get(USER_DATA_ANNOTATION)
+            wanted = bootstrap.digest_of(props.get("user_data"))
+            if wanted and booted != wanted and self._vm_made_anew(resource, props):
+                old = bootstrap.short(booted) if booted else None
+                note = "rewritten: its VM is made anew"
+                return [*drift, Drift(USER_DATA_FIELD, old, bootstrap.short(wanted), note=note)]
             return drift + user_data_drift(booted, props)
         have = obj.get("spec") or {}
         want = props.get("spec") or {}
@@ -393,6 +404,35 @@ class DvpLayoutResources:
                 if _subset_drift(value, have.get(key), key)
             ]
         return drift
+
+    def _vm_made_anew(self, secret: ResourceDef, props: Props) -> bool:
+        """Whether the VM booting from ``secret`` is to be created: none plays the part, it is
+        going, or its destructive parameters changed (it is replaced)."""
+        vm = props.get("vm")
+        if not vm:
+            return False
+        identity = {k: secret.tags[k] for k in _IDENTITY if k in secret.tags}
+        found = self._find(
+            ResourceDef(
+                kind=defs.VM, name=str(vm["name"]), tags=identity, properties={"stems": vm["stems"]}
+            )
+        )
+        if found is None or found["metadata"].get("deletionTimestamp"):
+            return True
+        annotations = found["metadata"].get("annotations") or {}
+        return not defs.same_destructive(
+            vm["destructive"], annotations.get(defs.DESTRUCTIVE_ANNOTATION)
+        )
+
+    def _repair(self, resource: ResourceDef, props: Props, repairable: list[Drift]) -> Obj:
+        """The merge patch of ``repairable``; a cloud-init Secret rewritten whole."""
+        patch = self._patch([d for d in repairable if d.field != USER_DATA_FIELD])
+        if any(d.field == USER_DATA_FIELD for d in repairable):
+            body = self._body(resource, props)
+            patch["data"] = body["data"]
+            annotations = patch.setdefault("metadata", {}).setdefault("annotations", {})
+            annotations.update(body["metadata"].get("annotations") or {})
+        return patch
 
     @staticmethod
     def _disk_drift(want: Obj, have: Obj) -> list[Drift]:
