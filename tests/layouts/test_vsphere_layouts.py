@@ -26,6 +26,7 @@ from cloudloop import temporal
 from cloudloop.cloud import models
 from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.vsphere.driver import VsphereDriver
+from cloudloop.cloud.vsphere.layout_resources import BOOTED_KEY
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.cloud.vsphere.vmomi import vim
 from cloudloop.messages.layout import LayoutResult
@@ -333,6 +334,34 @@ async def test_vms_boot_with_the_bootstrap_data_given(
     await act("apply")
     assert [str(t) for t in tasks.since()] == []
     assert base64.b64decode(extra_config(master)["guestinfo.userdata"]) == data
+
+    def power_off(name: str, *, forget_boot: bool) -> None:
+        """Off out of band; ``forget_boot``: as a clone that was never powered on."""
+        si = connect(endpoint)
+        try:
+            vm = find(si, f"DC0/vm/{prefix}/{name}")
+            wait_task(si, vm.PowerOffVM_Task())
+            if forget_boot:
+                unmark = vim.option.OptionValue(key=BOOTED_KEY, value="")
+                wait_task(si, vm.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=[unmark])))
+        finally:
+            disconnect(si)
+
+    # Powered off after it booted: powered on again, its data kept.
+    assert extra_config(master)[BOOTED_KEY] == "TRUE"
+    power_off(master, forget_boot=False)
+    await act("apply")
+    assert base64.b64decode(extra_config(master)["guestinfo.userdata"]) == data
+    # A clone that never booted: written with the data given now before it first powers on.
+    power_off(master, forget_boot=True)
+    plan = await act("plan")
+    changes = {r.key: r.changes for m in plan.plan for r in m.resources if r.changes}
+    fields = [c.field for c in changes[f"vsphere.virtual_machine/{master}"]]
+    assert "user_data (written before its first boot)" in fields, fields
+    await act("apply")
+    extra = extra_config(master)
+    assert base64.b64decode(extra["guestinfo.userdata"]) == b"#cloud-config\nother: data\n"
+    assert extra[BOOTED_KEY] == "TRUE"
 
     await act("destroy")
     assert cluster_resources(endpoint, prefix, cluster_uuid) == []

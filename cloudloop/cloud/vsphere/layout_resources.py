@@ -23,9 +23,11 @@ Identity and crash rules:
   Terraform does), the root disk grown, the data disk attached again, power. A root disk larger
   than the definition is reported, never shrunk (immutable). extraConfig changes are ignored, as
   upstream ``ignore_changes`` them.
-- Bootstrap data is written once, as upstream's ``guestinfo.userdata`` (base64) at the clone; a
-  VM that holds some keeps it: other data later is an immutable change (its digest read from
-  the VM's extraConfig), never a replacement.
+- Bootstrap data is written as upstream's ``guestinfo.userdata`` (base64) at the clone, and
+  again before the VM's first power-on (a clone that never booted: a create that stopped
+  half-way), which marks the VM (``cloudloop.booted`` in its extraConfig); a VM that has booted
+  keeps its data: other data later is an immutable change (its digest read from the VM's
+  extraConfig), never a replacement. A VM without the mark is taken as never booted.
 - A second ensure of an unchanged resource makes only reads: no task, no create.
 - ``delete`` is idempotent: a VM is powered off, its data disk detached (kept: it is its own
   resource), then destroyed; a pool or folder that still holds anything is refused (vCenter would
@@ -109,6 +111,8 @@ _VM_PATHS = [
 ]
 #: Where the guest reads its bootstrap data (Deckhouse's master and static node modules).
 USERDATA_KEY = "guestinfo.userdata"
+#: Set in the reconfigure before a VM's first power-on: from then on its bootstrap data is kept.
+BOOTED_KEY = "cloudloop.booted"
 
 
 @dataclass
@@ -126,6 +130,8 @@ class VmRaw:
     ip: str
     #: SHA-256 of the ``guestinfo.userdata`` the VM holds (None: it holds none).
     user_data_sha256: str | None = None
+    #: It has been powered on by a layout (``BOOTED_KEY``): its bootstrap data is kept.
+    booted: bool = False
 
     @property
     def state(self) -> VmState:
@@ -724,6 +730,10 @@ class VsphereLayoutResources(VsphereMachines):
             power_state=str(props.get("runtime.powerState", "")),
             ip=str(props.get("guest.ipAddress") or ""),
             user_data_sha256=_userdata_digest(props.get("config.extraConfig") or []),
+            booted=any(
+                getattr(o, "key", None) == BOOTED_KEY and o.value
+                for o in props.get("config.extraConfig") or []
+            ),
         )
 
     def _find_vm(self, resource: ResourceDef, props: Props) -> VmRaw | None:
@@ -814,8 +824,20 @@ class VsphereLayoutResources(VsphereMachines):
                 drift.append(Drift("root_disk_gb", have_gb, want_gb, immutable=True))
         if props.get("data_disk") and self._data_disk(raw, props) is None:
             drift.append(Drift("data_disk", None, props["data_disk"]))
-        drift += user_data_drift(raw.user_data_sha256, props)
+        drift += self._user_data_drift(props, raw)
         return drift
+
+    @staticmethod
+    def _user_data_drift(props: Props, raw: VmRaw) -> list[Drift]:
+        """Other bootstrap data: kept by a VM that has booted, written before a first boot."""
+        if raw.booted or raw.power_state == "poweredOn":
+            return user_data_drift(raw.user_data_sha256, props)
+        wanted = bootstrap.digest_of(props.get("user_data"))
+        if not wanted or raw.user_data_sha256 == wanted:
+            return []
+        have = bootstrap.short(raw.user_data_sha256) if raw.user_data_sha256 else None
+        note = "written before its first boot"
+        return [Drift("user_data", have, bootstrap.short(wanted), note=note)]
 
     def _ensure_vm(self, resource: ResourceDef, props: Props) -> Ensured:
         raw = self._find_vm(resource, props)
@@ -862,8 +884,15 @@ class VsphereLayoutResources(VsphereMachines):
         spec, machine = self._machine(resource, props)
         dc, dc_name = self._datacenter(props["datacenter"])
         place = self._placement(machine, spec, dc, dc_name)
-        # bootstrap data is written once: a VM that holds some keeps it
-        user_data = b"" if raw.user_data_sha256 else _user_data(props)
+        # bootstrap data is kept by a VM that has booted (and holds some), written otherwise;
+        # this reconfigure, the last before the power-on, marks the VM as booted
+        keep = raw.booted and raw.user_data_sha256
+        user_data = b"" if keep else _user_data(props)
+        marked = {
+            **props,
+            "extra_config": {**(props.get("extra_config") or {}), BOOTED_KEY: "TRUE"},
+        }
+        spec, machine = self._machine(resource, marked)
         self._reconfigure(raw.state, spec, machine, place, user_data)
         raw = self._read_vm(raw.moref) or raw
         if props.get("data_disk") and self._data_disk(raw, props) is None:
