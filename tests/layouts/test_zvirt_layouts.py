@@ -227,7 +227,8 @@ async def test_bootstrap_data_is_merged_into_the_cloud_init_script(
     tmp_path: Path,
 ) -> None:
     """``--cloud-config FILE``: each VM starts with upstream's merge of the hostname/SSH-key
-    document and the data (its keys win); a re-apply makes no mutating request; data that is no
+    document and the data (its keys win); a re-apply makes no mutating request; a VM stopped out
+    of band is started again without cloud-init (its first data kept); data that is no
     cloud-config mapping is refused when the layout is defined, before anything is made."""
     prefix, cluster_uuid = f"c{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
     path = zvirt_config(tmp_path, zvirt_stack, prefix)
@@ -258,5 +259,14 @@ async def test_bootstrap_data_is_merged_into_the_cloud_init_script(
     admin.clear_requests()
     await run(*args, "apply", path, prefix, cluster_uuid, selection)
     assert mutating_calls(ovirt.admin_url) == {}
+
+    # Stopped out of band, then other data: started again plainly, its first data kept.
+    master = f"{prefix}-master-0"
+    admin.set_vm_status(master, "down")
+    (tmp_path / "boot.yaml").write_text("#cloud-config\nother: data\n")
+    await run(*args, "apply", path, prefix, cluster_uuid, selection)
+    again = admin.vm(master)
+    assert again is not None and again["status"] == "up"
+    assert again["last_start"]["use_cloud_init"] is False, again["last_start"]
     await run(*args, "destroy", path, prefix, cluster_uuid)
     assert cluster_resources(ovirt.admin_url, prefix) == []

@@ -247,6 +247,7 @@ def vm_view(vm: Any) -> VmView:
         attachments=tuple(
             attachment_view(a) for a in _list(vm.disk_attachments) if a.id is not None
         ),
+        started_once=getattr(vm, "start_time", None) is not None,
     )
 
 

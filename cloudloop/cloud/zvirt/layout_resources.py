@@ -16,6 +16,8 @@ Identity and crash rules:
 - drift repaired in place: a boot or data disk smaller than wanted (grown), a missing NIC or
   attachment (made again), a stopped VM (started again). CPU, memory, template, storage domain
   and vNIC profile differences are reported, never repaired (they need a new VM).
+- bootstrap data goes in the first start only (cloud-init run-once): a VM that has been started
+  before (its ``start_time``; stopped out of band) is started plainly and keeps its first data.
 - a second ensure of an unchanged resource makes only GET requests.
 - cloud errors end the step with the engine's message: no template of that name, no vNIC profile
   or storage domain with that ID (``InvalidRequest``, not retried).
@@ -46,6 +48,7 @@ from cloudloop.cloud.zvirt.base import (
     ZvirtBase,
     attachment_view,
     disk_view,
+    is_conflict,
     nic_view,
     types,
     vm_view,
@@ -569,17 +572,29 @@ class ZvirtLayoutResources(ZvirtMachines):
     def _create_start(self, resource: ResourceDef, props: Props) -> Raw:
         vm_id = str(props["vm_id"])
         deadline = self.session.deadline()
-        self.session.wait_until(
+        vm = self.session.wait_until(
             "WaitForVmDown",
             lambda: self.get_vm(vm_id),
             lambda vm: vm.status not in ("image_locked", "powering_down", "saving_state"),
             deadline=deadline,
         )
+        if vm.started_once:  # it booted before (stopped out of band): its first data stays
+            self._start_again(vm_id)
+            return self._wait_for_ip(vm_id)
         script = bootstrap.merged(
             str(props["custom_script"]), bootstrap.data_of(props.get("user_data"))
         )
         self._start(vm_id, str(props["host_name"]), script, _nic(props))
         return self._wait_for_ip(vm_id)
+
+    def _start_again(self, vm_id: str) -> None:
+        """A plain start, no cloud-init run-once: the VM keeps the data it first booted with."""
+        try:
+            self._vm_request(vm_id, "StartVm", lambda service: service.start())
+        except errors.CloudError as exc:
+            if is_conflict(exc) and self.get_vm(vm_id).status in _STARTED:
+                return  # started meanwhile
+            raise
 
     def _wait_for_ip(self, vm_id: str) -> Raw:
         vm = self.session.wait_until(

@@ -185,6 +185,8 @@ class VmView:
     nics: tuple[NicView, ...] = ()
     devices: tuple[DeviceView, ...] = ()
     attachments: tuple[AttachmentView, ...] = ()
+    #: The engine has started it before (its ``start_time`` is set).
+    started_once: bool = False
 
 
 @dataclass(frozen=True)
