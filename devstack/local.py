@@ -39,7 +39,7 @@ from devstack.process import (
     http_ok,
     port_is_free,
     stop_all,
-    tcp_open,
+    temporal_ready,
 )
 from devstack.temporal_server import PostgresTemporal
 from devstack.vcsim import VcsimEndpoint, VcsimOptions, vcsim_process
@@ -272,7 +272,7 @@ class LocalStack:
             argv.append("--headless")
         self.temporal_address = f"127.0.0.1:{port}"
         self.temporal_process = ManagedProcess(
-            "temporal", argv, log_dir=logs, ready=lambda: tcp_open(port)
+            "temporal", argv, log_dir=logs, ready=lambda: temporal_ready(port)
         )
         self.temporal_process.start()
 

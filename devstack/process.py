@@ -71,6 +71,31 @@ def tcp_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+#: The Temporal frontend's cheapest call; it answers ``Unavailable`` ("Frontend is not healthy
+#: yet") between the port opening and the server's membership being ready.
+_SYSTEM_INFO = "/temporal.api.workflowservice.v1.WorkflowService/GetSystemInfo"
+
+
+def temporal_ready(port: int, host: str = "127.0.0.1") -> bool:
+    """True when the Temporal frontend on ``port`` answers ``GetSystemInfo`` (an open port
+    alone is not ready: a client connecting then fails with "not healthy yet")."""
+    import grpc
+
+    if not tcp_open(port, host):
+        return False
+    try:
+        with grpc.insecure_channel(f"{host}:{port}") as channel:
+            call: grpc.UnaryUnaryMultiCallable[None, bytes] = channel.unary_unary(
+                _SYSTEM_INFO,
+                request_serializer=lambda _: b"",
+                response_deserializer=lambda data: data,
+            )
+            call(None, timeout=2)
+        return True
+    except grpc.RpcError:
+        return False
+
+
 class ManagedProcess:
     """A child process with a name, a log file and a readiness check."""
 

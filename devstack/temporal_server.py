@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devstack.process import ManagedProcess, free_port, tcp_open
+from devstack.process import ManagedProcess, free_port, tcp_open, temporal_ready
 
 PLUGIN = "postgres12"
 DATABASES = {
@@ -317,7 +317,7 @@ class PostgresTemporal:
             "temporal-server",
             [str(server), "--config-file", str(config), "--allow-no-auth", "start"],
             log_dir=self.logs,
-            ready=lambda: tcp_open(port),
+            ready=lambda: temporal_ready(port),
         )
 
     def _cli(self, *args: str) -> subprocess.CompletedProcess[str]:
