@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -58,6 +57,7 @@ from cloudloop.messages.layout import (
     workflow_id,
 )
 from cloudloop.rules import discovery as cloud_data
+from cloudloop.rules.requests import fingerprint
 from cloudloop.temporal import started_run
 from workflows.layout import LayoutModuleWorkflow, LayoutWorkflow
 
@@ -137,11 +137,6 @@ class _Follower:
 REQUEST_MEMO = "request"
 
 
-def request_digest(input: LayoutInput) -> str:
-    """A short digest of the whole input: equal for a repeated call, different otherwise."""
-    return hashlib.sha256(input.model_dump_json().encode()).hexdigest()[:16]
-
-
 async def run_layout(
     client: Client,
     task_queue: str,
@@ -154,7 +149,7 @@ async def run_layout(
     prefix = input.cluster.prefix
     scope = input.id_scope
     wid = plan_workflow_id(prefix, scope) if input.action == "plan" else workflow_id(prefix, scope)
-    request = request_digest(input)
+    request = fingerprint(input)
     handle = await client.start_workflow(
         LayoutWorkflow.run,
         input,

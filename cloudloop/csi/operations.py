@@ -70,7 +70,8 @@ from cloudloop.messages.volume import (
     snapshot_workflow_id,
     volume_workflow_id,
 )
-from cloudloop.rules.volume import RequestRejected, check_request, fingerprint, size_gib
+from cloudloop.rules.requests import fingerprint
+from cloudloop.rules.volume import RequestRejected, check_request, size_gib
 from cloudloop.settings import Domain
 from cloudloop.temporal import started_run
 

@@ -1,5 +1,6 @@
 """The CSI rules for volumes, provider-neutral and pure: request checks, capacity rounding, zone
-choice, what makes an existing volume compatible with a create, and request fingerprints.
+choice, what makes an existing volume compatible with a create (request fingerprints:
+:mod:`cloudloop.rules.requests`).
 
 The client API (:mod:`cloudloop.csi.operations`) checks requests with these before it starts a
 workflow; the activities (:mod:`activities.volume`) use them against what the cloud reports.
@@ -7,10 +8,7 @@ workflow; the activities (:mod:`activities.volume`) use them against what the cl
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
-
-from pydantic import BaseModel
 
 from cloudloop.cloud.models import Volume
 from cloudloop.messages.volume import (
@@ -125,8 +123,3 @@ def check_request(
         raise RequestRejected(Code.INVALID_ARGUMENT, "node ID missing")
     if isinstance(request, ExpandVolumeRequest) and not request.capacity.required_bytes:
         raise RequestRejected(Code.INVALID_ARGUMENT, "required capacity missing")
-
-
-def fingerprint(model: BaseModel) -> str:
-    """A short digest of a request: equal for a repeated request, different for a changed one."""
-    return hashlib.sha256(model.model_dump_json().encode()).hexdigest()[:16]

@@ -12,7 +12,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, LayoutResult
-from starters.layout import LayoutFailed, _Follower, request_digest, run_layout
+from cloudloop.rules.requests import fingerprint
+from starters.layout import LayoutFailed, _Follower, run_layout
 
 
 class FailingHandle:
@@ -100,11 +101,11 @@ async def test_an_apply_with_other_inputs_does_not_join_a_running_one() -> None:
     """A second apply with its own --cloud-config is refused, not silently joined."""
     mine = apply_input(master="/m/boot-v2.yaml")
     theirs = apply_input(master="/m/boot-v1.yaml")
-    other = JoinedRequest({"request": request_digest(theirs)})
+    other = JoinedRequest({"request": fingerprint(theirs)})
     with pytest.raises(LayoutFailed, match="with other inputs") as refused:
         await run_layout(cast(Client, StartingClient(other)), "q", mine, poll_s=0.01)
     assert refused.value.kind == "Busy"
 
-    same = JoinedRequest({"request": request_digest(mine)})
+    same = JoinedRequest({"request": fingerprint(mine)})
     joined = await run_layout(cast(Client, StartingClient(same)), "q", mine, poll_s=0.01)
     assert joined.action == "apply"

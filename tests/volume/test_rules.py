@@ -16,12 +16,12 @@ from cloudloop.messages.volume import (
     ExpandVolumeRequest,
     Topology,
 )
+from cloudloop.rules.requests import fingerprint
 from cloudloop.rules.volume import (
     GIB,
     RequestRejected,
     check_request,
     choose_zone,
-    fingerprint,
     incompatibility,
     size_gib,
 )
