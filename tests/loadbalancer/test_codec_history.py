@@ -46,6 +46,7 @@ from tests.support.histories import (
     paths_containing,
     payloads_of,
     plain_json,
+    raw_history,
     user_payloads,
     without_visible,
 )
@@ -88,14 +89,6 @@ def key_ids(history: dict[str, Any]) -> set[str]:
     }
 
 
-async def raw_history(stack: LocalStack, wf_id: str) -> dict[str, Any]:
-    """The history as the server holds it, read by a client that has no codec at all."""
-    bare = await Client.connect(stack.temporal_address)
-    history = await bare.get_workflow_handle(wf_id).fetch_history()
-    data: dict[str, Any] = history.to_json_dict()
-    return data
-
-
 async def test_the_raw_history_holds_no_cluster_data_and_the_codec_server_decodes_it(
     kube: Kube,
     client: Client,
@@ -126,7 +119,7 @@ async def test_the_raw_history_holds_no_cluster_data_and_the_codec_server_decode
         for i in r["Instances"]
     ]
 
-    raw = await raw_history(stack, wf_id)
+    raw = await raw_history(stack.temporal_address, wf_id)
     raw_text = json.dumps(without_visible(raw))  # search attributes, workflow IDs: readable
     readable = json.dumps(
         plain_json(await client.get_workflow_handle(wf_id).fetch_history(), client)
@@ -259,9 +252,9 @@ async def test_a_key_rotated_with_workflows_open(
         for name in names:
             await eventually(partial(ingress, kube, namespace, name), what=f"{name} ingress")
     ids = [workflow_id(ObjectRef.of(SERVICES, s)) for s in services]
-    before = {i: len((await raw_history(stack, i))["events"]) for i in ids}
+    before = {i: len((await raw_history(stack.temporal_address, i))["events"]) for i in ids}
     for wf_id in ids:
-        assert key_ids(await raw_history(stack, wf_id)) == {"key-a"}
+        assert key_ids(await raw_history(stack.temporal_address, wf_id)) == {"key-a"}
 
     codec.write_key(keys, "key-b")  # rotation: a new key, made active; A stays to decode
     client_b = await connected("key-b")
@@ -301,7 +294,7 @@ async def test_a_key_rotated_with_workflows_open(
 
     ring_b = codec.read_key_ring(keys, "key-b")
     for wf_id in ids:
-        raw = await raw_history(stack, wf_id)
+        raw = await raw_history(stack.temporal_address, wf_id)
         assert key_ids(raw) == {"key-a", "key-b"}, wf_id
         later = {"events": raw["events"][before[wf_id] :]}
         assert key_ids(later) == {"key-b"}  # every payload since the switch

@@ -138,3 +138,11 @@ def without_visible(node: Any) -> Any:
     if isinstance(node, list):
         return [without_visible(v) for v in node]
     return node
+
+
+async def raw_history(temporal_address: str, workflow_id: str) -> dict[str, Any]:
+    """The history as the server holds it, read by a client that has no codec at all."""
+    bare = await Client.connect(temporal_address)
+    history = await bare.get_workflow_handle(workflow_id).fetch_history()
+    data: dict[str, Any] = history.to_json_dict()
+    return data

@@ -9,7 +9,7 @@ from typing import Any
 from temporalio.client import Client
 
 from cloudloop.cloud.aws.tags import cluster_tag_key
-from tests.support.histories import without_visible
+from tests.support.histories import raw_history, without_visible
 
 GIB = 1 << 30
 
@@ -69,7 +69,6 @@ async def ran_again_after_the_kill(client: Client, workflow_id: str) -> bool:
 async def raw_history_text(temporal_address: str, workflow_id: str) -> tuple[list[str], str]:
     """The event types of a history and its JSON without the readable fields (search
     attributes, workflow IDs), as read by a client that has no codec at all."""
-    bare = await Client.connect(temporal_address)
-    history = (await bare.get_workflow_handle(workflow_id).fetch_history()).to_json_dict()
+    history = await raw_history(temporal_address, workflow_id)
     types = [str(event["eventType"]) for event in history["events"]]
     return types, json.dumps(without_visible(history))

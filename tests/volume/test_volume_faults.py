@@ -146,6 +146,21 @@ async def test_crashed_create_adopts_its_volume(
     assert proxy.actions().count("CreateVolume") == 1
 
 
+#: Longer than the local attempt's wait (``LOCAL_WAIT_S``), short enough for the test.
+CREATING_S = LOCAL_WAIT_S + 7
+
+
+@pytest.fixture
+def slow_creates(stack: LocalStack) -> Iterator[None]:
+    """New EBS volumes stay ``creating`` for ``CREATING_S`` (moto's lifecycle, reset after)."""
+    ec2_lifecycle(stack.moto_endpoint, volume_creating_s=CREATING_S)
+    try:
+        yield
+    finally:
+        ec2_lifecycle(stack.moto_endpoint)
+
+
+@pytest.mark.usefixtures("slow_creates")
 async def test_crashed_create_resumes_from_its_heartbeat(
     workers: Workers,
     through_proxy: dict[str, str],
@@ -160,30 +175,6 @@ async def test_crashed_create_resumes_from_its_heartbeat(
     ID, the heartbeating activity heartbeats it; killed there, the retry takes the ID from the
     heartbeat details and goes straight back to waiting (no tag lookup, no second create)."""
     name = unique("pvc")
-    ec2_lifecycle(stack.moto_endpoint, volume_creating_s=CREATING_S)
-    try:
-        await _crash_while_creating(
-            workers, through_proxy, proxy, ops, client, ec2, settings, name, stack.temporal_address
-        )
-    finally:
-        ec2_lifecycle(stack.moto_endpoint)
-
-
-#: Longer than the local attempt's wait (``LOCAL_WAIT_S``), short enough for the test.
-CREATING_S = LOCAL_WAIT_S + 7
-
-
-async def _crash_while_creating(
-    workers: Workers,
-    through_proxy: dict[str, str],
-    proxy: HoldingProxy,
-    ops: VolumeOperations,
-    client: Client,
-    ec2: Any,
-    settings: Settings,
-    name: str,
-    stack_address: str,
-) -> None:
     first = await asyncio.to_thread(workers.start, through_proxy)
     create = asyncio.create_task(ops.create(CreateVolumeRequest(name=name)))
     [made] = await eventually(
@@ -221,5 +212,5 @@ async def _crash_while_creating(
     found = await asyncio.to_thread(volumes_named, ec2, settings.cluster_name, name)
     assert [v["VolumeId"] for v in found] == [volume_id]
     # The hand-over's failure (it names the volume) is encrypted like every payload.
-    types, raw = await raw_history_text(stack_address, result.workflow_id)
+    types, raw = await raw_history_text(stack.temporal_address, result.workflow_id)
     assert "EVENT_TYPE_MARKER_RECORDED" in types and volume_id not in raw
