@@ -881,18 +881,17 @@ class VsphereLayoutResources(VsphereMachines):
             raw = self._read_vm(raw.moref) or raw
         if raw.power_state == "poweredOn":
             return raw
-        spec, machine = self._machine(resource, props)
-        dc, dc_name = self._datacenter(props["datacenter"])
-        place = self._placement(machine, spec, dc, dc_name)
-        # bootstrap data is kept by a VM that has booted (and holds some), written otherwise;
         # this reconfigure, the last before the power-on, marks the VM as booted
-        keep = raw.booted and raw.user_data_sha256
-        user_data = b"" if keep else _user_data(props)
         marked = {
             **props,
             "extra_config": {**(props.get("extra_config") or {}), BOOTED_KEY: "TRUE"},
         }
         spec, machine = self._machine(resource, marked)
+        dc, dc_name = self._datacenter(props["datacenter"])
+        place = self._placement(machine, spec, dc, dc_name)
+        # bootstrap data is kept by a VM that has booted (and holds some), written otherwise
+        keep = raw.booted and raw.user_data_sha256
+        user_data = b"" if keep else _user_data(props)
         self._reconfigure(raw.state, spec, machine, place, user_data)
         raw = self._read_vm(raw.moref) or raw
         if props.get("data_disk") and self._data_disk(raw, props) is None:
