@@ -38,6 +38,7 @@ cloud error's kind (:func:`activities.cloud.cloud_errors`).
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,8 @@ from cloudloop.cloud.layouts import (
 )
 from cloudloop.cloud.registry import PROVIDERS, Settings
 from cloudloop.errortext import yaml_problem
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.resources import SECRETS
 from cloudloop.layouts import bootstrap, tfstate
 from cloudloop.layouts.config import DOCUMENTS, InvalidConfig, validate_document
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
@@ -94,6 +97,7 @@ def _changes(drift: list[Drift]) -> list[FieldChange]:
             field=d.field + _why_not_repaired(d),
             have=d.have,
             want=d.want,
+            how="kept" if d.note else "replace" if d.immutable else "repair",
         )
         for d in drift
     ]
@@ -105,8 +109,11 @@ class _Session:
 
 
 class LayoutActivities:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, kube: Kube | None = None) -> None:
+        """``kube``: the worker's own cluster, where an in-cluster converge reads the node
+        groups' bootstrap data (:func:`cloudloop.layouts.bootstrap.cluster_source`)."""
         self.settings = settings
+        self.kube = kube
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._lock = threading.Lock()
 
@@ -116,8 +123,34 @@ class LayoutActivities:
         return self._mounted(source.file, "configuration", mounted.read_under)
 
     def _read_bootstrap(self, name: str) -> bytes:
-        """A bootstrap data file's bytes, read only from under ``layouts.source_dir``."""
-        return self._mounted(name, "bootstrap data", mounted.read_bytes_under).data
+        """A bootstrap data file's bytes, read only from under ``layouts.source_dir``; an
+        in-cluster source's from its Secret."""
+        where = bootstrap.in_cluster(name)
+        if where is None:
+            return self._mounted(name, "bootstrap data", mounted.read_bytes_under).data
+        data = self._cluster_bootstrap(name)
+        if data is None:
+            raise ApplicationError(
+                f"bootstrap data {name}: no such Secret (or no {bootstrap.CLUSTER_SECRET_KEY})",
+                type="LayoutConfigMissing",
+                non_retryable=True,
+            )
+        return data
+
+    def _cluster_bootstrap(self, name: str) -> bytes | None:
+        """The ``cloud-config`` of the in-cluster source ``name``; None when it is not there."""
+        where = bootstrap.in_cluster(name)
+        if where is None or self.kube is None:
+            return None
+        namespace, secret_name = where
+        try:
+            secret = self.kube.get(SECRETS, secret_name, namespace)
+        except KubeError as exc:
+            raise ApplicationError(
+                f"bootstrap data {name}: {exc}", type="KubeUnavailable"
+            ) from None
+        value = ((secret or {}).get("data") or {}).get(bootstrap.CLUSTER_SECRET_KEY)
+        return base64.b64decode(value) if value else None
 
     def _mounted(
         self, name: str, what: str, read: Callable[..., mounted.MountedFile]
@@ -201,8 +234,22 @@ class LayoutActivities:
             try:
                 merges = getattr(session.part, "merges_user_data", False) is True
                 check = bootstrap.merge_problem if merges else None
+                selection = input.source.cloud_config
+                found: dict[str, bytes] = {}  # read once: the define's digest is of these
+                if input.bootstrap_from_cluster:
+
+                    def exists(name: str) -> bool:
+                        data = self._cluster_bootstrap(name)
+                        if data:
+                            found[name] = data
+                        return bool(data)
+
+                    selection = bootstrap.with_cluster_sources(layout, selection, exists)
                 return bootstrap.attach(
-                    layout, input.source.cloud_config, self._read_bootstrap, check
+                    layout,
+                    selection,
+                    lambda name: found[name] if name in found else self._read_bootstrap(name),
+                    check,
                 )
             except bootstrap.BootstrapInvalid as exc:
                 raise ApplicationError(

@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -754,22 +754,10 @@ def _cloud_config(values: tuple[str, ...], *, workers_elsewhere: bool) -> dict[s
     return selection
 
 
-def _layout_run(
-    action: str,
-    flags: dict[str, Any],
-    *,
-    plan_destroy: bool = False,
-    state_sources: list[str] | None = None,
-    kubeconfig: Path | None = None,
-) -> Any:
-    """Validate, start the action, follow it; the result (or a clean error exit)."""
-    from cloudloop import claim
-    from cloudloop.cloud.layouts import AdoptingPart
+def _loaded_part(flags: dict[str, Any]) -> tuple[LoadedConfig, Any]:
+    """The validated configuration and its provider's layout part (or a clean error exit)."""
     from cloudloop.cloud.registry import PROVIDERS
     from cloudloop.layouts.config import InvalidConfig, load_documents
-    from cloudloop.layouts.model import ConfigSource
-    from cloudloop.messages.layout import LayoutInput
-    from starters.layout import LayoutFailed, run_layout
 
     path: Path = flags["config_path"]
     try:
@@ -795,6 +783,53 @@ def _layout_run(
             f"{loaded.provider} layout {loaded.document.layout} is not supported "
             f"(supported: {', '.join(supported)})"
         )
+    return loaded, part
+
+
+def _temporal_settings(flags: dict[str, Any]) -> tuple[Settings, Any]:
+    """The process's settings (the codec required) and its Temporal settings with the flags'."""
+    settings = Settings()
+    require_codec(settings)
+    return settings, settings.temporal.model_copy(
+        update={
+            k: v
+            for k, v in (
+                ("address", flags["temporal_address"]),
+                ("task_queue", flags["task_queue"]),
+            )
+            if v
+        }
+    )
+
+
+def _config_source(flags: dict[str, Any]) -> Any:
+    """Where the workers read the configuration and the bootstrap data."""
+    from cloudloop.layouts.model import ConfigSource
+
+    path: Path = flags["config_path"]
+    return ConfigSource(
+        file=flags["worker_config_path"] or str(path.resolve()),
+        cloud_config=_cloud_config(
+            flags.get("cloud_config", ()), workers_elsewhere=bool(flags["worker_config_path"])
+        ),
+    )
+
+
+def _layout_run(
+    action: str,
+    flags: dict[str, Any],
+    *,
+    plan_destroy: bool = False,
+    state_sources: list[str] | None = None,
+    kubeconfig: Path | None = None,
+) -> Any:
+    """Validate, start the action, follow it; the result (or a clean error exit)."""
+    from cloudloop import claim
+    from cloudloop.cloud.layouts import AdoptingPart
+    from cloudloop.messages.layout import LayoutInput
+    from starters.layout import LayoutFailed, run_layout
+
+    loaded, part = _loaded_part(flags)
     state = []
     if state_sources is not None:
         from starters.layout import StateUnreadable, state_records
@@ -811,27 +846,11 @@ def _layout_run(
             state = state_records(state_sources, part.state_types, kube)
         except StateUnreadable as exc:
             raise click.ClickException(str(exc)) from None
-    settings = Settings()
-    require_codec(settings)
-    temporal_settings = settings.temporal.model_copy(
-        update={
-            k: v
-            for k, v in (
-                ("address", flags["temporal_address"]),
-                ("task_queue", flags["task_queue"]),
-            )
-            if v
-        }
-    )
+    settings, temporal_settings = _temporal_settings(flags)
     input = LayoutInput(
         action=action,
         provider=loaded.provider,
-        source=ConfigSource(
-            file=flags["worker_config_path"] or str(path.resolve()),
-            cloud_config=_cloud_config(
-                flags.get("cloud_config", ()), workers_elsewhere=bool(flags["worker_config_path"])
-            ),
-        ),
+        source=_config_source(flags),
         cluster=loaded.cluster,
         plan_destroy=plan_destroy,
         state=state,
@@ -1030,6 +1049,196 @@ def layout_destroy(kubeconfig: Path | None, **flags: Any) -> None:
     result = _layout_run("destroy", flags, kubeconfig=kubeconfig)
     deleted = sum(1 for m in result.modules for s in m.steps if s.action == "deleted")
     click.echo(f"Destroy complete: {deleted} resource(s) deleted.")
+    _leave(0)
+
+
+@layout.group("converge")
+def layout_converge() -> None:
+    """The in-cluster converge (terraform-manager's job): a Temporal Schedule per cluster whose
+    pass plans the layout every interval, reports each module's status (the status ConfigMap,
+    exported by the starter as ``candi_converge_*`` metrics), applies what is safe with
+    ``--auto``, and holds every destructive step until ``cloudloop layout approve``."""
+
+
+def temporal_options(command: F) -> F:
+    @click.option("--temporal-address", help="Temporal frontend [temporal.address].")
+    @click.option("--task-queue", help="The workers' task queue [temporal.task_queue].")
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return command(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _converge_call(flags: dict[str, Any], call: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    """Run ``call(client, temporal_settings)`` on the cluster's Temporal (a clean exit on error)."""
+    from temporalio.service import RPCError
+
+    _, temporal_settings = _temporal_settings(flags)
+
+    async def go() -> Any:
+        from cloudloop.temporal import connect
+
+        return await call(await connect(temporal_settings), temporal_settings)
+
+    try:
+        return asyncio.run(go())
+    except RPCError as exc:
+        click.echo(f"Error: Temporal at {temporal_settings.address}: {exc.message}", err=True)
+        _leave(1)
+    except (ConnectionError, RuntimeError) as exc:
+        click.echo(f"Error: Temporal at {temporal_settings.address}: {exc}", err=True)
+        _leave(1)
+
+
+@layout_converge.command("install")
+@layout_options
+@bootstrap_option
+@click.option(
+    "--interval",
+    "interval_s",
+    type=click.FloatRange(min=60),
+    help="Seconds between passes [layouts.converge.interval_s: 3600, upstream's period].",
+)
+@click.option(
+    "--auto/--no-auto",
+    default=None,
+    help="Apply creations and in-place repairs; hold destructive steps [layouts.converge.auto].",
+)
+@click.option(
+    "--approval-wait",
+    "approval_wait_s",
+    type=click.FloatRange(min=1),
+    help="Seconds a pass waits for an approval [layouts.converge.approval_wait_s].",
+)
+@click.option(
+    "--bootstrap-from-cluster/--no-bootstrap-from-cluster",
+    default=True,
+    help="Read each node group's bootstrap data where dhctl's converge does "
+    "(d8-cloud-instance-manager/manual-bootstrap-for-<group>) [on].",
+)
+def layout_converge_install(
+    interval_s: float | None,
+    auto: bool | None,
+    approval_wait_s: float | None,
+    bootstrap_from_cluster: bool,
+    **flags: Any,
+) -> None:
+    """Make (or update) the cluster's converge Schedule."""
+    from cloudloop import claim
+    from cloudloop.messages.layout_converge import ConvergeInput, schedule_id
+    from starters.layout_converge import install_schedule
+
+    loaded, _ = _loaded_part(flags)
+    settings, temporal_settings = _temporal_settings(flags)
+    converge = settings.layouts.converge
+    input = ConvergeInput(
+        provider=loaded.provider,
+        source=_config_source(flags),
+        cluster=loaded.cluster,
+        id_scope=temporal_settings.id_scope,
+        auto=converge.auto if auto is None else auto,
+        approval_wait_s=approval_wait_s or converge.approval_wait_s,
+        bootstrap_from_cluster=bootstrap_from_cluster,
+    )
+    interval = interval_s or converge.interval_s
+
+    async def call(client: Any, temporal: Any) -> str:
+        mine = claim.ClusterIdentity.named_by(settings)
+        await claim.refuse_if_claimed_elsewhere(client, [temporal.task_queue], mine)
+        return await install_schedule(client, temporal.task_queue, input, interval)
+
+    try:
+        done = _converge_call(flags, call)
+    except claim.ClaimRefused as exc:
+        click.echo(f"Error: {exc}", err=True)
+        _leave(1)
+    sid = schedule_id(loaded.cluster.prefix, temporal_settings.id_scope)
+    mode = "auto" if input.auto else "plan only"
+    click.echo(f"Schedule {sid} {done}: a pass every {interval:.0f} s ({mode}).")
+    _leave(0)
+
+
+@layout_converge.command("run")
+@click.argument("prefix")
+@temporal_options
+def layout_converge_run(prefix: str, **flags: Any) -> None:
+    """Start a pass of PREFIX's converge now (none when one is running)."""
+    from starters.layout_converge import trigger
+
+    async def call(client: Any, temporal: Any) -> None:
+        await trigger(client, prefix, temporal.id_scope)
+
+    _converge_call(flags, call)
+    click.echo(f"converge of {prefix}: a pass was asked for")
+    _leave(0)
+
+
+def _print_state(state: Any) -> None:
+    click.echo(f"phase: {state.phase}")
+    for status in state.statuses:
+        counts = f"+{status.to_create} ~{status.to_change} ±{status.to_replace}"
+        note = f" ({status.note})" if status.note else ""
+        click.echo(f"  {status.module}: {status.status} {counts}{note}")
+    for step in state.held:
+        click.echo(
+            f"  held {step.key}: {step.outcome}" + (f" ({step.error})" if step.error else "")
+        )
+        for change in step.changes:
+            click.echo(f"    {change.field}: {change.have!r} -> {change.want!r}")
+    if state.error:
+        click.echo(f"  error: {state.error}")
+
+
+@layout_converge.command("status")
+@click.argument("prefix")
+@temporal_options
+def layout_converge_status(prefix: str, **flags: Any) -> None:
+    """Show the running pass of PREFIX's converge: its statuses and the steps it holds."""
+    from starters.layout_converge import pass_state, running_pass
+
+    async def call(client: Any, temporal: Any) -> Any:
+        handle = await running_pass(client, prefix, temporal.id_scope)
+        return None if handle is None else await pass_state(handle)
+
+    state = _converge_call(flags, call)
+    if state is None:
+        click.echo(f"converge of {prefix}: no pass is running")
+    else:
+        _print_state(state)
+    _leave(0)
+
+
+@layout.command("approve")
+@click.argument("prefix")
+@click.option("--step", default="", help="The held step's key (shown by status) [every one].")
+@temporal_options
+def layout_approve(prefix: str, step: str, **flags: Any) -> None:
+    """Approve the destructive steps PREFIX's running converge pass holds (an approval given
+    twice acts once)."""
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from starters.layout_converge import approve, running_pass
+
+    async def call(client: Any, temporal: Any) -> Any:
+        handle = await running_pass(client, prefix, temporal.id_scope)
+        if handle is None:
+            return None
+        return await approve(handle, step)
+
+    try:
+        result = _converge_call(flags, call)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        click.echo(f"Error: approve refused: {getattr(cause, 'message', cause)}", err=True)
+        _leave(1)
+    if result is None:
+        click.echo(f"Error: no converge pass of {prefix} is running", err=True)
+        _leave(1)
+    for key in result.approved:
+        click.echo(f"approved: {key}")
+    for key in result.already:
+        click.echo(f"already approved: {key}")
     _leave(0)
 
 

@@ -56,6 +56,31 @@ LEADER = Gauge(
     ["name"],
 )
 
+# -- the in-cluster layout converge (names and labels as Deckhouse's terraform-state-exporter) --
+CONVERGE_CLUSTER_STATUS = Gauge(
+    "candi_converge_cluster_status",
+    "1 for the base infrastructure's status in the last converge pass (one-hot).",
+    ["status"],
+)
+CONVERGE_NODE_STATUS = Gauge(
+    "candi_converge_node_status",
+    "1 for each node's status in the last converge pass (one-hot per node).",
+    ["node_group", "name", "status"],
+)
+CONVERGE_RESOURCES = Gauge(
+    "cloudloop_layout_converge_resources",
+    "Resources the last converge pass found to create, change in place or replace, per module.",
+    ["module", "action"],
+)
+CONVERGE_HELD_STEPS = Gauge(
+    "cloudloop_layout_converge_held_steps",
+    "Destructive steps of the last converge pass waiting for (or held without) approval.",
+)
+CONVERGE_LAST_SUCCESS = Gauge(
+    "cloudloop_layout_converge_last_success_timestamp_seconds",
+    "When the last converge pass that could read the cloud started (Unix time).",
+)
+
 # -- cloud data discoverer (names and labels as Deckhouse's cloud-data-discoverer) ----------
 DISCOVERY_CLOUD_REQUEST_ERROR = Gauge(
     "cloud_data_discovery_cloud_request_error",

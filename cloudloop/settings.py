@@ -449,6 +449,22 @@ class CsiSettings(BaseModel):
 LAYOUTS_MOUNT = Path("/etc/cloudloop/layouts")
 
 
+class LayoutConvergeSettings(BaseModel):
+    """The in-cluster converge (terraform-manager's job): a Schedule's pass every
+    ``interval_s``, exported by the starter from the status ConfigMap."""
+
+    #: The starter exports the converge status (the chart installs the Schedule with it).
+    enabled: bool = False
+    #: Between two passes (upstream's ``autoConvergerPeriod``: 1 h).
+    interval_s: float = Field(default=3600.0, ge=60)
+    #: Apply creations and in-place repairs in the pass; destructive steps wait for approval.
+    auto: bool = False
+    #: How long a pass waits for a held step's approval.
+    approval_wait_s: float = Field(default=3600.0, gt=0)
+    #: How often the starter reads the status ConfigMap.
+    export_interval_s: float = Field(default=30.0, gt=0)
+
+
 class LayoutSettings(BaseModel):
     """The files the layout activities read (each cluster's ``<Provider>ClusterConfiguration``
     with its credentials, and destroy's kubeconfig): only under ``source_dir``."""
@@ -458,6 +474,7 @@ class LayoutSettings(BaseModel):
     source_dir: Path = LAYOUTS_MOUNT
     #: A larger file is refused unread (a ClusterConfiguration is a few KiB).
     max_file_bytes: int = Field(default=1 << 20, ge=1)
+    converge: LayoutConvergeSettings = Field(default_factory=LayoutConvergeSettings)
 
 
 class CoreSettings(BaseSettings):

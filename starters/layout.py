@@ -238,7 +238,7 @@ def _upsert_secret_keys(
     kube.patch(SECRETS, name, patch, namespace)
 
 
-def _ensure_namespace(kube: Kube, namespace: str) -> None:
+def ensure_namespace(kube: Kube, namespace: str) -> None:
     """Make ``namespace`` unless it is there (dhctl creates ``d8-system`` during bootstrap, so a
     cluster the layout's results go into before that has none)."""
     if kube.get(NAMESPACES, namespace) is not None:
@@ -305,7 +305,7 @@ def publish(
     names the layout's cluster). ``d8-system`` is made first when the cluster has none yet, so
     nothing is written unless every namespace is there. The objects written."""
     written: list[str] = []
-    _ensure_namespace(kube, DEVICE_PATH_SECRET[0])
+    ensure_namespace(kube, DEVICE_PATH_SECRET[0])
     if cluster_uuid and _create_cluster_uuid(kube, cluster_uuid):
         written.append("kube-system/d8-cluster-uuid")
     provider: dict[str, str] = {}

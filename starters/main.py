@@ -30,6 +30,7 @@ from cloudloop.metrics import MetricsServer
 from cloudloop.metrics_auth import protect_metrics
 from starters.context import Starter, StarterContext
 from starters.discovery import CloudDataDiscoverer
+from starters.layout_converge import ConvergeStatusExporter
 from starters.loadbalancer import ServiceStarter, UnservedLoadBalancers
 from starters.machine import MachineStarter
 from starters.node import NodeSync
@@ -56,6 +57,7 @@ STARTERS: list[Callable[[StarterContext], Starter | None]] = [
     UnservedLoadBalancers.from_context,
     QueueProcessor.from_context,
     ImdsNotices.from_context,
+    ConvergeStatusExporter.from_context,
 ]
 
 

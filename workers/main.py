@@ -27,6 +27,7 @@ from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
 from activities.layout import LayoutActivities
 from activities.layout_cluster import ClusterResourceActivities
+from activities.layout_converge import ConvergeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from activities.machine import MachineActivities
 from activities.termination import DrainActivities
@@ -42,6 +43,7 @@ from cloudloop.net import free_port
 from cloudloop.settings import Domain
 from workflows.claim import ClusterClaimWorkflow
 from workflows.layout import LAYOUT_WORKFLOWS
+from workflows.layout_converge import CONVERGE_WORKFLOWS
 from workflows.loadbalancer import LoadBalancerWorkflow
 from workflows.machine import MachineWorkflow
 from workflows.probe import CloudProbeWorkflow
@@ -59,7 +61,12 @@ DOMAIN_WORKFLOWS: dict[str, list[type]] = {
 }
 #: The general queue's workflows: the probes, the layouts (``cloudloop layout``) and the queue
 #: claims, then all.
-WORKFLOWS: list[type] = [CloudProbeWorkflow, *LAYOUT_WORKFLOWS, ClusterClaimWorkflow]
+WORKFLOWS: list[type] = [
+    CloudProbeWorkflow,
+    *LAYOUT_WORKFLOWS,
+    *CONVERGE_WORKFLOWS,
+    ClusterClaimWorkflow,
+]
 for _workflows in DOMAIN_WORKFLOWS.values():
     WORKFLOWS += _workflows
 
@@ -121,7 +128,8 @@ def all_activities(
     activities += MachineActivities(driver, kube).all()
     volume_rate = settings.temporal.queue_settings(Domain.VOLUME).activities_per_second
     activities += VolumeActivities(driver, local_budget=LocalBudget(volume_rate)).all()
-    activities += LayoutActivities(settings).all()
+    activities += LayoutActivities(settings, kube).all()
+    activities += ConvergeActivities(kube).all()
     activities += ClusterResourceActivities(source_dir=settings.layouts.source_dir).all()
     provider = provider_for(settings)
     termination = (

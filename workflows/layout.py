@@ -86,7 +86,7 @@ with workflow.unsafe.imports_passed_through():
     from cloudloop.rules import layout as rules
 
 
-def _retry(timings: LayoutTimings) -> RetryPolicy:
+def step_retry(timings: LayoutTimings) -> RetryPolicy:
     return RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
@@ -94,11 +94,11 @@ def _retry(timings: LayoutTimings) -> RetryPolicy:
     )
 
 
-def _activity_options(timings: LayoutTimings) -> dict[str, Any]:
+def activity_options(timings: LayoutTimings) -> dict[str, Any]:
     return {
         "start_to_close_timeout": timedelta(seconds=timings.step_timeout_s),
         "heartbeat_timeout": timedelta(seconds=timings.heartbeat_timeout_s),
-        "retry_policy": _retry(timings),
+        "retry_policy": step_retry(timings),
     }
 
 
@@ -109,7 +109,7 @@ def _clear_options(timings: LayoutTimings) -> dict[str, Any]:
             seconds=timings.step_timeout_s + timings.cluster_wait_s
         ),
         "heartbeat_timeout": timedelta(seconds=timings.heartbeat_timeout_s),
-        "retry_policy": _retry(timings),
+        "retry_policy": step_retry(timings),
     }
 
 
@@ -130,7 +130,7 @@ def _broken(err: Exception, what: str) -> ApplicationError:
     )
 
 
-def _failure(err: BaseException, what: str) -> ApplicationError:
+def failure_of(err: BaseException, what: str) -> ApplicationError:
     """The step's (or child's) failure as the workflow's, with the cloud's kind and message."""
     cause = err.cause if isinstance(err, ActivityError | ChildWorkflowError) else err
     while isinstance(cause, ChildWorkflowError | ActivityError) and cause.cause is not None:
@@ -141,12 +141,12 @@ def _failure(err: BaseException, what: str) -> ApplicationError:
     return ApplicationError(f"{what}: {cause or err}", type="LayoutFailed", non_retryable=True)
 
 
-async def _plan_module(input: PlanModuleInput, timings: LayoutTimings) -> PlanModuleResult:
+async def plan_module(input: PlanModuleInput, timings: LayoutTimings) -> PlanModuleResult:
     result: PlanModuleResult = await workflow.execute_activity(
         LayoutActivity.PLAN,
         input,
         result_type=PlanModuleResult,
-        **_activity_options(timings),
+        **activity_options(timings),
     )
     return result
 
@@ -213,10 +213,10 @@ class LayoutModuleWorkflow:
                 ),
                 result_type=StepResult,
                 summary=f"{activity.rsplit('.', 1)[-1]} {resource.key}",
-                **_activity_options(input.timings),
+                **activity_options(input.timings),
             )
         except ActivityError as err:
-            failure = _failure(err, resource.key)
+            failure = failure_of(err, resource.key)
             status.state, status.error = "failed", failure.message
             raise failure from err
         status.state, status.action, status.changes = "done", result.action, result.changes
@@ -249,7 +249,7 @@ class LayoutModuleWorkflow:
 
     async def _destroy(self, input: ModuleInput) -> list[StepResult]:
         try:
-            plan = await _plan_module(
+            plan = await plan_module(
                 PlanModuleInput(
                     provider=input.provider,
                     source=input.source,
@@ -260,7 +260,7 @@ class LayoutModuleWorkflow:
                 input.timings,
             )
         except ActivityError as err:
-            raise _failure(err, f"looking at {input.module.id}") from err
+            raise failure_of(err, f"looking at {input.module.id}") from err
         found = {p.key: p.outputs for p in plan.resources if p.outputs}
         doomed = {p.key for p in plan.resources if p.action == "delete"}
         results: list[StepResult] = []
@@ -297,10 +297,10 @@ class LayoutWorkflow:
                 LayoutActivity.DEFINE,
                 DefineInput(provider=input.provider, source=input.source, cluster=input.cluster),
                 result_type=LayoutDef,
-                **_activity_options(input.timings),
+                **activity_options(input.timings),
             )
         except ActivityError as err:
-            raise self._failed(_failure(err, "defining the layout")) from err
+            raise self._failed(failure_of(err, "defining the layout")) from err
         try:
             return await self._run(input, layout)
         except DEFINITION_ERRORS as err:
@@ -350,18 +350,18 @@ class LayoutWorkflow:
     async def _plan(self, base: ModuleDef, nodes: list[ModuleDef]) -> list[PlanModuleResult]:
         destroy = self._input.plan_destroy
         try:
-            base_plan = await _plan_module(
+            base_plan = await plan_module(
                 self._plan_input(base, {}, destroy=destroy), self._input.timings
             )
             found = {p.key: p.outputs for p in base_plan.resources if p.outputs}
             others = await asyncio.gather(
                 *(
-                    _plan_module(self._plan_input(m, found, destroy=destroy), self._input.timings)
+                    plan_module(self._plan_input(m, found, destroy=destroy), self._input.timings)
                     for m in nodes
                 )
             )
         except ActivityError as err:
-            raise self._failed(_failure(err, "planning")) from err
+            raise self._failed(failure_of(err, "planning")) from err
         return [base_plan, *others]
 
     async def _child(
@@ -392,7 +392,7 @@ class LayoutWorkflow:
                 id=state.workflow_id,
             )
         except ChildWorkflowError as err:
-            failure = _failure(err, module.id)
+            failure = failure_of(err, module.id)
             state.state, state.error = "failed", failure.message
             raise failure from err
         state.state = "done"
@@ -427,10 +427,10 @@ class LayoutWorkflow:
                         provider=self._input.provider, source=self._input.source, layout=layout
                     ),
                     result_type=list[str],
-                    **_activity_options(self._input.timings),
+                    **activity_options(self._input.timings),
                 )
             except ActivityError as err:
-                raise self._failed(_failure(err, "apply refused")) from err
+                raise self._failed(failure_of(err, "apply refused")) from err
         self._progress.phase = "base-infrastructure"
         base_result = (await self._children([base], "apply", {}))[0]
         external = {s.key: s.outputs for s in base_result.steps}
@@ -457,10 +457,10 @@ class LayoutWorkflow:
                     state=self._input.state,
                 ),
                 result_type=StateMap,
-                **_activity_options(self._input.timings),
+                **activity_options(self._input.timings),
             )
         except ActivityError as err:
-            raise self._failed(_failure(err, "reading the Terraform state")) from err
+            raise self._failed(failure_of(err, "reading the Terraform state")) from err
         result.adopted, result.unmapped = placed.addresses, placed.unmapped
         self._progress.phase = "base-infrastructure"
         base_result = (await self._children([base], "adopt", {}, placed.ids))[0]
@@ -489,7 +489,7 @@ class LayoutWorkflow:
                 )
             except ActivityError as err:
                 raise self._failed(
-                    _failure(err, f"deleting the cluster's resources ({step})")
+                    failure_of(err, f"deleting the cluster's resources ({step})")
                 ) from err
 
     async def _destroy(
@@ -499,7 +499,7 @@ class LayoutWorkflow:
             await self._clear_cluster()
         self._progress.phase = "checking"
         try:
-            base_plan = await _plan_module(
+            base_plan = await plan_module(
                 self._plan_input(base, {}, destroy=True), self._input.timings
             )
             found = {p.key: p.outputs for p in base_plan.resources if p.outputs}
@@ -513,10 +513,10 @@ class LayoutWorkflow:
                     cleared=bool(self._input.kubeconfig),
                 ),
                 result_type=list[str],
-                **_activity_options(self._input.timings),
+                **activity_options(self._input.timings),
             )
         except ActivityError as err:
-            raise self._failed(_failure(err, "destroy refused")) from err
+            raise self._failed(failure_of(err, "destroy refused")) from err
         self._progress.phase = "nodes"
         node_results = await self._children(nodes, "destroy", found)
         self._progress.phase = "base-infrastructure"

@@ -42,6 +42,15 @@ FILE = "$file"
 #: a ``/`` in it (the machine records what it booted with, for plan to compare).
 DIGEST_KEY = "cloudloop.io/user-data-sha256"
 SELECTOR = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A bootstrap source read from the cluster (``secret:<namespace>/<name>``, key
+#: :data:`CLUSTER_SECRET_KEY`), not from the workers' mount.
+IN_CLUSTER = "secret:"
+#: Where dhctl's converge reads a node group's bootstrap data: the Secret
+#: ``d8-cloud-instance-manager/manual-bootstrap-for-<group>``, key ``cloud-config`` (node-manager
+#: keeps it current, its bootstrap token rotated).
+CLUSTER_SECRET_NAMESPACE = "d8-cloud-instance-manager"
+CLUSTER_SECRET_PREFIX = "manual-bootstrap-for-"
+CLUSTER_SECRET_KEY = "cloud-config"
 
 
 class BootstrapInvalid(ValueError):
@@ -77,6 +86,32 @@ def file_for(selection: Mapping[str, str], module: ModuleDef) -> str | None:
         if selector and selector in selection:
             return selection[selector]
     return selection.get(EVERY_NODE)
+
+
+def cluster_source(group: str) -> str:
+    """The in-cluster source of a node group's bootstrap data."""
+    return f"{IN_CLUSTER}{CLUSTER_SECRET_NAMESPACE}/{CLUSTER_SECRET_PREFIX}{group}"
+
+
+def in_cluster(file: str) -> tuple[str, str] | None:
+    """``(namespace, name)`` of an in-cluster source; None for a file on the mount."""
+    if not file.startswith(IN_CLUSTER):
+        return None
+    namespace, _, name = file.removeprefix(IN_CLUSTER).partition("/")
+    return namespace, name
+
+
+def with_cluster_sources(
+    layout: LayoutDef, selection: Mapping[str, str], exists: Callable[[str], bool]
+) -> dict[str, str]:
+    """``selection`` plus, for each node group it does not name, the group's in-cluster source
+    when ``exists`` says the cluster has it (a group without one keeps the default file, or
+    none)."""
+    chosen = dict(selection)
+    for group in sorted({m.group for m in layout.modules if m.node_name and m.group}):
+        if group not in chosen and exists(cluster_source(group)):
+            chosen[group] = cluster_source(group)
+    return chosen
 
 
 def attach(

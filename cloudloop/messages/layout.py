@@ -26,6 +26,7 @@ PlanAction = Literal["create", "update", "delete", "no-op"]
 #: state lists it, the cloud does not have it.)
 StepAction = Literal["created", "updated", "unchanged", "deleted", "absent", "adopted", "missing"]
 StepState = Literal["pending", "running", "done", "failed"]
+ChangeHow = Literal["repair", "replace", "kept"]
 
 
 class LayoutActivity:
@@ -110,12 +111,20 @@ class DefineInput(BaseModel):
     provider: str
     source: ConfigSource
     cluster: ClusterIdentity
+    #: Also read each node group's bootstrap data from the cluster, where dhctl's converge
+    #: does (:data:`cloudloop.layouts.bootstrap.CLUSTER_SECRET_NAMESPACE`); a group named in
+    #: ``source.cloud_config`` keeps its file.
+    bootstrap_from_cluster: bool = False
 
 
 class FieldChange(BaseModel):
     field: str
     have: Any = None
     want: Any = None
+    #: How apply meets it: ``repair`` in place; ``replace`` only by a delete and a create,
+    #: which apply never does itself (a converge pass holds it for approval,
+    #: :mod:`cloudloop.rules.converge`); ``kept``: left as it is on purpose (the field names why).
+    how: ChangeHow = "repair"
 
 
 class ResourcePlan(BaseModel):

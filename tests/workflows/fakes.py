@@ -29,6 +29,7 @@ from cloudloop.messages.layout import (
     StepInput,
     StepResult,
 )
+from cloudloop.messages.layout_converge import ConvergeActivity, ReportInput, ReportResult
 from cloudloop.messages.loadbalancer import (
     DeleteLoadBalancerInput,
     EnsureLoadBalancerInput,
@@ -290,6 +291,12 @@ class FakeLayout(Fakes):
         return await self.script.answer(LayoutActivity.ADOPT, input, StepResult)
 
 
+class FakeConverge(Fakes):
+    @activity.defn(name=ConvergeActivity.REPORT)
+    async def report(self, input: ReportInput) -> ReportResult:
+        return await self.script.answer(ConvergeActivity.REPORT, input, ReportResult)
+
+
 FAKES: tuple[type[Fakes], ...] = (
     FakeKube,
     FakeProbe,
@@ -298,6 +305,7 @@ FAKES: tuple[type[Fakes], ...] = (
     FakeDrain,
     FakeVolume,
     FakeLayout,
+    FakeConverge,
 )
 
 

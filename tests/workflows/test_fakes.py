@@ -10,6 +10,7 @@ from temporalio import activity
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
 from activities.layout import LayoutActivities
+from activities.layout_converge import ConvergeActivities
 from activities.loadbalancer import LoadBalancerActivities
 from activities.machine import MachineActivities
 from activities.termination import DrainActivities
@@ -34,6 +35,7 @@ REAL = [
     DrainActivities,
     VolumeActivities,
     LayoutActivities,
+    ConvergeActivities,
 ]
 
 

@@ -402,6 +402,11 @@ containers:
       {{- if eq $component "starter" }}
       - name: CLOUDLOOP_LEADER_ELECTION__NAMESPACE
         value: {{ $root.Values.starter.leaderElection.namespace | default $root.Release.Namespace | quote }}
+      {{- if $root.Values.layouts.converge.enabled }}
+      # the leader exports the converge passes' status ConfigMap as candi_converge_* metrics
+      - name: CLOUDLOOP_LAYOUTS__CONVERGE__ENABLED
+        value: "true"
+      {{- end }}
       {{- end }}
       {{- with include "cloudloop.temporalEnv" $root | trim }}{{ . | nindent 6 }}{{- end }}
       {{- if eq $component "worker" }}

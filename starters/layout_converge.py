@@ -1,0 +1,224 @@
+"""The in-cluster converge from outside the pass: its Schedule, approvals, and its metrics.
+
+- :func:`install_schedule` makes (or updates) the cluster's Schedule
+  ``[<scope>/]layout-converge/<prefix>``: a ``LayoutConverge`` pass every interval, overlap SKIP
+  (a pass still running, say waiting for an approval, is not joined by another), the pass's
+  search attributes those of the cluster's layout. ``cloudloop layout converge install`` and the
+  chart's hook Job call it.
+- :func:`running_pass` finds the pass the Schedule is running; :func:`approve` sends it the
+  ``approve`` Update (one step, or every waiting step); :func:`trigger` starts a pass now.
+- :class:`ConvergeStatusExporter` (a starter, so only the leader exports) reads the status
+  ConfigMap the passes write (``d8-system/cloudloop-layout-converge``) every
+  ``layouts.converge.export_interval_s`` and sets terraform-state-exporter's gauges:
+  ``candi_converge_cluster_status{status}`` (the base module), ``candi_converge_node_status
+  {node_group,name,status}`` (each node, abandoned ones too), one-hot over
+  :data:`~cloudloop.messages.layout_converge.STATUSES`, plus the per-module resource counts, the
+  held steps and the last success time.
+
+Rules:
+- Gauges come from the one ConfigMap, never from the worker that ran a pass: every replica's
+  answer would otherwise differ. A missing or unreadable ConfigMap exports nothing.
+- A node no longer reported loses its series (the gauges are rebuilt from each report).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+    WorkflowHandle,
+)
+
+from cloudloop import metrics, searchattrs
+from cloudloop.kube.api import Kube
+from cloudloop.kube.resources import CONFIG_MAPS
+from cloudloop.messages.layout_converge import (
+    STATUSES,
+    ApproveInput,
+    ApproveResult,
+    ConvergeInput,
+    ConvergeState,
+    pass_workflow_id,
+    schedule_id,
+)
+from starters.context import StarterContext
+from workflows.layout_converge import LayoutConvergeWorkflow
+
+log = logging.getLogger(__name__)
+
+#: The status ConfigMap (namespace, name) and its key.
+STATUS_CONFIG_MAP = ("d8-system", "cloudloop-layout-converge")
+STATUS_KEY = "status.json"
+
+
+def read_status(kube: Kube) -> dict[str, Any] | None:
+    """The last report (None when there is none or it does not parse)."""
+    namespace, name = STATUS_CONFIG_MAP
+    found = kube.get(CONFIG_MAPS, name, namespace)
+    text = ((found or {}).get("data") or {}).get(STATUS_KEY)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# -- the Schedule ------------------------------------------------------------------------------
+def _schedule(task_queue: str, input: ConvergeInput, interval_s: float) -> Schedule:
+    prefix = input.cluster.prefix
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            LayoutConvergeWorkflow.run,
+            input,
+            id=pass_workflow_id(prefix, input.id_scope),
+            task_queue=task_queue,
+            typed_search_attributes=searchattrs.for_object(
+                cluster=prefix,
+                provider=input.provider,
+                kind="LayoutConverge",
+                namespace="",
+                name=prefix,
+            ),
+            static_summary=f"converge pass of layout {prefix}",
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        state=ScheduleState(note=f"cloudloop layout converge of {prefix}"),
+    )
+
+
+async def install_schedule(
+    client: Client, task_queue: str, input: ConvergeInput, interval_s: float
+) -> str:
+    """Make the cluster's Schedule, or bring an existing one to these settings: ``created``
+    or ``updated``."""
+    sid = schedule_id(input.cluster.prefix, input.id_scope)
+    wanted = _schedule(task_queue, input, interval_s)
+    try:
+        await client.create_schedule(sid, wanted)
+        return "created"
+    except ScheduleAlreadyRunningError:
+        pass
+
+    def update(_: ScheduleUpdateInput) -> ScheduleUpdate:
+        return ScheduleUpdate(schedule=wanted)
+
+    await client.get_schedule_handle(sid).update(update)
+    return "updated"
+
+
+async def trigger(client: Client, prefix: str, scope: str = "") -> None:
+    """Start a pass now (skipped when one is running: the Schedule's overlap policy)."""
+    await client.get_schedule_handle(schedule_id(prefix, scope)).trigger()
+
+
+async def running_pass(
+    client: Client, prefix: str, scope: str = ""
+) -> WorkflowHandle[LayoutConvergeWorkflow, Any] | None:
+    """The pass the cluster's Schedule is running, if any."""
+    described = await client.get_schedule_handle(schedule_id(prefix, scope)).describe()
+    for action in described.info.running_actions:
+        workflow_id = getattr(action, "workflow_id", "")
+        if workflow_id:
+            return client.get_workflow_handle_for(LayoutConvergeWorkflow.run, workflow_id)
+    return None
+
+
+async def pass_state(handle: WorkflowHandle[LayoutConvergeWorkflow, Any]) -> ConvergeState:
+    state: ConvergeState = await handle.query(LayoutConvergeWorkflow.state)
+    return state
+
+
+async def approve(
+    handle: WorkflowHandle[LayoutConvergeWorkflow, Any], step: str = ""
+) -> ApproveResult:
+    """Approve ``step`` (or every waiting step) of the pass; the pass refuses an unknown one."""
+    result: ApproveResult = await handle.execute_update(
+        LayoutConvergeWorkflow.approve, ApproveInput(step=step)
+    )
+    return result
+
+
+# -- the metrics -------------------------------------------------------------------------------
+def export(document: dict[str, Any] | None) -> None:
+    """Set the gauges from one report (nothing from None: the series are cleared)."""
+    for gauge in (
+        metrics.CONVERGE_CLUSTER_STATUS,
+        metrics.CONVERGE_NODE_STATUS,
+        metrics.CONVERGE_RESOURCES,
+    ):
+        gauge.clear()
+    if document is None:
+        return
+    modules = [m for m in document.get("modules") or [] if isinstance(m, dict)]
+    for module in modules:
+        status = str(module.get("status", ""))
+        name = str(module.get("name", ""))
+        if name:
+            group = str(module.get("node_group", ""))
+            for known in STATUSES:
+                metrics.CONVERGE_NODE_STATUS.labels(group, name, known).set(status == known)
+        else:
+            for known in STATUSES:
+                metrics.CONVERGE_CLUSTER_STATUS.labels(known).set(status == known)
+        for action, key in (
+            ("create", "to_create"),
+            ("change", "to_change"),
+            ("replace", "to_replace"),
+        ):
+            metrics.CONVERGE_RESOURCES.labels(str(module.get("module", "")), action).set(
+                float(module.get(key) or 0)
+            )
+    held = [h for h in document.get("held") or [] if isinstance(h, dict)]
+    metrics.CONVERGE_HELD_STEPS.set(sum(1 for h in held if h.get("outcome") in ("waiting", "held")))
+    success = str(document.get("lastSuccess") or "")
+    with contextlib.suppress(ValueError):
+        if success:
+            stamp = datetime.fromisoformat(success)
+            stamp = stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+            metrics.CONVERGE_LAST_SUCCESS.set(stamp.timestamp())
+
+
+class ConvergeStatusExporter:
+    """Exports the status ConfigMap as metrics while this starter leads."""
+
+    def __init__(self, kube: Kube, interval_s: float) -> None:
+        self.kube, self.interval_s = kube, interval_s
+        self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_context(cls, context: StarterContext) -> ConvergeStatusExporter | None:
+        converge = context.settings.layouts.converge
+        if not converge.enabled:
+            return None
+        return cls(context.kube, converge.export_interval_s)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                export(await asyncio.to_thread(read_status, self.kube))
+            except Exception:
+                log.exception("layout converge: reading the status ConfigMap failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), timeout=self.interval_s)

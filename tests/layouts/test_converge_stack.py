@@ -1,0 +1,246 @@
+"""The in-cluster converge on the stack: OpenStack ``Simple`` on the emulator, a real
+kube-apiserver, the Temporal dev server, the pass started by its real Schedule.
+
+After an apply, the cluster's Schedule (installed as the CLI and the chart's Job do) runs a pass
+on ``trigger``: every module ``ok``, reported in ``d8-system/cloudloop-layout-converge`` with the
+Terraform-state Secrets of what it found, no mutating request to the cloud, and the starter's
+gauges read from that ConfigMap. A key pair deleted out of band is ``changed`` in the next pass
+and made again by it (auto-converge); a second master asked for (replicas 2) is ``absent`` and
+made with the bootstrap data the cluster keeps for its group
+(``d8-cloud-instance-manager/manual-bootstrap-for-master``), byte for byte; a node removed from
+the configuration whose state Secret is still there is ``abandoned``; a pass that cannot reach
+the cloud reports ``error``, keeps the last success time and deletes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+from temporalio.client import Client
+
+from activities.layout import LayoutActivities
+from activities.layout_converge import ConvergeActivities
+from cloudloop import temporal
+from cloudloop.cloud.registry import Settings
+from cloudloop.kube.api import Kube
+from cloudloop.kube.client import api_client
+from cloudloop.kube.resources import NAMESPACES, SECRETS
+from cloudloop.layouts import bootstrap, tfstate
+from cloudloop.layouts.config import ClusterIdentity
+from cloudloop.layouts.model import ConfigSource
+from cloudloop.messages.layout import LayoutTimings
+from cloudloop.messages.layout_converge import ConvergeInput, ConvergeResult, schedule_id
+from devstack.backends.openstack import QUICK
+from devstack.backends.openstack import connect as os_connect
+from devstack.backends.openstack_layouts import cluster_resources
+from devstack.kube import KubeOptions
+from devstack.local import LocalStack, StackOptions
+from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorOptions
+from starters.layout_converge import export, install_schedule, read_status, trigger
+from tests.layouts import support
+from tests.layouts.openstack_support import (
+    SECRET,
+    Requests,
+    config_file,
+    endpoint_of,
+    layout_settings,
+)
+from tests.layouts.support import mounted
+from workflows.layout import LAYOUT_WORKFLOWS
+from workflows.layout_converge import CONVERGE_WORKFLOWS, LayoutConvergeWorkflow
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    local = LocalStack(
+        StackOptions(
+            state_dir=tmp_path_factory.mktemp("converge"),
+            moto=False,
+            kube=(KubeOptions(),),
+            openstack_emulator=OpenStackEmulatorOptions(password=SECRET, delays=QUICK),
+        )
+    )
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(stack: LocalStack) -> Kube:
+    return Kube(api_client(stack.clusters["main"].kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def settings(stack: LocalStack) -> Settings:
+    return layout_settings(stack)
+
+
+@pytest.fixture(scope="module")
+async def client(settings: Settings) -> Client:
+    return await temporal.connect(settings.temporal)
+
+
+@pytest.fixture(scope="module")
+async def worker(client: Client, settings: Settings, kube: Kube) -> AsyncIterator[None]:
+    activities = [
+        *LayoutActivities(mounted(settings), kube).all(),
+        *ConvergeActivities(kube).all(),
+    ]
+    async with temporal.make_worker(
+        client,
+        settings.temporal.task_queue,
+        workflows=[*LAYOUT_WORKFLOWS, *CONVERGE_WORKFLOWS],
+        activities=activities,  # type: ignore[arg-type]
+        graceful_shutdown_s=1,
+    ):
+        yield
+
+
+async def one_pass(client: Client, prefix: str) -> ConvergeResult:
+    """Trigger a pass of the Schedule and wait for its result."""
+    handle = client.get_schedule_handle(schedule_id(prefix))
+    before = len((await handle.describe()).info.recent_actions)
+    await trigger(client, prefix)
+    for _ in range(300):
+        actions = (await handle.describe()).info.recent_actions
+        if len(actions) > before:
+            workflow_id = getattr(actions[-1].action, "workflow_id", "")
+            run = client.get_workflow_handle_for(LayoutConvergeWorkflow.run, workflow_id)
+            result: ConvergeResult = await run.result()
+            return result
+        await asyncio.sleep(0.1)
+    raise AssertionError("the Schedule started no pass")
+
+
+def modules(result: ConvergeResult) -> dict[str, str]:
+    return {s.module: s.status for s in result.statuses}
+
+
+def gauge(metric: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(metric, labels)
+
+
+async def test_a_pass_reports_repairs_makes_nodes_and_changes_nothing_unreachable(
+    stack: LocalStack,
+    client: Client,
+    settings: Settings,
+    worker: None,
+    kube: Kube,
+    tmp_path: Path,
+) -> None:
+    endpoint = endpoint_of(stack)
+    prefix = f"cv{uuid.uuid4().hex[:6]}"
+    path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
+    cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
+    await support.run(client, settings, "apply", path, prefix, cluster_uuid, provider="openstack")
+    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
+        if kube.get(NAMESPACES, namespace) is None:
+            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    master_data = f"#cloud-config\nbootstrap_token: {uuid.uuid4().hex}\n".encode()
+    kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": f"{bootstrap.CLUSTER_SECRET_PREFIX}master"},
+            "data": {bootstrap.CLUSTER_SECRET_KEY: base64.b64encode(master_data).decode()},
+        },
+        bootstrap.CLUSTER_SECRET_NAMESPACE,
+    )
+    input = ConvergeInput(
+        provider="openstack",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(max_attempts=3),
+        auto=True,
+        approval_wait_s=30,
+    )
+    assert await install_schedule(client, settings.temporal.task_queue, input, 3600) == "created"
+    assert await install_schedule(client, settings.temporal.task_queue, input, 3600) == "updated"
+    requests = Requests(endpoint)
+
+    # nothing changed: ok everywhere, reported, no mutating call
+    requests.reset()
+    result = await one_pass(client, prefix)
+    assert result.status == "ok", result
+    assert modules(result) == {"base": "ok", "master-0": "ok"}
+    assert requests.mutating() == {}
+    status = read_status(kube)
+    assert status is not None and status["status"] == "ok"
+    assert status["lastSuccess"]
+    base_state = kube.get(SECRETS, tfstate.CLUSTER_STATE_SECRET[1], "d8-system")
+    assert base_state is not None
+    assert kube.get(SECRETS, f"{tfstate.NODE_STATE_PREFIX}{prefix}-master-0", "d8-system")
+    export(status)
+    assert gauge("candi_converge_cluster_status", status="ok") == 1
+    node = {"node_group": "master", "name": f"{prefix}-master-0"}
+    assert gauge("candi_converge_node_status", **node, status="ok") == 1
+
+    # a key pair deleted out of band: changed, made again by the pass
+    sdk = os_connect(endpoint)
+    try:
+        sdk.compute.delete_keypair(prefix)
+        result = await one_pass(client, prefix)
+        assert result.applied == ["base"]
+        assert result.status == "ok"
+        assert sdk.compute.find_keypair(prefix) is not None
+    finally:
+        sdk.close()
+
+    # two masters asked for: the second is absent, then made with the cluster's bootstrap data
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        if "masterNodeGroup" in doc:
+            doc["masterNodeGroup"]["replicas"] = 2
+    path.write_text(yaml.safe_dump_all(docs))
+    result = await one_pass(client, prefix)
+    assert "master-1" in result.applied
+    assert modules(result)["master-1"] == "ok"
+    admin = OpenStackEmulatorAdmin(endpoint.admin_url)
+    [server] = [s for s in admin.rows("servers") if s["name"] == f"{prefix}-master-1"]
+    assert base64.b64decode(server["_user_data"]) == master_data
+
+    # back to one master: the second one's state Secret stays, the node is abandoned (kept)
+    for doc in docs:
+        if "masterNodeGroup" in doc:
+            doc["masterNodeGroup"]["replicas"] = 1
+    path.write_text(yaml.safe_dump_all(docs))
+    result = await one_pass(client, prefix)
+    status = read_status(kube)
+    assert status is not None and status["status"] == "abandoned"
+    abandoned = [m for m in status["modules"] if m["status"] == "abandoned"]
+    assert [m["name"] for m in abandoned] == [f"{prefix}-master-1"]
+    assert [s for s in admin.rows("servers") if s["name"] == f"{prefix}-master-1"]
+
+    # the cloud unreachable: error, nothing deleted, the last success kept
+    success = status["lastSuccess"]
+    docs_broken: list[dict[str, Any]] = [dict(d) for d in docs]
+    for doc in docs_broken:
+        if "provider" in doc:
+            doc["provider"] = {**doc["provider"], "authURL": "http://127.0.0.1:9/v3/"}
+    path.write_text(yaml.safe_dump_all(docs_broken))
+    result = await one_pass(client, prefix)
+    assert result.status == "error"
+    status = read_status(kube)
+    assert status is not None and status["status"] == "error"
+    assert status["lastSuccess"] == success
+    assert {m["status"] for m in status["modules"]} == {"error"}
+    assert [s for s in admin.rows("servers") if s["name"] == f"{prefix}-master-0"]
+
+    await client.get_schedule_handle(schedule_id(prefix)).delete()
+    for doc in docs:
+        if "masterNodeGroup" in doc:
+            doc["masterNodeGroup"]["replicas"] = 2  # destroy both masters
+    path.write_text(yaml.safe_dump_all(docs))
+    await support.run(client, settings, "destroy", path, prefix, cluster_uuid, provider="openstack")
+    assert cluster_resources(endpoint.admin_url, prefix) == []
