@@ -162,7 +162,8 @@ def test_the_scan_finds_the_calls_of_every_process() -> None:
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS), ids=sorted(PROVIDERS))
 def test_the_chart_allows_every_call_the_code_makes(helm: Helm, provider: str) -> None:
-    docs = render(helm, provider, namespace="cloudloop")
+    # every feature on: the converge's rules come with layouts.converge.enabled
+    docs = render(helm, provider, {"layouts.converge.enabled": "true"}, namespace="cloudloop")
     missing = []
     for process, calls in needed(PROVIDERS[provider]).items():
         runs = RUNS_WITH.get(process)
