@@ -55,7 +55,7 @@ from tests.layouts.openstack_support import (
 )
 from tests.layouts.support import mounted
 from workflows.layout import LAYOUT_WORKFLOWS
-from workflows.layout_converge import CONVERGE_WORKFLOWS, LayoutConvergeWorkflow
+from workflows.layout_converge import CONVERGE_WORKFLOWS
 
 pytestmark = pytest.mark.stack
 
@@ -117,7 +117,7 @@ async def one_pass(client: Client, prefix: str) -> ConvergeResult:
         actions = (await handle.describe()).info.recent_actions
         if len(actions) > before:
             workflow_id = getattr(actions[-1].action, "workflow_id", "")
-            run = client.get_workflow_handle_for(LayoutConvergeWorkflow.run, workflow_id)
+            run = client.get_workflow_handle(workflow_id, result_type=ConvergeResult)
             result: ConvergeResult = await run.result()
             return result
         await asyncio.sleep(0.1)
