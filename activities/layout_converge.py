@@ -54,8 +54,10 @@ class ConvergeActivities:
     def report(self, input: ReportInput) -> ReportResult:
         kube = self.kube
         if kube is None:
-            raise ApplicationError(
-                "this worker has no cluster to report into", type="KubeUnavailable"
+            raise ApplicationError(  # a worker without a cluster never gets one
+                "this worker has no cluster to report into",
+                type="KubeUnavailable",
+                non_retryable=True,
             )
         try:
             return self._report(kube, input)

@@ -9,6 +9,9 @@ with its root and data volumes, floating IP, one static node) on the OpenStack e
 - ``layout_reapply_mutating_calls`` (OpenStack's contribution; also
   ``openstack_layout_reapply_mutating_calls``): requests of a second apply that are not a GET,
   as the emulator counted them (goal 0);
+- ``openstack_layout_converge_pass_cloud_calls``: OpenStack requests of one ``LayoutConverge``
+  pass (plan only) with nothing changed, after the re-apply: the read-only calls a cluster's
+  converge costs every interval;
 - ``layout_destroy_leftover_resources`` (OpenStack's contribution; also
   ``openstack_layout_destroy_leftover_resources``): after destroy, the cluster's resources still
   in the emulator (``devstack.backends.openstack_layouts.cluster_resources``; goal 0).
@@ -25,18 +28,21 @@ import yaml
 from prometheus_client import REGISTRY
 
 from activities.layout import LayoutActivities
+from activities.layout_converge import ConvergeActivities
 from bench.context import BenchContext
 from cloudloop import temporal
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
+from cloudloop.messages.layout_converge import ConvergeInput
 from cloudloop.settings import LayoutSettings
 from devstack.backends.openstack import openstack_emulator
 from devstack.backends.openstack_layouts import cluster_resources
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.layout import run_layout
 from workflows.layout import LAYOUT_WORKFLOWS
+from workflows.layout_converge import CONVERGE_WORKFLOWS, LayoutConvergeWorkflow
 
 EXAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -105,13 +111,17 @@ async def openstack_layout_figures(ctx: BenchContext) -> dict[str, float]:
         settings = ctx.settings.model_copy(
             update={"openstack": OpenStackSettings(request_timeout_s=10, poll_interval_s=0.1)}
         )
+        activities = [
+            *LayoutActivities(
+                settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
+            ).all(),
+            *ConvergeActivities(None).all(),
+        ]
         worker = temporal.make_worker(
             ctx.client,
             queue,
-            workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(
-                settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
-            ).all(),  # type: ignore[arg-type]
+            workflows=[*LAYOUT_WORKFLOWS, *CONVERGE_WORKFLOWS],
+            activities=activities,  # type: ignore[arg-type]
         )
         async with worker:
             before = _openstack_requests()
@@ -126,11 +136,25 @@ async def openstack_layout_figures(ctx: BenchContext) -> dict[str, float]:
                 for key, count in admin.request_counts().items()
                 if not key.startswith(("GET ", "HEAD ")) and key.split(" ")[1] != "identity"
             )
+            before = _openstack_requests()
+            await ctx.client.execute_workflow(
+                LayoutConvergeWorkflow.run,
+                ConvergeInput(
+                    provider="openstack",
+                    source=source,
+                    cluster=cluster,
+                    bootstrap_from_cluster=False,
+                ),
+                id=f"bench-converge-{prefix}",
+                task_queue=queue,
+            )
+            converge_calls = _openstack_requests() - before
             await run_layout(ctx.client, queue, input("destroy"), poll_s=0.5)
         left = float(len(cluster_resources(endpoint.admin_url, prefix)))
     return {
         "openstack_layout_apply_wall_s": wall,
         "openstack_layout_apply_cloud_calls": apply_calls,
+        "openstack_layout_converge_pass_cloud_calls": converge_calls,
         "layout_reapply_mutating_calls": float(mutating),
         "openstack_layout_reapply_mutating_calls": float(mutating),
         "layout_destroy_leftover_resources": left,

@@ -101,6 +101,8 @@ class LayoutConvergeWorkflow:
     def __init__(self) -> None:
         self._state = ConvergeState()
         self._approved: set[str] = set()
+        #: One apply child of a module at a time (two held steps of one module share its ID).
+        self._module_locks: dict[str, asyncio.Lock] = {}
 
     @workflow.query(name=ConvergeQuery.STATE)
     def state(self) -> ConvergeState:
@@ -334,7 +336,8 @@ class LayoutConvergeWorkflow:
             step.outcome, step.error = "failed", failure_of(err, step.key).message
             return False
         external = found.get(base.id, {}) if module is not base else {}
-        answer = await self._apply_module(module, external)
+        async with self._module_locks.setdefault(module.id, asyncio.Lock()):
+            answer = await self._apply_module(module, external)
         if isinstance(answer, ApplicationError):
             step.outcome, step.error = "failed", answer.message
         else:
