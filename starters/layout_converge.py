@@ -3,8 +3,8 @@
 - :func:`install_schedule` makes (or updates) the cluster's Schedule
   ``[<scope>/]layout-converge/<prefix>``: a ``LayoutConverge`` pass every interval, overlap SKIP
   (a pass still running, say waiting for an approval, is not joined by another), the pass's
-  search attributes those of the cluster's layout. ``cloudloop layout converge install`` and the
-  chart's hook Job call it.
+  search attributes those of the cluster's layout. ``cloudloop layout converge install`` calls
+  it (in the chart: the post-install/post-upgrade Job of ``layouts.converge.install``).
 - :func:`running_pass` finds the pass the Schedule is running; :func:`approve` sends it the
   ``approve`` Update (one step, or every waiting step); :func:`trigger` starts a pass now.
 - :class:`ConvergeStatusExporter` (a starter, so only the leader exports) reads the status

@@ -41,12 +41,20 @@ READS_THE_API = {
 NO_API = {
     "temporal-setup": ("cloudloop.temporal", "setup_namespace"),
     "nth-uninstall": ("starters.termination", "setup_queue"),
+    "layout-converge-install": ("starters.layout_converge", "install_schedule"),
 }
 
 
 @pytest.fixture(scope="module")
 def manifests(helm: Helm, provider: str) -> list[dict[str, Any]]:
-    return render(helm, provider, {"networkPolicy.apiServer.cidrs[0]": f"{API_SERVER}/32"})
+    sets = {
+        "networkPolicy.apiServer.cidrs[0]": f"{API_SERVER}/32",
+        # every workload: the converge install Job too
+        "layouts.converge.enabled": "true",
+        "layouts.existingSecret": "cluster-layouts",
+        "layouts.converge.install.configKey": "cluster.yaml",
+    }
+    return render(helm, provider, sets)
 
 
 def workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -139,9 +147,8 @@ def test_the_hook_jobs_and_the_host_network_agent_are_left_out(
     rules = policies(manifests)
     for component, workload in workloads(manifests).items():
         selected = any(_selects_template(rule, workload) for rule in rules)
-        assert selected == (component not in {"temporal-setup", "nth-uninstall", "nth-imds"}), (
-            component
-        )
+        hooks = {"temporal-setup", "nth-uninstall", "layout-converge-install", "nth-imds"}
+        assert selected == (component not in hooks), component
 
 
 def _selects_template(policy: dict[str, Any], workload: dict[str, Any]) -> bool:

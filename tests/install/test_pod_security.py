@@ -130,11 +130,18 @@ def verdicts(pss: PodSecurityStack, docs: list[dict[str, Any]]) -> dict[str, str
 def test_every_pod_but_the_node_agents_is_admitted_as_restricted(
     pss: PodSecurityStack, helm: Helm, provider: str
 ) -> None:
-    docs = render(helm, provider, namespace=pss.namespace("restricted"))
+    # the converge install Job too: on with a configuration key named
+    converge = {
+        "layouts.converge.enabled": "true",
+        "layouts.existingSecret": "cluster-layouts",
+        "layouts.converge.install.configKey": "cluster.yaml",
+    }
+    docs = render(helm, provider, converge, namespace=pss.namespace("restricted"))
 
     found = verdicts(pss, docs)
 
     assert {"worker", "starter", "csi-controller", "temporal-setup"} <= set(found)
+    assert "layout-converge-install" in found
     assert {c: v for c, v in found.items() if c not in NODE_AGENTS} == {
         c: "" for c in found if c not in NODE_AGENTS
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,6 +46,7 @@ from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorOptions
 from starters.layout_converge import export, install_schedule, read_status, trigger
+from tests.install.chart import Helm, PodProcess, find, render
 from tests.layouts import support
 from tests.layouts.openstack_support import (
     SECRET,
@@ -108,11 +110,11 @@ async def worker(client: Client, settings: Settings, kube: Kube) -> AsyncIterato
         yield
 
 
-async def one_pass(client: Client, prefix: str) -> ConvergeResult:
+async def one_pass(client: Client, prefix: str, scope: str = "") -> ConvergeResult:
     """Trigger a pass of the Schedule and wait for its result."""
-    handle = client.get_schedule_handle(schedule_id(prefix))
+    handle = client.get_schedule_handle(schedule_id(prefix, scope))
     before = len((await handle.describe()).info.recent_actions)
-    await trigger(client, prefix)
+    await trigger(client, prefix, scope)
     for _ in range(300):
         actions = (await handle.describe()).info.recent_actions
         if len(actions) > before:
@@ -244,3 +246,74 @@ async def test_a_pass_reports_repairs_makes_nodes_and_changes_nothing_unreachabl
     path.write_text(yaml.safe_dump_all(docs))
     await support.run(client, settings, "destroy", path, prefix, cluster_uuid, provider="openstack")
     assert cluster_resources(endpoint.admin_url, prefix) == []
+
+
+async def test_the_charts_job_makes_the_schedule_whose_pass_reads_the_workers_mount(
+    stack: LocalStack, client: Client, settings: Settings, kube: Kube, tmp_path: Path
+) -> None:
+    """The chart's post-install Job, run with its rendered args, env and mounted files, makes
+    the Schedule (an upgrade's rerun updates it); the pass it starts reads the configuration by
+    the key's name under the workers' mount of the same Secret, and changes nothing without
+    ``auto``."""
+    endpoint = endpoint_of(stack)
+    prefix = f"cj{uuid.uuid4().hex[:6]}"
+    path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
+    cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
+    queue = f"chart-converge-{uuid.uuid4().hex[:8]}"
+    docs = render(
+        Helm(tmp_path / "helm"),
+        "openstack",
+        {
+            "temporal.address": stack.temporal_address,
+            "temporal.taskQueue": queue,
+            "layouts.existingSecret": "cluster-layouts",
+            "layouts.converge.enabled": "true",
+            "layouts.converge.install.configKey": "cluster.yaml",
+            "layouts.converge.install.clusterUUID": cluster_uuid,
+            "logFormat": "text",
+        },
+    )
+    docs.append(
+        {
+            "kind": "Secret",
+            "metadata": {"name": "cluster-layouts"},
+            "stringData": {"cluster.yaml": path.read_text()},
+        }
+    )
+    job = PodProcess(
+        find(docs, "Job", "-layout-converge-install"),
+        docs,
+        tmp_path / "pod",
+        stack.kubeconfig,
+        overrides=stack.codec_env(),
+    )
+    argv, env = job.command()
+    scope = queue  # the chart's: its task queue (temporal.workflowIdScope unset)
+    for outcome in ("created", "updated"):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"Schedule {schedule_id(prefix, scope)} {outcome}" in done.stdout, done.stdout
+
+    mount = tmp_path / "pod" / "etc/cloudloop/layouts"
+    on_queue = mounted(
+        settings.model_copy(
+            update={"temporal": settings.temporal.model_copy(update={"task_queue": queue})}
+        ),
+        mount,
+    )
+    activities = [*LayoutActivities(on_queue, kube).all(), *ConvergeActivities(kube).all()]
+    requests = Requests(endpoint)
+    requests.reset()
+    async with temporal.make_worker(
+        client,
+        queue,
+        workflows=[*LAYOUT_WORKFLOWS, *CONVERGE_WORKFLOWS],
+        activities=activities,  # type: ignore[arg-type]
+        graceful_shutdown_s=1,
+    ):
+        result = await one_pass(client, prefix, scope)
+    await client.get_schedule_handle(schedule_id(prefix, scope)).delete()
+    # nothing made yet: the base has creations to make, the master is absent (no apply: plan only)
+    assert modules(result) == {"base": "changed", "master-0": "absent"}, result
+    assert result.applied == []
+    assert requests.mutating() == {}

@@ -4,7 +4,7 @@
      exist, or after, serve nothing and reach only Temporal) and the host-network IMDS agent
      (out of NetworkPolicy's reach). Every other pod of the release is isolated. */}}
 {{- define "cloudloop.netpol.unselected" -}}
-{{- toJson (list "temporal-setup" "nth-uninstall" "nth-imds") }}
+{{- toJson (list "temporal-setup" "nth-uninstall" "layout-converge-install" "nth-imds") }}
 {{- end }}
 
 {{/* The pods of the release a policy selects: (dict "root" $ "components" (list ...)), or
