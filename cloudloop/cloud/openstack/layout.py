@@ -351,6 +351,7 @@ class _Builder:
             name=name,
             properties={
                 "flavor_id": self.flavor(klass.flavorName),
+                "flavor_name": klass.flavorName,
                 "key_name": self.p,
                 "availability_zone": zone,
                 "config_drive": False,
@@ -457,6 +458,7 @@ class _Builder:
         resources += ports
         server_props: dict[str, Any] = {
             "flavor_id": self.flavor(klass.flavorName),
+            "flavor_name": klass.flavorName,
             "key_name": p,
             "availability_zone": zone,
             "config_drive": False if self.layout == "Standard" else not self.dhcp,
@@ -584,6 +586,7 @@ class _Builder:
         resources: list[ResourceDef] = list(ports)
         server_props: dict[str, Any] = {
             "flavor_id": self.flavor(klass.flavorName),
+            "flavor_name": klass.flavorName,
             "key_name": p,
             "availability_zone": zone,
             "config_drive": klass.configDrive,

@@ -1015,9 +1015,14 @@ class OpenStackLayoutResources(OpenStackBase):
             drift.append(
                 Drift("availability_zone", zone, props["availability_zone"], immutable=True)
             )
+        # below 2.47 the server names its flavor's ID; from 2.47 it embeds the flavor, named by
+        # ``original_name`` (no ID): compare what the answer has
         flavor = raw.get("flavor") or {}
         if flavor.get("id") and flavor["id"] != props["flavor_id"]:
             drift.append(Drift("flavor_id", flavor["id"], props["flavor_id"], immutable=True))
+        named = flavor.get("original_name")
+        if not flavor.get("id") and named and props.get("flavor_name") not in (None, named):
+            drift.append(Drift("flavor_name", named, props["flavor_name"], immutable=True))
         want = props.get("metadata") or {}
         have = {k: v for k, v in (raw.get("metadata") or {}).items() if k != USER_DATA_KEY}
         if have != want:
