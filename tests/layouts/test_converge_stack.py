@@ -10,6 +10,11 @@ made with the bootstrap data the cluster keeps for its group
 (``d8-cloud-instance-manager/manual-bootstrap-for-master``), byte for byte; a node removed from
 the configuration whose state Secret is still there is ``abandoned``; a pass that cannot reach
 the cloud reports ``error``, keeps the last success time and deletes nothing.
+
+The chart's install Job, run as its pod would run it, makes the Schedule. A pass with a repair,
+a node to make and an approved replacement, run by real workers SIGKILLed right after each
+step's first mutating call, makes each resource once, acts on an approval given twice once, and
+leaves nothing for the next pass.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import base64
 import subprocess
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.layout import LayoutActivities
 from activities.layout_converge import ConvergeActivities
@@ -45,7 +52,15 @@ from devstack.backends.openstack_layouts import cluster_resources
 from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorOptions
-from starters.layout_converge import export, install_schedule, read_status, trigger
+from starters.layout_converge import (
+    approve,
+    export,
+    install_schedule,
+    pass_state,
+    read_status,
+    running_pass,
+    trigger,
+)
 from tests.install.chart import Helm, PodProcess, find, render
 from tests.layouts import support
 from tests.layouts.openstack_support import (
@@ -56,6 +71,9 @@ from tests.layouts.openstack_support import (
     layout_settings,
 )
 from tests.layouts.support import mounted
+from tests.layouts.test_kill_every_step import openstack_rig
+from tests.support.kill_every_step import kill_during, killed_keys
+from tests.support.workers import CLI, Workers
 from workflows.layout import LAYOUT_WORKFLOWS
 from workflows.layout_converge import CONVERGE_WORKFLOWS
 
@@ -317,3 +335,142 @@ async def test_the_charts_job_makes_the_schedule_whose_pass_reads_the_workers_mo
     assert modules(result) == {"base": "changed", "master-0": "absent"}, result
     assert result.applied == []
     assert requests.mutating() == {}
+
+
+async def _approve_when_held(client: Client, prefix: str, scope: str) -> list[list[str]]:
+    """Wait for the running pass to hold a step, then approve every held step twice (workers
+    are being killed meanwhile: a query or Update that finds none is asked again); what each
+    approval approved."""
+    seen: object = None
+    for _ in range(600):
+        try:
+            handle = await running_pass(client, prefix, scope)
+            if handle is not None:
+                state = await pass_state(handle)
+                seen = state
+                if any(h.outcome == "waiting" for h in state.held):
+                    first = await approve(handle)
+                    second = await approve(handle)
+                    return [first.approved, second.approved]
+        except RPCError as err:
+            seen = err
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"the pass held no step: {seen!r}")
+
+
+@pytest.mark.fault
+async def test_a_pass_and_its_approved_replacement_killed_at_every_step_converge_once(
+    stack: LocalStack,
+    client: Client,
+    settings: Settings,
+    worker: None,
+    kube: Kube,
+    workers: Workers,
+    tmp_path: Path,
+) -> None:
+    """A pass with work of every kind — a key pair deleted out of band (a repair of the base),
+    a second master asked for (a node made with the cluster's bootstrap data) and the first
+    master's flavor changed (a replacement, held and approved twice) — run by real workers
+    SIGKILLed right after each step's first mutating cloud call: the pass ends ``ok`` with each
+    resource once, the approval acted once, and a second pass changes nothing."""
+    endpoint = endpoint_of(stack)
+    prefix = f"ck{uuid.uuid4().hex[:6]}"
+    path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
+    cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
+    await support.run(client, settings, "apply", path, prefix, cluster_uuid, provider="openstack")
+    master_data = f"#cloud-config\nbootstrap_token: {uuid.uuid4().hex}\n".encode()
+    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
+        if kube.get(NAMESPACES, namespace) is None:
+            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    name = f"{bootstrap.CLUSTER_SECRET_PREFIX}master"
+    kube.delete(SECRETS, name, bootstrap.CLUSTER_SECRET_NAMESPACE)
+    kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": name},
+            "data": {bootstrap.CLUSTER_SECRET_KEY: base64.b64encode(master_data).decode()},
+        },
+        bootstrap.CLUSTER_SECRET_NAMESPACE,
+    )
+    sdk = os_connect(endpoint)
+    try:
+        sdk.compute.delete_keypair(prefix)
+    finally:
+        sdk.close()
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        if "masterNodeGroup" in doc:
+            doc["masterNodeGroup"]["replicas"] = 2
+            doc["masterNodeGroup"]["instanceClass"]["flavorName"] = "m1.xlarge"
+    path.write_text(yaml.safe_dump_all(docs))
+
+    queue = f"converge-kill-{uuid.uuid4().hex[:8]}"
+    rig = openstack_rig(stack, "openstack-simple")
+    plain_env = rig.env
+
+    def env(task_queue: str, folder: Path) -> dict[str, str]:
+        # the pass reports to the cluster and reads its bootstrap data: a real kubeconfig
+        return {**plain_env(task_queue, folder), "CLOUDLOOP_KUBECONFIG": str(stack.kubeconfig)}
+
+    rig.env = env
+    input = ConvergeInput(
+        provider="openstack",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(heartbeat_timeout_s=rig.heartbeat_timeout_s),
+        id_scope=queue,
+        auto=True,
+        approval_wait_s=600,
+    )
+    await install_schedule(client, queue, input, 3600)
+    approvals: list[list[str]] = []
+
+    async def run() -> list[ConvergeResult]:
+        passed = asyncio.ensure_future(one_pass(client, prefix, queue))
+        approvals.extend(await _approve_when_held(client, prefix, queue))
+        return [await passed]
+
+    report = await kill_during(rig, queue, tmp_path, workers, run, name="converge")
+    [result] = report.results
+    assert result.status == "ok", result
+    [held] = result.held
+    assert held.resource == f"openstack.server/{prefix}-master-0", held
+    assert held.outcome == "done"
+    # the flavor as Nova 2.47+ names it (the embedded flavor's original_name, no ID)
+    assert [(c.field, c.have, c.want, c.how) for c in held.changes] == [
+        ("flavor_name (needs replacement; not repaired)", "m1.large", "m1.xlarge", "replace")
+    ]
+    assert approvals == [[held.key], []]  # given twice, approved once
+    # each step killed once, right after its change: the key pair, master-1's volume, server
+    # and attachment, master-0's server deleted and made again with its data disk attached
+    assert sorted(killed_keys(report)) == sorted(
+        [
+            f"openstack.keypair/{prefix}",
+            f"openstack.volume/{prefix}-kubernetes-data-1",
+            f"openstack.server/{prefix}-master-1",
+            f"openstack.volume_attachment/{prefix}-kubernetes-data-1",
+            f"openstack.server/{prefix}-master-0",
+            f"openstack.server/{prefix}-master-0",
+            f"openstack.volume_attachment/{prefix}-kubernetes-data-0",
+        ]
+    ), report.killed
+    counted = Counter(cluster_resources(endpoint.admin_url, prefix))
+    assert {n: c for n, c in counted.items() if c > 1} == {}, counted
+    admin = OpenStackEmulatorAdmin(endpoint.admin_url)
+    servers = {s["name"]: s for s in admin.rows("servers") if s["name"].startswith(prefix)}
+    assert sorted(servers) == [f"{prefix}-master-0", f"{prefix}-master-1"]
+    for server in servers.values():
+        assert base64.b64decode(server["_user_data"]) == master_data
+
+    plain = workers.start(rig.env(queue, tmp_path), module=CLI)
+    try:
+        rig.reset()
+        again = await one_pass(client, prefix, queue)
+        assert again.status == "ok", again
+        assert again.applied == [] and again.held == []
+        assert rig.mutating() == {}
+    finally:
+        plain.stop()
+    await client.get_schedule_handle(schedule_id(prefix, queue)).delete()
+    await support.run(client, settings, "destroy", path, prefix, cluster_uuid, provider="openstack")
+    assert cluster_resources(endpoint.admin_url, prefix) == []

@@ -28,15 +28,16 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource, LayoutDef
-from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
+from cloudloop.messages.layout import LayoutInput, LayoutTimings
 from cloudloop.settings import CodecSettings
 from starters.layout import run_layout
 from tests.support.histories import plain_json
@@ -85,8 +86,8 @@ class LayoutRig:
 
 @dataclass
 class KillReport:
-    #: One per input, in order.
-    results: list[LayoutResult]
+    #: One per input, in order (what ``run`` gave, for :func:`kill_during`).
+    results: list[Any]
     #: ``<workflow id>/<activity id> <resource key> <operation> <pid>`` of every step killed,
     #: in order.
     killed: list[str] = field(default_factory=list)
@@ -109,7 +110,39 @@ async def kill_every_step(
     """Run ``inputs`` (layouts of the rig's cloud, at once) with a fault worker killed at every
     step (every one of the resources ``only`` names, when it names any); the results and what
     was killed."""
-    seen = folder / f"killed-{inputs[0].action}-{uuid.uuid4().hex[:6]}.txt"
+
+    def run() -> Awaitable[Sequence[Any]]:
+        return asyncio.gather(*(run_layout(client, queue, i, poll_s=0.5) for i in inputs))
+
+    return await kill_during(
+        rig,
+        queue,
+        folder,
+        workers,
+        run,
+        only,
+        name=inputs[0].action,
+        settle_s=settle_s,
+        timeout_s=timeout_s,
+    )
+
+
+async def kill_during(
+    rig: LayoutRig,
+    queue: str,
+    folder: Path,
+    workers: Workers,
+    run: Callable[[], Awaitable[Sequence[Any]]],
+    only: Sequence[str] = (),
+    *,
+    name: str,
+    settle_s: float = 2.0,
+    timeout_s: float = 900.0,
+) -> KillReport:
+    """Await ``run()`` (what drives the workflows on ``queue``: layout actions, a converge pass)
+    with a fault worker killed at every step; its results and what was killed (``name`` names
+    the run in the kill file and in a timeout)."""
+    seen = folder / f"killed-{name}-{uuid.uuid4().hex[:6]}.txt"
     env = {
         **rig.env(queue, folder),
         "STEP_FAULT_SEEN": str(seen),
@@ -145,14 +178,12 @@ async def kill_every_step(
 
     worker = await take_over(*warm())
     spare, spare_go = warm()
-    action = asyncio.ensure_future(
-        asyncio.gather(*(run_layout(client, queue, i, poll_s=0.5) for i in inputs))
-    )
+    action = asyncio.ensure_future(run())
     kills = 0
     try:
         while not action.done():
             if time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"{inputs[0].action} not done after {timeout_s:.0f}s")
+                raise TimeoutError(f"{name} not done after {timeout_s:.0f}s")
             count = blocked_in(worker)
             if not count:
                 await asyncio.wait({action}, timeout=0.3)
