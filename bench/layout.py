@@ -5,6 +5,9 @@
 - ``aws_layout_apply_cloud_calls``: AWS requests of that apply (``cloud_api_requests_total``);
 - ``layout_reapply_mutating_calls``: requests of a second apply whose operation is not a
   Describe/Get/List (goal 0);
+- ``aws_layout_converge_pass_cloud_calls``: AWS requests of one plan-only ``LayoutConverge``
+  pass with nothing changed, after the re-apply (what the cluster's converge costs every
+  interval);
 - ``layout_destroy_leftover_resources``: after destroy, the cluster's resources still in moto
   (EC2 resources named ``<prefix>…``, live instances, the IAM role and profile, the key pair;
   goal 0).
@@ -20,16 +23,13 @@ from pathlib import Path
 import yaml
 from prometheus_client import REGISTRY
 
-from activities.layout import LayoutActivities
 from bench.context import BenchContext
-from cloudloop import temporal
+from bench.converge import layout_worker, plan_only_pass
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from cloudloop.settings import LayoutSettings
 from devstack.backends.aws_layouts import cluster_resources
 from starters.layout import run_layout
-from workflows.layout import LAYOUT_WORKFLOWS
 
 EXAMPLE = (
     Path(__file__).resolve().parents[1] / "deploy" / "layouts" / "examples" / "aws-with-nat.yaml"
@@ -75,15 +75,7 @@ async def layout_figures(ctx: BenchContext) -> dict[str, float]:
         def input(action: str) -> LayoutInput:
             return LayoutInput(action=action, provider="aws", source=source, cluster=cluster)
 
-        worker = temporal.make_worker(
-            ctx.client,
-            queue,
-            workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(
-                ctx.settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
-            ).all(),  # type: ignore[arg-type]
-        )
-        async with worker:
+        async with layout_worker(ctx.client, queue, ctx.settings, Path(folder)):
             before = _aws_requests()
             started = time.monotonic()
             await run_layout(ctx.client, queue, input("apply"), poll_s=1.0)
@@ -92,11 +84,15 @@ async def layout_figures(ctx: BenchContext) -> dict[str, float]:
             before = _aws_requests()
             await run_layout(ctx.client, queue, input("apply"), poll_s=1.0)
             mutating = sum(v for k, v in _since(before).items() if not k.startswith(READ_ONLY))
+            before = _aws_requests()
+            await plan_only_pass(ctx.client, queue, "aws", source, cluster)
+            converge_calls = sum(_since(before).values())
             await run_layout(ctx.client, queue, input("destroy"), poll_s=1.0)
         left = len(cluster_resources(endpoint, prefix))
     return {
         "aws_layout_apply_wall_s": wall,
         "aws_layout_apply_cloud_calls": apply_calls,
+        "aws_layout_converge_pass_cloud_calls": converge_calls,
         "layout_reapply_mutating_calls": mutating,
         "layout_destroy_leftover_resources": float(left),
     }

@@ -27,22 +27,16 @@ from pathlib import Path
 import yaml
 from prometheus_client import REGISTRY
 
-from activities.layout import LayoutActivities
-from activities.layout_converge import ConvergeActivities
 from bench.context import BenchContext
-from cloudloop import temporal
+from bench.converge import layout_worker, plan_only_pass
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from cloudloop.messages.layout_converge import ConvergeInput
-from cloudloop.settings import LayoutSettings
 from devstack.backends.openstack import openstack_emulator
 from devstack.backends.openstack_layouts import cluster_resources
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorEndpoint
 from starters.layout import run_layout
-from workflows.layout import LAYOUT_WORKFLOWS
-from workflows.layout_converge import CONVERGE_WORKFLOWS, LayoutConvergeWorkflow
 
 EXAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -111,19 +105,7 @@ async def openstack_layout_figures(ctx: BenchContext) -> dict[str, float]:
         settings = ctx.settings.model_copy(
             update={"openstack": OpenStackSettings(request_timeout_s=10, poll_interval_s=0.1)}
         )
-        activities = [
-            *LayoutActivities(
-                settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
-            ).all(),
-            *ConvergeActivities(None).all(),
-        ]
-        worker = temporal.make_worker(
-            ctx.client,
-            queue,
-            workflows=[*LAYOUT_WORKFLOWS, *CONVERGE_WORKFLOWS],
-            activities=activities,  # type: ignore[arg-type]
-        )
-        async with worker:
+        async with layout_worker(ctx.client, queue, settings, Path(folder)):
             before = _openstack_requests()
             started = time.monotonic()
             await run_layout(ctx.client, queue, input("apply"), poll_s=0.5)
@@ -137,17 +119,7 @@ async def openstack_layout_figures(ctx: BenchContext) -> dict[str, float]:
                 if not key.startswith(("GET ", "HEAD ")) and key.split(" ")[1] != "identity"
             )
             before = _openstack_requests()
-            await ctx.client.execute_workflow(
-                LayoutConvergeWorkflow.run,
-                ConvergeInput(
-                    provider="openstack",
-                    source=source,
-                    cluster=cluster,
-                    bootstrap_from_cluster=False,
-                ),
-                id=f"bench-converge-{prefix}",
-                task_queue=queue,
-            )
+            await plan_only_pass(ctx.client, queue, "openstack", source, cluster)
             converge_calls = _openstack_requests() - before
             await run_layout(ctx.client, queue, input("destroy"), poll_s=0.5)
         left = float(len(cluster_resources(endpoint.admin_url, prefix)))

@@ -6,6 +6,8 @@ cluster with the simulator in its own process.
   module children and one activity per resource (worker in this process);
 - ``<cloud>_layout_apply_cloud_calls``: requests of that apply (``cloud_api_requests_total`` of
   the cloud, as this process counted them);
+- ``<cloud>_layout_converge_pass_cloud_calls``: requests of one plan-only ``LayoutConverge``
+  pass with nothing changed, after the re-apply;
 - ``layout_reapply_mutating_calls``: this module's contribution, over both clouds: requests of a
   second apply that change something (zVirt: every engine request but a GET, counted by the
   emulator; DVP: every request but a Get/List, counted here) (goal 0);
@@ -26,16 +28,14 @@ from pathlib import Path
 import yaml
 from prometheus_client import REGISTRY
 
-from activities.layout import LayoutActivities
 from bench.context import BenchContext
-from cloudloop import temporal
+from bench.converge import layout_worker, plan_only_pass
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from cloudloop.settings import LayoutSettings
 from devstack.backends.dvp_layouts import cluster_resources as dvp_resources
 from devstack.backends.zvirt import QUICK_TIMINGS, ovirt_engine
 from devstack.backends.zvirt_layouts import cluster_resources as zvirt_resources
@@ -44,7 +44,6 @@ from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
 from devstack.ovirt_emulator import OvirtEmulatorAdmin, OvirtEmulatorEndpoint
 from devstack.ovirt_emulator.engine import seed_id
 from starters.layout import run_layout
-from workflows.layout import LAYOUT_WORKFLOWS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "layouts" / "examples"
 READ_ONLY = ("Get", "List")
@@ -117,26 +116,19 @@ async def _cycle(
     prefix: str,
     reapplied: Callable[[dict[str, float]], float],
     before_reapply: Callable[[], None] = lambda: None,
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """(apply wall s, apply requests, mutating requests of the re-apply as ``reapplied`` counts
-    them from this process's counts of the re-apply); then destroy."""
+    them from this process's counts of the re-apply, requests of a plan-only converge pass
+    after it); then destroy."""
     queue = f"bench-layout-{provider}-{uuid.uuid4().hex[:6]}"
     cluster = ClusterIdentity(prefix=prefix, uuid=str(uuid.uuid4()))
 
-    def input(action: str) -> LayoutInput:
-        return LayoutInput(
-            action=action, provider=provider, source=ConfigSource(file=str(path)), cluster=cluster
-        )
+    source = ConfigSource(file=str(path))
 
-    worker = temporal.make_worker(
-        ctx.client,
-        queue,
-        workflows=LAYOUT_WORKFLOWS,
-        activities=LayoutActivities(
-            settings.model_copy(update={"layouts": LayoutSettings(source_dir=path.parent)})
-        ).all(),  # type: ignore[arg-type]
-    )
-    async with worker:
+    def input(action: str) -> LayoutInput:
+        return LayoutInput(action=action, provider=provider, source=source, cluster=cluster)
+
+    async with layout_worker(ctx.client, queue, settings, path.parent):
         before = _requests(provider)
         started = time.monotonic()
         await run_layout(ctx.client, queue, input("apply"), poll_s=0.5)
@@ -146,8 +138,11 @@ async def _cycle(
         before = _requests(provider)
         await run_layout(ctx.client, queue, input("apply"), poll_s=0.5)
         mutating = reapplied(_since(provider, before))
+        before = _requests(provider)
+        await plan_only_pass(ctx.client, queue, provider, source, cluster)
+        converge = sum(_since(provider, before).values())
         await run_layout(ctx.client, queue, input("destroy"), poll_s=0.5)
-    return wall, calls, mutating
+    return wall, calls, mutating, converge
 
 
 async def _zvirt(ctx: BenchContext) -> tuple[dict[str, float], float, float]:
@@ -160,7 +155,7 @@ async def _zvirt(ctx: BenchContext) -> tuple[dict[str, float], float, float]:
         path = _zvirt_config(Path(folder), endpoint, prefix)
         settings = ctx.settings.model_copy(update={"zvirt": ZvirtSettings(**QUICK_TIMINGS)})
         admin = OvirtEmulatorAdmin(endpoint.admin_url)
-        wall, calls, mutating = await _cycle(
+        wall, calls, mutating, converge = await _cycle(
             ctx,
             settings,
             "zvirt",
@@ -170,7 +165,11 @@ async def _zvirt(ctx: BenchContext) -> tuple[dict[str, float], float, float]:
             admin.clear_requests,
         )
         left = float(len(zvirt_resources(endpoint.admin_url, prefix)))
-    figures = {"zvirt_layout_apply_wall_s": wall, "zvirt_layout_apply_cloud_calls": calls}
+    figures = {
+        "zvirt_layout_apply_wall_s": wall,
+        "zvirt_layout_apply_cloud_calls": calls,
+        "zvirt_layout_converge_pass_cloud_calls": converge,
+    }
     return figures, mutating, left
 
 
@@ -219,7 +218,7 @@ async def _dvp(ctx: BenchContext) -> tuple[dict[str, float], float, float]:
             prefix = f"bd{uuid.uuid4().hex[:6]}"
             path = _dvp_config(Path(folder), parent, namespace, prefix)
             settings = ctx.settings.model_copy(update={"dvp": DvpSettings(timeout_s=10)})
-            wall, calls, mutating = await _cycle(
+            wall, calls, mutating, converge = await _cycle(
                 ctx,
                 settings,
                 "dvp",
@@ -232,7 +231,11 @@ async def _dvp(ctx: BenchContext) -> tuple[dict[str, float], float, float]:
             left = float(len(dvp_resources(parent.kube, namespace, prefix)))
         finally:
             parent.stop()
-    figures = {"dvp_layout_apply_wall_s": wall, "dvp_layout_apply_cloud_calls": calls}
+    figures = {
+        "dvp_layout_apply_wall_s": wall,
+        "dvp_layout_apply_cloud_calls": calls,
+        "dvp_layout_converge_pass_cloud_calls": converge,
+    }
     return figures, mutating, left
 
 

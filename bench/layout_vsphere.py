@@ -9,6 +9,8 @@ disk, 1 static node), the region and zone tags seeded, a guest agent reporting t
   children and one activity per resource (worker in the bench process);
 - ``vsphere_layout_apply_cloud_calls``: vSphere requests of that apply
   (``cloud_api_requests_total{provider="vsphere"}``: SOAP and tagging);
+- ``vsphere_layout_converge_pass_cloud_calls``: vSphere requests of one plan-only
+  ``LayoutConverge`` pass with nothing changed, after the re-apply;
 - ``layout_reapply_mutating_calls_vsphere``: requests of a second apply whose operation changes
   vCenter (:data:`~cloudloop.cloud.vsphere.layout_resources.MUTATING`) plus the tasks vcsim ran
   meanwhile (its task list; goal 0);
@@ -25,15 +27,13 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from activities.layout import LayoutActivities
 from bench.context import BenchContext
-from cloudloop import temporal
+from bench.converge import layout_worker, plan_only_pass
 from cloudloop.cloud.vsphere.layout_resources import MUTATING
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from cloudloop.settings import LayoutSettings
 from devstack.backends.vsphere import QUICK_TIMINGS, vcsim_server
 from devstack.backends.vsphere_layouts import (
     TaskLog,
@@ -43,7 +43,6 @@ from devstack.backends.vsphere_layouts import (
 )
 from devstack.vcsim_guest import GuestAgent
 from starters.layout import run_layout
-from workflows.layout import LAYOUT_WORKFLOWS
 
 
 def _vsphere_requests() -> dict[str, float]:
@@ -79,14 +78,7 @@ async def vsphere_layout_figures(ctx: BenchContext) -> dict[str, float]:
         def input(action: str) -> LayoutInput:
             return LayoutInput(action=action, provider="vsphere", source=source, cluster=cluster)
 
-        worker = temporal.make_worker(
-            ctx.client,
-            queue,
-            workflows=LAYOUT_WORKFLOWS,
-            activities=LayoutActivities(
-                settings.model_copy(update={"layouts": LayoutSettings(source_dir=Path(folder))})
-            ).all(),  # type: ignore[arg-type]
-        )
+        worker = layout_worker(ctx.client, queue, settings, Path(folder))
         with GuestAgent(endpoint):
             async with worker:
                 before = _vsphere_requests()
@@ -100,11 +92,15 @@ async def vsphere_layout_figures(ctx: BenchContext) -> dict[str, float]:
                 await run_layout(ctx.client, queue, input("apply"), poll_s=0.5)
                 mutating = sum(v for k, v in _since(before).items() if k in MUTATING)
                 mutating += len(tasks.since())
+                before = _vsphere_requests()
+                await plan_only_pass(ctx.client, queue, "vsphere", source, cluster)
+                converge_calls = sum(_since(before).values())
                 await run_layout(ctx.client, queue, input("destroy"), poll_s=0.5)
         left = len(cluster_resources(endpoint, prefix, cluster.uuid))
     return {
         "vsphere_layout_apply_wall_s": wall,
         "vsphere_layout_apply_cloud_calls": apply_calls,
+        "vsphere_layout_converge_pass_cloud_calls": converge_calls,
         "layout_reapply_mutating_calls_vsphere": mutating,
         "layout_destroy_leftover_resources_vsphere": float(left),
     }
