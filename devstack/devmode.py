@@ -1,7 +1,12 @@
 """``cloudloop dev``: the local stack, the worker and the starter in one foreground process.
 
 It prints where to look (Temporal UI, kubeconfig, kubectl commands), seeds a small demo and
-stops everything on Ctrl-C. ``print_status`` backs ``cloudloop status``.
+stops everything on Ctrl-C. ``print_status`` backs ``cloudloop status``. When the demo has a
+layout, :func:`converge_demo` applies it and makes its converge Schedule run one pass, so the
+Temporal UI shows the ``Layout`` run and a ``LayoutConverge`` pass with its steps.
+
+Rules:
+- The demo's converge never stops the dev stack: a failure is one log line.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import asyncio
 import logging
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,12 @@ from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES
 from cloudloop.net import free_port
 from cloudloop.rules.node import INSTANCE_TYPE_LABELS, ZONE_LABELS
-from cloudloop.settings import CodecServerSettings, LeaderElectionSettings, TemporalSettings
+from cloudloop.settings import (
+    CodecServerSettings,
+    LayoutSettings,
+    LeaderElectionSettings,
+    TemporalSettings,
+)
 from devstack import gotools
 from devstack.crds import apply_crds
 from devstack.demos import DEMOS, Demo
@@ -100,6 +111,48 @@ def _banner(stack: LocalStack, kubectl: Path, demo: Demo) -> str:
     )
 
 
+#: The prefix of the demo's layout (its resources in the demo cloud are named by it).
+DEMO_LAYOUT_PREFIX = "dev-layout"
+
+
+async def converge_demo(settings: Settings, provider: str, config: Path) -> None:
+    """Apply the demo's layout, make its converge Schedule and run one (plan-only) pass; log
+    where to see them."""
+    from cloudloop.layouts.config import ClusterIdentity
+    from cloudloop.layouts.model import ConfigSource
+    from cloudloop.messages.layout import LayoutInput
+    from cloudloop.messages.layout_converge import ConvergeInput, schedule_id
+    from starters.layout import run_layout
+    from starters.layout_converge import install_schedule, trigger
+
+    queue, scope = settings.temporal.task_queue, settings.temporal.id_scope
+    cluster = ClusterIdentity(prefix=DEMO_LAYOUT_PREFIX, uuid=str(uuid.uuid4()))
+    source = ConfigSource(file=str(config))
+    try:
+        client = await temporal.connect(settings.temporal)
+        apply = LayoutInput(
+            action="apply", provider=provider, source=source, cluster=cluster, id_scope=scope
+        )
+        await run_layout(client, queue, apply, poll_s=1.0)
+        converge = ConvergeInput(
+            provider=provider,
+            source=source,
+            cluster=cluster,
+            id_scope=scope,
+            bootstrap_from_cluster=False,
+        )
+        await install_schedule(client, queue, converge, 3600)
+        await trigger(client, DEMO_LAYOUT_PREFIX, scope)
+    except Exception:  # the demo's converge is a show; the stack goes on without it
+        log.warning("the demo layout's converge did not start", exc_info=True)
+        return
+    log.info(
+        "demo layout %s applied; its converge Schedule %s ran a pass (Temporal UI: Schedules)",
+        DEMO_LAYOUT_PREFIX,
+        schedule_id(DEMO_LAYOUT_PREFIX, scope),
+    )
+
+
 async def run_dev(
     state_dir: Path, *, temporal_port: int, ui_port: int, fresh: bool, provider: str = "aws"
 ) -> None:
@@ -138,14 +191,24 @@ async def run_dev(
         settings = settings.model_copy(
             update={"ccm": settings.ccm.model_copy(update={"cluster_cidr": CLUSTER_CIDR})}
         )
+        layouts = state_dir / "layouts"
+        settings = settings.model_copy(update={"layouts": LayoutSettings(source_dir=layouts)})
         settings = await asyncio.to_thread(demo.seed, stack, kube, settings)
         worker = asyncio.create_task(run_worker(settings, stop=stop))
+        layout = demo.layout_config(layouts, DEMO_LAYOUT_PREFIX)
+        converging = (
+            asyncio.create_task(converge_demo(settings, demo.name, layout))
+            if layout is not None
+            else None
+        )
         starter = asyncio.create_task(
             run_starter(settings.model_copy(update={"metrics_port": free_port()}), stop=stop)
         )
         print(_banner(stack, kubectl, demo), flush=True)
         done, _ = await asyncio.wait({worker, starter}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()
+        if converging is not None:
+            converging.cancel()
         await asyncio.gather(worker, starter, return_exceptions=True)
         for task in done:
             if task.exception() is not None:

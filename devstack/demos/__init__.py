@@ -35,6 +35,11 @@ class Demo(Protocol):
         """Stop what the demo started beside the stack (before the stack stops)."""
         ...
 
+    def layout_config(self, folder: Path, prefix: str) -> Path | None:
+        """A layout of this cloud for the demo's converge pass, written into ``folder`` (with
+        ``prefix``); ``None``: the demo runs none."""
+        ...
+
     def endpoints(self, stack: LocalStack) -> list[str]:
         """Banner lines: where the emulated cloud answers."""
         ...

@@ -7,7 +7,9 @@ the demo's control plane, an ``AWSInstanceClass`` rendered into a MachineDeploym
 (``render_node_group``, what ``cloudloop nodegroup render`` prints) is scaled 0 → 2, and each
 AWSMachine's ``Machine`` workflow launches its EC2 instance; and storage (:mod:`.storage`): the
 CSI controller behind the real sidecars, and a Deployment mounting a ``gp3`` PVC that gets bound
-to an EBS volume and attached to its Node's instance, through the volume workflows.
+to an EBS volume and attached to its Node's instance, through the volume workflows. And a layout
+(:meth:`AwsDemo.layout_config`, the ``WithoutNAT`` example) that ``cloudloop dev`` applies and
+whose converge Schedule runs one pass (:func:`devstack.devmode.converge_demo`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import SecretStr
 
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -47,6 +50,10 @@ GROUP = "demo-workers"
 GROUP_SIZE = 2
 #: The demo claim's class: the default of the classes the CSI controller writes (as the chart's).
 STORAGE_CLASS = "gp3"
+#: The layout of the demo's converge pass (``cloudloop dev``: one pass in the Temporal UI).
+LAYOUT_EXAMPLE = (
+    Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples" / "aws-without-nat.yaml"
+)
 MACHINE_DEPLOYMENTS = Resource(
     capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
 )
@@ -87,6 +94,21 @@ class AwsDemo:
         _seed_node_group(kube, settings)
         return settings
 
+    def layout_config(self, folder: Path, prefix: str) -> Path | None:
+        """The ``WithoutNAT`` example on moto (the workers' endpoint and moto's keys)."""
+        docs = list(yaml.safe_load_all(LAYOUT_EXAMPLE.read_text()))
+        for doc in docs:
+            if doc["kind"] == "ClusterConfiguration":
+                doc["cloud"]["prefix"] = prefix
+            else:
+                doc["provider"].update(
+                    providerAccessKeyId="testing", providerSecretAccessKey="testing"
+                )
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "aws-cluster.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+        return path
+
     def stop(self) -> None:
         """The CSI controller and its sidecars (the stack stops after them)."""
         if self.storage is not None:
@@ -100,6 +122,7 @@ class AwsDemo:
 
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
         return [
+            "  Temporal UI → Schedules: layout-converge/dev-layout   # the demo layout's converge",
             f"  {kubectl} get services demo-web   # EXTERNAL-IP: the ELB's hostname",
             f"  {kubectl} get cloudprobes -o wide",
             f"  cloudloop inject spot-interruption --state-dir {stack.state_dir}"

@@ -152,6 +152,9 @@ class OpenStackDemo:
             f"prefix {LAYOUT_PREFIX}; workflow {workflow_id(LAYOUT_PREFIX)})",
         ]
 
+    def layout_config(self, folder: Path, prefix: str) -> Path | None:
+        return None  # the demo's converge pass is AWS's
+
     def stop(self) -> None:
         """Nothing of the demo runs beside the stack."""
 

@@ -107,6 +107,9 @@ class VsphereDemo:
             f"{stack.state_dir / 'vcsim' / 'password'})"
         ]
 
+    def layout_config(self, folder: Path, prefix: str) -> Path | None:
+        return None  # the demo's converge pass is AWS's
+
     def stop(self) -> None:
         """Nothing of the demo runs beside the stack."""
 

@@ -151,7 +151,7 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             ).stdout.split()
             return (out[0], out[1]) if len(out) == 2 else ("", "")
 
-        def volume_workflows(kind: str) -> str:
+        def completed_workflows(kind: str) -> str:
             return subprocess.run(
                 [
                     str(Path(sys.executable).parent / "temporal"),
@@ -181,7 +181,7 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
 
         while not (
             claim()[0] == "Bound"
-            and "CreateVolume" in volume_workflows("CreateVolume")
+            and "CreateVolume" in completed_workflows("CreateVolume")
             and attached() == "true"
         ):
             assert time.monotonic() < deadline + 60, log_path.read_text()
@@ -193,7 +193,7 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             check=True,
         ).stdout
         assert volume_handle.startswith("vol-"), volume_handle
-        assert "AttachVolume" in volume_workflows("AttachVolume")
+        assert "AttachVolume" in completed_workflows("AttachVolume")
 
         # A Spot interruption injected into the demo's queue drains that node.
         sent = subprocess.run(
@@ -238,6 +238,12 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
         while not (cordoned() and f"drain/{node}/" in drains()):
             assert time.monotonic() < deadline + 60, log_path.read_text()
             time.sleep(0.5)
+
+        # The demo layout applied, and one pass of its converge Schedule in the UI's list.
+        while "LayoutConverge" not in completed_workflows("LayoutConverge"):
+            assert time.monotonic() < deadline + 60, log_path.read_text()
+            time.sleep(0.5)
+        assert "demo layout dev-layout applied" in log_path.read_text()
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         code = proc.wait(timeout=60)
