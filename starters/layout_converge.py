@@ -19,6 +19,12 @@ Rules:
 - Gauges come from the one ConfigMap, never from the worker that ran a pass: every replica's
   answer would otherwise differ. A missing or unreadable ConfigMap exports nothing.
 - A node no longer reported loses its series (the gauges are rebuilt from each report).
+- Approval through the cluster: the annotation ``converge.cloudloop.io/approve`` on that
+  ConfigMap (a held step's key, or ``all``) is read by the same leader loop, sent to the running
+  pass as the ``approve`` Update, and replaced by ``converge.cloudloop.io/approved`` (when, what
+  was asked, what it did). Who may patch that ConfigMap may approve destructive steps: RBAC says
+  who, and no Temporal access is needed. A Temporal error keeps the annotation for the next
+  round; a refusal (no pass running, no such step) is the answer, and the annotation goes.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
 )
 
 from cloudloop import metrics, searchattrs
@@ -65,6 +72,9 @@ log = logging.getLogger(__name__)
 #: The status ConfigMap (namespace, name) and its key.
 STATUS_CONFIG_MAP = ("d8-system", "cloudloop-layout-converge")
 STATUS_KEY = "status.json"
+#: The annotation that asks for an approval (a step's key, or ``all``), and its answer.
+APPROVE_ANNOTATION = "converge.cloudloop.io/approve"
+APPROVED_ANNOTATION = "converge.cloudloop.io/approved"
 
 
 def read_status(kube: Kube) -> dict[str, Any] | None:
@@ -157,6 +167,45 @@ async def approve(
     return result
 
 
+async def approve_from_annotation(kube: Kube, client: Client, scope: str = "") -> str | None:
+    """Act on the status ConfigMap's approve annotation, if it has one: the answer written
+    back (``None``: nothing was asked). Raises on a Temporal error (the annotation stays)."""
+    namespace, name = STATUS_CONFIG_MAP
+    found = await asyncio.to_thread(kube.get, CONFIG_MAPS, name, namespace)
+    annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+    asked = annotations.get(APPROVE_ANNOTATION)
+    if found is None or asked is None:
+        return None
+    asked = str(asked).strip()
+    step = "" if asked in ("", "all") else asked
+    text = ((found.get("data") or {}).get(STATUS_KEY)) or "{}"
+    try:
+        prefix = str(json.loads(text).get("cluster") or "")
+    except (ValueError, AttributeError):
+        prefix = ""
+    if not prefix:
+        outcome = "refused: no converge pass has reported here yet"
+    else:
+        handle = await running_pass(client, prefix, scope)
+        if handle is None:
+            outcome = f"refused: no converge pass of {prefix} is running"
+        else:
+            try:
+                result = await approve(handle, step)
+            except WorkflowUpdateFailedError as err:
+                cause = err.cause
+                outcome = f"refused: {getattr(cause, 'message', cause)}"
+            else:
+                parts = [f"approved {k}" for k in result.approved]
+                parts += [f"already approved {k}" for k in result.already]
+                outcome = "; ".join(parts) or "approved nothing"
+    answer = f"{datetime.now(UTC).isoformat(timespec='seconds')} {asked or 'all'}: {outcome}"
+    patch = {"metadata": {"annotations": {APPROVE_ANNOTATION: None, APPROVED_ANNOTATION: answer}}}
+    await asyncio.to_thread(kube.patch, CONFIG_MAPS, name, patch, namespace)
+    log.info("layout converge: approval by annotation: %s", answer)
+    return answer
+
+
 # -- the metrics -------------------------------------------------------------------------------
 def export(document: dict[str, Any] | None) -> None:
     """Set the gauges from one report (nothing from None: the series are cleared)."""
@@ -198,10 +247,15 @@ def export(document: dict[str, Any] | None) -> None:
 
 
 class ConvergeStatusExporter:
-    """Exports the status ConfigMap as metrics while this starter leads."""
+    """Exports the status ConfigMap as metrics while this starter leads, and acts on its approve
+    annotation."""
 
-    def __init__(self, kube: Kube, interval_s: float) -> None:
+    def __init__(
+        self, kube: Kube, interval_s: float, client: Client | None = None, scope: str = ""
+    ) -> None:
         self.kube, self.interval_s = kube, interval_s
+        #: The approvals by annotation go through it (none: they are not read).
+        self.client, self.scope = client, scope
         self._stopped = asyncio.Event()
 
     @classmethod
@@ -209,7 +263,8 @@ class ConvergeStatusExporter:
         converge = context.settings.layouts.converge
         if not converge.enabled:
             return None
-        return cls(context.kube, converge.export_interval_s)
+        scope = context.settings.temporal.id_scope
+        return cls(context.kube, converge.export_interval_s, context.client, scope)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -220,5 +275,10 @@ class ConvergeStatusExporter:
                 export(await asyncio.to_thread(read_status, self.kube))
             except Exception:
                 log.exception("layout converge: reading the status ConfigMap failed")
+            if self.client is not None:
+                try:
+                    await approve_from_annotation(self.kube, self.client, self.scope)
+                except Exception:  # Temporal or the API server: the annotation stays, asked again
+                    log.exception("layout converge: the approval by annotation failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), timeout=self.interval_s)

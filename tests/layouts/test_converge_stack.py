@@ -40,7 +40,7 @@ from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
-from cloudloop.kube.resources import NAMESPACES, SECRETS
+from cloudloop.kube.resources import CONFIG_MAPS, NAMESPACES, SECRETS
 from cloudloop.layouts import bootstrap, tfstate
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
@@ -53,6 +53,10 @@ from devstack.kube import KubeOptions
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import OpenStackEmulatorAdmin, OpenStackEmulatorOptions
 from starters.layout_converge import (
+    APPROVE_ANNOTATION,
+    APPROVED_ANNOTATION,
+    STATUS_CONFIG_MAP,
+    ConvergeStatusExporter,
     approve,
     export,
     install_schedule,
@@ -472,5 +476,91 @@ async def test_a_pass_and_its_approved_replacement_killed_at_every_step_converge
     finally:
         plain.stop()
     await client.get_schedule_handle(schedule_id(prefix, queue)).delete()
+    await support.run(client, settings, "destroy", path, prefix, cluster_uuid, provider="openstack")
+    assert cluster_resources(endpoint.admin_url, prefix) == []
+
+
+async def test_an_approval_by_annotation_reaches_the_pass(
+    stack: LocalStack, client: Client, settings: Settings, worker: None, kube: Kube, tmp_path: Path
+) -> None:
+    """``converge.cloudloop.io/approve`` on the status ConfigMap, read by the starter's exporter
+    loop: an unknown step is refused with the pass's own words, ``all`` approves the held
+    replacement, and each answer replaces the ask (``converge.cloudloop.io/approved``)."""
+    endpoint = endpoint_of(stack)
+    prefix = f"ca{uuid.uuid4().hex[:6]}"
+    path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
+    cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
+    await support.run(client, settings, "apply", path, prefix, cluster_uuid, provider="openstack")
+    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
+        if kube.get(NAMESPACES, namespace) is None:
+            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    name = f"{bootstrap.CLUSTER_SECRET_PREFIX}master"
+    kube.delete(SECRETS, name, bootstrap.CLUSTER_SECRET_NAMESPACE)
+    data = base64.b64encode(b"#cloud-config\n").decode()
+    kube.create(
+        SECRETS,
+        {"metadata": {"name": name}, "data": {bootstrap.CLUSTER_SECRET_KEY: data}},
+        bootstrap.CLUSTER_SECRET_NAMESPACE,
+    )
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        if "masterNodeGroup" in doc:
+            doc["masterNodeGroup"]["instanceClass"]["flavorName"] = "m1.xlarge"
+    path.write_text(yaml.safe_dump_all(docs))
+    input = ConvergeInput(
+        provider="openstack",
+        source=ConfigSource(file=str(path)),
+        cluster=ClusterIdentity(prefix=prefix, uuid=cluster_uuid),
+        timings=LayoutTimings(max_attempts=3),
+        auto=True,
+        approval_wait_s=120,
+    )
+    await install_schedule(client, settings.temporal.task_queue, input, 3600)
+    passed = asyncio.ensure_future(one_pass(client, prefix))
+    namespace, config_map = STATUS_CONFIG_MAP
+
+    def annotations() -> dict[str, str]:
+        found = kube.get(CONFIG_MAPS, config_map, namespace) or {}
+        return dict((found.get("metadata") or {}).get("annotations") or {})
+
+    def ask(value: str) -> None:
+        kube.patch(
+            CONFIG_MAPS,
+            config_map,
+            {"metadata": {"annotations": {APPROVE_ANNOTATION: value}}},
+            namespace,
+        )
+
+    for _ in range(400):
+        handle = await running_pass(client, prefix)
+        if handle is not None and any(
+            h.outcome == "waiting" for h in (await pass_state(handle)).held
+        ):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the pass held no step")
+    exporter = ConvergeStatusExporter(kube, 0.2, client)
+    loop = asyncio.ensure_future(exporter.run())
+    try:
+        ask("openstack.server/nothing-here")
+        for _ in range(100):
+            if APPROVE_ANNOTATION not in annotations():
+                break
+            await asyncio.sleep(0.1)
+        answer = annotations()[APPROVED_ANNOTATION]
+        assert "openstack.server/nothing-here: refused: no step" in answer, answer
+        ask("all")
+        result = await asyncio.wait_for(passed, timeout=120)
+    finally:
+        exporter.stop()
+        await loop
+    answer = annotations()[APPROVED_ANNOTATION]
+    assert f"all: approved master-0/openstack.server/{prefix}-master-0" in answer, answer
+    assert APPROVE_ANNOTATION not in annotations()
+    [step] = result.held
+    assert step.outcome == "done", step
+    assert result.status == "ok", result
+    await client.get_schedule_handle(schedule_id(prefix)).delete()
     await support.run(client, settings, "destroy", path, prefix, cluster_uuid, provider="openstack")
     assert cluster_resources(endpoint.admin_url, prefix) == []
