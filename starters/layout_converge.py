@@ -119,7 +119,8 @@ async def install_schedule(
     client: Client, task_queue: str, input: ConvergeInput, interval_s: float
 ) -> str:
     """Make the cluster's Schedule, or bring an existing one to these settings: ``created``
-    or ``updated``."""
+    or ``updated`` (a Schedule an operator paused stays paused, with its note: an upgrade's
+    install Job never resumes it)."""
     sid = schedule_id(input.cluster.prefix, input.id_scope)
     wanted = _schedule(task_queue, input, interval_s)
     try:
@@ -128,7 +129,10 @@ async def install_schedule(
     except ScheduleAlreadyRunningError:
         pass
 
-    def update(_: ScheduleUpdateInput) -> ScheduleUpdate:
+    def update(current: ScheduleUpdateInput) -> ScheduleUpdate:
+        state = current.description.schedule.state
+        if state.paused:
+            wanted.state = ScheduleState(paused=True, note=state.note or wanted.state.note)
         return ScheduleUpdate(schedule=wanted)
 
     await client.get_schedule_handle(sid).update(update)
@@ -167,9 +171,13 @@ async def approve(
     return result
 
 
-async def approve_from_annotation(kube: Kube, client: Client, scope: str = "") -> str | None:
+async def approve_from_annotation(
+    kube: Kube, client: Client, scope: str = "", task_queue: str = ""
+) -> str | None:
     """Act on the status ConfigMap's approve annotation, if it has one: the answer written
-    back (``None``: nothing was asked). Raises on a Temporal error (the annotation stays)."""
+    back (``None``: nothing was asked). Raises on a Temporal error (the annotation stays). The
+    pass must run on ``task_queue`` (this cluster's, when given): the ConfigMap names the layout,
+    and whoever may patch it could name another cluster's."""
     namespace, name = STATUS_CONFIG_MAP
     found = await asyncio.to_thread(kube.get, CONFIG_MAPS, name, namespace)
     annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
@@ -187,8 +195,11 @@ async def approve_from_annotation(kube: Kube, client: Client, scope: str = "") -
         outcome = "refused: no converge pass has reported here yet"
     else:
         handle = await running_pass(client, prefix, scope)
+        queue = (await handle.describe()).task_queue if handle and task_queue else task_queue
         if handle is None:
             outcome = f"refused: no converge pass of {prefix} is running"
+        elif queue != task_queue:
+            outcome = f"refused: the converge pass of {prefix} is not this cluster's"
         else:
             try:
                 result = await approve(handle, step)
@@ -200,7 +211,10 @@ async def approve_from_annotation(kube: Kube, client: Client, scope: str = "") -
                 parts += [f"already approved {k}" for k in result.already]
                 outcome = "; ".join(parts) or "approved nothing"
     answer = f"{datetime.now(UTC).isoformat(timespec='seconds')} {asked or 'all'}: {outcome}"
-    patch = {"metadata": {"annotations": {APPROVE_ANNOTATION: None, APPROVED_ANNOTATION: answer}}}
+    # the version read: an ask rewritten meanwhile is a conflict, answered in the next round
+    version = str((found.get("metadata") or {}).get("resourceVersion") or "")
+    annotated: dict[str, Any] = {APPROVE_ANNOTATION: None, APPROVED_ANNOTATION: answer}
+    patch = {"metadata": {"annotations": annotated, "resourceVersion": version or None}}
     await asyncio.to_thread(kube.patch, CONFIG_MAPS, name, patch, namespace)
     log.info("layout converge: approval by annotation: %s", answer)
     return answer
@@ -251,11 +265,17 @@ class ConvergeStatusExporter:
     annotation."""
 
     def __init__(
-        self, kube: Kube, interval_s: float, client: Client | None = None, scope: str = ""
+        self,
+        kube: Kube,
+        interval_s: float,
+        client: Client | None = None,
+        scope: str = "",
+        task_queue: str = "",
     ) -> None:
         self.kube, self.interval_s = kube, interval_s
-        #: The approvals by annotation go through it (none: they are not read).
-        self.client, self.scope = client, scope
+        #: The approvals by annotation go through it (none: they are not read), to passes on
+        #: ``task_queue`` only (this cluster's).
+        self.client, self.scope, self.task_queue = client, scope, task_queue
         self._stopped = asyncio.Event()
 
     @classmethod
@@ -263,8 +283,14 @@ class ConvergeStatusExporter:
         converge = context.settings.layouts.converge
         if not converge.enabled:
             return None
-        scope = context.settings.temporal.id_scope
-        return cls(context.kube, converge.export_interval_s, context.client, scope)
+        temporal = context.settings.temporal
+        return cls(
+            context.kube,
+            converge.export_interval_s,
+            context.client,
+            temporal.id_scope,
+            temporal.task_queue,
+        )
 
     def stop(self) -> None:
         self._stopped.set()
@@ -277,7 +303,9 @@ class ConvergeStatusExporter:
                 log.exception("layout converge: reading the status ConfigMap failed")
             if self.client is not None:
                 try:
-                    await approve_from_annotation(self.kube, self.client, self.scope)
+                    await approve_from_annotation(
+                        self.kube, self.client, self.scope, self.task_queue
+                    )
                 except Exception:  # Temporal or the API server: the annotation stays, asked again
                     log.exception("layout converge: the approval by annotation failed")
             with contextlib.suppress(TimeoutError):

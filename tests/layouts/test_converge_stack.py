@@ -58,6 +58,7 @@ from starters.layout_converge import (
     STATUS_CONFIG_MAP,
     ConvergeStatusExporter,
     approve,
+    approve_from_annotation,
     export,
     install_schedule,
     pass_state,
@@ -311,10 +312,16 @@ async def test_the_charts_job_makes_the_schedule_whose_pass_reads_the_workers_mo
     )
     argv, env = job.command()
     scope = queue  # the chart's: its task queue (temporal.workflowIdScope unset)
+    schedule = client.get_schedule_handle(schedule_id(prefix, scope))
     for outcome in ("created", "updated"):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert f"Schedule {schedule_id(prefix, scope)} {outcome}" in done.stdout, done.stdout
+        if outcome == "created":  # an operator pauses it: the upgrade's rerun keeps it paused
+            await schedule.pause(note="held by the operator")
+    state = (await schedule.describe()).schedule.state
+    assert (state.paused, state.note) == (True, "held by the operator")
+    await schedule.unpause()
 
     mount = tmp_path / "pod" / "etc/cloudloop/layouts"
     on_queue = mounted(
@@ -484,8 +491,9 @@ async def test_an_approval_by_annotation_reaches_the_pass(
     stack: LocalStack, client: Client, settings: Settings, worker: None, kube: Kube, tmp_path: Path
 ) -> None:
     """``converge.cloudloop.io/approve`` on the status ConfigMap, read by the starter's exporter
-    loop: an unknown step is refused with the pass's own words, ``all`` approves the held
-    replacement, and each answer replaces the ask (``converge.cloudloop.io/approved``)."""
+    loop: a starter of other queues refuses the pass, an unknown step is refused with the pass's
+    own words, ``all`` approves the held replacement, and each answer replaces the ask
+    (``converge.cloudloop.io/approved``)."""
     endpoint = endpoint_of(stack)
     prefix = f"ca{uuid.uuid4().hex[:6]}"
     path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
@@ -540,7 +548,11 @@ async def test_an_approval_by_annotation_reaches_the_pass(
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("the pass held no step")
-    exporter = ConvergeStatusExporter(kube, 0.2, client)
+    # the ConfigMap names the layout; a starter of another cluster's queues refuses its pass
+    ask("all")
+    answer = await approve_from_annotation(kube, client, "", "another-clusters-queue")
+    assert answer is not None and "is not this cluster's" in answer, answer
+    exporter = ConvergeStatusExporter(kube, 0.2, client, "", settings.temporal.task_queue)
     loop = asyncio.ensure_future(exporter.run())
     try:
         ask("openstack.server/nothing-here")
