@@ -46,7 +46,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from cloudloop.layouts.model import LayoutDef, ModuleDef
+    from cloudloop.layouts.model import LayoutDef, ModuleDef, ResourceDef
     from cloudloop.messages.layout import (
         DefineInput,
         LayoutActivity,
@@ -317,6 +317,30 @@ class LayoutConvergeWorkflow:
             return False
         base, _ = _split(layout)
         known = {**found.get(base.id, {}), **found.get(module.id, {})}
+        # one module's replacements one at a time, delete and apply together: another step's
+        # delete never runs under this step's apply
+        async with self._module_locks.setdefault(module.id, asyncio.Lock()):
+            answer = await self._replace(layout, module, resource, step, known, found)
+        if answer is None:
+            return False
+        if isinstance(answer, ApplicationError):
+            step.outcome, step.error = "failed", answer.message
+        else:
+            step.outcome = "done"
+        return True
+
+    async def _replace(
+        self,
+        layout: LayoutDef,
+        module: ModuleDef,
+        resource: ResourceDef,
+        step: HeldStep,
+        known: dict[str, Any],
+        found: dict[str, dict[str, Any]],
+    ) -> ModuleResult | ApplicationError | None:
+        """Delete ``resource``, then apply its module (``None``: the delete failed, said on
+        ``step``)."""
+        base, _ = _split(layout)
         try:
             await workflow.execute_activity(
                 LayoutActivity.DELETE,
@@ -334,15 +358,9 @@ class LayoutConvergeWorkflow:
             )
         except ActivityError as err:
             step.outcome, step.error = "failed", failure_of(err, step.key).message
-            return False
+            return None
         external = found.get(base.id, {}) if module is not base else {}
-        async with self._module_locks.setdefault(module.id, asyncio.Lock()):
-            answer = await self._apply_module(module, external)
-        if isinstance(answer, ApplicationError):
-            step.outcome, step.error = "failed", answer.message
-        else:
-            step.outcome = "done"
-        return True
+        return await self._apply_module(module, external)
 
     async def _report(
         self,
