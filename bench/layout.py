@@ -20,7 +20,6 @@ import time
 import uuid
 from pathlib import Path
 
-import yaml
 from prometheus_client import REGISTRY
 
 from bench.context import BenchContext
@@ -28,7 +27,7 @@ from bench.converge import layout_worker, plan_only_pass
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput
-from devstack.backends.aws_layouts import cluster_resources
+from devstack.backends.aws_layouts import cluster_resources, layout_config
 from starters.layout import run_layout
 
 EXAMPLE = (
@@ -59,16 +58,7 @@ async def layout_figures(ctx: BenchContext) -> dict[str, float]:
     queue = f"bench-layout-{uuid.uuid4().hex[:6]}"
     prefix = f"bl{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="bench-layout-") as folder:
-        docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
-        for doc in docs:
-            if doc["kind"] == "ClusterConfiguration":
-                doc["cloud"]["prefix"] = prefix
-            else:
-                doc["provider"].update(
-                    providerAccessKeyId="testing", providerSecretAccessKey="testing"
-                )
-        path = Path(folder) / "cluster.yaml"
-        path.write_text(yaml.safe_dump_all(docs))
+        path = layout_config(EXAMPLE, Path(folder), prefix)
         cluster = ClusterIdentity(prefix=prefix, uuid=str(uuid.uuid4()))
         source = ConfigSource(file=str(path))
 

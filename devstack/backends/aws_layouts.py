@@ -1,17 +1,42 @@
-"""What a layout left in moto: every resource of a cluster, found by its names (tests, bench).
+"""An AWS layout on moto (tests, bench, the dev demo): its configuration, and what it left.
 
-Rules: read-only; a resource counts when its ``Name`` tag (EC2) or its name (IAM, key pairs)
-starts with the cluster's prefix and it is live (instances not terminated, NAT gateways not
-deleted), so a duplicate shows as two entries and a clean destroy as none.
+- :func:`layout_config`: an example ``<Provider>ClusterConfiguration`` with a prefix and moto's
+  keys, written to a file the workers read;
+- :func:`cluster_resources`: every resource of a cluster, found by its names.
+
+Rules: :func:`cluster_resources` is read-only; a resource counts when its ``Name`` tag (EC2)
+or its name (IAM, key pairs) starts with the cluster's prefix and it is live (instances not
+terminated, NAT gateways not deleted), so a duplicate shows as two entries and a clean destroy
+as none.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from devstack.backends.aws import aws_client
 
 _LIVE_INSTANCES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+
+
+def layout_config(
+    example: Path, folder: Path, prefix: str, secret: str = "testing", name: str = "cluster.yaml"
+) -> Path:
+    """``example`` with ``prefix`` and moto's keys (``secret`` as the secret key), written to
+    ``folder/name``."""
+    docs = list(yaml.safe_load_all(example.read_text()))
+    for doc in docs:
+        if doc["kind"] == "ClusterConfiguration":
+            doc["cloud"]["prefix"] = prefix
+        else:
+            doc["provider"].update(providerAccessKeyId="testing", providerSecretAccessKey=secret)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
 
 
 def cluster_resources(endpoint: str, prefix: str) -> list[str]:

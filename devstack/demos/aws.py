@@ -21,7 +21,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import SecretStr
 
 from cloudloop.cloud.aws import PROVIDER as AWS
@@ -37,6 +36,7 @@ from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack.backends.aws import AMI, ZONES, ClusterNetwork, create_cluster_network
+from devstack.backends.aws_layouts import layout_config
 from devstack.demos.common import DEPLOYMENTS
 from devstack.demos.storage import CLAIM, DemoStorage, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
@@ -96,18 +96,7 @@ class AwsDemo:
 
     def layout_config(self, folder: Path, prefix: str) -> Path | None:
         """The ``WithoutNAT`` example on moto (the workers' endpoint and moto's keys)."""
-        docs = list(yaml.safe_load_all(LAYOUT_EXAMPLE.read_text()))
-        for doc in docs:
-            if doc["kind"] == "ClusterConfiguration":
-                doc["cloud"]["prefix"] = prefix
-            else:
-                doc["provider"].update(
-                    providerAccessKeyId="testing", providerSecretAccessKey="testing"
-                )
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "aws-cluster.yaml"
-        path.write_text(yaml.safe_dump_all(docs))
-        return path
+        return layout_config(LAYOUT_EXAMPLE, folder, prefix, name="aws-cluster.yaml")
 
     def stop(self) -> None:
         """The CSI controller and its sidecars (the stack stops after them)."""

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -26,6 +25,7 @@ from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource, LayoutDef, ResourceDef
 from cloudloop.messages.layout import LayoutInput, LayoutResult, LayoutTimings
 from cloudloop.settings import LayoutSettings
+from devstack.backends.aws_layouts import layout_config
 from devstack.local import LocalStack
 from starters.layout import run_layout
 from tests.support.workers import CLI
@@ -120,15 +120,7 @@ class Front:
 
 def config_file(folder: Path, example: str, prefix: str) -> Path:
     """The example with ``prefix`` and moto's credentials, written into ``folder``."""
-    docs = list(yaml.safe_load_all((EXAMPLES / f"{example}.yaml").read_text()))
-    for doc in docs:
-        if doc["kind"] == "ClusterConfiguration":
-            doc["cloud"]["prefix"] = prefix
-        else:
-            doc["provider"].update(providerAccessKeyId="testing", providerSecretAccessKey=SECRET)
-    path = folder / "cluster.yaml"
-    path.write_text(yaml.safe_dump_all(docs))
-    return path
+    return layout_config(EXAMPLES / f"{example}.yaml", folder, prefix, secret=SECRET)
 
 
 def payloads(value: Any) -> str:
