@@ -54,6 +54,7 @@ from temporalio.client import (
 
 from cloudloop import metrics, searchattrs
 from cloudloop.kube.api import Kube
+from cloudloop.kube.bodies import ConfigMap
 from cloudloop.kube.resources import CONFIG_MAPS
 from cloudloop.messages.layout_converge import (
     STATUSES,
@@ -79,9 +80,17 @@ APPROVED_ANNOTATION = "converge.cloudloop.io/approved"
 
 def read_status(kube: Kube) -> dict[str, Any] | None:
     """The last report (None when there is none or it does not parse)."""
+    return status_of(_read_config_map(kube))
+
+
+def _read_config_map(kube: Kube) -> ConfigMap | None:
     namespace, name = STATUS_CONFIG_MAP
-    found = kube.get(CONFIG_MAPS, name, namespace)
-    text = ((found or {}).get("data") or {}).get(STATUS_KEY)
+    return kube.get(CONFIG_MAPS, name, namespace)
+
+
+def status_of(config_map: ConfigMap | None) -> dict[str, Any] | None:
+    """The report the status ConfigMap holds (None when there is none or it does not parse)."""
+    text = ((config_map or {}).get("data") or {}).get(STATUS_KEY)
     if not text:
         return None
     try:
@@ -172,33 +181,30 @@ async def approve(
 
 
 async def approve_from_annotation(
-    kube: Kube, client: Client, scope: str = "", task_queue: str = ""
+    kube: Kube,
+    client: Client,
+    found: ConfigMap | None,
+    scope: str = "",
+    task_queue: str = "",
 ) -> str | None:
-    """Act on the status ConfigMap's approve annotation, if it has one: the answer written
-    back (``None``: nothing was asked). Raises on a Temporal error (the annotation stays). The
-    pass must run on ``task_queue`` (this cluster's, when given): the ConfigMap names the layout,
-    and whoever may patch it could name another cluster's."""
-    namespace, name = STATUS_CONFIG_MAP
-    found = await asyncio.to_thread(kube.get, CONFIG_MAPS, name, namespace)
+    """Act on the approve annotation of ``found`` (the status ConfigMap as read), if it has one:
+    the answer written back (``None``: nothing was asked). Raises on a Temporal error (the
+    annotation stays). The pass must run on ``task_queue`` (this cluster's, when given): the
+    ConfigMap names the layout, and whoever may patch it could name another cluster's."""
     annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
     asked = annotations.get(APPROVE_ANNOTATION)
     if found is None or asked is None:
         return None
     asked = str(asked).strip()
     step = "" if asked in ("", "all") else asked
-    text = ((found.get("data") or {}).get(STATUS_KEY)) or "{}"
-    try:
-        prefix = str(json.loads(text).get("cluster") or "")
-    except (ValueError, AttributeError):
-        prefix = ""
+    prefix = str((status_of(found) or {}).get("cluster") or "")
     if not prefix:
         outcome = "refused: no converge pass has reported here yet"
     else:
         handle = await running_pass(client, prefix, scope)
-        queue = (await handle.describe()).task_queue if handle and task_queue else task_queue
         if handle is None:
             outcome = f"refused: no converge pass of {prefix} is running"
-        elif queue != task_queue:
+        elif task_queue and (await handle.describe()).task_queue != task_queue:
             outcome = f"refused: the converge pass of {prefix} is not this cluster's"
         else:
             try:
@@ -215,6 +221,7 @@ async def approve_from_annotation(
     version = str((found.get("metadata") or {}).get("resourceVersion") or "")
     annotated: dict[str, Any] = {APPROVE_ANNOTATION: None, APPROVED_ANNOTATION: answer}
     patch = {"metadata": {"annotations": annotated, "resourceVersion": version or None}}
+    namespace, name = STATUS_CONFIG_MAP
     await asyncio.to_thread(kube.patch, CONFIG_MAPS, name, patch, namespace)
     log.info("layout converge: approval by annotation: %s", answer)
     return answer
@@ -297,14 +304,16 @@ class ConvergeStatusExporter:
 
     async def run(self) -> None:
         while not self._stopped.is_set():
-            try:
-                export(await asyncio.to_thread(read_status, self.kube))
+            found: ConfigMap | None = None
+            try:  # one read a round: the report exported, the annotation acted on
+                found = await asyncio.to_thread(_read_config_map, self.kube)
+                export(status_of(found))
             except Exception:
                 log.exception("layout converge: reading the status ConfigMap failed")
-            if self.client is not None:
+            if self.client is not None and found is not None:
                 try:
                     await approve_from_annotation(
-                        self.kube, self.client, self.scope, self.task_queue
+                        self.kube, self.client, found, self.scope, self.task_queue
                     )
                 except Exception:  # Temporal or the API server: the annotation stays, asked again
                     log.exception("layout converge: the approval by annotation failed")
