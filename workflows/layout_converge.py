@@ -317,10 +317,11 @@ class LayoutConvergeWorkflow:
             return False
         base, _ = _split(layout)
         known = {**found.get(base.id, {}), **found.get(module.id, {})}
+        external = found.get(base.id, {}) if module is not base else {}
         # one module's replacements one at a time, delete and apply together: another step's
         # delete never runs under this step's apply
         async with self._module_locks.setdefault(module.id, asyncio.Lock()):
-            answer = await self._replace(layout, module, resource, step, known, found)
+            answer = await self._replace(module, resource, step, known, external)
         if answer is None:
             return False
         if isinstance(answer, ApplicationError):
@@ -331,16 +332,14 @@ class LayoutConvergeWorkflow:
 
     async def _replace(
         self,
-        layout: LayoutDef,
         module: ModuleDef,
         resource: ResourceDef,
         step: HeldStep,
         known: dict[str, Any],
-        found: dict[str, dict[str, Any]],
+        external: dict[str, Any],
     ) -> ModuleResult | ApplicationError | None:
-        """Delete ``resource``, then apply its module (``None``: the delete failed, said on
-        ``step``)."""
-        base, _ = _split(layout)
+        """Delete ``resource`` (its inputs among ``known``), then apply its module with the
+        base's ``external`` outputs (``None``: the delete failed, said on ``step``)."""
         try:
             await workflow.execute_activity(
                 LayoutActivity.DELETE,
@@ -359,7 +358,6 @@ class LayoutConvergeWorkflow:
         except ActivityError as err:
             step.outcome, step.error = "failed", failure_of(err, step.key).message
             return None
-        external = found.get(base.id, {}) if module is not base else {}
         return await self._apply_module(module, external)
 
     async def _report(
