@@ -149,6 +149,24 @@ async def one_pass(client: Client, prefix: str, scope: str = "") -> ConvergeResu
     raise AssertionError("the Schedule started no pass")
 
 
+def keep_master_bootstrap(kube: Kube, data: bytes) -> None:
+    """``data`` as the cluster keeps the master group's bootstrap data (dhctl's
+    ``manual-bootstrap-for-master``, made anew), in the namespaces a Deckhouse cluster has."""
+    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
+        if kube.get(NAMESPACES, namespace) is None:
+            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    name = f"{bootstrap.CLUSTER_SECRET_PREFIX}master"
+    kube.delete(SECRETS, name, bootstrap.CLUSTER_SECRET_NAMESPACE)
+    kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": name},
+            "data": {bootstrap.CLUSTER_SECRET_KEY: base64.b64encode(data).decode()},
+        },
+        bootstrap.CLUSTER_SECRET_NAMESPACE,
+    )
+
+
 def modules(result: ConvergeResult) -> dict[str, str]:
     return {s.module: s.status for s in result.statuses}
 
@@ -170,18 +188,8 @@ async def test_a_pass_reports_repairs_makes_nodes_and_changes_nothing_unreachabl
     path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
     cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
     await support.run(client, settings, "apply", path, prefix, cluster_uuid, provider="openstack")
-    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
-        if kube.get(NAMESPACES, namespace) is None:
-            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     master_data = f"#cloud-config\nbootstrap_token: {uuid.uuid4().hex}\n".encode()
-    kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": f"{bootstrap.CLUSTER_SECRET_PREFIX}master"},
-            "data": {bootstrap.CLUSTER_SECRET_KEY: base64.b64encode(master_data).decode()},
-        },
-        bootstrap.CLUSTER_SECRET_NAMESPACE,
-    )
+    keep_master_bootstrap(kube, master_data)
     input = ConvergeInput(
         provider="openstack",
         source=ConfigSource(file=str(path)),
@@ -390,19 +398,7 @@ async def test_a_pass_and_its_approved_replacement_killed_at_every_step_converge
     cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
     await support.run(client, settings, "apply", path, prefix, cluster_uuid, provider="openstack")
     master_data = f"#cloud-config\nbootstrap_token: {uuid.uuid4().hex}\n".encode()
-    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
-        if kube.get(NAMESPACES, namespace) is None:
-            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-    name = f"{bootstrap.CLUSTER_SECRET_PREFIX}master"
-    kube.delete(SECRETS, name, bootstrap.CLUSTER_SECRET_NAMESPACE)
-    kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": name},
-            "data": {bootstrap.CLUSTER_SECRET_KEY: base64.b64encode(master_data).decode()},
-        },
-        bootstrap.CLUSTER_SECRET_NAMESPACE,
-    )
+    keep_master_bootstrap(kube, master_data)
     sdk = os_connect(endpoint)
     try:
         sdk.compute.delete_keypair(prefix)
@@ -499,17 +495,7 @@ async def test_an_approval_by_annotation_reaches_the_pass(
     path = config_file(tmp_path, "openstack-simple", prefix, endpoint)
     cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, prefix))
     await support.run(client, settings, "apply", path, prefix, cluster_uuid, provider="openstack")
-    for namespace in ("d8-system", bootstrap.CLUSTER_SECRET_NAMESPACE):
-        if kube.get(NAMESPACES, namespace) is None:
-            kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-    name = f"{bootstrap.CLUSTER_SECRET_PREFIX}master"
-    kube.delete(SECRETS, name, bootstrap.CLUSTER_SECRET_NAMESPACE)
-    data = base64.b64encode(b"#cloud-config\n").decode()
-    kube.create(
-        SECRETS,
-        {"metadata": {"name": name}, "data": {bootstrap.CLUSTER_SECRET_KEY: data}},
-        bootstrap.CLUSTER_SECRET_NAMESPACE,
-    )
+    keep_master_bootstrap(kube, b"#cloud-config\n")
     docs = list(yaml.safe_load_all(path.read_text()))
     for doc in docs:
         if "masterNodeGroup" in doc:
@@ -550,7 +536,8 @@ async def test_an_approval_by_annotation_reaches_the_pass(
         raise AssertionError("the pass held no step")
     # the ConfigMap names the layout; a starter of another cluster's queues refuses its pass
     ask("all")
-    answer = await approve_from_annotation(kube, client, "", "another-clusters-queue")
+    found = kube.get(CONFIG_MAPS, config_map, namespace)
+    answer = await approve_from_annotation(kube, client, found, "", "another-clusters-queue")
     assert answer is not None and "is not this cluster's" in answer, answer
     exporter = ConvergeStatusExporter(kube, 0.2, client, "", settings.temporal.task_queue)
     loop = asyncio.ensure_future(exporter.run())
