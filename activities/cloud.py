@@ -1,4 +1,4 @@
-"""Cloud activities: every call goes through the :class:`~cloudloop.cloud.driver.CloudDriver`.
+"""Cloud activities: the probe, and what every cloud activity shares (errors, provider check).
 
 Driver errors become ``ApplicationError`` with the error kind as ``type`` and the driver's
 retryability, so workflows see ``CloudUnreachable``/``CloudAuthFailed``/… and never a raw SDK
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import Discovery
 from cloudloop.cloud.errors import CloudError, NotSupported
 from cloudloop.messages.probe import CloudCallInput, ProbeActivity, ZoneList
 
@@ -26,21 +26,24 @@ def cloud_errors() -> Iterator[None]:
         raise ApplicationError(str(exc), type=exc.kind, non_retryable=not exc.retryable) from exc
 
 
-class CloudActivities:
-    def __init__(self, driver: CloudDriver) -> None:
-        self.driver = driver
+def check_provider(requested: str, served: str) -> None:
+    """``NotSupported`` for work of another cloud (``requested``) on this cloud's worker."""
+    if requested != served:
+        raise NotSupported(requested, f"provider {requested!r} on a worker for {served!r}")
 
-    def _check_provider(self, provider: str) -> None:
-        if provider != self.driver.provider:
-            raise NotSupported(
-                provider, f"provider {provider!r} on a worker for {self.driver.provider!r}"
-            )
+
+class CloudActivities:
+    """The cloud probe: the zones, through the discovery capability."""
+
+    def __init__(self, discovery: Discovery, *, provider: str) -> None:
+        self.discovery = discovery
+        self.provider = provider
 
     @activity.defn(name=ProbeActivity.DISCOVER_ZONES)
     def discover_zones(self, input: CloudCallInput) -> ZoneList:
         with cloud_errors():
-            self._check_provider(input.provider)
-            return ZoneList(zones=self.driver.zones())
+            check_provider(input.provider, self.provider)
+            return ZoneList(zones=self.discovery.zones())
 
     def all(self) -> list[object]:
         return [self.discover_zones]

@@ -25,11 +25,11 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.cloud import cloud_errors
+from activities.cloud import check_provider, cloud_errors
 from activities.heartbeats import heartbeating
 from activities.kube import kube_errors
 from cloudloop.cloud.driver import Instances, LoadBalancers
-from cloudloop.cloud.errors import CloudError, InvalidRequest, NotSupported
+from cloudloop.cloud.errors import CloudError, InvalidRequest
 from cloudloop.cloud.models import LoadBalancerBackend, LoadBalancerSpec, LoadBalancerStatus
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube, KubeError
@@ -77,11 +77,7 @@ class LoadBalancerActivities:
         self._mapped_lock = threading.Lock()
 
     def _check_provider(self, target: LoadBalancerTarget) -> None:
-        if target.provider != self.load_balancers.provider:
-            raise NotSupported(
-                target.provider,
-                f"provider {target.provider!r} on a {self.load_balancers.provider} worker",
-            )
+        check_provider(target.provider, self.load_balancers.provider)
 
     def nodes(
         self, target: LoadBalancerTarget, desired: DesiredLoadBalancer

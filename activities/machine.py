@@ -32,7 +32,7 @@ from temporalio.exceptions import ApplicationError
 from activities.cloud import cloud_errors
 from activities.heartbeats import Heartbeat, heartbeating
 from activities.kube import kube_errors
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import Machines
 from cloudloop.cloud.models import Machine, MachineSpec
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import InfraObject
@@ -66,8 +66,10 @@ def _previous_count(key: str) -> int:
 
 
 class MachineActivities:
-    def __init__(self, driver: CloudDriver, kube: Kube) -> None:
-        self.driver = driver
+    """The VM through the machines capability, the InfraMachine through ``kube``."""
+
+    def __init__(self, machines: Machines, kube: Kube) -> None:
+        self.machines = machines
         self.kube = kube
 
     # -- cloud -----------------------------------------------------------------------------
@@ -90,7 +92,7 @@ class MachineActivities:
             progress: dict[str, Any] = {"step": "creating"}
             with heartbeating(1.0, details=functools.partial(dict, progress)) as beat:
                 with activity.shield_thread_cancel_exception(), cloud_errors():
-                    machine = self.driver.create_machine(input.spec, user_data)
+                    machine = self.machines.create_machine(input.spec, user_data)
                 del user_data
                 progress.update(step="created", phase=machine.phase)
                 beat.now()
@@ -181,7 +183,7 @@ class MachineActivities:
         progress: dict[str, Any] = {"step": "observing"}
         with heartbeating(1.0, details=functools.partial(dict, progress)) as beat:
             with cloud_errors():
-                machine = self.driver.get_machine(input.spec)
+                machine = self.machines.get_machine(input.spec)
             return self._watch(
                 input.spec, machine, input.last_reason, input.window_s, input.poll, progress, beat
             )
@@ -215,7 +217,7 @@ class MachineActivities:
             activity.wait_for_cancelled_sync(min(delay, remaining))
             delay = poll.after(delay)
             with cloud_errors():
-                machine = self.driver.get_machine(spec)
+                machine = self.machines.get_machine(spec)
             polls += 1
 
     @activity.defn(name=MachineActivity.DELETE)
@@ -232,7 +234,7 @@ class MachineActivities:
                 activity.shield_thread_cancel_exception(),
                 cloud_errors(),
             ):
-                gone = self.driver.delete_machine(input.spec)
+                gone = self.machines.delete_machine(input.spec)
             attempts += 1
             activity.heartbeat({"attempts": attempts, "gone": gone})
             if gone:

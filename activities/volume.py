@@ -26,9 +26,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.budget import LocalBudget
-from activities.cloud import cloud_errors
+from activities.cloud import check_provider, cloud_errors
 from cloudloop.cloud import errors
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import Discovery, Instances, Snapshots, Volumes
 from cloudloop.cloud.models import Attachment, SnapshotSpec, Volume, VolumeSpec
 from cloudloop.messages.volume import (
     HAND_OVER,
@@ -119,16 +119,29 @@ def _alive(progress: dict[str, Any]) -> Iterator[None]:
 
 
 class VolumeActivities:
-    def __init__(self, driver: CloudDriver, *, local_budget: LocalBudget | None = None) -> None:
-        self.driver = driver
+    """The CSI operations on the cloud's volumes and snapshots; ``instances`` turns a CSI node
+    ID into an instance, ``discovery`` says which zones are up."""
+
+    def __init__(
+        self,
+        volumes: Volumes,
+        snapshots: Snapshots,
+        instances: Instances,
+        discovery: Discovery,
+        *,
+        provider: str,
+        local_budget: LocalBudget | None = None,
+    ) -> None:
+        self.volumes = volumes
+        self.snapshots = snapshots
+        self.instances = instances
+        self.discovery = discovery
+        self.provider = provider
         #: The local attempts' own rate (the queue's rate limit does not count them).
         self.local_budget = local_budget or LocalBudget(None)
 
     def _check_provider(self, provider: str) -> None:
-        if provider != self.driver.provider:
-            raise errors.NotSupported(
-                provider, f"provider {provider!r} on a worker for {self.driver.provider!r}"
-            )
+        check_provider(provider, self.provider)
         if activity.info().is_local and not self.local_budget.take():
             raise ApplicationError(
                 "the worker's local budget is spent: handed to a heartbeating activity",
@@ -168,15 +181,15 @@ class VolumeActivities:
             volume: Volume | None = None
             if progress.get("volume_id"):  # a previous attempt created it: resume waiting
                 with contextlib.suppress(errors.NotFound):
-                    volume = self.driver.get_volume(str(progress["volume_id"]))
+                    volume = self.volumes.get_volume(str(progress["volume_id"]))
             if volume is None:
-                volume = self.driver.find_volume(input.name, input.cluster)
+                volume = self.volumes.find_volume(input.name, input.cluster)
                 reason = incompatibility(volume, input) if volume is not None else None
                 if reason:
-                    raise errors.AlreadyExists(self.driver.provider, "CreateVolume", reason)
+                    raise errors.AlreadyExists(self.provider, "CreateVolume", reason)
             if volume is None:
                 if input.snapshot_id:  # CSI: a missing source is NOT_FOUND, before any create
-                    self.driver.get_snapshot(input.snapshot_id)
+                    self.snapshots.get_snapshot(input.snapshot_id)
                 volume = self._create(input, progress)
             progress["volume_id"] = volume.id
             volume_id = volume.id
@@ -186,26 +199,26 @@ class VolumeActivities:
             return CreateVolumeResult(volume=ready)
 
     def _create(self, input: CreateVolumeInput, progress: dict[str, Any]) -> Volume:
-        created = self.driver.create_volume(self._spec(input))
+        created = self.volumes.create_volume(self._spec(input))
         progress["volume_id"] = created.id
         _beat(progress)
         activity.logger.info("created volume %s for %s", created.id, input.name)
         # Two attempts that raced (a cloud without idempotency tokens) each made one: all keep
         # the oldest, and the others remove their own.
-        oldest = self.driver.find_volume(input.name, input.cluster)
+        oldest = self.volumes.find_volume(input.name, input.cluster)
         if oldest is None or oldest.id == created.id:
             return created
         activity.logger.warning("%s duplicates %s: deleting it", created.id, oldest.id)
         with contextlib.suppress(errors.NotFound):
-            self.driver.delete_volume(created.id)
+            self.volumes.delete_volume(created.id)
         return oldest
 
     def _spec(self, input: CreateVolumeInput) -> VolumeSpec:
-        zones = [z.name for z in self.driver.zones() if z.state == "available"]
+        zones = [z.name for z in self.discovery.zones() if z.state == "available"]
         zone = choose_zone(input.topology, zones)
         if zone is None:
             raise errors.ResourceExhausted(
-                self.driver.provider,
+                self.provider,
                 "CreateVolume",
                 f"no zone fits: requisite {input.topology.requisite}, available {sorted(zones)}",
             )
@@ -222,14 +235,14 @@ class VolumeActivities:
         )
 
     def _usable(self, volume_id: str) -> Volume | None:
-        volume = self.driver.get_volume(volume_id)
+        volume = self.volumes.get_volume(volume_id)
         if volume.state in ("available", "in-use"):
             return volume
         if volume.state == "error":
             # Unusable for good: remove it, so the retry creates a fresh one.
-            self.driver.delete_volume(volume_id)
+            self.volumes.delete_volume(volume_id)
             raise errors.CloudError(
-                self.driver.provider, "CreateVolume", f"volume {volume_id} failed (error state)"
+                self.provider, "CreateVolume", f"volume {volume_id} failed (error state)"
             )
         return None
 
@@ -239,19 +252,19 @@ class VolumeActivities:
         with cloud_errors(), _alive({}):
             self._check_provider(input.provider)
             try:
-                volume = self.driver.get_volume(input.volume_id)
+                volume = self.volumes.get_volume(input.volume_id)
             except errors.NotFound:
                 return DeleteVolumeResult(message=f"volume {input.volume_id} does not exist")
             live = [a for a in volume.attachments if a.state in _LIVE_ATTACHMENT | {"detaching"}]
             if live:
                 raise errors.FailedPrecondition(
-                    self.driver.provider,
+                    self.provider,
                     "DeleteVolume",
                     f"volume {volume.id} is attached to node {live[0].instance_id}",
                 )
             if volume.state not in ("deleting", "deleted"):
                 with contextlib.suppress(errors.NotFound):
-                    self.driver.delete_volume(volume.id)
+                    self.volumes.delete_volume(volume.id)
             return DeleteVolumeResult(message=f"volume {volume.id} deleted")
 
     # -- attach ----------------------------------------------------------------------------
@@ -262,10 +275,10 @@ class VolumeActivities:
             self._check_provider(input.provider)
             # The CSI node ID is the instance ID (NodeGetInfo); a providerID names it too.
             try:
-                instance_id = self.driver.instance_id_from_provider_id(input.node_id)
+                instance_id = self.instances.instance_id_from_provider_id(input.node_id)
             except errors.InvalidRequest:
                 instance_id = input.node_id  # the driver answers NotFound for an unknown one
-            volume = self.driver.get_volume(input.volume_id)
+            volume = self.volumes.get_volume(input.volume_id)
             mine = _attachment_to(volume, instance_id)
             if mine is not None and mine.state == "detaching":
                 self._wait(
@@ -282,11 +295,11 @@ class VolumeActivities:
                 ]
                 if others and not input.multi_node:
                     raise errors.FailedPrecondition(
-                        self.driver.provider,
+                        self.provider,
                         "AttachVolume",
                         f"volume {volume.id} is attached to node {others[0]}",
                     )
-                mine = self.driver.attach_volume(volume, instance_id)
+                mine = self.volumes.attach_volume(volume, instance_id)
                 activity.logger.info(
                     "attaching %s to %s as %s", volume.id, instance_id, mine.device
                 )
@@ -302,7 +315,7 @@ class VolumeActivities:
             return AttachResult(device=attached.device, publish_context=context)
 
     def _attached(self, volume_id: str, instance_id: str) -> Attachment | None:
-        mine = _attachment_to(self.driver.get_volume(volume_id), instance_id)
+        mine = _attachment_to(self.volumes.get_volume(volume_id), instance_id)
         return mine if mine is not None and mine.state == "attached" else None
 
     # -- detach ----------------------------------------------------------------------------
@@ -312,14 +325,14 @@ class VolumeActivities:
         with cloud_errors(), _alive(progress):
             self._check_provider(input.provider)
             try:
-                volume = self.driver.get_volume(input.volume_id)
+                volume = self.volumes.get_volume(input.volume_id)
             except errors.NotFound:
                 return DetachResult(message=f"volume {input.volume_id} does not exist")
             nodes: set[str] = set()
             if input.node_id:
                 nodes.add(input.node_id)
                 with contextlib.suppress(errors.InvalidRequest):
-                    nodes.add(self.driver.instance_id_from_provider_id(input.node_id))
+                    nodes.add(self.instances.instance_id_from_provider_id(input.node_id))
             targets = [
                 a
                 for a in volume.attachments
@@ -330,7 +343,7 @@ class VolumeActivities:
             for attachment in targets:
                 if attachment.state != "detaching":
                     try:
-                        self.driver.detach_volume(volume.id, attachment.instance_id)
+                        self.volumes.detach_volume(volume.id, attachment.instance_id)
                     except errors.NotFound:
                         return DetachResult(message=f"volume {volume.id} does not exist")
             instances = {a.instance_id for a in targets}
@@ -344,7 +357,7 @@ class VolumeActivities:
 
     def _detached(self, volume_id: str, instance_ids: set[str]) -> bool | None:
         try:
-            volume = self.driver.get_volume(volume_id)
+            volume = self.volumes.get_volume(volume_id)
         except errors.NotFound:
             return True
         still = [
@@ -358,22 +371,22 @@ class VolumeActivities:
         progress: dict[str, Any] = {"target_size_gib": input.size_gib}
         with cloud_errors(), _alive(progress):
             self._check_provider(input.provider)
-            volume = self.driver.get_volume(input.volume_id)
+            volume = self.volumes.get_volume(input.volume_id)
             # The type's limits, known now (the controller checked the largest of any type).
-            self.driver.check_volume_size(input.size_gib, volume.volume_type)
+            self.volumes.check_volume_size(input.size_gib, volume.volume_type)
             if volume.size_gib >= input.size_gib:
                 return ExpandResult(
                     size_gib=volume.size_gib,
                     message=f"volume {volume.id} already has {volume.size_gib} GiB",
                 )
-            running = self.driver.get_volume_modification(volume.id)
+            running = self.volumes.get_volume_modification(volume.id)
             joining = (
                 running is not None
                 and running.state in ("modifying", "optimizing")
                 and running.target_size_gib >= input.size_gib
             )
             if not joining:
-                self.driver.expand_volume(volume.id, input.size_gib)
+                self.volumes.expand_volume(volume.id, input.size_gib)
                 activity.logger.info("expanding %s to %d GiB", volume.id, input.size_gib)
             size = self._wait(
                 f"volume {volume.id} grown to {input.size_gib} GiB",
@@ -383,13 +396,13 @@ class VolumeActivities:
             return ExpandResult(size_gib=size, message=f"volume {volume.id} has {size} GiB")
 
     def _grown(self, volume_id: str, size_gib: int) -> int | None:
-        modification = self.driver.get_volume_modification(volume_id)
+        modification = self.volumes.get_volume_modification(volume_id)
         if modification is None or modification.target_size_gib < size_gib:
-            size = self.driver.get_volume(volume_id).size_gib
+            size = self.volumes.get_volume(volume_id).size_gib
             return size if size >= size_gib else None
         if modification.state == "failed":
             raise errors.FailedPrecondition(
-                self.driver.provider,
+                self.provider,
                 "ModifyVolume",
                 f"resizing {volume_id} failed: {modification.message or 'no reason given'}",
             )
@@ -405,16 +418,16 @@ class VolumeActivities:
         with cloud_errors():
             self._check_provider(input.provider)
             if input.kind == "volume":
-                return ReadVolumesResult(volumes=[self.driver.get_volume(input.volume_id)])
+                return ReadVolumesResult(volumes=[self.volumes.get_volume(input.volume_id)])
             if input.kind == "volumes":
-                return ReadVolumesResult(volumes=self.driver.list_volumes(input.cluster))
+                return ReadVolumesResult(volumes=self.volumes.list_volumes(input.cluster))
             if input.kind == "capacity":
                 return ReadVolumesResult(
-                    capacity_bytes=self.driver.volume_capacity(input.parameters)
+                    capacity_bytes=self.volumes.volume_capacity(input.parameters)
                 )
             if input.kind == "snapshot":
-                return ReadVolumesResult(snapshots=[self.driver.get_snapshot(input.snapshot_id)])
-            return ReadVolumesResult(snapshots=self.driver.list_snapshots(input.cluster))
+                return ReadVolumesResult(snapshots=[self.snapshots.get_snapshot(input.snapshot_id)])
+            return ReadVolumesResult(snapshots=self.snapshots.list_snapshots(input.cluster))
 
     # -- snapshots -------------------------------------------------------------------------
     @activity.defn(name=VolumeActivity.CREATE_SNAPSHOT)
@@ -423,18 +436,18 @@ class VolumeActivities:
         (CSI: ``ready_to_use`` false, the caller asks again)."""
         with cloud_errors(), _alive({}):
             self._check_provider(input.provider)
-            found = self.driver.find_snapshot(input.name, input.cluster)
+            found = self.snapshots.find_snapshot(input.name, input.cluster)
             if found is not None:
                 if found.source_volume_id != input.source_volume_id:
                     raise errors.AlreadyExists(
-                        self.driver.provider,
+                        self.provider,
                         "CreateSnapshot",
                         f"snapshot {input.name!r} exists as {found.id} of volume "
                         f"{found.source_volume_id}, not {input.source_volume_id}",
                     )
                 return SnapshotResult(snapshot=found)
-            self.driver.get_volume(input.source_volume_id)  # NOT_FOUND for a missing source
-            made = self.driver.create_snapshot(
+            self.volumes.get_volume(input.source_volume_id)  # NOT_FOUND for a missing source
+            made = self.snapshots.create_snapshot(
                 SnapshotSpec(
                     name=input.name,
                     source_volume_id=input.source_volume_id,
@@ -446,10 +459,10 @@ class VolumeActivities:
             activity.logger.info(
                 "snapshot %s of %s for %s", made.id, made.source_volume_id, input.name
             )
-            oldest = self.driver.find_snapshot(input.name, input.cluster)
+            oldest = self.snapshots.find_snapshot(input.name, input.cluster)
             if oldest is not None and oldest.id != made.id:  # a racing attempt made one too
                 with contextlib.suppress(errors.NotFound):
-                    self.driver.delete_snapshot(made.id)
+                    self.snapshots.delete_snapshot(made.id)
                 return SnapshotResult(snapshot=oldest)
             return SnapshotResult(snapshot=made)
 
@@ -458,7 +471,7 @@ class VolumeActivities:
         with cloud_errors(), _alive({}):
             self._check_provider(input.provider)
             try:
-                self.driver.delete_snapshot(input.snapshot_id)
+                self.snapshots.delete_snapshot(input.snapshot_id)
             except errors.NotFound:
                 return SnapshotResult(message=f"snapshot {input.snapshot_id} does not exist")
             return SnapshotResult(message=f"snapshot {input.snapshot_id} deleted")

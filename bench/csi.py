@@ -57,13 +57,13 @@ NAMESPACES_PATH = "/api/v1/namespaces"
 
 def create_directly(driver: AwsDriver, name: str, cluster: str) -> str:
     """What the create activity does, without Temporal."""
-    driver.find_volume(name, cluster)
-    zones = sorted(z.name for z in driver.zones() if z.state == "available")
-    created = driver.create_volume(
+    driver.volumes.find_volume(name, cluster)
+    zones = sorted(z.name for z in driver.discovery.zones() if z.state == "available")
+    created = driver.volumes.create_volume(
         VolumeSpec(name=name, size_gib=1, zone=zones[0], cluster=cluster, client_token=name)
     )
-    driver.find_volume(name, cluster)
-    while driver.get_volume(created.id).state not in ("available", "in-use"):
+    driver.volumes.find_volume(name, cluster)
+    while driver.volumes.get_volume(created.id).state not in ("available", "in-use"):
         time.sleep(0.1)
     return created.id
 

@@ -308,7 +308,7 @@ async def lb_scale_figures(ctx: BenchContext) -> dict[str, float]:
     def create_nodes(node_pool: ThreadPoolExecutor, first: int, batch: list[str]) -> None:
         """One launched batch's Nodes, each one create: the API server keeps a Node's status on
         create (a kubelet registers so)."""
-        found = driver.list_instances(batch).found
+        found = driver.instances.list_instances(batch).found
         list(
             node_pool.map(
                 lambda offset: kube.create(

@@ -160,7 +160,10 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         concurrency=PARALLELISM,
     )
     # The LB workflow and its activities only, with PARALLELISM activity slots.
-    activities = [*LoadBalancerActivities(driver, driver, kube).all(), *KubeActivities(kube).all()]
+    activities = [
+        *LoadBalancerActivities(driver.load_balancers, driver.instances, kube).all(),
+        *KubeActivities(kube).all(),
+    ]
     worker = temporal.make_worker(
         ctx.client,
         settings.temporal.task_queue,
@@ -176,7 +179,7 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         )
         for name, instance_id in zip(node_names, world["instances"], strict=True)
     ]
-    lb_activities = LoadBalancerActivities(driver, driver, kube)
+    lb_activities = LoadBalancerActivities(driver.load_balancers, driver.instances, kube)
 
     def direct_spec(service: ObjectRef) -> LoadBalancerSpec:
         """What ``lb.ensure`` hands the driver for a Service like the ones created here."""
@@ -194,10 +197,10 @@ async def lb_benchmarks(ctx: BenchContext) -> dict[str, float]:
         """As ``lb.ensure`` is retried (3 attempts), so that both sides do the same work."""
         for attempt in range(2):
             try:
-                return driver.ensure_load_balancer(spec)
+                return driver.load_balancers.ensure_load_balancer(spec)
             except CloudError:
                 time.sleep(1.0 * (attempt + 1))
-        return driver.ensure_load_balancer(spec)
+        return driver.load_balancers.ensure_load_balancer(spec)
 
     def direct(name: str) -> None:
         direct_service_pass(kube, direct_namespace, name, lambda ref: ensure(direct_spec(ref)))

@@ -154,12 +154,14 @@ def _direct(
     )
     unready = {"ready": False, "initialization": {"provisioned": False}}
     conditions = _write_status(kube, ref, None, creating, unready)
-    machine = driver.create_machine(spec, CLOUD_INIT)
+    machines = driver.machines
+    assert machines is not None
+    machine = machines.create_machine(spec, CLOUD_INIT)
     delay = TIMINGS.poll.initial_s
     while not machine.provisioned:
         time.sleep(delay)
         delay = TIMINGS.poll.after(delay)
-        found = driver.get_machine(spec)
+        found = machines.get_machine(spec)
         assert found is not None
         machine = found
     written_spec = {"providerID": machine.provider_id}

@@ -84,11 +84,13 @@ async def node_figures(ctx: BenchContext) -> dict[str, float]:
     informers = Informers(kube)
     driver = AwsDriver(AWS.section(settings))
     driver.cluster = settings.cluster_name  # as Provider.make_driver sets it
-    fleet_sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
+    fleet_sync = NodeSync(kube, driver.instances, informers.nodes(label_selector=selector), ccm)
     figures: dict[str, float] = {}
     burst_selector = f"cloudloop-bench-burst={scope}"
     burst_ccm = ccm.model_copy(update={"node_selector": burst_selector})
-    burst_sync = NodeSync(kube, driver, informers.nodes(label_selector=burst_selector), burst_ccm)
+    burst_sync = NodeSync(
+        kube, driver.instances, informers.nodes(label_selector=burst_selector), burst_ccm
+    )
     burst_task: asyncio.Task[None] | None = None
     try:
         # The passes are called directly: no background loop adds requests to the counts.

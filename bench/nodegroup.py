@@ -283,7 +283,7 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
     worker = build_worker(ctx.client, settings, driver=driver, kube=kube)
     from activities.loadbalancer import LoadBalancerActivities
 
-    lb_activities = LoadBalancerActivities(driver, driver, kube)
+    lb_activities = LoadBalancerActivities(driver.load_balancers, driver.instances, kube)
     nodes = [LoadBalancerNode(name=n, provider_id=f"dvp://{n}") for n in vms]
     store = starter.services.store
 
@@ -297,7 +297,7 @@ async def _dvp_lb(ctx: BenchContext, parent: DvpParent) -> dict[str, float]:
 
     def ensure(ref: ObjectRef) -> LoadBalancerStatus:
         target = LoadBalancerTarget(service=ref, cluster=settings.cluster_name, provider="dvp")
-        return driver.ensure_load_balancer(lb_activities.spec(target, desired))
+        return driver.load_balancers.ensure_load_balancer(lb_activities.spec(target, desired))
 
     def direct(name: str) -> None:
         direct_service_pass(kube, direct_namespace, name, ensure)

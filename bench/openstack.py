@@ -102,13 +102,15 @@ async def _lifecycle(ctx: BenchContext, endpoint: OpenStackEmulatorEndpoint) -> 
         with ThreadPoolExecutor(16) as pool:
             await asyncio.to_thread(lambda: list(pool.map(create, enumerate(targets))))
         ccm = ctx.settings.ccm.model_copy(update={"node_selector": selector})
-        sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
+        sync = NodeSync(kube, driver.instances, informers.nodes(label_selector=selector), ccm)
         sync.informer.start()
         await sync.informer.wait_synced(60)
         while len(sync.informer.store) < FLEET:
             await asyncio.sleep(0.1)
         assert all(rules.ready_status(n) != "True" for n in sync.informer.store.values())
-        await asyncio.to_thread(driver.list_instances, [targets[0]])  # log in (not counted)
+        await asyncio.to_thread(
+            driver.instances.list_instances, [targets[0]]
+        )  # log in (not counted)
         before = cloud_requests()
         await sync.lifecycle_pass()
         calls = cloud_requests() - before
@@ -223,7 +225,10 @@ async def _load_balancers(
         cluster=settings.cluster_name,
         provider=settings.provider,
     )
-    activities = [*LoadBalancerActivities(driver, driver, kube).all(), *KubeActivities(kube).all()]
+    activities = [
+        *LoadBalancerActivities(driver.load_balancers, driver.instances, kube).all(),
+        *KubeActivities(kube).all(),
+    ]
     worker = temporal.make_worker(
         ctx.client,
         settings.temporal.task_queue,

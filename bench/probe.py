@@ -71,7 +71,7 @@ async def probe_overhead(ctx: BenchContext) -> dict[str, float]:
         started = time.monotonic()
         obj = await asyncio.to_thread(create, f"d{i}")
         ref = ObjectRef.of(CLOUD_PROBES, obj)
-        zones = await asyncio.to_thread(driver.zones)
+        zones = await asyncio.to_thread(driver.discovery.zones)
         current = await asyncio.to_thread(kube.get, CLOUD_PROBES, ref.name, namespace) or {}
         conditions = set_condition(
             (current.get("status") or {}).get("conditions"),

@@ -125,7 +125,9 @@ async def _openstack(ctx: BenchContext) -> dict[str, float]:
         servers = await asyncio.to_thread(admin.seed_servers, BURST, prefix=f"burst-{scope}")
         driver = OpenStackDriver(openstack_settings(endpoint))
         try:
-            await asyncio.to_thread(driver.list_instances, [servers[0]["id"]])  # log in first
+            await asyncio.to_thread(
+                driver.instances.list_instances, [servers[0]["id"]]
+            )  # log in first
             return await burst(
                 ctx, driver, [s["name"] for s in servers], scope, prefix="openstack_"
             )
@@ -230,7 +232,9 @@ async def _vsphere(ctx: BenchContext) -> dict[str, float]:
         seeded_s = time.monotonic() - started
         driver = VsphereDriver(vsphere_settings(endpoint))
         try:
-            await asyncio.to_thread(driver.find_instances_by_name, [nodes[0].name])  # log in
+            await asyncio.to_thread(
+                driver.instances.find_instances_by_name, [nodes[0].name]
+            )  # log in
             figures = await burst(ctx, driver, [n.name for n in nodes], scope, prefix="vsphere_")
         finally:
             driver.close()
@@ -251,7 +255,8 @@ async def burst(
         update={"node_selector": selector, "concurrent_node_syncs": CONCURRENT_NODE_SYNCS}
     )
     informers = Informers(kube)
-    sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
+    assert driver.instances is not None
+    sync = NodeSync(kube, driver.instances, informers.nodes(label_selector=selector), ccm)
     timeline = _Timeline(sync)
     task = asyncio.create_task(sync.run())
     figures: dict[str, float] = {}

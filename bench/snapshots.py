@@ -42,23 +42,23 @@ ZONE = "us-east-1a"
 
 def snapshot_directly(driver: AwsDriver, name: str, volume_id: str, cluster: str) -> str:
     """What the create activity does, then the wait until completed, without Temporal."""
-    driver.find_snapshot(name, cluster)
-    driver.get_volume(volume_id)
-    made = driver.create_snapshot(
+    driver.snapshots.find_snapshot(name, cluster)
+    driver.volumes.get_volume(volume_id)
+    made = driver.snapshots.create_snapshot(
         SnapshotSpec(name=name, source_volume_id=volume_id, cluster=cluster, client_token=name)
     )
-    driver.find_snapshot(name, cluster)
-    while not driver.get_snapshot(made.id).ready:
+    driver.snapshots.find_snapshot(name, cluster)
+    while not driver.snapshots.get_snapshot(made.id).ready:
         time.sleep(POLL_S)
     return made.id
 
 
 def source_volume(driver: AwsDriver, cluster: str) -> str:
     name = f"bench-snapshot-source-{uuid.uuid4().hex[:8]}"
-    created = driver.create_volume(
+    created = driver.volumes.create_volume(
         VolumeSpec(name=name, size_gib=1, zone=ZONE, cluster=cluster, client_token=name)
     )
-    while driver.get_volume(created.id).state != "available":
+    while driver.volumes.get_volume(created.id).state != "available":
         time.sleep(POLL_S)
     return created.id
 
@@ -129,8 +129,8 @@ async def snapshot_figures(ctx: BenchContext) -> dict[str, float]:
         await server.stop(1)
         socket.unlink(missing_ok=True)
         for snapshot_id in taken:
-            await asyncio.to_thread(driver.delete_snapshot, snapshot_id)
-        await asyncio.to_thread(driver.delete_volume, volume_id)
+            await asyncio.to_thread(driver.snapshots.delete_snapshot, snapshot_id)
+        await asyncio.to_thread(driver.volumes.delete_volume, volume_id)
     through_median, direct_median = statistics.median(through_s), statistics.median(direct_s)
     return {
         "snapshot_create_median_s": through_median,

@@ -45,10 +45,10 @@ def _volumes(ec2: Any, count: int) -> list[str]:
 
 def attach_directly(driver: AwsDriver, volume_id: str, instance_id: str) -> str:
     """What the attach activity does, without Temporal: read, attach, read until attached."""
-    volume = driver.get_volume(volume_id)
-    driver.attach_volume(volume, instance_id)
+    volume = driver.volumes.get_volume(volume_id)
+    driver.volumes.attach_volume(volume, instance_id)
     while True:
-        current = driver.get_volume(volume_id)
+        current = driver.volumes.get_volume(volume_id)
         for attachment in current.attachments:
             if attachment.instance_id == instance_id and attachment.state == "attached":
                 return attachment.device

@@ -99,19 +99,19 @@ async def vsphere_figures(ctx: BenchContext) -> dict[str, float]:
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda p: create(f"vs-{scope}-{p[0]}", p[1]), enumerate(targets)))
         ccm = settings.ccm.model_copy(update={"node_selector": selector})
-        fleet_sync = NodeSync(kube, driver, informers.nodes(label_selector=selector), ccm)
+        fleet_sync = NodeSync(kube, driver.instances, informers.nodes(label_selector=selector), ccm)
         fleet_sync.informer.start()
         await fleet_sync.informer.wait_synced(60)
         while len(fleet_sync.informer.store) < FLEET:
             await asyncio.sleep(0.1)
-        await asyncio.to_thread(driver.list_instances, [fleet[60][0]])  # warm the session
+        await asyncio.to_thread(driver.instances.list_instances, [fleet[60][0]])  # warm the session
         before = cloud_requests()
         await fleet_sync.lifecycle_pass()
         figures["vsphere_lifecycle_cloud_calls_per_pass_1000_nodes"] = cloud_requests() - before
 
         burst_ccm = ccm.model_copy(update={"node_selector": burst_selector})
         burst_sync = NodeSync(
-            kube, driver, informers.nodes(label_selector=burst_selector), burst_ccm
+            kube, driver.instances, informers.nodes(label_selector=burst_selector), burst_ccm
         )
         task = asyncio.create_task(burst_sync.run())
         await burst_sync.informer.wait_synced(60)

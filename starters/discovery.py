@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import Discovery
 from cloudloop.cloud.errors import CloudError, NotSupported
 from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType
 from cloudloop.kube.api import Kube
@@ -75,8 +75,9 @@ class CloudDataDiscoverer:
     def __init__(
         self,
         kube: Kube,
-        driver: CloudDriver,
+        discovery: Discovery,
         *,
+        provider: str,
         cluster: str,
         interval_s: float,
         retry_interval_s: float | None = None,
@@ -87,7 +88,8 @@ class CloudDataDiscoverer:
         write_backoff_max_s: float = 30.0,
     ) -> None:
         self.kube = kube
-        self.driver = driver
+        self.discovery = discovery
+        self.provider = provider
         self.cluster = cluster
         self.interval_s = interval_s
         self.retry_interval_s = min(retry_interval_s or interval_s, interval_s)
@@ -108,12 +110,13 @@ class CloudDataDiscoverer:
         if not settings.enabled:
             log.info("cloud data discovery off: discovery.enabled is false")
             return None
-        if not context.driver.supports(Capability.DISCOVERY):
+        if context.driver.discovery is None:
             log.info("cloud data discovery off: %s has no discovery", context.driver.provider)
             return None
         return cls(
             context.kube,
-            context.driver,
+            context.driver.discovery,
+            provider=context.driver.provider,
             cluster=context.cluster,
             interval_s=settings.interval_s,
             retry_interval_s=settings.retry_interval_s,
@@ -167,7 +170,7 @@ class CloudDataDiscoverer:
             return None
         except Exception as exc:  # a driver bug must not look like success
             log.exception("discovery: %s failed unexpectedly", kind)
-            result.failures[kind] = CloudError(self.driver.provider, kind, type(exc).__name__)
+            result.failures[kind] = CloudError(self.provider, kind, type(exc).__name__)
             DISCOVERY_CLOUD_REQUEST_ERROR.labels(kind).set(1)
             return None
         result.failures[kind] = None
@@ -176,10 +179,10 @@ class CloudDataDiscoverer:
 
     async def discover(self) -> DiscoveryPass:
         result = DiscoveryPass()
-        instance_types = await self._ask(INSTANCE_TYPES, self.driver.instance_types, result)
-        data = await self._ask(DISCOVERY_DATA, self.driver.discovery_data, result)
+        instance_types = await self._ask(INSTANCE_TYPES, self.discovery.instance_types, result)
+        data = await self._ask(DISCOVERY_DATA, self.discovery.discovery_data, result)
         disks = await self._ask(
-            DISKS_META, lambda: self.driver.list_cluster_disks(self.cluster), result
+            DISKS_META, lambda: self.discovery.list_cluster_disks(self.cluster), result
         )
 
         result.conditions = cloud_data.cloud_conditions(

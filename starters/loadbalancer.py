@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from cloudloop import searchattrs
-from cloudloop.cloud.driver import Capability, CloudDriver
+from cloudloop.cloud.driver import Capability, LoadBalancers
 from cloudloop.cloud.registry import provider_for
 from cloudloop.kube import nodesets
 from cloudloop.kube.api import Kube
@@ -96,12 +96,12 @@ class ServiceStarter:
         concurrency: int = 1,
         history_limit: int = 0,
         resync_period_s: float = 600.0,
-        driver: CloudDriver | None = None,
+        load_balancers: LoadBalancers | None = None,
         node_set_namespace: str = "kube-system",
         node_set_name: str = "",
         inline_nodes_max_bytes: int = INLINE_NODES_MAX_BYTES,
     ) -> None:
-        """``driver`` says which annotations and node labels the cloud reads (without one:
+        """``load_balancers`` say which annotations and node labels the cloud reads (without:
         every annotation, no labels); a big node set goes to the ConfigMap ``node_set_name``
         in ``node_set_namespace`` (default name: from the cluster)."""
         self.kube = kube
@@ -118,7 +118,7 @@ class ServiceStarter:
         self.queue = WorkQueue("service", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         #: Service key → (uid, signal, desired state) last sent.
         self._sent: dict[str, tuple[str, str, DesiredLoadBalancer | None]] = {}
-        self.driver = driver
+        self.load_balancers = load_balancers
         self.node_set_namespace = node_set_namespace
         self.inline_nodes_max_bytes = inline_nodes_max_bytes
         #: Node name → its LB view over the label keys some Service names (None: not a backend).
@@ -137,7 +137,7 @@ class ServiceStarter:
 
     @classmethod
     def from_context(cls, context: StarterContext) -> ServiceStarter | None:
-        if not context.driver.supports(Capability.LOAD_BALANCERS):
+        if context.driver.load_balancers is None:
             log.info("service LBs off: %s has no load-balancer capability", context.driver.provider)
             return None
         ccm = context.settings.ccm
@@ -156,7 +156,7 @@ class ServiceStarter:
             provider=context.settings.provider,
             concurrency=ccm.concurrent_service_syncs,
             resync_period_s=ccm.load_balancer_resync_period_s,
-            driver=context.driver,
+            load_balancers=context.driver.load_balancers,
             node_set_namespace=context.settings.leader_election.namespace,
             node_set_name=f"{context.settings.leader_election.name}-lb-nodes",
         )
@@ -226,13 +226,13 @@ class ServiceStarter:
     def _inputs(self, key: str, service: Service) -> tuple[dict[str, str], frozenset[str]]:
         """The annotations and node label keys the cloud reads for this Service."""
         annotations = rules.service_annotations(service)
-        if self.driver is None:
+        if self.load_balancers is None:
             return annotations, frozenset()
-        keys = self.driver.load_balancer_node_labels(annotations)
+        keys = self.load_balancers.load_balancer_node_labels(annotations)
         if self._label_keys.get(key) != keys:
             self._label_keys[key] = keys
             self._all_label_keys = frozenset().union(*self._label_keys.values())
-        return self.driver.load_balancer_annotations(annotations), keys
+        return self.load_balancers.load_balancer_annotations(annotations), keys
 
     async def _node_set(self, projection: Projection) -> NodeSetRef:
         """The reference to send for ``projection``, after writing the ConfigMap (the node set

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -34,7 +35,7 @@ from activities.termination import DrainActivities
 from activities.volume import VolumeActivities
 from cloudloop import temporal
 from cloudloop.claim import ClaimRefused, for_process
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import Capability, CloudDriver, part_or_unsupported
 from cloudloop.cloud.registry import Settings, provider_for
 from cloudloop.kube.api import Kube
 from cloudloop.metrics import MetricsServer
@@ -119,15 +120,31 @@ def build_workers(
 def all_activities(
     settings: Settings, driver: CloudDriver, kube: Kube
 ) -> list[Callable[..., object]]:
-    """Every activity, bound to ``driver`` and ``kube``."""
-    activities = [*CloudActivities(driver).all(), *KubeActivities(kube).all()]
-    # The capabilities the activities use; a cloud without load balancers registers them on the
-    # facade, whose operations answer NotSupported (the LB workflow then leaves the Service).
-    lb_parts = (driver.load_balancers or driver, driver.instances or driver)
-    activities += LoadBalancerActivities(*lb_parts, kube).all()
-    activities += MachineActivities(driver, kube).all()
+    """Every activity, each bound to the capabilities of ``driver`` it uses and ``kube``.
+
+    A capability the cloud lacks is wired as :class:`Unsupported` (every operation answers
+    ``NotSupported``: e.g. the LB workflow then leaves the Service)."""
+
+    def part(capability: Capability) -> Any:
+        return part_or_unsupported(getattr(driver, capability.value), driver.provider, capability)
+
+    activities = [
+        *CloudActivities(part(Capability.DISCOVERY), provider=driver.provider).all(),
+        *KubeActivities(kube).all(),
+    ]
+    activities += LoadBalancerActivities(
+        part(Capability.LOAD_BALANCERS), part(Capability.INSTANCES), kube
+    ).all()
+    activities += MachineActivities(part(Capability.MACHINES), kube).all()
     volume_rate = settings.temporal.queue_settings(Domain.VOLUME).activities_per_second
-    activities += VolumeActivities(driver, local_budget=LocalBudget(volume_rate)).all()
+    activities += VolumeActivities(
+        part(Capability.VOLUMES),
+        part(Capability.SNAPSHOTS),
+        part(Capability.INSTANCES),
+        part(Capability.DISCOVERY),
+        provider=driver.provider,
+        local_budget=LocalBudget(volume_rate),
+    ).all()
     activities += LayoutActivities(settings, kube).all()
     activities += ConvergeActivities(kube).all()
     activities += ClusterResourceActivities(source_dir=settings.layouts.source_dir).all()

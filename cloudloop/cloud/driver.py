@@ -11,8 +11,9 @@ Rules:
   (:data:`CAPABILITY_OPERATIONS`); optional operations it lacks come from the ``*Defaults``
   classes here and raise ``NotSupported`` (upstream's ``ImplementedElsewhere``), so a missing
   capability or operation is explicit; controllers check :meth:`CloudDriver.supports` first.
-- The flat operations of :class:`CloudDriver` (``driver.list_instances(...)``) forward to the
-  capability attribute (``NotSupported`` when it is not set); a driver never overrides them.
+- The facade has no operations of its own: a consumer takes the capability objects it uses,
+  wired once in ``workers/main.py`` (a missing one as :class:`Unsupported`, whose every
+  operation raises ``NotSupported``).
 - Drivers are synchronous (the SDKs are blocking) and run in activity or starter threads; every
   SDK call goes through :func:`cloudloop.cloud.calls.cloud_call` (counted, errors translated).
 """
@@ -100,17 +101,30 @@ def is_default(operation: object) -> bool:
 class Instances(Protocol):
     """Node sync: instances by ID and by node name."""
 
-    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing: ...
-    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing: ...
+    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
+        """Batched lookup by instance ID; IDs missing from the answer positively do not exist."""
+
+    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
+        """Batched lookup by node name (e.g. AWS private DNS name); keyed by name."""
+
     def instance_id_from_provider_id(self, provider_id: str) -> str: ...
 
 
 class Machines(Protocol):
     """Cluster API machines: create (or adopt), read, delete."""
 
-    def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine: ...
-    def get_machine(self, spec: models.MachineSpec) -> models.Machine | None: ...
-    def delete_machine(self, spec: models.MachineSpec) -> bool: ...
+    def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine:
+        """Create (or adopt, found by name and ``machine_uid``) the VM with its disks and start it.
+
+        Returns as soon as the cloud accepted the request; callers poll :meth:`get_machine`."""
+
+    def get_machine(self, spec: models.MachineSpec) -> models.Machine | None:
+        """The VM of ``spec``; ``None`` only when the cloud positively says it does not exist."""
+
+    def delete_machine(self, spec: models.MachineSpec) -> bool:
+        """Remove the VM and all it was created with (disks, attachments, cloud-init data).
+
+        Idempotent; ``True`` once nothing is left, ``False`` while the cloud is still removing."""
 
 
 class LoadBalancers(Protocol):
@@ -121,9 +135,16 @@ class LoadBalancers(Protocol):
     def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None: ...
     def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None: ...
     def delete_load_balancer(self, name: str) -> None: ...
-    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]: ...
-    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]: ...
-    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]: ...
+    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
+        """What of the cloud LB differs from ``spec`` (each a short phrase; empty: in sync),
+        read without changing anything; ``ensure_load_balancer`` puts it back."""
+
+    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """The Service annotations this cloud's load balancers read (default: all of them)."""
+
+    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
+        """The node label keys this cloud selects LB backends by, for a Service with
+        ``annotations`` (e.g. those ``target-node-labels`` names; default: none)."""
 
 
 class Volumes(Protocol):
@@ -131,43 +152,94 @@ class Volumes(Protocol):
     max_volumes_per_node: int
 
     @property
-    def volume_topology_key(self) -> str: ...
-    def find_volume(self, name: str, cluster: str) -> models.Volume | None: ...
-    def get_volume(self, volume_id: str) -> models.Volume: ...
-    def create_volume(self, spec: models.VolumeSpec) -> models.Volume: ...
-    def delete_volume(self, volume_id: str) -> None: ...
-    def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment: ...
-    def detach_volume(self, volume_id: str, instance_id: str) -> None: ...
-    def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification: ...
-    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None: ...
-    def list_volumes(self, cluster: str) -> list[models.Volume]: ...
-    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]: ...
+    def volume_topology_key(self) -> str:
+        """The CSI topology segment key of a zonal volume's zone (the upstream driver's key;
+        the well-known zone label unless the cloud's driver says another)."""
+
+    def find_volume(self, name: str, cluster: str) -> models.Volume | None:
+        """The live volume ``cluster`` created for ``name`` (tag lookup), if there is one."""
+
+    def get_volume(self, volume_id: str) -> models.Volume:
+        """The volume with its attachments; ``NotFound`` also for a malformed ID."""
+
+    def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
+        """Create it tagged for ``spec.cluster`` and ``spec.name``; it may still be creating."""
+
+    def delete_volume(self, volume_id: str) -> None:
+        """``NotFound`` when it does not exist, ``FailedPrecondition`` while it is attached."""
+
+    def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
+        """Attach under a device name free on the instance (or return the existing attachment
+        to that instance); ``NotFound`` for an unknown instance."""
+
+    def detach_volume(self, volume_id: str, instance_id: str) -> None:
+        """Start detaching; a volume not attached to the instance is not an error."""
+
+    def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
+        """Start growing the volume to ``size_gib``."""
+
+    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
+        """The volume's latest size change, if it ever had one."""
+
+    def list_volumes(self, cluster: str) -> list[models.Volume]:
+        """Every live volume ``cluster`` created (with its attachments), for CSI ListVolumes."""
+
+    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
+        """The StorageClasses this cloud offers, from the discovery document (no cloud call)."""
+
     def check_volume_request(
         self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
-    ) -> None: ...
-    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None: ...
-    def volume_capacity(self, parameters: dict[str, str]) -> int: ...
+    ) -> None:
+        """Refuse a new volume the cloud would refuse, without calling it: ``InvalidRequest``
+        for an unknown StorageClass parameter or a malformed value (the message lists the valid
+        ones), ``OutOfRange`` for a size or rate outside the cloud's limits. The CSI controller
+        calls it before any workflow starts. Default: no checks (the cloud answers)."""
+
+    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
+        """``OutOfRange`` for a size no volume of ``volume_type`` ("": of any type) can have,
+        without calling the cloud (an expand checks it before and after reading the volume)."""
+
+    def volume_capacity(self, parameters: dict[str, str]) -> int:
+        """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
+        clouds that can say implement it."""
 
 
 class Snapshots(Protocol):
-    def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None: ...
-    def get_snapshot(self, snapshot_id: str) -> models.Snapshot: ...
-    def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot: ...
-    def delete_snapshot(self, snapshot_id: str) -> None: ...
-    def list_snapshots(self, cluster: str) -> list[models.Snapshot]: ...
+    def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None:
+        """The live snapshot ``cluster`` took for ``name`` (tag lookup), if there is one."""
+
+    def get_snapshot(self, snapshot_id: str) -> models.Snapshot:
+        """``NotFound`` also for a malformed ID."""
+
+    def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot:
+        """Start a snapshot tagged for ``spec.cluster`` and ``spec.name``; it may be pending."""
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """``NotFound`` when it does not exist."""
+
+    def list_snapshots(self, cluster: str) -> list[models.Snapshot]:
+        """Every live snapshot ``cluster`` took."""
 
 
 class Routes(Protocol):
-    def list_routes(self, cluster: str) -> list[models.Route]: ...
-    def create_route(self, cluster: str, route: models.Route) -> None: ...
-    def delete_route(self, cluster: str, route: models.Route) -> None: ...
+    def list_routes(self, cluster: str) -> list[models.Route]:
+        """The cluster's instance and blackhole routes, in one cloud call where possible."""
+
+    def create_route(self, cluster: str, route: models.Route) -> None:
+        """Route ``destination_cidr`` to ``target_instance_id`` (idempotent)."""
+
+    def delete_route(self, cluster: str, route: models.Route) -> None:
+        """Remove the route for ``destination_cidr``; an absent route is not an error."""
 
 
 class Discovery(Protocol):
     def zones(self) -> list[models.Zone]: ...
     def instance_types(self) -> list[models.InstanceType]: ...
-    def discovery_data(self) -> models.DiscoveryData: ...
-    def list_cluster_disks(self, cluster: str) -> list[models.Disk]: ...
+    def discovery_data(self) -> models.DiscoveryData:
+        """Live provider data (zones, provider fields); the discoverer adds instance types."""
+
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
+        """Every disk tagged for ``cluster``, for the orphaned-disk check."""
 
 
 # -- defaults of the optional operations, for capability classes to inherit ----------------
@@ -276,17 +348,9 @@ class CloudDriver:
     routes: Routes | None = None
     discovery: Discovery | None = None
 
-    #: Volumes live in one zone and attach only there (CSI accessibility constraints).
-    zonal_volumes: bool = False
-    #: Volumes a node can take when nothing more precise is known (CSI ``max_volumes_per_node``).
-    max_volumes_per_node: int = 0
-
     def assembled(self) -> None:
         """Called by a facade driver once its capability attributes are set."""
         self.capabilities = frozenset(c for c in Capability if getattr(self, c.value) is not None)
-        if self.volumes is not None:
-            self.zonal_volumes = self.volumes.zonal_volumes
-            self.max_volumes_per_node = self.volumes.max_volumes_per_node
 
     def supports(self, capability: Capability) -> bool:
         return getattr(self, capability.value) is not None
@@ -298,242 +362,23 @@ class CloudDriver:
             return False
         return hasattr(part, operation) and not is_default(getattr(type(part), operation, None))
 
-    def _unsupported(self, capability: Capability) -> NotSupported:
-        return NotSupported(self.provider, capability.value)
 
-    def _part(self, capability: Capability) -> Any:
-        """The capability object an operation forwards to (``NotSupported`` when there is none)."""
-        part = getattr(self, capability.value)
-        if part is None:
-            raise self._unsupported(capability)
-        return part
+class Unsupported:
+    """The stand-in for a capability a cloud lacks: every operation raises ``NotSupported``.
 
-    # -- the flat operations: each forwards to its capability object ------------------------
-    # -- instances (node sync) -------------------------------------------------------------
-    def list_instances(self, ids: Sequence[str]) -> models.InstanceListing:
-        """Batched lookup by instance ID; IDs missing from the answer positively do not exist."""
-        part: Instances = self._part(Capability.INSTANCES)
-        return part.list_instances(ids)
+    A consumer that must be wired even where its cloud has no such capability (the
+    load-balancer activities on a cloud without load balancers) takes this, so the workflow
+    meets ``NotSupported`` (and, e.g., leaves the Service alone) instead of an ``AttributeError``.
+    """
 
-    def find_instances_by_name(self, names: Sequence[str]) -> models.InstanceListing:
-        """Batched lookup by node name (e.g. AWS private DNS name); keyed by name."""
-        part: Instances = self._part(Capability.INSTANCES)
-        return part.find_instances_by_name(names)
+    def __init__(self, provider: str, capability: Capability) -> None:
+        self.provider = provider
+        self.capability = capability
 
-    def instance_id_from_provider_id(self, provider_id: str) -> str:
-        part: Instances = self._part(Capability.INSTANCES)
-        return part.instance_id_from_provider_id(provider_id)
+    def __getattr__(self, name: str) -> Any:
+        raise NotSupported(self.provider, self.capability.value)
 
-    # -- machines (Cluster API) ------------------------------------------------------------
-    def create_machine(self, spec: models.MachineSpec, user_data: bytes) -> models.Machine:
-        """Create (or adopt, found by name and ``machine_uid``) the VM with its disks and start it.
 
-        Returns as soon as the cloud accepted the request; callers poll :meth:`get_machine`.
-        """
-        part: Machines = self._part(Capability.MACHINES)
-        return part.create_machine(spec, user_data)
-
-    def get_machine(self, spec: models.MachineSpec) -> models.Machine | None:
-        """The VM of ``spec``; ``None`` only when the cloud positively says it does not exist."""
-        part: Machines = self._part(Capability.MACHINES)
-        return part.get_machine(spec)
-
-    def delete_machine(self, spec: models.MachineSpec) -> bool:
-        """Remove the VM and all it was created with (disks, attachments, cloud-init data).
-
-        Idempotent; ``True`` once nothing is left, ``False`` while the cloud is still removing.
-        """
-        part: Machines = self._part(Capability.MACHINES)
-        return part.delete_machine(spec)
-
-    # -- load balancers --------------------------------------------------------------------
-    def ensure_load_balancer(self, spec: models.LoadBalancerSpec) -> models.LoadBalancerStatus:
-        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
-        return part.ensure_load_balancer(spec)
-
-    def update_load_balancer_backends(self, spec: models.LoadBalancerSpec) -> None:
-        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
-        part.update_load_balancer_backends(spec)
-
-    def get_load_balancer(self, name: str) -> models.LoadBalancerStatus | None:
-        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
-        return part.get_load_balancer(name)
-
-    def delete_load_balancer(self, name: str) -> None:
-        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
-        part.delete_load_balancer(name)
-
-    def load_balancer_drift(self, spec: models.LoadBalancerSpec) -> list[str]:
-        """What of the cloud LB differs from ``spec`` (each a short phrase; empty: in sync),
-        read without changing anything; ``ensure_load_balancer`` puts it back."""
-        part: LoadBalancers = self._part(Capability.LOAD_BALANCERS)
-        return part.load_balancer_drift(spec)
-
-    # What a load balancer is made from: the load-balancer controller sends the workflow only
-    # these parts of a Service and its nodes, so an unrelated change sends nothing and the
-    # desired state stays small at thousands of nodes. Pure functions, no cloud call; a value
-    # they cannot parse is kept as it is (the ensure refuses it with ``InvalidRequest``).
-    def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
-        """The Service annotations this cloud's load balancers read (default: all of them)."""
-        part = self.load_balancers
-        if part is None:
-            return dict(annotations)
-        return part.load_balancer_annotations(annotations)
-
-    def load_balancer_node_labels(self, annotations: Mapping[str, str]) -> frozenset[str]:
-        """The node label keys this cloud selects LB backends by, for a Service with
-        ``annotations`` (e.g. those ``target-node-labels`` names; default: none)."""
-        part = self.load_balancers
-        if part is None:
-            return frozenset()
-        return part.load_balancer_node_labels(annotations)
-
-    # -- volumes (CSI) ---------------------------------------------------------------------
-    # Each call issues one cloud change and returns without waiting; the activities wait (with
-    # heartbeats) and apply the CSI rules (idempotency, topology, single-node access).
-    def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        """The live volume ``cluster`` created for ``name`` (tag lookup), if there is one."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.find_volume(name, cluster)
-
-    def get_volume(self, volume_id: str) -> models.Volume:
-        """The volume with its attachments; ``NotFound`` also for a malformed ID."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.get_volume(volume_id)
-
-    def create_volume(self, spec: models.VolumeSpec) -> models.Volume:
-        """Create it tagged for ``spec.cluster`` and ``spec.name``; it may still be creating."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.create_volume(spec)
-
-    def delete_volume(self, volume_id: str) -> None:
-        """``NotFound`` when it does not exist, ``FailedPrecondition`` while it is attached."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        part.delete_volume(volume_id)
-
-    def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
-        """Attach under a device name free on the instance (or return the existing attachment
-        to that instance); ``NotFound`` for an unknown instance."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.attach_volume(volume, instance_id)
-
-    def detach_volume(self, volume_id: str, instance_id: str) -> None:
-        """Start detaching; a volume not attached to the instance is not an error."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        part.detach_volume(volume_id, instance_id)
-
-    def expand_volume(self, volume_id: str, size_gib: int) -> models.VolumeModification:
-        """Start growing the volume to ``size_gib``."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.expand_volume(volume_id, size_gib)
-
-    def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
-        """The volume's latest size change, if it ever had one."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.get_volume_modification(volume_id)
-
-    def list_volumes(self, cluster: str) -> list[models.Volume]:
-        """Every live volume ``cluster`` created (with its attachments), for CSI ListVolumes."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.list_volumes(cluster)
-
-    def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
-        """The StorageClasses this cloud offers, from the discovery document (no cloud call)."""
-        part: Volumes = self._part(Capability.VOLUMES)
-        return part.storage_classes(discovery)
-
-    @property
-    def volume_topology_key(self) -> str:
-        """The CSI topology segment key of a zonal volume's zone (the upstream driver's key;
-        the well-known zone label unless the cloud's driver says another)."""
-        part = self.volumes
-        if part is None:
-            return ZONE_LABEL
-        return part.volume_topology_key
-
-    def check_volume_request(
-        self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""
-    ) -> None:
-        """Refuse a new volume the cloud would refuse, without calling it: ``InvalidRequest``
-        for an unknown StorageClass parameter or a malformed value (the message lists the valid
-        ones), ``OutOfRange`` for a size or rate outside the cloud's limits. The CSI controller
-        calls it before any workflow starts. Default: no checks (the cloud answers)."""
-        part = self.volumes
-        if part is not None:
-            part.check_volume_request(size_gib, parameters, volume_type)
-
-    def check_volume_size(self, size_gib: int, volume_type: str = "") -> None:
-        """``OutOfRange`` for a size no volume of ``volume_type`` ("": of any type) can have,
-        without calling the cloud (an expand checks it before and after reading the volume)."""
-        part = self.volumes
-        if part is not None:
-            part.check_volume_size(size_gib, volume_type)
-
-    def volume_capacity(self, parameters: dict[str, str]) -> int:
-        """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
-        clouds that can say implement it."""
-        part = self.volumes
-        if part is None:
-            raise NotSupported(self.provider, "volume_capacity")
-        return part.volume_capacity(parameters)
-
-    # -- snapshots (CSI) -------------------------------------------------------------------
-    def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None:
-        """The live snapshot ``cluster`` took for ``name`` (tag lookup), if there is one."""
-        part: Snapshots = self._part(Capability.SNAPSHOTS)
-        return part.find_snapshot(name, cluster)
-
-    def get_snapshot(self, snapshot_id: str) -> models.Snapshot:
-        """``NotFound`` also for a malformed ID."""
-        part: Snapshots = self._part(Capability.SNAPSHOTS)
-        return part.get_snapshot(snapshot_id)
-
-    def create_snapshot(self, spec: models.SnapshotSpec) -> models.Snapshot:
-        """Start a snapshot tagged for ``spec.cluster`` and ``spec.name``; it may be pending."""
-        part: Snapshots = self._part(Capability.SNAPSHOTS)
-        return part.create_snapshot(spec)
-
-    def delete_snapshot(self, snapshot_id: str) -> None:
-        """``NotFound`` when it does not exist."""
-        part: Snapshots = self._part(Capability.SNAPSHOTS)
-        part.delete_snapshot(snapshot_id)
-
-    def list_snapshots(self, cluster: str) -> list[models.Snapshot]:
-        """Every live snapshot ``cluster`` took."""
-        part: Snapshots = self._part(Capability.SNAPSHOTS)
-        return part.list_snapshots(cluster)
-
-    # -- routes ----------------------------------------------------------------------------
-    def list_routes(self, cluster: str) -> list[models.Route]:
-        """The cluster's instance and blackhole routes, in one cloud call where possible."""
-        part: Routes = self._part(Capability.ROUTES)
-        return part.list_routes(cluster)
-
-    def create_route(self, cluster: str, route: models.Route) -> None:
-        """Route ``destination_cidr`` to ``target_instance_id`` (idempotent)."""
-        part: Routes = self._part(Capability.ROUTES)
-        part.create_route(cluster, route)
-
-    def delete_route(self, cluster: str, route: models.Route) -> None:
-        """Remove the route for ``destination_cidr``; an absent route is not an error."""
-        part: Routes = self._part(Capability.ROUTES)
-        part.delete_route(cluster, route)
-
-    # -- discovery -------------------------------------------------------------------------
-    def zones(self) -> list[models.Zone]:
-        part: Discovery = self._part(Capability.DISCOVERY)
-        return part.zones()
-
-    def instance_types(self) -> list[models.InstanceType]:
-        part: Discovery = self._part(Capability.DISCOVERY)
-        return part.instance_types()
-
-    def discovery_data(self) -> models.DiscoveryData:
-        """Live provider data (zones, provider fields); the discoverer adds instance types."""
-        part: Discovery = self._part(Capability.DISCOVERY)
-        return part.discovery_data()
-
-    def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
-        """Every disk tagged for ``cluster``, for the orphaned-disk check."""
-        part: Discovery = self._part(Capability.DISCOVERY)
-        return part.list_cluster_disks(cluster)
+def part_or_unsupported(part: Any, provider: str, capability: Capability) -> Any:
+    """``part`` when the cloud has it, else an :class:`Unsupported` stand-in for it."""
+    return part if part is not None else Unsupported(provider, capability)

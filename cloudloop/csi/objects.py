@@ -249,17 +249,18 @@ def sync_objects(kube: Kube, settings: Settings, driver: CloudDriver) -> bool:
     csi = settings.csi
     ensure_csi_driver(kube, csi.driver_name)
     document = read_discovery(kube, settings.discovery.namespace)
-    if document is None or not driver.implements("storage_classes"):
+    volumes = driver.volumes
+    if document is None or volumes is None or not driver.implements("storage_classes"):
         return False
-    specs = [s for s in driver.storage_classes(document) if not csi.excluded(s.name)]
+    specs = [s for s in volumes.storage_classes(document) if not csi.excluded(s.name)]
     zones = [str(z) for z in document.get("zones") or []]
     desired = storage_class_objects(
         csi.driver_name,
         specs,
         zones=zones,
-        zonal=driver.zonal_volumes,
+        zonal=volumes.zonal_volumes,
         default=default_class(specs, csi.default_storage_class),
-        topology_key=driver.volume_topology_key,
+        topology_key=volumes.volume_topology_key,
     )
     reconcile_storage_classes(kube, csi.driver_name, desired)
     if csi.volume_snapshot_class.enabled:  # else the chart gives no RBAC for the kind

@@ -81,7 +81,7 @@ R = TypeVar("R", bound=VolumeResult)
 
 
 class VolumeLimits(Protocol):
-    """The cloud's own refusals, made without calling it (a :class:`CloudDriver` is one)."""
+    """The cloud's own refusals, made without calling it (the driver's volumes part is one)."""
 
     def check_volume_request(
         self, size_gib: int, parameters: Mapping[str, str], volume_type: str = ""

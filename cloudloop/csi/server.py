@@ -22,7 +22,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
 from cloudloop import temporal
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import CloudDriver, Instances
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.controller import Controller
 from cloudloop.csi.identity import Identity
@@ -72,7 +72,7 @@ def controller_server(
     call) before any workflow starts, unless they were given other limits."""
     features = Features.of(driver)
     if operations.limits is None:
-        operations.limits = driver
+        operations.limits = driver.volumes
 
     async def ready() -> bool:
         await operations.client.workflow_service.get_system_info(GetSystemInfoRequest())
@@ -119,10 +119,11 @@ def _claimed(client: Client, settings: Settings, stop: asyncio.Event) -> Client:
     return gated(client, for_process(client, settings, kube, on_refused=lambda _: stop.set()))
 
 
-def node_identity(settings: Settings, driver: CloudDriver) -> tuple[str, str]:
-    """(node ID, zone): from settings, else from the Node object of ``csi.node_name``."""
+def node_identity(settings: Settings, instances: Instances | None, zonal: bool) -> tuple[str, str]:
+    """(node ID, zone): from settings, else from the Node object of ``csi.node_name``
+    (``instances`` turn its providerID into the node ID; ``zonal``: its zone label is read)."""
     node_id, zone = settings.csi.node_id, settings.csi.zone
-    if node_id and (zone or not driver.zonal_volumes):
+    if node_id and (zone or not zonal):
         return node_id, zone
     if not settings.csi.node_name:
         raise RuntimeError("set csi.node_id (and csi.zone) or csi.node_name (NODE_NAME)")
@@ -137,8 +138,10 @@ def node_identity(settings: Settings, driver: CloudDriver) -> tuple[str, str]:
     if not node_id:
         if not provider_id:
             raise RuntimeError(f"Node {settings.csi.node_name} has no providerID yet")
-        node_id = driver.instance_id_from_provider_id(provider_id)
-    if not zone and driver.zonal_volumes:
+        if instances is None:
+            raise RuntimeError(f"{settings.provider} has no instances to read {provider_id!r}")
+        node_id = instances.instance_id_from_provider_id(provider_id)
+    if not zone and zonal:
         zone = ((node.get("metadata") or {}).get("labels") or {}).get(ZONE_KEY, "")
     return node_id, zone
 
@@ -158,7 +161,7 @@ def node_server(settings: Settings, driver: CloudDriver, node_id: str, zone: str
     node = Node(
         mounter,
         node_id=node_id,
-        zone=zone if driver.zonal_volumes else "",
+        zone=zone if features.zonal else "",
         max_volumes=csi.max_volumes_per_node or features.max_volumes_per_node,
         default_fs_type=csi.default_fs_type,
         topology_key=features.topology_key,
@@ -180,6 +183,7 @@ async def run_node(settings: Settings, *, stop: asyncio.Event | None = None) -> 
     stop = stop or asyncio.Event()
     temporal.stop_on_signals(stop)
     driver = node_driver(settings)
-    node_id, zone = await asyncio.to_thread(node_identity, settings, driver)
+    zonal = Features.of(driver).zonal
+    node_id, zone = await asyncio.to_thread(node_identity, settings, driver.instances, zonal)
     log.info("CSI node %s (zone %s) on %s", node_id, zone or "-", os.uname().nodename)
     await serve(node_server(settings, driver, node_id, zone), settings.csi.endpoint, stop)

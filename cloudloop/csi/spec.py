@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import grpc
 from grpc import aio
 
-from cloudloop.cloud.driver import ZONE_LABEL, Capability, CloudDriver
+from cloudloop.cloud.driver import ZONE_LABEL, Capability, CloudDriver, VolumeDefaults, Volumes
 from cloudloop.csi.v1 import csi_pb2
 from cloudloop.messages.volume import Code
 
@@ -96,13 +96,14 @@ class Features:
 
     @classmethod
     def of(cls, driver: CloudDriver) -> Features:
+        volumes: Volumes | VolumeDefaults = driver.volumes or VolumeDefaults()
         return cls(
-            zonal=driver.zonal_volumes,
+            zonal=volumes.zonal_volumes,
             snapshots=driver.supports(Capability.SNAPSHOTS),
             capacity=driver.implements("volume_capacity"),
-            max_volumes_per_node=driver.max_volumes_per_node,
+            max_volumes_per_node=volumes.max_volumes_per_node,
             list_volumes=driver.implements("list_volumes"),
-            topology_key=driver.volume_topology_key,
+            topology_key=volumes.volume_topology_key,
         )
 
     def plugin_capabilities(self) -> list[csi_pb2.PluginCapability]:

@@ -184,7 +184,9 @@ def _seed_cloud_and_cluster(kube: Kube, settings: Settings) -> ClusterNetwork:
             name,
             driver=settings.csi.driver_name,
             node_id=instance["InstanceId"],
-            topology={driver.volume_topology_key: instance["Placement"]["AvailabilityZone"]},
+            topology={
+                driver.volumes.volume_topology_key: instance["Placement"]["AvailabilityZone"]
+            },
         )
     kube.create(
         DEPLOYMENTS,

@@ -46,6 +46,7 @@ from devstack.openstack_emulator import OpenStackEmulatorEndpoint
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint
 from devstack.process import free_port
 from devstack.vcsim import VcsimEndpoint
+from tests.support.parts import has
 
 Call = Callable[[CloudDriver], object]
 
@@ -98,14 +99,14 @@ def _aws_instance(driver: CloudDriver) -> str:
 
 def _aws_instances(driver: CloudDriver) -> object:
     instance_id = _aws_instance(driver)
-    listing = driver.list_instances([instance_id])
+    listing = has(driver.instances).list_instances([instance_id])
     assert instance_id in listing.found
     return listing
 
 
 def _aws_routes(driver: CloudDriver, cluster: str) -> object:
     create_cluster_network(cast(AwsDriver, driver).session.client("ec2"), cluster, route_table=True)
-    return driver.list_routes(cluster)
+    return has(driver.routes).list_routes(cluster)
 
 
 def aws_backend(request: pytest.FixtureRequest) -> Backend:
@@ -119,22 +120,28 @@ def aws_backend(request: pytest.FixtureRequest) -> Backend:
         # where moto can take seconds to answer (a timeout is not the answer being tested).
         unreachable=lambda: AwsDriver(_aws_settings(f"http://{DEAD}")),
         wrong_credentials=lambda: AwsDriver(_aws_settings(checking, key="AKIAWRONGWRONGWRONG")),
-        probe=lambda d: d.zones(),
+        probe=lambda d: has(d.discovery).zones(),
         proves={
             Capability.INSTANCES: _aws_instances,
-            Capability.DISCOVERY: lambda d: d.discovery_data(),
+            Capability.DISCOVERY: lambda d: has(d.discovery).discovery_data(),
             Capability.ROUTES: lambda d: _aws_routes(d, cluster),
-            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
-            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", cluster),
-            Capability.SNAPSHOTS: lambda d: d.list_snapshots(cluster),
-            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
+            Capability.LOAD_BALANCERS: lambda d: has(d.load_balancers).get_load_balancer(
+                "a" + uuid.uuid4().hex[:20]
+            ),
+            Capability.VOLUMES: lambda d: has(d.volumes).find_volume("pvc-conformance", cluster),
+            Capability.SNAPSHOTS: lambda d: has(d.snapshots).list_snapshots(cluster),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(absent_machine("absent-vm")),
         },
         unknown={
-            Capability.INSTANCES: lambda d: d.list_instances(["i-0123456789abcdef0"]).found,
-            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
-            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
-            Capability.VOLUMES: lambda d: d.get_volume("vol-0123456789abcdef0"),
-            Capability.SNAPSHOTS: lambda d: d.get_snapshot("snap-0123456789abcdef0"),
+            Capability.INSTANCES: lambda d: (
+                has(d.instances).list_instances(["i-0123456789abcdef0"]).found
+            ),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(absent_machine("absent-vm")),
+            Capability.LOAD_BALANCERS: lambda d: has(d.load_balancers).get_load_balancer(
+                "a" + "0" * 31
+            ),
+            Capability.VOLUMES: lambda d: has(d.volumes).get_volume("vol-0123456789abcdef0"),
+            Capability.SNAPSHOTS: lambda d: has(d.snapshots).get_snapshot("snap-0123456789abcdef0"),
         },
     )
 
@@ -191,19 +198,25 @@ def dvp_backend(request: pytest.FixtureRequest) -> Backend:
                 ),
             )
         ),
-        probe=lambda d: d.list_instances(["probe"]),
+        probe=lambda d: has(d.instances).list_instances(["probe"]),
         proves={
-            Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]),
-            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
-            Capability.DISCOVERY: lambda d: d.discovery_data(),
-            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
-            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
+            Capability.INSTANCES: lambda d: has(d.instances).list_instances(["absent-vm"]),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(machine("absent-vm")),
+            Capability.DISCOVERY: lambda d: has(d.discovery).discovery_data(),
+            Capability.LOAD_BALANCERS: lambda d: has(d.load_balancers).get_load_balancer(
+                "a" + "0" * 31
+            ),
+            Capability.VOLUMES: lambda d: has(d.volumes).find_volume(
+                "pvc-conformance", "conformance"
+            ),
         },
         unknown={
-            Capability.INSTANCES: lambda d: d.list_instances(["absent-vm"]).found,
-            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
-            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
-            Capability.VOLUMES: lambda d: d.get_volume("absent-disk"),
+            Capability.INSTANCES: lambda d: has(d.instances).list_instances(["absent-vm"]).found,
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(machine("absent-vm")),
+            Capability.LOAD_BALANCERS: lambda d: has(d.load_balancers).get_load_balancer(
+                "a" + "0" * 31
+            ),
+            Capability.VOLUMES: lambda d: has(d.volumes).get_volume("absent-disk"),
         },
     )
 
@@ -232,19 +245,23 @@ def zvirt_backend(request: pytest.FixtureRequest) -> Backend:
             settings(api_url=f"https://{DEAD}/ovirt-engine/api", ca_bundle=None, insecure=True)
         ),
         wrong_credentials=lambda: ZvirtDriver(settings(password=SecretStr("wrong-password"))),
-        probe=lambda d: d.list_instances(["00000000-0000-0000-0000-000000000001"]),
+        probe=lambda d: has(d.instances).list_instances(["00000000-0000-0000-0000-000000000001"]),
         proves={
-            Capability.INSTANCES: lambda d: d.find_instances_by_name(["absent-vm"]),
-            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
-            Capability.DISCOVERY: lambda d: d.discovery_data(),
-            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
+            Capability.INSTANCES: lambda d: has(d.instances).find_instances_by_name(["absent-vm"]),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(machine("absent-vm")),
+            Capability.DISCOVERY: lambda d: has(d.discovery).discovery_data(),
+            Capability.VOLUMES: lambda d: has(d.volumes).find_volume(
+                "pvc-conformance", "conformance"
+            ),
         },
         unknown={
             Capability.INSTANCES: lambda d: (
-                d.list_instances(["00000000-0000-0000-0000-00000000abcd"]).found
+                has(d.instances).list_instances(["00000000-0000-0000-0000-00000000abcd"]).found
             ),
-            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
-            Capability.VOLUMES: lambda d: d.get_volume("00000000-0000-0000-0000-00000000abcd"),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(machine("absent-vm")),
+            Capability.VOLUMES: lambda d: has(d.volumes).get_volume(
+                "00000000-0000-0000-0000-00000000abcd"
+            ),
         },
     )
 
@@ -273,17 +290,21 @@ def vsphere_backend(request: pytest.FixtureRequest) -> Backend:
         driver=lambda: VsphereDriver(settings()),
         unreachable=lambda: VsphereDriver(settings(server=DEAD, ca_bundle=None, insecure=True)),
         wrong_credentials=lambda: VsphereDriver(settings(password=SecretStr("wrong-password"))),
-        probe=lambda d: d.list_instances([unknown_uuid]),
+        probe=lambda d: has(d.instances).list_instances([unknown_uuid]),
         proves={
-            Capability.INSTANCES: lambda d: d.find_instances_by_name(["conformance-a"]),
-            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
-            Capability.DISCOVERY: lambda d: d.discovery_data(),
-            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
+            Capability.INSTANCES: lambda d: has(d.instances).find_instances_by_name(
+                ["conformance-a"]
+            ),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(machine("absent-vm")),
+            Capability.DISCOVERY: lambda d: has(d.discovery).discovery_data(),
+            Capability.VOLUMES: lambda d: has(d.volumes).find_volume(
+                "pvc-conformance", "conformance"
+            ),
         },
         unknown={
-            Capability.INSTANCES: lambda d: d.list_instances([unknown_uuid]).found,
-            Capability.MACHINES: lambda d: d.get_machine(machine("absent-vm")),
-            Capability.VOLUMES: lambda d: d.get_volume("datastore-1:00000000-abcd"),
+            Capability.INSTANCES: lambda d: has(d.instances).list_instances([unknown_uuid]).found,
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(machine("absent-vm")),
+            Capability.VOLUMES: lambda d: has(d.volumes).get_volume("datastore-1:00000000-abcd"),
         },
     )
 
@@ -305,20 +326,28 @@ def openstack_backend(request: pytest.FixtureRequest) -> Backend:
         driver=lambda: OpenStackDriver(settings()),
         unreachable=lambda: OpenStackDriver(settings(auth_url=f"http://{DEAD}/v3")),
         wrong_credentials=lambda: OpenStackDriver(settings(password=SecretStr("wrong-password"))),
-        probe=lambda d: d.zones(),
+        probe=lambda d: has(d.discovery).zones(),
         proves={
-            Capability.INSTANCES: lambda d: d.list_instances([server["id"]]).found[server["id"]],
-            Capability.DISCOVERY: lambda d: d.discovery_data(),
-            Capability.ROUTES: lambda d: d.list_routes("conformance"),
-            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + uuid.uuid4().hex[:20]),
-            Capability.VOLUMES: lambda d: d.find_volume("pvc-conformance", "conformance"),
-            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
+            Capability.INSTANCES: lambda d: (
+                has(d.instances).list_instances([server["id"]]).found[server["id"]]
+            ),
+            Capability.DISCOVERY: lambda d: has(d.discovery).discovery_data(),
+            Capability.ROUTES: lambda d: has(d.routes).list_routes("conformance"),
+            Capability.LOAD_BALANCERS: lambda d: has(d.load_balancers).get_load_balancer(
+                "a" + uuid.uuid4().hex[:20]
+            ),
+            Capability.VOLUMES: lambda d: has(d.volumes).find_volume(
+                "pvc-conformance", "conformance"
+            ),
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(absent_machine("absent-vm")),
         },
         unknown={
-            Capability.INSTANCES: lambda d: d.list_instances([unknown]).found,
-            Capability.MACHINES: lambda d: d.get_machine(absent_machine("absent-vm")),
-            Capability.LOAD_BALANCERS: lambda d: d.get_load_balancer("a" + "0" * 31),
-            Capability.VOLUMES: lambda d: d.get_volume(unknown),
+            Capability.INSTANCES: lambda d: has(d.instances).list_instances([unknown]).found,
+            Capability.MACHINES: lambda d: has(d.machines).get_machine(absent_machine("absent-vm")),
+            Capability.LOAD_BALANCERS: lambda d: has(d.load_balancers).get_load_balancer(
+                "a" + "0" * 31
+            ),
+            Capability.VOLUMES: lambda d: has(d.volumes).get_volume(unknown),
         },
     )
 

@@ -59,7 +59,7 @@ def tags_of(raw: dict[str, Any]) -> dict[str, str]:
 def test_tags_on_csi_volumes_and_snapshots(endpoint: str, cloud: MachineCloud) -> None:
     aws = driver(endpoint, cloud)
     ec2 = aws_client("ec2", endpoint)
-    volume = aws.create_volume(
+    volume = aws.volumes.create_volume(
         models.VolumeSpec(
             name="pvc-tags",
             size_gib=1,
@@ -72,21 +72,21 @@ def test_tags_on_csi_volumes_and_snapshots(endpoint: str, cloud: MachineCloud) -
     tags = tags_of(raw)
     assert tags["team"] == "the-class" and tags["cost-center"] == "42"
     assert tags["CSIVolumeName"] == "pvc-tags"
-    snapshot = aws.create_snapshot(
+    snapshot = aws.snapshots.create_snapshot(
         models.SnapshotSpec(name="snap-tags", source_volume_id=volume.id, cluster=cloud.cluster)
     )
     [raw] = ec2.describe_snapshots(SnapshotIds=[snapshot.id])["Snapshots"]
     assert {k: v for k, v in tags_of(raw).items() if k in TAGS} == TAGS
-    aws.delete_snapshot(snapshot.id)
-    aws.delete_volume(volume.id)
+    aws.snapshots.delete_snapshot(snapshot.id)
+    aws.volumes.delete_volume(volume.id)
 
 
 def test_zones_restrict_discovery_volumes_and_machines(endpoint: str, cloud: MachineCloud) -> None:
     aws = driver(endpoint, cloud, zones=[ZONES[1]])
-    assert [z.name for z in aws.discovery_data().zones] == [ZONES[1]]
-    assert {z.name for z in driver(endpoint, cloud).discovery_data().zones} >= set(ZONES)
+    assert [z.name for z in aws.discovery.discovery_data().zones] == [ZONES[1]]
+    assert {z.name for z in driver(endpoint, cloud).discovery.discovery_data().zones} >= set(ZONES)
     with pytest.raises(errors.InvalidRequest, match="not one of the cluster's zones"):
-        aws.create_volume(models.VolumeSpec(name="pvc-z", size_gib=1, zone=ZONES[0]))
+        aws.volumes.create_volume(models.VolumeSpec(name="pvc-z", size_gib=1, zone=ZONES[0]))
     spec = models.MachineSpec(
         name="aws-zone",
         namespace="ns",
@@ -96,7 +96,7 @@ def test_zones_restrict_discovery_volumes_and_machines(endpoint: str, cloud: Mac
         failure_domain=ZONES[0],
     )
     with pytest.raises(errors.InvalidRequest, match="not one of the cluster's zones"):
-        aws.create_machine(spec, b"")
+        aws.machines.create_machine(spec, b"")
 
 
 def test_imds_options_on_machines(endpoint: str, cloud: MachineCloud) -> None:
@@ -123,14 +123,14 @@ def test_imds_options_on_machines(endpoint: str, cloud: MachineCloud) -> None:
     ]
     found = []
     for spec in specs:
-        made = aws.create_machine(spec, b"#cloud-config\n")
+        made = aws.machines.create_machine(spec, b"#cloud-config\n")
         [raw] = ec2.describe_instances(InstanceIds=[made.id])["Reservations"][0]["Instances"]
         options = raw["MetadataOptions"]
         found.append((options["HttpTokens"], options["HttpPutResponseHopLimit"]))
         assert {k: v for k, v in tags_of(raw).items() if k in TAGS} == TAGS
     assert found == [("required", 1), ("required", 2)]  # the machine's own option wins
     for spec in specs:
-        while not aws.delete_machine(spec):
+        while not aws.machines.delete_machine(spec):
             pass
 
 
@@ -158,7 +158,7 @@ def test_load_balancer_tags_and_security_group(endpoint: str, cloud: MachineClou
     shared = driver(endpoint, cloud, load_balancer_security_group=lb_group)
     elb = aws_client("elb", endpoint)
     own = spec("a" + uuid.uuid4().hex[:20], {})
-    plain.ensure_load_balancer(own)
+    plain.load_balancers.ensure_load_balancer(own)
     [found] = elb.describe_tags(LoadBalancerNames=[own.name])["TagDescriptions"]
     assert {k: v for k, v in tags_of(found).items() if k in TAGS} == TAGS
     [group] = ec2.describe_security_groups(
@@ -170,7 +170,7 @@ def test_load_balancer_tags_and_security_group(endpoint: str, cloud: MachineClou
         "a" + uuid.uuid4().hex[:20],
         {"service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags": "team=web"},
     )
-    shared.ensure_load_balancer(with_group)
+    shared.load_balancers.ensure_load_balancer(with_group)
     [lb] = elb.describe_load_balancers(LoadBalancerNames=[with_group.name])[
         "LoadBalancerDescriptions"
     ]
@@ -180,6 +180,6 @@ def test_load_balancer_tags_and_security_group(endpoint: str, cloud: MachineClou
     )["SecurityGroups"]  # no group of its own
     [found] = elb.describe_tags(LoadBalancerNames=[with_group.name])["TagDescriptions"]
     assert tags_of(found)["team"] == "web" and tags_of(found)["cost-center"] == "42"
-    assert shared.load_balancer_drift(with_group) == []
+    assert shared.load_balancers.load_balancer_drift(with_group) == []
     for each, aws in ((own, plain), (with_group, shared)):
-        aws.delete_load_balancer(each.name)
+        aws.load_balancers.delete_load_balancer(each.name)

@@ -88,7 +88,7 @@ async def dvp_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCl
             machine_uid=str(uuid.uuid4()),
             provider_spec=dvp_machine_spec(),
         )
-        machine = await asyncio.to_thread(driver.create_machine, spec, b"#cloud-config\n")
+        machine = await asyncio.to_thread(driver.machines.create_machine, spec, b"#cloud-config\n")
         return machine.id, "", machine.provider_id
 
     async def remove_node(node_id: str) -> None:
@@ -126,7 +126,7 @@ async def zvirt_cloud(
             machine_uid=str(uuid.uuid4()),
             provider_spec=machine_spec(endpoint),
         )
-        machine = await asyncio.to_thread(driver.create_machine, spec, b"#cloud-config\n")
+        machine = await asyncio.to_thread(driver.machines.create_machine, spec, b"#cloud-config\n")
         return machine.id, "", machine.provider_id
 
     async def remove_node(node_id: str) -> None:

@@ -29,6 +29,7 @@ from cloudloop.kube.resources import (
 )
 from devstack.csi_deployment import delete_pod, pod, pvc
 from tests.helpers import eventually
+from tests.support.parts import has
 
 GIB = 1 << 30
 
@@ -46,7 +47,7 @@ class Milestones:
 
 def cloud_volume(driver: CloudDriver, volume_id: str) -> Volume | None:
     with contextlib.suppress(errors.NotFound):
-        return driver.get_volume(volume_id)
+        return has(driver.volumes).get_volume(volume_id)
     return None
 
 

@@ -23,6 +23,7 @@ from cloudloop.csi.node import Node
 from cloudloop.csi.objects import storage_class_objects
 from cloudloop.csi.spec import Features
 from cloudloop.csi.v1 import csi_pb2
+from tests.support.parts import has
 
 CINDER_KEY = "topology.cinder.csi.openstack.org/zone"
 
@@ -87,15 +88,17 @@ def test_openstack_storage_classes() -> None:
             {"name": "$$$", "id": "4"},
         ]
     }
-    classes = openstack().storage_classes(document)
+    classes = openstack().volumes.storage_classes(document)
     assert [(c.name, c.parameters, c.default, c.zones) for c in classes] == [
         ("default", {"type": "__DEFAULT__"}, True, []),
         ("lvmdriver-1", {"type": "lvmdriver-1"}, False, []),
         ("ssd", {"type": "ssd"}, False, []),
     ]
-    without_default = openstack().storage_classes({"volumeTypes": [{"name": "b"}, {"name": "a"}]})
+    without_default = openstack().volumes.storage_classes(
+        {"volumeTypes": [{"name": "b"}, {"name": "a"}]}
+    )
     assert [(c.name, c.default) for c in without_default] == [("a", True), ("b", False)]
-    assert openstack().storage_classes({}) == []
+    assert openstack().volumes.storage_classes({}) == []
 
 
 @pytest.mark.parametrize(
@@ -134,13 +137,15 @@ def test_vsphere_storage_classes() -> None:
         ],
         "storagePolicies": [{"name": "gold", "id": "p-1"}],
     }
-    classes = vsphere().storage_classes(document)
+    classes = vsphere().volumes.storage_classes(document)
     assert [(c.name, c.zones, c.default) for c in classes] == [
         ("ds-a", ["zone-a"], True),
         ("ds-b", ["zone-b"], False),
     ]
     assert classes[0].parameters == {"DatastoreURL": "ds:///vmfs/volumes/ds-a/"}
-    chosen = vsphere(default_datastore="ds-b", storage_policy_id="p-1").storage_classes(document)
+    chosen = vsphere(default_datastore="ds-b", storage_policy_id="p-1").volumes.storage_classes(
+        document
+    )
     assert [(c.name, c.default) for c in chosen] == [("ds-a", False), ("ds-b", True)]
     assert chosen[1].parameters == {
         "DatastoreURL": "ds:///vmfs/volumes/ds-b/",
@@ -177,7 +182,9 @@ def test_unknown_parameters_are_refused_before_any_call(
 ) -> None:
     driver: CloudDriver = make()
     with pytest.raises(errors.InvalidRequest, match="unknown parameters"):
-        driver.create_volume(models.VolumeSpec(name="pvc-1", size_gib=1, parameters=parameters))
+        has(driver.volumes).create_volume(
+            models.VolumeSpec(name="pvc-1", size_gib=1, parameters=parameters)
+        )
 
 
 async def test_node_info_names_the_zone_under_the_cloud_key(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ def operations() -> VolumeOperations:
         task_queue="q",
         cluster="c",
         provider="aws",
-        limits=AwsDriver(AwsSettings()),
+        limits=AwsDriver(AwsSettings()).volumes,
     )
 
 

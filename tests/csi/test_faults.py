@@ -57,6 +57,7 @@ from tests.csi.support import (
 )
 from tests.helpers import eventually, eventually_async
 from tests.holding_proxy import HoldingProxy
+from tests.support.parts import has
 from tests.support.workers import Workers
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -122,7 +123,11 @@ def slow_vcsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
 
 
 def volumes_named(cloud: CsiCloud, name: str) -> list[str]:
-    return [v.id for v in cloud.driver.list_volumes(cloud.settings.cluster_name) if v.name == name]
+    return [
+        v.id
+        for v in has(cloud.driver.volumes).list_volumes(cloud.settings.cluster_name)
+        if v.name == name
+    ]
 
 
 def attachment_live(cloud: CsiCloud, volume_id: str, node_id: str) -> bool:
@@ -322,7 +327,7 @@ def create_request(cloud: CsiCloud, name: str, zone: str) -> csi_pb2.CreateVolum
         volume_capabilities=[capability()],
     )
     if zone:
-        key = cloud.driver.volume_topology_key
+        key = has(cloud.driver.volumes).volume_topology_key
         request.accessibility_requirements.requisite.add().segments[key] = zone
     return request
 

@@ -43,6 +43,7 @@ from tests.csi.clouds import CsiCloud
 from tests.csi.scenario import detach_resize_delete, provision_and_attach
 from tests.csi.support import csi_settings, volume_worker
 from tests.helpers import eventually
+from tests.support.parts import has
 
 pytestmark = pytest.mark.stack
 
@@ -62,7 +63,7 @@ def deployment_settings(settings: Settings, namespace: str) -> Settings:
 
 def discovery_document(cloud: CsiCloud) -> dict[str, Any]:
     """What the discoverer writes for this cloud: its zones and its provider fields."""
-    data = cloud.driver.discovery_data()
+    data = has(cloud.driver.discovery).discovery_data()
     zones = sorted(z.name for z in data.zones if z.state == "available")
     return {**data.extra, "zones": zones}
 
@@ -107,10 +108,10 @@ async def test_pvc_pod_resize_delete(
     node = f"csi-{uuid.uuid4().hex[:8]}"
     document = await asyncio.to_thread(discovery_document, cloud)
     write_discovery(kube, namespace, document)
-    specs = cloud.driver.storage_classes(document)
+    specs = has(cloud.driver.volumes).storage_classes(document)
     storage_class = default_class(specs, "")
     spec = next(s for s in specs if s.name == storage_class)
-    topology_key = cloud.driver.volume_topology_key
+    topology_key = has(cloud.driver.volumes).volume_topology_key
     deployment = CsiDeployment(settings, stack.kubeconfig, tmp_path / "logs")
     with objects_removed(kube, driver_name, node):
         kwok_node(
@@ -133,7 +134,7 @@ async def test_pvc_pod_resize_delete(
                 assert generated["volumeBindingMode"] == "WaitForFirstConsumer"
                 assert generated["allowVolumeExpansion"] is True
                 assert generated["metadata"]["annotations"][DEFAULT_ANNOTATION] == "true"
-                if cloud.driver.zonal_volumes:
+                if has(cloud.driver.volumes).zonal_volumes:
                     topology = generated["allowedTopologies"][0]["matchLabelExpressions"][0]
                     zones = spec.zones or document["zones"]
                     assert topology == {"key": topology_key, "values": sorted(zones)}
@@ -151,7 +152,7 @@ async def test_pvc_pod_resize_delete(
                     instance_id=instance_id,
                     zone=zone,
                 )
-                volume = await asyncio.to_thread(cloud.driver.get_volume, volume_id)
+                volume = await asyncio.to_thread(has(cloud.driver.volumes).get_volume, volume_id)
                 assert volume.tags.get("kubernetes.io/created-for/pvc/name") in ("data", None)
                 if cloud.name == "aws":
                     await huge_claim_is_refused(kube, stack, namespace, storage_class, node)

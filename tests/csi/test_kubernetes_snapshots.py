@@ -54,6 +54,7 @@ from tests.csi.scenario import cloud_volume, provision_and_attach
 from tests.csi.support import channel, stubs, volume_worker
 from tests.csi.test_kubernetes import deployment_settings, discovery_document
 from tests.helpers import eventually
+from tests.support.parts import has
 
 pytestmark = pytest.mark.stack
 
@@ -76,7 +77,7 @@ def snapshot_controller(stack: LocalStack, kube: Kube) -> Iterator[ManagedProces
 
 def cloud_snapshot(driver: CloudDriver, snapshot_id: str) -> Any:
     try:
-        return driver.get_snapshot(snapshot_id)
+        return has(driver.snapshots).get_snapshot(snapshot_id)
     except errors.NotFound:
         return None
 
@@ -107,7 +108,7 @@ async def test_snapshot_restore_delete_through_kubernetes(
     node = f"snap-{uuid.uuid4().hex[:8]}"
     document = await asyncio.to_thread(discovery_document, cloud)
     write_discovery(kube, namespace, document)
-    storage_class = default_class(cloud.driver.storage_classes(document), "")
+    storage_class = default_class(has(cloud.driver.volumes).storage_classes(document), "")
     class_name = f"snap-{uuid.uuid4().hex[:6]}"
     deployment = CsiDeployment(settings, stack.kubeconfig, tmp_path / "logs", snapshots=True)
     with objects_removed(kube, driver_name, node):
@@ -124,7 +125,7 @@ async def test_snapshot_restore_delete_through_kubernetes(
             zone=zone,
             driver=driver_name,
             node_id=instance_id,
-            topology_key=cloud.driver.volume_topology_key,
+            topology_key=has(cloud.driver.volumes).volume_topology_key,
         )
         async with volume_worker(client, settings, cloud.driver, kube):
             await asyncio.to_thread(deployment.start)

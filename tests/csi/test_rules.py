@@ -254,7 +254,7 @@ def test_dvp_and_zvirt_storage_classes_from_discovery() -> None:
     from cloudloop.cloud.zvirt.driver import ZvirtDriver
     from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
-    dvp = DvpDriver(DvpSettings()).storage_classes(
+    dvp = DvpDriver(DvpSettings()).volumes.storage_classes(
         {
             "volumeTypes": [
                 {"name": "ceph-rbd", "isEnabled": True, "IsDefault": True},
@@ -267,7 +267,7 @@ def test_dvp_and_zvirt_storage_classes_from_discovery() -> None:
         ("ceph-rbd", {"dvpStorageClass": "ceph-rbd"}, True),
         ("linstor-thin-r1", {"dvpStorageClass": "linstor-thin-r1"}, False),
     ]
-    zvirt = ZvirtDriver(ZvirtSettings()).storage_classes(
+    zvirt = ZvirtDriver(ZvirtSettings()).volumes.storage_classes(
         {
             "storageDomains": [
                 {"name": "data-fast", "isEnabled": True, "IsDefault": True},

@@ -74,7 +74,7 @@ def test_storm_answers_request_limit_exceeded(
     assert code_of(ec2.describe_availability_zones) == "RequestLimitExceeded"
     driver = AwsDriver(AWS.section(settings).model_copy(update={"max_attempts": 1}))
     with pytest.raises(errors.CloudThrottled):
-        driver.list_instances(["i-0123456789abcdef0"])
+        driver.instances.list_instances(["i-0123456789abcdef0"])
     assert front_client(stack, "elb").describe_load_balancers() is not None  # ec2 only
     refused = stats(stack.aws_endpoint)["refused"]
     assert refused.get("ec2:DescribeInstances:RequestLimitExceeded", 0) >= 1

@@ -343,7 +343,7 @@ def test_dev_vsphere_demo(tmp_path: Path) -> None:
             )
         )
         try:
-            disk = driver.get_volume(demo["volume_id"])
+            disk = driver.volumes.get_volume(demo["volume_id"])
         finally:
             driver.close()
         uuid = nodes["demo-node-a"][0].removeprefix("vsphere://")

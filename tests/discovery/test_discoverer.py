@@ -84,10 +84,11 @@ def gauge(metric: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(metric, labels)
 
 
-def discoverer(kube: MemoryKube, cloud: CloudDriver, **kwargs: Any) -> CloudDataDiscoverer:
+def discoverer(kube: MemoryKube, cloud: ScriptedCloud, **kwargs: Any) -> CloudDataDiscoverer:
     return CloudDataDiscoverer(
         kube,
-        cloud,
+        cloud.discovery,
+        provider=cloud.provider,
         cluster="c",
         interval_s=3600,
         namespace=NS,

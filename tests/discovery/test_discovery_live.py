@@ -77,9 +77,11 @@ def volume(ec2: Any, cluster: str | None) -> str:
 async def discovering(
     kube: Kube, aws: AwsSettings, cluster: str, namespace: str, catalog: str
 ) -> AsyncIterator[CloudDataDiscoverer]:
+    driver = AwsDriver(aws)
     loop = CloudDataDiscoverer(
         kube,
-        AwsDriver(aws),
+        driver.discovery,
+        provider=driver.provider,
         cluster=cluster,
         interval_s=3600,
         namespace=namespace,

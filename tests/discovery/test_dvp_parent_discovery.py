@@ -42,19 +42,21 @@ def spec(name: str, zone: str = "") -> MachineSpec:
 async def test_failure_domain_places_the_vm_and_node_sync_reads_the_zone(
     driver: DvpDriver,
 ) -> None:
-    await asyncio.to_thread(driver.create_machine, spec("zoned", "zone-b"), b"#cloud-config\n")
+    await asyncio.to_thread(
+        driver.machines.create_machine, spec("zoned", "zone-b"), b"#cloud-config\n"
+    )
     vm = await asyncio.to_thread(driver.session.get, r.VIRTUAL_MACHINES, "zoned")
     assert vm is not None and vm["spec"]["nodeSelector"] == {r.ZONE_LABEL: "zone-b"}
 
-    listing = await asyncio.to_thread(driver.list_instances, ["zoned"])
+    listing = await asyncio.to_thread(driver.instances.list_instances, ["zoned"])
     instance = listing.found["zoned"]
     assert (instance.zone, instance.region) == ("zone-b", "default")
-    reported = [z.name for z in await asyncio.to_thread(driver.zones)]
+    reported = [z.name for z in await asyncio.to_thread(driver.discovery.zones)]
     assert instance.zone in reported
 
     # Unpinned among two zones: no zone label rather than a guess.
-    await asyncio.to_thread(driver.create_machine, spec("loose"), b"#cloud-config\n")
-    listing = await asyncio.to_thread(driver.find_instances_by_name, ["loose"])
+    await asyncio.to_thread(driver.machines.create_machine, spec("loose"), b"#cloud-config\n")
+    listing = await asyncio.to_thread(driver.instances.find_instances_by_name, ["loose"])
     assert listing.found["loose"].zone == ""
 
 
@@ -62,7 +64,7 @@ async def test_disks_without_a_vm_are_orphan_candidates(
     driver: DvpDriver, dvp_parent: DvpParent
 ) -> None:
     machine = spec("holder")
-    await asyncio.to_thread(driver.create_machine, machine, b"#cloud-config\n")
+    await asyncio.to_thread(driver.machines.create_machine, machine, b"#cloud-config\n")
     await eventually(
         lambda: (
             (driver.session.get(r.VIRTUAL_DISKS, "holder-boot") or {})
@@ -87,7 +89,7 @@ async def test_disks_without_a_vm_are_orphan_candidates(
     await asyncio.to_thread(disk, "left-behind", driver.session.cluster_labels())
     await asyncio.to_thread(disk, "another-cluster", {r.CLUSTER_UUID_LABEL: "someone-else"})
 
-    disks = await asyncio.to_thread(driver.list_cluster_disks, "c1")
+    disks = await asyncio.to_thread(driver.discovery.list_cluster_disks, "c1")
     assert [d.name for d in disks] == ["left-behind"]  # the VM's boot disk is in use
     assert disks[0].size_gib == 3
     assert [d.id for d in orphaned_disks(disks, [])] == ["left-behind"]
@@ -95,6 +97,8 @@ async def test_disks_without_a_vm_are_orphan_candidates(
     assert orphaned_disks(disks, [pv]) == []  # a detached CSI volume is not orphaned
 
     # Once the VM is gone, its disks are candidates until they are deleted too.
-    await eventually(lambda: driver.delete_machine(machine) or None, timeout=30, what="deleted")
-    disks = await asyncio.to_thread(driver.list_cluster_disks, "c1")
+    await eventually(
+        lambda: driver.machines.delete_machine(machine) or None, timeout=30, what="deleted"
+    )
+    disks = await asyncio.to_thread(driver.discovery.list_cluster_disks, "c1")
     assert [d.name for d in disks] == ["left-behind"]

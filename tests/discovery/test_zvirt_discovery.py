@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.driver import Capability, part_or_unsupported
 from cloudloop.cloud.zvirt.driver import ZvirtDriver
 from cloudloop.cloud.zvirt.mapping import (
     StorageDomainView,
@@ -64,7 +65,7 @@ def test_the_whole_document() -> None:
 
 def test_zones_and_capabilities_need_no_engine() -> None:
     driver = ZvirtDriver(ZvirtSettings())  # no URL: any engine request would fail
-    assert [(z.name, z.region) for z in driver.zones()] == [("default", "default")]
+    assert [(z.name, z.region) for z in driver.discovery.zones()] == [("default", "default")]
     assert {c.value for c in driver.capabilities} == {
         "instances",
         "machines",
@@ -72,10 +73,11 @@ def test_zones_and_capabilities_need_no_engine() -> None:
         "volumes",
     }
     with pytest.raises(errors.NotSupported):
-        driver.instance_types()
+        driver.discovery.instance_types()
     with pytest.raises(errors.NotSupported):
-        driver.list_cluster_disks("c")
+        driver.discovery.list_cluster_disks("c")
     with pytest.raises(errors.NotSupported):
-        driver.list_routes("c")
+        # no routes: a consumer is given the stand-in, whose every operation refuses
+        part_or_unsupported(driver.routes, driver.provider, Capability.ROUTES).list_routes("c")
     with pytest.raises(errors.InvalidRequest, match="api_url"):
-        driver.discovery_data()
+        driver.discovery.discovery_data()

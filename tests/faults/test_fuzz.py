@@ -185,7 +185,7 @@ def test_the_driver_checks_annotations_before_any_call(annotations: dict[str, st
         annotations=annotations,
     )
     with pytest.raises((errors.InvalidRequest, errors.NotSupported, errors.CloudUnreachable)):
-        dead_aws().ensure_load_balancer(spec)
+        dead_aws().load_balancers.ensure_load_balancer(spec)
 
 
 #: Ports as the API server lets them through (it validates port, nodePort and protocol).

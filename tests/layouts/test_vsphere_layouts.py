@@ -220,7 +220,7 @@ async def test_apply_reapply_drift_destroy(
     # ... and while our CSI driver's disks for the cluster exist (another cluster's do not count)
     csi = VsphereDriver(vsphere_settings(endpoint, region="region-a", poll_interval_s=0.05))
     ours, theirs = (
-        csi.create_volume(
+        csi.volumes.create_volume(
             models.VolumeSpec(name=f"pvc-{owner[:8]}", size_gib=1, zone="zone-a", cluster=owner)
         )
         for owner in (cluster_uuid, str(uuid.uuid4()))
@@ -236,7 +236,7 @@ async def test_apply_reapply_drift_destroy(
         wait_task(si, vim.VirtualMachine(stray._moId, si._stub).Destroy_Task())
     finally:
         disconnect(si)
-    csi.delete_volume(ours.id)
+    csi.volumes.delete_volume(ours.id)
 
     # destroy: nothing of the cluster is left
     assert len(cluster_resources(endpoint, prefix, cluster_uuid)) == 6
@@ -244,7 +244,7 @@ async def test_apply_reapply_drift_destroy(
     assert cluster_resources(endpoint, prefix, cluster_uuid) == []
     plan = await act("plan")
     assert set(plan_actions(plan).values()) == {"create", "no-op"}
-    csi.delete_volume(theirs.id)
+    csi.volumes.delete_volume(theirs.id)
     csi.close()
 
 

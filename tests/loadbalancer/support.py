@@ -323,7 +323,7 @@ async def service_starter(
         concurrency=settings.ccm.concurrent_service_syncs,
         history_limit=history_limit,
         resync_period_s=settings.ccm.load_balancer_resync_period_s,
-        driver=driver,
+        load_balancers=driver.load_balancers if driver is not None else None,
         inline_nodes_max_bytes=inline_nodes_max_bytes,
     )
     task = asyncio.create_task(starter.run())

@@ -268,10 +268,10 @@ def test_an_in_sync_check_is_cheap(
         backend_instance_ids=world.instance_ids,
         annotations=annotations,
     )
-    driver.ensure_load_balancer(spec)
+    driver.load_balancers.ensure_load_balancer(spec)
     before = _aws_requests()
-    assert driver.load_balancer_drift(spec) == []
+    assert driver.load_balancers.load_balancer_drift(spec) == []
     calls = _aws_requests() - before
     print(f"in-sync drift check of {spec.name}: {calls:.0f} calls")
     assert calls <= budget, calls
-    driver.delete_load_balancer(spec.name)
+    driver.load_balancers.delete_load_balancer(spec.name)

@@ -19,7 +19,7 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
-from cloudloop.cloud.driver import CloudDriver
+from cloudloop.cloud.driver import LoadBalancerDefaults, LoadBalancers
 from cloudloop.cloud.models import LoadBalancerPort
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import LoadBalancerSettings, OpenStackSettings
@@ -49,47 +49,56 @@ TARGET = ann.TARGET_NODE_LABELS
 
 
 @pytest.mark.parametrize(
-    ("driver", "annotations", "kept", "labels"),
+    ("load_balancers", "annotations", "kept", "labels"),
     [
         pytest.param(
-            AWS_DRIVER,
+            AWS_DRIVER.load_balancers,
             {TARGET: "pool=a, zone", ann.INTERNAL: "true", "team.io/owner": "x"},
             {TARGET, ann.INTERNAL},
             {"pool", "zone"},
             id="aws-target-node-labels",
         ),
         pytest.param(
-            AWS_DRIVER,
+            AWS_DRIVER.load_balancers,
             {ann.LEGACY_SOURCE_RANGES: "10.0.0.0/8", "loadbalancer.openstack.org/x": "1"},
             {ann.LEGACY_SOURCE_RANGES},
             set(),
             id="aws-legacy-source-ranges",
         ),
-        pytest.param(AWS_DRIVER, {TARGET: "=a,,"}, {TARGET}, set(), id="aws-malformed-kept"),
         pytest.param(
-            OPENSTACK_DRIVER,
+            AWS_DRIVER.load_balancers, {TARGET: "=a,,"}, {TARGET}, set(), id="aws-malformed-kept"
+        ),
+        pytest.param(
+            OPENSTACK_DRIVER.load_balancers,
             {"loadbalancer.openstack.org/node-selector": "pool=b", ann.INTERNAL: "true"},
             {"loadbalancer.openstack.org/node-selector"},
             {"pool"},
             id="openstack-annotation-selector",
         ),
         pytest.param(
-            OPENSTACK_DRIVER,
+            OPENSTACK_DRIVER.load_balancers,
             {"service.beta.kubernetes.io/openstack-internal-load-balancer": "true"},
             {"service.beta.kubernetes.io/openstack-internal-load-balancer"},
             {"zone", "tier"},
             id="openstack-config-selector",
         ),
         pytest.param(
-            CloudDriver(), {"any.io/thing": "1"}, {"any.io/thing"}, set(), id="default-keeps-all"
+            LoadBalancerDefaults(),
+            {"any.io/thing": "1"},
+            {"any.io/thing"},
+            set(),
+            id="default-keeps-all",
         ),
     ],
 )
 def test_the_driver_names_what_its_load_balancers_read(
-    driver: CloudDriver, annotations: dict[str, str], kept: set[str], labels: set[str]
+    load_balancers: LoadBalancers | LoadBalancerDefaults,
+    annotations: dict[str, str],
+    kept: set[str],
+    labels: set[str],
 ) -> None:
-    assert set(driver.load_balancer_annotations(annotations)) == kept
-    assert driver.load_balancer_node_labels(annotations) == labels
+    assert set(load_balancers.load_balancer_annotations(annotations)) == kept
+    assert load_balancers.load_balancer_node_labels(annotations) == labels
 
 
 def node(name: str, labels: dict[str, str], provider_id: str = "aws:///z/i-1") -> Node:
@@ -127,7 +136,7 @@ def test_a_node_set_by_reference_is_mapped_once_per_version() -> None:
     """Every ensure of one ConfigMap version shares one backend list (built once, not once per
     activity: ~3 MB at 5,000 nodes); a new version is mapped again; inline sets as before."""
     kube = MemoryKube()
-    activities = LoadBalancerActivities(AWS_DRIVER, AWS_DRIVER, kube)
+    activities = LoadBalancerActivities(AWS_DRIVER.load_balancers, AWS_DRIVER.instances, kube)
     target = LoadBalancerTarget(
         service=ObjectRef(plural="services", kind="Service", namespace="ns", name="s", uid="u"),
         cluster="c",

@@ -87,9 +87,9 @@ def test_create_adopt_get_delete(driver: AwsDriver, endpoint: str, cloud: Machin
         spotMarketOptions={},
     )
     before = runs(endpoint)
-    created = driver.create_machine(spec, USER_DATA)
+    created = driver.machines.create_machine(spec, USER_DATA)
     assert created.provider_id == f"aws:///{ZONES[1]}/{created.id}"
-    again = driver.create_machine(spec, USER_DATA)
+    again = driver.machines.create_machine(spec, USER_DATA)
     assert again.id == created.id  # adopted, not launched twice
     assert runs(endpoint) == before + 1
 
@@ -116,24 +116,26 @@ def test_create_adopt_get_delete(driver: AwsDriver, endpoint: str, cloud: Machin
     assert (volume["Size"], volume["VolumeType"]) == (30, "gp3")
     assert {t["Key"]: t["Value"] for t in volume["Tags"]} == tags
     # A node's root volume is no data disk: discovery never reports it as orphaned.
-    assert volume["VolumeId"] not in {d.id for d in driver.list_cluster_disks(cloud.cluster)}
+    assert volume["VolumeId"] not in {
+        d.id for d in driver.discovery.list_cluster_disks(cloud.cluster)
+    }
     data = ec2.describe_instance_attribute(InstanceId=created.id, Attribute="userData")
     assert base64.b64decode(data["UserData"]["Value"]) == USER_DATA
 
-    got = driver.get_machine(spec)
+    got = driver.machines.get_machine(spec)
     assert got is not None and got.id == created.id and got.provisioned
 
     # Another InfraMachine of the same name never adopts this one's instance.
     other = spec.model_copy(update={"machine_uid": str(uuid.uuid4()), "provider_spec": {
         "instanceType": "t3.micro"}})  # fmt: skip
-    assert driver.get_machine(other) is None
-    second = driver.create_machine(other, USER_DATA)
+    assert driver.machines.get_machine(other) is None
+    second = driver.machines.create_machine(other, USER_DATA)
     assert second.id != created.id
 
     for each in (spec, other):
-        assert driver.delete_machine(each) is True
-        assert driver.delete_machine(each) is True  # idempotent
-    gone = driver.get_machine(spec)
+        assert driver.machines.delete_machine(each) is True
+        assert driver.machines.delete_machine(each) is True  # idempotent
+    gone = driver.machines.get_machine(spec)
     assert gone is not None and gone.failed and gone.phase == "terminated"
     assert machine_instances(ec2, cloud.cluster) == []
     assert machine_volumes(ec2, cloud.cluster) == []
@@ -145,14 +147,16 @@ def test_delete_waits_out_shutting_down(
     ec2 = aws_client("ec2", endpoint)
     spec = machine("aws-slow")
     ec2_lifecycle(endpoint, pending_s=0.5, shutting_down_s=4.0)
-    created = driver.create_machine(spec, USER_DATA)
+    created = driver.machines.create_machine(spec, USER_DATA)
     assert created.phase == "pending" and not created.provisioned
     driver.session.settings = driver.session.settings.model_copy(update={"delete_wait_s": 0.5})
-    assert driver.delete_machine(spec) is False  # shutting-down: the caller heartbeats, calls again
+    assert (
+        driver.machines.delete_machine(spec) is False
+    )  # shutting-down: the caller heartbeats, calls again
     assert describe(ec2, created.id)["State"]["Name"] == "shutting-down"
     assert machine_volumes(ec2, cloud.cluster) != []
     driver.session.settings = driver.session.settings.model_copy(update={"delete_wait_s": 10.0})
-    assert driver.delete_machine(spec) is True
+    assert driver.machines.delete_machine(spec) is True
     assert machine_instances(ec2, cloud.cluster) == []
     assert machine_volumes(ec2, cloud.cluster) == []
 
@@ -179,7 +183,7 @@ def test_quota_and_capacity_errors_are_retryable(
     count = driver.settings.max_attempts + 1 if status >= 500 else 1
     inject_fault(endpoint, "RunInstances", code, f"no {code} for you", status=status, count=count)
     with pytest.raises(kind) as raised:
-        driver.create_machine(machine(f"aws-{code.lower()}"), USER_DATA)
+        driver.machines.create_machine(machine(f"aws-{code.lower()}"), USER_DATA)
     assert raised.value.retryable and f"no {code} for you" in raised.value.message
     assert machine_instances(aws_client("ec2", endpoint), cloud.cluster) == []
 
@@ -198,7 +202,7 @@ def test_unknown_cloud_objects_are_invalid_requests(
     driver: AwsDriver, endpoint: str, cloud: MachineCloud, spec: dict[str, Any], says: str
 ) -> None:
     with pytest.raises(errors.InvalidRequest, match=says) as raised:
-        driver.create_machine(machine("aws-bad", **spec), USER_DATA)
+        driver.machines.create_machine(machine("aws-bad", **spec), USER_DATA)
     assert not raised.value.retryable
     assert machine_instances(aws_client("ec2", endpoint), cloud.cluster) == []
 
@@ -206,4 +210,4 @@ def test_unknown_cloud_objects_are_invalid_requests(
 def test_no_subnet_for_the_failure_domain(driver: AwsDriver) -> None:
     spec = machine("aws-nozone").model_copy(update={"failure_domain": "default"})
     with pytest.raises(errors.InvalidRequest, match="no subnet for failure domain 'default'"):
-        driver.create_machine(spec, USER_DATA)
+        driver.machines.create_machine(spec, USER_DATA)

@@ -181,9 +181,9 @@ def test_provider_ids(provider_id: str, name: str | None) -> None:
     driver = DvpDriver(SETTINGS)
     if name is None:
         with pytest.raises(errors.InvalidRequest):
-            driver.instance_id_from_provider_id(provider_id)
+            driver.instances.instance_id_from_provider_id(provider_id)
     else:
-        assert driver.instance_id_from_provider_id(provider_id) == name
+        assert driver.instances.instance_id_from_provider_id(provider_id) == name
 
 
 @pytest.mark.parametrize(
@@ -255,7 +255,7 @@ def test_registration_values_as_deckhouse_renders_them() -> None:
 def test_no_parent_configured_is_an_auth_failure_not_the_local_cluster() -> None:
     driver = DvpDriver(DvpSettings(namespace="project", kubeconfig=None, kubeconfig_base64=None))
     with pytest.raises(errors.CloudAuthFailed):
-        driver.get_machine(machine_spec())
+        driver.machines.get_machine(machine_spec())
 
 
 def test_base64_kubeconfig_is_read(tmp_path: Any) -> None:

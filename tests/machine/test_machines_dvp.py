@@ -475,7 +475,7 @@ def _requests(operation: str) -> float:
 
 
 def provisioned(driver: DvpDriver, spec: MachineSpec) -> bool:
-    machine = driver.get_machine(spec)
+    machine = driver.machines.get_machine(spec)
     return machine is not None and machine.provisioned
 
 
@@ -483,18 +483,19 @@ async def test_driver_machines_instances_and_discovery(dvp: DvpMachines) -> None
     driver = dvp.driver
     specs = {name: _machine_spec(name) for name in ("i1", "i2")}
     created = {
-        n: await asyncio.to_thread(driver.create_machine, s, b"#x") for n, s in specs.items()
+        n: await asyncio.to_thread(driver.machines.create_machine, s, b"#x")
+        for n, s in specs.items()
     }
-    again = await asyncio.to_thread(driver.create_machine, specs["i1"], b"#x")  # adopts
+    again = await asyncio.to_thread(driver.machines.create_machine, specs["i1"], b"#x")  # adopts
     assert again.id == created["i1"].id == "i1"
     with pytest.raises(errors.AlreadyExists):
-        await asyncio.to_thread(driver.create_machine, _machine_spec("i1"), b"#x")
+        await asyncio.to_thread(driver.machines.create_machine, _machine_spec("i1"), b"#x")
     for spec in specs.values():
         await eventually(functools.partial(provisioned, driver, spec), what="VM running")
 
     # Node sync: one LIST for the whole batch; missing VMs are absent; Stopped is shut down.
     before = _requests("ListVirtualMachines")
-    listing = await asyncio.to_thread(driver.list_instances, ["i1", "i2", "never-made"])
+    listing = await asyncio.to_thread(driver.instances.list_instances, ["i1", "i2", "never-made"])
     assert sorted(listing.found) == ["i1", "i2"]
     assert listing.requests == 1
     assert _requests("ListVirtualMachines") == before + 1
@@ -509,16 +510,16 @@ async def test_driver_machines_instances_and_discovery(dvp: DvpMachines) -> None
         dvp.parent_namespace,
         subresource="status",
     )
-    stopped = (await asyncio.to_thread(driver.list_instances, ["i2"])).found["i2"]
+    stopped = (await asyncio.to_thread(driver.instances.list_instances, ["i2"])).found["i2"]
     assert stopped.state is InstanceState.STOPPED and stopped.shut_down
-    by_name = await asyncio.to_thread(driver.find_instances_by_name, ["i1", "nobody"])
+    by_name = await asyncio.to_thread(driver.instances.find_instances_by_name, ["i1", "nobody"])
     assert sorted(by_name.found) == ["i1"]
-    assert driver.instance_id_from_provider_id("dvp://i1") == "i1"
+    assert driver.instances.instance_id_from_provider_id("dvp://i1") == "i1"
     with pytest.raises(errors.InvalidRequest):
-        driver.instance_id_from_provider_id("aws:///eu-1a/i-123")
+        driver.instances.instance_id_from_provider_id("aws:///eu-1a/i-123")
 
     # Discovery: the parent's StorageClasses, sorted, the first one the default.
-    data = await asyncio.to_thread(driver.discovery_data)
+    data = await asyncio.to_thread(driver.discovery.discovery_data)
     assert data.kind == "DVPCloudProviderDiscoveryData"
     assert [z.name for z in data.zones] == ["default"]
     assert data.extra["volumeTypes"] == [
@@ -547,8 +548,10 @@ async def test_driver_machines_instances_and_discovery(dvp: DvpMachines) -> None
         parent.create, r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, attachment, ns
     )
     for spec in specs.values():
-        await eventually(functools.partial(driver.delete_machine, spec), what="all deleted")
-        assert await asyncio.to_thread(driver.get_machine, spec) is None
+        await eventually(
+            functools.partial(driver.machines.delete_machine, spec), what="all deleted"
+        )
+        assert await asyncio.to_thread(driver.machines.get_machine, spec) is None
     assert dvp.parent_objects() == {"vms": set(), "disks": set(), "secrets": set()}
     attachments = parent.list(r.VIRTUAL_MACHINE_BLOCK_DEVICE_ATTACHMENTS, ns)["items"]
     assert attachments == []

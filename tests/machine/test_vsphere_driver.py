@@ -99,7 +99,7 @@ def test_create_adopt_get_delete(driver: VsphereDriver, si: Any) -> None:
             "shares": {"cpu": 100},
         },
     )
-    made = driver.create_machine(spec, USER_DATA)
+    made = driver.machines.create_machine(spec, USER_DATA)
     vm = only_vm(si, spec.name)
     assert made.provider_id == f"vsphere://{vm.config.uuid.lower()}"
     assert made.state is models.InstanceState.RUNNING
@@ -123,23 +123,23 @@ def test_create_adopt_get_delete(driver: VsphereDriver, si: Any) -> None:
     assert metadata == {"instance-id": spec.machine_uid, "local-hostname": spec.name}
     assert extra["vhv.enable"] == "TRUE"
 
-    again = driver.create_machine(spec, USER_DATA)  # a retried create adopts
+    again = driver.machines.create_machine(spec, USER_DATA)  # a retried create adopts
     assert again.id == made.id
     assert len(vms_named(si, spec.name)) == 1
-    got = driver.get_machine(spec)
+    got = driver.machines.get_machine(spec)
     assert got is not None and got.provider_id == made.provider_id
 
-    assert driver.delete_machine(spec) is True
+    assert driver.machines.delete_machine(spec) is True
     assert vms_named(si, spec.name) == []
-    assert driver.get_machine(spec) is None
-    assert driver.delete_machine(spec) is True  # idempotent
+    assert driver.machines.get_machine(spec) is None
+    assert driver.machines.delete_machine(spec) is True  # idempotent
 
 
 def test_a_clone_left_powered_off_is_finished_by_the_next_create(
     driver: VsphereDriver, si: Any
 ) -> None:
     spec = spec_of(diskGiB=25)
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     vm = only_vm(si, spec.name)
     # As a crash after the clone leaves it: powered off, the template's NIC, the disk as cloned.
     wait_task(si, vm.PowerOffVM_Task())
@@ -152,14 +152,14 @@ def test_a_clone_left_powered_off_is_finished_by_the_next_create(
             )
         ),
     )
-    again = driver.create_machine(spec, USER_DATA)
+    again = driver.machines.create_machine(spec, USER_DATA)
     assert again.state is models.InstanceState.RUNNING
     assert len(vms_named(si, spec.name)) == 1
     nics = [
         d for d in vm.config.hardware.device if isinstance(d, vim.vm.device.VirtualEthernetCard)
     ]
     assert [n.backing.deviceName for n in nics] == [NETWORK]
-    assert driver.delete_machine(spec) is True
+    assert driver.machines.delete_machine(spec) is True
 
 
 def test_the_disk_is_never_shrunk(driver: VsphereDriver, si: Any) -> None:
@@ -169,28 +169,28 @@ def test_the_disk_is_never_shrunk(driver: VsphereDriver, si: Any) -> None:
         for d in only_vm(si, TEMPLATE).config.hardware.device
         if isinstance(d, vim.vm.device.VirtualDisk)
     )
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     disk = next(
         d
         for d in only_vm(si, spec.name).config.hardware.device
         if isinstance(d, vim.vm.device.VirtualDisk)
     )
     assert disk.capacityInKB == template_disk
-    assert driver.delete_machine(spec) is True
+    assert driver.machines.delete_machine(spec) is True
 
 
 def test_a_vm_of_another_machine_at_the_path_is_never_touched(
     driver: VsphereDriver, si: Any
 ) -> None:
     mine = spec_of()
-    driver.create_machine(mine, USER_DATA)
+    driver.machines.create_machine(mine, USER_DATA)
     other = mine.model_copy(update={"machine_uid": str(uuid.uuid4())})
     with pytest.raises(errors.AlreadyExists, match="left untouched"):
-        driver.create_machine(other, USER_DATA)
-    assert driver.get_machine(other) is None
-    assert driver.delete_machine(other) is True  # nothing of ``other``'s: mine stays
+        driver.machines.create_machine(other, USER_DATA)
+    assert driver.machines.get_machine(other) is None
+    assert driver.machines.delete_machine(other) is True  # nothing of ``other``'s: mine stays
     assert only_vm(si, mine.name).runtime.powerState == "poweredOn"
-    assert driver.delete_machine(mine) is True
+    assert driver.machines.delete_machine(mine) is True
 
 
 @pytest.mark.parametrize(
@@ -211,7 +211,7 @@ def test_unknown_placement_is_an_invalid_request(
 ) -> None:
     spec = spec_of(**fields)
     with pytest.raises(errors.InvalidRequest, match=message) as caught:
-        driver.create_machine(spec, USER_DATA)
+        driver.machines.create_machine(spec, USER_DATA)
     assert not caught.value.retryable
     assert vms_named(si, spec.name) == []
 
@@ -219,11 +219,11 @@ def test_unknown_placement_is_an_invalid_request(
 def test_a_bad_spec_names_every_bad_field(driver: VsphereDriver) -> None:
     spec = spec_of(numCPUs=0, cloneMode="copy", network={"devices": []})
     with pytest.raises(errors.InvalidRequest) as caught:
-        driver.create_machine(spec, USER_DATA)
+        driver.machines.create_machine(spec, USER_DATA)
     for field in ("numCPUs", "cloneMode", "network.devices"):
         assert field in caught.value.message
     with pytest.raises(errors.InvalidRequest, match="linkedClone"):
-        driver.create_machine(spec_of(cloneMode="linkedClone"), USER_DATA)
+        driver.machines.create_machine(spec_of(cloneMode="linkedClone"), USER_DATA)
 
 
 @pytest.mark.parametrize(
@@ -251,9 +251,9 @@ def test_vcenter_down_is_unreachable(tmp_path: Path) -> None:
         made = VsphereDriver(vsphere_settings(endpoint, timeout_s=5, **QUICK_TIMINGS))
     # vcsim has stopped: login (with its timeout) fails to connect.
     with pytest.raises(errors.CloudUnreachable):
-        made.create_machine(spec_of(), USER_DATA)
+        made.machines.create_machine(spec_of(), USER_DATA)
     with pytest.raises(errors.CloudUnreachable):
-        made.get_machine(spec_of())
+        made.machines.get_machine(spec_of())
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +274,7 @@ def test_a_clone_in_flight_is_waited_for_not_repeated(
     try:
         made: list[models.Machine] = []
         crashed = threading.Thread(
-            target=lambda: made.append(first.create_machine(spec, USER_DATA)), daemon=True
+            target=lambda: made.append(first.machines.create_machine(spec, USER_DATA)), daemon=True
         )
         crashed.start()
         deadline = time.monotonic() + 30
@@ -284,14 +284,16 @@ def test_a_clone_in_flight_is_waited_for_not_repeated(
             assert time.monotonic() < deadline, "no clone task running"
             time.sleep(0.05)
         with caplog.at_level(logging.INFO, logger="cloudloop.cloud.vsphere.machines"):
-            adopted = second.create_machine(spec, USER_DATA)  # waits, finds it by instance UUID
+            adopted = second.machines.create_machine(
+                spec, USER_DATA
+            )  # waits, finds it by instance UUID
         assert "is in flight" in caplog.text
         crashed.join(30)
         assert made and made[0].id == adopted.id
         assert len(vms_named(si, spec.name)) == 1
         clones = [t for t in si.content.taskManager.recentTask if is_clone(t)]
         assert len(clones) == 1  # cloned once
-        assert second.delete_machine(spec) is True
+        assert second.machines.delete_machine(spec) is True
         assert vms_named(si, spec.name) == []
     finally:
         disconnect(si)

@@ -91,14 +91,14 @@ def poll(check: Callable[[], T | None], *, timeout: float = 20, what: str = "con
 
 def provisioned(driver: ZvirtDriver, spec: models.MachineSpec) -> models.Machine:
     def check() -> models.Machine | None:
-        machine = driver.get_machine(spec)
+        machine = driver.machines.get_machine(spec)
         return machine if machine is not None and machine.provisioned else None
 
     return poll(check, what=f"{spec.name} running with an IP")
 
 
 def deleted(driver: ZvirtDriver, spec: models.MachineSpec) -> None:
-    poll(lambda: driver.delete_machine(spec), what=f"{spec.name} deleted")
+    poll(lambda: driver.machines.delete_machine(spec), what=f"{spec.name} deleted")
 
 
 def requests_metric(operation: str, outcome: str = "success") -> float:
@@ -112,7 +112,7 @@ def test_create_runs_the_vm_the_spec_asks_for(
 ) -> None:
     spec = machine_spec(endpoint)
 
-    created = driver.create_machine(spec, USER_DATA)
+    created = driver.machines.create_machine(spec, USER_DATA)
     machine = provisioned(driver, spec)
 
     assert created.id == machine.id
@@ -153,10 +153,12 @@ def test_create_twice_adopts_the_first_vm(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     spec = machine_spec(endpoint)
-    first = driver.create_machine(spec, USER_DATA)
-    second = driver.create_machine(spec, USER_DATA)  # e.g. an activity retried after a crash
+    first = driver.machines.create_machine(spec, USER_DATA)
+    second = driver.machines.create_machine(
+        spec, USER_DATA
+    )  # e.g. an activity retried after a crash
     provisioned(driver, spec)
-    third = driver.create_machine(spec, USER_DATA)
+    third = driver.machines.create_machine(spec, USER_DATA)
 
     assert first.id == second.id == third.id
     assert [vm["name"] for vm in admin.vms()] == [spec.name]
@@ -186,7 +188,7 @@ def test_create_resumes_a_vm_left_down_half_way(
             clone=True,
         )
 
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     provisioned(driver, spec)
 
     vm = admin.vm(spec.name)
@@ -200,14 +202,14 @@ def test_a_same_named_vm_of_another_machine_is_never_adopted_or_deleted(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     ours = machine_spec(endpoint)
-    driver.create_machine(ours, USER_DATA)
+    driver.machines.create_machine(ours, USER_DATA)
     theirs = ours.model_copy(update={"machine_uid": str(uuid.uuid4())})
 
     with pytest.raises(errors.AlreadyExists):
-        driver.create_machine(theirs, USER_DATA)
-    assert driver.get_machine(theirs) is None
-    assert driver.delete_machine(theirs) is True
-    assert driver.get_machine(ours) is not None
+        driver.machines.create_machine(theirs, USER_DATA)
+    assert driver.machines.get_machine(theirs) is None
+    assert driver.machines.delete_machine(theirs) is True
+    assert driver.machines.get_machine(ours) is not None
     assert len(admin.vms()) == 1
 
 
@@ -215,7 +217,7 @@ def test_delete_removes_the_vm_and_its_boot_disk_and_detaches_data_disks(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     spec = machine_spec(endpoint)
-    machine = driver.create_machine(spec, USER_DATA)
+    machine = driver.machines.create_machine(spec, USER_DATA)
     provisioned(driver, spec)
     with sdk.Connection(
         url=endpoint.api_url,
@@ -245,19 +247,19 @@ def test_delete_removes_the_vm_and_its_boot_disk_and_detaches_data_disks(
     disks = admin.disks()
     assert boot_disk not in [d["id"] for d in disks]
     assert [(d["name"], d["attached_to"]) for d in disks] == [("pvc-data", None)]
-    assert driver.get_machine(spec) is None
-    assert driver.delete_machine(spec) is True  # idempotent
+    assert driver.machines.get_machine(spec) is None
+    assert driver.machines.delete_machine(spec) is True  # idempotent
 
 
 def test_a_stuck_vm_is_reported_failed_and_powered_off_on_delete(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     spec = machine_spec(endpoint)
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     provisioned(driver, spec)
     admin.set_vm_status(spec.name, "not_responding")
 
-    machine = driver.get_machine(spec)
+    machine = driver.machines.get_machine(spec)
     assert machine is not None
     assert (machine.phase, machine.state, machine.failed) == (
         "not_responding",
@@ -280,9 +282,9 @@ def test_invalid_specs_are_refused_before_any_engine_request(
         {"cpu": {"sockets": 0}},
     ):
         with pytest.raises(errors.InvalidRequest):
-            driver.create_machine(machine_spec(endpoint, **provider), USER_DATA)
+            driver.machines.create_machine(machine_spec(endpoint, **provider), USER_DATA)
     with pytest.raises(errors.InvalidRequest):
-        driver.create_machine(machine_spec(endpoint), b"\xff\xfe not text")
+        driver.machines.create_machine(machine_spec(endpoint), b"\xff\xfe not text")
     assert admin.request_counts() == {}
 
 
@@ -290,9 +292,13 @@ def test_unknown_template_or_vnic_profile_is_an_invalid_request(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     with pytest.raises(errors.InvalidRequest, match="template"):
-        driver.create_machine(machine_spec(endpoint, template="no-such-template"), USER_DATA)
+        driver.machines.create_machine(
+            machine_spec(endpoint, template="no-such-template"), USER_DATA
+        )
     with pytest.raises(errors.InvalidRequest, match="vNIC profile"):
-        driver.create_machine(machine_spec(endpoint, vnicProfileID=str(uuid.uuid4())), USER_DATA)
+        driver.machines.create_machine(
+            machine_spec(endpoint, vnicProfileID=str(uuid.uuid4())), USER_DATA
+        )
     assert admin.vms() == []
 
 
@@ -309,20 +315,20 @@ def test_bad_credentials_are_auth_failures_never_not_found(
         bad = ZvirtDriver(settings)
         spec = machine_spec(endpoint)
         with pytest.raises(errors.CloudAuthFailed):
-            bad.get_machine(spec)
+            bad.machines.get_machine(spec)
         with pytest.raises(errors.CloudAuthFailed):
-            bad.delete_machine(spec)
+            bad.machines.delete_machine(spec)
         with pytest.raises(errors.CloudAuthFailed):
-            bad.list_instances([str(uuid.uuid4())])
+            bad.instances.list_instances([str(uuid.uuid4())])
         with pytest.raises(errors.CloudAuthFailed):
-            bad.discovery_data()
+            bad.discovery.discovery_data()
         bad.close()
 
 
 def test_an_expired_token_is_renewed(driver: ZvirtDriver, admin: OvirtEmulatorAdmin) -> None:
-    assert driver.list_instances([str(uuid.uuid4())]).found == {}
+    assert driver.instances.list_instances([str(uuid.uuid4())]).found == {}
     admin.revoke_tokens()
-    assert driver.list_instances([str(uuid.uuid4())]).found == {}
+    assert driver.instances.list_instances([str(uuid.uuid4())]).found == {}
     assert admin.request_counts()["POST /ovirt-engine/sso/oauth/token"] == 2
 
 
@@ -337,25 +343,25 @@ def test_engine_down_is_unreachable_and_the_driver_recovers(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint, mode: str
 ) -> None:
     spec = machine_spec(endpoint)
-    driver.create_machine(spec, USER_DATA)  # a logged-in connection in the pool
+    driver.machines.create_machine(spec, USER_DATA)  # a logged-in connection in the pool
     unreachable_before = requests_metric("ListVms", "unreachable")
     admin.engine_down(mode)
     try:
         with pytest.raises(errors.CloudUnreachable):
-            driver.get_machine(spec)
+            driver.machines.get_machine(spec)
         with pytest.raises(errors.CloudUnreachable):
-            driver.list_instances([str(uuid.uuid4())])
+            driver.instances.list_instances([str(uuid.uuid4())])
         with pytest.raises(errors.CloudUnreachable):
-            driver.delete_machine(spec)
+            driver.machines.delete_machine(spec)
         # Not logged in yet: the SSO call fails.
         fresh = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS))
         with pytest.raises(errors.CloudUnreachable):
-            fresh.discovery_data()
+            fresh.discovery.discovery_data()
         fresh.close()
     finally:
         admin.engine_up()
     assert requests_metric("ListVms", "unreachable") == unreachable_before + 3
-    machine = driver.get_machine(spec)
+    machine = driver.machines.get_machine(spec)
     assert machine is not None and machine.id
 
 
@@ -365,9 +371,9 @@ def test_tls_is_verified_against_the_ca_bundle(
     # The system store.
     untrusting = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS, ca_bundle=None))
     with pytest.raises(errors.CloudUnreachable):
-        untrusting.list_instances([str(uuid.uuid4())])
+        untrusting.instances.list_instances([str(uuid.uuid4())])
     insecure = ZvirtDriver(zvirt_settings(endpoint, **QUICK_TIMINGS, ca_bundle=None, insecure=True))
-    assert insecure.list_instances([str(uuid.uuid4())]).requests == 1
+    assert insecure.instances.list_instances([str(uuid.uuid4())]).requests == 1
     insecure.close()
 
 
@@ -376,7 +382,7 @@ def test_batched_instance_lookup_costs_one_request(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     specs = [machine_spec(endpoint, name=f"node-{i}") for i in range(6)]
-    machines = [driver.create_machine(spec, USER_DATA) for spec in specs]
+    machines = [driver.machines.create_machine(spec, USER_DATA) for spec in specs]
     for spec in specs:
         provisioned(driver, spec)
     stopped = machines[0]
@@ -393,7 +399,9 @@ def test_batched_instance_lookup_costs_one_request(
     admin.clear_requests()
     metric_before = requests_metric("ListVms")
 
-    listing = driver.list_instances([driver.instance_id_from_provider_id(p) for p in provider_ids])
+    listing = driver.instances.list_instances(
+        [driver.instances.instance_id_from_provider_id(p) for p in provider_ids]
+    )
 
     assert listing.requests == 1
     assert admin.request_counts() == {VMS_ROUTE: 1}
@@ -409,7 +417,7 @@ def test_batched_instance_lookup_costs_one_request(
     assert running.addresses[1].address == "node-1"
 
     admin.clear_requests()
-    by_name = driver.find_instances_by_name([s.name for s in specs] + ["node-missing"])
+    by_name = driver.instances.find_instances_by_name([s.name for s in specs] + ["node-missing"])
     assert by_name.requests == 1
     assert admin.request_counts() == {VMS_ROUTE: 1}
     assert sorted(by_name.found) == sorted(s.name for s in specs)
@@ -419,7 +427,7 @@ def test_batched_instance_lookup_costs_one_request(
 def test_discovery_data_lists_storage_domains_like_deckhouse(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin
 ) -> None:
-    data = driver.discovery_data()
+    data = driver.discovery.discovery_data()
 
     assert (data.api_version, data.kind, data.region) == (
         "deckhouse.io/v1",
@@ -446,10 +454,10 @@ def test_the_engine_only_ever_sees_the_sdk(
     driver: ZvirtDriver, admin: OvirtEmulatorAdmin, endpoint: OvirtEmulatorEndpoint
 ) -> None:
     spec = machine_spec(endpoint)
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     provisioned(driver, spec)
-    driver.list_instances([str(uuid.uuid4())])
-    driver.discovery_data()
+    driver.instances.list_instances([str(uuid.uuid4())])
+    driver.discovery.discovery_data()
     deleted(driver, spec)
 
     agents = admin.user_agents()

@@ -18,6 +18,7 @@ from cloudloop.kube.informer import Informers
 from cloudloop.kube.resources import NODES
 from cloudloop.rules import node as rules
 from starters.node import NodeSync
+from tests.support.parts import has
 
 
 def fast_sync(settings: Settings, scope: str, **ccm: Any) -> Settings:
@@ -40,7 +41,7 @@ async def node_sync(
     informers = Informers(kube)
     sync = NodeSync(
         kube,
-        driver or AwsDriver(AWS.section(settings)),
+        has((driver or AwsDriver(AWS.section(settings))).instances),
         informers.nodes(label_selector=settings.ccm.node_selector),
         settings.ccm,
     )

@@ -25,7 +25,9 @@ from cloudloop.cloud.models import MachineSpec
     ],
 )
 def test_instance_id_from_provider_id(provider_id: str, instance_id: str) -> None:
-    assert AwsDriver(AwsSettings()).instance_id_from_provider_id(provider_id) == instance_id
+    assert (
+        AwsDriver(AwsSettings()).instances.instance_id_from_provider_id(provider_id) == instance_id
+    )
 
 
 @pytest.mark.parametrize(
@@ -42,7 +44,7 @@ def test_instance_id_from_provider_id(provider_id: str, instance_id: str) -> Non
 )
 def test_bad_provider_id_is_invalid_request(provider_id: str) -> None:
     with pytest.raises(errors.InvalidRequest):
-        AwsDriver(AwsSettings()).instance_id_from_provider_id(provider_id)
+        AwsDriver(AwsSettings()).instances.instance_id_from_provider_id(provider_id)
 
 
 def _client_error(code: str, status: int) -> botocore.exceptions.ClientError:
@@ -112,4 +114,6 @@ def test_machines_are_a_capability_and_need_a_cluster_name() -> None:
     driver = AwsDriver(AwsSettings())
     assert "machines" in driver.capabilities
     with pytest.raises(errors.InvalidRequest, match="cluster name"):
-        driver.delete_machine(MachineSpec(name="m-1", namespace="ns", cluster="c", machine_uid="u"))
+        driver.machines.delete_machine(
+            MachineSpec(name="m-1", namespace="ns", cluster="c", machine_uid="u")
+        )

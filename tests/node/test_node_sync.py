@@ -319,10 +319,12 @@ async def test_lookups_above_the_filter_limit(ec2: Any, ccm_settings: Settings) 
     """AWS takes 200 values per filter: 250 nodes are looked up in two calls, not refused."""
     instances = run_instances(ec2, 250, instance_type="t3.nano")
     driver = AwsDriver(AWS.section(ccm_settings))
-    by_id = await asyncio.to_thread(driver.list_instances, [i["InstanceId"] for i in instances])
+    by_id = await asyncio.to_thread(
+        driver.instances.list_instances, [i["InstanceId"] for i in instances]
+    )
     assert len(by_id.found) == 250 and by_id.requests == 2
     names = [i["PrivateDnsName"] for i in instances]
-    by_name = await asyncio.to_thread(driver.find_instances_by_name, names)
+    by_name = await asyncio.to_thread(driver.instances.find_instances_by_name, names)
     assert len(by_name.found) == 250
     ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in instances])
 
@@ -350,13 +352,13 @@ async def test_large_lookups_list_the_cluster_by_its_tag(ec2: Any, ccm_settings:
     driver = AwsDriver(AWS.section(ccm_settings).model_copy(update={"timeout_s": 60.0}))
     driver.cluster = cluster
     ids = [i["InstanceId"] for i in tagged]
-    only_tagged = await asyncio.to_thread(driver.list_instances, ids)
+    only_tagged = await asyncio.to_thread(driver.instances.list_instances, ids)
     assert len(only_tagged.found) == 400 and only_tagged.requests == 1
-    mixed = await asyncio.to_thread(driver.list_instances, [*ids, untagged["InstanceId"]])
+    mixed = await asyncio.to_thread(driver.instances.list_instances, [*ids, untagged["InstanceId"]])
     assert untagged["InstanceId"] in mixed.found and mixed.requests == 2
     # By name (node initialization) by value only: the 400 asked for, in chunks of 150.
     names = list({i["PrivateDnsName"] for i in tagged})
-    by_name = await asyncio.to_thread(driver.find_instances_by_name, names)
+    by_name = await asyncio.to_thread(driver.instances.find_instances_by_name, names)
     assert len(by_name.found) == len(names) and by_name.requests == 3
     ec2.terminate_instances(InstanceIds=[*ids, untagged["InstanceId"]])
 
@@ -372,9 +374,9 @@ async def test_init_from_a_stale_informer_copy_keeps_what_changed_meanwhile(
     try:
         stale = make_node(kube, name, scope)
         kube.patch(NODES, name, {"metadata": {"labels": {"added-meanwhile": "yes"}}})
-        found = driver.find_instances_by_name([name]).found[name]
+        found = driver.instances.find_instances_by_name([name]).found[name]
         informers = Informers(kube)
-        sync = NodeSync(kube, driver, informers.nodes(), ccm_settings.ccm)
+        sync = NodeSync(kube, driver.instances, informers.nodes(), ccm_settings.ccm)
         for attempt in range(2):  # the second: the node is initialized already, nothing to do
             await asyncio.to_thread(sync._initialize_node, name, found, stale)
             node = get_node(kube, name)

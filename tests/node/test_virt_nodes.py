@@ -109,12 +109,12 @@ def zvirt_cloud(endpoint: OvirtEmulatorEndpoint) -> Iterator[Cloud]:
             provider_spec=machine_spec(endpoint, cpu={"sockets": 1, "cores": 2, "threads": 1}),
         )
         specs[name] = spec
-        machine = driver.create_machine(spec, b"#cloud-config\n")
+        machine = driver.machines.create_machine(spec, b"#cloud-config\n")
         return machine.provider_id
 
     def remove_vm(name: str) -> None:
         deadline = 60.0
-        while not driver.delete_machine(specs[name]) and deadline > 0:
+        while not driver.machines.delete_machine(specs[name]) and deadline > 0:
             deadline -= 1
 
     yield Cloud(

@@ -78,7 +78,7 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 def test_list_instances_by_uuid(seeded: Inventory, driver: VsphereDriver) -> None:
     a, b = seeded.vms["node-a"], seeded.vms["node-b"]
-    listing = driver.list_instances([a.uuid, swap_uuid_bytes(b.uuid), UNKNOWN_UUID])
+    listing = driver.instances.list_instances([a.uuid, swap_uuid_bytes(b.uuid), UNKNOWN_UUID])
     assert set(listing.found) == {a.uuid, swap_uuid_bytes(b.uuid)}
     node_a = listing.found[a.uuid]
     assert node_a.provider_id == f"vsphere://{a.uuid}"
@@ -104,7 +104,7 @@ def test_list_instances_by_uuid(seeded: Inventory, driver: VsphereDriver) -> Non
 def test_find_by_name(
     seeded: Inventory, driver: VsphereDriver, name: str, expected: str | None
 ) -> None:
-    listing = driver.find_instances_by_name([name])
+    listing = driver.instances.find_instances_by_name([name])
     if expected is None:
         assert listing.found == {} and listing.undecided == [name]
         assert listing.why[name] == (
@@ -119,35 +119,35 @@ def test_by_name_reuses_a_young_read_that_answers_every_name(
 ) -> None:
     """An init burst reads vCenter once; a VM the cached read does not know costs one fresh
     read at once (its node does not wait for the cache to age)."""
-    assert driver.find_instances_by_name(["node-a"]).requests == 2
-    again = driver.find_instances_by_name(["node-a", "10.0.2.10"])
+    assert driver.instances.find_instances_by_name(["node-a"]).requests == 2
+    again = driver.instances.find_instances_by_name(["node-a", "10.0.2.10"])
     assert again.requests == 0 and set(again.found) == {"node-a", "10.0.2.10"}
     si = connect(vcsim)
     try:
         late = clone_node_vm(si, NodeVm("node-late", "10.0.1.77", cluster="DC0_C0"))
     finally:
         disconnect(si)
-    fresh = driver.find_instances_by_name(["node-a", "node-late"])
+    fresh = driver.instances.find_instances_by_name(["node-a", "node-late"])
     assert fresh.requests == 2 and fresh.found["node-late"].id == late.uuid
     assert fresh.found["node-late"].zone == "zone-a"
-    miss = driver.find_instances_by_name(["no-such-node"])
+    miss = driver.instances.find_instances_by_name(["no-such-node"])
     assert miss.requests == 2 and miss.undecided == ["no-such-node"]
 
 
 def test_one_read_and_one_tag_listing_per_pass(seeded: Inventory, driver: VsphereDriver) -> None:
     ids = [vm.uuid for vm in seeded.vms.values()]
-    driver.list_instances(ids)  # warm: login, container view, tag names
+    driver.instances.list_instances(ids)  # warm: login, container view, tag names
     before = calls()
-    listing = driver.list_instances(ids)
+    listing = driver.instances.list_instances(ids)
     assert delta(before, calls()) == {"RetrieveProperties": 1.0, "ListAttachedObjects": 1.0}
     assert listing.requests == 2
 
 
 def test_session_is_reestablished(seeded: Inventory, driver: VsphereDriver) -> None:
     ids = [seeded.vms["node-a"].uuid]
-    driver.list_instances(ids)
+    driver.instances.list_instances(ids)
     driver.session._si.content.sessionManager.Logout()  # the session ends on the vCenter side
-    assert set(driver.list_instances(ids).found) == set(ids)
+    assert set(driver.instances.list_instances(ids).found) == set(ids)
 
 
 def test_wrong_password_is_auth_failed(vcsim: VcsimEndpoint) -> None:
@@ -155,7 +155,7 @@ def test_wrong_password_is_auth_failed(vcsim: VcsimEndpoint) -> None:
         vsphere_settings(vcsim, timeout_s=5).model_copy(update={"username": "intruder"})
     )
     with pytest.raises(errors.CloudAuthFailed):
-        bad.list_instances([UNKNOWN_UUID])
+        bad.instances.list_instances([UNKNOWN_UUID])
 
 
 @pytest.mark.parametrize("level", ["datacenter", "cluster", "host", "vm"])
@@ -178,7 +178,7 @@ def test_zone_from_tags_at_every_level(seeded: Inventory, vcsim: VcsimEndpoint, 
     scoped = VsphereDriver(vsphere_settings(vcsim, timeout_s=5, zone_tag_category=category))
     try:
         uuid = seeded.vms["node-a"].uuid
-        instance = scoped.list_instances([uuid]).found[uuid]
+        instance = scoped.instances.list_instances([uuid]).found[uuid]
         assert (instance.region, instance.zone) == ("region-a", f"z-{level}")
     finally:
         scoped.close()
@@ -203,7 +203,7 @@ def test_a_zone_tag_on_the_cluster_wins_over_the_hosts_as_upstream(
     scoped = VsphereDriver(vsphere_settings(vcsim, timeout_s=5, zone_tag_category=category))
     try:
         uuid = seeded.vms["node-a"].uuid
-        instance = scoped.list_instances([uuid]).found[uuid]
+        instance = scoped.instances.list_instances([uuid]).found[uuid]
         assert (instance.region, instance.zone) == ("region-a", "z-cluster")
         assert instance.init_error == ""
     finally:
@@ -235,7 +235,7 @@ def test_a_vcenter_that_accepts_and_never_answers_times_out(
         )
         started = time.monotonic()
         with pytest.raises(errors.CloudUnreachable):
-            hanging.list_instances([UNKNOWN_UUID])
+            hanging.instances.list_instances([UNKNOWN_UUID])
         assert time.monotonic() - started < 10
         hanging.close()
     finally:

@@ -87,7 +87,8 @@ async def test_discovery_data_catalog_conditions_and_orphans(
     )
     loop = CloudDataDiscoverer(
         kube,
-        driver,
+        driver.discovery,
+        provider=driver.provider,
         cluster=cluster,
         interval_s=3600,
         namespace=namespace,
@@ -150,7 +151,8 @@ async def test_keystone_down_is_a_condition_not_a_document(
     driver = OpenStackDriver(quick_settings(endpoint))
     loop = CloudDataDiscoverer(
         kube,
-        driver,
+        driver.discovery,
+        provider=driver.provider,
         cluster=scope,
         interval_s=3600,
         namespace=namespace,

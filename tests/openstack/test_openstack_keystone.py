@@ -312,7 +312,7 @@ def test_the_emulator_serves_the_second_region(
 ) -> None:
     driver = OpenStackDriver(quick_settings(endpoint, region=endpoint.region_two))
     try:
-        assert {z.region for z in driver.zones()} == {endpoint.region_two}
+        assert {z.region for z in driver.discovery.zones()} == {endpoint.region_two}
     finally:
         driver.close()
     compute = [r for r in admin.requests() if r["service"] == "compute"]
@@ -325,7 +325,7 @@ def test_the_driver_s_first_call_names_an_unknown_region(
     driver = OpenStackDriver(quick_settings(endpoint, region="RegionX"))
     try:
         with pytest.raises(errors.InvalidRequest) as raised:
-            driver.zones()
+            driver.discovery.zones()
     finally:
         driver.close()
     assert "region 'RegionX'" in str(raised.value) and "'compute'" in str(raised.value)
@@ -338,7 +338,7 @@ def test_the_driver_refuses_a_password_login_without_a_tenant(
     driver = OpenStackDriver(quick_settings(endpoint, tenant_name=""))
     try:
         with pytest.raises(errors.InvalidRequest, match=r"\[Global\] tenant-id or tenant-name"):
-            driver.zones()
+            driver.discovery.zones()
     finally:
         driver.close()
     assert admin.requests() == []

@@ -73,9 +73,11 @@ def servers(admin: OpenStackEmulatorAdmin) -> list[dict[str, str]]:
 def test_ensure_makes_the_lb_as_upstream_in_one_create(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
 ) -> None:
-    driver.zones()  # logs in
+    driver.discovery.zones()  # logs in
     admin.clear_requests()
-    status = driver.ensure_load_balancer(lb_spec(servers, {P + "enable-health-monitor": "true"}))
+    status = driver.load_balancers.ensure_load_balancer(
+        lb_spec(servers, {P + "enable-health-monitor": "true"})
+    )
     assert writes(admin) == {
         "POST load-balancer /v2.0/lbaas/loadbalancers": 1,
         "POST network /v2.0/floatingips": 1,
@@ -103,7 +105,9 @@ def test_ensure_makes_the_lb_as_upstream_in_one_create(
     assert status.ip == fip["floating_ip_address"] and not status.hostname
 
     admin.clear_requests()
-    again = driver.ensure_load_balancer(lb_spec(servers, {P + "enable-health-monitor": "true"}))
+    again = driver.load_balancers.ensure_load_balancer(
+        lb_spec(servers, {P + "enable-health-monitor": "true"})
+    )
     assert again == status and writes(admin) == {}
 
 
@@ -174,14 +178,16 @@ def test_annotations(
     if annotations.get(P + "flavor-id") == "__FLAVOR__":
         flavor = next(iter(connect(endpoint).load_balancer.flavors()))
         annotations = {**annotations, P + "flavor-id": flavor.id}
-    status = driver.ensure_load_balancer(lb_spec(servers, annotations))
+    status = driver.load_balancers.ensure_load_balancer(lb_spec(servers, annotations))
     assert check(world(admin), status)
 
 
 def test_source_ranges_become_allowed_cidrs(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
 ) -> None:
-    driver.ensure_load_balancer(lb_spec(servers, source_ranges=["192.0.2.0/24", "198.51.100.7/32"]))
+    driver.load_balancers.ensure_load_balancer(
+        lb_spec(servers, source_ranges=["192.0.2.0/24", "198.51.100.7/32"])
+    )
     assert all(
         x["allowed_cidrs"] == ["192.0.2.0/24", "198.51.100.7/32"] for x in world(admin)["listeners"]
     )
@@ -197,7 +203,7 @@ def test_a_subnet_annotation_places_the_vip(
     network = sdk.network.create_network(name="lb-net")
     subnet = sdk.network.create_subnet(network_id=network.id, cidr="10.50.0.0/24", ip_version=4)
     sdk.network.add_interface_to_router(sdk.network.find_router("router1"), subnet_id=subnet.id)
-    driver.ensure_load_balancer(lb_spec(servers, {P + "subnet-id": subnet.id}))
+    driver.load_balancers.ensure_load_balancer(lb_spec(servers, {P + "subnet-id": subnet.id}))
     [lb] = world(admin)["loadbalancers"]
     assert lb["vip_subnet_id"] == subnet.id and lb["vip_address"].startswith("10.50.0.")
     # Members stay on the nodes' addresses; the VIP subnet is the member subnet by default.
@@ -225,10 +231,10 @@ def test_invalid_annotations_write_nothing(
     annotations: dict[str, str],
     message: str,
 ) -> None:
-    driver.zones()
+    driver.discovery.zones()
     admin.clear_requests()
     with pytest.raises(errors.InvalidRequest, match=message):
-        driver.ensure_load_balancer(lb_spec(servers, annotations))
+        driver.load_balancers.ensure_load_balancer(lb_spec(servers, annotations))
     assert writes(admin) == {}
 
 
@@ -259,27 +265,29 @@ def test_an_lb_occm_made_is_adopted(
         ],
     )
     sdk.load_balancer.wait_for_load_balancer(made.id, wait=10, interval=0.05)
-    driver.ensure_load_balancer(lb_spec(servers))
+    driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     w = world(admin)
     [lb] = w["loadbalancers"]
     assert lb["id"] == made.id and identity_tag(NAME) in lb["tags"]
     assert len(w["listeners"]) == 2 and len(w["pools"]) == 2 and len(w["members"]) == 6
-    assert driver.get_load_balancer(NAME) is not None
+    assert driver.load_balancers.get_load_balancer(NAME) is not None
 
 
 def test_the_lb_id_is_written_back_and_proxy_protocol_sets_ip_mode(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
 ) -> None:
-    status = driver.ensure_load_balancer(lb_spec(servers, {P + "proxy-protocol": "true"}))
+    status = driver.load_balancers.ensure_load_balancer(
+        lb_spec(servers, {P + "proxy-protocol": "true"})
+    )
     [lb] = world(admin)["loadbalancers"]
     assert status.annotations == {P + "load-balancer-id": lb["id"]}
     assert status.ip and status.ip_mode == "Proxy"
     # With the ID written back, the next ensure (the Service now carries it) changes nothing.
     admin.clear_requests()
     again = lb_spec(servers, {P + "proxy-protocol": "true", P + "load-balancer-id": lb["id"]})
-    assert driver.ensure_load_balancer(again) == status
+    assert driver.load_balancers.ensure_load_balancer(again) == status
     assert writes(admin) == {}
-    plain = driver.ensure_load_balancer(lb_spec(servers))
+    plain = driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     assert plain.ip_mode == ""
 
 
@@ -292,12 +300,14 @@ def test_load_balancer_ip_takes_the_pre_allocated_floating_ip(
     sdk = connect(endpoint)
     external = next(n for n in sdk.network.networks() if n.is_router_external)
     mine = sdk.network.create_ip(floating_network_id=external.id)
-    driver.zones()  # logs in
+    driver.discovery.zones()  # logs in
     admin.clear_requests()
     with pytest.raises(errors.InvalidRequest, match="not a floating IP"):
-        driver.ensure_load_balancer(lb_spec(servers, load_balancer_ip="198.51.100.250"))
+        driver.load_balancers.ensure_load_balancer(
+            lb_spec(servers, load_balancer_ip="198.51.100.250")
+        )
     assert writes(admin) == {}  # refused before any write
-    status = driver.ensure_load_balancer(
+    status = driver.load_balancers.ensure_load_balancer(
         lb_spec(servers, load_balancer_ip=mine.floating_ip_address)
     )
     assert status.ip == mine.floating_ip_address
@@ -306,7 +316,7 @@ def test_load_balancer_ip_takes_the_pre_allocated_floating_ip(
     assert [(f["floating_ip_address"], f["port_id"]) for f in fips] == [
         (mine.floating_ip_address, lb["vip_port_id"])
     ]
-    driver.delete_load_balancer(NAME)
+    driver.load_balancers.delete_load_balancer(NAME)
     # The user's floating IP stays, detached, when the LB goes.
     assert [(f["id"], f["port_id"]) for f in world(admin)["floatingips"]] == [(mine.id, None)]
 
@@ -323,12 +333,14 @@ def test_a_load_balancer_given_by_id_is_used_and_released(
         name="made-by-hand", vip_subnet_id=subnet.id, tags=["team-a"]
     )
     sdk.load_balancer.wait_for_load_balancer(given.id, wait=10, interval=0.05)
-    status = driver.ensure_load_balancer(lb_spec(servers, {P + "load-balancer-id": given.id}))
+    status = driver.load_balancers.ensure_load_balancer(
+        lb_spec(servers, {P + "load-balancer-id": given.id})
+    )
     w = world(admin)
     [lb] = w["loadbalancers"]
     assert lb["id"] == given.id and {"team-a", UPSTREAM, identity_tag(NAME)} <= set(lb["tags"])
     assert len(w["listeners"]) == 2 and status.annotations[P + "load-balancer-id"] == given.id
-    driver.delete_load_balancer(NAME)
+    driver.load_balancers.delete_load_balancer(NAME)
     w = world(admin)
     [kept] = w["loadbalancers"]
     assert kept["id"] == given.id and kept["tags"] == ["team-a"]
@@ -340,22 +352,24 @@ def test_another_services_load_balancer_is_not_shared(
 ) -> None:
     other = lb_spec(servers, service="shop/api", service_uid="7f1c2a3b-0000-4000-8000-00000000abcd")
     other = other.model_copy(update={"name": "a7f1c2a3b0000400080000000000abcd"})
-    driver.ensure_load_balancer(other)
+    driver.load_balancers.ensure_load_balancer(other)
     [taken] = world(admin)["loadbalancers"]
-    driver.zones()  # logs in
+    driver.discovery.zones()  # logs in
     admin.clear_requests()
     with pytest.raises(errors.InvalidRequest, match="sharing one load balancer"):
-        driver.ensure_load_balancer(lb_spec(servers, {P + "load-balancer-id": taken["id"]}))
+        driver.load_balancers.ensure_load_balancer(
+            lb_spec(servers, {P + "load-balancer-id": taken["id"]})
+        )
     assert writes(admin) == {}
 
 
 def test_an_lb_in_error_is_replaced(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
 ) -> None:
-    driver.ensure_load_balancer(lb_spec(servers))
+    driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     [old] = world(admin)["loadbalancers"]
     admin.set_loadbalancer_status(old["id"], "ERROR")
-    status = driver.ensure_load_balancer(lb_spec(servers))
+    status = driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     w = world(admin)
     [new] = w["loadbalancers"]
     assert new["id"] != old["id"] and new["provisioning_status"] == "ACTIVE"
@@ -368,31 +382,31 @@ def test_a_create_ending_in_error_is_deleted_and_retried(
 ) -> None:
     admin.fail_next("loadbalancer")
     with pytest.raises(errors.CloudError, match="ERROR") as raised:
-        driver.ensure_load_balancer(lb_spec(servers))
+        driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     assert raised.value.retryable
     assert world(admin)["loadbalancers"] == []
-    driver.ensure_load_balancer(lb_spec(servers))
+    driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     assert len(world(admin)["loadbalancers"]) == 1
 
 
 def test_members_follow_the_nodes_in_one_batch(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
 ) -> None:
-    driver.ensure_load_balancer(lb_spec(servers))
+    driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     more = servers[1:] + admin.seed_servers(1, prefix="lbnode", start=3)
     admin.clear_requests()
-    driver.update_load_balancer_backends(lb_spec(more))
+    driver.load_balancers.update_load_balancer_backends(lb_spec(more))
     assert writes(admin) == {"PUT load-balancer /v2.0/lbaas/pools/{id}/members": 2}
     assert {m["name"] for m in world(admin)["members"]} == {s["name"] for s in more}
     selected = lb_spec(more, {P + "node-selector": "pool=b"})
-    driver.update_load_balancer_backends(selected)
+    driver.load_balancers.update_load_balancer_backends(selected)
     assert world(admin)["members"] == []
 
 
 def test_listeners_follow_the_ports(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, servers: list[dict[str, str]]
 ) -> None:
-    driver.ensure_load_balancer(lb_spec(servers))
+    driver.load_balancers.ensure_load_balancer(lb_spec(servers))
     spec = lb_spec(
         servers,
         ports=[
@@ -400,7 +414,7 @@ def test_listeners_follow_the_ports(
             models.LoadBalancerPort(port=53, node_port=30053, protocol="UDP"),
         ],
     )
-    driver.ensure_load_balancer(spec)
+    driver.load_balancers.ensure_load_balancer(spec)
     w = world(admin)
     assert sorted((x["protocol"], x["protocol_port"]) for x in w["listeners"]) == [
         ("TCP", 80),
@@ -419,9 +433,9 @@ def test_delete_cascades_and_handles_the_floating_ip(
     keep: bool,
 ) -> None:
     annotations = {P + "keep-floatingip": "true"} if keep else {}
-    status = driver.ensure_load_balancer(lb_spec(servers, annotations))
+    status = driver.load_balancers.ensure_load_balancer(lb_spec(servers, annotations))
     admin.clear_requests()
-    driver.delete_load_balancer(NAME)
+    driver.load_balancers.delete_load_balancer(NAME)
     assert [k for k in writes(admin) if "DELETE load-balancer" in k] == [
         "DELETE load-balancer /v2.0/lbaas/loadbalancers/{id}"
     ]
@@ -436,8 +450,8 @@ def test_delete_cascades_and_handles_the_floating_ip(
         ] is None
     else:
         assert fips == []
-    assert driver.get_load_balancer(NAME) is None
-    driver.delete_load_balancer(NAME)  # nothing left: not an error
+    assert driver.load_balancers.get_load_balancer(NAME) is None
+    driver.load_balancers.delete_load_balancer(NAME)  # nothing left: not an error
 
 
 def test_serial_api_calls_make_the_children_one_by_one(
@@ -454,9 +468,9 @@ def test_serial_api_calls_make_the_children_one_by_one(
         )
     )
     try:
-        serial.zones()
+        serial.discovery.zones()
         admin.clear_requests()
-        serial.ensure_load_balancer(lb_spec(servers))
+        serial.load_balancers.ensure_load_balancer(lb_spec(servers))
         counts = writes(admin)
         assert counts["POST load-balancer /v2.0/lbaas/listeners"] == 2
         assert counts["POST load-balancer /v2.0/lbaas/pools"] == 2
@@ -479,11 +493,11 @@ def test_a_disabled_lb_section_leaves_services_alone(
     )
     try:
         with pytest.raises(errors.NotSupported):
-            off.ensure_load_balancer(lb_spec(servers))
+            off.load_balancers.ensure_load_balancer(lb_spec(servers))
         with pytest.raises(errors.NotSupported):
-            off.update_load_balancer_backends(lb_spec(servers))
-        assert off.get_load_balancer(NAME) is None
-        off.delete_load_balancer(NAME)
+            off.load_balancers.update_load_balancer_backends(lb_spec(servers))
+        assert off.load_balancers.get_load_balancer(NAME) is None
+        off.load_balancers.delete_load_balancer(NAME)
         assert world(admin)["loadbalancers"] == []
     finally:
         off.close()

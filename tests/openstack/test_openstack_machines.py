@@ -42,7 +42,7 @@ def spec_of(name: str = "", **fields: Any) -> models.MachineSpec:
 
 
 def provisioned(driver: OpenStackDriver, spec: models.MachineSpec) -> models.Machine | None:
-    machine = driver.get_machine(spec)
+    machine = driver.machines.get_machine(spec)
     return machine if machine is not None and machine.provisioned else None
 
 
@@ -147,8 +147,8 @@ def test_create_adopt_get_delete_leaves_nothing(
         ],
         serverMetadata=[{"key": "kubernetes.io-role-deckhouse-w-nova", "value": "1"}],
     )
-    first = driver.create_machine(spec, USER_DATA)
-    again = driver.create_machine(spec, USER_DATA)  # a retried create adopts it
+    first = driver.machines.create_machine(spec, USER_DATA)
+    again = driver.machines.create_machine(spec, USER_DATA)  # a retried create adopts it
     assert again.id == first.id
     machine = eventually(lambda: provisioned(driver, spec), timeout=20)
     assert machine.provider_id == f"openstack:///{first.id}"
@@ -172,9 +172,9 @@ def test_create_adopt_get_delete_leaves_nothing(
     assert volume["status"] == "in-use" and volume["bootable"] == "true"
     assert volume["attachments"][0]["server_id"] == first.id
 
-    assert eventually(lambda: driver.delete_machine(spec), timeout=20)
-    assert driver.get_machine(spec) is None
-    assert driver.delete_machine(spec) is True  # idempotent
+    assert eventually(lambda: driver.machines.delete_machine(spec), timeout=20)
+    assert driver.machines.get_machine(spec) is None
+    assert driver.machines.delete_machine(spec) is True  # idempotent
     assert not rows(admin, "servers", spec.name)
     assert not rows(admin, "ports", spec.name)
     assert not rows(admin, "volumes", spec.name)
@@ -200,15 +200,15 @@ def test_a_half_made_machine_is_resumed_and_another_owners_server_left_alone(
     )  # the same name, another owner
     admin.inject("network", 500, method="PUT", route=r"/ports/.*/tags$")
     with pytest.raises(errors.CloudError):
-        driver.create_machine(spec, USER_DATA)  # the port is made, untagged, no server
+        driver.machines.create_machine(spec, USER_DATA)  # the port is made, untagged, no server
     assert [p["name"] for p in rows(admin, "ports", spec.name + "-")] == [f"{spec.name}-0"]
-    made = driver.create_machine(spec, USER_DATA)
+    made = driver.machines.create_machine(spec, USER_DATA)
     assert made.id not in (other.id, stranger["id"])
     [port] = rows(admin, "ports", f"{spec.name}-0")
     assert port["tags"] == ["use-cluster-api=1"] and port["device_id"] == made.id
     assert admin.counts()["ports_created"] == 2  # the stranger's and ours: ours made once
     eventually(lambda: provisioned(driver, spec), timeout=20)
-    assert eventually(lambda: driver.delete_machine(spec), timeout=20)
+    assert eventually(lambda: driver.machines.delete_machine(spec), timeout=20)
     names = {s["id"] for s in admin.rows("servers")}
     assert {other.id, stranger["id"]} <= names and made.id not in names
 
@@ -217,7 +217,7 @@ def test_two_servers_of_ours_are_an_error(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, endpoint: OpenStackEmulatorEndpoint
 ) -> None:
     spec = spec_of()
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     conn = connect(endpoint)
     image = conn.image.find_image("cirros-0.6.2-x86_64-disk")
     conn.compute.create_server(
@@ -228,10 +228,10 @@ def test_two_servers_of_ours_are_an_error(
         metadata={OWNER_KEY: spec.machine_uid},
     )
     with pytest.raises(errors.FailedPrecondition, match="2 servers"):
-        driver.create_machine(spec, USER_DATA)
+        driver.machines.create_machine(spec, USER_DATA)
     with pytest.raises(errors.FailedPrecondition):
-        driver.get_machine(spec)
-    assert eventually(lambda: driver.delete_machine(spec), timeout=20)  # both go
+        driver.machines.get_machine(spec)
+    assert eventually(lambda: driver.machines.delete_machine(spec), timeout=20)  # both go
     assert not rows(admin, "servers", spec.name)
 
 
@@ -246,14 +246,14 @@ def test_unknown_references_are_invalid_and_nothing_is_made(
         serverGroup={"id": "no-such-group-id"},
     )
     with pytest.raises(errors.InvalidRequest) as caught:
-        driver.create_machine(spec, USER_DATA)
+        driver.machines.create_machine(spec, USER_DATA)
     message = caught.value.message
     for what in ("m9.huge", "no-such-image", "no-such-net", "no-such-group", "serverGroup"):
         assert what in message, message
     assert not caught.value.retryable
     assert admin.counts()["ports_created"] == 0 and admin.counts()["servers_created"] == 0
     with pytest.raises(errors.InvalidRequest, match="key_name"):
-        driver.create_machine(spec_of(sshKeyName="no-such-key"), USER_DATA)
+        driver.machines.create_machine(spec_of(sshKeyName="no-such-key"), USER_DATA)
 
 
 @pytest.mark.parametrize(
@@ -275,12 +275,12 @@ def test_quota_answers_are_quota_exceeded(
     admin.set_quotas(**quota)
     spec = spec_of(**fields)
     with pytest.raises(errors.QuotaExceeded, match=r"(?i)quota") as caught:
-        driver.create_machine(spec, USER_DATA)
+        driver.machines.create_machine(spec, USER_DATA)
     assert caught.value.retryable
     admin.clear_faults()  # the operator raised the quota: the retry resumes and finishes
-    driver.create_machine(spec, USER_DATA)
+    driver.machines.create_machine(spec, USER_DATA)
     eventually(lambda: provisioned(driver, spec), timeout=20)
-    assert eventually(lambda: driver.delete_machine(spec), timeout=20)
+    assert eventually(lambda: driver.machines.delete_machine(spec), timeout=20)
     counts = admin.counts()
     assert counts["servers_created"] == counts["servers_removed"] == 1
 
@@ -290,28 +290,28 @@ def test_no_valid_host_is_insufficient_capacity_and_the_retry_makes_a_new_server
 ) -> None:
     admin.no_valid_host("m1.small")
     spec = spec_of()
-    first = driver.create_machine(spec, USER_DATA)
+    first = driver.machines.create_machine(spec, USER_DATA)
 
     def failed_machine() -> models.Machine | None:
-        machine = driver.get_machine(spec)
+        machine = driver.machines.get_machine(spec)
         return machine if machine is not None and machine.failed else None
 
     failed = eventually(failed_machine, timeout=20)
     assert "No valid host was found" in failed.message and failed.phase == "ERROR"
     admin.hold("server-delete")
     with pytest.raises(errors.InsufficientCapacity, match="No valid host") as caught:
-        driver.create_machine(spec, USER_DATA)  # deletes the ERROR server, keeps the port
+        driver.machines.create_machine(spec, USER_DATA)  # deletes the ERROR server, keeps the port
     assert caught.value.retryable
     admin.no_valid_host("m1.small", enabled=False)
     with pytest.raises(errors.CloudError, match="still being deleted") as pending:
-        driver.create_machine(spec, USER_DATA)  # its port is still bound to the old server
+        driver.machines.create_machine(spec, USER_DATA)  # its port is still bound to the old server
     assert pending.value.retryable and type(pending.value) is errors.CloudError
     admin.release("server-delete")
     eventually(lambda: not any(s["id"] == first.id for s in admin.rows("servers")), timeout=20)
-    second = driver.create_machine(spec, USER_DATA)
+    second = driver.machines.create_machine(spec, USER_DATA)
     assert second.id != first.id
     eventually(lambda: provisioned(driver, spec), timeout=20)
-    assert eventually(lambda: driver.delete_machine(spec), timeout=20)
+    assert eventually(lambda: driver.machines.delete_machine(spec), timeout=20)
     assert admin.counts() == {
         "servers_created": 2,
         "servers_removed": 2,

@@ -46,9 +46,9 @@ def test_one_paged_list_answers_any_number_of_ids(
 ) -> None:
     made = admin.seed_servers(5, prefix="node", zones=["nova-b"], flavor="m1.medium")
     ids = [m["id"] for m in made]
-    driver.list_instances(ids[:1])  # logs in
+    driver.instances.list_instances(ids[:1])  # logs in
     admin.clear_requests()
-    listing = driver.list_instances([*ids, "00000000-0000-0000-0000-000000000000"])
+    listing = driver.instances.list_instances([*ids, "00000000-0000-0000-0000-000000000000"])
     assert set(listing.found) == set(ids)
     assert server_lists(admin) == 1 and sum(admin.request_counts().values()) == 1
     instance = listing.found[ids[0]]
@@ -74,7 +74,7 @@ def test_floating_ip_is_external_and_networks_select_internal(
         quick_settings(endpoint, networking=NetworkingSettings(internal_network_names=["private"]))
     )
     try:
-        instance = driver.list_instances([made["id"]]).found[made["id"]]
+        instance = driver.instances.list_instances([made["id"]]).found[made["id"]]
         assert [(a.type, a.address) for a in instance.addresses] == [
             ("InternalIP", port.fixed_ips[0]["ip_address"]),
             ("ExternalIP", fip.floating_ip_address),
@@ -89,7 +89,7 @@ def test_by_name_misses_and_duplicates_are_undecided(
     admin.seed_servers(2, prefix="dup")  # dup-0, dup-1
     admin.seed_servers(1, prefix="dup", start=1)  # a second dup-1
     admin.clear_requests()
-    listing = driver.find_instances_by_name(["dup-0", "dup-1", "nowhere"])
+    listing = driver.instances.find_instances_by_name(["dup-0", "dup-1", "nowhere"])
     assert set(listing.found) == {"dup-0"}
     assert sorted(listing.undecided) == ["dup-1", "nowhere"]
     # The Warning says what the cloud answered, not that it did not answer.
@@ -111,7 +111,7 @@ def test_server_states(
 ) -> None:
     [made] = admin.seed_servers(1, prefix="state")
     admin.set_server_status(made["id"], status)
-    assert driver.list_instances([made["id"]]).found[made["id"]].state is state
+    assert driver.instances.list_instances([made["id"]]).found[made["id"]].state is state
 
 
 @pytest.mark.parametrize("mode", ["refuse", "503"])
@@ -119,14 +119,14 @@ def test_nova_down_is_an_error_not_absence(
     driver: OpenStackDriver, admin: OpenStackEmulatorAdmin, mode: str
 ) -> None:
     [made] = admin.seed_servers(1, prefix="down")
-    driver.list_instances([made["id"]])
+    driver.instances.list_instances([made["id"]])
     admin.service_down("compute", mode)
     try:
         with pytest.raises(errors.CloudUnreachable):
-            driver.list_instances([made["id"]])
+            driver.instances.list_instances([made["id"]])
     finally:
         admin.service_up("compute")
-    assert made["id"] in driver.list_instances([made["id"]]).found
+    assert made["id"] in driver.instances.list_instances([made["id"]]).found
 
 
 # -- NodeSync on the real stack ------------------------------------------------------------

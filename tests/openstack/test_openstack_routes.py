@@ -68,14 +68,14 @@ def test_create_list_and_delete(
 ) -> None:
     a, b = (s["id"] for s in admin.seed_servers(2, prefix="rt"))
     first = models.Route(name="x", destination_cidr="10.244.1.0/24", target_instance_id=a)
-    driver.create_route("c", first)
-    driver.create_route("c", first)  # again: nothing doubles
+    driver.routes.create_route("c", first)
+    driver.routes.create_route("c", first)  # again: nothing doubles
     assert routes(admin, endpoint) == {"10.244.1.0/24": address(admin, a)}
     assert pairs(admin, a) == ["10.244.1.0/24"]
-    driver.create_route(
+    driver.routes.create_route(
         "c", models.Route(name="y", destination_cidr="10.244.2.0/24", target_instance_id=b)
     )
-    listed = {r.destination_cidr: r for r in driver.list_routes("c")}
+    listed = {r.destination_cidr: r for r in driver.routes.list_routes("c")}
     assert listed["10.244.1.0/24"].target_instance_id == a
     assert listed["10.244.2.0/24"].target_instance_id == b and not listed["10.244.2.0/24"].blackhole
 
@@ -84,12 +84,14 @@ def test_create_list_and_delete(
         endpoint.seed.router_id,
         body={"router": {"routes": [{"destination": "10.244.9.0/24", "nexthop": "10.0.200.9"}]}},
     )
-    assert {r.destination_cidr: r.blackhole for r in driver.list_routes("c")}["10.244.9.0/24"]
+    assert {r.destination_cidr: r.blackhole for r in driver.routes.list_routes("c")}[
+        "10.244.9.0/24"
+    ]
 
-    driver.delete_route("c", first)
+    driver.routes.delete_route("c", first)
     assert "10.244.1.0/24" not in routes(admin, endpoint) and pairs(admin, a) == []
-    driver.delete_route("c", first)  # absent: not an error
-    driver.delete_route(
+    driver.routes.delete_route("c", first)  # absent: not an error
+    driver.routes.delete_route(
         "c", models.Route(name="z", destination_cidr="10.244.9.0/24", blackhole=True)
     )
     assert set(routes(admin, endpoint)) == {"10.244.2.0/24"}
@@ -104,7 +106,7 @@ def test_two_nexthops_on_two_servers_have_no_single_target(
     sdk.network.add_extra_routes_to_router(
         endpoint.seed.router_id, body={"router": {"routes": both}}
     )
-    [route] = driver.list_routes("c")
+    [route] = driver.routes.list_routes("c")
     assert route.target_instance_id == "" and not route.blackhole
 
 
@@ -114,7 +116,7 @@ def test_a_failed_port_update_removes_the_route_again(
     [made] = admin.seed_servers(1, prefix="unwind")
     admin.inject("network", 500, method="PUT", route=r"/v2.0/ports/\{id\}$")
     with pytest.raises(errors.CloudError):
-        driver.create_route(
+        driver.routes.create_route(
             "c",
             models.Route(name="u", destination_cidr="10.244.4.0/24", target_instance_id=made["id"]),
         )
@@ -130,7 +132,7 @@ async def test_without_a_router_the_route_loop_turns_itself_off(
     no_router = OpenStackDriver(quick_settings(endpoint, router=False))
     try:
         with pytest.raises(errors.NotSupported):
-            no_router.list_routes("c")
+            no_router.routes.list_routes("c")
         scope = uuid.uuid4().hex[:10]
         async with route_sync(kube, no_router, scope) as sync:
             await eventually(lambda: sync._stopped.is_set(), what="the loop stopped")
@@ -145,8 +147,8 @@ async def route_sync(kube: Kube, driver: OpenStackDriver, scope: str) -> AsyncIt
     informer = Informer[Node](kube, NODES, label_selector=f"{LABEL}={scope}")
     sync = RouteSync(
         kube,
-        driver,
-        driver,
+        driver.routes,
+        driver.instances,
         informer,
         cluster="c",
         cluster_cidrs=rules.parse_cluster_cidrs(CLUSTER_CIDR),

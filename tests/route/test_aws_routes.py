@@ -102,7 +102,7 @@ def test_list_routes_is_one_filtered_call_and_skips_untagged(
         {"RouteTables": [table("rtb-1", to("10.244.1.0/24", "i-a")), legacy_other]},
         FILTER,
     )
-    assert simple(driver.list_routes("c")) == {("10.244.1.0/24", "i-a", False)}
+    assert simple(driver.routes.list_routes("c")) == {("10.244.1.0/24", "i-a", False)}
 
 
 def test_legacy_tagged_table_is_found_second(stubbed: tuple[AwsDriver, Stubber]) -> None:
@@ -112,7 +112,7 @@ def test_legacy_tagged_table_is_found_second(stubbed: tuple[AwsDriver, Stubber])
     )
     stubber.add_response("describe_route_tables", {"RouteTables": []}, FILTER)
     stubber.add_response("describe_route_tables", {"RouteTables": [legacy]}, LEGACY_FILTER)
-    assert simple(driver.list_routes("c")) == {("10.244.2.0/24", "i-b", False)}
+    assert simple(driver.routes.list_routes("c")) == {("10.244.2.0/24", "i-b", False)}
 
 
 def test_no_cluster_route_table_is_an_error(stubbed: tuple[AwsDriver, Stubber]) -> None:
@@ -120,7 +120,7 @@ def test_no_cluster_route_table_is_an_error(stubbed: tuple[AwsDriver, Stubber]) 
     stubber.add_response("describe_route_tables", {"RouteTables": []}, FILTER)
     stubber.add_response("describe_route_tables", {"RouteTables": []}, LEGACY_FILTER)
     with pytest.raises(errors.NotFound):
-        driver.list_routes("c")
+        driver.routes.list_routes("c")
 
 
 def test_create_disables_source_dest_check_and_replaces_an_existing_route(
@@ -128,7 +128,7 @@ def test_create_disables_source_dest_check_and_replaces_an_existing_route(
 ) -> None:
     driver, stubber = stubbed
     stubber.add_response("describe_route_tables", {"RouteTables": [table("rtb-1")]}, FILTER)
-    driver.list_routes("c")  # learns the table; create needs no second describe
+    driver.routes.list_routes("c")  # learns the table; create needs no second describe
     stubber.add_response(
         "modify_instance_attribute",
         {},
@@ -139,7 +139,7 @@ def test_create_disables_source_dest_check_and_replaces_an_existing_route(
         "create_route", "RouteAlreadyExists", "exists", 400, expected_params=args
     )
     stubber.add_response("replace_route", {}, args)
-    driver.create_route(
+    driver.routes.create_route(
         "c", Route(name="c-x", destination_cidr="10.244.1.0/24", target_instance_id="i-a")
     )
 
@@ -149,7 +149,7 @@ def test_delete_of_a_missing_route_is_fine(stubbed: tuple[AwsDriver, Stubber]) -
     stubber.add_response(
         "describe_route_tables", {"RouteTables": [table("rtb-1"), table("rtb-2")]}, FILTER
     )
-    driver.list_routes("c")
+    driver.routes.list_routes("c")
     stubber.add_client_error(
         "delete_route",
         "InvalidRoute.NotFound",
@@ -160,10 +160,12 @@ def test_delete_of_a_missing_route_is_fine(stubbed: tuple[AwsDriver, Stubber]) -
     stubber.add_response(
         "delete_route", {}, {"RouteTableId": "rtb-2", "DestinationCidrBlock": "10.244.1.0/24"}
     )
-    driver.delete_route("c", Route(name="c-x", destination_cidr="10.244.1.0/24", blackhole=True))
+    driver.routes.delete_route(
+        "c", Route(name="c-x", destination_cidr="10.244.1.0/24", blackhole=True)
+    )
 
 
 def test_create_without_target_is_refused() -> None:
     driver = AwsDriver(AwsSettings())
     with pytest.raises(errors.InvalidRequest):
-        driver.create_route("c", Route(name="c-x", destination_cidr="10.244.1.0/24"))
+        driver.routes.create_route("c", Route(name="c-x", destination_cidr="10.244.1.0/24"))

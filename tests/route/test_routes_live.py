@@ -91,8 +91,8 @@ async def route_sync(
     informer = Informer[Node](kube, NODES, label_selector=f"{LABEL}={scope}")
     sync = RouteSync(
         kube,
-        driver,
-        driver,
+        driver.routes,
+        driver.instances,
         informer,
         cluster=cluster,
         cluster_cidrs=rules.parse_cluster_cidrs(CLUSTER_CIDR),

@@ -139,7 +139,7 @@ async def test_worker_killed_during_attach(
     )
     try:
         volume = await asyncio.to_thread(
-            driver.create_volume,
+            driver.volumes.create_volume,
             models.VolumeSpec(
                 name=f"pvc-kill-{moment}", size_gib=1, zone="zone-a", cluster=settings.cluster_name
             ),
@@ -152,7 +152,7 @@ async def test_worker_killed_during_attach(
         if not in_flight:
 
             def attached() -> bool:
-                return driver.get_volume(volume.id).attached_to == [node.uuid]
+                return driver.volumes.get_volume(volume.id).attached_to == [node.uuid]
 
             await eventually(attached, what="the attach task finished")
         else:
@@ -162,14 +162,14 @@ async def test_worker_killed_during_attach(
         second, _ = start_worker(endpoint)
         result = await asyncio.wait_for(attach, RECOVERY_S)
         assert result.code is Code.OK, result.message
-        final = await asyncio.to_thread(driver.get_volume, volume.id)
+        final = await asyncio.to_thread(driver.volumes.get_volume, volume.id)
         assert final.attached_to == [node.uuid]
         assert [(a.instance_id, a.state) for a in final.attachments] == [(node.uuid, "attached")]
         assert await asyncio.to_thread(attach_tasks, endpoint, node) == ["success"]
         assert await ran_again_after_the_kill(client, result.workflow_id)
         if in_flight:  # the retry met the running task and waited for it
             assert "waiting for disk task" in second.log.read_text(), second.log.read_text()
-        await asyncio.to_thread(driver.detach_volume, volume.id, node.uuid)
-        await asyncio.to_thread(driver.delete_volume, volume.id)
+        await asyncio.to_thread(driver.volumes.detach_volume, volume.id, node.uuid)
+        await asyncio.to_thread(driver.volumes.delete_volume, volume.id)
     finally:
         driver.close()

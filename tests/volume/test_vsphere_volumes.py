@@ -31,7 +31,7 @@ def driver(vcsim: VcsimEndpoint) -> Iterator[VsphereDriver]:
 
 
 def test_discovery_data(seeded: Inventory, driver: VsphereDriver, vcsim: VcsimEndpoint) -> None:
-    data = driver.discovery_data()
+    data = driver.discovery.discovery_data()
     assert data.kind == "VsphereCloudDiscoveryData"
     assert data.region == "region-a"
     assert [z.name for z in data.zones] == ["zone-a", "zone-b"]
@@ -47,32 +47,34 @@ def test_volume_lifecycle_in_zone(seeded: Inventory, driver: VsphereDriver, zone
     name = f"pvc-{zone}"
     node = seeded.vms["node-a" if zone == "zone-a" else "node-b"]
     other = seeded.vms["node-b" if zone == "zone-a" else "node-a"]
-    created = driver.create_volume(
+    created = driver.volumes.create_volume(
         models.VolumeSpec(name=name, size_gib=1, zone=zone, cluster=CLUSTER)
     )
     assert created.zone == zone and created.state == "available" and created.size_gib == 1
-    assert driver.find_volume(name, CLUSTER) == created
-    assert driver.find_volume(name, "another-cluster") is None
+    assert driver.volumes.find_volume(name, CLUSTER) == created
+    assert driver.volumes.find_volume(name, "another-cluster") is None
 
-    first = driver.attach_volume(created, node.uuid)
-    again = driver.attach_volume(created, node.uuid)
+    first = driver.volumes.attach_volume(created, node.uuid)
+    again = driver.volumes.attach_volume(created, node.uuid)
     assert first == again
-    assert driver.get_volume(created.id).attached_to == [node.uuid]
+    assert driver.volumes.get_volume(created.id).attached_to == [node.uuid]
     with pytest.raises(errors.FailedPrecondition):
-        driver.attach_volume(created, other.uuid)
+        driver.volumes.attach_volume(created, other.uuid)
     with pytest.raises(errors.FailedPrecondition):
-        driver.delete_volume(created.id)
+        driver.volumes.delete_volume(created.id)
 
-    assert driver.expand_volume(created.id, 3).state == "completed"
-    assert driver.get_volume(created.id).size_gib == 3
-    assert [d.id for d in driver.list_cluster_disks(CLUSTER) if d.name == name] == [created.id]
+    assert driver.volumes.expand_volume(created.id, 3).state == "completed"
+    assert driver.volumes.get_volume(created.id).size_gib == 3
+    assert [d.id for d in driver.discovery.list_cluster_disks(CLUSTER) if d.name == name] == [
+        created.id
+    ]
 
-    driver.detach_volume(created.id, node.uuid)
-    driver.detach_volume(created.id, node.uuid)  # idempotent
-    assert driver.get_volume(created.id).state == "available"
-    driver.delete_volume(created.id)
+    driver.volumes.detach_volume(created.id, node.uuid)
+    driver.volumes.detach_volume(created.id, node.uuid)  # idempotent
+    assert driver.volumes.get_volume(created.id).state == "available"
+    driver.volumes.delete_volume(created.id)
     with pytest.raises(errors.NotFound):
-        driver.get_volume(created.id)
+        driver.volumes.get_volume(created.id)
 
 
 def test_untagged_disk_of_a_crashed_create_is_adopted(
@@ -94,10 +96,10 @@ def test_untagged_disk_of_a_crashed_create_is_adopted(
         disk = wait_task(si, manager.CreateDisk_Task(spec))
     finally:
         disconnect(si)
-    found = driver.find_volume("pvc-crashed", CLUSTER)
+    found = driver.volumes.find_volume("pvc-crashed", CLUSTER)
     assert found is not None and found.id.endswith(str(disk.config.id.id))
-    assert found.id in {d.id for d in driver.list_cluster_disks(CLUSTER)}
-    driver.delete_volume(found.id)
+    assert found.id in {d.id for d in driver.discovery.list_cluster_disks(CLUSTER)}
+    driver.volumes.delete_volume(found.id)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +109,7 @@ def test_unknown_volume_is_not_found(
     seeded: Inventory, driver: VsphereDriver, volume_id: str
 ) -> None:
     with pytest.raises(errors.NotFound):
-        driver.get_volume(volume_id)
+        driver.volumes.get_volume(volume_id)
 
 
 def test_zone_reads_then_region_reads_on_one_driver(
@@ -118,8 +120,8 @@ def test_zone_reads_then_region_reads_on_one_driver(
     stores = {d.moref: d.name for d in driver.discovery.datastores()}
     zones = {stores[m]: z for m, z in driver.discovery.datastore_zones().items() if m in stores}
     assert zones == {"LocalDS_0": ["zone-a"], "LocalDS_1": ["zone-b"]}
-    assert [z.name for z in driver.zones()] == ["zone-a", "zone-b"]
-    assert {z.region for z in driver.zones()} == {"region-a"}
+    assert [z.name for z in driver.discovery.zones()] == ["zone-a", "zone-b"]
+    assert {z.region for z in driver.discovery.zones()} == {"region-a"}
 
 
 def _add_disk_device(vcsim: VcsimEndpoint, vm_name: str, volume: models.Volume) -> str:
@@ -170,29 +172,29 @@ def test_attachment_serial_is_the_disks_scsi_uuid(
     """The node finds the disk as ``wwn-0x<backing.uuid>`` (vsphere-csi): the attachment's
     serial is read from the VM's disk device for the FCD."""
     node = seeded.vms["node-a"]
-    created = driver.create_volume(
+    created = driver.volumes.create_volume(
         models.VolumeSpec(name="pvc-serial", size_gib=1, zone="zone-a", cluster=CLUSTER)
     )
     try:
-        attached = driver.attach_volume(created, node.uuid)
+        attached = driver.volumes.attach_volume(created, node.uuid)
         assert (attached.instance_id, attached.serial) == (node.uuid, "")  # vcsim: no device
         uuid = _add_disk_device(vcsim, node.name, created)
-        [attachment] = driver.get_volume(created.id).attachments
+        [attachment] = driver.volumes.get_volume(created.id).attachments
         assert attachment.serial == uuid.replace("-", "").lower() and attachment.serial
-        assert driver.attach_volume(created, node.uuid) == attachment
+        assert driver.volumes.attach_volume(created, node.uuid) == attachment
     finally:
-        driver.detach_volume(created.id, node.uuid)
-        driver.delete_volume(created.id)
+        driver.volumes.detach_volume(created.id, node.uuid)
+        driver.volumes.delete_volume(created.id)
 
 
 def test_list_capacity_and_parameters(seeded: Inventory, driver: VsphereDriver) -> None:
     stores = {d.name: d for d in driver.discovery.datastores()}
     zone_b = stores["LocalDS_1"]
     assert zone_b.free_bytes > 0
-    assert driver.volume_capacity({"DatastoreURL": zone_b.url}) == zone_b.free_bytes
+    assert driver.volumes.volume_capacity({"DatastoreURL": zone_b.url}) == zone_b.free_bytes
     with pytest.raises(errors.InvalidRequest):
-        driver.volume_capacity({"datastoreurl": "ds:///nowhere/"})
-    created = driver.create_volume(
+        driver.volumes.volume_capacity({"datastoreurl": "ds:///nowhere/"})
+    created = driver.volumes.create_volume(
         models.VolumeSpec(
             name="pvc-by-url",
             size_gib=1,
@@ -202,10 +204,10 @@ def test_list_capacity_and_parameters(seeded: Inventory, driver: VsphereDriver) 
     )
     try:
         assert created.zone == "zone-b" and created.id.startswith(f"{zone_b.moref}:")
-        assert [v.id for v in driver.list_volumes("list-test")] == [created.id]
-        assert driver.list_volumes("no-such-cluster") == []
+        assert [v.id for v in driver.volumes.list_volumes("list-test")] == [created.id]
+        assert driver.volumes.list_volumes("no-such-cluster") == []
         with pytest.raises(errors.ResourceExhausted):  # the datastore serves zone-b only
-            driver.create_volume(
+            driver.volumes.create_volume(
                 models.VolumeSpec(
                     name="pvc-wrong-zone",
                     size_gib=1,
@@ -214,13 +216,13 @@ def test_list_capacity_and_parameters(seeded: Inventory, driver: VsphereDriver) 
                 )
             )
         with pytest.raises(errors.InvalidRequest):
-            driver.create_volume(
+            driver.volumes.create_volume(
                 models.VolumeSpec(
                     name="pvc-no-policy", size_gib=1, parameters={"StoragePolicyName": "none"}
                 )
             )
     finally:
-        driver.delete_volume(created.id)
+        driver.volumes.delete_volume(created.id)
 
 
 # -- why volumes stay first-class disks: vcsim's CNS simulator as pyVmomi reaches it -------------
