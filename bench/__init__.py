@@ -35,7 +35,10 @@ from bench.vsphere import vsphere_figures
 from bench.vsphere_machines import vsphere_machine_figures
 from bench.worker_kill import worker_kill_figures
 
-BENCHMARKS: dict[str, Callable[[BenchContext], Awaitable[dict[str, float]]]] = {
+#: A benchmark module: its figures, measured in the shared stack.
+Benchmark = Callable[[BenchContext], Awaitable[dict[str, float]]]
+
+BENCHMARKS: dict[str, Benchmark] = {
     "probe": probe_overhead,
     "nodes": node_figures,
     "loadbalancers": lb_benchmarks,

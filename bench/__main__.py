@@ -9,7 +9,10 @@ Every run also writes its figures, with the git revision, to
 ``.cloudloop/bench/<UTC time>-<revision>.txt`` (named on stderr), so a before/after is two runs
 and a diff.
 
-A module that fails is reported on stderr (and in the exit status); the others still run."""
+Rules:
+- A module that fails is reported on stderr, counted in ``bench_modules_failed`` and makes the
+  exit status 1; the others still run.
+- A module name that does not exist is refused (exit 2) before the stack starts."""
 
 from __future__ import annotations
 
@@ -19,10 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import BENCHMARKS
+from bench import BENCHMARKS, Benchmark
 from bench.context import BenchContext
 from devstack.kube import ALL_COMPONENTS, KubeOptions
 from devstack.local import LocalStack, StackOptions
@@ -68,6 +72,13 @@ class Figures:
 
 
 async def main(selected: list[str]) -> int:
+    unknown = unknown_modules(selected, BENCHMARKS)
+    if unknown:  # refused before the stack starts: a typo would otherwise run nothing, exit 0
+        print(
+            f"bench: no module {', '.join(unknown)}; modules: {' '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
+        return 2
     figures_out = Figures()
     run_started = datetime.now(UTC)
     try:
@@ -95,25 +106,46 @@ async def _run(selected: list[str], out: Figures) -> int:
         with stack:
             out.emit("stack_start_s", time.monotonic() - started)
             context = await BenchContext.create(stack)
-            failed: list[str] = []
-            for name, bench in BENCHMARKS.items():
-                if selected and name not in selected:
-                    continue
-                out.emit(f"load_1m_start_{name}", os.getloadavg()[0])
-                module_started = time.monotonic()
-                try:
-                    figures = await bench(context)
-                except Exception as error:  # one module's failure is reported, the others run
-                    print(f"bench {name} failed: {type(error).__name__}: {error}", file=sys.stderr)
-                    failed.append(name)
-                    continue
-                finally:
-                    out.emit(f"load_1m_end_{name}", os.getloadavg()[0])
-                    out.emit(f"bench_module_wall_s_{name}", time.monotonic() - module_started)
-                for figure, value in figures.items():
-                    out.emit(figure, value)
+            failed = await run_modules(BENCHMARKS, selected, context, out)
             out.emit("bench_wall_s", time.monotonic() - started)
             return 1 if failed else 0
+
+
+async def run_modules(
+    benchmarks: Mapping[str, Benchmark],
+    selected: Sequence[str],
+    context: BenchContext,
+    out: Figures,
+) -> list[str]:
+    """Run the ``selected`` modules (all when empty), printing their figures; the names of those
+    that failed (each reported on stderr, the others still run; ``bench_modules_failed`` counts
+    them)."""
+    failed: list[str] = []
+    for name, bench in benchmarks.items():
+        if selected and name not in selected:
+            continue
+        out.emit(f"load_1m_start_{name}", os.getloadavg()[0])
+        module_started = time.monotonic()
+        try:
+            figures = await bench(context)
+        except Exception as error:  # one module's failure is reported, the others run
+            print(f"bench {name} failed: {type(error).__name__}: {error}", file=sys.stderr)
+            failed.append(name)
+            continue
+        finally:
+            out.emit(f"load_1m_end_{name}", os.getloadavg()[0])
+            out.emit(f"bench_module_wall_s_{name}", time.monotonic() - module_started)
+        for figure, value in figures.items():
+            out.emit(figure, value)
+    out.emit("bench_modules_failed", len(failed))
+    if failed:
+        print(f"bench: {len(failed)} module(s) failed: {', '.join(failed)}", file=sys.stderr)
+    return failed
+
+
+def unknown_modules(selected: Sequence[str], benchmarks: Mapping[str, Benchmark]) -> list[str]:
+    """The names in ``selected`` that are no benchmark module."""
+    return [name for name in selected if name not in benchmarks]
 
 
 if __name__ == "__main__":
