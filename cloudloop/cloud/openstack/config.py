@@ -13,9 +13,7 @@ malformed line or value is a :class:`ConfigError` naming the line; nothing here 
 
 from __future__ import annotations
 
-import hashlib
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from cloudloop.cloud.openstack.settings import (
     OpenStackSettings,
 )
 from cloudloop.errortext import yaml_problem
+from cloudloop.tls import ca_file
 
 
 class ConfigError(ValueError):
@@ -218,16 +217,6 @@ def parse_cloud_conf(text: str) -> dict[str, Any]:
     return values
 
 
-def _ca_file(pem: str) -> Path:
-    """A private file holding ``pem`` (the CA a YAML configuration carries inline)."""
-    digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"cloudloop-openstack-ca-{digest}.pem"
-    if not path.exists():
-        path.touch(mode=0o600)
-        path.write_text(pem)
-    return path
-
-
 def parse_cluster_configuration(text: str) -> dict[str, Any]:
     """Deckhouse ``OpenStackClusterConfiguration`` → nested settings values."""
     try:
@@ -251,7 +240,7 @@ def parse_cluster_configuration(text: str) -> dict[str, Any]:
     if provider.get("password"):
         connection["password"] = SecretStr(str(provider["password"]))
     if provider.get("caCert"):
-        connection["ca_file"] = _ca_file(str(provider["caCert"]))
+        connection["ca_file"] = Path(ca_file(str(provider["caCert"])))
     values: dict[str, Any] = {"connection": connection}
     layout = str(document.get("layout") or "")
     layout_key = layout[:1].lower() + layout[1:]

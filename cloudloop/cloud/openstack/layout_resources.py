@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import base64
 import json
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -55,6 +54,7 @@ from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import OpenStackClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
+from cloudloop.tls import ca_file
 
 Props = dict[str, Any]
 Raw = dict[str, Any]
@@ -1078,14 +1078,7 @@ class OpenStackLayouts:
         assert isinstance(config, OpenStackClusterConfiguration)
         base = section if isinstance(section, OpenStackSettings) else OpenStackSettings()
         p = config.provider
-        ca_file = None
-        if p.caCert:
-            handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept for the session
-                "w", prefix="cloudloop-os-ca-", suffix=".pem", delete=False
-            )
-            with handle:
-                handle.write(p.caCert)
-            ca_file = handle.name
+        ca_path = ca_file(p.caCert) if p.caCert else None
         connection = ConnectionSettings(
             auth_url=p.authURL,
             username=p.username,
@@ -1094,7 +1087,7 @@ class OpenStackLayouts:
             tenant_id=p.tenantID or "",
             domain_name=p.domainName,
             region=p.region,
-            ca_file=ca_file,
+            ca_file=ca_path,
         )
         settings = base.model_copy(
             update={

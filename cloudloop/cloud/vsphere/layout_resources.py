@@ -50,7 +50,6 @@ import base64
 import contextlib
 import hashlib
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,6 +73,7 @@ from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import VsphereClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
+from cloudloop.tls import ca_file
 
 log = logging.getLogger(__name__)
 Props = dict[str, Any]
@@ -1008,14 +1008,7 @@ class VsphereLayouts:
         assert isinstance(config, VsphereClusterConfiguration)
         base = section if isinstance(section, VsphereSettings) else VsphereSettings()
         provider = config.provider
-        ca_bundle: Path | None = None
-        if provider.caBundle:
-            handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept for the session's life
-                "w", prefix="cloudloop-vsphere-ca-", suffix=".pem", delete=False
-            )
-            with handle:
-                handle.write(provider.caBundle)
-            ca_bundle = Path(handle.name)
+        ca_bundle = Path(ca_file(provider.caBundle)) if provider.caBundle else None
         settings = base.model_copy(
             update={
                 "config_file": None,

@@ -33,10 +33,7 @@ Identity and crash rules:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import ipaddress
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,6 +68,7 @@ from cloudloop.layouts import bootstrap
 from cloudloop.layouts.config import ZvirtClusterConfiguration
 from cloudloop.layouts.model import LayoutDef, ResourceDef
 from cloudloop.layouts.tfstate import StateMapping
+from cloudloop.tls import ca_file
 
 Props = dict[str, Any]
 Raw = dict[str, Any]
@@ -677,13 +675,7 @@ class ZvirtLayouts:
         provider = config.provider
         ca_bundle = base.ca_bundle
         if provider.caBundle.strip():
-            # one file per distinct bundle (a new session with the same bundle reuses it)
-            digest = hashlib.sha256(provider.caBundle.encode()).hexdigest()[:16]
-            ca_bundle = Path(tempfile.gettempdir()) / f"cloudloop-zvirt-ca-{digest}.pem"
-            if not ca_bundle.exists():
-                partial = ca_bundle.with_suffix(f".{os.getpid()}.tmp")
-                partial.write_text(provider.caBundle)
-                partial.replace(ca_bundle)
+            ca_bundle = Path(ca_file(provider.caBundle))
         settings = base.model_copy(
             update={
                 "api_url": provider.server,
