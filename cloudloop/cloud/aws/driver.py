@@ -2,10 +2,10 @@
 
 The session (:mod:`cloudloop.cloud.aws.base`: boto3 clients, the call wrapper, error
 translation, the cluster served) is made once; machines (Cluster API), instances (node sync),
-routes, discovery, load balancers (Classic ELB and NLB, each half reaching the other through a
-field), EBS volumes and snapshots are objects taking it. Every boto3 client counts its calls in
-``cloud_api_requests_total`` (botocore event hooks), and every botocore failure becomes a
-:mod:`cloudloop.cloud.errors` class.
+routes, discovery, load balancers (Classic ELB and NLB, each half given what it needs of the
+other when it is made), EBS volumes and snapshots are objects taking it. Every boto3 client
+counts its calls in ``cloud_api_requests_total`` (botocore event hooks), and every botocore
+failure becomes a :mod:`cloudloop.cloud.errors` class.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from cloudloop.cloud.aws.lb_annotations import (
 )
 from cloudloop.cloud.aws.loadbalancers.classic import (
     AwsClassicLoadBalancers,
+    ClassicElbLookup,
     classic_health_check,
 )
 from cloudloop.cloud.aws.loadbalancers.naming import (
@@ -109,8 +110,9 @@ def parsed(
 
 
 class AwsLoadBalancers(LoadBalancerDefaults):
-    """Both kinds on the session: the Classic and NLB halves refer to each other through a
-    field (a Service that changes type removes the other kind)."""
+    """Both kinds on the session: each half is given what it needs of the other when it is
+    made (a Service that changes type removes the other kind): the NLB half a Classic ELB
+    lookup, the Classic half the NLB half."""
 
     provider = NAME
 
@@ -118,9 +120,8 @@ class AwsLoadBalancers(LoadBalancerDefaults):
         self.session = session
         self.parts = LoadBalancerParts(session)
         self.groups = self.parts.groups
-        self.nlb = AwsNetworkLoadBalancers(session, self.parts)
+        self.nlb = AwsNetworkLoadBalancers(session, self.parts, ClassicElbLookup(session))
         self.classic = AwsClassicLoadBalancers(session, self.parts, self.nlb)
-        self.nlb.classic = self.classic
 
     # -- contract --------------------------------------------------------------------------
     def load_balancer_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:

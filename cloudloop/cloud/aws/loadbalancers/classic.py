@@ -47,8 +47,12 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     security_group_name,
     target_instance_ids,
 )
-from cloudloop.cloud.aws.loadbalancers.nlb import AwsNetworkLoadBalancers
-from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network, Targets
+from cloudloop.cloud.aws.loadbalancers.parts import (
+    LoadBalancerParts,
+    Network,
+    NlbRemoval,
+    Targets,
+)
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
 
@@ -128,17 +132,12 @@ def listener_policy_changes(
     return [p for p in secure_ports(listeners) if p in replaced or current.get(p) != [name]]
 
 
-class AwsClassicLoadBalancers:
-    """The Classic ELB half; ``nlb``: the NLB half, whose NLB a change to Classic removes."""
+class ClassicElbLookup:
+    """The Classic ELB of a name, read on the session: the :class:`.parts.ClassicLookup` the NLB
+    half is given."""
 
-    def __init__(
-        self, session: AwsBase, parts: LoadBalancerParts, nlb: AwsNetworkLoadBalancers
-    ) -> None:
+    def __init__(self, session: AwsBase) -> None:
         self.session = session
-        self.parts = parts
-        self.groups = parts.groups
-        self.checks = parts.checks
-        self.nlb = nlb
 
     def describe_classic(self, name: str) -> dict[str, Any] | None:
         try:
@@ -148,6 +147,18 @@ class AwsClassicLoadBalancers:
             return None
         descriptions = found.get("LoadBalancerDescriptions", [])
         return dict(descriptions[0]) if descriptions else None
+
+
+class AwsClassicLoadBalancers(ClassicElbLookup):
+    """The Classic ELB half; ``nlb``: what it needs of the NLB half, whose NLB a change to
+    Classic removes."""
+
+    def __init__(self, session: AwsBase, parts: LoadBalancerParts, nlb: NlbRemoval) -> None:
+        super().__init__(session)
+        self.parts = parts
+        self.groups = parts.groups
+        self.checks = parts.checks
+        self.nlb = nlb
 
     def _classic_attributes(self, name: str) -> dict[str, Any]:
         with calling("DescribeLoadBalancerAttributes"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
@@ -52,12 +52,14 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     target_group_name,
     target_instance_ids,
 )
-from cloudloop.cloud.aws.loadbalancers.parts import LoadBalancerParts, Network, Targets
+from cloudloop.cloud.aws.loadbalancers.parts import (
+    ClassicLookup,
+    LoadBalancerParts,
+    Network,
+    Targets,
+)
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
 from cloudloop.cloud.aws.tags import tag_dict
-
-if TYPE_CHECKING:
-    from cloudloop.cloud.aws.loadbalancers.classic import AwsClassicLoadBalancers
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +150,12 @@ def allocations_of(existing: dict[str, Any] | None) -> set[str]:
 
 
 class AwsNetworkLoadBalancers:
-    """The NLB half; ``classic``: the Classic ELB half (set by its owner once both exist),
-    whose ELB a change to NLB leaves for the Classic half to describe."""
+    """The NLB half; ``classic``: what it needs of the Classic half, the Classic ELB a change to
+    NLB deletes."""
 
-    #: The Classic ELB half (set by :class:`~cloudloop.cloud.aws.loadbalancers.AwsLoadBalancers`).
-    classic: AwsClassicLoadBalancers
-
-    def __init__(self, session: AwsBase, parts: LoadBalancerParts) -> None:
+    def __init__(self, session: AwsBase, parts: LoadBalancerParts, classic: ClassicLookup) -> None:
         self.session = session
+        self.classic = classic
         self.parts = parts
         self.groups = parts.groups
         self.checks = parts.checks

@@ -6,17 +6,18 @@ role tag. Target instances are looked up in batches of ``DESCRIBE_BATCH`` filter
 allows 200 per filter); terminated and shutting-down instances are left out. As
 cloud-provider-aws, only ``running`` instances are registered (AWS refuses to register a stopped
 one, and one such instance would fail the whole load balancer); an instance already registered
-stays registered while it is stopped, so it serves again when it starts. Each kind's module
-reaches the other through a field (the Classic half's ``nlb``, the NLB half's ``classic``) for
-the lookups a Service's change of type needs (``describe_classic``, ``describe_nlb``,
-``delete_nlb``).
+stays registered while it is stopped, so it serves again when it starts.
+
+Rules: what a Service's change of type needs of the other kind is a Protocol here
+(:class:`ClassicLookup`, :class:`NlbRemoval`), given to each half at construction, so the
+Classic and NLB modules never import each other.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
@@ -59,6 +60,22 @@ class Network:
     #: Subnet → its IPv4 CIDR, and the subnets with an IPv6 CIDR (``dualstack`` needs one each).
     subnet_cidrs: dict[str, str] = field(default_factory=dict)
     ipv6_subnets: frozenset[str] = frozenset()
+
+
+class ClassicLookup(Protocol):
+    """All the NLB half needs of the Classic one: the Classic ELB of a name, if any (a change to
+    NLB deletes it)."""
+
+    def describe_classic(self, name: str) -> dict[str, Any] | None: ...
+
+
+class NlbRemoval(Protocol):
+    """All the Classic half needs of the NLB one: the NLB of a name, and its removal with its
+    target groups (a change to Classic deletes it)."""
+
+    def describe_nlb(self, name: str) -> dict[str, Any] | None: ...
+
+    def delete_nlb(self, name: str, existing: dict[str, Any] | None) -> None: ...
 
 
 class LoadBalancerParts:
