@@ -117,8 +117,8 @@ def test_zone_reads_then_region_reads_on_one_driver(
 ) -> None:
     """A zone-only tag read (volumes) must not hide the region tags from a later region read
     (the volume create asks for zones after looking the disk up)."""
-    stores = {d.moref: d.name for d in driver.discovery.datastores()}
-    zones = {stores[m]: z for m, z in driver.discovery.datastore_zones().items() if m in stores}
+    stores = {d.moref: d.name for d in driver.datastores.datastores()}
+    zones = {stores[m]: z for m, z in driver.datastores.datastore_zones().items() if m in stores}
     assert zones == {"LocalDS_0": ["zone-a"], "LocalDS_1": ["zone-b"]}
     assert [z.name for z in driver.discovery.zones()] == ["zone-a", "zone-b"]
     assert {z.region for z in driver.discovery.zones()} == {"region-a"}
@@ -188,7 +188,7 @@ def test_attachment_serial_is_the_disks_scsi_uuid(
 
 
 def test_list_capacity_and_parameters(seeded: Inventory, driver: VsphereDriver) -> None:
-    stores = {d.name: d for d in driver.discovery.datastores()}
+    stores = {d.name: d for d in driver.datastores.datastores()}
     zone_b = stores["LocalDS_1"]
     assert zone_b.free_bytes > 0
     assert driver.volumes.volume_capacity({"DatastoreURL": zone_b.url}) == zone_b.free_bytes

@@ -16,107 +16,36 @@ from __future__ import annotations
 
 import hashlib
 import ssl
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.vsphere.base import VsphereBase
+from cloudloop.cloud.vsphere.datastores import VsphereDatastores
 from cloudloop.cloud.vsphere.mapping import DISCOVERY_API_VERSION, DISCOVERY_KIND, PROVIDER
-from cloudloop.cloud.vsphere.vmomi import PC, SoapStubAdapter, pbm, vim
-
-if TYPE_CHECKING:
-    from cloudloop.cloud.vsphere.volumes import VsphereVolumes
 
 
-@dataclass(frozen=True)
-class DatastoreView:
-    moref: str
-    name: str
-    url: str
-    type: str
-    parent: str
-    #: ``summary.freeSpace`` (bytes).
-    free_bytes: int = 0
+class ClusterDisks(Protocol):
+    """All discovery needs of the volumes part: the disks tagged for a cluster."""
+
+    def list_cluster_disks(self, cluster: str) -> list[models.Disk]: ...
 
 
 class VsphereDiscovery(DiscoveryDefaults):
-    provider = PROVIDER
-    #: The volumes part, whose disks are the cluster's disks (set by the driver once both are
-    #: made: volumes take discovery for their datastores, discovery takes volumes for this).
-    volumes: VsphereVolumes | None = None
+    """``stores``: the datastores part (shared with volumes); ``disks``: the volumes part's
+    cluster disks (the orphan gauges)."""
 
-    def __init__(self, session: VsphereBase) -> None:
+    provider = PROVIDER
+
+    def __init__(
+        self, session: VsphereBase, stores: VsphereDatastores, disks: ClusterDisks
+    ) -> None:
         self.session = session
+        self.stores = stores
+        self.disks = disks
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
-        if self.volumes is None:
-            raise errors.NotSupported(PROVIDER, "list_cluster_disks")
-        return self.volumes.list_cluster_disks(cluster)
-
-    # -- datastores ------------------------------------------------------------------------------
-    def datastores(self) -> list[DatastoreView]:
-        """Every datastore with its URL and type, in one retrieval over a container view."""
-
-        def read(si: Any) -> list[DatastoreView]:
-            view = si.content.viewManager.CreateContainerView(
-                si.content.rootFolder, [vim.Datastore], True
-            )
-            try:
-                spec = PC.FilterSpec(
-                    objectSet=[
-                        PC.ObjectSpec(
-                            obj=view,
-                            skip=True,
-                            selectSet=[
-                                PC.TraversalSpec(
-                                    name="v", path="view", skip=False, type=vim.view.ContainerView
-                                )
-                            ],
-                        )
-                    ],
-                    propSet=[
-                        PC.PropertySpec(
-                            type=vim.Datastore,
-                            pathSet=[
-                                "name",
-                                "summary.url",
-                                "summary.type",
-                                "summary.freeSpace",
-                                "parent",
-                            ],
-                        )
-                    ],
-                )
-                found = si.content.propertyCollector.RetrieveContents([spec]) or []
-            finally:
-                view.DestroyView()
-            result = []
-            for obj in found:
-                props = {p.name: p.val for p in obj.propSet}
-                parent = props.get("parent")
-                result.append(
-                    DatastoreView(
-                        moref=obj.obj._moId,
-                        name=str(props.get("name", "")),
-                        url=str(props.get("summary.url", "")),
-                        type=str(props.get("summary.type", "")),
-                        parent=parent._moId if parent is not None else "",
-                        free_bytes=int(props.get("summary.freeSpace") or 0),
-                    )
-                )
-            return sorted(result, key=lambda d: d.name)
-
-        return self.session.call("ListDatastores", read)
-
-    def datastore_zones(self) -> dict[str, list[str]]:
-        """Datastore moref → its zone tags."""
-        conn = self.session.connection()
-        tags = self.session.tags_by_object([conn.zone_category])
-        return {
-            moref: sorted(tag for category, tag in pairs if category == conn.zone_category)
-            for moref, pairs in tags.items()
-        }
+        return self.disks.list_cluster_disks(cluster)
 
     # -- zones -----------------------------------------------------------------------------------
     def _region_and_zones(self) -> tuple[str, str, list[str]]:
@@ -162,35 +91,7 @@ class VsphereDiscovery(DiscoveryDefaults):
         """vSphere has no instance types (sizes come from the instance class)."""
         raise errors.NotSupported(PROVIDER, "instance_types")
 
-    # -- storage policies, thumbprint -------------------------------------------------------------
-    def storage_policies(self) -> list[dict[str, str]]:
-        """PBM requirement profiles ``[{name, id}]`` (one PBM session on the vCenter cookie)."""
-
-        def read(si: Any) -> list[dict[str, str]]:
-            conn = self.session.connection()
-            stub = SoapStubAdapter(
-                host=conn.host,
-                port=conn.port,
-                path="/pbm",
-                version="pbm.version.version11",
-                sslContext=self.session._ssl_context(conn),
-                thumbprint=conn.thumbprint.replace(":", "").lower() or None,
-            )
-            stub.cookie = si._stub.cookie
-            content = pbm.ServiceInstance("ServiceInstance", stub).RetrieveContent()
-            manager = content.profileManager
-            ids = manager.PbmQueryProfile(
-                resourceType=pbm.profile.ResourceType(resourceType="STORAGE"),
-                profileCategory="REQUIREMENT",
-            )
-            profiles = manager.PbmRetrieveContent(profileIds=ids) if ids else []
-            return sorted(
-                ({"name": str(p.name), "id": str(p.profileId.uniqueId)} for p in profiles),
-                key=lambda p: p["name"],
-            )
-
-        return self.session.call("PbmQueryProfile", read)
-
+    # -- thumbprint --------------------------------------------------------------------------------
     def thumbprint(self) -> str:
         """vCenter's certificate SHA-1 thumbprint (``AB:CD:...``), as Deckhouse publishes it."""
         conn = self.session.connection()
@@ -207,8 +108,8 @@ class VsphereDiscovery(DiscoveryDefaults):
     # -- the document ------------------------------------------------------------------------------
     def discovery_data(self) -> models.DiscoveryData:
         datacenter, region, zones = self._region_and_zones()
-        zoned = self.datastore_zones()
-        stores = self.datastores()
+        zoned = self.stores.datastore_zones()
+        stores = self.stores.datastores()
         tagged = [d for d in stores if zoned.get(d.moref)]
         datastores = [
             {
@@ -225,7 +126,7 @@ class VsphereDiscovery(DiscoveryDefaults):
             "datacenter": datacenter,
             "zones": zones,
             "datastores": datastores,
-            "storagePolicies": self.storage_policies(),
+            "storagePolicies": self.stores.storage_policies(),
             "thumbprint": self.thumbprint(),
         }
         if self.session.settings.base_resource_pool:

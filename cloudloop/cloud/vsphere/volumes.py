@@ -76,7 +76,7 @@ from typing import Any
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.driver import VolumeDefaults
 from cloudloop.cloud.vsphere.base import VsphereBase
-from cloudloop.cloud.vsphere.discovery import DatastoreView, VsphereDiscovery
+from cloudloop.cloud.vsphere.datastores import DatastoreView, VsphereDatastores
 from cloudloop.cloud.vsphere.mapping import PROVIDER
 from cloudloop.cloud.vsphere.settings import DEFAULT_ZONE_CATEGORY
 from cloudloop.cloud.vsphere.vmomi import PC, vim
@@ -136,10 +136,10 @@ class VsphereVolumes(VolumeDefaults):
     zonal_volumes = True
     max_volumes_per_node = MAX_VOLUMES
 
-    def __init__(self, session: VsphereBase, discovery: VsphereDiscovery) -> None:
+    def __init__(self, session: VsphereBase, stores: VsphereDatastores) -> None:
         self.session = session
         #: The datastores, their zones and the storage policies volumes are placed by.
-        self.discovery = discovery
+        self.stores = stores
 
     @property
     def volume_topology_key(self) -> str:
@@ -241,7 +241,7 @@ class VsphereVolumes(VolumeDefaults):
             for consumer in obj.config.consumerId or []:
                 instance = str(consumer.id).lower()
                 found[instance] = self._disk_serial(instance, disk)
-        return self._volume(datastore, obj, self.discovery.datastore_zones(), found)
+        return self._volume(datastore, obj, self.stores.datastore_zones(), found)
 
     def _disk_serial(self, instance_id: str, disk: str) -> str:
         """The SCSI UUID (``wwn-0x`` form) of the VM's virtual disk backed by the FCD ``disk``;
@@ -285,8 +285,8 @@ class VsphereVolumes(VolumeDefaults):
         return vm
 
     def _candidate_datastores(self) -> list[DatastoreView]:
-        stores = self.discovery.datastores()
-        zoned = self.discovery.datastore_zones()
+        stores = self.stores.datastores()
+        zoned = self.stores.datastore_zones()
         tagged = [d for d in stores if zoned.get(d.moref)]
         return tagged or stores
 
@@ -307,7 +307,7 @@ class VsphereVolumes(VolumeDefaults):
         url = parameters.get(DATASTORE_URL_PARAMETER, "")
         if url:
             by_url = [
-                d for d in self.discovery.datastores() if d.url.rstrip("/") == url.rstrip("/")
+                d for d in self.stores.datastores() if d.url.rstrip("/") == url.rstrip("/")
             ]
             if not by_url:
                 raise errors.InvalidRequest(PROVIDER, operation, f"no datastore at {url}")
@@ -321,14 +321,14 @@ class VsphereVolumes(VolumeDefaults):
         name = parameters.get(STORAGE_POLICY_PARAMETER, "")
         if not name:
             return self.session.settings.storage_policy_id
-        for policy in self.discovery.storage_policies():
+        for policy in self.stores.storage_policies():
             if policy["name"] == name:
                 return policy["id"]
         raise errors.InvalidRequest(PROVIDER, "CreateDisk", f"no storage policy named {name!r}")
 
     # -- the contract ----------------------------------------------------------------------
     def find_volume(self, name: str, cluster: str) -> models.Volume | None:
-        zones = self.discovery.datastore_zones()
+        zones = self.stores.datastore_zones()
         matches: list[tuple[Any, str, Any]] = []
         for store in self._candidate_datastores():
             for disk in self._list(store.moref):
@@ -370,9 +370,9 @@ class VsphereVolumes(VolumeDefaults):
         wanted = {str(i.id) for i in ids or []}
         if not wanted:
             return []
-        zones = self.discovery.datastore_zones()
+        zones = self.stores.datastore_zones()
         volumes: list[models.Volume] = []
-        for store in self.discovery.datastores():
+        for store in self.stores.datastores():
             for disk in self._list(store.moref):
                 if disk not in wanted:
                     continue
@@ -438,7 +438,7 @@ class VsphereVolumes(VolumeDefaults):
         params = self._parameters(spec.parameters, "CreateDisk")
         wanted = spec.volume_type or self.session.settings.default_datastore
         stores = self._datastores_for(params, wanted, "CreateDisk")
-        zones = self.discovery.datastore_zones()
+        zones = self.stores.datastore_zones()
         if spec.zone:
             stores = [d for d in stores if spec.zone in zones.get(d.moref, [])]
         if not stores:
