@@ -13,10 +13,9 @@ Rules:
 - ``NotAuthenticated`` (an expired or terminated session) logs in again once and repeats the call;
   credentials are read again at each login, so a rotated Secret is picked up.
 - The container view over the root folder is made once per session, not once per pass.
-- The session's ``ServiceContent`` (property collector, search index, view and task managers...)
-  is read once at login (:class:`Service`): pyvmomi fetches a managed object's property with a
-  request each time it is read, and ``si.content`` was read before nearly every call (15
-  requests of the 42 a vcsim machine create made, one of the two of each poll).
+- The session's ``ServiceContent`` is read once at login (:class:`Service`): pyvmomi fetches a
+  managed object's property with a request each time it is read (``bench/README.md``: a machine
+  create's requests before and after).
 - Tag category and tag names are cached (``tag_cache_s``); the per-pass association read asks
   only about the cached region/zone tags.
 """

@@ -3,35 +3,18 @@
 :func:`parse_cloud_config` reads upstream's two formats into one :class:`CloudConfig`;
 :func:`apply_env` applies upstream's ``VSPHERE_*`` overrides; :func:`parse_credentials` and
 :func:`read_credentials` read the credentials Secret (``<server>.username`` or ``server_<x>``).
+Upstream's rules, the variables read and the departures:
+docs/decisions/0045-vsphere-configuration-and-lookups-as-upstream.md.
 
 Rules (as cloud-provider-vsphere ``pkg/common/config`` and ``pkg/common/credentialmanager``):
-- YAML is tried first; a document that is not a YAML mapping with known keys is read as INI
-  (``[Global]``, ``[VirtualCenter "<host>"]``, ``[Labels]``, ``[Nodes]``, kebab-case keys, names
-  case-insensitive, a bare boolean key is true as in gcfg). A YAML section that is not a mapping,
-  a bad number, boolean, CIDR or IP family is a :class:`ConfigError` naming the key.
-- Connection keys of ``global`` are inherited by each vCenter entry that does not set them;
-  ``insecureFlag`` is true when either sets it. In YAML the ``vcenter`` map key is only a tenant
-  label (``server`` names the host); in INI the section name is the host unless ``server`` is
-  set. A global ``server`` makes an implicit entry unless an entry is keyed by it (upstream) or
-  already names that host (the same vCenter twice).
-- Credentials: an entry with its own ``secretName`` and ``secretNamespace`` uses that Secret;
-  else a global Secret (name and namespace) *or* ``secretsDirectory`` — not both, then neither
-  counts — is used; else ``user``/``password`` are required (``require_credentials``).
-- Environment (upstream ``FromEnv``): ``VSPHERE_VCENTER``, ``_VCENTER_PORT``, ``_USER``,
-  ``_PASSWORD``, ``_DATACENTER``, ``_INSECURE``, ``_ROUNDTRIP_COUNT``, ``_CAFILE``,
-  ``_THUMBPRINT``, ``_SECRET_NAME``, ``_SECRET_NAMESPACE``, ``_SECRETS_DIRECTORY``,
-  ``_LABEL_REGION``, ``_LABEL_ZONE``, ``VSPHERE_NODES_{INTERNAL,EXTERNAL}_{NETWORK_SUBNET_CIDR,
-  VM_NETWORK_NAME}`` and the per-tenant ``VSPHERE_VCENTER_<ID>=<tenant>`` with
-  ``VCENTER_<ID>_{SERVER,USERNAME,PASSWORD,PORT,INSECURE,DATACENTERS,ROUNDTRIP,CAFILE,
-  THUMBPRINT,SECRET_NAME,SECRET_NAMESPACE,IP_FAMILY}``. Departs from upstream, as its doc
-  comment promises rather than as its code does: the global overrides reach the (one) configured
-  vCenter entry, and the per-tenant ``_INSECURE``/``_ROUNDTRIP``/``_IP_FAMILY`` are honoured (an
-  inverted check drops them upstream); ``VSPHERE_VCENTER_PORT`` is never a tenant.
-- Secret keys: ``<server>.username``/``<server>.password`` (one trailing newline dropped), or
-  ``server_<x>``/``username_<x>``/``password_<x>`` for hosts with colons (IPv6). Incomplete sets
-  and unknown keys are reported by key name (never by value) and skipped, as upstream does for a
-  mounted directory; the rest of the Secret still counts. Files are read anew at every call, so
-  a rotated Secret is picked up (upstream parses the directory once).
+- YAML is tried first; a document that is not a YAML mapping with known keys is read as INI. A
+  YAML section that is not a mapping, a bad number, boolean, CIDR or IP family is a
+  :class:`ConfigError` naming the key.
+- ``global`` connection keys are inherited by each vCenter entry that does not set them.
+- Credentials: an entry's own Secret, else the global Secret *or* ``secretsDirectory`` (not both),
+  else ``user``/``password`` (``require_credentials``).
+- Secret files are read anew at every call (a rotated Secret is picked up); incomplete sets and
+  unknown keys are reported by key name and skipped, the rest still counts.
 - Errors never contain passwords.
 """
 

@@ -2,23 +2,20 @@
 
 ``list_instances`` and ``find_instances_by_name`` both answer from :meth:`VsphereBase.inventory`
 (one property-collector retrieval) and :meth:`VsphereBase.tags_by_object` (one association call).
+Why only a UUID proves absence:
+docs/decisions/0045-vsphere-configuration-and-lookups-as-upstream.md.
 
 Rules (cloud-provider-vsphere ``instances.go``, ``nodemanager.go``):
 - By ID: the BIOS UUID as given, else its byte-swapped SMBIOS form. A UUID no VM has is absent
-  (the read succeeded, so absence is positive); any vCenter error raises (nothing is deleted).
-- By name: ``guest.hostName`` (DNS) first, else a guest IP equal to the name, else the VM name.
-  A by-name miss or an ambiguous match is *undecided*, never absent: upstream deleted fresh
-  nodes whose VMware Tools had not reported yet (#381), so only a UUID lookup may prove absence.
-- By-name lookups (node init bursts) answer from a read up to ``name_lookup_reuse_s`` old when
-  it resolves every name; a name it leaves undecided (a VM made, or a guest reporting, since)
-  costs one fresh read. Lookups by ID always read afresh (they may prove absence).
-- A powered-on VM whose guest reports no usable address yet is undecided (the node stays
-  uninitialized, as upstream's ``DiscoverNode`` fails); a powered-off one is returned (so the
-  shutdown taint applies) with what addresses it has.
-- Zones (upstream ``GetZone``, see :func:`~cloudloop.cloud.vsphere.mapping.zone_for`): with both
-  tag categories configured, a VM no tag places gets ``init_error`` (its Node stays
-  uninitialized and is retried, as upstream fails the lookup); such a miss reads the tag names
-  again (at most every :data:`TAG_MISS_REFRESH_S`), so a tag made moments before is seen.
+  (the read succeeded); any vCenter error raises (nothing is deleted).
+- By name: ``guest.hostName`` first, else a guest IP equal to the name, else the VM name. A miss
+  or an ambiguous match is *undecided*, never absent.
+- By-name lookups may answer from a read up to ``name_lookup_reuse_s`` old when it resolves every
+  name; an undecided name costs one fresh read. Lookups by ID always read afresh.
+- A powered-on VM whose guest reports no usable address is undecided; a powered-off one is
+  returned (so the shutdown taint applies) with what addresses it has.
+- Zones (upstream ``GetZone``): with both tag categories configured, a VM no tag places gets
+  ``init_error``; such a miss reads the tag names again (at most every :data:`TAG_MISS_REFRESH_S`).
 """
 
 from __future__ import annotations

@@ -1,29 +1,20 @@
 """vSphere layout ``Standard`` as definitions (Deckhouse ``candi/layouts/standard``).
 
-:func:`define` turns a validated ``VsphereClusterConfiguration`` into the resources of
-``base-infrastructure`` (the Datacenter found by the ``region`` tag, the VM folder
-``vmFolderPath`` unless ``vmFolderExists``, per zone the ClusterComputeResource found by its zone
-tag and, with ``useNestedResourcePool``, the resource pool ``<prefix>`` under
-``<cluster>/Resources[/<baseResourcePool>]``), one ``master-node`` per replica (the separately
-managed data disk ``[<datastore>] deckhouse/<clusterUUID>-kubernetes-data-<i>.vmdk``, 10 GiB
-eager-zeroed thick, and the VM ``<prefix>-master-<i>`` cloned from ``template`` with that disk
-attached) and one ``static-node`` per node group index (``<prefix>-<ng>-<i>``), with the
-reference's names, outputs and the ``VsphereCloudDiscoveryData`` template.
+:func:`define` turns a validated ``VsphereClusterConfiguration`` into ``base-infrastructure``
+(Datacenter and compute clusters by tag, the VM folder, the nested resource pools), one
+``master-node`` per replica (data disk and VM) and one ``static-node`` per node group index,
+with the reference's names, outputs and the ``VsphereCloudDiscoveryData`` template.
 :mod:`cloudloop.cloud.vsphere.layout_resources` acts on them.
+What is made, and the departures from the Terraform modules:
+docs/decisions/0043-vsphere-layout-standard.md.
 
-Identity: a VM is found at ``/<datacenter>/vm/<vmFolderPath>/<name>``, a pool at
-``<cluster>/Resources[/<base>]/<prefix>``, the folder at its path, the disk at its datastore
-path; tags and tag categories are pre-existing (looked up, never created), as upstream.
-
-Departures from the Terraform modules (and why):
-- ``guestinfo.userdata`` is dhctl's ``cloudConfig`` as ``--cloud-config`` names it
-  (:mod:`cloudloop.layouts.bootstrap`), beside ``guestinfo.metadata`` (host name, SSH key,
-  netplan);
-- the VM keeps the template's NICs' adapter type only when it is vmxnet3 (the machine driver's
-  clone makes vmxnet3 NICs); ``annotation`` is not copied from the template;
-- ``storagePolicyID`` and ``nsxt`` are refused (storage policies are not implemented);
-- the master zone is ``sorted(masterNodeGroup.zones ∩ zones)[i mod n]`` (Terraform's
-  ``element(setintersection(...), nodeIndex)``); a static node's the same over its group's zones.
+Rules:
+- Identity is the inventory path: a VM ``/<datacenter>/vm/<vmFolderPath>/<name>``, a pool
+  ``<cluster>/Resources[/<base>]/<prefix>``, the folder its path, the disk its datastore path.
+- Tags and tag categories are pre-existing: looked up, never created.
+- ``storagePolicyID`` and ``nsxt`` are refused.
+- The master zone is ``sorted(masterNodeGroup.zones ∩ zones)[i mod n]``; a static node's the
+  same over its group's zones.
 """
 
 from __future__ import annotations

@@ -1,47 +1,23 @@
 """vSphere layout resources through pyVmomi: find by inventory path or tag, create, repair, delete.
 
-One handler per kind of :mod:`cloudloop.cloud.vsphere.layout`, a
-:class:`~cloudloop.cloud.vsphere.machines.VsphereMachines` on its own session
-(:class:`~cloudloop.cloud.vsphere.base.VsphereBase`: one bounded login, every request counted with
-a timeout, faults translated); the VM clone, reconfigure, power and delete steps are the machine
-capability's (``_extra_config`` overridden for Deckhouse's keys). The session logs in with the
-``VsphereClusterConfiguration``'s ``provider`` (server, username, password,
-``insecure``/``caBundle``); the worker's vSphere section gives timeouts and polling.
+One handler per kind of :mod:`cloudloop.cloud.vsphere.layout`, on a
+:class:`~cloudloop.cloud.vsphere.machines.VsphereMachines` of its own session logged in with the
+document's ``provider``; the worker's vSphere section gives timeouts and polling.
+Why: docs/decisions/0043-vsphere-layout-standard.md.
 
-Identity and crash rules:
-- The Datacenter is the one carrying the ``region`` tag (of ``regionTagCategory``), a zone's
-  compute cluster the one in it carrying the zone tag: looked up, never created (upstream's tags
-  and categories are pre-existing). None or several is an error naming them.
-- The folder, resource pools and VMs are found at their inventory paths, the data disk at its
-  datastore path (``QueryVirtualDiskUuid``): so a retried step (the worker killed right after the
-  create) finds what the first attempt made. A VM is cloned with a deterministic instance UUID
-  (``uuid5`` of the cluster UUID and its name); a clone still running after a crash is waited
-  for, never repeated (the machine driver's ``VmBeingClonedEvent`` check).
-- A VM found powered off (a create that stopped half-way, or powered off out of band) is brought
-  to the definition again (reconfigure, data disk, power on): "created" work resumed.
-- Drift repaired in place: CPUs and memory (powering the VM off first when hot add is off, as
-  Terraform does), the root disk grown, the data disk attached again, power. A root disk larger
-  than the definition is reported, never shrunk (immutable). extraConfig changes are ignored, as
-  upstream ``ignore_changes`` them.
-- Bootstrap data is written as upstream's ``guestinfo.userdata`` (base64) at the clone, and
-  again before the VM's first power-on (a clone that never booted: a create that stopped
-  half-way), which marks the VM (``cloudloop.booted`` in its extraConfig); a VM that has booted
-  keeps its data: other data later is an immutable change (its digest read from the VM's
-  extraConfig), never a replacement. A VM without the mark is taken as never booted.
-- A second ensure of an unchanged resource makes only reads: no task, no create.
-- ``delete`` is idempotent: a VM is powered off, its data disk detached (kept: it is its own
-  resource), then destroyed; a pool or folder that still holds anything is refused (vCenter would
-  destroy the VMs in it), never emptied.
-- ``blockers`` (before a destroy): VMs the layout did not make in its folder or pools, and the
-  cluster's CSI volumes: First Class Disks our CSI driver tagged for it (category
-  ``cluster_tag_category``, tag = the cluster's name, looked up as its UUID and its prefix) that
-  a datastore still lists; another cluster's disks never count.
-- Adoption (``adopt``) finds what an upstream Terraform state names by its ID (a folder's or
-  pool's moref, a VM's BIOS UUID) and renames it to the layout's name when it hangs where the
-  layout's does; one elsewhere (another folder or pool) is refused, never moved; a disk's
-  datastore path is its identity.
-- Cloud errors (a template, datastore, network or folder parent not found) end the step with the
-  cloud's message (``InvalidRequest``, not retried).
+Rules:
+- Datacenter and compute clusters are found by their tags, never created; none or several is
+  an error naming them. Everything else is found at its inventory or datastore path, so a
+  retried step finds what the first attempt made; a clone in flight is waited for, never repeated.
+- Drift repaired in place: CPUs, memory, root disk grown, data disk attached, power (a VM found
+  off is brought to the definition again). A larger root disk is reported, never shrunk;
+  extraConfig changes are ignored. A second ensure of an unchanged resource makes only reads.
+- Bootstrap data is written at the clone and before the first power-on (``cloudloop.booted``
+  marks a booted VM); a booted VM keeps its data: other data is an immutable change.
+- ``delete`` is idempotent; a pool or folder still holding anything is refused, never emptied.
+- ``blockers``: foreign VMs in the layout's folder or pools, and this cluster's CSI disks.
+- ``adopt`` renames what a Terraform state names by ID when it hangs where the layout's does,
+  refuses one elsewhere (never moved). Cloud errors end the step with the cloud's message.
 """
 
 from __future__ import annotations

@@ -1,40 +1,22 @@
 """vSphere machines for Cluster API: clone (or adopt) a VM from a template, read it, delete it.
 
-The steps follow CAPV: clone the template into the folder, resource pool and datastore with the
-VM's **instance UUID set to the InfraMachine's UID** (``CloneVM_Task``, powered off), bring the
-clone to the spec (one ``ReconfigVM_Task``: CPUs, memory, the first disk grown to ``diskGiB``
-and never shrunk, the template's NICs replaced by vmxnet3 NICs on the spec's networks, CPU and
-memory reservations/limits/shares, nested virtualization, time sync, extraConfig with the VMX
-keys, ``disk.EnableUUID`` and cloud-init's ``guestinfo`` keys), then power it on.
+The steps follow CAPV: clone the template powered off with the VM's instance UUID set to the
+InfraMachine's UID, bring it to the spec in one ``ReconfigVM_Task``, power it on.
+Why, and the departures from CAPV: docs/decisions/0044-vsphere-machines-follow-capv.md.
 
 Rules:
-- Identity (CAPV ``findVM``): ``FindByUuid(instanceUuid=True)`` with the InfraMachine UID, then
-  the inventory path ``<folder>/<name>``. A VM at that path with another instance UUID is not
-  ours: ``AlreadyExists``, never touched (nor deleted).
-- Every step checks what is there, so a create that stopped half-way (crash, timeout) is simply
-  called again: a powered-off clone is reconfigured (idempotent: NICs only replaced when they
-  differ, the disk only grown) and powered on; a powered-on VM is only read.
-- Tasks a crashed call left running on the VM (reconfigure, power change, destroy) are waited
-  for before the next step, as CAPV waits for its ``taskRef``.
-- A clone in flight after a crash (no VM yet, a ``CloneVM_Task`` running whose
-  ``VmBeingClonedEvent`` of the last 6 hours names this VM): waited for, never cloned twice (the
-  clone carries the instance UUID, so the waiter finds it as its own). A second clone that races
-  anyway fails ``DuplicateName`` in vCenter; the VM is then found by its instance UUID.
-- Delete powers off (hard, as CAPV's default ``powerOffMode``) and destroys (``Destroy_Task``:
-  the VM and the disks it owns); ``True`` once no VM carries the instance UUID and no clone of
-  it is in flight. Disks attached later by CSI are first-class disks and are detached by their
-  own controller; vCenter keeps FCDs on destroy.
-- providerID ``vsphere://<BIOS UUID>`` (``config.uuid``), as the vSphere CCM (``instances.py``)
-  expects; the Machine's ``id`` is that UUID.
-- Errors: a template, folder, pool, datastore or network not found → ``InvalidRequest`` (waits
-  for a spec change); ``InsufficientResourcesFault`` and out-of-space faults →
-  ``InsufficientCapacity``; quota faults → ``QuotaExceeded`` (both retried with backoff);
-  vCenter unreachable → ``CloudUnreachable``.
-
-Departs from CAPV: one vCenter (``server`` must be empty or the configured one); no linked clones,
-storage policies or fixed MACs (refused by :mod:`.machinespec`); ``tagIDs`` are attached after the
-clone; the spec's DHCP flags are not written (cloud-init's network config comes from the
-template's guest OS).
+- Identity: ``FindByUuid(instanceUuid=True)`` with the InfraMachine UID, then the inventory path;
+  a VM at that path with another instance UUID is ``AlreadyExists``, never touched nor deleted.
+- Every step checks what is there, so a create that stopped half-way is simply called again
+  (reconfigure is idempotent: NICs replaced only when they differ, the disk only grown).
+- Tasks a crashed call left running on the VM are waited for before the next step; a clone in
+  flight (its ``VmBeingClonedEvent``) is waited for, never cloned twice.
+- Delete powers off hard and destroys; ``True`` once no VM carries the instance UUID and no clone
+  of it is in flight. CSI's first-class disks are not deleted with the VM.
+- providerID ``vsphere://<BIOS UUID>``; the Machine's ``id`` is that UUID.
+- Errors: a template, folder, pool, datastore or network not found → ``InvalidRequest``;
+  insufficient resources or space → ``InsufficientCapacity``; quota → ``QuotaExceeded`` (both
+  retried with backoff); vCenter unreachable → ``CloudUnreachable``.
 """
 
 from __future__ import annotations

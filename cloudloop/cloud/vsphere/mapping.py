@@ -2,24 +2,17 @@
 
 Everything here works on plain data read in one property-collector retrieval
 (:class:`Inventory`), so it is tested without vCenter and applied to every VM of a pass at once.
+Upstream's address and zone rules in full, and the departure:
+docs/decisions/0045-vsphere-configuration-and-lookups-as-upstream.md.
 
 Rules (cloud-provider-vsphere ``nodemanager.go``, ``zones.go``, ``util.go``):
 - providerID ``vsphere://<lower-case BIOS UUID>``; kubelet's ``systemUUID`` may have the first
   three groups byte-swapped, so a lookup also tries :func:`swap_uuid_bytes`.
-- Addresses (upstream ``DiscoverNode``/``discoverIPs``): ``Hostname`` from ``guest.hostName``
-  (required, as are guest NICs); NICs with ``deviceConfigId == -1`` dropped; when both network
-  names are set the VM must be on one of them; unparsable, unspecified, loopback and link-local
-  (unicast and multicast) IPs dropped; then per IP family, after the exclude CIDRs (internal and
-  external apart): per configured subnet in order its first IP, else the first IP on a
-  configured VM network (case-insensitive; Deckhouse's comma-separated lists accepted), else
-  the first IP of each pool as both InternalIP and ExternalIP; a family with no address fails.
-  Addresses are published as VMware Tools reported them. Departs from upstream: IPs named in
-  cloud-init ``guestinfo.metadata`` are not moved to the front (reading ``extraConfig`` would
-  cost a large property per VM in the batched read).
-- Zones: both categories must be configured; chains tried in order — the VM's host and its
-  ancestors, the resource pool and its ancestors, the VM and its folders — each walked upward
-  from the object itself; a chain counts only if it yields both a region and a zone; the nearest
-  tag of a category wins.
+- Addresses as upstream's ``discoverIPs``: ``Hostname`` from ``guest.hostName`` (required, as are
+  guest NICs); unusable IPs dropped; per IP family the configured subnets, else VM networks,
+  else the first IP as both InternalIP and ExternalIP; a family with no address fails.
+- Zones: both categories must be configured; a chain (host, resource pool, VM and folders, each
+  walked upward) counts only with both a region and a zone; the nearest tag wins.
 - Instance type ``vsphere-vm.cpu-<numCpu>.mem-<memoryMB // 1024>gb.os-<short>``; guest IDs not in
   :data:`GUEST_OS` give ``unknown``.
 """

@@ -3,24 +3,18 @@
 :class:`VsphereSettings` is the provider's settings section; :func:`resolve` turns it into one
 :class:`Connection` (where vCenter is, how to trust it, how to log in, tag categories, address
 rules), reading files at use so a rotated Secret is picked up at the next login.
+Why (and the departures): docs/decisions/0045-vsphere-configuration-and-lookups-as-upstream.md.
 
 Rules:
-- Sources, weakest first: ``config_file`` (YAML or INI ``vsphere.conf``), upstream's
-  ``VSPHERE_*`` environment, then the Deckhouse ``VsphereClusterConfiguration`` fields set here
-  (``server``, ``username``, ``password``/``password_file``, ``insecure``, ``ca_bundle``,
-  ``region_tag_category``, network names...); a Deckhouse field set wins over the file.
-- Credentials, first that applies: ``password_file``, ``password`` (with ``username`` or the
-  file's ``user``), the mounted Secret in ``credentials_dir``, the file's ``secretsDirectory``,
-  the file's named Secret mounted at ``/etc/cloud/secrets`` (upstream's default directory; a
-  named Secret that is not mounted is refused with a message saying so), the file's
-  ``user``/``password``, then ``/etc/cloud/secrets`` if it exists. Departs from upstream, which
-  reads a named Secret from the API and tries the file's password before the Secret.
+- Sources, weakest first: ``config_file``, upstream's ``VSPHERE_*`` environment, then the
+  Deckhouse fields set here; a Deckhouse field set wins over the file.
+- Credentials, first that applies: ``password_file``, ``password``, ``credentials_dir``, the
+  file's ``secretsDirectory``, its named Secret mounted at ``/etc/cloud/secrets`` (not mounted:
+  refused, saying so), the file's ``user``/``password``, then ``/etc/cloud/secrets``.
 - TLS: a CA file or a thumbprint verifies vCenter; ``insecure`` skips verification only when
-  asked; with none of them the system trust store is used. A CA bundle with ``insecure`` is
-  refused (Deckhouse's rule).
+  asked; otherwise the system trust store. A CA bundle with ``insecure`` is refused.
 - One vCenter: a configuration naming more than one host is refused with a clear error.
-- Tag categories default to ``k8s-region``/``k8s-zone`` (Deckhouse's defaults; upstream resolves
-  no zones unless both are configured).
+- Tag categories default to ``k8s-region``/``k8s-zone``.
 """
 
 from __future__ import annotations

@@ -2,68 +2,21 @@
 
 A volume is an FCD named after the volume (the PV name) on a datastore chosen by zone, tagged
 with the cluster's tag; attach/detach use the VM's ``AttachDisk_Task``/``DetachDisk_Task``.
+Why FCDs, not CNS volumes: docs/decisions/0042-vsphere-volumes-on-first-class-disks.md.
 
 Rules:
-- **Identity**: the volume ID is ``<datastore moref>:<FCD id>`` (an FCD is read per datastore);
-  the cluster tag (category ``cluster_tag_category``, tag = cluster name) marks ownership.
-- **Idempotent create**: :meth:`find_volume` finds the FCD by name on the cluster's datastores;
-  an untagged FCD of that name (a create that crashed before tagging) is adopted and tagged; one
-  tagged for another cluster is never taken. Among several, the oldest wins (the activity
-  deletes the others).
-- **Attach** is idempotent: an FCD whose consumer is already the VM is returned as attached; one
-  consumed by another VM is :class:`FailedPrecondition` (single-node access). A worker killed
-  mid-attach finds the attachment on retry, so exactly one exists; when the killed worker's
-  ``attachDisk``/``detachDisk`` task is still running on the VM (its ``recentTask``), the retry
-  waits for it and reads the disk again instead of issuing a second task. Detach likewise.
-- **Delete** refuses an attached FCD (:class:`FailedPrecondition`); a missing one is
-  :class:`NotFound`. **Extend** waits for its task; the modification is then ``completed``.
-- **Topology**: a volume's zone is its datastore's zone tag; a create for a zone uses the first
-  datastore (by name) carrying that zone tag. The CSI topology key is vsphere-csi's
-  ``topology.csi.vmware.com/<zone tag category>``.
-- **Create after a crash**: a worker killed while its ``createDisk`` task ran leaves a task the
-  retry cannot see the disk of yet; a create first waits for the ``createDisk`` tasks vCenter
-  still runs (``TaskManager.recentTask``) and looks for the name again, so the retry adopts the
-  disk instead of making a second one.
-- **CSI** (as vsphere-csi): StorageClass parameters ``DatastoreURL`` and ``StoragePolicyName``
-  (keys case-insensitive, others refused); one StorageClass per zoned datastore of the
-  discovery data, limited to that datastore's zones; 59 volumes per node (vsphere-csi's
-  ``MAX_VOLUMES_PER_NODE``); the guest finds the disk as ``/dev/disk/by-id/wwn-0x<SCSI UUID>``
-  (the attachment's serial is the VM disk's ``backing.uuid``; vcsim adds no device on attach,
-  so there it is empty); GetCapacity is the datastore's free space. No snapshots.
-- pyvmomi work-arounds: the manager is built by hand (``content.vStorageObjectManager`` is None
-  against vcsim) and task results are read through the property collector.
-- Departs from upstream: vSphere CSI makes Cloud Native Storage volumes (``CnsVolumeManager`` on
-  ``/vsanHealth``, container-cluster metadata, shown in vCenter's container-volume view); this
-  driver uses the FCD API directly and a tag for the cluster, so its disks are not in that view
-  and a storage policy reaches them only through ``CreateSpec.profile``.
-
-Why not CNS (tried against the dev stack's vcsim, govmomi v0.46.3, with pyVmomi 9.1.1.0; pinned
-by ``tests/volume/test_vsphere_volumes.py::test_vcsim_cns_volumes_are_not_first_class_disks``):
-- pyVmomi reaches the simulator: ``vim.cns.VolumeManager("cns-volume-manager", stub)`` with
-  ``stub = SoapStubAdapter(path="/vsanHealth", version="vsan.version.v9_1_1_0")`` carrying the
-  SOAP login's cookie; ``CnsCreateVolume`` (BLOCK, ``datastores``, ``containerCluster`` KUBERNETES
-  / VANILLA), ``CnsQueryVolume`` by ``volumeIds``, ``CnsAttachVolume``/``CnsDetachVolume``,
-  ``CnsExtendVolume`` and ``CnsDeleteVolume`` all answer, their task results read through a
-  ``/sdk`` property collector at the same version (at ``vsan.version.version11`` that collector
-  fails on ``CnsVolumeCreateResult`` with ``AttributeError: datastore`` and the stored volume
-  comes back without ``clusterFlavor``).
-- But the simulator's volumes are records in a map, not disks: a dynamic ``CnsCreateVolume``
-  answers a random id that no FCD has (``RetrieveVStorageObject(id, datastore)`` →
-  ``vim.fault.NotFound``), so vsphere-csi's "the CNS volume id is the FCD id" fails.
-- ``CnsAttachVolume`` records the VM privately: no ``VirtualDisk`` appears on the VM, the FCD
-  gets no ``consumerId``, ``CnsQueryVolume`` shows nothing, ``diskUUID`` is always
-  ``6000c298595bf4575739e9105b2c0c2d``; a second attach to the *same* VM is ``ResourceInUse``.
-  vsphere-csi reads attachments from the VM's disks (``vDiskId``), so an idempotent publish, the
-  refusal of a second node and ListVolumes' published nodes cannot be read back.
-- ``CnsDeleteVolume`` deletes an attached volume, and with ``deleteDisk=true`` leaves the FCD of a
-  volume registered by ``backingDiskId``; ``CnsQueryVolume`` ignores the ``names`` and
-  ``containerClusterIds`` filters (every volume comes back).
-A CNS driver could therefore only be tested here against a simulator that contradicts vCenter on
-attach and delete; the FCD calls above behave as on vCenter (vcsim's ``AttachDisk_Task`` sets the
-consumer), so the driver stays on them. A newer vcsim would not be enough: govmomi's simulator
-makes an FCD per CNS volume, filters queries and honours ``deleteDisk`` from v0.49.0 (whose
-``vcsim`` command the module proxy does not serve, see :mod:`devstack.vcsim`), but even at its
-HEAD (fd06160, 2026-08) ``CnsAttachVolume`` still records the VM privately.
+- Identity: the volume ID is ``<datastore moref>:<FCD id>``; the cluster tag marks ownership.
+- Create finds by name on the cluster's datastores first (an untagged FCD, from a crashed create,
+  is adopted and tagged; another cluster's is never taken; of several the oldest wins), after
+  waiting for the ``createDisk`` tasks vCenter still runs: a retry never makes a second disk.
+- Attach and detach read the FCD's consumer first and wait for a task a killed worker left on
+  the VM (``recentTask``), never issuing a second; a disk another VM consumes is
+  ``FailedPrecondition``. Delete refuses an attached FCD; a missing one is ``NotFound``.
+- Topology: a volume's zone is its datastore's zone tag; a create for a zone takes the first
+  datastore (by name) carrying it; the key is ``topology.csi.vmware.com/<zone tag category>``.
+- CSI as vsphere-csi: parameters ``DatastoreURL``, ``StoragePolicyName`` (case-insensitive, others
+  refused); one StorageClass per zoned datastore of the discovery data; 59 volumes per node; the
+  guest's disk ``/dev/disk/by-id/wwn-0x<SCSI UUID>``; GetCapacity the free space. No snapshots.
 """
 
 from __future__ import annotations
