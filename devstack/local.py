@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from devstack.ovirt_emulator import (
 )
 from devstack.process import (
     ManagedProcess,
+    console_script,
     free_port,
     http_ok,
     port_is_free,
@@ -46,20 +45,6 @@ from devstack.vcsim import VcsimEndpoint, VcsimOptions, vcsim_process
 
 #: The one key of a local stack's codec key ring.
 CODEC_KEY_ID = "local-1"
-
-
-def _script(name: str) -> str:
-    """A console script installed beside the running interpreter (venv ``bin/``)."""
-    for candidate in (
-        Path(sys.executable).parent / name,
-        Path(sysconfig.get_path("scripts")) / name,
-    ):
-        if candidate.exists():
-            return str(candidate)
-    found = shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} is not installed; run the README's set-up command")
-    return found
 
 
 @dataclass
@@ -237,7 +222,7 @@ class LocalStack:
         if not port_is_free(port):
             raise RuntimeError(f"port {port} is taken; is another `cloudloop dev` running?")
         argv = [
-            _script("temporal"),
+            console_script("temporal"),
             "server",
             "start-dev",
             "--ip",

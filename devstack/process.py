@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +23,14 @@ from pathlib import Path
 
 from cloudloop.net import free_port
 
-__all__ = ["ManagedProcess", "free_port", "http_ok", "port_is_free", "tcp_open"]
+__all__ = [
+    "ManagedProcess",
+    "console_script",
+    "free_port",
+    "http_ok",
+    "port_is_free",
+    "tcp_open",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -43,6 +52,20 @@ _LAUNCHER = (
 def _launched(argv: Sequence[str]) -> list[str]:
     """``argv`` run through :data:`_LAUNCHER` (dies with its parent, in a session of its own)."""
     return [sys.executable, "-c", _LAUNCHER, *argv]
+
+
+def console_script(name: str) -> str:
+    """A console script installed beside the running interpreter (venv ``bin/``)."""
+    for candidate in (
+        Path(sys.executable).parent / name,
+        Path(sysconfig.get_path("scripts")) / name,
+    ):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed; run the README's set-up command")
+    return found
 
 
 def port_is_free(port: int) -> bool:

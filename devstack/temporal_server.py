@@ -45,7 +45,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devstack.process import ManagedProcess, free_port, tcp_open, temporal_ready
+from devstack.process import (
+    ManagedProcess,
+    console_script,
+    free_port,
+    tcp_open,
+    temporal_ready,
+)
 
 PLUGIN = "postgres12"
 DATABASES = {
@@ -321,10 +327,8 @@ class PostgresTemporal:
         )
 
     def _cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        from devstack.local import _script
-
         return subprocess.run(
-            [_script("temporal"), *args, "--address", self.address],
+            [console_script("temporal"), *args, "--address", self.address],
             capture_output=True,
             text=True,
             timeout=60,
