@@ -1,20 +1,19 @@
 """Load-balancer activities: the cloud LB through the driver, plus the Service writes it implies.
 
-``lb.ensure`` does the cloud work and then patches ``status.loadBalancer`` (status subresource)
-only when the ingress changed, in one activity, and records its two Normal Events itself: one
-activity per ensure instead of four (fewer workflow tasks and round trips on the path from "Service
-created" to "ingress set"). ``lb.delete`` (first attempt: looks the LB up and records
-``DeletingLoadBalancer`` when it exists, which ``lb.get`` and an Event activity did before the
-``lb-delete-one-activity`` patch) deletes the cloud resources, clears the status and removes the
-cleanup finalizer, in that order, so the finalizer goes only after a successful delete.
-``lb.resync`` (drift repair) asks the driver what differs from the applied state; on drift it
-ensures the LB again, fixes the ingress, checks once more and records ``LoadBalancerDriftRepaired``
-(a Warning: someone changed the cloud LB behind the controller) naming what was put back; what an
-ensure cannot put back is only logged. Cloud errors become ``ApplicationError(type=<kind>)`` with
-the driver's retryability, so an invalid annotation (``InvalidRequest``) fails at once and "handled
-elsewhere" is ``NotSupported``. Long cloud calls heartbeat, so a dead worker's attempt is retried
-quickly. A node set sent by reference is mapped to backends once per ConfigMap version, and that
-list shared by the activities of the version (:meth:`LoadBalancerActivities.backends`).
+``lb.ensure`` does the cloud work, patches ``status.loadBalancer`` and records its two Normal
+Events, in one activity; ``lb.delete`` looks the LB up, records ``DeletingLoadBalancer``, deletes
+the cloud resources, clears the status and removes the finalizer; ``lb.resync`` repairs drift
+and records ``LoadBalancerDriftRepaired``.
+Why: docs/decisions/0047-one-load-balancer-workflow-per-service.md.
+
+Rules:
+- The status is patched (status subresource) only when the ingress changed.
+- The finalizer goes only after a successful delete (cloud, status, finalizer: in that order).
+- Cloud errors become ``ApplicationError(type=<kind>)`` with the driver's retryability: an invalid
+  annotation (``InvalidRequest``) fails at once, "handled elsewhere" is ``NotSupported``.
+- Long cloud calls heartbeat, so a dead worker's attempt is retried quickly.
+- A node set sent by reference is mapped to backends once per ConfigMap version, that list
+  shared by the activities of the version (:meth:`LoadBalancerActivities.backends`).
 """
 
 from __future__ import annotations

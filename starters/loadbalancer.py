@@ -1,25 +1,20 @@
 """ServiceStarter: Services of ``type: LoadBalancer`` and the Node set → load-balancer workflows.
 
 For every Service that wants a load balancer (``type: LoadBalancer``, no ``loadBalancerClass``)
-the starter adds the cleanup finalizer first, then computes the desired state (ports,
-annotations, the LB node set) and sends it to the Service's :class:`LoadBalancerWorkflow`
-(ID ``lb/<namespace>/<name>/<uid>``) by signal-with-start, conflict policy ``USE_EXISTING``, only
-when it differs from what it sent last. A Service with the finalizer that is being deleted or no
-longer wants an LB gets ``tear_down``; the workflow deletes the LB and removes the finalizer.
+the starter adds the cleanup finalizer first, then sends the desired state (ports, annotations,
+the LB node set) to the Service's :class:`LoadBalancerWorkflow` (ID ``lb/<namespace>/<name>/<uid>``)
+by signal-with-start, ``USE_EXISTING``. Why the desired state is trimmed so:
+docs/decisions/0047-one-load-balancer-workflow-per-service.md.
 
-Work is keyed by Service in the starters' work queue (one sync per key at a time,
-``concurrent_service_syncs`` at once, failures retried with per-key backoff). Nothing is sent
-before both informers have listed, so a restart never sends an empty node set.
-
-The desired state carries only what the cloud reads (the driver says which): the provider's own
-annotations, and per node its name, providerID and the labels the Service's annotations select
-backends by (``target-node-labels``, a node selector). A Node change that alters that view
-(added, deleted, exclusion label or taint, providerID, a label some LB Service names) re-syncs
-every LB Service (changes within 0.5 s together), which signals only if its trimmed desired
-state changed; any other label, condition or heartbeat sends nothing. A node set larger than
-``inline_nodes_max_bytes`` is written to a ConfigMap first (:mod:`cloudloop.kube.nodesets`, one
-per cluster) and the signal carries the digest of the Service's projection, so a signal stays
-under 1 KiB at 5,000 nodes.
+Rules:
+- A signal is sent only when the desired state differs from what was sent last; a Service being
+  deleted, or no longer wanting an LB, gets ``tear_down`` (the workflow removes the finalizer).
+- Work is keyed by Service (one sync per key at a time, ``concurrent_service_syncs`` at once,
+  failures retried with per-key backoff). Nothing is sent before both informers have listed.
+- The desired state carries only what the cloud reads; a Node change that alters that view
+  re-syncs every LB Service (changes within 0.5 s together); any other change sends nothing.
+- A node set larger than ``inline_nodes_max_bytes`` is written to a ConfigMap first
+  (:mod:`cloudloop.kube.nodesets`) and the signal carries the digest of the Service's projection.
 """
 
 from __future__ import annotations

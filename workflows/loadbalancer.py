@@ -1,36 +1,21 @@
 """LoadBalancerWorkflow: one long-lived entity workflow per Service owns that Service's cloud LB.
 
-The starter sends the desired state (ports, annotations, node set) with the ``apply`` signal and
-asks for the teardown with ``tear_down`` (signal-with-start, conflict policy ``USE_EXISTING``).
-Handlers only record what they receive; the main loop works through it under one lock, so every
-change to one LB is serialised and a burst of changes is coalesced into one reconcile:
+The starter sends the desired state with the ``apply`` signal and asks for the teardown with
+``tear_down`` (signal-with-start, ``USE_EXISTING``). The main loop reconciles with
+``lb.ensure`` (config changed), ``lb.update_backends`` (only the node set changed), ``lb.delete``
+(tear-down, then the workflow completes) and, when idle for ``resync_period_s``, ``lb.resync``
+(drift repair). Why, step by step: docs/decisions/0047-one-load-balancer-workflow-per-service.md.
 
-- config changed (or nothing applied yet): ``lb.ensure``, one activity for the cloud work, the
-  ingress patch and the ``EnsuringLoadBalancer``/``EnsuredLoadBalancer`` Events; without nodes
-  also ``UnAvailableLoadBalancer``.
-- only the node set changed: ``lb.update_backends``, ``UpdatedLoadBalancer`` (or
-  ``UpdateLoadBalancerFailed``); an LB found missing is ensured again.
-- tear-down: ``lb.delete`` (looks the LB up and records ``DeletingLoadBalancer`` if it exists,
-  then cloud, status, finalizer), ``DeletedLoadBalancer``; then the workflow completes (unless an
-  ``apply`` came). Runs recorded before the ``lb-delete-one-activity`` patch
-  (:data:`PATCH_DELETE_ONE_ACTIVITY`) keep their ``lb.get`` + Event activity + ``lb.delete``.
-- nothing else for ``resync_period_s`` seconds (drift repair, beyond upstream): ``lb.resync``
-  compares the cloud LB with the last applied state and, when it drifted (a listener, attribute,
-  policy, registered instance or rule changed or deleted by hand, or the whole LB gone), ensures
-  it again and records ``LoadBalancerDriftRepaired``. The timer exists only while the LB is
-  applied and idle; a run that started before this step was added keeps its old command
-  sequence (``workflow.patched``) until it continues as new.
-
-Invalid annotations (``InvalidRequest``) give a Warning ``SyncLoadBalancerFailed`` and wait for
-the next change; "handled elsewhere" (``NotSupported``) is a silent no-op; other failures give
-the Warning and are retried with the upstream backoff (5 s doubling to 300 s), sooner when a new
-desired state arrives. Every Event message names the workflow ID.
-
-The run continues as new when the server suggests it (or after ``history_limit`` events),
-carrying :class:`LoadBalancerState` with the retry state (failures in a row, a pending retry), so
-an LB that keeps failing for weeks keeps a bounded history and its backoff. Versioning: runs
-recorded before that change continued as new only when idle; ``workflow.patched``
-(:data:`PATCH_CONTINUE_AS_NEW_WHILE_FAILING`) keeps their replay as it was.
+Rules:
+- Handlers only record what they receive; the main loop works through it under one lock, so every
+  change to one LB is serialised and a burst of changes is coalesced into one reconcile.
+- ``InvalidRequest`` gives a Warning ``SyncLoadBalancerFailed`` and waits for the next change;
+  ``NotSupported`` is a silent no-op; other failures give the Warning and are retried with the
+  upstream backoff, sooner when a new desired state arrives. Every Event names the workflow ID.
+- The run continues as new when the server suggests it (or after ``history_limit`` events),
+  carrying the retry state, so a failing LB keeps a bounded history and its backoff.
+- Replay of recorded runs is kept by patches: :data:`PATCH_DELETE_ONE_ACTIVITY`,
+  :data:`PATCH_CONTINUE_AS_NEW_WHILE_FAILING` and the resync step's ``workflow.patched``.
 """
 
 from __future__ import annotations

@@ -1,66 +1,21 @@
 """DVP layout ``Standard`` as definitions (Deckhouse ``candi/layouts/standard``).
 
 :func:`define` turns a validated ``DVPClusterConfiguration`` into upstream's modules, every
-object in ``provider.namespace`` of the parent cluster:
+object in ``provider.namespace`` of the parent cluster: ``base-infrastructure`` (the
+NetworkPolicy, the VM class and image lookups), one ``master-node`` per replica and one
+``static-node`` per node group index (VirtualDisks, cloud-init Secret, VirtualMachine).
+The objects, upstream's hashes and the departures: docs/decisions/0046-dvp-layout-standard.md.
 
-- ``base-infrastructure``: ``NetworkPolicy`` ``isolated-<prefix>`` (policy ``Isolated``: pods
-  labelled ``dvp.deckhouse.io/cluster-uuid=<uuid>``; ingress from the namespace, ``ingressPorts``
-  from anywhere, ``d8-ingress-nginx`` controllers, ``d8-metallb``; egress to the namespace,
-  0.0.0.0/0, ingress-nginx, ``kube-system`` udp/53, ``d8-metallb``) and upstream's
-  ``validation`` module as read-only lookups: each VirtualMachineClass and root image the node
-  groups name must exist (fail fast, before any disk is made);
-- ``master-node`` per replica: ``VirtualDisk`` root ``<hostname>-<h6>`` (the image as
-  ``dataSource.objectRef``), ``VirtualDisk`` ``<prefix>-master-kubernetes-data-<i>-<h6>``,
-  ``VirtualDisk`` per additional disk ``<prefix>-<ng>-additional-disk-<j>-<i>-<h6>``, the
-  cloud-init ``Secret`` ``<hostname>-cloudinit-<h6 of the VM>`` (type
-  ``provisioning.virtualization.deckhouse.io/cloud-init``, key ``userData``) and the
-  ``VirtualMachine`` ``<hostname>-<h6>``, ``hostname`` = ``<prefix>-master-<i>``;
-- ``static-node`` per node group index: the same for ``<prefix>-<ng>-<i>`` without the
-  kubernetes-data disk.
-
-``h6`` is upstream's (``terraform-modules/{master,static-node,root-disk,kubernetes-data-disk,
-additional-disk}/variables.tf``): the first 6 hex digits of the sha256 of Terraform's
-``jsonencode`` (:func:`tf_json`) of the object's destructive parameters — for a disk, of the
-JSON *of the JSON* (upstream encodes twice): root ``{"rootDisk":{"image":{"type","name"}}}``,
-data ``{"kbernetesDataDisk":{}}`` (sic), additional ``{"additionalDisk":{}}``; for the VM, once,
-of ``{"virtualMachine":{cpu, memory, nodeSelector, tolerations, priorityClassName, ipAddress,
-sshPublicKeyHash}, "rootDiskHash", "etcDiskHash" (masters), "additionalDisksHash"}``. They are
-written as upstream's ``last_applied_destructive_*_parameters[_hash]`` annotations when an object
-is created.
-
-Identity: a name is computed only to create. Every node object is found by its labels
-(``dvp.deckhouse.io/cluster-uuid`` + ``dvp.deckhouse.io/hostname``) and its role — its name
-without the trailing ``-<6 hex>`` is one of the resource's ``stems`` (the root disk and the VM:
-``<hostname>``; the data disk ``<prefix>-master-kubernetes-data-<i>``; an additional disk
-upstream's ``<prefix>-<ng>-additional-disk-<j>-<i>`` or this module's earlier
-``<hostname>-additional-<j>``; the Secret ``<hostname>-cloudinit``) — so an object made by
-upstream's Terraform, or by an earlier version of this module (other hashes), is found under
-whatever name it has, and the VM refers to the disks and Secret by the names found (its
-``parts``: looked up when the VM is compared or made, so a VM is found, and destroyed, even
-when a disk is gone). A change of
-the VM's destructive parameters (compared with its ``last_applied_destructive_vm_parameters``
-annotation, not by name) recreates the VM, as upstream's rename does.
-
-Labels: ``deckhouse.io/managed-by=deckhouse``,
-``dvp.deckhouse.io/cluster-prefix``, ``dvp.deckhouse.io/cluster-uuid``,
-``dvp.deckhouse.io/node-group``, ``dvp.deckhouse.io/hostname`` (+ ``additionalLabels`` and
-``additionalVMLabels`` on the VM); disks and the Secret carry the managed-by, uuid and hostname
-labels; the NetworkPolicy the uuid label (upstream's). Outputs: SSH and internal IP = the VM's
-``status.ipAddress``, data device ``/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_<md5 of the found
-data disk's name>``.
-
-Departures from the Terraform modules (and why):
-- no ``VirtualMachineIPAddress`` resource: the VM gets DVP's automatic address (upstream's
-  ``Auto``); static ``ipAddresses`` are refused for now. So the VM's ``ipAddress`` destructive
-  parameter is ``null`` where upstream's is the address its Auto ``VirtualMachineIPAddress``
-  got: a VM this module creates has another ``h6`` than upstream's would (both are found by
-  labels); the address is left out when a found VM's parameters are compared;
-- no ``kubernetes_owner_references``: each object is deleted by the destroy, in reverse order
-  (VM first, then its Secret and disks), which needs no garbage collector;
-- dhctl's ``cloudConfig`` (``--cloud-config``, :mod:`cloudloop.layouts.bootstrap`) is merged
-  into the cloud-init Secret's ``userData`` as upstream's ``yamlencode(merge(...))`` (its
-  top-level keys win); the Secret is annotated ``cloudloop.io/user-data-sha256``, so plan shows
-  a later change (kept: the VM is not replaced for it).
+Rules:
+- Names and ``h6`` hashes are upstream's (:func:`tf_json`, disks' JSON encoded twice); they are
+  written as upstream's ``last_applied_destructive_*_parameters[_hash]`` annotations.
+- A name is computed only to create: every node object is found by its labels
+  (``dvp.deckhouse.io/cluster-uuid`` + ``dvp.deckhouse.io/hostname``) and its role (its name
+  without the trailing ``-<6 hex>`` is one of the resource's ``stems``), whatever its hash.
+- The VM refers to its disks and Secret by the names found (its ``parts``).
+- A change of the VM's destructive parameters (against its annotation, not its name) recreates
+  the VM; the address is left out of that comparison.
+- Static ``ipAddresses`` are refused; bootstrap data is merged into the cloud-init ``userData``.
 """
 
 from __future__ import annotations

@@ -1,41 +1,23 @@
 """DVP layout resources: objects in the parent cluster's namespace, found by name, created with
 their labels, repaired, deleted.
 
-All on the driver's base (:class:`~cloudloop.cloud.dvp.base.DvpBase`: the parent's API with the
-request timeout, counted calls, errors translated), with the ``DVPClusterConfiguration``'s
-``kubeconfigDataBase64`` and ``namespace``; the worker's DVP section gives the request timeout.
+All on the driver's base (:class:`~cloudloop.cloud.dvp.base.DvpBase`), with the
+``DVPClusterConfiguration``'s ``kubeconfigDataBase64`` and ``namespace``; the worker's DVP section
+gives the request timeout. Why: docs/decisions/0046-dvp-layout-standard.md.
 
-Identity and crash rules:
-- a node object (a resource with ``stems``) is found by its labels: this cluster's
-  ``dvp.deckhouse.io/cluster-uuid`` and the node's ``dvp.deckhouse.io/hostname``, and its role —
-  its name without the trailing ``-<6 hex>`` is one of the resource's stems — whatever its hash
-  (upstream's Terraform's, an earlier cloudloop's); the computed name is only the first guess
-  (one GET) and the name to create. Two live candidates are an error, never a guess. Anything
-  else (the NetworkPolicy, lookups) is found by its name in the namespace (cluster-scoped for VM
-  classes and cluster images); one without this cluster's ``dvp.deckhouse.io/cluster-uuid``
-  label is ``AlreadyExists``, never adopted. An object is created with its labels in the create
-  call, so a worker killed right after leaves an object the retry finds.
-- a VM whose ``last_applied_destructive_vm_parameters`` annotation differs from the definition's
-  destructive parameters (:func:`~cloudloop.cloud.dvp.layout.same_destructive`) is deleted and
-  created anew under the new name (upstream's rename): a crash between the two leaves no VM,
-  which the retry creates. Owner references to the old VM (upstream's, on its disks and Secret)
-  are dropped first, so the garbage collector does not take the parts with it.
-- ``adopt`` takes the name a Terraform state gives: an object of another cluster (its uuid
-  label) or another node (its hostname label) is refused; labels it lacks are added (upstream's
-  cloud-init Secret has none: so the label lookup finds it), nothing else is changed.
-- ensure waits for what upstream's Terraform waits for: a VirtualDisk ``Ready`` (``Failed``, or a
-  ``Ready=False`` condition with ProvisioningFailed/ImageNotReady/QuotaExceeded..., ends the step
-  with DVP's message, not retried), a VirtualMachine ``Running`` with an address.
-- drift repaired in place (merge patch): missing or changed labels and annotations, a VM's spec,
-  a NetworkPolicy's spec, a disk grown (``persistentVolumeClaim.size``). A disk's source or
-  storage class and a Secret's type are reported, never repaired. A cloud-init Secret made with
-  other bootstrap data (its digest annotation) is kept while its VM runs (upstream ignores
-  changes to it), and rewritten when the VM is to be made anew (none, or a destructive change
-  replaces it), so a new VM never boots from stale data; the lookup of the VM is made only
-  when the digests differ.
-- a second ensure of an unchanged object makes only GET requests.
-- ``delete`` is idempotent and waits until the object is gone (finalizers: a VM stops first,
-  a disk goes once no VM uses it).
+Rules:
+- A node object is found by its labels and role (the computed name is only the first guess, one
+  GET, and the name to create); two live candidates are an error, never a guess. Anything else is
+  found by name; one without this cluster's uuid label is ``AlreadyExists``, never adopted.
+- Objects are created with their labels in the create call, so a retry finds them.
+- A destructive change of a VM deletes it, then creates it anew, owner references to the old VM
+  dropped first; a crash between the two leaves no VM, which the retry creates.
+- ``adopt`` refuses another cluster's or node's object and only adds the labels it lacks.
+- Ensure waits as upstream's Terraform (disk ``Ready``, VM ``Running`` with an address); a failed
+  disk ends the step with DVP's message, not retried.
+- Drift repaired by merge patch; a disk's source or class and a Secret's type only reported. A
+  cloud-init Secret with other data is kept while its VM runs, rewritten before a new VM.
+- A second ensure of an unchanged object makes only GETs; ``delete`` is idempotent and waits.
 """
 
 from __future__ import annotations

@@ -4,23 +4,18 @@ EndpointSlice of the node VMs' addresses on the Service's node ports (Deckhouse'
 The parent cluster's own load-balancer controller gives the parent Service its address, which
 becomes the child Service's ingress; the backends are written as an EndpointSlice, so a node-set
 change is one slice update and no VM is relabelled.
+Departures from Deckhouse: docs/decisions/0047-one-load-balancer-workflow-per-service.md.
 
 Rules:
-- Identity: the parent Service and its slice are named after the child Service
-  (``a`` + UID without dashes, 32 characters: upstream ``DefaultLoadBalancerName``) and labelled
-  with the cluster's labels, ``cluster.x-k8s.io/tenant-service-{name,namespace}``,
-  ``cluster.x-k8s.io/cluster-name`` and ``cloudloop.io/service-uid``; a namesake without our UID
-  label is someone else's and is never changed or deleted (``AlreadyExists``).
-- The parent Service has no selector: ports map ``port`` to the child's ``nodePort``, the slice
-  (``kubernetes.io/service-name``, managed by ``cloudloop.io``) lists each backend VM's IP with
-  ``ready`` = VM Running; VMs without an IP are left out. Annotations (the parent's LB controller
-  reads its own there), ``externalTrafficPolicy`` and ``loadBalancerSourceRanges`` are copied.
-- Ensure waits (polling, bounded by ``lb_ingress_timeout_s``) for the parent's address, as
-  Deckhouse polls; without one it raises a retryable error, so the workflow backs off and asks
-  again. Delete removes the slice and the Service and is idempotent.
-- Departures: Deckhouse probes ``healthCheckNodePort`` of each VM for ``Local`` traffic policy;
-  here every backend VM that runs is listed. ``loadBalancerIP``, ``loadBalancerClass`` and
-  ``externalIPs`` of the child are not copied (the provider-neutral spec does not carry them).
+- Identity: the parent Service and its slice are named ``a`` + the child's UID without dashes
+  (upstream ``DefaultLoadBalancerName``) and carry the cluster's labels, the tenant-service
+  labels and ``cloudloop.io/service-uid``; a namesake without our UID label is someone else's
+  and is never changed or deleted (``AlreadyExists``).
+- The parent Service has no selector: ``port`` maps to the child's ``nodePort``; the slice lists
+  each backend VM's IP, ``ready`` = VM Running (VMs without an IP left out). Annotations,
+  ``externalTrafficPolicy`` and ``loadBalancerSourceRanges`` are copied.
+- Ensure waits (bounded by ``lb_ingress_timeout_s``) for the parent's address; without one it
+  raises a retryable error. Delete removes the slice and the Service and is idempotent.
 """
 
 from __future__ import annotations
