@@ -4,49 +4,17 @@
 :func:`define` turns a validated ``OpenStackClusterConfiguration`` into the resources of
 ``base-infrastructure``, one ``master-node`` per replica and one ``static-node`` per node group
 index, with the reference's names, metadata and outputs, and the ``OpenStackCloudDiscoveryData``
-template (``layouts.md`` §2):
+template. :mod:`cloudloop.cloud.openstack.layout_resources` acts on them.
+What is made, and the departures from Terraform: docs/decisions/0048-openstack-layouts.md.
 
-- base: security group ``<prefix>`` and its ingress rules (when the internal network is
-  secured: SSH from each ``sshAllowList`` CIDR, ICMP and node ports from anywhere, everything
-  from the group itself), key pair ``<prefix>``, network + subnet ``<prefix>`` (Standard: gateway
-  ``.1``, DHCP pool ``.2`` to ``.254``, the DNS servers; StandardWithNoRouter: no gateway), router
-  ``<prefix>`` with the external gateway and its interface (Standard), the bastion (port, root
-  volume ``<prefix>-bastion-root-volume``, server, floating IP) and server group ``<prefix>``
-  (anti-affinity) when asked for; the lookups of what exists (external network, the internal
-  subnet of SimpleWithInternalNetwork, images, flavors, additional networks and security groups);
-- master-node: root volume ``<prefix>-master-root-volume-<i>`` (when ``rootDiskSize``), the
-  ports, server ``<prefix>-master-<i>`` (metadata ``tags`` ⊕ ``additionalTags``), data volume
-  ``<prefix>-kubernetes-data-<i>`` (``etcdDiskSizeGb``, type ``volumeTypeMap[zone]``, metadata
-  ``tags``) and its attachment, the floating IP where the layout has one;
-- static-node: a port per network, optional root volume ``<prefix>-<ng>-<i>``, server
-  ``<prefix>-<ng>-<i>``, a floating IP per ``floatingIPPools`` entry.
-
-Zones: ``zones`` ∩ the compute zones (all of them without ``zones``); a master's zone is
-``sorted(keys(volumeTypeMap) ∩ zones)[i mod n]``, a static node's the same over its group's
-``volumeTypeMap`` (else its zones). :mod:`cloudloop.cloud.openstack.layout_resources` acts on them.
-
-Departures from the Terraform modules (and why):
-- ports get names (upstream's master ports have none): ``<prefix>-master-<i>``, a static node's
-  ``<prefix>-<ng>-<i>`` as upstream; a port is found by (name, network), so every port of a
-  node has one identity, and a definition's name is ``<port name>@<network>``;
-- floating IPs have no name in Neutron: each is created with ``description`` = the node's name
-  (definition name ``<node>@<pool>``) and found by (description, floating network);
-- the server group is made once in the base (the reference's place), not per master;
-- images, flavors and existing networks and security groups are looked up once, first and alone,
-  in the base (every module reads their IDs), so a wrong name stops the apply before anything is
-  made; servers name the key pair ``<prefix>`` (upstream looks it up by that name);
-- security group rules are one resource per group (``openstack.security_group_rules/<prefix>``),
-  authoritative over ingress; egress keeps Neutron's defaults, as upstream leaves them;
-- a SimpleWithInternalNetwork static node gets the pod-CIDR address pair on its main network
-  (upstream: on the network of ``internalSubnetName``, which its main network is in practice);
-- a root volume is not ``delete_on_termination``: it is a resource of its own, deleted by its
-  own step after the server, so a server that ends in ERROR can be deleted and made again from
-  the same volume;
-- volume metadata and zone are not repaired (upstream ``ignore_changes``); ``user_data`` is
-  dhctl's ``cloudConfig`` as ``--cloud-config`` names it (:mod:`cloudloop.layouts.bootstrap`),
-  beside the config drive the layout asks for; the server's metadata also holds
-  ``cloudloop.io:user-data-sha256`` of what it booted with, so plan can show a later change
-  (upstream ignores it: never a replacement).
+Rules:
+- Zones: ``zones`` ∩ the compute zones; a master's zone is
+  ``sorted(keys(volumeTypeMap) ∩ zones)[i mod n]``, a static node's the same over its group's.
+- Every port has a name and is found by (name, network): definition name ``<port>@<network>``;
+  a floating IP is found by (description = the node's name, floating network): ``<node>@<pool>``.
+- Lookups (images, flavors, existing networks and security groups) run first, alone, in the base.
+- Security group rules are one authoritative resource per group; egress is left to Neutron.
+- A root volume is its own resource (not ``delete_on_termination``), deleted after its server.
 """
 
 from __future__ import annotations

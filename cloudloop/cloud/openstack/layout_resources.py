@@ -1,39 +1,22 @@
 """OpenStack layout resources through openstacksdk: find by name, create, repair drift, delete.
 
-One handler per kind of :mod:`cloudloop.cloud.openstack.layout` (``openstack.network``,
-``openstack.port``...), all on the driver's base (:class:`~cloudloop.cloud.openstack.base.
-OpenStackBase`: one connection per thread, counted calls with the request timeout, SDK errors
-translated), logged in with the ``OpenStackClusterConfiguration``'s ``provider`` block; the
-worker's OpenStack settings give timeouts and polling.
+One handler per kind of :mod:`cloudloop.cloud.openstack.layout`, all on the driver's base
+(:class:`~cloudloop.cloud.openstack.base.OpenStackBase`), logged in with the
+``OpenStackClusterConfiguration``'s ``provider`` block; the worker's OpenStack settings give
+timeouts and polling. Why: docs/decisions/0048-openstack-layouts.md.
 
-Identity and crash rules:
-- Networks, subnets (in their network), routers, security groups, volumes and servers are found
-  by their name; ports by (name, network); floating IPs by (description, floating network); key
-  pairs and server groups by name; a router interface by the router's port on the subnet; an
-  attachment by the volume's attachments. Each is created with that name in the create call,
-  so a worker killed right after the call leaves a resource the retry finds, not a duplicate.
-- Two resources with one name is an error (``AlreadyExists``), never a guess.
-- Drift repaired in place: security group ingress rules (authoritative), a port's security
-  groups and address pairs, a server's metadata, a floating IP's port, a router's external
-  gateway, a subnet's DNS servers, a volume smaller than asked (``os-extend``, online as
-  upstream's ``enable_online_resize``). Immutable fields (CIDRs, a shrink, volume types, flavors,
-  zones, a key pair's public key) are reported, never repaired.
-- A server with bootstrap data is created with it (``user_data``) and the metadata key
-  ``cloudloop.io:user-data-sha256`` (Nova allows no ``/`` in a key; metadata repairs keep it);
-  other data later is an immutable change, shown only when that key says what the server
-  booted with. Over Nova's 65535 base64 bytes it is refused before any create.
-- A second ensure of an unchanged resource makes only GET requests.
-- ``create`` waits for what the next step needs (a server ACTIVE, a volume available, an
-  attachment in-use) and ``delete`` for what must be gone first (a server deleted, a volume
-  detached); a server in ERROR is deleted and the step fails with Nova's fault (retryable:
-  the next attempt makes a new server; "No valid host" is ``InsufficientCapacity``).
-- Adoption (``adopt``) reads a resource by the ID an upstream Terraform state gives and sets
-  the field our finder reads (a name; a port's port name; a floating IP's description) where it
-  differs — a rename, never a replacement; a key pair's or server group's name is its identity
-  (refused when it differs), as is a resource found under our name with another ID.
-- Cloud errors keep the cloud's message; Nova's 403 "Quota exceeded" becomes
-  ``QuotaExceeded`` (translated as 403 it would read as refused credentials), Neutron's 409
-  ``OverQuota`` too.
+Rules:
+- Every resource is found by its name (ports by name and network, floating IPs by description)
+  and created with it in the create call, so a retry finds it; two of one name: ``AlreadyExists``.
+- Drift repaired in place where the cloud allows it; immutable fields are reported, never
+  repaired. A second ensure of an unchanged resource makes only GET requests.
+- Bootstrap data goes in ``user_data`` with its digest in the metadata key
+  ``cloudloop.io:user-data-sha256``; other data later is an immutable change. Over Nova's 65535
+  base64 bytes it is refused before any create.
+- ``create`` and ``delete`` wait for what the next step needs; a server in ERROR is deleted and
+  the step fails (retryable) with Nova's fault.
+- ``adopt`` renames, never replaces; where the name is the identity it is refused when it differs.
+- Cloud errors keep the cloud's message; quota refusals are ``QuotaExceeded``.
 """
 
 from __future__ import annotations

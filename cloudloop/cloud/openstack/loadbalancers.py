@@ -1,35 +1,21 @@
 """Octavia load balancers for Services, as cloud-provider-openstack makes them.
 
 Names and tags follow upstream, so a load balancer OCCM made is adopted: the LB
-``kube_service_<cluster>_<ns>_<svc>`` (description ``Kubernetes external service <ns>/<svc> from
-cluster <cluster>``, tags ``[<lb name>]``), children ``listener_<i>_<lb>``, ``pool_<i>_<lb>``,
-``monitor_<i>_<lb>``, the floating IP described ``Floating IP for Kubernetes external service
-…`` (only such floating IPs are ever deleted). The LB also carries the tag
-``cloudloop-lb:<a+uid>`` (upstream's legacy name), by which get and delete find it.
+``kube_service_<cluster>_<ns>_<svc>`` (upstream's description, tags ``[<lb name>]``), children
+``listener_<i>_<lb>``, ``pool_<i>_<lb>``, ``monitor_<i>_<lb>``, the floating IP described ``Floating
+IP for Kubernetes external service …``; the tag ``cloudloop-lb:<a+uid>`` finds it for get and
+delete. Departures: docs/decisions/0047-one-load-balancer-workflow-per-service.md.
 
 Rules:
-- Every step reads before it writes, so a call retried after a worker died (during any
-  ``PENDING_*`` wait) adopts what the interrupted one made: the LB by tag or name, listeners by
-  (protocol, port), pools by listener, members by address and port, the floating IP by the VIP
-  port. A new LB is created fully populated in one request (unless
-  ``provider-requires-serial-api-calls``), so a crash leaves one LB with all its children.
-- Each write waits, polling, until the LB leaves ``PENDING_*`` (the activity heartbeats
-  meanwhile); a 409 "immutable" is a retryable error. An LB found in ``ERROR`` is deleted
-  (cascade) and made again; a new one that ends in ``ERROR`` is deleted and the call fails.
+- Every step reads before it writes, so a retried call adopts what the interrupted one made; a new
+  LB is created fully populated in one request (unless ``provider-requires-serial-api-calls``).
+- Each write waits until the LB leaves ``PENDING_*`` (heartbeating); a 409 "immutable" is
+  retryable. An LB in ``ERROR`` is deleted and made again; a new one ending in ``ERROR`` fails.
 - Members are replaced as one set (``PUT /pools/{id}/members``) when the node set changed.
-- Delete cascades (``[LoadBalancer] cascade-delete``, default) and first deletes the floating IP
-  this controller made, unless ``keep-floatingip`` was set (recorded as the LB tag
-  ``cloudloop-keep-floatingip``, since delete sees no annotations).
-- ``load-balancer-id`` (OCCM): the ID of this Service's LB is written back onto the Service
-  (and ``load-balancer-address`` when a hostname hides the address); naming an existing LB that
-  serves no other Service makes the Service use it, and deleting the Service then releases it
-  (our listeners, floating IP and tags go, the LB stays); an ID that does not exist is refused,
-  as OCCM refuses it. ``spec.loadBalancerIP`` takes the project's pre-allocated floating IP of
-  that address (or is an internal LB's VIP); the ingress says ``ipMode: Proxy`` under the PROXY
-  protocol.
-- Departures: Services sharing one LB (``load-balancer-id`` naming another Service's LB) are
-  refused: each Service's workflow owns its LB, and two workflows writing listeners of one LB
-  would need a lock per LB; security groups are not managed.
+- Delete cascades and first deletes the floating IP this controller made (only such are ever
+  deleted), unless ``keep-floatingip`` (the LB tag ``cloudloop-keep-floatingip``).
+- ``load-balancer-id`` as OCCM: written back; naming an existing LB no other Service uses takes
+  it (released, not deleted, with the Service); an unknown ID or another Service's LB is refused.
 """
 
 from __future__ import annotations

@@ -2,24 +2,17 @@
 
 Nothing here talks to the cloud: :mod:`cloudloop.cloud.openstack.machines` reads Nova, Neutron,
 Cinder and Glance and these functions decide what the answers mean, so every rule is tested
-without a cloud.
+without a cloud. The spec's fields and why ownership is so:
+docs/decisions/0049-openstack-machines-follow-capo.md.
 
 Rules (Cluster API provider OpenStack v1beta1, as Deckhouse renders it):
-- The spec is CAPO's ``OpenStackMachine.spec``: ``flavor`` (or ``flavorID``), ``image`` (``id`` or
-  ``filter.name``), ``sshKeyName``, ``ports[]`` (``network`` by ``id`` or ``filter.name``,
-  ``securityGroups``, ``allowedAddressPairs``, ``disablePortSecurity``, ``nameSuffix``,
-  ``description``, ``tags``), ``securityGroups[]``, ``rootVolume{sizeGiB, type,
-  availabilityZone{from, name}}``, ``tags``, ``serverMetadata``, ``configDrive``, ``serverGroup``,
-  ``schedulerHintAdditionalProperties``. ``identityRef`` is ignored (the driver's credentials
-  are used); what the driver cannot honour (``trunk``, ``floatingIPPoolRef``,
-  ``additionalBlockDevices``, ORC ``image.imageRef``, a port's ``fixedIPs``/``trunk``/
-  ``vnicType``/``profile``/``valueSpecs``/``hostID``) is refused as :class:`InvalidRequest`
-  naming every bad field, never silently dropped.
+- The spec is CAPO's ``OpenStackMachine.spec``; ``identityRef`` is ignored; what the driver
+  cannot honour is refused as :class:`InvalidRequest` naming every bad field, never dropped.
 - Names as CAPO: ports ``<server>-<index>`` (``<server>-<nameSuffix>`` when set), the root
   volume ``<server>-root``.
-- Ownership: the server's metadata ``cloudloop-machine-uid`` carries the InfraMachine's UID (Nova
-  names are not unique, so a server is ours only by name *and* UID); ports carry it in their
-  description, the root volume in its metadata. A retried create adopts exactly these.
+- Ownership: the server's metadata ``cloudloop-machine-uid`` carries the InfraMachine's UID (a
+  server is ours only by name *and* UID); ports carry it in their description, the root volume
+  in its metadata. A retried create adopts exactly these.
 - providerID: ``openstack:///<server-id>`` (``openstack://<region>/<id>`` with a regional CCM),
   as :mod:`cloudloop.cloud.openstack.servers` parses it for node sync.
 """

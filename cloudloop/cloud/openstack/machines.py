@@ -1,30 +1,20 @@
 """OpenStack machines for Cluster API: create (or adopt) a Nova server with its ports and root
 volume, read it, delete it with everything it was made with.
 
-The steps follow Cluster API provider OpenStack (CAPO): resolve the flavor, image, networks,
-security groups and server group (anything unknown or ambiguous: :class:`InvalidRequest` naming
-every bad reference, before anything is made); the root volume ``<server>-root`` from the image
-when ``rootVolume`` is set (Cinder, boot from volume); one port per ``ports[]`` entry named
-``<server>-<index>`` (security groups, allowed address pairs, tags); then the server (flavor,
-image or the volume, the ports, key pair, config drive, base64 user data, metadata and tags at
-microversion 2.52, the availability zone of the failure domain, scheduler hints with the server
-group). The create returns once Nova accepted it; ``get_machine`` reads BUILD → ACTIVE.
+The steps follow CAPO: resolve every reference, the root volume ``<server>-root`` when asked,
+one port per ``ports[]`` entry, then the server (microversion 2.52); the create returns once
+Nova accepted it and ``get_machine`` reads BUILD → ACTIVE.
+Why, and the departure from CAPO: docs/decisions/0049-openstack-machines-follow-capo.md.
 
-Identity and idempotency: every step finds before it creates. The server is ours by exact name
-*and* the ``cloudloop-machine-uid`` metadata key (Nova names are not unique: a same-named server of
-another owner is left alone, two of ours are an error, never a silent second VM); ports by name,
-network and the UID in their description; the root volume by name and the UID in its metadata.
-A create that stopped half-way (crash, timeout) is called again and adopts what it finds.
-
-Errors: Nova's 403 / Neutron's 409 ``OverQuota`` / Cinder's 413 "Quota exceeded" →
-:class:`QuotaExceeded`; a server in ERROR with Nova's "No valid host was found" →
-:class:`InsufficientCapacity` (the server is deleted first, its ports and volume kept for the next
-attempt, as MCM's delete-on-fail); unknown flavor, image, network, security group, server group
-or key pair → :class:`InvalidRequest`.
-
-Delete: the server, then (once Nova no longer has it) its ports and root volume; ``True`` once all
-three are gone. Departure from CAPO: the root volume is not ``delete_on_termination`` (the delete
-removes it explicitly, so a server removed behind our back still leaves nothing).
+Rules:
+- An unknown or ambiguous reference is one :class:`InvalidRequest` naming every bad one, before
+  anything is made.
+- Every step finds before it creates: the server by exact name *and* the ``cloudloop-machine-uid``
+  metadata key (another owner's namesake is left alone, two of ours are an error); ports by name,
+  network and the UID in their description; the root volume by name and UID in its metadata.
+- Quota refusals → :class:`QuotaExceeded`; "No valid host" → :class:`InsufficientCapacity`, the
+  server deleted first (ports and volume kept for the next attempt).
+- Delete: the server, then its ports and root volume; ``True`` once all three are gone.
 """
 
 from __future__ import annotations

@@ -1,30 +1,22 @@
 """Cinder volumes with Cinder CSI's semantics: create by name for the cluster, attach via Nova.
 
-As upstream ``cinder-csi`` (``controllerserver.go``, ``openstack_volumes.go``):
+As upstream ``cinder-csi`` (``controllerserver.go``, ``openstack_volumes.go``).
 
-- A volume is made with the PV name, the description ``Created by OpenStack Cinder CSI driver``
-  and the metadata ``cinder.csi.openstack.org/cluster=<cluster>`` plus the request's extra
-  metadata (PVC name and namespace); ``find_volume`` asks for that name and metadata (oldest
-  first, so two raced creates settle on one). A quota refusal (413) is ``ResourceExhausted``.
-- Attach is ``POST /servers/{id}/os-volume_attachments``; Nova's own attachment list is read
-  first, so a retried attach finds the one in flight (Cinder lists an attachment only once
-  ``in-use``). Detach is ``DELETE .../os-volume_attachments/{volume}``; "not attached" is fine.
-- Statuses map onto the contract's attachment states: ``reserved``/``attaching`` → attaching,
-  ``in-use`` → attached, ``detaching`` → detaching. A volume being attached, in use or detaching
-  is not deleted (``FailedPrecondition``).
+Rules:
+- A volume has the PV name, cinder-csi's description and the metadata
+  ``cinder.csi.openstack.org/cluster=<cluster>`` plus the request's; ``find_volume`` asks for that
+  name and metadata, oldest first, so two raced creates settle on one. 413 is ``ResourceExhausted``.
+- Attach reads Nova's attachment list first (Cinder lists one only once ``in-use``), so a retry
+  finds the one in flight; detach of a volume not attached is fine.
+- ``reserved``/``attaching`` → attaching, ``in-use`` → attached, ``detaching`` → detaching; such a
+  volume is not deleted (``FailedPrecondition``).
 - Expand is ``os-extend`` at microversion 3.42 (in-use volumes too, unless
-  ``ignore-volume-microversion``); ``extending`` is a modification in progress and
-  ``error_extending`` a failed one. An extend already running for an unknown target (a worker
-  died) is ``OperationPending``: the caller asks again once it ended.
-
-For the CSI driver, as cinder-csi: StorageClass parameters ``type`` (the volume type) and
-``availability`` (an AZ that wins over the topology's; other keys are refused), one StorageClass
-per Cinder volume type of the discovery data (named as Deckhouse names them, ``__DEFAULT__``
-the default), the topology key ``topology.cinder.csi.openstack.org/zone`` (the volume's AZ),
-``[BlockStorage] node-volume-attach-limit`` volumes per node, and the guest finding the disk by
-its serial, the volume ID (``/dev/disk/by-id/virtio-<first 20 characters>``). No snapshots (the
-emulator has none) and no GetCapacity: Cinder tells a project its quota, not its backends' free
-space (upstream answers neither).
+  ``ignore-volume-microversion``); an extend running for an unknown target is ``OperationPending``.
+- CSI as cinder-csi: parameters ``type`` and ``availability`` (others refused); one StorageClass
+  per volume type of the discovery data; key ``topology.cinder.csi.openstack.org/zone``;
+  ``node-volume-attach-limit``; the guest's disk ``/dev/disk/by-id/virtio-<first 20 of the ID>``.
+- No snapshots (the emulator has none) and no GetCapacity: Cinder tells a project its quota, not
+  its backends' free space (upstream answers neither).
 """
 
 from __future__ import annotations
