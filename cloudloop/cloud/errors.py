@@ -2,12 +2,12 @@
 
 A cloud error is never "not found": only :class:`NotFound` means the cloud positively said a
 resource does not exist, and only then may a caller act on absence (fail closed). Each class's
-``kind`` is a :class:`~cloudloop.messages.errors.ErrorKind` (the ``ApplicationError.type``).
+``kind`` is a :class:`~cloudloop.cloud.error_kinds.ErrorKind` (the ``ApplicationError.type``).
 """
 
 from __future__ import annotations
 
-from cloudloop.messages.errors import ErrorKind
+from cloudloop.cloud.error_kinds import ErrorKind
 
 
 class CloudError(Exception):

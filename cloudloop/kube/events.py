@@ -2,7 +2,7 @@
 
 Each Event names its reporting controller as upstream does (``cloud-node-controller``,
 ``cloud-node-lifecycle-controller``, ``service-controller``, ``route-controller``, ...; see
-:class:`~cloudloop.messages.kube.EventSource`), in ``source.component`` and
+:class:`~cloudloop.kube.models.EventSource`), in ``source.component`` and
 ``reportingComponent``.
 
 Rules:
@@ -26,8 +26,8 @@ from typing import Literal
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import Event
 from cloudloop.kube.conditions import now_rfc3339
+from cloudloop.kube.models import EventSource
 from cloudloop.kube.resources import EVENTS, ObjectRef
-from cloudloop.messages.kube import EventSource
 
 log = logging.getLogger(__name__)
 

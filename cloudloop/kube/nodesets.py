@@ -26,8 +26,8 @@ import zlib
 from collections.abc import Sequence
 
 from cloudloop.kube.api import Kube
+from cloudloop.kube.models import LoadBalancerNode, NodeSetRef
 from cloudloop.kube.resources import CONFIG_MAPS
-from cloudloop.messages.loadbalancer import LoadBalancerNode, NodeSetRef
 
 DATA_KEY = "nodes.json.zlib"
 DIGEST_ANNOTATION = "cloudloop.io/node-set-digest"

@@ -1,32 +1,11 @@
-"""Error kinds: the ``ApplicationError.type`` of every classified failure, as one enum.
+"""Error kinds for workflows and activities: :class:`ErrorKind`, re-exported from the drivers'
+layer (:mod:`cloudloop.cloud.error_kinds`, where the error classes take their ``kind``).
 
-Drivers raise :class:`cloudloop.cloud.errors.CloudError` subclasses whose ``kind`` is a member;
-activities raise them as ``ApplicationError(type=kind)``; workflows and the CSI code table compare
-against the members, never against string literals (a test checks), so a renamed kind is one edit.
-
-Rules: pure data, imports nothing (the drivers' error classes import it, an allowed exception to
-"drivers never import messages"); the values are the wire names and never change.
+Rules: a re-export only; the enum and its wire names live in :mod:`cloudloop.cloud.error_kinds`.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+from cloudloop.cloud.error_kinds import ErrorKind
 
-
-class ErrorKind(StrEnum):
-    CLOUD_ERROR = "CloudError"
-    CLOUD_UNREACHABLE = "CloudUnreachable"
-    CLOUD_AUTH_FAILED = "CloudAuthFailed"
-    CLOUD_THROTTLED = "CloudThrottled"
-    INVALID_REQUEST = "InvalidRequest"
-    NOT_FOUND = "NotFound"
-    ALREADY_EXISTS = "AlreadyExists"
-    FAILED_PRECONDITION = "FailedPrecondition"
-    OUT_OF_RANGE = "OutOfRange"
-    RESOURCE_EXHAUSTED = "ResourceExhausted"
-    QUOTA_EXCEEDED = "QuotaExceeded"
-    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
-    OPERATION_PENDING = "OperationPending"
-    NOT_SUPPORTED = "NotSupported"
-    #: Not a cloud error: a Kubernetes write kept conflicting (the drain's taints).
-    CONFLICT = "Conflict"
+__all__ = ["ErrorKind"]

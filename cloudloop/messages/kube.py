@@ -6,25 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from cloudloop.kube.models import EventSource as EventSource
 from cloudloop.kube.resources import ObjectRef
 
 
 class KubeActivity:
     PATCH_STATUS = "kube.patch_status"
     RECORD_EVENT = "kube.record_event"
-
-
-class EventSource:
-    """Reporting controller names of Events (``source.component``): upstream's for the CCM's
-    controllers (kubernetes/cloud-provider), cloudloop's own for the rest."""
-
-    NODE = "cloud-node-controller"
-    NODE_LIFECYCLE = "cloud-node-lifecycle-controller"
-    SERVICE = "service-controller"
-    ROUTE = "route-controller"
-    MACHINE = "cloudloop-machine-controller"
-    TERMINATION = "cloudloop-termination-handler"
-    PROBE = "cloudloop"
 
 
 class ConditionUpdate(BaseModel):

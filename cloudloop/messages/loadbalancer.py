@@ -10,6 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerStatus
+from cloudloop.kube.models import LoadBalancerNode as LoadBalancerNode
+from cloudloop.kube.models import NodeSetRef as NodeSetRef
 from cloudloop.kube.resources import ObjectRef
 
 #: The upstream cleanup finalizer: added before any cloud resource exists, removed after delete.
@@ -49,29 +51,6 @@ def workflow_id(service: ObjectRef) -> str:
 def default_load_balancer_name(uid: str) -> str:
     """Upstream ``DefaultLoadBalancerName``: ``"a"`` + the UID without dashes, 32 characters."""
     return ("a" + uid.replace("-", ""))[:32]
-
-
-class LoadBalancerNode(BaseModel):
-    """A node that may back the LB (upstream exclusions applied, providerID set), with only the
-    labels the cloud selects backends by (``target-node-labels``, a node selector)."""
-
-    name: str
-    provider_id: str
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class NodeSetRef(BaseModel):
-    """A node set too large to send inline: the ConfigMap the starter writes before it signals.
-
-    ``digest`` identifies the node set (with this Service's labels) the signal was made for, so a
-    changed set is a changed desired state; the activity reads the ConfigMap's current set, which
-    is never older (see :mod:`cloudloop.kube.nodesets`).
-    """
-
-    namespace: str
-    name: str
-    digest: str
-    count: int
 
 
 class DesiredLoadBalancer(BaseModel):
