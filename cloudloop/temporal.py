@@ -1,36 +1,23 @@
 """Temporal client and worker factory, and the one start / signal-with-start helper.
 
-The client uses the pydantic converter with the payload codec (:mod:`cloudloop.codec`: every
-payload and failure text encrypted, search attributes readable) and an optional metrics
-runtime; workers build from the client, so they share its converter; workers shut down
-gracefully. :func:`signal_with_start` is how every starter starts or signals a workflow:
-deterministic ID, conflict policy ``USE_EXISTING`` (a repeated event or a second replica joins the
-running workflow), a reuse policy per workflow kind, search attributes, and
-``cloudloop_workflows_started_total`` counted only when a run was really started (the SDK's
-private ``_start_workflow_response`` is read here, :func:`started_run`, and nowhere else).
-
+The client uses the pydantic converter with the payload codec (:mod:`cloudloop.codec`) and an
+optional metrics runtime; workers build from the client, so they share its converter, and shut
+down gracefully. :func:`signal_with_start` is how every starter starts or signals a workflow.
 Also the namespace set-up (``cloudloop temporal setup``) and the guard that names it when the
 server lacks a search attribute.
 
 Rules:
-- :func:`connect` is the one client factory: with the codec on (the default) and no key it
-  raises :class:`~cloudloop.codec.CodecConfigError` at once (lazy or not), so a process without
-  its key stops at start instead of writing plaintext. A client for operator calls only
-  (``payloads=False``: ``cloudloop temporal setup``, ``cloudloop status``) needs no key and
-  refuses to encode or decode any payload.
-- Starters connect lazily (:func:`connect` with ``lazy=True``): nothing waits for Temporal at
-  start, so node sync, routes and discovery run while Temporal is unreachable (Temporal may run on
-  nodes this process has to initialize first). Each call then connects, or fails and is retried by
-  its starter's own backoff. A worker needs a connection and retries :func:`connect_with_retry`.
-- :func:`setup_namespace` is idempotent: it adds only the missing search attributes through the
-  operator service; an attribute registered with another type is a conflict, never overwritten.
-- A start refused because a search attribute is not registered logs one ERROR per client naming
-  ``cloudloop temporal setup``, then fails as before (the starter's own retry goes on, quietly).
-- The SDK's worker half (``temporalio.worker``, about 11 MB resident) is imported only when a
-  worker is built (:func:`make_worker`, :func:`workflow_runner`): the starter never loads it.
-- A worker's build ID (:func:`worker_build_id`) is the package version and a digest of its
-  workflow modules' source: the SDK's default hashes the bytecode of every loaded module (0.7 s
-  of CPU at each worker start).
+- :func:`connect` is the one client factory: with the codec on and no key it raises
+  :class:`~cloudloop.codec.CodecConfigError` at once; a ``payloads=False`` client (operator calls
+  only) needs no key and refuses to encode or decode any payload.
+- :func:`signal_with_start`: deterministic ID, ``USE_EXISTING``, a reuse policy per workflow
+  kind, search attributes; ``cloudloop_workflows_started_total`` counts only real starts (the
+  SDK's private ``_start_workflow_response`` is read in :func:`started_run` and nowhere else).
+- Starters connect lazily (Temporal may run on nodes they initialize first); a worker retries
+  :func:`connect_with_retry`. :func:`setup_namespace` only adds missing search attributes (one of
+  another type is a conflict, never overwritten); a start refused for want of one logs one ERROR.
+- ``temporalio.worker`` is imported only when a worker is built; a worker's build ID is the
+  package version and a digest of its workflow modules' source (why: ``bench/README.md``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,22 @@
 """QueueProcessor: aws-node-termination-handler's queue-processor mode as a starter.
 
-It long-polls the SQS queue, parses each message (the cloud's own format, through
-``TerminationClient.parse_message``), finds the instance (EC2) and its Node, and
-signals-with-start one :class:`DrainNodeWorkflow` per interruption (ID from node + instance
-incarnation, ``USE_EXISTING``, reuse only after a failure), so duplicates
-across messages, kinds and replicas join one drain. While the workflow runs the message stays held
-(its visibility is extended); it is deleted only after the workflow succeeded, and left for
-redelivery when it failed, but not forever: a drain that failed for good (``DrainRefused``,
-``EvictionFailed``) or a message received ``max_receive_count`` times is deleted with one
-``InterruptionNotHandled`` Warning on the Node and counted in ``nth_sqs_poison_messages_total``
-(``max_receive_count`` 0 leaves it to the queue's redrive policy: a dead-letter queue after its
-``maxReceiveCount``). A later copy of an interruption whose drain already completed is deleted at
-once (a late ASG lifecycle action is completed by a small ``CompleteLifecycleAction`` workflow).
-Messages about unknown or unmanaged instances, Nodes not in the cluster
-(``delete_message_if_node_not_found``), test notifications and ignored kinds are deleted; malformed
-ones too (counted in ``events_error``). Nothing here stops the loop.
+It long-polls the SQS queue, parses each message (``TerminationClient.parse_message``), finds the
+instance (EC2) and its Node, and signals-with-start one :class:`DrainNodeWorkflow` per
+interruption (ID from node + instance incarnation, ``USE_EXISTING``, reuse only after a failure).
+It also refreshes the ``nth_tagged_instances``/``nth_tagged_nodes`` gauges periodically.
+Why the messages are handled so: docs/decisions/0050-termination-handler-as-workflows.md.
 
-Nodes are looked up in a Node informer's store (by name, or by providerID), never by listing
-the API server per event: the shared one when the CCM's informer lists every Node (no
-``ccm.node_selector``), else an informer of its own that stores only each Node's name and
-providerID (:func:`node_identity`; a second store of whole Nodes was 5,000 Nodes' worth of the
-starter's memory). The informer lists once a Node may be needed: at start when every message
-may name one (``check_tag_before_draining`` off), else once a tagged instance is seen (the
-gauges' first refresh, or a message's instance). It also refreshes the ``nth_tagged_instances``/
-``nth_tagged_nodes`` gauges periodically.
+Rules:
+- A message stays held (visibility extended) while its workflow runs, is deleted once it
+  succeeded and left for redelivery when it failed; a drain failed for good or a message received
+  ``max_receive_count`` times is deleted with one ``InterruptionNotHandled`` Warning and counted
+  in ``nth_sqs_poison_messages_total``.
+- A copy of an interruption whose drain completed is deleted at once; messages about unknown or
+  unmanaged instances, absent Nodes, tests, ignored kinds and malformed ones are deleted too.
+- Nothing here stops the loop.
+- Nodes are looked up in an informer's store (by name or providerID), never by listing per event:
+  the shared one, or one of its own storing names and providerIDs only (:func:`node_identity`),
+  which lists only once a Node may be needed.
 """
 
 from __future__ import annotations

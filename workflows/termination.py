@@ -1,27 +1,21 @@
 """DrainNodeWorkflow: one interruption of one instance → taint, cordon, drain, lifecycle action.
 
-The workflow ID names the node and the instance incarnation
-(:func:`cloudloop.messages.termination.drain_workflow_id`), not the message, so one interruption
-delivered as an ASG lifecycle action, a Spot warning and a state change, in duplicate, by several
-starter replicas, is one workflow: the starter signals-with-start every event into it
-(``USE_EXISTING``), and each event adds its taint and, for ASG events, its
-lifecycle action. Steps:
+Steps: wait until the earliest event's start minus the grace period; taint then cordon (a
+rebalance recommendation, unless rebalance draining is on, and ``cordon_only`` stop here);
+drain (kubectl drain's filters, then eviction rounds that heartbeat) within the global timeout;
+optionally wait for the node's VolumeAttachments; one webhook; ``CompleteLifecycleAction
+(CONTINUE)`` for every ASG event; an Event on the Node and an ``actions`` count.
+Why: docs/decisions/0050-termination-handler-as-workflows.md.
 
-1. wait until the earliest event's start time minus the node termination grace period;
-2. taint (``aws-node-termination-handler/<kind>=<event-id>``) then cordon; rebalance
-   recommendations (unless rebalance draining is on) and ``cordon_only`` stop here;
-3. drain: kubectl drain's filters, then eviction rounds (activities that heartbeat) until the
-   node's pods are gone, within the global timeout (the grace period);
-4. optionally wait for the node's VolumeAttachments to go;
-5. one webhook; stop the lifecycle heartbeats; ``CompleteLifecycleAction(CONTINUE)`` for every
-   ASG event; an Event on the Node and an ``actions`` count.
-
-Lifecycle heartbeats run beside all this on a durable timer (``heartbeat_interval_s``) until the
-action is completed or ``heartbeat_until_s`` has passed, so a worker restart does not lose them.
-Any failure (PDB never allowing the drain within the timeout, a refused pod, a node that cannot
-be tainted) fails the workflow: the starter leaves the SQS message for redelivery, and the node
-stays tainted and cordoned. A new delivery starts a new run (reuse policy allows it after a
-failure).
+Rules:
+- The workflow ID names the node and the instance incarnation
+  (:func:`cloudloop.messages.termination.drain_workflow_id`), never the message: every delivery
+  of one interruption is signalled-with-start into one workflow, adding its taint and, for ASG
+  events, its lifecycle action.
+- Lifecycle heartbeats run on a durable timer (``heartbeat_interval_s``) until the action is
+  completed or ``heartbeat_until_s`` passed, so a worker restart does not lose them.
+- Any failure fails the workflow: the message is left for redelivery, the node stays tainted and
+  cordoned; a new delivery starts a new run (reuse allowed after a failure).
 """
 
 from __future__ import annotations

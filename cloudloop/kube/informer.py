@@ -1,24 +1,21 @@
 """List+watch of one resource into a local store, shared by any number of async subscribers.
 
-The informer lists, then watches from the list's ``resourceVersion`` with bookmarks; when the
-server answers ``410 Gone`` (the version fell out of etcd's window) it relists and reports
-objects that vanished meanwhile as ``DELETED``. Network errors back off and resume. The blocking
+The informer lists, then watches from the list's ``resourceVersion`` with bookmarks; the blocking
 HTTP work runs in one thread per informer; each :meth:`Informer.events` call is a subscription
 that first replays the current store as ``ADDED`` and then follows the changes, so node sync,
-load balancers and routes can share one watch of Nodes. Stored objects are slimmed
-(:func:`slim`): managed fields, the last-applied annotation and a Node's status beyond its
-conditions and addresses, which no starter reads, are dropped, and short strings interned.
-An informer may store a projection of its own instead (``transform``, client-go's
-``SetTransform``), as the termination handler's Nodes (name and providerID).
-After a listing of more than one page the C heap's free pages go back to the system
-(:func:`release_free_heap`): the pages' parsed JSON is garbage by then, and glibc keeps it
-resident otherwise (about 7 MB a 5,000-Node listing); the starter caps glibc's malloc arenas at
-two (:func:`cloudloop.heap.cap_malloc_arenas`) for the same reason.
+load balancers and routes can share one watch of Nodes.
 
-Staleness is tracked for health checks: an informer that keeps failing to list or watch (the
-API server is down or refuses it) reports since when, and :meth:`Informers.staleness` turns that
-into a readiness reason after ``stale_after_s``. The store is kept meanwhile (a restarting API
-server never empties it), and the informer catches up by itself once it can list again.
+Rules:
+- ``410 Gone`` relists and reports objects that vanished meanwhile as ``DELETED``; network errors
+  back off and resume.
+- Stored objects are slimmed (:func:`slim`: managed fields, the last-applied annotation, a Node's
+  status beyond conditions and addresses; short strings interned), or stored as a projection of
+  the informer's own (``transform``, client-go's ``SetTransform``).
+- After a listing of more than one page the C heap's free pages go back to the system
+  (:func:`release_free_heap`; why: ``bench/README.md``, figures behind design choices).
+- An informer that keeps failing to list or watch reports since when; :meth:`Informers.staleness`
+  turns that into a readiness reason after ``stale_after_s``. The store is kept meanwhile, and
+  the informer catches up by itself once it can list again.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Load-balancer node sets too large for a workflow signal, kept in a ConfigMap (a claim check).
 The starter writes it before it signals a digest; the ``lb.*`` activities read it back.
-At 5,000 nodes a node set is ~0.5 MB of JSON, past what a signal should carry (64 KiB).
+Sizes at 5,000 nodes, raw and compressed: ``bench/README.md`` (figures behind design choices).
 
 Rules:
 - Identity: one ConfigMap per cluster, ``<lease name>-lb-nodes`` in the starter's namespace (a
@@ -12,8 +12,7 @@ Rules:
   signalled digest; a reader uses what it holds (the newest node set is what the cloud should get;
   the workflow receives that digest next). A missing ConfigMap fails the activity attempt, which
   the workflow retries with backoff; the starter writes it again at its next node change or start.
-- Size: ``binaryData`` holds zlib-compressed JSON rows (≈15 bytes a node): under the 1 MiB
-  object limit up to ~50,000 nodes.
+- Size: ``binaryData`` holds zlib-compressed JSON rows, under the 1 MiB object limit.
 """
 
 from __future__ import annotations

@@ -2,27 +2,21 @@
 (``cloudloop termination-imds``, the chart's ``nth-imds`` DaemonSet), reporting through the
 Kubernetes API only.
 
-Every ``imds_poll_interval_s`` it asks the node's metadata service (IMDSv2, the provider's
-``instance_metadata``) for Spot interruption notices, scheduled events, rebalance
-recommendations and the ASG target lifecycle state, and records each new notice on its own Node:
-the annotation :data:`~cloudloop.messages.termination.NOTICES_ANNOTATION` (a JSON
-:class:`~cloudloop.messages.termination.NodeNotices`: the instance and its incarnation, the
-notices) and a Normal Event with upstream's reason (``SpotInterruption``, ``ScheduledEvent``,
-``RebalanceRecommendation``, ``ASGLifecycle``). The leader-elected starter
-(:mod:`starters.termination_imds`) watches the annotation and signals-with-start the drain.
+Every ``imds_poll_interval_s`` it asks the node's metadata service (the provider's
+``instance_metadata``) for the four kinds of notice and records each new one on its own Node:
+the annotation :data:`~cloudloop.messages.termination.NOTICES_ANNOTATION` and a Normal Event with
+upstream's reason. The leader-elected starter (:mod:`starters.termination_imds`) watches the
+annotation and signals-with-start the drain. Why: docs/decisions/node-agents-credentials.md,
+docs/decisions/0050-termination-handler-as-workflows.md.
 
-Rules: it holds no Temporal connection and no cloud credential (its settings are
-:class:`~cloudloop.settings.ImdsAgentSettings`), and its ServiceAccount may change only this
-annotation of the Node it runs on (the chart's RBAC and ValidatingAdmissionPolicy). Each monitor
-fails on its own (a timeout, a 5xx, an answer that is not what the path promises): counted in
-``events_error_total{event_error_where="imds-<monitor>"}``, logged, and shown once per failure
-streak as a Warning Event on the Node (upstream's ``MonitorError``); the loop never stops. A
-notice is recorded once per instance incarnation (Spot, rebalance and ASG notices by kind,
-scheduled events by ID; :func:`~cloudloop.rules.termination.notice_key`); at start the agent reads
-back what its Node already says, so a restart records nothing twice. A write the API server
-refuses or misses is tried again at the next poll. Departure from upstream: the drain runs in the
-workers, started by the starter, not in this process; an IMDS ASG termination carries no
-lifecycle token (the queue mode, or the hook's timeout, completes the action).
+Rules:
+- No Temporal connection and no cloud credential (:class:`~cloudloop.settings.ImdsAgentSettings`);
+  its ServiceAccount may change only this annotation of the Node it runs on.
+- Each monitor fails on its own (counted in ``events_error_total{event_error_where=
+  "imds-<monitor>"}``, logged, one Warning Event per failure streak); the loop never stops.
+- A notice is recorded once per instance incarnation (:func:`~cloudloop.rules.termination.
+  notice_key`); at start the agent reads back what its Node says, so a restart records nothing
+  twice. A write the API server refuses or misses is tried again at the next poll.
 """
 
 from __future__ import annotations

@@ -1,27 +1,23 @@
 """The EC2 instance metadata service (IMDSv2) as aws-node-termination-handler's IMDS mode reads
 it: the instance's identity, and four interruption notices.
 
-Paths and event IDs follow upstream (``pkg/ec2metadata``, ``pkg/monitor/{spotitn,scheduledevent,
-rebalancerecommendation,asglifecycle}``):
+Paths and event IDs follow upstream (``pkg/ec2metadata``, ``pkg/monitor/*``):
+``spot/instance-action`` → ``SPOT_ITN``, ``events/maintenance/scheduled`` → ``SCHEDULED_EVENT``,
+``events/recommendations/rebalance`` → ``REBALANCE_RECOMMENDATION``,
+``autoscaling/target-lifecycle-state`` ``Terminated`` → ``ASG_LIFECYCLE`` (no lifecycle token).
+Each path's IDs and start times, and the departure:
+docs/decisions/0050-termination-handler-as-workflows.md.
 
-- ``spot/instance-action`` (``{"action", "time"}``; 404: none) → ``SPOT_ITN``, ID
-  ``spot-itn-<sha256>``, start time the notice's ``time``;
-- ``events/maintenance/scheduled`` (a list; ``canceled``/``completed`` ones are skipped) →
-  ``SCHEDULED_EVENT`` per event, ID its ``EventId``, start time *now* (as upstream);
-- ``events/recommendations/rebalance`` (``{"noticeTime"}``; 404: none) →
-  ``REBALANCE_RECOMMENDATION``, ID ``rebalance-recommendation-<sha256>``;
-- ``autoscaling/target-lifecycle-state`` (``Terminated``; 404 or another state: none) →
-  ``ASG_LIFECYCLE`` without a lifecycle action (IMDS gives no token: the hook is completed by the
-  queue mode, or times out), ID ``target-lifecycle-state-terminated-<sha256>``.
-
-Departure: upstream hashes the ASG state with the poll's time, so every poll is a new event; here
-the hash covers the instance and its launch (``pendingTime``), so one termination is one event.
-
-Rules: IMDSv2 only, token first (``PUT /latest/api/token``, kept until shortly before its TTL; a
-401 refreshes it once); every HTTP call has ``timeout_s`` (a metadata service that hangs is an
-:class:`ImdsError`, never a stuck poll); an answer that is not what the path promises (bad JSON,
-bad time, wrong shape) is :class:`~cloudloop.cloud.termination.MalformedMessage`. Nothing retries
-here: the monitor polls again.
+Rules:
+- The ASG notice's ID hashes the instance and its launch (``pendingTime``), so one termination
+  is one event.
+- IMDSv2 only, token first (``PUT /latest/api/token``, kept until shortly before its TTL; a 401
+  refreshes it once).
+- Every HTTP call has ``timeout_s``: a metadata service that hangs is an :class:`ImdsError`, never
+  a stuck poll.
+- An answer that is not what the path promises (bad JSON, bad time, wrong shape) is
+  :class:`~cloudloop.cloud.termination.MalformedMessage`. Nothing retries here: the monitor polls
+  again.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """botocore's service models loaded without their documentation, into plain dicts.
 
-A boto3 client keeps its service's whole model resident; EC2's is the largest (about 22 MB in
-the process, most of it prose and ``OrderedDict`` overhead): this loader halves that.
+A boto3 client keeps its service's whole model resident, most of it prose and ``OrderedDict``
+overhead; this loader halves EC2's, the largest (the figure: ``bench/README.md``).
 
 - Only ``service-2`` models are slimmed: the ``documentation`` of the service, each operation,
   each shape and each member or element reference is dropped (botocore reads it for docstrings

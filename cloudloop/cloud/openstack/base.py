@@ -7,20 +7,16 @@ request goes through :func:`cloudloop.cloud.calls.cloud_call` (``provider="opens
 SDK or keystoneauth failure becomes a :mod:`cloudloop.cloud.errors` class.
 
 Rules:
-- Only an HTTP 404 from the resource's own URL is :class:`NotFound`; a missing catalog entry or
-  region (keystoneauth's ``EndpointNotFound``/``EmptyCatalog``, the SDK's ``EndpointNotFound`` and
-  the ``ServiceDisabledException`` it raises for a service the catalog lacks) is an
-  :class:`InvalidRequest` naming the region, interface and service, a refused or timed-out
-  connection and 502/503/504 are :class:`CloudUnreachable`, 401/403 :class:`CloudAuthFailed`,
-  413 :class:`ResourceExhausted` (Cinder/Nova quota), 429 :class:`CloudThrottled`, Octavia's
-  409 "immutable" a retryable :class:`CloudError`.
-- A password login needs a project (``tenant-id`` or ``tenant-name``): Keystone answers an
-  unscoped request with a token that carries no catalog, so no service could ever be reached.
-  Such a configuration is an :class:`InvalidRequest` before any request (upstream: every call
-  fails later with "no suitable endpoint"). An application credential carries its own project.
-- Lists that may be long (servers, ports, volumes) are read as raw JSON through the SDK's
-  service proxies (``conn.compute.get(...)``) and paged by the services' ``*_links``: building
-  SDK resource objects costs ~10 ms each, too much for a thousand servers every few seconds.
+- Only an HTTP 404 from the resource's own URL is :class:`NotFound`; a missing catalog entry,
+  region or service is an :class:`InvalidRequest` naming the region, interface and service; a
+  refused or timed-out connection and 502/503/504 are :class:`CloudUnreachable`, 401/403
+  :class:`CloudAuthFailed`, 413 :class:`ResourceExhausted`, 429 :class:`CloudThrottled`,
+  Octavia's 409 "immutable" a retryable :class:`CloudError`.
+- A password login needs a project (``tenant-id`` or ``tenant-name``): Keystone's unscoped token
+  carries no catalog, so such a configuration is an :class:`InvalidRequest` before any request.
+- Lists that may be long (servers, ports, volumes) are read as raw JSON through the SDK's service
+  proxies and paged by the services' ``*_links``: SDK resource objects are too slow to build for
+  a thousand servers every few seconds (the figure: ``bench/README.md``).
 """
 
 from __future__ import annotations
