@@ -1,43 +1,19 @@
 """EBS volume limits and StorageClass parameters, checked before any EC2 call.
 
-A request AWS would refuse never reaches EC2: a size, IOPS or throughput outside its type's
-documented range is :class:`~cloudloop.cloud.errors.OutOfRange` (CSI ``OUT_OF_RANGE``) naming the
-limit; an unknown StorageClass parameter or a malformed value is
-:class:`~cloudloop.cloud.errors.InvalidRequest` (CSI ``INVALID_ARGUMENT``) listing the valid
-parameters or values. Pure: the CSI controller calls it before it starts a workflow, and the
-driver again before ``CreateVolume``/``ModifyVolume`` (a workflow started by other means).
+Pure: the CSI controller calls it before it starts a workflow, and the driver again before
+``CreateVolume``/``ModifyVolume`` (a workflow started by other means). The limits' sources and
+the departures from aws-ebs-csi-driver: docs/decisions/0053-ebs-volume-limits.md.
 
-Limits, from the Amazon EC2 API Reference (``CreateVolume``: ``Size``, ``Iops``, ``Throughput``;
-``ModifyVolume``: ``Size``, ``Throughput``; https://docs.aws.amazon.com/AWSEC2/latest/APIReference/
-API_CreateVolume.html and API_ModifyVolume.html) and the EBS User Guide ("Amazon EBS volume
-types", https://docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html):
-
-============ ============== ================ ============ =====================================
-type         size (GiB)     IOPS             IOPS per GiB throughput (MiB/s)
-============ ============== ================ ============ =====================================
-gp2          1 - 16,384     (not settable)
-gp3          1 - 65,536     3,000 - 80,000   500 (above  125 - 2,000, at most 0.25 per IOPS
-                                             the 3,000
-                                             baseline)
-io1          4 - 16,384     100 - 64,000     50
-io2          4 - 65,536     100 - 256,000    1,000
-st1, sc1     125 - 16,384   (not settable)
-standard     1 - 1,024      (not settable)
-============ ============== ================ ============ =====================================
-
-The gp3 maximum size (65,536 GiB) and throughput (2,000 MiB/s) are the current API reference's;
-older pages (and the issue that asked for this) say 16,384 GiB and 1,000 MiB/s. The gp3 IOPS
-maximum of 80,000 comes with the same update (the stored API pages still show 16,000).
-
-StorageClass parameters are aws-ebs-csi-driver's, case-insensitive as there: ``type``, ``iops``,
-``iopsPerGB``, ``allowAutoIOPSPerGBIncrease``, ``throughput``, ``encrypted``, ``kmsKeyId``,
-``blockExpress``, ``tagSpecification_<n>`` (``key=value``), and ``csi.storage.k8s.io/fstype``
-(read by the CSI controller for the volume context). As upstream, ``iopsPerGB`` times the size
-is capped at the type's maximum (io2 without ``blockExpress: "true"`` at 64,000) and raised to its
-minimum only with ``allowAutoIOPSPerGBIncrease: "true"``; an explicit ``iops`` outside the range is
-refused. Departures: upstream answers an out-of-range value with AWS's error (``Internal``), here
-it is ``OUT_OF_RANGE`` before any call; upstream's file-system formatting parameters
-(``blockSize``, ``inodeSize``, ...) are not supported and so are refused as unknown.
+Rules:
+- A size, IOPS or throughput outside its type's documented range (:data:`LIMITS`) is
+  :class:`~cloudloop.cloud.errors.OutOfRange` (CSI ``OUT_OF_RANGE``) naming the limit.
+- An unknown StorageClass parameter or a malformed value is
+  :class:`~cloudloop.cloud.errors.InvalidRequest` (CSI ``INVALID_ARGUMENT``) listing the valid
+  parameters or values.
+- Parameters are aws-ebs-csi-driver's, case-insensitive as there; ``iopsPerGB`` times the size is
+  capped at the type's maximum (io2 without ``blockExpress: "true"`` at 64,000) and raised to its
+  minimum only with ``allowAutoIOPSPerGBIncrease: "true"``; an explicit ``iops`` outside the
+  range is refused. File-system formatting parameters are refused as unknown.
 """
 
 from __future__ import annotations

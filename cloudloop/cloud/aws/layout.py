@@ -1,31 +1,19 @@
 """AWS layouts ``WithoutNAT`` and ``WithNAT`` as definitions (Deckhouse ``candi/layouts``).
 
 :func:`define` turns a validated ``AWSClusterConfiguration`` into the resources of
-``base-infrastructure`` (VPC, per-zone subnets, internet gateway, NAT gateway and its EIP for
-WithNAT, route tables and associations, the ``<prefix>-node``/``-loadbalancer``/
-``-ssh-accessible`` security groups and their rules, the ``<prefix>-node`` IAM role, policy and
-instance profile, key pair ``<prefix>``, the WithNAT bastion), one ``master-node`` per replica
-(data volume ``<prefix>-kubernetes-data-<i>`` attached at ``/dev/xvdf``, instance
-``<prefix>-master-<i>``, its EIP in WithoutNAT) and one ``static-node`` per node group index
-(``<prefix>-<ng>-<i>``), with the reference's names, tags and outputs, and the
-``AWSCloudDiscoveryData`` template. :mod:`cloudloop.cloud.aws.layout_resources` acts on them.
+``base-infrastructure`` (VPC, subnets, gateways, route tables, security groups, IAM, key pair,
+the WithNAT bastion), one ``master-node`` per replica and one ``static-node`` per node group
+index, with the reference's names, tags and outputs, and the ``AWSCloudDiscoveryData``
+template. :mod:`cloudloop.cloud.aws.layout_resources` acts on them.
+What is made, and the departures from Terraform: docs/decisions/0051-aws-layouts.md.
 
-Departures from the Terraform modules (and why):
-- subnets are made for the zones the cluster uses (``zones`` ∩ the region's zones, else all of
-  them), the node CIDR split over those: zones nobody may use would only take address space;
-- security group rules are one resource per group (``aws.security_group_rules/<group>``,
-  authoritative, as Terraform's inline rules), so the node ↔ load balancer cross references
-  need no cycle; a rule whose source is a security group outside the layout (the CCM's ELB
-  groups) is left alone;
-- an EIP's association is a property of the EIP (``instance_id``), not a resource of its own;
-- with ``existingVPCID`` and no ``nodeNetworkCIDR``, a subnet's ``cidr_block`` is
-  ``{"network": <the looked-up VPC's cidr_block>, "newbits": n, "netnum": i}`` (upstream's
-  ``cidrsubnet`` of the VPC data source's CIDR), split when the step runs: a definition is built
-  before any lookup; VPC peering is not made (refused);
-- ``user_data`` is dhctl's ``cloudConfig`` as ``--cloud-config`` names it
-  (:mod:`cloudloop.layouts.bootstrap`); the instance also carries the tag
-  ``cloudloop.io/user-data-sha256`` of what it booted with, so plan can show a later change
-  (upstream's ``ignore_changes = [user_data]``: never a replacement).
+Rules:
+- Subnets only for the zones the cluster uses (``zones`` ∩ the region's, else all of them).
+- Security group rules are one authoritative resource per group; rules from groups outside the
+  layout (the CCM's) are left alone.
+- An EIP's association is a property of the EIP (``instance_id``), not a resource.
+- With ``existingVPCID`` and no ``nodeNetworkCIDR`` a subnet's ``cidr_block`` is a ``cidrsubnet``
+  of the looked-up VPC's CIDR, computed when the step runs; VPC peering is refused.
 """
 
 from __future__ import annotations

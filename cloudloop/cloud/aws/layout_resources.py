@@ -1,38 +1,23 @@
 """AWS layout resources through boto3: find by name/tags, create, repair drift, delete.
 
 One handler per kind of :mod:`cloudloop.cloud.aws.layout` (``aws.vpc``, ``aws.subnet``...), all
-on the driver's session (:class:`~cloudloop.cloud.aws.base.AwsBase`: counted calls with
-timeouts, botocore errors translated), signed with the ``AWSClusterConfiguration``'s
-credentials and region; the worker's AWS settings give the endpoint and timeouts.
+on the driver's session (:class:`~cloudloop.cloud.aws.base.AwsBase`), signed with the
+``AWSClusterConfiguration``'s credentials and region; the worker's AWS settings give the endpoint
+and timeouts. Why: docs/decisions/0051-aws-layouts.md.
 
-Identity and crash rules:
-- EC2 resources are found by their ``Name`` tag (in the layout's VPC where they live in one);
-  they are created with their tags in the create call (``TagSpecifications``), so a worker killed
-  right after the call leaves a resource the retry finds instead of a duplicate. IAM roles,
-  policies, profiles and key pairs are found by their (unique) names; associations and
-  attachments by what they join.
-- Two resources with one name is an error (``AlreadyExists``), never a guess.
-- Drift repaired in place: tags (missing or changed keys; other keys are left), subnet public-IP
-  mapping, VPC DNS hostnames, missing or misdirected routes (other routes are left: the route
-  controller keeps pod routes in these tables), security group rules (authoritative, except rules
-  from groups outside the layout: the CCM's), instance security groups and source/dest check,
-  IAM documents, profile role, EIP association, volume attachment, IGW attachment. Immutable
+Rules:
+- EC2 resources are found by their ``Name`` tag and created with their tags in the create call;
+  IAM objects and key pairs by name; associations and attachments by what they join. Two of one
+  name is ``AlreadyExists``, never a guess.
+- Drift repaired in place, leaving keys, routes and rules that are not the layout's; immutable
   fields (CIDRs, zones, instance type, AMI) are reported, never repaired.
-- An instance with bootstrap data is launched with it (``UserData``) and tagged with its digest
-  (``cloudloop.io/user-data-sha256``); other data later is an immutable change, shown only when
-  the tag says what the instance booted with. Over EC2's 16 KiB it is refused before any create.
+- Bootstrap data goes in ``UserData`` with its digest in the tag ``cloudloop.io/user-data-sha256``;
+  other data later is an immutable change. Over EC2's 16 KiB it is refused before any create.
 - A second ensure of an unchanged resource makes only Describe/Get calls.
-- A refusal that passes once something settles (``DependencyViolation`` while a terminated
-  instance's interface lingers, IAM's eventual consistency) repeats the whole step — find
-  first, so nothing is made twice — for up to ``wait_s``, heartbeating meanwhile.
-- ``delete`` is idempotent and waits for what must be gone before the next step (instances
-  terminated, NAT gateways deleted, volumes detached).
-- ``adopt`` (a resource a Terraform state lists, by its ID): EC2 resources are described by ID
-  and given the layout's ``Name`` tag when theirs differs — refused (``AlreadyExists``) when
-  another resource holds that name already; a security group, IAM object or key pair must
-  carry the layout's name (it is their identity and cannot change); associations, attachments
-  and rule sets are found by what they join. Then it answers as ``inspect``: drift is shown,
-  not repaired (the next apply does that). Gone (``NotFound``, terminated, deleted) is ``None``.
+- A refusal that passes once something settles repeats the whole step (find first) for up to
+  ``wait_s``. ``delete`` is idempotent and waits for what must be gone before the next step.
+- ``adopt`` tags what a Terraform state names by ID with the layout's ``Name`` (refused when
+  another holds it, or where the name is the identity); drift is shown, not repaired.
 """
 
 from __future__ import annotations

@@ -2,21 +2,19 @@
 with, and how an EC2 instance reads as a Cluster API machine.
 
 Nothing here talks to EC2 (no boto3): :mod:`cloudloop.cloud.aws.machines` makes the calls.
+Why: docs/decisions/0052-aws-machines-mcm-steps-capa-names.md.
 
 Rules:
-- **Spec.** ``AWSMachine.spec`` is CAPA's (``infrastructure.cluster.x-k8s.io/v1beta2``) for the
-  fields cloudloop implements; anything wrong is one :class:`InvalidRequest` naming every bad
-  field. CAPA fields cloudloop does not implement are ignored (``imageLookup*``, ``cloudInit``,
-  ``networkInterfaces``, ``placementGroupName``, ``tenancy``...), except ``spotMarketOptions.
-  maxPrice``, which is refused: a Spot instance is one-time with no maximum price, as MCM sets it.
+- **Spec.** ``AWSMachine.spec`` is CAPA's for the fields cloudloop implements; anything wrong is
+  one :class:`InvalidRequest` naming every bad field. Other CAPA fields are ignored, except
+  ``spotMarketOptions.maxPrice``, which is refused (a Spot instance has no maximum price).
 - **Identity.** An instance belongs to a machine when it carries ``Name`` = the machine name,
   the cluster tag and the ownership tag ``cloudloop.io/machine-uid`` = the InfraMachine's UID; all
   three are applied atomically at launch (TagSpecifications), so an instance a crash left behind
   is found by them and adopted; another machine's instance of the same name never is.
-- **Tags.** As MCM's machine class: ``kubernetes.io/cluster/<cluster>`` and
-  ``kubernetes.io/role/<cluster>`` (``"1"``), then the cluster's tags under ``additionalTags``
-  (these win), ``Name`` = machine name (a ``Name`` in either is ignored, as MCM does), plus the
-  ownership tag; the same on the instance and on its root volume.
+- **Tags.** As MCM's machine class: the cluster and role tags, then ``additionalTags`` (these
+  win), ``Name`` = machine name (a ``Name`` in either is ignored), plus the ownership tag; the
+  same on the instance and on its root volume.
 """
 
 from __future__ import annotations

@@ -1,31 +1,19 @@
 """AWS machines for Cluster API: launch (or adopt) an EC2 instance, read it, terminate it.
 
-The steps follow MCM's AWS driver (Deckhouse's AWS node groups) with CAPA's object names:
+The steps follow MCM's AWS driver (Deckhouse's AWS node groups) with CAPA's object names; what
+the AWSMachine leaves out comes from the settings (Deckhouse's ``aws`` provider values).
+Each step and why: docs/decisions/0052-aws-machines-mcm-steps-capa-names.md.
 
-- **Find before create.** ``DescribeInstances`` by ``Name`` = machine name, the cluster tag and
-  the ownership tag (the InfraMachine's UID), states pending|running|stopping|stopped; a match is
-  adopted (the oldest, if a real-AWS race ever made two: the delete terminates every match). The
-  tags go on at launch (``TagSpecifications``), so a create that crashed right after
-  ``RunInstances`` leaves an instance the next attempt finds.
-- **Idempotency token.** Neither CAPA nor MCM passes one; cloudloop passes ``ClientToken`` = the
-  InfraMachine's UID, so a retry inside DescribeInstances' eventual-consistency window gets the
-  same instance from AWS instead of a second one. If that token names an instance no longer live
-  (someone terminated it), the create fails with ``InvalidRequest`` rather than loop. (moto stores
-  the token without honouring it; the tests exercise the tag lookup.)
-- **Launch.** Min=Max=1, the image's root device as an EBS volume (``rootVolume``, deleted on
-  termination), one network interface in the zone's subnet with the node security groups
-  (deleted on termination), IAM instance profile, key pair, one-time Spot when asked, user data
-  base64-encoded (by botocore). Source/destination check is turned off afterwards, as MCM does
-  (pod routes through the instance); an adopted instance gets it too.
-- **Defaults.** What the AWSMachine leaves out comes from the settings (Deckhouse's ``aws``
-  provider values, as CAPA takes them from the AWSCluster): AMI, node security groups, IAM
-  profile, key pair, public IP, the failure domain's subnet, cluster tags.
-- **Delete.** ``TerminateInstances`` on every instance of the machine, then wait (at most
-  ``delete_wait_s`` per call; ``False`` while ``shutting-down``) until none is left; then no
-  volume carrying the machine's UID may be left either (a left-over, detached one is deleted).
-- **Errors.** Quota (``InstanceLimitExceeded``, ``VcpuLimitExceeded``) → ``QuotaExceeded``; no
-  capacity → ``InsufficientCapacity`` (both retryable); an unknown AMI, subnet, security group or
-  instance type → ``InvalidRequest`` (the spec must change).
+Rules:
+- Find before create: ``DescribeInstances`` by ``Name``, the cluster tag and the ownership tag (the
+  InfraMachine's UID), live states only; a match is adopted (the oldest). Tags go on at launch.
+- ``ClientToken`` = the InfraMachine's UID; a token naming an instance no longer live fails the
+  create with ``InvalidRequest`` rather than loop.
+- Source/destination check is turned off after the launch, as MCM does; an adopted instance too.
+- Delete terminates every instance of the machine and waits (``delete_wait_s`` per call) until
+  none is left; then a left-over detached volume carrying the machine's UID is deleted.
+- Errors: quota → ``QuotaExceeded``; no capacity → ``InsufficientCapacity`` (both retryable); an
+  unknown AMI, subnet, security group or instance type → ``InvalidRequest``.
 """
 
 from __future__ import annotations
