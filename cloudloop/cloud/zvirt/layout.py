@@ -1,34 +1,20 @@
 """zVirt layout ``Standard`` as definitions (Deckhouse ``candi/layouts/standard``).
 
 :func:`define` turns a validated ``ZvirtClusterConfiguration`` into upstream's modules:
-``base-infrastructure`` makes nothing (its only output is the ``ZvirtCloudProviderDiscoveryData``
-template), one ``master-node`` per replica and one ``static-node`` per node group index.
-A node module is the Terraform module's resources, in its order:
+``base-infrastructure`` makes nothing (its only output is the
+``ZvirtCloudProviderDiscoveryData`` template), one ``master-node`` per replica and one
+``static-node`` per node group index, each the Terraform module's resources in its order (VM,
+NIC, the masters' data disk and attachment, the start with cloud-init).
+:mod:`cloudloop.cloud.zvirt.layout_resources` acts on them.
+What is made, and the departures from Terraform: docs/decisions/0054-zvirt-layout-standard.md.
 
-- ``zvirt.vm/<prefix>-master-<i>`` (``<prefix>-<ng>-<i>`` for static nodes): a clone of the
-  template (looked up by name, its latest version) in ``clusterID``, 1 socket x ``numCPUs``
-  cores x 1 thread, memory = maximum = guaranteed = ``memory`` MiB, ballooning off, type
-  ``high_performance``; its boot disk grown to ``rootDiskSizeGb`` (upstream's
-  ``ovirt_disk_resize``);
-- ``zvirt.nic/<vm>/nic1`` on ``vnicProfileID``;
-- masters only: ``zvirt.disk/<vm>-kubernetes-data`` (raw, not sparse, ``etcdDiskSizeGb``, on
-  ``storageDomainID``) and ``zvirt.disk_attachment/<vm>-kubernetes-data`` (virtio, active);
-- ``zvirt.vm_start/<vm>``: the VM started with cloud-init (hostname, SSH key, upstream's
-  ``create_hostname_file``/``ssh_deletekeys``/``ssh_genkeytypes``; a static IPv4 on the NIC from
-  ``customNetworkConfig``), after the NIC, the disk and the resize; its outputs are the first
-  IPv4 of the VM (upstream's ``ovirt_wait_for_ip``).
-
-Outputs: ``master_ip_address_for_ssh`` = ``node_internal_ip_address`` = that IPv4,
-``kubernetes_data_device_path`` = ``/dev/sdb``. :mod:`cloudloop.cloud.zvirt.layout_resources`
-acts on the definitions.
-
-Departures from the Terraform modules (and why):
-- the VM's description carries ``cloudloop layout <prefix> cluster_uuid=<uuid>``: a same-named
-  VM without it is refused (``AlreadyExists``), never taken over — only ``adopt`` (the VM an
-  upstream Terraform state names by ID) marks one;
-- dhctl's ``cloudConfig`` (``--cloud-config``, :mod:`cloudloop.layouts.bootstrap`) is merged
-  into the cloud-init document as upstream's ``yamlencode(merge(...))`` (its top-level keys
-  win); the script of a started VM is not read back, so plan cannot show a later change.
+Rules:
+- The VM's description carries this cluster's marker (:func:`description`): a same-named VM
+  without it is refused, never taken over; only ``adopt`` marks one.
+- The start comes after the NIC, the disk and the resize; its outputs are the VM's first IPv4.
+- Outputs: ``master_ip_address_for_ssh`` = ``node_internal_ip_address`` = that IPv4,
+  ``kubernetes_data_device_path`` = ``/dev/sdb``.
+- Bootstrap data is merged into the cloud-init document (its top-level keys win).
 """
 
 from __future__ import annotations

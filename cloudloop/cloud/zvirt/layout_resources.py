@@ -1,33 +1,23 @@
 """zVirt layout resources through ``ovirtsdk4``: find by name, create, repair drift, delete.
 
 One handler per kind of :mod:`cloudloop.cloud.zvirt.layout`, a
-:class:`~cloudloop.cloud.zvirt.machines.ZvirtMachines` on its own session
-(:class:`~cloudloop.cloud.zvirt.base.ZvirtBase`: pooled connections with the request timeout,
-counted calls, SDK errors translated; the clone, the boot-disk resize and the cloud-init start
-are the Cluster API machine's own steps), signed with the ``ZvirtClusterConfiguration``'s
-engine, credentials and cluster; the worker's zVirt settings give the timeouts and waits.
+:class:`~cloudloop.cloud.zvirt.machines.ZvirtMachines` on its own session signed with the
+``ZvirtClusterConfiguration``'s engine, credentials and cluster; the worker's zVirt settings give
+the timeouts and waits. Why: docs/decisions/0054-zvirt-layout-standard.md.
 
-Identity and crash rules:
-- a VM is found by its exact name, a data disk by its alias, a NIC by its name on the VM, an
-  attachment by the disk it joins, a start by the VM's status (running = exists). A VM or disk
-  whose description is not this cluster's (:func:`~cloudloop.cloud.zvirt.layout.description`),
+Rules:
+- A VM is found by its exact name, a data disk by its alias, a NIC by its name on the VM, an
+  attachment by its disk, a start by the VM's status. A VM or disk not marked as this cluster's,
   or two disks with one alias, is ``AlreadyExists``, never adopted. The VM is created with its
-  name and description in one call, so a worker killed right after leaves a VM the retry finds.
-- drift repaired in place: a boot or data disk smaller than wanted (grown), a missing NIC or
-  attachment (made again), a stopped VM (started again). CPU, memory, template, storage domain
-  and vNIC profile differences are reported, never repaired (they need a new VM).
-- bootstrap data goes in the first start only (cloud-init run-once): a VM that has been started
-  before (its ``start_time``; stopped out of band) is started plainly and keeps its first data.
-- a second ensure of an unchanged resource makes only GET requests.
-- cloud errors end the step with the engine's message: no template of that name, no vNIC profile
-  or storage domain with that ID (``InvalidRequest``, not retried).
-- adoption (``adopt``, from an upstream Terraform state): found by the state's ID, a VM or data
-  disk is given the layout's name and description marker in one update (nothing else changed);
-  one marked for another cluster, in another oVirt cluster, or with another already under the
-  layout's name is refused, as is a NIC, attachment or start that is not the layout's.
-- ``delete`` is idempotent and waits for what it removed: a stopped VM is ``down``, a removed VM
-  gone. The data disk is detached before its VM goes (destroy runs last wave first), so the VM's
-  removal takes only its boot disk.
+  name and description in one call, so a retry finds it.
+- Drift repaired in place: disks grown, a NIC or attachment made again, a stopped VM started.
+  CPU, memory, template, storage domain and vNIC profile differences are only reported.
+- Bootstrap data goes in the first start only; a VM started before keeps its first data.
+- A second ensure of an unchanged resource makes only GET requests.
+- Cloud errors end the step with the engine's message (``InvalidRequest``, not retried).
+- ``adopt`` gives what a Terraform state names by ID the layout's name and marker in one update;
+  another cluster's, another oVirt cluster's, or a clash under the layout's name is refused.
+- ``delete`` is idempotent and waits for what it removed; the data disk is detached first.
 """
 
 from __future__ import annotations
