@@ -229,7 +229,8 @@ async def approve_from_annotation(
 
 # -- the metrics -------------------------------------------------------------------------------
 def export(document: dict[str, Any] | None) -> None:
-    """Set the gauges from one report (nothing from None: the series are cleared)."""
+    """Set the gauges from one report. None (no report) clears the labelled series and sets the
+    held steps and the last success time to 0: nothing is known of a pass."""
     for gauge in (
         metrics.CONVERGE_CLUSTER_STATUS,
         metrics.CONVERGE_NODE_STATUS,
@@ -237,6 +238,8 @@ def export(document: dict[str, Any] | None) -> None:
     ):
         gauge.clear()
     if document is None:
+        metrics.CONVERGE_HELD_STEPS.set(0)
+        metrics.CONVERGE_LAST_SUCCESS.set(0)
         return
     modules = [m for m in document.get("modules") or [] if isinstance(m, dict)]
     for module in modules:

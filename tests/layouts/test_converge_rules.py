@@ -95,3 +95,8 @@ def test_export_sets_one_hot_gauges_and_drops_nodes_no_longer_reported() -> None
     export({"modules": [{"module": "base", "status": "error"}]})
     assert value("candi_converge_node_status", **node, status="changed") is None
     assert value("candi_converge_cluster_status", status="error") == 1
+
+    export(None)  # no report: no series, nothing held, no success known
+    assert value("candi_converge_cluster_status", status="error") is None
+    assert value("cloudloop_layout_converge_held_steps") == 0
+    assert value("cloudloop_layout_converge_last_success_timestamp_seconds") == 0
