@@ -27,10 +27,10 @@ from pydantic import SecretStr
 from temporalio.client import Client
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.base import AwsBase
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.instances import AwsInstances
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.termination_events import parse_message
 from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS

@@ -7,8 +7,6 @@ from typing import Any
 import pytest
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import lb_annotations as ann
-from cloudloop.cloud.aws.lb_annotations import LoadBalancerKind, parse_annotations
 from cloudloop.cloud.aws.loadbalancers import (
     check_ports,
     choose_subnets,
@@ -17,6 +15,11 @@ from cloudloop.cloud.aws.loadbalancers import (
     nlb_health_check,
     target_group_name,
     target_instance_ids,
+)
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
+    LoadBalancerKind,
+    parse_annotations,
 )
 from cloudloop.cloud.models import LoadBalancerBackend, LoadBalancerPort, LoadBalancerSpec
 

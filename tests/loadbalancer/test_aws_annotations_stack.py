@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from cloudloop.cloud.aws import lb_annotations as ann
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.resources import SERVICES
 from tests.helpers import eventually

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 
 from cloudloop.cloud import errors
-from cloudloop.cloud.aws import lb_annotations as ann
-from cloudloop.cloud.aws.lb_annotations import parse_annotations, source_ranges
 from cloudloop.cloud.aws.loadbalancers import classic_health_check
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
 from cloudloop.cloud.aws.loadbalancers.attributes import (
     CLASSIC_DEFAULTS,
     classic_attribute_changes,
@@ -33,6 +32,7 @@ from cloudloop.cloud.aws.loadbalancers.nlb import (
     subnet_mappings,
 )
 from cloudloop.cloud.aws.loadbalancers.parts import Network
+from cloudloop.cloud.aws.loadbalancers.service_annotations import parse_annotations, source_ranges
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec
 
 CERT = "arn:aws:acm:us-east-1:123456789012:certificate/0123abcd-0000-0000-0000-000000000000"

@@ -14,8 +14,8 @@ from botocore.exceptions import ClientError
 from prometheus_client import REGISTRY
 
 from cloudloop.cloud.aws import PROVIDER as AWS
-from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
 from cloudloop.cloud.models import LoadBalancerPort, LoadBalancerSpec
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube

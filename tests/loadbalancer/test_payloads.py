@@ -16,8 +16,8 @@ from temporalio.client import Client
 
 from activities.loadbalancer import LoadBalancerActivities
 from cloudloop.cloud.aws import PROVIDER as AWS
-from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import LoadBalancerDefaults, LoadBalancers
 from cloudloop.cloud.models import LoadBalancerPort

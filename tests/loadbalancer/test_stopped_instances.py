@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import Client
 
 from cloudloop.cloud.aws import PROVIDER as AWS
-from cloudloop.cloud.aws import lb_annotations as ann
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.loadbalancers import service_annotations as ann
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES

@@ -5,12 +5,14 @@ what exists (by name or by those tags) before creating anything, so a call retri
 adopts what the interrupted one made. All annotations are parsed and every read happens before
 the first write, so an invalid annotation changes nothing in the cloud.
 
-The parts, one module each: :mod:`.naming` (names, tags, pure choices), :mod:`.listeners` and
-:mod:`.attributes` (what the annotations ask for, and how the cloud differs: pure),
-:mod:`.security_groups` (groups and tagged rules), :mod:`.tls` (certificate, SSL policy and
-Elastic IP checks before writes), :mod:`.parts` (subnets, target instances), :mod:`.classic`
-(Classic ELB) and :mod:`.nlb` (NLB). This module holds the contract's operations, including the
-drift check of drift repair (reads only; the ensure puts things back).
+The parts, one module each: :mod:`.service_annotations` (the Service's annotations, parsed and
+checked; their values read by :mod:`.annotation_values`), :mod:`.naming` (names, tags, pure
+choices), :mod:`.listeners` and :mod:`.attributes` (what the annotations ask for, and how the
+cloud differs: pure), :mod:`.security_groups` (groups and tagged rules), :mod:`.tls`
+(certificate, SSL policy and Elastic IP checks before writes), :mod:`.parts` (subnets, target
+instances), :mod:`.classic` (Classic ELB) and :mod:`.nlb` (NLB). This module holds the
+contract's operations, including the drift check of drift repair (reads only; the ensure puts
+things back).
 """
 
 from __future__ import annotations
@@ -20,16 +22,7 @@ from dataclasses import replace
 
 from cloudloop.cloud import models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
-from cloudloop.cloud.aws.lb_annotation_values import items
-from cloudloop.cloud.aws.lb_annotations import (
-    LEGACY_SOURCE_RANGES,
-    PREFIX,
-    TARGET_NODE_LABELS,
-    AwsLoadBalancerOptions,
-    LoadBalancerKind,
-    parse_annotations,
-    source_ranges,
-)
+from cloudloop.cloud.aws.loadbalancers.annotation_values import items
 from cloudloop.cloud.aws.loadbalancers.classic import (
     AwsClassicLoadBalancers,
     ClassicElbLookup,
@@ -55,6 +48,15 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
 from cloudloop.cloud.aws.loadbalancers.nlb import AwsNetworkLoadBalancers, nlb_health_check
 from cloudloop.cloud.aws.loadbalancers.parts import DESCRIBE_BATCH, LoadBalancerParts, Network
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
+    LEGACY_SOURCE_RANGES,
+    PREFIX,
+    TARGET_NODE_LABELS,
+    AwsLoadBalancerOptions,
+    LoadBalancerKind,
+    parse_annotations,
+    source_ranges,
+)
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.driver import LoadBalancerDefaults
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cloudloop.cloud.aws.lb_annotations import (
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
     PRESERVE_CLIENT_IP,
     PROXY_PROTOCOL_V2,
     AwsLoadBalancerOptions,

@@ -19,12 +19,6 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
-from cloudloop.cloud.aws.lb_annotations import (
-    TRAFFIC_PORT,
-    AwsLoadBalancerOptions,
-    HealthCheckOptions,
-    invalid,
-)
 from cloudloop.cloud.aws.loadbalancers.attributes import (
     CLASSIC_DEFAULTS,
     classic_attribute_changes,
@@ -54,6 +48,12 @@ from cloudloop.cloud.aws.loadbalancers.parts import (
     Targets,
 )
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
+    TRAFFIC_PORT,
+    AwsLoadBalancerOptions,
+    HealthCheckOptions,
+    invalid,
+)
 from cloudloop.cloud.aws.tags import tag_dict
 
 log = logging.getLogger(__name__)

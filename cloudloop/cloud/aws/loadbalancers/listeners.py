@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudloop.cloud import models
-from cloudloop.cloud.aws.lb_annotations import SECURE_FRONTEND, TlsOptions
+from cloudloop.cloud.aws.loadbalancers.service_annotations import SECURE_FRONTEND, TlsOptions
 
 PROXY_PROTOCOL_POLICY = "k8s-proxyprotocol-enabled"
 SECURE_PROTOCOLS = ("HTTPS", "SSL")

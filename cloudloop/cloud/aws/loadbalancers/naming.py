@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cloudloop.cloud import errors, models
-from cloudloop.cloud.aws.lb_annotations import (
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
     AwsLoadBalancerOptions,
     LoadBalancerKind,
     invalid,

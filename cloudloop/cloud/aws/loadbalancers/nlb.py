@@ -20,15 +20,6 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
-from cloudloop.cloud.aws.lb_annotations import (
-    EIP_ALLOCATIONS,
-    IP_ADDRESS_TYPE,
-    PRIVATE_IPV4_ADDRESSES,
-    TRAFFIC_PORT,
-    AwsLoadBalancerOptions,
-    HealthCheckOptions,
-    invalid,
-)
 from cloudloop.cloud.aws.loadbalancers.attributes import (
     NLB_DEFAULTS,
     TARGET_GROUP_DEFAULTS,
@@ -59,6 +50,15 @@ from cloudloop.cloud.aws.loadbalancers.parts import (
     Targets,
 )
 from cloudloop.cloud.aws.loadbalancers.security_groups import Rule
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
+    EIP_ALLOCATIONS,
+    IP_ADDRESS_TYPE,
+    PRIVATE_IPV4_ADDRESSES,
+    TRAFFIC_PORT,
+    AwsLoadBalancerOptions,
+    HealthCheckOptions,
+    invalid,
+)
 from cloudloop.cloud.aws.tags import tag_dict
 
 log = logging.getLogger(__name__)

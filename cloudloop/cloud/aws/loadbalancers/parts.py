@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
-from cloudloop.cloud.aws.lb_annotations import AwsLoadBalancerOptions, invalid
 from cloudloop.cloud.aws.loadbalancers.naming import choose_subnets
 from cloudloop.cloud.aws.loadbalancers.security_groups import LoadBalancerSecurityGroups
+from cloudloop.cloud.aws.loadbalancers.service_annotations import AwsLoadBalancerOptions, invalid
 from cloudloop.cloud.aws.loadbalancers.tls import LoadBalancerChecks
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.aws.base import NAME, AwsBase, calling
-from cloudloop.cloud.aws.lb_annotations import invalid
 from cloudloop.cloud.aws.loadbalancers.naming import (
     LOAD_BALANCER_TAG,
     RULE_ROLE_TAG,
@@ -29,6 +28,7 @@ from cloudloop.cloud.aws.loadbalancers.naming import (
     identity_tags,
     security_group_name,
 )
+from cloudloop.cloud.aws.loadbalancers.service_annotations import invalid
 from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict, tagged_for_cluster
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ balancer-*``; ``ip-address-type`` is the AWS Load Balancer Controller's name, wh
 :func:`parse_annotations` raises :class:`~cloudloop.cloud.errors.InvalidRequest` for a value it
 cannot use (so nothing in the cloud changes) and :class:`~cloudloop.cloud.errors.NotSupported` for
 ``type: external`` / ``nlb-ip``, which the AWS Load Balancer Controller handles (upstream's
-``ImplementedElsewhere``). Values are read by :mod:`.lb_annotation_values`; checks that need the
+``ImplementedElsewhere``). Values are read by :mod:`.annotation_values`; checks that need the
 cloud (the certificate, the SSL policy, Elastic IPs, one address per subnet) are the driver's,
 made before its first write. Departures from upstream, each refusing what AWS would refuse later:
 ranges of numbers, unknown ``backend-protocol`` values without a certificate, access logs
@@ -24,7 +24,7 @@ from enum import StrEnum
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import NAME
-from cloudloop.cloud.aws.lb_annotation_values import (
+from cloudloop.cloud.aws.loadbalancers.annotation_values import (
     PortSelection,
     bounded_int,
     cidrs,
@@ -35,7 +35,7 @@ from cloudloop.cloud.aws.lb_annotation_values import (
     port_selection,
     value_of,
 )
-from cloudloop.cloud.aws.lb_annotation_values import invalid as invalid
+from cloudloop.cloud.aws.loadbalancers.annotation_values import invalid as invalid
 
 PREFIX = "service.beta.kubernetes.io/aws-load-balancer-"
 TYPE = PREFIX + "type"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from cloudloop.cloud import errors
 from cloudloop.cloud.aws.base import AwsBase, calling
-from cloudloop.cloud.aws.lb_annotations import (
+from cloudloop.cloud.aws.loadbalancers.service_annotations import (
     EIP_ALLOCATIONS,
     SSL_CERT,
     SSL_NEGOTIATION_POLICY,
