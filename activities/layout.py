@@ -1,39 +1,22 @@
 """Layout activities: one per resource step, through the provider's layouts part.
 
-Each activity reads the configuration from its :class:`~cloudloop.layouts.model.ConfigSource`
-(a file on the worker's host; in a cluster, a Secret mounted into the worker), validates it and
-opens the provider's layout session with the document's credentials and this worker's settings
-section (endpoint, timeouts); the session is kept while the file is unchanged (its mtime). So
-credentials never enter an input, a result or a log: only the path does.
+``define``, ``plan_module``, ``ensure_resource``/``delete_resource``, ``check_apply``,
+``check_destroy``, ``map_state`` and ``adopt_resource``: what each does, and why credentials stay
+out of history: docs/decisions/0055-one-layout-engine-for-every-cloud.md.
 
-The file is read only from under ``layouts.source_dir`` (the chart's mount;
-:mod:`cloudloop.mounted`): a path outside it (absolute, ``..``, a symlink leading out), not a
-regular file or larger than ``layouts.max_file_bytes`` is refused unread
-(``LayoutConfigRefused``, non-retryable). Every configuration error (``LayoutConfigInvalid``)
-names the file and the field, never a value (:mod:`cloudloop.errortext`): a bad document's
-secrets stay out of history.
-
-- ``define``: the cloud's zones, then the layout's definitions (data), each node machine
-  naming its bootstrap data file and digest (:mod:`cloudloop.layouts.bootstrap`; the bytes are
-  read, under the same mount, only by the ``ensure_resource`` that makes the machine).
-- ``plan_module``: read-only; per resource (dependency order) ``create`` when absent (or a
-  reference it needs is not there yet), ``update`` with the drifted fields, ``no-op``; with
-  ``destroy``, ``delete`` for what exists. Found outputs feed the later resources' references.
-- ``ensure_resource`` / ``delete_resource``: one resource, found before created, idempotent.
-- ``check_apply``: every refusal an apply would meet (a looked-up resource or a template the
-  cloud lacks; :mod:`activities.layout_checks`), before its first create, as one non-retryable
-  ``NotFound`` naming them all.
-- ``check_destroy``: the blockers of a destroy, as a non-retryable ``DestroyBlocked`` that
-  names them and says to pass ``--kubeconfig`` (or, after that phase ran, what is left).
-- ``map_state``: an upstream Terraform state's records placed onto the layout's resource keys
-  through the part's ``state_types`` (:mod:`cloudloop.layouts.tfstate`), read-only.
-- ``adopt_resource``: one resource; with the state's ID, the part's ``adopt`` (found by ID,
-  made findable, drift shown — ``adopted``, or ``missing`` when the cloud lacks it); without,
-  a read-only look (``unchanged`` when found by name, else ``absent``). Creates nothing.
-
-Every activity heartbeats from a side thread (:func:`activities.heartbeats.heartbeating`), so a
-killed worker is noticed after the heartbeat timeout; errors become ``ApplicationError`` with the
-cloud error's kind (:func:`activities.cloud.cloud_errors`).
+Rules:
+- Each activity reads the configuration from its :class:`~cloudloop.layouts.model.ConfigSource`,
+  only from under ``layouts.source_dir`` (:mod:`cloudloop.mounted`): anything else is refused
+  unread (``LayoutConfigRefused``, non-retryable). The session is kept while the file's mtime is.
+- Credentials never enter an input, a result or a log: only the path does. A configuration error
+  (``LayoutConfigInvalid``) names the file and the field, never a value.
+- Bootstrap bytes are read only by the ``ensure_resource`` that makes the machine
+  (:mod:`cloudloop.layouts.bootstrap`); ``define`` records a file's name and digest.
+- ``plan_module``, ``check_apply``, ``check_destroy`` and ``map_state`` are read-only;
+  ``adopt_resource`` creates nothing; ``ensure``/``delete`` find first and are idempotent.
+- Every activity heartbeats from a side thread (:func:`activities.heartbeats.heartbeating`);
+  errors become ``ApplicationError`` with the cloud error's kind
+  (:func:`activities.cloud.cloud_errors`).
 """
 
 from __future__ import annotations

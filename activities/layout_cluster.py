@@ -1,38 +1,21 @@
 """Destroy's first phase: delete, through the cluster's own API, what owns cloud objects.
 
-Upstream ``dhctl destroy`` (``dhctl/pkg/operations/destroy/deckhouse/destroyer.go``,
-``deleteEntities``; the calls in ``dhctl/pkg/kubernetes/actions/deckhouse/delete.go``) deletes,
-before any Terraform layer: the Deckhouse Deployment (waited for), the PodDisruptionBudgets, every
-Service of type LoadBalancer (``DeleteServices``, then ``WaitForServicesDeletion``), the
-``storage.deckhouse.io`` resources, the StorageClasses, every PVC (``DeletePVC``), the Pods using
-a PVC (``DeletePods``), then waits for the claims (Pending ones aside) and every PersistentVolume
-to go (``WaitForPVCDeletion``, ``WaitForPVDeletion``), and last the machines
-(``DeleteMachinesIfResourcesExist``: MCM, then Cluster API MachineDeployments, each waited for
-until no Machine is left). The cloud controller and the CSI driver delete the load balancers and
-disks behind them; only then do the cloud layers go.
+As upstream ``dhctl destroy``'s ``deleteEntities``: the LoadBalancer Services, the PVCs and
+their volumes, the Cluster API MachineDeployments and their Machines, each deleted and waited
+for, so the cloud controller and the CSI driver remove the cloud objects before the layers go.
+What dhctl does, and the departures: docs/decisions/0057-destroy-clears-the-cluster-first.md.
 
-Here each of :data:`~cloudloop.messages.layout.CLEAR_STEPS` is one activity (a visible step in
-the Layout workflow), idempotent and crash-safe: a delete step lists and deletes what is there
-(absent is success), a wait step lists again until nothing is left. A killed worker costs a
-heartbeat timeout; the retried step starts over from the cluster's state.
-
-The kubeconfig is read only from under ``layouts.source_dir`` (:mod:`cloudloop.mounted`): a
-path outside it is refused before anything is opened (``KubeconfigRefused``, non-retryable),
-and a broken one is named without its content (``KubeconfigInvalid``).
-
-Identity: ``verify-cluster`` refuses (``WrongCluster``, non-retryable) unless the cluster's
-ConfigMap ``kube-system/d8-cluster-uuid`` (``cluster-uuid``, which dhctl writes at bootstrap)
-names this layout's cluster UUID, so a kubeconfig of another cluster never has anything
-deleted. The cloud-side check (``layout.check_destroy``, filtered by the cluster's tags) still
-runs afterwards: whatever is left (an object the controller could not delete) refuses the
-destroy, named.
-
-Departures from dhctl: no Deckhouse Deployment or ``storage.deckhouse.io`` objects (cloudloop is
-not Deckhouse; its cloud controller and CSI driver must keep running to delete the cloud
-objects), no MCM (cloudloop's ephemeral nodes are Cluster API's); a wait gives up after
-``wait_s`` (dhctl: 45 tries of 15 s) with ``ClusterResourcesRemain`` naming what is left, and a
-PersistentVolume whose reclaim policy is not ``Delete`` is named as such; no interactive
-"continue anyway?" — a missing Cluster API is simply nothing to delete.
+Rules:
+- Each of :data:`~cloudloop.messages.layout.CLEAR_STEPS` is one idempotent, crash-safe activity:
+  a delete step deletes what is there (absent is success), a wait step lists until nothing is
+  left; a retried step starts over from the cluster's state.
+- The kubeconfig is read only from under ``layouts.source_dir`` (``KubeconfigRefused`` otherwise,
+  non-retryable); a broken one is named without its content (``KubeconfigInvalid``).
+- ``verify-cluster`` refuses (``WrongCluster``, non-retryable) unless
+  ``kube-system/d8-cluster-uuid`` names this layout's cluster UUID.
+- A wait gives up after ``wait_s`` with ``ClusterResourcesRemain`` naming what is left (a
+  PersistentVolume whose reclaim policy is not ``Delete`` named as such); a missing Cluster API
+  is nothing to delete.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """Start a layout action (``cloudloop layout plan|apply|destroy``) and follow it to its end.
 
-:func:`run_layout` starts the ``Layout`` workflow (``layout/<prefix>``, or
-``layout/<prefix>/plan`` for a plan) with conflict policy ``USE_EXISTING``: a second
-``apply`` while one runs joins it (and follows it) instead of starting another; a different
-action, or the same action with other inputs (another file, other ``--cloud-config`` files: the
-input's digest is the run's memo), while one runs is refused with the running one's ID. It then
-polls the workflow's and its module children's ``progress`` queries and reports every
-resource's state change as one line, so the user sees each step as it happens (and the Temporal
-UI shows the same history).
+:func:`run_layout` starts the ``Layout`` workflow and polls its and its module children's
+``progress`` queries, reporting every resource's state change as one line; :func:`state_records`
+reads an upstream Terraform state for ``adopt``; :func:`publish` writes an apply's results where
+the cluster reads them (``kube-system/d8-provider-cluster-configuration``, the data device paths,
+the state Secrets in dhctl's format). Why: docs/decisions/0055-one-layout-engine-for-every-cloud.md.
 
-The input holds only the config file's path (the workers read credentials from it) and the
-cluster's identity; nothing secret is sent to Temporal. For ``adopt`` it also holds the upstream
-Terraform state's records, reduced to IDs and identity attributes (:func:`state_records` reads
-them from a file or from the cluster's ``d8-system`` state Secrets).
-
-:func:`publish` writes an apply's results where the cluster reads them: the discovery data (and
-the provider document) into ``kube-system/d8-provider-cluster-configuration``, the data device
-paths, and the state Secrets in dhctl's format (``d8-cluster-terraform-state``,
-``d8-node-terraform-state-<node>`` with its labels) listing the IDs found, so a later adoption
-(or a reader of those Secrets) finds what was made.
+Rules:
+- Conflict policy ``USE_EXISTING``: a second ``apply`` while one runs joins it; a different
+  action, or other inputs (the input's digest is the run's memo), is refused with the running
+  one's ID.
+- The input holds only the config file's path, the cluster's identity and, for ``adopt``, the
+  state's records reduced to IDs and identity attributes: nothing secret is sent to Temporal.
+- :func:`publish` lists the IDs found, so a later adoption finds what was made.
 """
 
 from __future__ import annotations

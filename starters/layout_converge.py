@@ -1,30 +1,21 @@
 """The in-cluster converge from outside the pass: its Schedule, approvals, and its metrics.
 
-- :func:`install_schedule` makes (or updates) the cluster's Schedule
-  ``[<scope>/]layout-converge/<prefix>``: a ``LayoutConverge`` pass every interval, overlap SKIP
-  (a pass still running, say waiting for an approval, is not joined by another), the pass's
-  search attributes those of the cluster's layout. ``cloudloop layout converge install`` calls
-  it (in the chart: the post-install/post-upgrade Job of ``layouts.converge.install``).
-- :func:`running_pass` finds the pass the Schedule is running; :func:`approve` sends it the
-  ``approve`` Update (one step, or every waiting step); :func:`trigger` starts a pass now.
-- :class:`ConvergeStatusExporter` (a starter, so only the leader exports) reads the status
-  ConfigMap the passes write (``d8-system/cloudloop-layout-converge``) every
-  ``layouts.converge.export_interval_s`` and sets terraform-state-exporter's gauges:
-  ``candi_converge_cluster_status{status}`` (the base module), ``candi_converge_node_status
-  {node_group,name,status}`` (each node, abandoned ones too), one-hot over
-  :data:`~cloudloop.messages.layout_converge.STATUSES`, plus the per-module resource counts, the
-  held steps and the last success time.
+:func:`install_schedule` makes (or updates) the cluster's Schedule
+``[<scope>/]layout-converge/<prefix>`` (overlap SKIP); :func:`running_pass`, :func:`approve` and
+:func:`trigger` act on its pass; :class:`ConvergeStatusExporter` (a starter, so only the leader
+exports) reads the status ConfigMap the passes write (``d8-system/cloudloop-layout-converge``)
+every ``layouts.converge.export_interval_s`` and sets terraform-state-exporter's gauges.
+Why: docs/decisions/0040-layout-bootstrap-and-converge.md.
 
 Rules:
-- Gauges come from the one ConfigMap, never from the worker that ran a pass: every replica's
-  answer would otherwise differ. A missing or unreadable ConfigMap exports nothing.
-- A node no longer reported loses its series (the gauges are rebuilt from each report).
-- Approval through the cluster: the annotation ``converge.cloudloop.io/approve`` on that
-  ConfigMap (a held step's key, or ``all``) is read by the same leader loop, sent to the running
-  pass as the ``approve`` Update, and replaced by ``converge.cloudloop.io/approved`` (when, what
-  was asked, what it did). Who may patch that ConfigMap may approve destructive steps: RBAC says
-  who, and no Temporal access is needed. A Temporal error keeps the annotation for the next
-  round; a refusal (no pass running, no such step) is the answer, and the annotation goes.
+- Gauges come from the one ConfigMap, never from the worker that ran a pass. A missing or
+  unreadable ConfigMap exports nothing; a node no longer reported loses its series.
+- Approval through the cluster: the annotation ``converge.cloudloop.io/approve`` on that ConfigMap
+  (a held step's key, or ``all``) is sent to the running pass as the ``approve`` Update and
+  replaced by ``converge.cloudloop.io/approved`` (when, what was asked, what it did). Who may
+  patch that ConfigMap may approve destructive steps: RBAC says who.
+- A Temporal error keeps the annotation for the next round; a refusal (no pass running, no such
+  step) is the answer, and the annotation goes.
 """
 
 from __future__ import annotations

@@ -1,48 +1,22 @@
 """Layout workflows: one ``Layout`` per cluster, a ``LayoutModule`` child per module instance.
 
 ``Layout`` (ID ``layout/<prefix>``; ``layout/<prefix>/plan`` for a plan) asks the provider's
-layout part for the definitions (``layout.define``: the only step that reads the configuration
-and the cloud's zones), then:
+layout part for the definitions (``layout.define``), then applies (checks, the base, then every
+node module at once), destroys (the cluster's own objects first with a kubeconfig,
+:data:`CLEAR_STEPS`; then the blockers check, the nodes, the base), adopts (an upstream
+Terraform state's records placed and taken over) or plans (read-only diffs).
+``LayoutModule`` (ID ``layout/<prefix>/<module>``) runs one activity per resource in dependency
+waves. Each action step by step, and why: docs/decisions/0055-one-layout-engine-for-every-cloud.md.
 
-- **apply**: ``layout.check_apply`` first (every lookup that can refuse, read-only, before the
-  first create: a refused apply makes nothing), then the ``base`` module's child, then every
-  ``master-<i>`` and ``static-<ng>-<i>`` child at once with the base's outputs; the result
-  carries ``cloud_discovery_data`` and each node module's outputs (SSH/internal IP, data device
-  path), references resolved.
-- **destroy**: with a kubeconfig, first dhctl's "delete resources" phase through the cluster's
-  API, one ``layout.clear_cluster`` step each (:data:`CLEAR_STEPS`: the cluster verified to be
-  this one, LoadBalancer Services deleted and waited for, PVCs deleted and their volumes waited
-  for, Cluster API MachineDeployments deleted and their Machines waited for;
-  ``activities/layout_cluster.py``); then a read-only look at the base (its found IDs),
-  ``layout.check_destroy`` (refuses while the cluster's own load balancers, volumes or foreign
-  instances are in the network, naming them), the node modules' children, then the base's:
-  each child deletes its resources in reverse dependency order.
-- **adopt**: ``layout.map_state`` places the upstream Terraform state's records (IDs only) onto
-  the layout's resource keys; then the ``base`` child and the node children (as apply) run
-  ``layout.adopt_resource`` per resource: found by the state's ID and made findable (the next
-  apply/plan finds it as its own), drift shown, nothing created; a listed resource the cloud no
-  longer has is ``missing``; the result lists what was taken over and what was not placed.
-- **plan**: ``layout.plan_module`` per module (base first, its found outputs feeding the others):
-  a read-only diff, nothing changes; ``plan_destroy`` lists what a destroy would delete.
-
-``LayoutModule`` (ID ``layout/<prefix>/<module>``) runs one activity per resource, in dependency
-waves (a wave's steps at once): ``layout.ensure_resource`` finds the resource by name/tags,
-creates it if absent, repairs drift, and returns its outputs; destroy first plans the module
-(what exists, with IDs) and runs ``layout.delete_resource`` (idempotent) for what exists, last
-wave first. A failed step fails the module after its wave's other steps ended (nothing left
-running unseen), with the cloud's message; a new apply resumes: what exists is found, not made
-again.
-
-A deterministic error in this workflow code (an unresolved reference in a module's outputs or
-the discovery template, a dependency cycle, a definition without a base module) fails the
-workflow with a non-retryable ``ApplicationError`` of type ``LayoutDefinitionInvalid`` naming
-what broke, which the CLI prints; it never fails the workflow task (Temporal would retry that
-task forever and the run would hang).
-
-Crash behaviour: every activity heartbeats (``heartbeat_timeout_s``, 15 s by default), so a dead
-worker costs at most that before the step retries elsewhere, and a retried step finds what its
-first attempt made. Nothing secret is in these inputs: the activities read credentials through
-the :class:`~cloudloop.layouts.model.ConfigSource`.
+Rules:
+- Only ``layout.define`` reads the configuration and the cloud's zones.
+- An apply makes nothing before ``layout.check_apply`` passed; a destroy deletes nothing before
+  ``layout.check_destroy`` passed; plan and adopt create nothing.
+- A failed step fails its module after its wave's other steps ended; a new apply resumes.
+- A deterministic error in this code fails the workflow with a non-retryable ``ApplicationError``
+  ``LayoutDefinitionInvalid`` naming what broke, never the workflow task.
+- Every activity heartbeats; a retried step finds what its first attempt made. Nothing secret is
+  in these inputs: activities read credentials through the ``ConfigSource``.
 """
 
 from __future__ import annotations

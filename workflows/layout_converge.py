@@ -1,32 +1,21 @@
 """``LayoutConverge``: one in-cluster converge pass (terraform-manager's job) as a durable workflow.
 
-The cluster's Temporal Schedule (``layout-converge/<prefix>``, overlap SKIP: a pass still running
-is never joined by another) starts a pass every interval. A pass:
-
-1. **plans**: ``layout.define`` (the same definitions a CLI apply uses; with
-   ``bootstrap_from_cluster`` each node group's bootstrap data is read where dhctl's converge
-   reads it) and ``layout.plan_module`` per module (base first, its found outputs feeding the
-   nodes): read-only;
-2. **reports**: each module's status (:mod:`cloudloop.rules.converge`) goes into the cluster
-   with ``layout.converge_report`` (the status ConfigMap the starter exports as metrics, an Event
-   when the cluster's status changed, the Terraform-state Secrets of what was found);
-3. with ``auto``, **applies what is safe**: each module with something to create or repair in
-   place runs its ``LayoutModule`` apply child (the base first, then the nodes at once) —
-   creations and repairs only, since apply never replaces; a node whose machine is to be made but
-   has no bootstrap data is left absent (a VM that could never join), said in its note;
-4. with ``auto``, **holds every destructive step** (a replacement: delete, then create) as a
-   waiting step the ``converge`` query shows with its diff, until the ``approve`` Update names it
-   (or approves all) or ``approval_wait_s`` ends (the step stays ``held``; the next pass asks
-   again). An approved step runs once: ``layout.delete_resource``, then the module's apply;
-5. after any change, plans and reports again.
+The cluster's Temporal Schedule (``layout-converge/<prefix>``, overlap SKIP) starts a pass every
+interval. A pass plans (``layout.define``, ``layout.plan_module`` per module, base first),
+reports each module's status (``layout.converge_report``), and with ``auto`` applies what is
+safe (creations and in-place repairs, through the modules' ``LayoutModule`` apply children) and
+holds every destructive step until the ``approve`` Update names it (or all) or
+``approval_wait_s`` ends; after any change it plans and reports again.
+Why: docs/decisions/0040-layout-bootstrap-and-converge.md.
 
 Rules:
 - A pass that cannot reach the cloud (define or plan fails) changes nothing: it reports
   ``error`` and ends.
-- An approval given twice acts once (the step's key is in a set; the Update answers ``already``).
-- The module children carry the IDs a CLI ``apply`` gives them (``layout/<prefix>/<module>``):
-  a pass never runs a module at the same time as a CLI action does (the second start fails and
-  the pass reports the module's ``error``).
+- A replacement (delete, then create) runs only once approved, and once: the step's key is in a
+  set; an approval given twice answers ``already``. A held step stays ``held``: the next pass asks.
+- A node whose machine is to be made without bootstrap data is left absent, said in its note.
+- The module children carry the IDs a CLI ``apply`` gives them (``layout/<prefix>/<module>``), so
+  a pass never runs a module at the same time as a CLI action does.
 - Nothing secret is in this workflow: statuses, keys, the plan's diffs (bootstrap data as a
   digest).
 """

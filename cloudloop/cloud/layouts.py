@@ -1,35 +1,22 @@
 """The layouts part of a provider record: build a layout's definitions, and act on them.
 
 A cloud with layouts sets ``Provider.layouts`` to a factory of a :class:`LayoutPart` (imported
-lazily, as drivers are). The part turns a validated ``<Provider>ClusterConfiguration`` into
+lazily, as drivers are): it turns a validated ``<Provider>ClusterConfiguration`` into
 :class:`~cloudloop.layouts.model.LayoutDef` (pure, given the cloud's zones) and opens a
-:class:`LayoutResources` session from the document's credentials and the worker's settings
-section (endpoint, timeouts). The engine (``activities/layout.py``, ``workflows/layout.py``) is
-the same for every cloud.
+:class:`LayoutResources` session. The engine is the same for every cloud:
+docs/decisions/0055-one-layout-engine-for-every-cloud.md.
 
 Rules for a :class:`LayoutResources`:
 - ``inspect`` is read-only: the resource found by its name/tags (``None`` when the cloud says it
-  does not exist) and how it differs from the definition (:class:`Drift`). A cloud error is an
-  error, never "absent" (fail closed).
+  does not exist) and its :class:`Drift`. A cloud error is an error, never "absent".
 - ``ensure`` finds before it creates, creates with the name/tags in the same call where the cloud
-  allows (so a crash right after still leaves a findable resource), and repairs drift; a repeat
-  with nothing to do makes no mutating call.
+  allows, repairs drift; a repeat with nothing to do makes no mutating call.
 - ``delete`` is idempotent: absent is success.
-- ``refusals`` (optional, :class:`CheckingResources`) is read-only: what would refuse the
-  resource's create (a template, an image, a datastore, a network the cloud lacks), each as one
-  line; the engine asks it for every resource of a layout before an apply's first create, with
-  the properties known then (``None`` for an output of a resource not made yet), so a refused
-  apply leaves nothing behind. A cloud error is an error, never a refusal.
-- ``blockers`` names what must go first before a destroy (the cluster's own load balancers,
-  volumes, instances the layout did not make); empty means the destroy may start.
-
-Adoption (optional, :class:`AdoptingPart` / :class:`AdoptingResources`; a cloud without it
-answers ``adopt`` with NotSupported): the part's ``state_types`` maps each upstream Terraform
-resource type onto a layout kind (:class:`~cloudloop.layouts.tfstate.StateMapping`), and
-``adopt`` finds the resource by the ID the state gives, makes it findable the way ``inspect``
-finds it (a name tag; a resource whose name *is* its identity must already carry the layout's),
-and answers as ``inspect`` does — ``None`` when the cloud has no such resource. It never creates
-or deletes anything; adopting twice is a no-op.
+- ``refusals`` (optional, :class:`CheckingResources`) is read-only, one line per refusal; a cloud
+  error is an error, never a refusal. ``blockers`` names what must go before a destroy.
+- ``adopt`` (optional, :class:`AdoptingPart`/:class:`AdoptingResources`, else NotSupported) finds
+  by the Terraform state's ID, makes the resource findable as ``inspect`` finds it and answers as
+  ``inspect``; it never creates or deletes, and adopting twice is a no-op.
 """
 
 from __future__ import annotations

@@ -1,24 +1,22 @@
 """Bootstrap data (dhctl's ``cloudConfig``) for the machines a layout makes.
 
-Upstream's ``master-node`` and ``static-node`` modules take a base64 ``cloudConfig`` per node and
-place it where the cloud hands it to the booting VM (AWS ``user_data``, ...). Here the operator
-names files (``cloudloop layout apply --cloud-config [SELECTOR=]FILE``); :func:`attach` gives each
-node module's machine resource a ``user_data`` property that names its file and holds the
-content's SHA-256 and size; :func:`load` turns that into the bytes (:class:`UserData`) in the
-activity that makes the machine. A cloud's resource runtime takes them with :func:`loaded`
-(or :func:`data_of`) and, in a plan, the digest with :func:`digest_of`.
+The operator names files (``cloudloop layout apply --cloud-config [SELECTOR=]FILE``);
+:func:`attach` gives each node module's machine resource a ``user_data`` property that names its
+file and holds the content's SHA-256 and size; :func:`load` turns that into the bytes
+(:class:`UserData`) in the activity that makes the machine. A cloud's resource runtime takes them
+with :func:`loaded` (or :func:`data_of`) and, in a plan, the digest with :func:`digest_of`.
+Why, and where each cloud places it: docs/decisions/0040-layout-bootstrap-and-converge.md.
 
 Rules:
 - The bytes (a bootstrap token, certificates) never enter workflow history: only the file's
   name (on the workers' mount, ``layouts.source_dir``) and its digest and size do.
 - A node's file: the selector of its own name, else of its group (``master``, or the static
-  node group's name), else the default (no selector); a node with none boots without user data.
-  A selector that names no node or group is refused when the layout is defined.
-- The file is the user data, byte for byte (a gzipped cloud-config too); a file that changed
-  after the layout was defined is refused at the create (run the action again), never used.
-- A machine is never replaced for other bootstrap data (upstream ignores a changed
-  ``cloudConfig`` too): where the cloud keeps what a machine booted with, plan shows the change
-  as an immutable ``user_data`` field, and apply leaves the machine as it is.
+  node group's name), else the default; a node with none boots without user data. A selector
+  that names no node or group is refused when the layout is defined.
+- The file is the user data, byte for byte; a file that changed after the layout was defined is
+  refused at the create (run the action again), never used.
+- A machine is never replaced for other bootstrap data: plan shows it as an immutable
+  ``user_data`` field where the cloud keeps what a machine booted with; apply leaves it.
 """
 
 from __future__ import annotations

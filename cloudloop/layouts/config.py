@@ -1,26 +1,18 @@
 """The five upstream ``<Provider>ClusterConfiguration`` documents, validated as their OpenAPI
 schemas do, plus the cluster's identity (prefix, UUID, pod subnet).
 
-A document is checked in one pass: pydantic's field errors (required fields, enums, patterns,
-minimums, unknown fields where upstream sets ``additionalProperties: false``) and the
-cross-field rules upstream writes as ``oneOf``/``x-rules`` (``vpcNetworkCIDR`` XOR
-``existingVPCID``, the layout's own section, unique node group names, ``tenantName`` XOR
-``tenantID``...) are collected together, so a bad document is refused with *every* error at once
-(:class:`InvalidConfig`: path + message), before any cloud call. A message names the field and
-what is wrong, never the value (:mod:`cloudloop.errortext`; the rules word theirs so): a refused
-document's credentials and values stay out of workflow history, Events and logs. A section of
-the wrong shape is its field's error; the cross-field rules that trip on it add none.
+Field names and defaults are upstream's (camelCase), so a model dumps back into the upstream
+shape. Why one pass, why no values, and the departures:
+docs/decisions/0058-cluster-configuration-validated-as-upstream.md.
 
-Field names are upstream's (camelCase), so a model dumps back into the upstream shape. Defaults
-are upstream's (``layouts.md``). Credentials (``providerSecretAccessKey``, ``password``,
-``kubeconfigDataBase64``) are :class:`~pydantic.SecretStr`: they never print, and
-:func:`public_document` drops them, so nothing secret reaches a workflow input or history (the
-activities read them from the file or Secret named by a :class:`ConfigSource`).
-
-Departures: ``x-rules: sshPublicKey`` is checked as "starts with a known key type"; a
-``nodeNetworkCIDR`` must lie inside ``vpcNetworkCIDR`` (upstream words it "must overlap or
-match"); a missing cluster UUID is an error rather than a generated one (the UUID is in every
-resource's tags, so a fresh one per run would make a second cluster).
+Rules:
+- A document is checked in one pass: field errors and upstream's cross-field rules are collected
+  together, so a bad document is refused with *every* error at once (:class:`InvalidConfig`:
+  path + message), before any cloud call. A section of the wrong shape is its field's error only.
+- A message names the field and what is wrong, never the value (:mod:`cloudloop.errortext`).
+- Credentials are :class:`~pydantic.SecretStr`; :func:`public_document` drops them, so nothing
+  secret reaches a workflow input or history.
+- A missing cluster UUID is an error, never a generated one.
 """
 
 from __future__ import annotations

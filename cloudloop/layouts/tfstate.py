@@ -1,33 +1,21 @@
 """Upstream Terraform state (v4 JSON) read for adoption, and written back in the same shape.
 
-A cluster made by dhctl keeps its Terraform state in Secrets (``d8-system/d8-cluster-terraform-
-state`` key ``cluster-tf-state.json`` for the base, ``d8-system/d8-node-terraform-state-<node>``
-key ``node-tf-state.json`` per node). :func:`parse_state` reads one such document into
-:class:`StateResource` records (managed resources only; ``data`` sources are lookups) that keep
-*only* the identity attributes the provider's table names — never ``user_data``, keys or other
-secrets a state may hold — so the records may enter a workflow input. :func:`map_state` assigns
-each record to a resource key of the layout through the provider's table (a
-:class:`StateMapping` per Terraform type, the ``state_types`` field of the provider's layout
-part), and :func:`render_state` writes the IDs an apply found back as a v4 document the same
-reader takes (so adoption reads what ``publish`` writes).
+:func:`parse_state` reads one of dhctl's state documents into :class:`StateResource` records;
+:func:`map_state` assigns each record to a resource key of the layout through the provider's
+table (a :class:`StateMapping` per Terraform type, the layout part's ``state_types``);
+:func:`render_state` writes the IDs an apply found back as a v4 document the same reader takes.
+Where the states are, and the matching: docs/decisions/0056-adoption-matches-terraform-state.md.
 
-Matching, per record, within its scope (the base module for the cluster state, the node's module
-for a node state, every module when the scope is unknown), in passes until nothing changes:
-1. an ID another mapped record refers to (a NAT gateway's ``allocation_id`` names its EIP, an
-   association's ``subnet_id`` its subnet) decides;
-2. else the one candidate of that kind left in the scope;
-3. else the candidate whose name is one of the record's name attributes (``tags.Name``,
-   ``name``; both cut by the mapping's ``strip`` pattern first);
-4. else the one candidate whose known properties equal the record's ``match`` attributes
-   (``index_key`` there is the instance's ``for_each`` key: upstream's per-zone resources).
-A record left ambiguous, of a type not in the table, or of a read-only resource is reported,
-never guessed. Pure: no I/O.
-
-One Terraform type may hold several kinds (``kubernetes_manifest``: the object's kind is in
-``object.kind``/``manifest.kind``): the table then has one entry per kind under its own key
-(``kubernetes_manifest/VirtualDisk``), each naming its ``tf_type`` and the attribute paths and
-value that ``select`` it (:func:`resolve`); the record keeps the key it was placed by
-(``StateResource.mapping``).
+Rules:
+- Records keep *only* the identity attributes the table names — never ``user_data``, keys or other
+  secrets — so they may enter a workflow input. Managed resources only (``data`` is lookups).
+- Matching is per record within its scope, in passes until nothing changes: a reference from
+  another mapped record, else the one candidate left, else the name, else the ``match`` attributes.
+- A record left ambiguous, of a type not in the table, or of a read-only resource is reported,
+  never guessed.
+- One Terraform type may hold several kinds (``kubernetes_manifest``): one entry per kind, chosen
+  by :func:`resolve`; the record keeps the key it was placed by.
+- Pure: no I/O.
 """
 
 from __future__ import annotations
