@@ -183,7 +183,7 @@ def test_registration_secret_keys_as_deckhouse(tmp_path: Path) -> None:
     data = {k: base64.b64decode(v).decode() for k, v in secrets[0]["data"].items()}
     assert data["type"] == "openstack"
     assert data["instanceClassKind"] == "OpenStackInstanceClass"
-    assert data["machineClassKind"] == "OpenStackMachineClass"
+    assert data["machineClassKind"] == ""  # Cluster API, as the other clouds
     assert data["instanceClassAPIVersion"] == "v1"
     assert data["region"] == "RegionOne"
     assert {k: data[k] for k in data if k.startswith("capi")} == {

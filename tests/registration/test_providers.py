@@ -28,6 +28,24 @@ def test_registration_secrets_per_provider(provider: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "provider", [pytest.param(p, id=p) for p, r in PROVIDERS.items() if r.registration]
+)
+def test_every_registration_announces_cluster_api_never_an_mcm_kind(provider: str) -> None:
+    """An empty ``machineClassKind`` tells the node manager to use Cluster API: nothing serves
+    the Machine Controller Manager's ``<Cloud>MachineClass``, so announcing one would leave
+    every node group without machines. The Cluster API kinds are announced instead."""
+    record = PROVIDERS[provider]
+    assert record.registration is not None
+    for body in record.registration(record.section(Settings())):
+        data = {k: base64.b64decode(v).decode() for k, v in body["data"].items()}
+        assert data["machineClassKind"] == "", (
+            f"{provider} announces MCM {data['machineClassKind']}"
+        )
+        assert data["capiClusterKind"] and data["capiMachineTemplateKind"]
+        assert data["capiMachineTemplateAPIVersion"].startswith("infrastructure.cluster.x-k8s.io/")
+
+
+@pytest.mark.parametrize(
     "provider", [pytest.param(p, id=p) for p, r in PROVIDERS.items() if r.node_templates]
 )
 def test_registration_publishes_the_machine_template_contract(provider: str) -> None:

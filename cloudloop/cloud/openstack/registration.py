@@ -1,12 +1,16 @@
 """The node manager's registration Secret for OpenStack (Deckhouse ``templates/registration.yaml``).
 
 ``kube-system/d8-node-manager-cloud-provider`` (and the copy ``...-openstack``) tells the node
-manager to use ``OpenStackInstanceClass``/``OpenStackMachineClass`` and the Cluster API kinds
-(``capi*`` keys: ``OpenStackCluster``/``OpenStackMachineTemplate`` v1beta1, cluster ``openstack``)
+manager to use ``OpenStackInstanceClass`` and the Cluster API kinds (``capi*`` keys:
+``OpenStackCluster``/``OpenStackMachineTemplate`` v1beta1, cluster ``openstack``)
 and hands it the connection (``openstack`` key: ``connection``, ``internalNetworkNames``,
 ``externalNetworkNames``, ``instances``, ``podNetworkMode``, ``tags``: the subtree the machine
 template reads as ``.provider``), key for key as Deckhouse renders it. The ``openstack`` key
 holds the password: it is a Secret, but it is never logged. Every value is base64.
+
+Departure from Deckhouse's OpenStack module: ``machineClassKind`` is empty, as on the other four
+clouds (cloudloop serves no Machine Controller Manager ``OpenStackMachineClass``; an empty kind
+tells the node manager to use Cluster API).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def registration_values(raw: OpenStackSettings) -> dict[str, str]:
         "zones": helm_json(list(settings.zones)),
         "instanceClassAPIVersion": "v1",
         "instanceClassKind": "OpenStackInstanceClass",
-        "machineClassKind": "OpenStackMachineClass",
+        "machineClassKind": "",  # no MCM: the node manager uses Cluster API
         "capiClusterName": NAME,
         "capiClusterKind": INFRA_KINDS.cluster.kind,
         "capiClusterAPIVersion": infra_api_version,
