@@ -1,24 +1,21 @@
 """``cloudloop codec-server``: Temporal's codec endpoint, so the Temporal UI and CLI show
 decrypted payloads to the people allowed to see them.
 
-Temporal's convention: ``POST <endpoint>/decode`` and ``POST <endpoint>/encode``, body and answer
-``{"payloads": [...]}`` in proto-JSON form (``metadata`` values and ``data`` in base64), the
-namespace in ``X-Namespace``; the UI calls it from the browser, so it answers CORS (the
-``OPTIONS`` preflight and the headers of every answer) for the configured origins only, with
-credentials. ``GET /healthz`` answers ``ok`` for probes.
+Temporal's convention: ``POST <endpoint>/decode`` and ``/encode``, body and answer
+``{"payloads": [...]}`` in proto-JSON, the namespace in ``X-Namespace``; CORS (preflight and
+headers) for the configured origins only, with credentials. ``GET /healthz`` answers ``ok``.
+Why: docs/decisions/payload-codec.md.
 
 Rules:
-- Every encode and decode needs authorization: a bearer token listed in ``tokens_file``
-  (re-read at each request, so a removed token stops working at once; compared by SHA-256 in
-  constant time), or, with ``kubernetes_authorization``, a Kubernetes token allowed ``post`` on
-  the non-resource URL ``/cloudloop/codec`` (TokenReview + SubjectAccessReview, cached as the
-  metrics endpoint's). Without either the server refuses to start, unless
-  ``insecure_no_authorization`` says so. No token is 401, a refused one 403.
-- A request for another namespace than ``temporal.namespace`` is 403: the key ring is this
-  namespace's. A body without ``Content-Length`` is 411, over ``max_body_bytes`` 413 (never
-  read), not a payloads document 400; a payload that does not decrypt is 400 naming its key id.
-- Logs name the method, path, namespace, payload count, size and status; never a payload's
-  data, a token or a key. Each connection has ``request_timeout_s`` to send its request.
+- Every encode and decode needs authorization: a bearer token listed in ``tokens_file`` (re-read
+  at each request; compared by SHA-256 in constant time), or, with ``kubernetes_authorization``,
+  a Kubernetes token allowed ``post`` on ``/cloudloop/codec`` (TokenReview + SubjectAccessReview,
+  cached). Without either the server refuses to start, unless ``insecure_no_authorization``.
+  No token is 401, a refused one 403.
+- Another namespace than ``temporal.namespace`` is 403. No ``Content-Length`` is 411, over
+  ``max_body_bytes`` 413 (never read), not a payloads document 400; a payload that does not
+  decrypt is 400 naming its key id.
+- Logs never hold a payload's data, a token or a key. Each connection has ``request_timeout_s``.
 """
 
 from __future__ import annotations

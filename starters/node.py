@@ -1,29 +1,23 @@
 """NodeSync: the cloud node controllers as three loops in the starter, with batched cloud calls.
 
-- **init**: Nodes with the ``uninitialized`` taint are collected for a short window and looked
-  up in one batched call (by providerID, else by node name); each then gets its addresses, the
-  zone/region/instance-type labels, ``spec.providerID`` and the taint removed, and a ``Synced``
-  Event (from the informer's copy: a status PATCH, a PUT, the Event; a conflict reads again).
-  A batch's writes (``--concurrent-node-syncs`` at once, over all batches) overlap the next
-  batch's lookup. The ``Synced`` Event is recorded by a pool of its own once the node is
-  written (best effort, as every Event), so a write slot is taken by the two node writes only.
-  Nodes wait in the starters' work queue; failures keep the taint and retry with
-  per-node backoff (one ``FailedToInitializeNode`` Warning per failure streak).
-- **two writes a Node**, as upstream (its ``Update``, then ``updateNodeAddress``'s status
-  PATCH): the API server drops status from an update of a Node and spec from an update of its
-  status (``nodeStrategy``/``nodeStatusStrategy.PrepareForUpdate``), so the addresses and the
-  providerID + taint removal cannot share a write. Departure: the addresses go first, so no
-  Node loses the taint before it has its cloud addresses. A burst's wall is these writes: the
-  write slots (``--concurrent-node-syncs``, upstream's default 1, at most 32) set its pace.
-- **lifecycle** (``--node-monitor-period`` after the last pass ended, as upstream's
-  ``wait.UntilWithContext``): NotReady nodes are looked up in one batched call; a node is
-  deleted only when the cloud answered without error that its instance does not exist
-  (terminated counts as gone); a stopped instance gets the shutdown taint, removed again once
-  the node is Ready. Any cloud error keeps every node (fail closed), and so does a providerID
-  that names no well-formed instance: it is never looked up (a lookup of garbage finds nothing,
-  which would read as "gone"); the node gets one ``InvalidProviderID`` Warning.
-- **address refresh** (``--node-status-update-frequency`` after the last one ended): one
-  batched lookup of all initialized nodes; addresses are patched only when they changed.
+- **init**: tainted Nodes are collected for a short window, looked up in one batched call, then
+  written (addresses, labels, providerID, the taint removed) and given a ``Synced`` Event.
+- **lifecycle** (``--node-monitor-period`` after the last pass ended): NotReady nodes looked up
+  in one batched call; gone instances' Nodes deleted, stopped ones tainted.
+- **address refresh** (``--node-status-update-frequency``): one batched lookup of all
+  initialized nodes. Why batched, why two writes, why fail closed:
+  docs/decisions/0059-node-sync-in-the-starter-batched.md.
+
+Rules:
+- Two writes a Node (the status PATCH with the addresses first, then the PUT with providerID and
+  the taint removed), at most ``--concurrent-node-syncs`` at once; a conflict reads again; the
+  Event is recorded outside the write slots.
+- Failures keep the taint and retry with per-node backoff (one ``FailedToInitializeNode`` Warning
+  per failure streak).
+- A node is deleted only when the cloud answered without error that its instance does not exist;
+  any cloud error keeps every node, and a malformed providerID is never looked up (one
+  ``InvalidProviderID`` Warning).
+- Addresses are patched only when they changed.
 """
 
 from __future__ import annotations

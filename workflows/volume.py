@@ -2,32 +2,21 @@
 
 Each workflow runs its operation's activity, which makes the cloud change and waits for it, and
 turns a refusal (cloud error kind) into a result with a CSI code, so callers always get a result.
+Why local first: docs/decisions/0041-volume-operations-local-first.md.
 
 Rules:
-
-- Local first. The activity runs first as a local activity, in the workflow task that started
-  the workflow: the common case (an answer within seconds) costs one workflow task and no
-  activity task. A local attempt that has waited ``LOCAL_WAIT_S`` for the cloud hands over
-  (``HAND_OVER``, its progress in the details); a retryable failure or the local attempt's
-  timeout goes on too: the same activity then runs as a heartbeating, retried activity
-  (``resume`` carries the progress), visible as a pending activity in the UI. A refusal of the
-  local attempt is the result. Every attempt reads what the cloud already has first, so running
-  the activity again after a local attempt never repeats a change.
-- A worker killed during the local attempt: the workflow task times out and another worker
-  replays and runs it again (the same crash safety as an activity's heartbeat timeout).
+- Local first: the activity runs first as a local activity in the workflow task that started the
+  workflow; after ``LOCAL_WAIT_S`` (``HAND_OVER``, progress in the details), a retryable failure
+  or its timeout, the same activity goes on as a heartbeating, retried activity (``resume``). A
+  refusal of the local attempt is the result. Every attempt reads the cloud first, so nothing is
+  repeated; a worker killed meanwhile times the workflow task out and another replays it.
 - Runs started before the ``volume-local-first`` patch keep their single heartbeating activity.
-
-Identity: a create runs as ``volume-create/<name>``; every other operation on an existing volume
-runs as ``volume/<volume-id>``. One workflow ID per volume is what makes "at most one operation
-per volume" atomic in Temporal: a second request for the same volume meets the running workflow
-(conflict policy ``USE_EXISTING``) and the client compares the request it carries (memo) with its
-own — equal joins, different is refused as pending (see :mod:`cloudloop.csi.operations`). The
-operation's own name (``attach/<volume>/<node>``, ``detach/<volume>/<node>``, ``expand/<volume>``,
-``volume-delete/<volume>``) is in the memo and the workflow's summary.
-
-Snapshots run as ``snapshot-create/<name>`` and ``snapshot/<snapshot-id>`` the same way. Reads for
-the CSI controller (one volume, the cluster's volumes, free capacity, snapshots) run as
-``volume-read/<kind>/<random>``: they change nothing, take no lock and time out after 30 s.
+- Identity: a create runs as ``volume-create/<name>``, every other operation on a volume as
+  ``volume/<volume-id>`` (snapshots: ``snapshot-create/<name>``, ``snapshot/<snapshot-id>``): one
+  workflow ID per volume makes "at most one operation per volume" atomic; a second request meets
+  the running workflow (``USE_EXISTING``) and the memo decides: equal joins, different is
+  refused as pending (:mod:`cloudloop.csi.operations`).
+- Reads (``volume-read/<kind>/<random>``) change nothing, take no lock, time out after 30 s.
 """
 
 from __future__ import annotations

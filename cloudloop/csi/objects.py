@@ -1,26 +1,22 @@
 """The Kubernetes objects of the CSI driver: its ``CSIDriver`` and the cloud's StorageClasses.
 
-StorageClasses come from the configured cloud (``CloudDriver.storage_classes``: EBS types on AWS,
-one per parent StorageClass on DVP, one per storage domain on zVirt, one per Cinder volume type
-on OpenStack, one per zoned datastore on vSphere) and the discovery document
-the discoverer writes (Secret ``d8-cloud-provider-discovery-data``): every class is
-``WaitForFirstConsumer``, expandable, reclaim ``Delete``, and on zonal clouds limited
-(``allowedTopologies`` under the cloud's topology key) to the zones the class serves (a vSphere
-datastore's), else to every discovered zone. The default is the cloud's own unless
-``csi.default_storage_class`` names another (``-``: none). Classes matching
-``csi.storage_class_exclude`` (Deckhouse's ``storageClass.exclude``: names or regexes) are not
-made, and removed if this driver made them.
+StorageClasses come from the configured cloud (``CloudDriver.storage_classes``) and the discovery
+document the discoverer writes (Secret ``d8-cloud-provider-discovery-data``); where the cloud's
+driver has snapshots and ``csi.volume_snapshot_class.enabled`` is set, the driver's
+VolumeSnapshotClass follows the same document.
 
-Where the cloud's driver has snapshots and ``csi.volume_snapshot_class.enabled`` is set, the
-driver's VolumeSnapshotClass (deletionPolicy ``Delete``, name/default/parameters from the
-settings) follows the same discovery document: made with the StorageClasses, replaced when its
-parameters change, deleted when snapshots are no longer offered; a cluster without the snapshot
-CRDs gets none (a log line, nothing else).
-
-Identity: the classes this driver manages carry ``cloudloop.io/csi-driver=<driver>``; a class of
-that name without the label is the user's and is never touched. A class whose immutable fields
-changed is deleted and created again (what Deckhouse does); one the cloud no longer offers is
-deleted. A missing or unreadable discovery document leaves everything as it is.
+Rules:
+- Every class is ``WaitForFirstConsumer``, expandable, reclaim ``Delete``, and on zonal clouds
+  limited (``allowedTopologies``) to the zones it serves, else to every discovered zone.
+- The default is the cloud's own unless ``csi.default_storage_class`` names another (``-``: none).
+  Classes matching ``csi.storage_class_exclude`` are not made, and removed if this driver made them.
+- Identity: managed classes carry ``cloudloop.io/csi-driver=<driver>``; a class of that name
+  without the label is the user's and is never touched. A class whose immutable fields changed
+  is deleted and created again (as Deckhouse does); one the cloud no longer offers is deleted.
+- The VolumeSnapshotClass (deletionPolicy ``Delete``) is made with the StorageClasses, replaced
+  when its parameters change, deleted when snapshots are no longer offered; without the snapshot
+  CRDs there is none (a log line).
+- A missing or unreadable discovery document leaves everything as it is.
 """
 
 from __future__ import annotations
