@@ -101,11 +101,9 @@ class LoadBalancerActivities:
         skipped, with a warning).
 
         A node set sent by reference is mapped once per ConfigMap version and the list shared by
-        every activity of that version (read-only: drivers never change a spec's lists). At 5,000
-        nodes one mapping is ~3 MB of objects; built by each of 50 concurrent ensures it came to
-        up to ~150 MB at a burst's peak, much of which glibc kept resident afterwards (lbscale's
-        worker 363 → 257 MB with the arena cap). The skipped nodes' warning then names the first
-        Service that mapped that version.
+        every activity of that version (read-only: drivers never change a spec's lists), so a
+        burst of ensures holds one mapping, not one each (the memory it saved: bench/README.md).
+        The skipped nodes' warning then names the first Service that mapped that version.
         """
         nodes = self.nodes(target, desired)
         if desired.node_set is None:

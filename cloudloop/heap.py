@@ -48,8 +48,7 @@ def pin_mmap_threshold(size: int = 128 * 1024) -> None:
     glibc raises the threshold to the size of every mapped block freed (up to 32 MiB), so after
     the first large buffers (a node set's JSON, gRPC messages) blocks of that size come from the
     heap, where one live neighbour keeps their pages resident. A pinned threshold maps and unmaps
-    them. For the worker: 1,000 load-balancer workflows, 14 MB less resident. Another C library:
-    nothing.
+    them (what it saves the worker: bench/README.md). Another C library: nothing.
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size)

@@ -259,9 +259,7 @@ class VsphereVolumes(VolumeDefaults):
         stores = self._candidate_datastores()
         url = parameters.get(DATASTORE_URL_PARAMETER, "")
         if url:
-            by_url = [
-                d for d in self.stores.datastores() if d.url.rstrip("/") == url.rstrip("/")
-            ]
+            by_url = [d for d in self.stores.datastores() if d.url.rstrip("/") == url.rstrip("/")]
             if not by_url:
                 raise errors.InvalidRequest(PROVIDER, operation, f"no datastore at {url}")
             return by_url
