@@ -120,6 +120,7 @@ async def plan_module(input: PlanModuleInput, timings: LayoutTimings) -> PlanMod
         LayoutActivity.PLAN,
         input,
         result_type=PlanModuleResult,
+        summary=f"plan {'the destroy of ' if input.destroy else ''}module {input.module.id}",
         **activity_options(timings),
     )
     return result
@@ -271,6 +272,7 @@ class LayoutWorkflow:
                 LayoutActivity.DEFINE,
                 DefineInput(provider=input.provider, source=input.source, cluster=input.cluster),
                 result_type=LayoutDef,
+                summary=f"define the {input.provider} layout of {input.cluster.prefix}",
                 **activity_options(input.timings),
             )
         except ActivityError as err:
@@ -364,6 +366,7 @@ class LayoutWorkflow:
                     },
                 ),
                 id=state.workflow_id,
+                static_summary=f"{action} module {module.id}",
             )
         except ChildWorkflowError as err:
             failure = failure_of(err, module.id)
@@ -401,6 +404,7 @@ class LayoutWorkflow:
                         provider=self._input.provider, source=self._input.source, layout=layout
                     ),
                     result_type=list[str],
+                    summary="check every lookup the apply needs, before any create",
                     **activity_options(self._input.timings),
                 )
             except ActivityError as err:
@@ -431,6 +435,7 @@ class LayoutWorkflow:
                     state=self._input.state,
                 ),
                 result_type=StateMap,
+                summary="place the Terraform state's resources on the layout's",
                 **activity_options(self._input.timings),
             )
         except ActivityError as err:
@@ -486,6 +491,7 @@ class LayoutWorkflow:
                     found=found,
                     cleared=bool(self._input.kubeconfig),
                 ),
+                summary="check nothing the destroy would delete is still in use",
                 result_type=list[str],
                 **activity_options(self._input.timings),
             )

@@ -266,6 +266,7 @@ class LayoutConvergeWorkflow:
                     timings=input.timings,
                 ),
                 id=module_workflow_id(input.cluster.prefix, module.id, input.id_scope),
+                static_summary=f"apply module {module.id} (converge pass)",
             )
         except (ChildWorkflowError, WorkflowAlreadyStartedError) as err:
             # (another apply of the module is running: this pass leaves it to that one)

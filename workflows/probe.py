@@ -50,6 +50,7 @@ class CloudProbeWorkflow:
                 ProbeActivity.DISCOVER_ZONES,
                 CloudCallInput(provider=input.provider),
                 result_type=ZoneList,
+                summary=f"ask {input.provider} for its zones",
                 start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=CLOUD_RETRY,
             )
@@ -80,6 +81,7 @@ class CloudProbeWorkflow:
                 ),
                 observed_generation=input.generation,
             ),
+            summary=f"write Ready={result.ok} ({result.reason}) onto the CloudProbe",
             start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
@@ -91,6 +93,7 @@ class CloudProbeWorkflow:
                 reason="Probed" if result.ok else "ProbeFailed",
                 message=f"{result.message} (workflow {wf_id})",
             ),
+            summary=f"Event {'Probed' if result.ok else 'ProbeFailed'} on the CloudProbe",
             start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )

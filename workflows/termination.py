@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         NodeTaint,
         OutcomeInput,
         PodPlan,
+        PodRef,
         QueueInfo,
         QueueRulesInput,
         QueueSetupInput,
@@ -84,6 +85,12 @@ def _failure(err: BaseException) -> tuple[str, str]:
     if isinstance(cause, ApplicationError):
         return cause.type or "ApplicationError", cause.message
     return type(cause).__name__, str(cause or err)
+
+
+def _pod_names(pods: list[PodRef], shown: int = 5) -> str:
+    """The first ``shown`` pods' keys, and how many more (an activity summary stays short)."""
+    names = ", ".join(p.key for p in pods[:shown])
+    return f"{names} and {len(pods) - shown} more" if len(pods) > shown else names
 
 
 @workflow.defn(name="DrainNode")
@@ -138,6 +145,7 @@ class DrainNodeWorkflow:
                     DrainActivity.RECORD_LIFECYCLE_HEARTBEAT,
                     LifecycleActionInput(action=action),
                     result_type=bool,
+                    summary=f"keep the lifecycle action of {self._input.node} alive",
                     start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                     retry_policy=HEARTBEAT_RETRY,
                 )
@@ -186,6 +194,7 @@ class DrainNodeWorkflow:
                 ],
             ),
             result_type=bool,
+            summary=f"taint Node {self._input.node}: {len(new)} event(s)",
             start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
@@ -208,6 +217,7 @@ class DrainNodeWorkflow:
                     force=options.force,
                 ),
                 result_type=PodPlan,
+                summary=f"list the pods to evict from {node}",
                 start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=KUBE_RETRY,
             )
@@ -237,6 +247,7 @@ class DrainNodeWorkflow:
                         workflow_id=workflow.info().workflow_id,
                     ),
                     result_type=EvictPodsResult,
+                    summary=f"evict {len(pods)} pod(s) from {node}: {_pod_names(pods)}",
                     start_to_close_timeout=timedelta(seconds=options.drain_round_s + 120),
                     heartbeat_timeout=timedelta(seconds=options.activity_heartbeat_timeout_s),
                     retry_policy=KUBE_RETRY,
@@ -274,6 +285,7 @@ class DrainNodeWorkflow:
                 node=self._input.node, timeout_s=options.volume_attachment_timeout_s
             ),
             result_type=list[str],
+            summary=f"wait for the VolumeAttachments of {self._input.node} to go",
             start_to_close_timeout=timedelta(seconds=options.volume_attachment_timeout_s + 120),
             heartbeat_timeout=timedelta(seconds=options.activity_heartbeat_timeout_s),
             retry_policy=KUBE_RETRY,
@@ -307,6 +319,7 @@ class DrainNodeWorkflow:
                     provider_id=self._input.provider_id,
                 ),
                 result_type=bool,
+                summary=f"send the webhook for {self._input.node} ({event.kind.value})",
                 start_to_close_timeout=timedelta(seconds=15),
                 retry_policy=ONCE,  # at most one notification per drain
             )
@@ -320,6 +333,7 @@ class DrainNodeWorkflow:
                     DrainActivity.COMPLETE_LIFECYCLE_ACTION,
                     LifecycleActionInput(action=action),
                     result_type=bool,
+                    summary=f"complete the lifecycle action of {self._input.node}",
                     start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                     retry_policy=AWS_RETRY,
                 )
@@ -337,6 +351,7 @@ class DrainNodeWorkflow:
                 reason=reason,
                 message=f"{message} (workflow {workflow.info().workflow_id})",
             ),
+            summary=f"{'Event' if ok else 'Warning'} {reason} on Node {self._input.node}",
             start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=KUBE_RETRY,
         )
@@ -356,6 +371,7 @@ class DrainNodeWorkflow:
                     DrainActivity.CORDON_NODE,
                     CordonNodeInput(node=input.node),
                     result_type=bool,
+                    summary=f"cordon Node {input.node}",
                     start_to_close_timeout=SINGLE_CALL_TIMEOUT,
                     retry_policy=KUBE_RETRY,
                 )
@@ -406,6 +422,7 @@ class CompleteLifecycleWorkflow:
             DrainActivity.COMPLETE_LIFECYCLE_ACTION,
             LifecycleActionInput(action=input.action),
             result_type=bool,
+            summary=f"complete the lifecycle action of instance {input.action.instance_id}",
             start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=AWS_RETRY,
         )
@@ -430,6 +447,7 @@ class TerminationQueueWorkflow:
                 DrainActivity.REMOVE_QUEUE,
                 input.spec,
                 result_type=list[str],
+                summary="remove the interruption queue, its rules and hooks",
                 start_to_close_timeout=QUEUE_STEP_TIMEOUT,
                 heartbeat_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=AWS_RETRY,
@@ -439,6 +457,7 @@ class TerminationQueueWorkflow:
             DrainActivity.ENSURE_QUEUE,
             input.spec,
             result_type=QueueInfo,
+            summary="find or make the interruption queue",
             start_to_close_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=AWS_RETRY,
         )
@@ -446,6 +465,7 @@ class TerminationQueueWorkflow:
             DrainActivity.ENSURE_QUEUE_RULES,
             QueueRulesInput(spec=input.spec, queue=queue),
             result_type=list[str],
+            summary="find or make the EventBridge rules into the queue",
             start_to_close_timeout=QUEUE_STEP_TIMEOUT,
             heartbeat_timeout=SINGLE_CALL_TIMEOUT,
             retry_policy=AWS_RETRY,
@@ -456,6 +476,8 @@ class TerminationQueueWorkflow:
                 DrainActivity.ENSURE_LIFECYCLE_HOOKS,
                 input.spec,
                 result_type=list[str],
+                summary="find or make the lifecycle hooks of "
+                f"{len(input.spec.lifecycle_hook_groups)} Auto Scaling group(s)",
                 start_to_close_timeout=QUEUE_STEP_TIMEOUT,
                 heartbeat_timeout=SINGLE_CALL_TIMEOUT,
                 retry_policy=AWS_RETRY,

@@ -87,6 +87,20 @@ LOCAL_ONCE = RetryPolicy(maximum_attempts=1)
 LOCAL_FIRST_PATCH = "volume-local-first"
 
 
+def _step(activity_name: str) -> str:
+    """``volume.create`` → ``create volume`` (an activity summary's verb)."""
+    noun, _, verb = activity_name.partition(".")
+    return f"{verb} {noun}"
+
+
+def _subject(input: VolumeInput) -> str:
+    """What an activity acts on, for its summary: the name, the cloud IDs and the node."""
+    fields = ("name", "volume_id", "snapshot_id", "source_volume_id", "node_id", "size_gib")
+    parts = [f"{f}={getattr(input, f)}" for f in fields if getattr(input, f, "")]
+    kind = getattr(input, "kind", "")
+    return " ".join([str(kind)] * bool(kind) + parts)
+
+
 def _failure_of(err: ActivityError | ApplicationError | TemporalTimeoutError) -> BaseException:
     """What failed: the activity error's cause (a local activity's error may come unwrapped)."""
     return err.cause or err if isinstance(err, ActivityError) else err
@@ -111,6 +125,7 @@ async def _local_attempt(name: str, input: VolumeInput, result_type: type[R]) ->
             name,
             input,
             result_type=result_type,
+            summary=f"{_step(name)} {_subject(input)} (local attempt)",
             start_to_close_timeout=LOCAL_ATTEMPT_TIMEOUT,
             retry_policy=LOCAL_ONCE,
         )
@@ -150,6 +165,7 @@ async def run_volume_activity(
                 name,
                 attempt,
                 result_type=result_type,
+                summary=f"{_step(name)} {_subject(attempt)}",
                 start_to_close_timeout=min(ATTEMPT_TIMEOUT, remaining),
                 schedule_to_close_timeout=remaining,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,

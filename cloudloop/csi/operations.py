@@ -394,7 +394,7 @@ class VolumeOperations:
                 namespace="",
                 name=subject,
             ),
-            static_summary=operation,
+            static_summary=f"{operation} {subject}",
             request_eager_start=True,
         )
         run = self.client.get_workflow_handle(
