@@ -178,6 +178,8 @@ def _node_group(kube: Kube) -> None:
         namespace=namespace,
         bootstrap=Bootstrap(data_secret_name=bootstrap),
         replicas=NODE_GROUP_REPLICAS,
+        # a tagged zone: its machines go to the compute cluster carrying its tag
+        zones=(sorted(LAYOUT.zones)[0],),
         max_surge=0,
         max_unavailable=1,
     )

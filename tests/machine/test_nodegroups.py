@@ -415,6 +415,7 @@ def vsphere_cloud(endpoint: VcsimEndpoint) -> Iterator[Cloud]:
     from cloudloop.cloud.vsphere.capi import NODE_TEMPLATES as VSPHERE_TEMPLATES
     from devstack.backends import vsphere
     from devstack.vcsim_guest import GuestAgent
+    from devstack.vcsim_inventory import ZoneLayout
     from tests.machine.vsphere_machines import VcsimMachines
 
     made = VcsimMachines(endpoint)
@@ -439,6 +440,8 @@ def vsphere_cloud(endpoint: VcsimEndpoint) -> Iterator[Cloud]:
             snapshot=made.snapshot,
             provider_id=made.provider_id,
             per_machine={"vms": lambda m: m},
+            # a zone the stack's vcsim tags on a compute cluster (machines are placed by it)
+            render_args=(f"--zones={sorted(ZoneLayout().zones)[0]}",),
         )
     made.close()
 

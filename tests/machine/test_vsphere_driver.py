@@ -34,7 +34,7 @@ from devstack.backends.vsphere import (
     vsphere_settings,
 )
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
-from devstack.vcsim_inventory import connect, disconnect, wait_task
+from devstack.vcsim_inventory import Inventory, connect, disconnect, wait_task
 
 pytestmark = pytest.mark.stack
 
@@ -212,6 +212,30 @@ def test_unknown_placement_is_an_invalid_request(
     spec = spec_of(**fields)
     with pytest.raises(errors.InvalidRequest, match=message) as caught:
         driver.machines.create_machine(spec, USER_DATA)
+    assert not caught.value.retryable
+    assert vms_named(si, spec.name) == []
+
+
+@pytest.mark.parametrize(("zone", "cluster"), [("zone-a", "DC0_C0"), ("zone-b", "DC0_C1")])
+def test_a_machine_lands_in_the_compute_cluster_that_carries_its_zone_tag(
+    seeded: Inventory, driver: VsphereDriver, si: Any, zone: str, cluster: str
+) -> None:
+    """No ``zoneComputeClusterPaths`` entry and no pool in the spec: the zone's tag on a compute
+    cluster places the VM (CAPV's deployment zones), never the template's pool (zone-a's)."""
+    spec = spec_of().model_copy(update={"failure_domain": zone})
+    driver.machines.create_machine(spec, USER_DATA)
+    vm = only_vm(si, spec.name)
+    assert vm.resourcePool.owner.name == cluster
+    assert driver.machines.delete_machine(spec) is True
+
+
+def test_a_zone_no_compute_cluster_carries_is_refused_before_any_clone(
+    seeded: Inventory, driver: VsphereDriver, si: Any
+) -> None:
+    spec = spec_of().model_copy(update={"failure_domain": "zone-c"})
+    with pytest.raises(errors.InvalidRequest, match="failure domain 'zone-c'") as caught:
+        driver.machines.create_machine(spec, USER_DATA)
+    assert "on 0 compute clusters of DC0" in caught.value.message
     assert not caught.value.retryable
     assert vms_named(si, spec.name) == []
 

@@ -39,7 +39,13 @@ from cloudloop.cloud.vsphere.machinespec import (
     extra_config,
     parse_machine_spec,
 )
-from cloudloop.cloud.vsphere.mapping import PROVIDER, instance_state, is_uuid, provider_id
+from cloudloop.cloud.vsphere.mapping import (
+    PROVIDER,
+    Entity,
+    instance_state,
+    is_uuid,
+    provider_id,
+)
 from cloudloop.cloud.vsphere.tagging import ObjectId, TaggingClient
 from cloudloop.cloud.vsphere.vmomi import PC, vim, vmodl
 
@@ -88,6 +94,10 @@ class Placement:
     pool: Any
     datastore: Any | None
     networks: tuple[Any, ...]
+
+
+#: What an inventory lookup of an unknown moref answers.
+_NO_ENTITY = Entity(moref="", type="", name="")
 
 
 def machine_error(operation: str, exc: errors.CloudError) -> errors.CloudError:
@@ -349,6 +359,9 @@ class VsphereMachines:
         if cluster:
             path = self._path(dc_name, "host", cluster)
             return self._resolve(f"{path}/Resources", (vim.ResourcePool,), "resource pool")
+        zoned = self._zone_pool(spec.failure_domain, dc_name) if spec.failure_domain else None
+        if zoned is not None:
+            return zoned
         pool = self.session.call(
             "GetTemplatePool",
             lambda si: vim.VirtualMachine(template._moId, si._stub).resourcePool,
@@ -360,6 +373,67 @@ class VsphereMachines:
                 "resourcePool: not set, and the template has no pool to inherit",
             )
         return pool
+
+    def _zone_pool(self, zone: str, dc_name: str) -> Any | None:
+        """The root pool of the one compute cluster of ``dc_name`` that carries ``zone``'s tag
+        (CAPV's deployment zones). ``InvalidRequest`` naming the zone when none or several do
+        while the datacenter is zoned (some host or cluster carries a zone tag), so a machine is
+        never placed outside its failure domain; ``None`` in an unzoned datacenter (the zone is
+        a name only: the template's pool serves)."""
+        refused = f"failure domain {zone!r}"
+        category = self.session.connection().zone_category
+        if not category:
+            return None
+        inventory = self.session.inventory()
+        tags = self.session.tags_by_object([category])
+        compute = ("ClusterComputeResource", "ComputeResource")
+        placeable = ("HostSystem", *compute)
+        zoned = any(
+            e.type in placeable
+            and inventory.datacenter_of(m) == dc_name
+            and any(c == category for c, _ in tags.get(m, ()))
+            for m, e in inventory.entities.items()
+        )
+        if not zoned:
+            return None
+
+        def in_zone(moref: str) -> bool:
+            return (category, zone) in tags.get(moref, ())
+
+        mine = [
+            m
+            for m, e in inventory.entities.items()
+            if e.type in compute and inventory.datacenter_of(m) == dc_name and in_zone(m)
+        ]
+        if not mine:  # a standalone host's tag places it in its own compute resource
+            hosts = [
+                m
+                for m, e in inventory.entities.items()
+                if e.type == "HostSystem" and inventory.datacenter_of(m) == dc_name and in_zone(m)
+            ]
+            parents = {inventory.entities[h].parent for h in hosts if h in inventory.entities}
+            mine = [p for p in parents if inventory.entities.get(p, _NO_ENTITY).type == compute[1]]
+            if hosts and not mine:
+                raise errors.InvalidRequest(
+                    PROVIDER,
+                    "CreateMachine",
+                    f"{refused}: its tag {category}/{zone} is on hosts inside a cluster, not on a "
+                    "compute cluster; tag the cluster or set zoneComputeClusterPaths",
+                )
+        if len(mine) != 1:
+            names = sorted(inventory.entities[m].name for m in mine)
+            raise errors.InvalidRequest(
+                PROVIDER,
+                "CreateMachine",
+                f"{refused}: the tag {category}/{zone} is on {len(mine)} compute clusters of "
+                f"{dc_name}{': ' + ', '.join(names) if names else ''}; it must be on exactly one "
+                "(or set zoneComputeClusterPaths)",
+            )
+        moref, kind = mine[0], inventory.entities[mine[0]].type
+        return self.session.call(
+            "GetComputePool",
+            lambda si: getattr(vim, kind)(moref, si._stub).resourcePool,
+        )
 
     def _networks(self, dc: Any, names: list[str]) -> tuple[Any, ...]:
         def read(si: Any) -> list[tuple[Any, str]]:
