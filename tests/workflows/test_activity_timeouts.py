@@ -28,9 +28,9 @@ from cloudloop.messages.layout import LayoutTimings
 from cloudloop.messages.machine import MachineTimings
 from cloudloop.messages.termination import DrainOptions
 from cloudloop.settings import NthSettings
+from tests.workflows.scheduling import WORKFLOWS, workflow_calls
 from workflows.timeouts import SINGLE_CALL_TIMEOUT
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 DEAD_WORKER_BOUND = timedelta(seconds=15)
 SCHEDULING = {"execute_activity", "start_activity"}
 #: ``<name>.<field>`` timeouts read from a workflow's input: the defaults that bound them.
@@ -140,15 +140,8 @@ class _Module:
 def _activity_calls() -> Iterator[tuple[str, _Module, ast.Call]]:
     for path in sorted(WORKFLOWS.glob("*.py")):
         module = _Module(path)
-        for node in ast.walk(module.tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in SCHEDULING
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "workflow"
-            ):
-                yield f"{path.name}:{node.lineno}", module, node
+        for node in workflow_calls(module.tree, SCHEDULING):
+            yield f"{path.name}:{node.lineno}", module, node
 
 
 CALLS = list(_activity_calls())

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+from tests.workflows.scheduling import WORKFLOWS, workflow_calls
+
 SCHEDULING = {
     "execute_activity",
     "execute_local_activity",
@@ -18,18 +19,11 @@ SCHEDULING = {
 
 
 def calls_without_summary(path: Path) -> list[str]:
-    missing = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in SCHEDULING
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "workflow"
-            and not any(k.arg in ("summary", "static_summary") for k in node.keywords)
-        ):
-            missing.append(f"{path.name}:{node.lineno} workflow.{node.func.attr}")
-    return missing
+    return [
+        f"{path.name}:{call.lineno} {ast.unparse(call.func)}"
+        for call in workflow_calls(ast.parse(path.read_text()), SCHEDULING)
+        if not any(k.arg in ("summary", "static_summary") for k in call.keywords)
+    ]
 
 
 @pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.py")), ids=lambda p: p.name)
