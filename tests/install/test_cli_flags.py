@@ -14,6 +14,7 @@ import click
 import pytest
 
 from cloudloop import cli
+from cloudloop.cli import processes, root
 from cloudloop.cloud.registry import PROVIDERS, Settings
 
 CLOUDLOOP = str(Path(sys.executable).parent / "cloudloop")
@@ -35,7 +36,7 @@ def test_version() -> None:
     ],
 )
 def test_leader_elect_takes_the_upstream_forms(args: list[str], expected: bool | None) -> None:
-    context = cli.starter.make_context("starter", list(args))
+    context = processes.starter.make_context("starter", list(args))
 
     assert context.params["leader_elect"] is expected
 
@@ -50,7 +51,7 @@ def test_the_processes_take_the_upstream_flags(command: str) -> None:
 def test_json_log_lines() -> None:
     record = logging.LogRecord("cloudloop.x", logging.WARNING, __file__, 1, "a %s", ("b",), None)
 
-    line = json.loads(cli.JsonFormatter().format(record))
+    line = json.loads(root.JsonFormatter().format(record))
 
     assert {k: line[k] for k in ("level", "logger", "msg")} == {
         "level": "warning",
@@ -70,7 +71,7 @@ def test_cloud_config_fills_the_provider_section_and_the_environment_wins(
     path.write_text("region: eu-west-1\nendpoint_url: http://aws.local\ntimeout_s: 3\n")
     settings = Settings(provider="aws", aws={"region": "us-west-2"})
 
-    applied = cli.with_process_flags(settings, kubeconfig=tmp_path / "kc", cloud_config=path)
+    applied = processes.with_process_flags(settings, kubeconfig=tmp_path / "kc", cloud_config=path)
     section = PROVIDERS["aws"].section(applied)
 
     assert applied.kubeconfig == tmp_path / "kc"
@@ -94,7 +95,7 @@ def test_a_bad_cloud_config_is_refused_clearly(tmp_path: Path, text: str, messag
     path.write_text(text)
 
     with pytest.raises(click.BadParameter, match=message):
-        cli.with_process_flags(Settings(provider="aws"), cloud_config=path)
+        processes.with_process_flags(Settings(provider="aws"), cloud_config=path)
 
 
 @pytest.mark.skipif("vsphere" not in PROVIDERS, reason="no provider reads an upstream file")
@@ -102,7 +103,7 @@ def test_an_upstream_config_file_goes_to_the_provider_that_reads_one(tmp_path: P
     path = tmp_path / "vsphere.conf"
     path.write_text('[Global]\ninsecure-flag = "1"\n[VirtualCenter "vc.local"]\n')
 
-    applied = cli.with_process_flags(Settings(provider="vsphere"), cloud_config=path)
+    applied = processes.with_process_flags(Settings(provider="vsphere"), cloud_config=path)
 
     assert PROVIDERS["vsphere"].section(applied).config_file == path
 

@@ -219,7 +219,7 @@ def test_adopt_refuses_an_unreadable_state_before_anything_else(tmp_path: Path) 
 def faked_layout_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The layout CLI with Temporal faked: the inputs it would start, listed."""
     import starters.layout
-    from cloudloop import cli as cli_module
+    from cloudloop.cli import layout as cli_module
 
     seen: list[Any] = []
 
@@ -239,7 +239,7 @@ def faked_layout_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(temporal, "connect", fake_connect)
     monkeypatch.setattr(claim, "refuse_if_claimed_elsewhere", no_claim)  # Temporal is faked
     monkeypatch.setattr(starters.layout, "run_layout", fake_run)
-    monkeypatch.setattr(cli_module, "_leave", leave)
+    monkeypatch.setattr(cli_module, "leave", leave)
     return seen
 
 

@@ -164,7 +164,8 @@ def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
     the kube-apiserver are real."""
     import starters.layout
     from cloudloop import claim, temporal
-    from cloudloop import cli as cli_module
+    from cloudloop.cli import layout as cli_module
+    from cloudloop.cli import main
     from cloudloop.kube.client import api_client
     from tests.layouts.support import config_file
 
@@ -202,10 +203,10 @@ def test_apply_with_a_kubeconfig_makes_d8_system_when_the_cluster_has_none(
     monkeypatch.setattr(temporal, "connect", fake_connect)
     monkeypatch.setattr(claim, "refuse_if_claimed_elsewhere", no_claim)  # Temporal is faked
     monkeypatch.setattr(starters.layout, "run_layout", fake_run)
-    monkeypatch.setattr(cli_module, "_leave", leave)
+    monkeypatch.setattr(cli_module, "leave", leave)
     path = config_file(tmp_path, "aws-without-nat", prefix)
     answer = CliRunner().invoke(
-        cli_module.main,
+        main,
         [
             "layout",
             "apply",

@@ -7,7 +7,9 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from cloudloop.cli import main, parse_duration, with_ccm_flags
+from cloudloop.cli import main
+from cloudloop.cli.processes import with_ccm_flags
+from cloudloop.cli.root import parse_duration
 from cloudloop.cloud.registry import Settings
 from cloudloop.settings import MAX_CONCURRENT_NODE_SYNCS, CcmSettings
 
