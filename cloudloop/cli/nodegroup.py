@@ -21,7 +21,7 @@ def nodegroup() -> None:
     "instance_class_file",
     type=click.File("r"),
     required=True,
-    help="The InstanceClass (DVP, zVirt, OpenStack) as YAML ('-': stdin).",
+    help="The InstanceClass (AWS, DVP, OpenStack, vSphere, zVirt) as YAML ('-': stdin).",
 )
 @click.option("--name", required=True, help="The node group's name.")
 @click.option("--cluster", required=True, help="The Cluster API Cluster the machines join.")
