@@ -612,7 +612,7 @@ class DvpParent:
 
     @classmethod
     def _apart(cls, stack: LocalStack, state_dir: Path, timings: SimulatorTimings) -> DvpParent:
-        kube = Kube(api_client(stack.kubeconfig, qps_pool=64))
+        kube = Kube(api_client(stack.kubeconfig, qps_pool=64), field_validation="Strict")
         install_parent(kube)
         ready = state_dir / "dvp-simulator.ready"
         process = ManagedProcess(
@@ -648,7 +648,7 @@ class DvpParent:
         stack: LocalStack | None = None,
     ) -> DvpParent:
         """Install the CRDs on a running control plane and start the simulator."""
-        kube = Kube(api_client(kubeconfig, qps_pool=64))
+        kube = Kube(api_client(kubeconfig, qps_pool=64), field_validation="Strict")
         install_parent(kube)
         simulator = DvpSimulator(kube, timings or SimulatorTimings()).start()
         load_balancers = ParentLoadBalancers(kube).start()
@@ -688,7 +688,7 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    kube = Kube(api_client(args.kubeconfig, qps_pool=64))
+    kube = Kube(api_client(args.kubeconfig, qps_pool=64), field_validation="Strict")
     simulator = DvpSimulator(kube, SimulatorTimings(**json.loads(args.timings))).start()
     load_balancers = ParentLoadBalancers(kube).start()
     if args.ready_file is not None:

@@ -25,6 +25,10 @@ from cloudloop.kube.bodies import BodyT, JsonPatchOperation, ObjectList
 from cloudloop.kube.resources import Resource
 
 PatchType = Literal["merge", "strategic", "json"]
+#: How the API server treats a field the object's schema does not have (``fieldValidation``):
+#: ``Strict`` refuses the write (400, naming the field), ``None`` leaves the server's default
+#: (prune it and warn), as for every write to this cluster's own API server.
+FieldValidation = Literal["Strict", "Warn", "Ignore"]
 _PATCH_CONTENT = {
     "merge": "application/merge-patch+json",
     "strategic": "application/strategic-merge-patch+json",
@@ -88,9 +92,16 @@ TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, ApiException, OSError, ValueEr
 class Kube:
     """Synchronous calls against one API server; safe to share across threads."""
 
-    def __init__(self, api: client.ApiClient, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        timeout_s: float = 30.0,
+        field_validation: FieldValidation | None = None,
+    ) -> None:
         self.api = api
         self.timeout_s = timeout_s
+        self.field_validation = field_validation
 
     def _send(
         self,
@@ -207,7 +218,9 @@ class Kube:
         self, resource: Resource[BodyT], obj: Mapping[str, Any], namespace: str | None = None
     ) -> BodyT:
         body = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
-        return resource.body(self.request("POST", resource.path(namespace), body=body))
+        return resource.body(
+            self.request("POST", resource.path(namespace), body=body, query=self._validation())
+        )
 
     def patch(
         self,
@@ -228,8 +241,12 @@ class Kube:
                 resource.path(namespace, name, subresource),
                 body=patch,
                 content_type=_PATCH_CONTENT[patch_type],
+                query=self._validation(),
             )
         )
+
+    def _validation(self) -> dict[str, Any] | None:
+        return {"fieldValidation": self.field_validation} if self.field_validation else None
 
     def delete(self, resource: Resource[Any], name: str, namespace: str | None = None) -> bool:
         """Delete; ``False`` when it was already gone."""

@@ -49,6 +49,8 @@ def machine_spec(**overrides: Any) -> MachineSpec:
         pytest.param({"rootDiskSize": "-1Gi"}, "spec.rootDiskSize", id="negative-disk"),
         pytest.param({"rootDiskStorageClass": None}, "rootDiskStorageClass", id="no-class"),
         pytest.param({"bootloader": "UEFI"}, "spec.bootloader", id="bootloader"),
+        # not a policy of the virtualization API: the VM would be refused by the parent
+        pytest.param({"liveMigrationPolicy": "Never"}, "liveMigrationPolicy", id="migration"),
         pytest.param(
             {"bootDiskImageRef": {"kind": "DataVolume", "name": "x"}},
             "bootDiskImageRef.kind",

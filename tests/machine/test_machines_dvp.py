@@ -423,7 +423,12 @@ async def test_failed_provisioning_is_retried_by_cli_and_annotation(
         assert progress.attempts == 1
 
     await asyncio.to_thread(
-        dvp.parent.kube.create, r.CLUSTER_VIRTUAL_IMAGES, {"metadata": {"name": image}, "spec": {}}
+        dvp.parent.kube.create,
+        r.CLUSTER_VIRTUAL_IMAGES,
+        {
+            "metadata": {"name": image},
+            "spec": {"dataSource": {"type": "HTTP", "http": {"url": "https://example/late.img"}}},
+        },
     )
     try:
         out = await asyncio.to_thread(

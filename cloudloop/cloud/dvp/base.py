@@ -104,8 +104,11 @@ class DvpBase:
     def kube(self) -> Kube:
         with self._lock:
             if self._kube is None:
+                # Strict: a field the virtualization API does not have is refused, never pruned.
                 self._kube = Kube(
-                    parent_api_client(self.settings), timeout_s=self.settings.timeout_s
+                    parent_api_client(self.settings),
+                    timeout_s=self.settings.timeout_s,
+                    field_validation="Strict",
                 )
             return self._kube
 

@@ -17,9 +17,7 @@ from cloudloop.errortext import describe_validation
 
 CPU_FRACTION_PATTERN = r"^100%$|^[1-9][0-9]?%$"
 RUN_POLICIES = Literal["AlwaysOn", "AlwaysOff", "Manual", "AlwaysOnUnlessStoppedManually"]
-LIVE_MIGRATION_POLICIES = Literal[
-    "Manual", "Never", "AlwaysSafe", "PreferSafe", "AlwaysForced", "PreferForced"
-]
+LIVE_MIGRATION_POLICIES = Literal["AlwaysSafe", "PreferSafe", "AlwaysForced", "PreferForced"]
 
 
 def quantity(value: Any) -> str:
