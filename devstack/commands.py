@@ -41,8 +41,21 @@ def register(group: click.Group) -> None:
         help="Reuse the state folder (etcd, Temporal history) instead of starting fresh; moto's "
         "cloud is always new, so keep it only to look at earlier workflows.",
     )
+    @click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=2,
+        show_default=True,
+        help="`cloudloop worker` processes, as the chart's Deployment runs them; one that dies "
+        "is started again.",
+    )
     def dev(
-        state_dir: Path, temporal_port: int, ui_port: int, provider: str, keep_state: bool
+        state_dir: Path,
+        temporal_port: int,
+        ui_port: int,
+        provider: str,
+        keep_state: bool,
+        workers: int,
     ) -> None:
         """Bring up the embedded local stack with workers, starters and a demo; Ctrl-C stops all."""
         from devstack.devmode import run_dev
@@ -54,6 +67,7 @@ def register(group: click.Group) -> None:
                 ui_port=ui_port,
                 fresh=not keep_state,
                 provider=provider,
+                workers=workers,
             )
         )
 

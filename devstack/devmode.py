@@ -1,4 +1,4 @@
-"""``cloudloop dev``: the local stack, the worker and the starter in one foreground process.
+"""``cloudloop dev``: the local stack, its worker processes and the starter, in the foreground.
 
 It prints where to look (Temporal UI, kubeconfig, kubectl commands), seeds a small demo and
 stops everything on Ctrl-C. ``print_status`` backs ``cloudloop status``. When the demo has a
@@ -6,6 +6,8 @@ layout, :func:`converge_demo` applies it and makes its converge Schedule run one
 Temporal UI shows the ``Layout`` run and a ``LayoutConverge`` pass with its steps.
 
 Rules:
+- The workers are ``cloudloop worker`` processes, as the chart runs them, started again when one
+  dies (:mod:`devstack.dev_workers`); the starter runs in this process.
 - The demo's converge never stops the dev stack: a failure is one log line.
 """
 
@@ -40,6 +42,7 @@ from cloudloop.settings import (
 from devstack import gotools
 from devstack.crds import apply_crds
 from devstack.demos import DEMOS, Demo
+from devstack.dev_workers import DevWorkers
 from devstack.kube import ALL_COMPONENTS, CLUSTER_CIDR, KubeOptions
 from devstack.local import LocalStack, StackOptions
 
@@ -89,7 +92,7 @@ def _codec_server(stack: LocalStack, port: int) -> CodecServer:
     return server.start()
 
 
-def _banner(stack: LocalStack, kubectl: Path, demo: Demo) -> str:
+def _banner(stack: LocalStack, kubectl: Path, demo: Demo, workers: DevWorkers) -> str:
     kubeconfig = stack.kubeconfig
     return "\n".join(
         [
@@ -101,6 +104,7 @@ def _banner(stack: LocalStack, kubectl: Path, demo: Demo) -> str:
             f"through the codec server at {stack.options.temporal_ui_codec_endpoint})",
             f"  kubeconfig  : {kubeconfig}",
             *demo.endpoints(stack),
+            workers.banner(),
             f"  logs        : {stack.state_dir / 'logs'}",
             "Watch the demo:",
             f"  export KUBECONFIG={kubeconfig}",
@@ -154,10 +158,15 @@ async def converge_demo(settings: Settings, provider: str, config: Path) -> None
 
 
 async def run_dev(
-    state_dir: Path, *, temporal_port: int, ui_port: int, fresh: bool, provider: str = "aws"
+    state_dir: Path,
+    *,
+    temporal_port: int,
+    ui_port: int,
+    fresh: bool,
+    provider: str = "aws",
+    workers: int = 2,
 ) -> None:
     from starters.main import run as run_starter
-    from workers.main import run as run_worker
 
     demo = DEMOS[provider]()
     if fresh:
@@ -176,6 +185,7 @@ async def run_dev(
     )
     await asyncio.to_thread(stack.start)
     codec_server: CodecServer | None = None
+    pool: DevWorkers | None = None
     try:
         codec_server = _codec_server(stack, codec_port)
         kube = Kube(api_client(stack.kubeconfig))
@@ -194,7 +204,9 @@ async def run_dev(
         layouts = state_dir / "layouts"
         settings = settings.model_copy(update={"layouts": LayoutSettings(source_dir=layouts)})
         settings = await asyncio.to_thread(demo.seed, stack, kube, settings)
-        worker = asyncio.create_task(run_worker(settings, stop=stop))
+        pool = DevWorkers(settings, state_dir, workers)
+        await asyncio.to_thread(pool.start)
+        supervisor = asyncio.create_task(pool.supervise(stop))
         layout = demo.layout_config(layouts, DEMO_LAYOUT_PREFIX)
         converging = (
             asyncio.create_task(converge_demo(settings, demo.name, layout))
@@ -204,16 +216,18 @@ async def run_dev(
         starter = asyncio.create_task(
             run_starter(settings.model_copy(update={"metrics_port": free_port()}), stop=stop)
         )
-        print(_banner(stack, kubectl, demo), flush=True)
-        done, _ = await asyncio.wait({worker, starter}, return_when=asyncio.FIRST_COMPLETED)
+        print(_banner(stack, kubectl, demo, pool), flush=True)
+        done, _ = await asyncio.wait({supervisor, starter}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()
         if converging is not None:
             converging.cancel()
-        await asyncio.gather(worker, starter, return_exceptions=True)
+        await asyncio.gather(supervisor, starter, return_exceptions=True)
         for task in done:
             if task.exception() is not None:
                 log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
     finally:
+        if pool is not None:
+            await asyncio.to_thread(pool.stop)
         if codec_server is not None:
             codec_server.stop()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -55,6 +56,7 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    workers: list[int] = []
     try:
         deadline = time.monotonic() + 480  # stack start and probe, on a loaded machine
         while "cloudloop dev is up" not in log_path.read_text():
@@ -68,6 +70,15 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
 
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/", timeout=10) as response:
             assert response.status == 200  # the Temporal Web UI answers
+
+        # The workers are processes of their own, as the chart runs them: one SIGKILLed is
+        # started again, and the demo below goes on on the workers that are up.
+        [pids] = re.findall(r"workers +: 2 processes \(PIDs ([0-9, ]+)\)", banner)
+        workers = [int(pid) for pid in pids.split(", ")]
+        os.kill(workers[0], signal.SIGKILL)
+        while "worker-0 started again" not in log_path.read_text():
+            assert time.monotonic() < deadline + 60, log_path.read_text()
+            time.sleep(0.2)
 
         kubectl = [str(gotools.binary_path("kubectl")), "--kubeconfig", str(kubeconfig)]
 
@@ -250,6 +261,7 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
     assert code == 0, log_path.read_text()
     assert "every process of the stack has exited" in log_path.read_text()
     assert processes_mentioning(str(state)) == []
+    assert not [pid for pid in workers[1:] if Path(f"/proc/{pid}").exists()]
 
 
 def test_dev_vsphere_demo(tmp_path: Path) -> None:
