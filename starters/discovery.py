@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from cloudloop.cloud.driver import Discovery
 from cloudloop.cloud.errors import CloudError, NotSupported
-from cloudloop.cloud.models import DiscoveryData, Disk
+from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import (
     CONFIG_MAPS,
@@ -208,7 +208,7 @@ class CloudDataDiscoverer:
         # Clouds without an instance-type catalog (DVP, zVirt) still get their discovery data.
         types_unsupported = isinstance(result.failures.get(INSTANCE_TYPES), NotSupported)
         if data is not None and (instance_types or types_unsupported):
-            written = await self._write_discovery_secret(data)
+            written = await self._write_discovery_secret(data, instance_types or [])
             result.wrote_secret = bool(written)
             result.write_failed |= written is False
 
@@ -220,7 +220,9 @@ class CloudDataDiscoverer:
         self.last_pass = result
         return result
 
-    async def _write_discovery_secret(self, data: DiscoveryData) -> bool | None:
+    async def _write_discovery_secret(
+        self, data: DiscoveryData, instance_types: list[InstanceType]
+    ) -> bool | None:
         """Write the Secret; ``None`` when there is nothing trustworthy to write."""
         try:
             base = await asyncio.to_thread(self._read_provider_document)
@@ -233,7 +235,7 @@ class CloudDataDiscoverer:
             )
             return False
         try:
-            document = cloud_data.discovery_document(base, data)
+            document = cloud_data.discovery_document(base, data, instance_types)
         except cloud_data.IncompleteDiscovery as exc:
             log.warning("discovery: %s; discovery data left as it is", exc)
             DISCOVERY_CLOUD_REQUEST_ERROR.labels(DISCOVERY_DATA).set(1)

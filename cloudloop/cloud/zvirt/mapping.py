@@ -25,8 +25,6 @@ ZONE = "default"
 REGION = "default"
 DISCOVERY_KIND = "ZvirtCloudProviderDiscoveryData"
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
-#: A storage domain's default flag, spelled as upstream's schema admits it.
-DEFAULT_KEY = "isDefaul"
 MIB = 2**20
 GIB = 2**30
 
@@ -322,15 +320,14 @@ def storage_domain_enabled(domain: StorageDomainView) -> bool:
 def storage_domains(domains: Iterable[StorageDomainView]) -> list[dict[str, Any]]:
     """``storageDomains`` of ``ZvirtCloudProviderDiscoveryData``: sorted, first is default.
 
-    The default flag is ``isDefaul``, upstream schema's spelling: its closed item schema refuses
-    the ``IsDefault`` Deckhouse's Go struct marshals, and the document has no ``zones``.
+    The key is ``IsDefault`` with a capital I, as Deckhouse's Go struct marshals it.
     """
     entries = [
-        {"name": d.name, "isEnabled": storage_domain_enabled(d), DEFAULT_KEY: False}
+        {"name": d.name, "isEnabled": storage_domain_enabled(d), "IsDefault": False}
         for d in sorted(domains, key=lambda d: d.name)
     ]
     if entries:
-        entries[0][DEFAULT_KEY] = True
+        entries[0]["IsDefault"] = True
     return entries
 
 
@@ -340,6 +337,7 @@ def discovery_document(domains: Sequence[StorageDomainView]) -> dict[str, Any]:
         "apiVersion": DISCOVERY_API_VERSION,
         "kind": DISCOVERY_KIND,
         "storageDomains": storage_domains(domains),
+        "zones": [ZONE],
     }
 
 
