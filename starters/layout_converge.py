@@ -42,6 +42,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
 from cloudloop import metrics, searchattrs
 from cloudloop.kube.api import Kube
@@ -58,6 +59,10 @@ from cloudloop.messages.layout_converge import (
 )
 from starters.context import StarterContext
 from workflows.layout_converge import LayoutConvergeWorkflow
+
+#: How often a just-made Schedule's NOT_FOUND is asked again, and how far apart.
+DESCRIBE_ATTEMPTS = 5
+DESCRIBE_RETRY_S = 0.5
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +152,18 @@ async def trigger(client: Client, prefix: str, scope: str = "") -> None:
 async def running_pass(
     client: Client, prefix: str, scope: str = ""
 ) -> WorkflowHandle[LayoutConvergeWorkflow, Any] | None:
-    """The pass the cluster's Schedule is running, if any."""
-    described = await client.get_schedule_handle(schedule_id(prefix, scope)).describe()
+    """The pass the cluster's Schedule is running, if any. A Schedule made a moment ago may
+    not be described yet (its scheduler workflow starts after the create call answers): a
+    NOT_FOUND is asked again a few times before it is an answer."""
+    handle = client.get_schedule_handle(schedule_id(prefix, scope))
+    for attempt in range(DESCRIBE_ATTEMPTS):
+        try:
+            described = await handle.describe()
+            break
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND or attempt == DESCRIBE_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(DESCRIBE_RETRY_S)
     for action in described.info.running_actions:
         workflow_id = getattr(action, "workflow_id", "")
         if workflow_id:
