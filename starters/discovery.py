@@ -22,9 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
 from cloudloop.cloud.driver import Discovery
 from cloudloop.cloud.errors import CloudError, NotSupported
-from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType
+from cloudloop.cloud.models import DiscoveryData, Disk
+from cloudloop.cloud.registry import PROVIDERS
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import (
     CONFIG_MAPS,
@@ -86,6 +89,7 @@ class CloudDataDiscoverer:
         write_attempts: int = 15,
         write_backoff_s: float = 3.0,
         write_backoff_max_s: float = 30.0,
+        schema: type[BaseModel] | None = None,
     ) -> None:
         self.kube = kube
         self.discovery = discovery
@@ -98,6 +102,8 @@ class CloudDataDiscoverer:
         self.write_attempts = write_attempts
         self.write_backoff_s = write_backoff_s
         self.write_backoff_max_s = write_backoff_max_s
+        #: Deckhouse's schema of the document (the provider record's), checked before a write.
+        self.schema = schema
         self.passes = 0
         self.last_pass: DiscoveryPass | None = None
         self._orphan_labels: set[tuple[str, str]] = set()
@@ -113,6 +119,8 @@ class CloudDataDiscoverer:
         if context.driver.discovery is None:
             log.info("cloud data discovery off: %s has no discovery", context.driver.provider)
             return None
+        record = PROVIDERS.get(context.driver.provider)
+        schemas = record.discovery_schemas if record is not None else None
         return cls(
             context.kube,
             context.driver.discovery,
@@ -121,6 +129,7 @@ class CloudDataDiscoverer:
             interval_s=settings.interval_s,
             retry_interval_s=settings.retry_interval_s,
             namespace=settings.namespace,
+            schema=schemas.discoverer if schemas is not None else None,
         )
 
     def stop(self) -> None:
@@ -208,7 +217,7 @@ class CloudDataDiscoverer:
         # Clouds without an instance-type catalog (DVP, zVirt) still get their discovery data.
         types_unsupported = isinstance(result.failures.get(INSTANCE_TYPES), NotSupported)
         if data is not None and (instance_types or types_unsupported):
-            written = await self._write_discovery_secret(data, instance_types or [])
+            written = await self._write_discovery_secret(data)
             result.wrote_secret = bool(written)
             result.write_failed |= written is False
 
@@ -220,9 +229,7 @@ class CloudDataDiscoverer:
         self.last_pass = result
         return result
 
-    async def _write_discovery_secret(
-        self, data: DiscoveryData, instance_types: list[InstanceType]
-    ) -> bool | None:
+    async def _write_discovery_secret(self, data: DiscoveryData) -> bool | None:
         """Write the Secret; ``None`` when there is nothing trustworthy to write."""
         try:
             base = await asyncio.to_thread(self._read_provider_document)
@@ -235,13 +242,32 @@ class CloudDataDiscoverer:
             )
             return False
         try:
-            document = cloud_data.discovery_document(base, data, instance_types)
+            document = cloud_data.discovery_document(base, data)
         except cloud_data.IncompleteDiscovery as exc:
             log.warning("discovery: %s; discovery data left as it is", exc)
             DISCOVERY_CLOUD_REQUEST_ERROR.labels(DISCOVERY_DATA).set(1)
             return None
+        self._check_schema(document)
         encoded = cloud_data.encode_document(document)
         return await self._write("discovery-data Secret", lambda: self._put_secret(encoded))
+
+    def _check_schema(self, document: dict[str, Any]) -> None:
+        """Log what Deckhouse's schema of the document refuses (the document is still written:
+        it is the cloud's data, and the previous one would be as stale)."""
+        if self.schema is None:
+            return
+        try:
+            self.schema.model_validate(document)
+        except ValidationError as exc:
+            refused = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False)
+            )
+            log.warning(
+                "discovery: the %s document does not satisfy Deckhouse's schema (%s)",
+                document.get("kind") or "discovery",
+                refused,
+            )
 
     def _export_conditions(self, conditions: list[cloud_data.CloudCondition]) -> None:
         failing = {(c.name, c.message) for c in conditions if not c.ok}

@@ -91,6 +91,16 @@ class DiscoveryData(BaseModel):
     #: The Deckhouse document type this data fills (e.g. ``AWSCloudDiscoveryData``).
     api_version: str = "deckhouse.io/v1"
     kind: str = ""
+    #: Whether the document lists ``zones`` (zVirt's schema has no such key).
+    publish_zones: bool = True
+    #: ``False``: the discoverer's own kind, not the Terraform document with fields added.
+    merge_base: bool = True
+    #: Keys taken from the Terraform document when it has them: key -> dotted path in it.
+    from_base: dict[str, str] = Field(default_factory=dict)
+    #: Kinds an earlier cloudloop wrote for this document -> the keys the document of ``kind``
+    #: does not have: such a base takes ``kind`` and loses those keys (Deckhouse has no schema
+    #: for the old kind and would refuse the document).
+    legacy_kinds: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class Disk(BaseModel):

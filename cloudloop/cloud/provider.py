@@ -25,6 +25,7 @@ from cloudloop.kube.bodies import Secret
 
 if TYPE_CHECKING:
     from cloudloop.cloud.capi import InfraKinds, NodeTemplates
+    from cloudloop.cloud.discovery_schemas import DiscoverySchemas
     from cloudloop.cloud.driver import CloudDriver
     from cloudloop.cloud.layouts import LayoutPart
     from cloudloop.cloud.termination import InstanceMetadata
@@ -66,6 +67,9 @@ class Provider(Generic[S]):
     #: Layouts (base infrastructure, master and static nodes as durable workflows): a factory
     #: of the cloud's :class:`~cloudloop.cloud.layouts.LayoutPart` (imports it lazily), if any.
     layouts: Callable[[], LayoutPart] | None = None
+    #: Deckhouse's schemas of this cloud's discovery documents (the layout's and the
+    #: discoverer's), which both must satisfy.
+    discovery_schemas: DiscoverySchemas | None = None
 
     def section(self, settings: CoreSettings) -> S:
         """This provider's section of ``settings``."""

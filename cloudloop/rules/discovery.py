@@ -2,7 +2,9 @@
 
 - the discovery document (Secret ``d8-cloud-provider-discovery-data``, key
   ``discovery-data.json``): the Terraform output from ``d8-provider-cluster-configuration``
-  with its apiVersion, kind and fields kept, and the live zones and instance types merged in;
+  with its apiVersion, kind and fields kept and the live data merged in (OpenStack: its own
+  kind), valid against Deckhouse's schema of its kind (the provider record's
+  ``discovery_schemas``);
 - the ``InstanceTypesCatalog`` items (Kubernetes quantities);
 - the cloud conditions (ConfigMap ``d8-cloud-provider-conditions``, key ``conditions``);
 - the orphaned disks: disks tagged for the cluster that no PersistentVolume references.
@@ -72,26 +74,39 @@ def parse_provider_document(raw: str | None) -> dict[str, Any] | None:
     return document
 
 
-def discovery_document(
-    base: Mapping[str, Any] | None,
-    data: DiscoveryData,
-    instance_types: Iterable[InstanceType],
-) -> dict[str, Any]:
-    """Merge live data into the Terraform document (its apiVersion, kind and fields are kept)."""
+def discovery_document(base: Mapping[str, Any] | None, data: DiscoveryData) -> dict[str, Any]:
+    """Merge live data into the Terraform document (its apiVersion, kind and fields are kept),
+    or, for a discoverer's own kind (``merge_base`` false), a new document with the keys of
+    ``from_base`` taken from it; a base of a kind an earlier cloudloop wrote (``legacy_kinds``)
+    takes the current kind. Instance types go to the catalog only, as upstream's."""
     zones = available_zones(data.zones)
     if not zones:
         raise IncompleteDiscovery("the cloud reported no available zone")
-    document: dict[str, Any] = dict(base or {})
+    document: dict[str, Any] = dict(base or {}) if data.merge_base else {}
+    dropped = data.legacy_kinds.get(str(document.get("kind") or ""))
+    if dropped is not None:
+        document["kind"] = data.kind
+        for key in dropped:
+            document.pop(key, None)
     if not document.get("apiVersion"):
         document["apiVersion"] = data.api_version or DEFAULT_API_VERSION
     if not document.get("kind"):
         document["kind"] = data.kind
     document.update(data.extra)
-    document["zones"] = zones
-    items = catalog_items(instance_types)
-    if items:
-        document["instanceTypes"] = items
+    for key, path in data.from_base.items():
+        found = _dig(base or {}, path)
+        if found not in (None, ""):
+            document[key] = found
+    if data.publish_zones:
+        document["zones"] = zones
     return document
+
+
+def _dig(document: Mapping[str, Any], path: str) -> Any:
+    value: Any = document
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
 
 
 def encode_document(document: Mapping[str, Any]) -> str:

@@ -254,10 +254,11 @@ def test_dvp_and_zvirt_storage_classes_from_discovery() -> None:
     from cloudloop.cloud.zvirt.driver import ZvirtDriver
     from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
-    dvp = DvpDriver(DvpSettings()).volumes.storage_classes(
+    dvp_volumes = DvpDriver(DvpSettings()).volumes
+    dvp = dvp_volumes.storage_classes(
         {
-            "volumeTypes": [
-                {"name": "ceph-rbd", "isEnabled": True, "IsDefault": True},
+            "storageClasses": [
+                {"name": "ceph-rbd", "isEnabled": True, "isDefault": True},
                 {"name": "linstor-thin-r1", "isEnabled": True},
                 {"name": "off", "isEnabled": False},
             ]
@@ -267,16 +268,26 @@ def test_dvp_and_zvirt_storage_classes_from_discovery() -> None:
         ("ceph-rbd", {"dvpStorageClass": "ceph-rbd"}, True),
         ("linstor-thin-r1", {"dvpStorageClass": "linstor-thin-r1"}, False),
     ]
-    zvirt = ZvirtDriver(ZvirtSettings()).volumes.storage_classes(
+    # a document an older cloudloop wrote, until the discoverer's next pass replaces it
+    legacy = {"volumeTypes": [{"name": "ceph-rbd", "isEnabled": True, "IsDefault": True}]}
+    assert [(c.name, c.default) for c in dvp_volumes.storage_classes(legacy)] == [
+        ("ceph-rbd", True)
+    ]
+    zvirt_volumes = ZvirtDriver(ZvirtSettings()).volumes
+    zvirt = zvirt_volumes.storage_classes(
         {
             "storageDomains": [
-                {"name": "data-fast", "isEnabled": True, "IsDefault": True},
-                {"name": "data-slow", "isEnabled": False, "IsDefault": False},
+                {"name": "data-fast", "isEnabled": True, "isDefaul": True},
+                {"name": "data-slow", "isEnabled": False, "isDefaul": False},
             ]
         }
     )
     assert [(c.name, c.default) for c in zvirt] == [("data-fast", True)]
     assert zvirt[0].parameters == {"storageDomainName": "data-fast", "thinProvisioning": "true"}
+    legacy = {"storageDomains": [{"name": "data-fast", "isEnabled": True, "IsDefault": True}]}
+    assert [(c.name, c.default) for c in zvirt_volumes.storage_classes(legacy)] == [
+        ("data-fast", True)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,10 @@ from prometheus_client import REGISTRY
 from temporalio.client import Client
 
 from cloudloop.cloud import errors
+from cloudloop.cloud.aws.discovery_schema import AwsCloudDiscoveryData
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
+from cloudloop.cloud.discovery_schemas import Open
 from cloudloop.cloud.driver import CloudDriver, DiscoveryDefaults
 from cloudloop.cloud.models import DiscoveryData, Disk, InstanceType, Zone
 from cloudloop.cloud.registry import Settings
@@ -290,6 +292,29 @@ def test_discoverer_starts_only_when_wanted(
     assert (loop is not None) is starts
     if loop is not None:
         assert (loop.interval_s, loop.namespace) == (3600.0, "kube-system")
+        # Checked against the provider record's schema of the discoverer's document.
+        assert loop.schema is AwsCloudDiscoveryData
+
+
+async def test_a_document_the_schema_refuses_is_written_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, cloud = MemoryKube(), ScriptedCloud()
+    seed(kube, None)  # no Terraform document: instances, keyName, ... are missing
+    with caplog.at_level("WARNING", logger="starters.discovery"):
+        result = await discoverer(kube, cloud, schema=AwsCloudDiscoveryData).discover()
+    assert result.wrote_secret and secret_document(kube) is not None
+    refusals = [r.getMessage() for r in caplog.records if "schema" in r.getMessage()]
+    assert len(refusals) == 1
+    assert "AWSCloudDiscoveryData" in refusals[0] and "keyName: Field required" in refusals[0]
+
+
+async def test_a_document_the_schema_admits_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    kube, cloud = MemoryKube(), ScriptedCloud()
+    seed(kube, json.dumps({"kind": "AWSCloudDiscoveryData", "apiVersion": "deckhouse.io/v1"}))
+    with caplog.at_level("WARNING", logger="starters.discovery"):
+        await discoverer(kube, cloud, schema=type("Open", (Open,), {})).discover()
+    assert not [r for r in caplog.records if "schema" in r.getMessage()]
 
 
 class CatalogLessDiscovery(ScriptedDiscovery):

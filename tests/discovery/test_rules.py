@@ -66,11 +66,11 @@ def test_catalog_items_are_quantities_sorted_by_name() -> None:
 )
 def test_discovery_document(base: dict[str, Any] | None, expected_head: dict[str, Any]) -> None:
     data = DiscoveryData(region="us-east-1", zones=ZONES, kind="AWSCloudDiscoveryData")
-    document = cloud_data.discovery_document(base, data, TYPES)
+    document = cloud_data.discovery_document(base, data)
     for key, value in expected_head.items():
         assert document[key] == value, key
     assert document["zones"] == ["us-east-1a", "us-east-1b"]  # live, available, sorted
-    assert [t["name"] for t in document["instanceTypes"]] == ["m5.large", "t3.micro"]
+    assert "instanceTypes" not in document  # the catalog's, as upstream's discoverer
     if base is not None:
         assert base.get("zones") in (None, ["old-zone"])  # the input is not modified
 
@@ -78,7 +78,46 @@ def test_discovery_document(base: dict[str, Any] | None, expected_head: dict[str
 def test_no_available_zone_is_incomplete() -> None:
     data = DiscoveryData(region="r", zones=[Zone(name="z", region="r", state="impaired")])
     with pytest.raises(cloud_data.IncompleteDiscovery):
-        cloud_data.discovery_document(TERRAFORM, data, TYPES)
+        cloud_data.discovery_document(TERRAFORM, data)
+
+
+def test_a_kind_without_zones_gets_none() -> None:
+    data = DiscoveryData(
+        region="default",
+        zones=[Zone(name="default", region="default")],
+        kind="ZvirtCloudProviderDiscoveryData",
+        extra={"storageDomains": []},
+        publish_zones=False,
+    )
+    base = {"apiVersion": "deckhouse.io/v1", "kind": "ZvirtCloudProviderDiscoveryData"}
+    assert cloud_data.discovery_document(base, data) == {**base, "storageDomains": []}
+
+
+def test_the_discoverers_own_kind_takes_only_the_keys_it_names_from_terraform() -> None:
+    data = DiscoveryData(
+        region="RegionOne",
+        zones=[Zone(name="nova", region="RegionOne")],
+        api_version="deckhouse.io/v1alpha1",
+        kind="OpenStackCloudProviderDiscoveryData",
+        extra={"mainNetwork": "from-settings", "defaultImageName": "", "flavors": ["m1"]},
+        merge_base=False,
+        from_base={"mainNetwork": "instances.mainNetwork", "defaultImageName": "instances.x"},
+    )
+    base = {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": "OpenStackCloudDiscoveryData",
+        "layout": "Standard",
+        "instances": {"mainNetwork": "kube"},
+    }
+    assert cloud_data.discovery_document(base, data) == {
+        "apiVersion": "deckhouse.io/v1alpha1",
+        "kind": "OpenStackCloudProviderDiscoveryData",
+        "mainNetwork": "kube",  # Terraform's, over the settings'
+        "defaultImageName": "",  # Terraform has none: the driver's stays
+        "flavors": ["m1"],
+        "zones": ["nova"],
+    }
+    assert cloud_data.discovery_document(None, data)["mainNetwork"] == "from-settings"
 
 
 def test_encoded_document_is_stable() -> None:

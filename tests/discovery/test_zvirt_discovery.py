@@ -34,7 +34,7 @@ def test_enabled_rule(status: str | None, external: str | None, enabled: bool) -
     assert storage_domain_enabled(StorageDomainView("sd", status, external)) is enabled
 
 
-def test_sorted_by_name_first_is_default_with_capital_i() -> None:
+def test_sorted_by_name_first_is_default_spelled_as_the_schema() -> None:
     shaped = storage_domains(
         [
             StorageDomainView("zeta", "active", "ok"),
@@ -43,11 +43,11 @@ def test_sorted_by_name_first_is_default_with_capital_i() -> None:
         ]
     )
     assert shaped == [
-        {"name": "alpha", "isEnabled": False, "IsDefault": True},
-        {"name": "mid", "isEnabled": True, "IsDefault": False},
-        {"name": "zeta", "isEnabled": True, "IsDefault": False},
+        {"name": "alpha", "isEnabled": False, "isDefaul": True},
+        {"name": "mid", "isEnabled": True, "isDefaul": False},
+        {"name": "zeta", "isEnabled": True, "isDefaul": False},
     ]
-    assert all("isDefault" not in entry for entry in shaped)
+    assert all("IsDefault" not in entry for entry in shaped)
 
 
 def test_no_domains_no_default() -> None:
@@ -58,8 +58,7 @@ def test_the_whole_document() -> None:
     assert discovery_document([StorageDomainView("data", "active", "ok")]) == {
         "apiVersion": "deckhouse.io/v1",
         "kind": "ZvirtCloudProviderDiscoveryData",
-        "storageDomains": [{"name": "data", "isEnabled": True, "IsDefault": True}],
-        "zones": ["default"],
+        "storageDomains": [{"name": "data", "isEnabled": True, "isDefaul": True}],
     }
 
 

@@ -184,7 +184,7 @@ def test_the_discoverer_reads_what_apply_writes() -> None:
     live = DiscoveryData(
         region="us-east-1", zones=[Zone(name="us-east-1a", region="us-east-1")], kind=DISCOVERY_KIND
     )
-    merged = cloud_data.discovery_document(base, live, [])
+    merged = cloud_data.discovery_document(base, live)
     assert merged == written
 
 

@@ -102,7 +102,7 @@ async def test_apply_reapply_drift_destroy(
     assert master.outputs["kubernetes_data_device_path"].startswith(
         "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_"
     )
-    assert applied.cloud_discovery_data["kind"] == "DVPCloudProviderDiscoveryData"
+    assert applied.cloud_discovery_data["kind"] == "DVPCloudDiscoveryData"
 
     # a second apply changes nothing
     before = dvp_requests()

@@ -170,15 +170,13 @@ def test_an_internal_cidr_with_host_bits_is_refused() -> None:
     }
 
 
-def test_the_discoverer_keeps_what_apply_publishes() -> None:
-    """The published ``cloud_discovery_data`` is the document the OpenStack discoverer merges its
-    live data into: kind, layout, instances, networks and load balancer are kept."""
+def test_the_discoverer_takes_image_and_main_network_from_what_apply_publishes() -> None:
+    """The published ``cloud_discovery_data`` gives the OpenStack discoverer's own document
+    (``OpenStackCloudProviderDiscoveryData``) its ``defaultImageName`` and ``mainNetwork``."""
     from cloudloop.cloud.models import DiscoveryData, Zone
-    from cloudloop.cloud.openstack.discovery import DISCOVERY_KIND
     from cloudloop.cloud.openstack.layout import DISCOVERY_KIND as LAYOUT_KIND
     from cloudloop.rules import discovery as cloud_data
 
-    assert LAYOUT_KIND == DISCOVERY_KIND
     written = rules.resolve(
         build("openstack-standard").discovery,
         {
@@ -187,18 +185,32 @@ def test_the_discoverer_keeps_what_apply_publishes() -> None:
             "openstack.subnet/demo-os": {"id": "subnet-1"},
         },
     )
-    live = DiscoveryData(
-        region="RegionOne",
-        zones=[Zone(name="nova", region="RegionOne"), Zone(name="nova-b", region="RegionOne")],
-        kind=DISCOVERY_KIND,
-        extra={"externalNetworkNames": ["public"], "images": ["ubuntu-22.04"]},
-    )
-    merged = cloud_data.discovery_document(written, live, [])
-    assert merged == {**written, "images": ["ubuntu-22.04"]}
-    assert merged["instances"] == {
+    assert written["kind"] == LAYOUT_KIND == "OpenStackCloudDiscoveryData"
+    assert written["instances"] == {
         "sshKeyPairName": "demo-os",
         "imageName": "ubuntu-22.04",
         "mainNetwork": "demo-os",
         "securityGroups": ["demo-os"],
     }
-    assert merged["loadBalancer"] == {"subnetID": "subnet-1", "floatingNetworkID": "ext-1"}
+    assert written["loadBalancer"] == {"subnetID": "subnet-1", "floatingNetworkID": "ext-1"}
+    live = DiscoveryData(
+        region="RegionOne",
+        zones=[Zone(name="nova", region="RegionOne"), Zone(name="nova-b", region="RegionOne")],
+        api_version="deckhouse.io/v1alpha1",
+        kind="OpenStackCloudProviderDiscoveryData",
+        extra={"images": ["ubuntu-22.04"], "defaultImageName": "", "mainNetwork": ""},
+        merge_base=False,
+        from_base={
+            "defaultImageName": "instances.imageName",
+            "mainNetwork": "instances.mainNetwork",
+        },
+    )
+    merged = cloud_data.discovery_document(written, live)
+    assert merged == {
+        "apiVersion": "deckhouse.io/v1alpha1",
+        "kind": "OpenStackCloudProviderDiscoveryData",
+        "images": ["ubuntu-22.04"],
+        "defaultImageName": "ubuntu-22.04",
+        "mainNetwork": "demo-os",
+        "zones": ["nova", "nova-b"],
+    }

@@ -107,7 +107,6 @@ def test_zvirt_modules_resources_and_outputs() -> None:
         "apiVersion": "deckhouse.io/v1",
         "kind": "ZvirtCloudProviderDiscoveryData",
         "storageDomains": [],
-        "zones": ["default"],
     }
 
 
@@ -153,7 +152,11 @@ def test_dvp_names_labels_and_outputs() -> None:
         ["demo-dvp-master-kubernetes-data-0"],
         ["demo-dvp-master-0"],
     ]
-    assert layout.discovery["kind"] == "DVPCloudProviderDiscoveryData"
+    assert layout.discovery == {
+        "apiVersion": "deckhouse.io/v1",
+        "kind": "DVPCloudDiscoveryData",
+        "zones": ["default"],
+    }
 
 
 def test_dvp_destructive_change_renames_the_vm_and_its_secret_only() -> None:

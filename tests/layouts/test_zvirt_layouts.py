@@ -107,7 +107,6 @@ async def test_apply_reapply_drift_destroy(
         "apiVersion": "deckhouse.io/v1",
         "kind": "ZvirtCloudProviderDiscoveryData",
         "storageDomains": [],
-        "zones": ["default"],
     }
     [master_result] = [m for m in applied.modules if m.module == "master-0"]
     ip = vm["ips"][2]  # lo's two, then eth0's IPv4

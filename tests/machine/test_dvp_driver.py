@@ -13,7 +13,7 @@ import urllib3
 from cloudloop.cloud import errors
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import translate
-from cloudloop.cloud.dvp.discovery import volume_types
+from cloudloop.cloud.dvp.discovery import storage_classes
 from cloudloop.cloud.dvp.driver import DvpDriver
 from cloudloop.cloud.dvp.instances import vm_instance
 from cloudloop.cloud.dvp.machines import owner_reference, vm_addresses
@@ -223,13 +223,38 @@ def test_machine_addresses_without_ip_name_the_vm_only() -> None:
     ]
 
 
-def test_volume_types_sorted_first_is_default() -> None:
-    assert volume_types(["b", "a", "c", "a"]) == [
-        {"name": "a", "isEnabled": True, "IsDefault": True},
-        {"name": "b", "isEnabled": True},
-        {"name": "c", "isEnabled": True},
+def test_storage_classes_sorted_first_is_default_with_upstreams_defaults() -> None:
+    def sc(name: str, **fields: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name}, **fields}
+
+    parent = [
+        sc("b", volumeBindingMode="Immediate", reclaimPolicy="Retain", allowVolumeExpansion=True),
+        sc("a"),
+        sc("c", allowVolumeExpansion=False),
     ]
-    assert volume_types([]) == []
+    assert storage_classes(parent) == [
+        {
+            "name": "a",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+            "isEnabled": True,
+            "isDefault": True,
+        },
+        {
+            "name": "b",
+            "volumeBindingMode": "Immediate",
+            "reclaimPolicy": "Retain",
+            "isEnabled": True,
+            "allowVolumeExpansion": True,
+        },
+        {
+            "name": "c",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+            "isEnabled": True,
+        },
+    ]
+    assert storage_classes([]) == []
 
 
 def test_registration_values_as_deckhouse_renders_them() -> None:

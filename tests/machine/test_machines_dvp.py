@@ -525,12 +525,13 @@ async def test_driver_machines_instances_and_discovery(dvp: DvpMachines) -> None
 
     # Discovery: the parent's StorageClasses, sorted, the first one the default.
     data = await asyncio.to_thread(driver.discovery.discovery_data)
-    assert data.kind == "DVPCloudProviderDiscoveryData"
+    assert data.kind == "DVPCloudDiscoveryData"
     assert [z.name for z in data.zones] == ["default"]
-    assert data.extra["volumeTypes"] == [
-        {"name": "ceph-rbd", "isEnabled": True, "IsDefault": True},
-        {"name": "linstor-thick-r2", "isEnabled": True},
-        {"name": "linstor-thin-r1", "isEnabled": True},
+    classes: list[dict[str, Any]] = data.extra["storageClasses"]  # type: ignore[assignment]
+    assert [(c["name"], c.get("isDefault", False)) for c in classes] == [
+        ("ceph-rbd", True),
+        ("linstor-thick-r2", False),
+        ("linstor-thin-r1", False),
     ]
 
     # A hot-plugged volume (CSI's disk, attached by a VMBDA) is detached, never deleted.

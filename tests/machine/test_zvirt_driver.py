@@ -437,12 +437,13 @@ def test_discovery_data_lists_storage_domains_like_deckhouse(
     assert [z.name for z in data.zones] == ["default"]
     assert data.extra == {
         "storageDomains": [
-            {"name": "data-fast", "isEnabled": True, "IsDefault": True},
-            {"name": "data-slow", "isEnabled": False, "IsDefault": False},
-            {"name": "iso", "isEnabled": False, "IsDefault": False},
-            {"name": "nfs-shared", "isEnabled": True, "IsDefault": False},
+            {"name": "data-fast", "isEnabled": True, "isDefaul": True},
+            {"name": "data-slow", "isEnabled": False, "isDefaul": False},
+            {"name": "iso", "isEnabled": False, "isDefaul": False},
+            {"name": "nfs-shared", "isEnabled": True, "isDefaul": False},
         ]
     }
+    assert not data.publish_zones  # the schema has no zones
     assert admin.request_counts() == {
         "POST /ovirt-engine/sso/oauth/token": 1,
         "GET /ovirt-engine/api/storagedomains": 1,

@@ -1,6 +1,7 @@
-"""OpenStack discovery on the real stack: the discoverer writes ``OpenStackCloudDiscoveryData``
-(Terraform's fields kept, live zones, flavors as instance types, volume types, images, network
-names), the InstanceTypesCatalog and the conditions; Cinder volumes of the cluster that no PV
+"""OpenStack discovery on the real stack: the discoverer writes its own
+``OpenStackCloudProviderDiscoveryData`` (image and main network from Terraform's document, live
+zones, flavor, network, security group and image names, volume types; valid against Deckhouse's
+schema), the InstanceTypesCatalog and the conditions; Cinder volumes of the cluster that no PV
 references are orphans; the registration Secret as Deckhouse renders it."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import uuid
 
 import pytest
 
+from cloudloop.cloud.openstack.discovery_schema import OpenStackCloudProviderDiscoveryData
 from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import LoadBalancerSettings, NetworkingSettings
 from cloudloop.cloud.registry import Settings
@@ -102,27 +104,25 @@ async def test_discovery_data_catalog_conditions_and_orphans(
         assert loop.last_pass is not None and not loop.last_pass.write_failed
         document = discovery_document(kube, namespace)
         assert document is not None
-        assert document["kind"] == "OpenStackCloudDiscoveryData"
-        for key in ("layout", "podNetworkMode", "instances"):
-            assert document[key] == TERRAFORM_OUTPUT[key], key
+        OpenStackCloudProviderDiscoveryData.model_validate(document)
+        assert document["kind"] == "OpenStackCloudProviderDiscoveryData"
+        assert document["defaultImageName"] == "ubuntu-22.04"  # Terraform's instances
+        assert document["mainNetwork"] == "private"
         assert document["zones"] == ["nova", "nova-b"]
-        assert document["externalNetworkNames"] == ["public"]
-        assert document["internalNetworkNames"] == ["private"]
-        assert document["loadBalancer"] == {
-            "subnetID": "sub-lb",
-            "floatingNetworkID": endpoint.seed.public_network_id,
-        }
+        assert {"public", "private"} <= set(document["additionalNetworks"])
         assert {t["name"] for t in document["volumeTypes"]} == {"__DEFAULT__", "lvmdriver-1", "ssd"}
         assert document["images"] == ["cirros-0.6.2-x86_64-disk", "ubuntu-22.04"]
-        by_name = {t["name"]: t for t in document["instanceTypes"]}
+        assert "instanceTypes" not in document  # the catalog's
+        written = kube.get(INSTANCE_TYPES_CATALOGS, catalog)
+        assert written is not None
+        by_name = {t["name"]: t for t in written["instanceTypes"]}
         assert by_name["m1.small"] == {
             "name": "m1.small",
             "cpu": "1",
             "memory": "2048Mi",
             "rootDisk": "20Gi",
         }
-        written = kube.get(INSTANCE_TYPES_CATALOGS, catalog)
-        assert written is not None and len(written["instanceTypes"]) == len(by_name)
+        assert set(document["flavors"]) >= set(by_name)
         assert conditions(kube, namespace) == {
             "cloud-credentials-valid": True,
             "cloud-api-reachable": True,

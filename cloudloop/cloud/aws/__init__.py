@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cloudloop.cloud.aws.capi import INFRA_KINDS, NODE_TEMPLATES
+from cloudloop.cloud.aws.discovery_schema import SCHEMAS as DISCOVERY_SCHEMAS
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.provider import Provider
 
@@ -65,6 +66,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="aws",
+    discovery_schemas=DISCOVERY_SCHEMAS,
     credential_settings=("credentials_file",),
     settings=AwsSettings,
     driver=_driver,

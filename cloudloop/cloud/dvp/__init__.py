@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cloudloop.cloud.dvp.capi import INFRA_KINDS, NODE_TEMPLATES
+from cloudloop.cloud.dvp.discovery_schema import SCHEMAS as DISCOVERY_SCHEMAS
 from cloudloop.cloud.dvp.settings import DvpSettings
 from cloudloop.cloud.provider import Provider
 
@@ -40,6 +41,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="dvp",
+    discovery_schemas=DISCOVERY_SCHEMAS,
     credential_settings=("kubeconfig",),
     settings=DvpSettings,
     driver=_driver,

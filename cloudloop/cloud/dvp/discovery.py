@@ -1,5 +1,5 @@
 """DVP discovery: the zones announced for the cluster and the parent's StorageClasses as
-``volumeTypes`` of ``DVPCloudProviderDiscoveryData`` (Deckhouse's DVP cloud-data-discoverer), and
+``storageClasses`` of ``DVPCloudDiscoveryData`` (Deckhouse's DVP cloud-data-discoverer), and
 the cluster's disks no VM uses, for the orphaned-disk check.
 
 Orphaned disks: VirtualDisks labelled for this cluster (``deckhouse.io/managed-by``,
@@ -20,17 +20,29 @@ from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import DEFAULT_ZONES, NAME, REGION, DvpBase
 
-DISCOVERY_KIND = "DVPCloudProviderDiscoveryData"
+DISCOVERY_KIND = "DVPCloudDiscoveryData"
+#: The kind cloudloop wrote before (Deckhouse has no schema for it), and its ``volumeTypes``.
+LEGACY_KINDS = {"DVPCloudProviderDiscoveryData": ["volumeTypes"]}
 
 
-def volume_types(storage_class_names: list[str]) -> list[dict[str, Any]]:
-    """Sorted by name, the first one the default; keys as Deckhouse's Go struct marshals them
-    (``IsDefault`` with a capital I, false values omitted)."""
+def storage_classes(parent_classes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parent's StorageClasses sorted by name, the first one the default, as Deckhouse's
+    discoverer marshals them (unset binding mode ``WaitForFirstConsumer``, reclaim policy
+    ``Delete``; false values omitted)."""
+    by_name = {str(sc["metadata"]["name"]): sc for sc in parent_classes}
     entries: list[dict[str, Any]] = []
-    for index, name in enumerate(sorted(set(storage_class_names))):
-        entry: dict[str, Any] = {"name": name, "isEnabled": True}
+    for index, name in enumerate(sorted(by_name)):
+        sc = by_name[name]
+        entry: dict[str, Any] = {
+            "name": name,
+            "volumeBindingMode": str(sc.get("volumeBindingMode") or "WaitForFirstConsumer"),
+            "reclaimPolicy": str(sc.get("reclaimPolicy") or "Delete"),
+            "isEnabled": True,
+        }
+        if sc.get("allowVolumeExpansion"):
+            entry["allowVolumeExpansion"] = True
         if index == 0:
-            entry["IsDefault"] = True
+            entry["isDefault"] = True
         entries.append(entry)
     return entries
 
@@ -81,12 +93,12 @@ class DvpDiscovery(DiscoveryDefaults):
 
     def discovery_data(self) -> models.DiscoveryData:
         classes = self.session.list_objects(r.STORAGE_CLASSES)
-        names = [str(sc["metadata"]["name"]) for sc in classes]
         return models.DiscoveryData(
             region=REGION,
             zones=self.zones(),
             kind=DISCOVERY_KIND,
-            extra={"volumeTypes": volume_types(names)},
+            extra={"storageClasses": storage_classes(classes)},
+            legacy_kinds=LEGACY_KINDS,
         )
 
 

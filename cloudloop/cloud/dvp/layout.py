@@ -468,13 +468,12 @@ class _Builder:
         )
 
     def discovery(self) -> dict[str, Any]:
-        """``DVPCloudProviderDiscoveryData`` as the project's discoverer writes it; the parent's
-        StorageClasses (``volumeTypes``) are the discoverer's to add."""
+        """``DVPCloudDiscoveryData`` as upstream's Terraform outputs it; the parent's
+        StorageClasses (``storageClasses``) are the discoverer's to add."""
         return {
             "apiVersion": DISCOVERY_API_VERSION,
             "kind": DISCOVERY_KIND,
             "zones": sorted(set(self.c.zones or DEFAULT_ZONES)),
-            "volumeTypes": [],
         }
 
 

@@ -300,14 +300,18 @@ class DvpVolumes(VolumeDefaults):
         )
 
     def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
-        """One per parent StorageClass of the discovery data's ``volumeTypes``."""
+        """One per enabled parent StorageClass of the discovery data's ``storageClasses``
+        (a document an older cloudloop wrote has them as ``volumeTypes``, ``IsDefault``)."""
+        entries = discovery.get("storageClasses")
+        if entries is None:
+            entries = discovery.get("volumeTypes")
         return [
             models.StorageClassSpec(
                 name=str(entry["name"]),
                 parameters={STORAGE_CLASS_PARAMETER: str(entry["name"])},
-                default=bool(entry.get("IsDefault")),
+                default=bool(entry.get("isDefault") or entry.get("IsDefault")),
             )
-            for entry in discovery.get("volumeTypes") or []
+            for entry in entries or []
             if entry.get("name") and entry.get("isEnabled", True)
         ]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cloudloop.cloud.openstack.capi import INFRA_KINDS, NODE_TEMPLATES
+from cloudloop.cloud.openstack.discovery_schema import SCHEMAS as DISCOVERY_SCHEMAS
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.provider import Provider
 
@@ -43,6 +44,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="openstack",
+    discovery_schemas=DISCOVERY_SCHEMAS,
     credential_settings=("cloud_config_file",),
     settings=OpenStackSettings,
     driver=_driver,

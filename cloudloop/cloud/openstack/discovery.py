@@ -1,12 +1,13 @@
-"""OpenStack discovery: zones, flavors, and the ``OpenStackCloudDiscoveryData`` provider fields.
+"""OpenStack discovery: zones, flavors and the ``OpenStackCloudProviderDiscoveryData`` document.
 
-As Deckhouse's ``cloud-data-discoverer`` (``images/cloud-data-discoverer/discoverer.go``):
+As Deckhouse's ``cloud-data-discoverer`` (``go_lib/cloud-data/discovery/openstack``):
 instance types from ``/flavors/detail`` (vcpus, RAM MiB, root disk or ephemeral GiB), zones
-from Nova's ``os-availability-zone``, volume types from Cinder ``/types`` (none is an error, as
-one StorageClass is made per type), images, and the network names: external networks are the
-``router:external`` ones unless ``[Networking] public-network-name`` says, internal ones come
-from ``internal-network-name``. The LB subnet and floating network come from ``[LoadBalancer]``.
-The cluster's disks are the Cinder volumes whose metadata names the cluster
+from Nova's ``os-availability-zone``, and the document its own kind (``deckhouse.io/v1alpha1``,
+not the Terraform ``OpenStackCloudDiscoveryData``): flavor names, every network's name
+(``additionalNetworks``), security group names (none where Neutron has no such API), images,
+Cinder volume types (none is an error, as one StorageClass is made per type), and
+``defaultImageName``/``mainNetwork`` from the Terraform document's ``instances`` (else from the
+settings'). The cluster's disks are the Cinder volumes whose metadata names the cluster
 (``cinder.csi.openstack.org/cluster``), for the orphaned-volume gauges.
 """
 
@@ -19,7 +20,9 @@ from cloudloop.cloud import errors, models
 from cloudloop.cloud.driver import DiscoveryDefaults
 from cloudloop.cloud.openstack.base import NAME, OpenStackBase
 
-DISCOVERY_KIND = "OpenStackCloudDiscoveryData"
+#: The discoverer's own document (the layout's is ``OpenStackCloudDiscoveryData``).
+PROVIDER_DISCOVERY_KIND = "OpenStackCloudProviderDiscoveryData"
+PROVIDER_DISCOVERY_API_VERSION = "deckhouse.io/v1alpha1"
 CLUSTER_METADATA = "cinder.csi.openstack.org/cluster"
 
 
@@ -75,37 +78,41 @@ class OpenStackDiscovery(DiscoveryDefaults):
             for t in types
         ]
 
+    def _security_groups(self) -> list[dict[str, Any]]:
+        """Neutron's security groups; none where the cloud has no such API (upstream: a 404)."""
+        try:
+            return self.session.list_all(
+                "ListSecurityGroups", "network", "/security-groups", "security_groups"
+            )
+        except errors.NotFound:
+            return []
+
     def discovery_data(self) -> models.DiscoveryData:
         settings = self.session.settings
+        flavors = self.session.list_all("ListFlavors", "compute", "/flavors/detail", "flavors")
         networks = self.session.list_all("ListNetworks", "network", "/networks", "networks")
-        external = settings.networking.public_network_names or sorted(
-            str(n["name"]) for n in networks if n.get("router:external")
-        )
         images = self.session.list_all("ListImages", "image", "/images", "images")
+        instances = settings.instances
         extra: dict[str, Any] = {
-            "externalNetworkNames": external,
+            "flavors": _names(flavors),
+            "additionalNetworks": _names(networks),
+            "additionalSecurityGroups": _names(self._security_groups()),
+            "defaultImageName": str(instances.get("imageName") or ""),
+            "images": _names(images),
+            "mainNetwork": str(instances.get("mainNetwork") or ""),
             "volumeTypes": self._volume_types(),
-            "images": sorted({str(i["name"]) for i in images if i.get("name")}),
         }
-        if settings.networking.internal_network_names:
-            extra["internalNetworkNames"] = list(settings.networking.internal_network_names)
-        load_balancer = {
-            key: value
-            for key, value in (
-                ("subnetID", settings.load_balancer.subnet_id),
-                ("floatingNetworkID", settings.load_balancer.floating_network_id),
-            )
-            if value
-        }
-        if load_balancer:
-            extra["loadBalancer"] = load_balancer
-        if settings.instances:
-            extra["instances"] = dict(settings.instances)
         return models.DiscoveryData(
             region=settings.connection.region,
             zones=self.zones(),
-            kind=DISCOVERY_KIND,
+            api_version=PROVIDER_DISCOVERY_API_VERSION,
+            kind=PROVIDER_DISCOVERY_KIND,
             extra=extra,
+            merge_base=False,
+            from_base={
+                "defaultImageName": "instances.imageName",
+                "mainNetwork": "instances.mainNetwork",
+            },
         )
 
     def list_cluster_disks(self, cluster: str) -> list[models.Disk]:
@@ -128,3 +135,8 @@ class OpenStackDiscovery(DiscoveryDefaults):
             for v in volumes
             if (v.get("metadata") or {}).get(CLUSTER_METADATA) == cluster
         ]
+
+
+def _names(items: list[dict[str, Any]]) -> list[str]:
+    """The items' names, sorted, without blanks or repeats (the schema's ``uniqueItems``)."""
+    return sorted({str(i["name"]) for i in items if i.get("name")})

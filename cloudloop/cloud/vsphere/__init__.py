@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cloudloop.cloud.provider import Provider
 from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
+from cloudloop.cloud.vsphere.discovery_schema import SCHEMAS as DISCOVERY_SCHEMAS
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="vsphere",
+    discovery_schemas=DISCOVERY_SCHEMAS,
     credential_settings=("password_file", "ca_bundle"),
     settings=VsphereSettings,
     driver=_driver,

@@ -10,12 +10,12 @@ Rules (Deckhouse ``go_lib/dependency/vsphere``):
   configured ``zones`` when set; a zone is ``available``.
 - Datastores are those carrying a zone tag (all datastores when none carries one).
 - Any vCenter error raises: a partial document is never published.
+- The document holds only the keys upstream's discoverer writes for this kind (no thumbprint,
+  no network names): Deckhouse validates it against its closed schema.
 """
 
 from __future__ import annotations
 
-import hashlib
-import ssl
 from typing import Protocol
 
 from cloudloop.cloud import errors, models
@@ -91,20 +91,6 @@ class VsphereDiscovery(DiscoveryDefaults):
         """vSphere has no instance types (sizes come from the instance class)."""
         raise errors.NotSupported(PROVIDER, "instance_types")
 
-    # -- thumbprint --------------------------------------------------------------------------------
-    def thumbprint(self) -> str:
-        """vCenter's certificate SHA-1 thumbprint (``AB:CD:...``), as Deckhouse publishes it."""
-        conn = self.session.connection()
-
-        def read() -> str:
-            pem = ssl.get_server_certificate(
-                (conn.host, conn.port), timeout=self.session.settings.timeout_s
-            )
-            digest = hashlib.sha1(ssl.PEM_cert_to_DER_cert(pem)).hexdigest().upper()
-            return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
-
-        return self.session._counted("GetThumbprint", read)
-
     # -- the document ------------------------------------------------------------------------------
     def discovery_data(self) -> models.DiscoveryData:
         datacenter, region, zones = self._region_and_zones()
@@ -122,17 +108,15 @@ class VsphereDiscovery(DiscoveryDefaults):
             for d in (tagged or stores)
         ]
         extra: dict[str, object] = {
-            "vmFolderPath": self.session.settings.vm_folder_path,
             "datacenter": datacenter,
             "zones": zones,
             "datastores": datastores,
             "storagePolicies": self.stores.storage_policies(),
-            "thumbprint": self.thumbprint(),
         }
+        if self.session.settings.vm_folder_path:
+            extra["vmFolderPath"] = self.session.settings.vm_folder_path
         if self.session.settings.base_resource_pool:
             extra["resourcePoolPath"] = self.session.settings.base_resource_pool
-        if self.session.settings.internal_network_names:
-            extra["internalNetworkNames"] = list(self.session.settings.internal_network_names)
         return models.DiscoveryData(
             region=region,
             zones=[models.Zone(name=z, region=region) for z in zones],

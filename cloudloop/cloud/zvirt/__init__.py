@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cloudloop.cloud.provider import Provider
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS, NODE_TEMPLATES
+from cloudloop.cloud.zvirt.discovery_schema import SCHEMAS as DISCOVERY_SCHEMAS
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def _layouts() -> LayoutPart:
 
 PROVIDER = Provider(
     name="zvirt",
+    discovery_schemas=DISCOVERY_SCHEMAS,
     credential_settings=("password_file", "ca_bundle"),
     settings=ZvirtSettings,
     driver=_driver,

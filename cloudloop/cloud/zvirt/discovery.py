@@ -51,4 +51,5 @@ class ZvirtDiscovery(DiscoveryDefaults):
             api_version=DISCOVERY_API_VERSION,
             kind=DISCOVERY_KIND,
             extra={"storageDomains": storage_domains(self.list_storage_domains())},
+            publish_zones=False,
         )

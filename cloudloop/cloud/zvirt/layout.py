@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from cloudloop.cloud.zvirt.mapping import DISCOVERY_API_VERSION, DISCOVERY_KIND, ZONE
+from cloudloop.cloud.zvirt.mapping import DISCOVERY_API_VERSION, DISCOVERY_KIND
 from cloudloop.layouts.bootstrap import MASTERS
 from cloudloop.layouts.config import (
     ClusterIdentity,
@@ -227,7 +227,6 @@ class _Builder:
             "apiVersion": DISCOVERY_API_VERSION,
             "kind": DISCOVERY_KIND,
             "storageDomains": [],
-            "zones": [ZONE],
         }
 
 

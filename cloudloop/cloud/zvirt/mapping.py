@@ -25,6 +25,8 @@ ZONE = "default"
 REGION = "default"
 DISCOVERY_KIND = "ZvirtCloudProviderDiscoveryData"
 DISCOVERY_API_VERSION = "deckhouse.io/v1"
+#: A storage domain's default flag, spelled as upstream's schema admits it.
+DEFAULT_KEY = "isDefaul"
 MIB = 2**20
 GIB = 2**30
 
@@ -320,14 +322,15 @@ def storage_domain_enabled(domain: StorageDomainView) -> bool:
 def storage_domains(domains: Iterable[StorageDomainView]) -> list[dict[str, Any]]:
     """``storageDomains`` of ``ZvirtCloudProviderDiscoveryData``: sorted, first is default.
 
-    The key is ``IsDefault`` with a capital I, as Deckhouse's Go struct marshals it.
+    The default flag is ``isDefaul``, upstream schema's spelling: its closed item schema refuses
+    the ``IsDefault`` Deckhouse's Go struct marshals, and the document has no ``zones``.
     """
     entries = [
-        {"name": d.name, "isEnabled": storage_domain_enabled(d), "IsDefault": False}
+        {"name": d.name, "isEnabled": storage_domain_enabled(d), DEFAULT_KEY: False}
         for d in sorted(domains, key=lambda d: d.name)
     ]
     if entries:
-        entries[0]["IsDefault"] = True
+        entries[0][DEFAULT_KEY] = True
     return entries
 
 
@@ -337,7 +340,6 @@ def discovery_document(domains: Sequence[StorageDomainView]) -> dict[str, Any]:
         "apiVersion": DISCOVERY_API_VERSION,
         "kind": DISCOVERY_KIND,
         "storageDomains": storage_domains(domains),
-        "zones": [ZONE],
     }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.driver import VolumeDefaults
 from cloudloop.cloud.zvirt.base import ZvirtBase, is_conflict, types
-from cloudloop.cloud.zvirt.mapping import NAME
+from cloudloop.cloud.zvirt.mapping import DEFAULT_KEY, NAME
 
 DOMAIN_PARAMETER = "storageDomainName"
 THIN_PARAMETER = "thinProvisioning"
@@ -144,12 +144,13 @@ class ZvirtVolumes(VolumeDefaults):
         return int(self._domain(parameters).available or 0)
 
     def storage_classes(self, discovery: dict[str, Any]) -> list[models.StorageClassSpec]:
-        """One per enabled storage domain of the discovery data's ``storageDomains``."""
+        """One per enabled storage domain of the discovery data's ``storageDomains`` (default:
+        ``isDefaul``, or ``IsDefault`` in a document an older cloudloop wrote)."""
         return [
             models.StorageClassSpec(
                 name=str(entry["name"]),
                 parameters={DOMAIN_PARAMETER: str(entry["name"]), THIN_PARAMETER: "true"},
-                default=bool(entry.get("IsDefault")),
+                default=bool(entry.get(DEFAULT_KEY) or entry.get("IsDefault")),
             )
             for entry in discovery.get("storageDomains") or []
             if entry.get("name") and entry.get("isEnabled", True)
