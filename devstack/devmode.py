@@ -28,10 +28,11 @@ from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.codec import key_ring
 from cloudloop.codec_server import CodecServer
-from cloudloop.kube.api import Kube
+from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES
 from cloudloop.net import free_port
+from cloudloop.rules import machine as capi
 from cloudloop.rules.node import INSTANCE_TYPE_LABELS, ZONE_LABELS
 from cloudloop.settings import (
     CodecServerSettings,
@@ -45,6 +46,7 @@ from devstack.demos import DEMOS, Demo
 from devstack.dev_workers import DevWorkers
 from devstack.kube import ALL_COMPONENTS, CLUSTER_CIDR, KubeOptions
 from devstack.local import LocalStack, StackOptions
+from devstack.node_joiner import NodeJoiner, publish_workload_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +159,21 @@ async def converge_demo(settings: Settings, provider: str, config: Path) -> None
     )
 
 
+def _publish_workload_kubeconfigs(kube: Kube, kubeconfig: Path) -> int:
+    """Every Cluster API Cluster of the demo reaches its Nodes in the dev cluster itself; how
+    many Clusters there are (0 for a demo without Cluster API)."""
+    try:
+        clusters = kube.list(capi.CLUSTERS).get("items", [])
+    except KubeError as exc:
+        if exc.not_found:
+            return 0
+        raise
+    for cluster in clusters:
+        meta = cluster["metadata"]
+        publish_workload_kubeconfig(kube, meta["namespace"], meta["name"], kubeconfig)
+    return len(clusters)
+
+
 async def run_dev(
     state_dir: Path,
     *,
@@ -204,6 +221,13 @@ async def run_dev(
         layouts = state_dir / "layouts"
         settings = settings.model_copy(update={"layouts": LayoutSettings(source_dir=layouts)})
         settings = await asyncio.to_thread(demo.seed, stack, kube, settings)
+        # The demo's Machines join as kwok Nodes: the dev cluster is its own workload cluster.
+        joiner = NodeJoiner(kube)
+        joining = (
+            asyncio.create_task(joiner.run(), name="node-joiner")
+            if await asyncio.to_thread(_publish_workload_kubeconfigs, kube, stack.kubeconfig)
+            else None
+        )
         pool = DevWorkers(settings, state_dir, workers)
         await asyncio.to_thread(pool.start)
         supervisor = asyncio.create_task(pool.supervise(stop))
@@ -219,6 +243,9 @@ async def run_dev(
         print(_banner(stack, kubectl, demo, pool), flush=True)
         done, _ = await asyncio.wait({supervisor, starter}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()
+        joiner.stop()
+        if joining is not None:
+            joining.cancel()
         if converging is not None:
             converging.cancel()
         await asyncio.gather(supervisor, starter, return_exceptions=True)

@@ -317,7 +317,7 @@ def _seed_node_group(kube: Kube) -> None:
         bootstrap=Bootstrap(data_secret_name=f"{GROUP}-bootstrap"),
         replicas=0,
         zones=("nova",),
-        # No workload cluster: machines never get Nodes, so a rollout must not wait for them.
+        # A rollout replaces one machine at a time and never runs more than the group size.
         max_surge=0,
         max_unavailable=1,
     )

@@ -1,6 +1,7 @@
 """``cloudloop dev --provider openstack`` as a user runs it: the emulator's servers become
 initialized Nodes with pod routes on the router, the LB Service gets its floating IP, the
-CloudProbe answers, the demo node group's 2 machines get their servers, the Standard layout's
+CloudProbe answers, the demo node group's 2 machines get their servers and join as Nodes
+(the dev stack's kubelet stand-in) with their own pod routes, the Standard layout's
 base infrastructure and master VM are made by the ``Layout`` workflow (completed in Temporal),
 and Ctrl-C stops everything."""
 
@@ -92,14 +93,15 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
             if "emulator    :" in line
         )
 
-        def routed() -> bool:
+        def routes() -> int:
             with urllib.request.urlopen(f"{admin_url}/state", timeout=5) as response:
                 routers = json.loads(response.read())["routers"]
-            return sum(len(r["routes"]) for r in routers) == 2
+            return sum(len(r["routes"]) for r in routers)
 
-        wait_for(routed, "two pod routes on router1")
+        wait_for(lambda: routes() >= 2, "the demo nodes' pod routes on router1")
 
         provider_ids = "jsonpath={.items[*].spec.providerID}"
+        names = "jsonpath={.items[*].metadata.name}"
         wait_for(
             lambda: (
                 len(get("machines", "-n", "demo-capi", "-o", provider_ids).split()) == 2
@@ -112,6 +114,17 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
             state = json.loads(response.read())
         made = [s for s in state["servers"] if s["name"].startswith("demo-workers-")]
         assert len(made) == 2 and all(s["status"] == "ACTIVE" for s in made), made
+        # Their VMs join as Nodes named after the Machines; node sync initializes them (the
+        # providerID the Machine has) and route sync gives each its pod route.
+        machine_names = sorted(get("machines", "-n", "demo-capi", "-o", names).split())
+        wait_for(
+            lambda: all(
+                get("node", name, "-o", "jsonpath={.spec.providerID}").startswith("openstack://")
+                for name in machine_names
+            ),
+            "the node group's Nodes initialized",
+        )
+        wait_for(lambda: routes() == 4, "four pod routes: two demo nodes, two node-group nodes")
 
         # the Standard layout: base infrastructure and one master, by the Layout workflow
         async def layout_status() -> WorkflowExecutionStatus | None:

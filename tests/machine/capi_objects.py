@@ -23,12 +23,17 @@ from devstack.local import LocalStack, StackOptions
 
 #: Machine phases that mean "the infrastructure provider delivered a machine".
 PROVISIONED_PHASES = ("Provisioned", "Running")
+# The Machine controller requeues after 30 s when its cache does not hold the infra machine yet
+# (a write it has not seen): a wait for what it does with the infra machine outlasts one requeue.
+MANAGER_REQUEUE_WAIT_S = 75.0
 
 
-def capi_stack(state_dir: Path) -> LocalStack:
-    """Temporal + moto + a control plane with the Cluster API core manager (not started)."""
+def capi_stack(state_dir: Path, *more_components: str) -> LocalStack:
+    """Temporal + moto + a control plane with the Cluster API core manager and
+    ``more_components`` (not started)."""
+    components = (CAPI, *more_components)
     return LocalStack(
-        StackOptions(state_dir=state_dir, kube=(KubeOptions(name="capi", components=(CAPI,)),))
+        StackOptions(state_dir=state_dir, kube=(KubeOptions(name="capi", components=components),))
     )
 
 

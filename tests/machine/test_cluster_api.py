@@ -11,6 +11,7 @@ Infra objects here get their status by hand (no provider runs); the kinds are tw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import time
@@ -26,9 +27,11 @@ from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import NODES, Resource
 from cloudloop.rules import machine as capi
+from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack.crds import CRDS
-from devstack.kube import CAPI, KubeOptions
+from devstack.kube import CAPI, KWOK, KWOK_NODE_ANNOTATION, KubeOptions
 from devstack.local import LocalStack, StackOptions
+from devstack.node_joiner import NodeJoiner, publish_workload_kubeconfig
 from tests.conftest import NAMESPACES
 from tests.helpers import eventually
 from tests.machine import capi_objects
@@ -121,7 +124,7 @@ class InfraCase:
 
 @pytest.fixture(scope="module")
 def capi_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = capi_objects.capi_stack(tmp_path_factory.mktemp("capi-stack"))
+    local = capi_objects.capi_stack(tmp_path_factory.mktemp("capi-stack"), KWOK)
     local.start()
     print(f"\nCluster API stack started in {local.started_in_s:.1f}s")
     try:
@@ -270,7 +273,9 @@ async def test_manager_honours_infra_machine_contract(
             lambda: owned_by(infra_cluster.resource, "c1", "Cluster"), what="infra cluster owned"
         )
         infra_obj = await eventually(
-            lambda: owned_by(infra.resource, name, "Machine"), what="infra machine owned"
+            lambda: owned_by(infra.resource, name, "Machine"),
+            timeout=capi_objects.MANAGER_REQUEUE_WAIT_S,
+            what="infra machine owned",
         )
         assert infra_obj["metadata"]["labels"][capi.CLUSTER_NAME_LABEL] == "c1"
         phase = await eventually(
@@ -389,6 +394,70 @@ async def test_machine_runs_once_a_node_has_its_provider_id(
         await eventually(lambda: kube.get(capi.MACHINES, name, ns) is None, what="Machine gone")
         assert await asyncio.to_thread(kube.get, infra.resource, name, ns) is None
         await asyncio.to_thread(kube.delete, NODES, node)
+
+
+async def test_a_machine_vm_joins_as_a_node_and_its_kubelet_stops_with_it(
+    capi_stack: LocalStack, capi_kube: Kube, capi_namespace: str
+) -> None:
+    """The dev stack's kubelet (:class:`NodeJoiner`): a provisioned Machine's VM registers a
+    kwok Node with its providerID and the ``uninitialized`` taint, kwok keeps it Ready, CAPI
+    matches it (phase Running); the Machine gone, the Node leaves kwok and turns Unknown."""
+    kube, ns = capi_kube, capi_namespace
+    joiner = NodeJoiner(kube, namespace=ns, name=f"j-{ns}")
+    joining = asyncio.create_task(joiner.run())
+    with contextlib.ExitStack() as cleanup, capi_objects.explained(kube, ns, capi_stack):
+        cleanup.callback(joiner.stop)
+        case = await infra_case(kube, "ContractV1beta2")
+        infra, infra_cluster = case.machine, case.cluster
+        name = f"m-{uuid.uuid4().hex[:6]}"
+        provider_id = case.provider_id.format(uuid=uuid.uuid4())
+        await asyncio.to_thread(publish_workload_kubeconfig, kube, ns, "c1", capi_stack.kubeconfig)
+        await asyncio.to_thread(capi_objects.bootstrap_secret, kube, ns, f"{name}-boot", "#cloud")
+        await asyncio.to_thread(capi_objects.cluster, kube, ns, "c1", infra_cluster, {})
+        await asyncio.to_thread(
+            lambda: capi_objects.machine(
+                kube,
+                ns,
+                name,
+                cluster_name="c1",
+                infra=infra,
+                infra_spec={**case.machine_spec, "providerID": provider_id},
+                data_secret=f"{name}-boot",
+            )
+        )
+        assert await asyncio.to_thread(kube.get, NODES, name) is None  # no VM yet, no kubelet
+        for resource, obj, status in (
+            (infra_cluster.resource, "c1", infra_cluster.provisioned_status()),
+            (infra.resource, name, infra.provisioned_status()),
+        ):
+            await asyncio.to_thread(
+                kube.patch, resource, obj, {"status": status}, ns, subresource="status"
+            )
+
+        def ready(status: str) -> dict[str, Any] | None:
+            node: dict[str, Any] = dict(kube.get(NODES, name) or {})
+            conditions = (node.get("status") or {}).get("conditions") or []
+            found = [c["status"] for c in conditions if c["type"] == "Ready"]
+            return node if found == [status] else None
+
+        node = await eventually(lambda: ready("True"), timeout=60, what="the Node Ready")
+        assert node["spec"]["providerID"] == provider_id
+        # Not ready until kwok's first heartbeat: the API server's taint, no controller-manager.
+        assert UNINITIALIZED_TAINT in [t["key"] for t in node["spec"]["taints"]]
+
+        def running() -> dict[str, Any] | None:
+            obj = kube.get(capi.MACHINES.untyped, name, ns) or {}
+            return obj if (obj.get("status") or {}).get("phase") == "Running" else None
+
+        machine = await eventually(running, timeout=60, what="Machine Running")
+        assert machine["status"]["nodeRef"]["name"] == name
+
+        await asyncio.to_thread(kube.delete, capi.MACHINES, name, ns)
+        await eventually(lambda: kube.get(capi.MACHINES, name, ns) is None, what="Machine gone")
+        stopped = await eventually(lambda: ready("Unknown"), timeout=30, what="the kubelet gone")
+        assert KWOK_NODE_ANNOTATION not in stopped["metadata"]["annotations"]
+    await joining
+    await asyncio.to_thread(kube.delete, NODES, name)
 
 
 def test_stop_leaves_no_process(tmp_path: Path) -> None:
