@@ -14,9 +14,10 @@
   (:class:`bench.machine.ReadyWatch`, an informer's events; until 2026-11-27 this module polled
   the informer's store every 10 ms, 5 ms on average added to the workflow side only).
 - ``aws_nodegroup_scale_0_to_10_wall_s``: a MachineDeployment rendered from an
-  ``AWSInstanceClass`` (``render_node_group``) scaled 0 → 10 → all 10 CAPI Machines
-  ``Provisioned`` with a providerID; the real Cluster API manager on its own control plane
-  (:func:`bench.nodegroup._scale_group`), the starter and worker in this process. Report only.
+  ``AWSInstanceClass`` (``render_node_group``) scaled 0 → 10 → all 10 Machines
+  ``Running`` with their Nodes ``Ready`` (the dev stack's kubelet stand-in); the real Cluster
+  API manager on its own control plane (:func:`bench.nodegroup._scale_group`), the starter and
+  worker in this process. Report only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 - ``nodegroup_scale_0_to_10_wall_s_<provider>`` (dvp, zvirt): a MachineDeployment rendered from
   an InstanceClass (``render_node_group``, what ``cloudloop nodegroup render`` prints) with 0
-  replicas, then scaled to 10 → all 10 CAPI Machines ``Provisioned`` with a providerID. The real
+  replicas, then scaled to 10 → all 10 Machines ``Running``, their Nodes ``Ready``: each VM joins
+  as a kwok Node with its providerID (``devstack.node_joiner``, the dev stack's kubelet) and the
+  manager sets the Machine's ``nodeRef`` through the ``c1-kubeconfig`` Secret. The real
   Cluster API manager on its own control plane, our machine starter and worker in this process;
   the DVP parent cluster with its simulator, or the oVirt Engine emulator (delays of the contract
   test). Report only.
@@ -57,8 +59,9 @@ from devstack.backends.dvp import create_node_vms, dvp_settings
 from devstack.backends.zvirt import machine_spec, ovirt_engine, zvirt_settings
 from devstack.crds import apply_crds
 from devstack.dvp_simulator import CLUSTER_IMAGE, VM_CLASS, DvpParent
-from devstack.kube import CAPI, KubeOptions
+from devstack.kube import CAPI, KWOK, KubeOptions
 from devstack.local import LocalStack, StackOptions
+from devstack.node_joiner import NodeJoiner, publish_workload_kubeconfig
 from starters.loadbalancer import ServiceStarter
 from starters.machine import MachineStarter
 from workers.main import build_worker
@@ -86,7 +89,7 @@ def _capi_plane() -> Iterator[LocalStack]:
                 state_dir=Path(state),
                 temporal=False,
                 moto=False,
-                kube=(KubeOptions(name="capi", components=(CAPI,)),),
+                kube=(KubeOptions(name="capi", components=(CAPI, KWOK)),),
             )
         )
         with plane:
@@ -127,6 +130,8 @@ async def _scale_group(
         },
         namespace,
     )
+    publish_workload_kubeconfig(kube, namespace, "c1", plane.kubeconfig)
+    joiner = NodeJoiner(kube, namespace=namespace, name=f"bench-{namespace}")
     group = NodeGroup(
         name="bench",
         instance_class={
@@ -160,25 +165,27 @@ async def _scale_group(
         timings=TIMINGS,
     )
 
-    def provisioned() -> int:
+    def joined() -> int:
+        """Machines ``Running`` (CAPI found their Node by providerID) whose Node is ``Ready``."""
         items = kube.list(
             capi.MACHINES.untyped,  # status.phase: CAPI's, which the product does not read
             namespace,
             labelSelector=f"cluster.x-k8s.io/deployment-name={name}",
         ).get("items", [])
-        return sum(
-            1
+        running = [
+            str(((m.get("status") or {}).get("nodeRef") or {}).get("name") or "")
             for m in items
-            if (m.get("status") or {}).get("phase") in ("Provisioned", "Running")
-            and (m.get("spec") or {}).get("providerID")
-        )
+            if (m.get("status") or {}).get("phase") == "Running"
+        ]
+        return sum(1 for node in running if node and _node_ready(kube, node))
 
     async with worker:
         task = asyncio.create_task(starter.run())
+        kubelets = asyncio.create_task(joiner.run())
         await asyncio.sleep(1.0)  # informers synced
         started = time.monotonic()
         kube.patch(MACHINE_DEPLOYMENTS, name, {"spec": {"replicas": GROUP_SIZE}}, namespace)
-        while await asyncio.to_thread(provisioned) < GROUP_SIZE:
+        while await asyncio.to_thread(joined) < GROUP_SIZE:
             await asyncio.sleep(0.1)
         wall = time.monotonic() - started
         kube.patch(MACHINE_DEPLOYMENTS, name, {"spec": {"replicas": 0}}, namespace)
@@ -186,9 +193,17 @@ async def _scale_group(
         while kube.list(capi.MACHINES, namespace).get("items") and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         starter.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        joiner.stop()
+        for running in (task, kubelets):
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
     return wall
+
+
+def _node_ready(kube: Kube, name: str) -> bool:
+    node = kube.get(NODES.untyped, name) or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 async def nodegroup_figures(ctx: BenchContext) -> dict[str, float]:

@@ -10,9 +10,9 @@
   status, the ``Provisioned`` Event). Samples alternate between the two paths.
 - ``openstack_machine_provision_overhead_ratio``: the first over the second (goal ≤ 1.3).
 - ``openstack_nodegroup_scale_0_to_10_wall_s``: a MachineDeployment rendered from an
-  OpenStackInstanceClass (``render_node_group``) with 0 replicas, scaled to 10 → all 10 CAPI
-  Machines ``Provisioned`` with a providerID; the real Cluster API manager on its own control
-  plane, our starter and worker in this process. Report only.
+  OpenStackInstanceClass (``render_node_group``) with 0 replicas, scaled to 10 → all 10
+  Machines ``Running`` with their Nodes ``Ready`` (the dev stack's kubelet); the real Cluster
+  API manager on its own control plane, our starter and worker in this process. Report only.
 
 The emulator's delays are :data:`devstack.backends.openstack.QUICK` (server BUILD 0.2 s, volume
 creating 0.1 s).

@@ -39,8 +39,8 @@
   Beside them ``vsphere_machine_step_<step>_median_s`` from the histories
   (:mod:`bench.breakdown`), and the median sample's history on stderr.
 - ``vsphere_nodegroup_scale_0_to_10_wall_s``: a MachineDeployment rendered from a
-  VsphereInstanceClass with 0 replicas, scaled to 10 → all 10 CAPI Machines ``Provisioned`` with
-  a providerID (the real Cluster API manager on its own control plane, as
+  VsphereInstanceClass with 0 replicas, scaled to 10 → all 10 Machines ``Running`` with their
+  Nodes ``Ready`` (the real Cluster API manager on its own control plane, as
   :mod:`bench.nodegroup`). Report only.
 """
 
