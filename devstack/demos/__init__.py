@@ -63,6 +63,8 @@ def _lazy(module: str, name: str) -> Callable[[], Demo]:
 
 DEMOS: dict[str, Callable[[], Demo]] = {
     "aws": _lazy("devstack.demos.aws", "AwsDemo"),
+    "dvp": _lazy("devstack.demos.dvp", "DvpDemo"),
     "openstack": _lazy("devstack.demos.openstack", "OpenStackDemo"),
     "vsphere": _lazy("devstack.demos.vsphere", "VsphereDemo"),
+    "zvirt": _lazy("devstack.demos.zvirt", "ZvirtDemo"),
 }
