@@ -26,6 +26,7 @@ from bench.nodegroup import nodegroup_figures
 from bench.openstack import openstack_figures
 from bench.openstack_machines import openstack_machine_figures
 from bench.probe import probe_overhead
+from bench.pvc_clouds import pvc_cloud_figures
 from bench.pvcburst import pvc_burst_figures
 from bench.scale import scale_figures
 from bench.snapshots import snapshot_figures
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "vsphere-machines": vsphere_machine_figures,
     "csi": csi_figures,
     "pvc-burst": pvc_burst_figures,
+    "pvc-clouds": pvc_cloud_figures,
     "snapshots": snapshot_figures,
     "layouts": layout_figures,
     "layouts-vsphere": vsphere_layout_figures,

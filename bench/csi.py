@@ -19,7 +19,9 @@ import asyncio
 import statistics
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -28,10 +30,12 @@ from bench.context import BenchContext
 from bench.overhead import overhead_ms
 from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.models import VolumeSpec
 from cloudloop.cloud.registry import Settings
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server
+from cloudloop.csi.spec import ZONE_KEY
 from cloudloop.csi.v1 import csi_pb2, csi_pb2_grpc
 from cloudloop.kube.resources import PERSISTENT_VOLUME_CLAIMS, PODS, VOLUME_ATTACHMENTS
 from cloudloop.messages.scope import scoped_id
@@ -148,24 +152,55 @@ async def create_figures(ctx: BenchContext, settings: Settings) -> dict[str, flo
     }
 
 
+@dataclass(frozen=True)
+class PvcCloud:
+    """What the PVC figures need of one cloud: its driver and settings, an instance to attach
+    to (node ID, providerID, zone), the discovery document the StorageClasses come from and the
+    class the claims name."""
+
+    settings: Settings
+    driver: CloudDriver
+    node_id: str
+    provider_id: str
+    zone: str
+    discovery: dict[str, Any]
+    storage_class: str
+    #: The CSI topology key of the zone (the cloud driver's).
+    topology_key: str = ZONE_KEY
+
+
 async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]:
-    kube = ctx.kube
     driver = AwsDriver(AWS.section(settings))
-    ec2 = driver.session.client("ec2")
-    instance = launch_instance(ec2, ZONE)
+    instance = launch_instance(driver.session.client("ec2"), ZONE)
+    cloud = PvcCloud(
+        settings=settings,
+        driver=driver,
+        node_id=instance,
+        provider_id=f"aws:///{ZONE}/{instance}",
+        zone=ZONE,
+        discovery={"zones": [ZONE]},
+        storage_class="gp3",
+    )
+    bound, attached = await pvc_medians(ctx, cloud)
+    return {"pvc_bound_median_s": bound, "pvc_attach_median_s": attached}
+
+
+async def pvc_medians(ctx: BenchContext, cloud: PvcCloud) -> tuple[float, float]:
+    """Medians of :data:`PVC_SAMPLES` claims of ``cloud``: created → Bound, → attached."""
+    kube = ctx.kube
     namespace = f"bench-csi-{uuid.uuid4().hex[:6]}"
     kube.request("POST", NAMESPACES_PATH, body={"metadata": {"name": namespace}})
-    settings = settings.model_copy(
+    settings = cloud.settings.model_copy(
         update={
-            "discovery": settings.discovery.model_copy(update={"namespace": namespace}),
-            "leader_election": settings.leader_election.model_copy(
+            "discovery": cloud.settings.discovery.model_copy(update={"namespace": namespace}),
+            "leader_election": cloud.settings.leader_election.model_copy(
                 update={"namespace": namespace, "name": "bench-csi"}
             ),
         }
     )
     driver_name = settings.csi.driver_name
     node = f"bench-csi-{uuid.uuid4().hex[:6]}"
-    write_discovery(kube, namespace, {"zones": [ZONE]})
+    write_discovery(kube, namespace, cloud.discovery)
     deployment = CsiDeployment(settings, ctx.stack.kubeconfig, ctx.stack.state_dir / "logs")
     bound_s: list[float] = []
     attached_s: list[float] = []
@@ -173,32 +208,32 @@ async def pvc_figures(ctx: BenchContext, settings: Settings) -> dict[str, float]
         kwok_node(
             kube,
             node,
-            provider_id=f"aws:///{ZONE}/{instance}",
-            zone=ZONE,
+            provider_id=cloud.provider_id,
+            zone=cloud.zone,
             driver=driver_name,
-            node_id=instance,
+            node_id=cloud.node_id,
+            topology_key=cloud.topology_key,
         )
         async with build_worker(
             ctx.client,
             settings,
-            driver=driver,
+            driver=cloud.driver,
             kube=kube,
             task_queue=settings.temporal.queue_for(Domain.VOLUME),
         ):
             await asyncio.to_thread(deployment.start)
             try:
-                await _wait(lambda: _storage_class(ctx, "gp3"), 60)
+                await _wait(lambda: _storage_class(ctx, cloud.storage_class), 60)
                 for i in range(PVC_SAMPLES):
-                    bound, attached = await _one_pvc(ctx, namespace, node, f"data-{i}")
+                    bound, attached = await _one_pvc(
+                        ctx, namespace, node, f"data-{i}", cloud.storage_class
+                    )
                     bound_s.append(bound)
                     attached_s.append(attached)
             finally:
                 await asyncio.to_thread(deployment.stop)
     kube.request("DELETE", f"{NAMESPACES_PATH}/{namespace}")
-    return {
-        "pvc_bound_median_s": statistics.median(bound_s),
-        "pvc_attach_median_s": statistics.median(attached_s),
-    }
+    return statistics.median(bound_s), statistics.median(attached_s)
 
 
 def _storage_class(ctx: BenchContext, name: str) -> bool:
@@ -217,10 +252,12 @@ async def _wait(check: object, timeout: float) -> float:
     raise TimeoutError(f"not done within {timeout}s")
 
 
-async def _one_pvc(ctx: BenchContext, namespace: str, node: str, name: str) -> tuple[float, float]:
+async def _one_pvc(
+    ctx: BenchContext, namespace: str, node: str, name: str, storage_class: str
+) -> tuple[float, float]:
     kube = ctx.kube
     started = time.monotonic()
-    kube.create(PERSISTENT_VOLUME_CLAIMS, pvc(name, "gp3", "1Gi"), namespace)
+    kube.create(PERSISTENT_VOLUME_CLAIMS, pvc(name, storage_class, "1Gi"), namespace)
     kube.create(PODS, pod(f"{name}-app", name, node), namespace)
 
     def bound() -> bool:
