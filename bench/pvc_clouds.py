@@ -25,6 +25,7 @@ from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.rules.discovery import discovery_document
 from cloudloop.settings import CsiSettings
+from devstack.demos.storage import default_storage_class
 
 
 async def pvc_cloud_figures(ctx: BenchContext) -> dict[str, float]:
@@ -56,8 +57,7 @@ def _cloud(settings: Settings, driver: CloudDriver, machine: models.Machine, zon
     volumes, discovery = driver.volumes, driver.discovery
     assert volumes is not None and discovery is not None
     document = discovery_document(None, discovery.discovery_data())
-    classes = volumes.storage_classes(document)
-    default = next((c.name for c in classes if c.default), classes[0].name)
+    default = default_storage_class(driver)
     return PvcCloud(
         settings=settings,
         driver=driver,

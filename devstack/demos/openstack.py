@@ -8,7 +8,11 @@ server in the emulator. And a cluster's own infrastructure: the ``Standard`` lay
 ``deploy/layouts/examples/openstack-standard.yaml`` (without its node group: base and one master)
 applied for prefix ``dev-os`` by the ``Layout`` workflow (``layout/dev-os``, a ``LayoutModule``
 child per module, one activity per resource, all in the Temporal UI): security group, key pair,
-network, subnet, router, the master's port, root and data volumes, server and floating IP.
+network, subnet, router, the master's port, root and data volumes, server and floating IP. And
+storage through CSI (:mod:`.storage`): the chart-shaped controller and sidecars make a
+StorageClass per Cinder volume type from discovery, and the claim ``demo-data`` of the default
+one is bound to a volume in its pod's zone and attached to that server (the CSINode names the
+server's ID and its zone under Cinder CSI's topology key, as node-driver-registrar would).
 
 The product is configured the way Deckhouse does it: a ``cloud.conf`` (written into the state
 folder, its password included) named by ``cloudloop.openstack.cloud_config_file``. The emulator's
@@ -29,6 +33,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from cloudloop import searchattrs, temporal
 from cloudloop.cloud.openstack.capi import INFRA_KINDS as OPENSTACK_KINDS
 from cloudloop.cloud.openstack.capi import NODE_TEMPLATES as OPENSTACK_TEMPLATES
+from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
@@ -41,6 +46,7 @@ from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from cloudloop.settings import LayoutSettings
 from devstack.demos.common import DEPLOYMENTS
+from devstack.demos.storage import CLAIM, DemoStorage, default_storage_class, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 from devstack.openstack_emulator import (
@@ -107,6 +113,9 @@ def cloud_conf(endpoint: OpenStackEmulatorEndpoint) -> str:
 class OpenStackDemo:
     name = "openstack"
 
+    def __init__(self) -> None:
+        self.storage: DemoStorage | None = None
+
     def stack_options(self, options: StackOptions) -> StackOptions:
         main, *others = options.kube
         with_capi = dataclasses.replace(main, components=(*main.components, CAPI))
@@ -125,21 +134,37 @@ class OpenStackDemo:
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.touch(mode=0o600)
         conf.write_text(cloud_conf(endpoint))
-        _seed_servers(endpoint)
+        servers = _seed_servers(endpoint)
         _seed_cluster(kube)
-        _seed_node_group(kube)
         layout = _layout_config(stack.state_dir / "openstack" / "layout.yaml", endpoint)
         asyncio.run(_start_layout(settings, layout))
-        return settings.model_copy(
+        section = OpenStackSettings(cloud_config_file=conf, zones=[z for _, z in DEMO_SERVERS])
+        settings = settings.model_copy(
             update={
                 "provider": self.name,
-                "openstack": OpenStackSettings(
-                    cloud_config_file=conf, zones=[z for _, z in DEMO_SERVERS]
-                ),
+                "openstack": section,
                 # the worker reads the layout's config where the demo wrote it
                 "layouts": LayoutSettings(source_dir=layout.parent),
             }
         )
+        driver = OpenStackDriver(section)
+        try:
+            storage_class = default_storage_class(driver)
+            topology_key = driver.volumes.volume_topology_key
+        finally:
+            driver.close()
+        for name, zone in DEMO_SERVERS:  # the node plugin's node ID: the server's ID
+            registered_node(
+                kube,
+                name,
+                driver=settings.csi.driver_name,
+                node_id=servers[name],
+                topology={topology_key: zone},
+            )
+        self.storage = DemoStorage(settings, stack.kubeconfig, stack.state_dir / "logs")
+        self.storage.start(kube, storage_class, {"cloudloop.io/demo": "true"})
+        _seed_node_group(kube)
+        return settings
 
     def endpoints(self, stack: LocalStack) -> list[str]:
         assert stack.openstack is not None
@@ -156,7 +181,9 @@ class OpenStackDemo:
         return None  # the demo's converge pass is AWS's
 
     def stop(self) -> None:
-        """Nothing of the demo runs beside the stack."""
+        """The CSI controller and its sidecars (the stack stops after them)."""
+        if self.storage is not None:
+            self.storage.stop()
 
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
         assert stack.openstack is not None
@@ -168,6 +195,8 @@ class OpenStackDemo:
             "   # servers, loadbalancers, routers[].routes",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='Service'\"",
+            f"  {kubectl} get pvc,volumeattachments   # {CLAIM}: Bound to a Cinder volume in "
+            "its pod's zone, attached to that server",
             f"  {kubectl} -n {GROUP_NAMESPACE} get machinedeployments,machines,"
             "openstackmachines   # the node group: 2 machines, one server each",
             f"  temporal workflow list --address {stack.temporal_address} "
@@ -178,13 +207,15 @@ class OpenStackDemo:
         ]
 
 
-def _seed_servers(endpoint: OpenStackEmulatorEndpoint) -> None:
-    """Two servers through openstacksdk, as a user (or Deckhouse's node manager) makes them."""
+def _seed_servers(endpoint: OpenStackEmulatorEndpoint) -> dict[str, str]:
+    """Two servers through openstacksdk, as a user (or Deckhouse's node manager) makes them;
+    their IDs by name."""
     connect: Any = openstack.connect
     sdk: Any = connect(**endpoint.connect_kwargs())
     try:
         network = sdk.network.find_network(PRIVATE_NETWORK)
         image = sdk.image.find_image("ubuntu-22.04")
+        made: dict[str, str] = {}
         for name, zone in DEMO_SERVERS:
             server = sdk.compute.create_server(
                 name=name,
@@ -195,6 +226,8 @@ def _seed_servers(endpoint: OpenStackEmulatorEndpoint) -> None:
                 metadata={"cluster": "dev"},
             )
             sdk.compute.wait_for_server(server, wait=60, interval=0.5)
+            made[name] = str(server.id)
+        return made
     finally:
         sdk.close()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cloudloop.cloud.driver import CloudDriver
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS
@@ -39,6 +40,20 @@ from devstack.demos.common import DEPLOYMENTS
 #: The demo's claim and the Deployment that mounts it.
 CLAIM = "demo-data"
 SIZE = "4Gi"
+
+
+def default_storage_class(driver: CloudDriver) -> str:
+    """The StorageClass ``cloudloop csi-controller`` marks default for ``driver``'s cloud: the
+    driver's own pick for the discovery document its discoverer part returns."""
+    from cloudloop.rules.discovery import discovery_document
+
+    volumes, discovery = driver.volumes, driver.discovery
+    if volumes is None or discovery is None:
+        raise RuntimeError(f"{driver.provider} has no volumes or discovery")
+    classes = volumes.storage_classes(discovery_document(None, discovery.discovery_data()))
+    if not classes:
+        raise RuntimeError(f"{driver.provider}: discovery offers no StorageClass")
+    return next((c.name for c in classes if c.default), classes[0].name)
 
 
 def registered_node(

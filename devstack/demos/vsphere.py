@@ -3,8 +3,10 @@
 vcsim joins the stack; two node VMs are cloned into two clusters whose ``k8s-zone`` tags name
 ``zone-a`` and ``zone-b`` (the datacenter carries the ``k8s-region`` tag ``region-a``, each
 datastore its zone's tag); kwok Nodes named after the guests' host names wait for node sync to
-initialize them (providerID, zone/region labels, instance type, addresses); a first-class disk is
-created in ``zone-a`` and attached to that zone's node through the volume workflows. The Cluster
+initialize them (providerID, zone/region labels, instance type, addresses); storage goes through
+CSI (:mod:`.storage`): the chart-shaped controller and sidecars make the StorageClasses from
+discovery (one per zoned datastore), and the claim ``demo-data`` of the default class is bound
+to a first-class disk in its datastore's zone and attached to its pod's node. The Cluster
 API manager runs on the control plane: a node group ``demo-workers`` rendered from the
 ``VsphereInstanceClass`` ``demo-workers`` (as ``cloudloop nodegroup render`` does) scales 0 → 2,
 each VSphereMachine a ``Machine`` workflow cloning vcsim's first VM; a ``GuestAgent`` plays the
@@ -13,43 +15,28 @@ guests' VMware Tools (their IPs).
 Rules:
 - vcsim is seeded as an operator would (:mod:`devstack.vcsim_inventory`: pyvmomi and the tagging
   REST paths); the worker logs in with the password from a file in the state folder.
-- The volume's workflows start from a side thread as soon as the seed is done: a workflow start
-  needs no worker, its result waits for the one ``cloudloop dev`` starts next. What it ends with
-  (volume ID, attachment or error) is written to ``vsphere-demo.json`` in the state folder.
-- Without the CSI driver on main there is no PVC: the disk is the volume workflows' own.
+- The CSINode of each demo node names the VM's BIOS UUID (the node plugin's node ID) and its
+  zone under the driver's topology key (the zone tag category), as node-driver-registrar would.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
-import logging
-import threading
 from pathlib import Path
-from typing import Any
 
-from cloudloop import temporal
 from cloudloop.cloud.registry import Settings
+from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
+from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
-from cloudloop.csi.operations import VolumeOperations
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import NODES, Resource
-from cloudloop.messages.volume import (
-    AttachVolumeRequest,
-    CapacityRange,
-    Code,
-    CreateVolumeRequest,
-    Topology,
-)
 from cloudloop.rules.node import UNINITIALIZED_TAINT
+from devstack.demos.storage import CLAIM, DemoStorage, default_storage_class, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_guest import GuestAgent
 from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
-
-log = logging.getLogger(__name__)
 
 MACHINE_DEPLOYMENTS = Resource(
     "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
@@ -60,9 +47,6 @@ DEMO_NODES = (
     NodeVm("demo-node-b", "10.0.2.10", cluster="DC0_C1"),
 )
 LAYOUT = ZoneLayout()
-DEMO_DISK = "demo-disk"
-DEMO_FILE = "vsphere-demo.json"
-GIB = 1024**3
 #: The demo node group: its InstanceClass, MachineDeployment prefix, namespace and size.
 NODE_GROUP = "demo-workers"
 NODE_GROUP_NAMESPACE = "default"
@@ -73,6 +57,9 @@ class VsphereDemo:
     """vcsim instead of moto; the settings name the vCenter, its region and zones."""
 
     name = "vsphere"
+
+    def __init__(self) -> None:
+        self.storage: DemoStorage | None = None
 
     def stack_options(self, options: StackOptions) -> StackOptions:
         kube = tuple(
@@ -88,14 +75,23 @@ class VsphereDemo:
         settings = _settings(settings, endpoint, password)
         for vm in inventory.vms.values():
             _create_node(kube, vm.name)
-        node_a = inventory.vms[DEMO_NODES[0].name]
-        thread = threading.Thread(
-            target=_make_disk,
-            args=(settings, node_a.provider_id, stack.state_dir / DEMO_FILE),
-            name="vsphere-demo-disk",
-            daemon=True,
-        )
-        thread.start()
+        driver = VsphereDriver(VSPHERE.section(settings))
+        try:
+            topology_key = driver.volumes.volume_topology_key
+            storage_class = default_storage_class(driver)
+        finally:
+            driver.close()
+        zones = {cluster: zone for zone, cluster in LAYOUT.zones.items()}
+        for node in DEMO_NODES:
+            registered_node(
+                kube,
+                node.name,
+                driver=settings.csi.driver_name,
+                node_id=inventory.vms[node.name].uuid.lower(),
+                topology={topology_key: zones[node.cluster]},
+            )
+        self.storage = DemoStorage(settings, stack.kubeconfig, stack.state_dir / "logs")
+        self.storage.start(kube, storage_class, {"cloudloop.io/demo": "true"})
         GuestAgent(endpoint).__enter__()  # a daemon thread for the stack's life
         _node_group(kube)
         return settings
@@ -111,13 +107,16 @@ class VsphereDemo:
         return None  # the demo's converge pass is AWS's
 
     def stop(self) -> None:
-        """Nothing of the demo runs beside the stack."""
+        """The CSI controller and its sidecars (the stack stops after them)."""
+        if self.storage is not None:
+            self.storage.stop()
 
     def watch(self, stack: LocalStack, kubectl: Path) -> list[str]:
         return [
             f"  {kubectl} get nodes -l cloudloop.io/demo=true "
             "-L topology.kubernetes.io/region -o wide",
-            f"  cat {stack.state_dir / DEMO_FILE}   # the demo disk and its attachment",
+            f"  {kubectl} get storageclasses,pvc,volumeattachments   # {CLAIM}: Bound to a "
+            "first-class disk in its datastore's zone, attached to its pod's node",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='Volume'\"",
             f"  {kubectl} -n kube-system get secret d8-cloud-provider-discovery-data "
@@ -204,46 +203,3 @@ def _create_node(kube: Kube, name: str) -> None:
             },
         },
     )
-
-
-def _make_disk(settings: Settings, node: str, out: Path) -> None:
-    """Create the demo disk in zone-a and attach it to ``node``, through the volume workflows."""
-    try:
-        record = asyncio.run(_disk_through_workflows(settings, node))
-    except Exception as exc:  # the demo goes on without its disk; the reason is on record
-        log.warning("vsphere demo: the demo disk was not made: %s", exc)
-        record = {"error": str(exc)}
-    out.write_text(json.dumps(record, indent=2))
-
-
-async def _disk_through_workflows(settings: Settings, node: str) -> dict[str, Any]:
-    client = await temporal.connect(settings.temporal)
-    ops = VolumeOperations.from_settings(client, settings)
-    zone = sorted(LAYOUT.zones)[0]
-    created = await ops.create(
-        CreateVolumeRequest(
-            name=DEMO_DISK,
-            capacity=CapacityRange(required_bytes=GIB),
-            topology=Topology(requisite=[zone]),
-        )
-    )
-    if created.code is not Code.OK or created.volume is None:
-        return {"error": f"create: {created.code.name}: {created.message}"}
-    volume = created.volume
-    attached = await ops.attach(AttachVolumeRequest(volume_id=volume.id, node_id=node))
-    if attached.code is not Code.OK:
-        return {
-            "volume_id": volume.id,
-            "error": f"attach: {attached.code.name}: {attached.message}",
-        }
-    log.info("vsphere demo: disk %s in %s attached to %s", volume.id, volume.zone, node)
-    return {
-        "volume_id": volume.id,
-        "name": DEMO_DISK,
-        "zone": volume.zone,
-        "size_gib": volume.size_gib,
-        "attached_to": node,
-        "device": attached.device,
-        "create_workflow": created.workflow_id,
-        "attach_workflow": attached.workflow_id,
-    }

@@ -266,8 +266,8 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
 
 def test_dev_vsphere_demo(tmp_path: Path) -> None:
     """``cloudloop dev --provider vsphere``: vcsim VMs in two tagged zones become initialized
-    Nodes with zone labels, the demo disk is created and attached through the workflows, and the
-    demo node group's 2 machines get their VMs."""
+    Nodes with zone labels, the demo claim is bound to a disk in its pod's zone and attached
+    through CSI, and the demo node group's 2 machines get their VMs."""
     from cloudloop.cloud.vsphere.driver import VsphereDriver
     from cloudloop.cloud.vsphere.settings import VsphereSettings
 
@@ -332,15 +332,23 @@ def test_dev_vsphere_demo(tmp_path: Path) -> None:
         }
         assert all(v[0].startswith("vsphere://") for v in nodes.values())
 
-        demo_file = state / "vsphere-demo.json"
-        while not demo_file.exists():
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.5)
-        demo = json.loads(demo_file.read_text())
-        assert "error" not in demo, demo
-        assert (demo["zone"], demo["attached_to"]) == ("zone-a", nodes["demo-node-a"][0])
+        # Storage through CSI: the claim is Bound to a first-class disk and attached to its
+        # pod's node (CreateVolume, AttachVolume workflows behind the real sidecars).
+        def get(*args: str) -> str:
+            return subprocess.run([*kubectl, "get", *args], capture_output=True, text=True).stdout
 
-        # The disk, read back from vcsim: in zone-a, consumed by demo-node-a's VM only.
+        while not (
+            get("pvc", "demo-data", "-o", "jsonpath={.status.phase}") == "Bound"
+            and get("volumeattachments", "-o", "jsonpath={.items[*].status.attached}") == "true"
+        ):
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline + 60, log_path.read_text()
+            time.sleep(0.5)
+        pv = get("pvc", "demo-data", "-o", "jsonpath={.spec.volumeName}")
+        volume_id = get("pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
+        pod_node = get("pods", "-l", "app=demo-data", "-o", "jsonpath={.items[0].spec.nodeName}")
+
+        # The disk, read back from vcsim: in its pod's zone, consumed by that node's VM only.
         server = json.loads((state / "stack.json").read_text())["vcsim_url"]
         host, port = server.removeprefix("https://").rsplit(":", 1)
         fingerprint = hashlib.sha1(
@@ -355,11 +363,11 @@ def test_dev_vsphere_demo(tmp_path: Path) -> None:
             )
         )
         try:
-            disk = driver.volumes.get_volume(demo["volume_id"])
+            disk = driver.volumes.get_volume(volume_id)
         finally:
             driver.close()
-        uuid = nodes["demo-node-a"][0].removeprefix("vsphere://")
-        assert (disk.zone, disk.attached_to, disk.name) == ("zone-a", [uuid], "demo-disk")
+        uuid = nodes[pod_node][0].removeprefix("vsphere://")
+        assert (disk.zone, disk.attached_to, disk.name) == (nodes[pod_node][1], [uuid], pv)
 
         # The demo node group: 2 Machines, each with its vcsim VM (Machine workflows).
         def provisioned() -> list[str]:

@@ -100,6 +100,23 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
 
         wait_for(lambda: routes() >= 2, "the demo nodes' pod routes on router1")
 
+        # Storage through CSI: the claim is Bound to a Cinder volume in its pod's zone and
+        # attached to that server (CreateVolume, AttachVolume behind the real sidecars).
+        assert "get pvc,volumeattachments" in banner
+        wait_for(
+            lambda: (
+                get("pvc", "demo-data", "-o", "jsonpath={.status.phase}") == "Bound"
+                and get("volumeattachments", "-o", "jsonpath={.items[*].status.attached}") == "true"
+            ),
+            "the demo claim bound and attached",
+        )
+        pod_node = get("pods", "-l", "app=demo-data", "-o", "jsonpath={.items[0].spec.nodeName}")
+        with urllib.request.urlopen(f"{admin_url}/state", timeout=5) as response:
+            cloud = json.loads(response.read())
+        server_ids = {s["name"]: s["id"] for s in cloud["servers"]}
+        [claimed] = [v for v in cloud["volumes"] if v["name"].startswith("pvc-")]
+        assert [a["server_id"] for a in claimed["attachments"]] == [server_ids[pod_node]]
+
         provider_ids = "jsonpath={.items[*].spec.providerID}"
         names = "jsonpath={.items[*].metadata.name}"
         wait_for(
