@@ -1,5 +1,6 @@
 """zVirt on the oVirt Engine emulator: the emulator alone (quick delays unless told otherwise),
-the driver's settings for it, and a machine spec that clones the seed template.
+the driver's settings for it, a machine spec that clones the seed template, and node VMs made
+through the SDK as an operator makes them.
 
 Rules: every user starts its own emulator (its state is not reset between modules); the delays
 are the scenario's (a fault test slows the step it kills the worker in).
@@ -7,11 +8,14 @@ are the scenario's (a fault test slows the step it kills the worker in).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import ovirtsdk4 as sdk
+import ovirtsdk4.types as sdk_types
 from pydantic import SecretStr
 
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
@@ -24,6 +28,9 @@ QUICK = Delays(
 )
 
 #: Driver timings for :data:`QUICK` delays: short requests, waits and shutdowns, fast polling.
+#: How long one seeded VM may take to come up (clone, boot, guest IP).
+SEED_TIMEOUT_S = 60.0
+
 QUICK_TIMINGS: dict[str, float] = {
     "timeout_s": 5,
     "wait_timeout_s": 20,
@@ -67,3 +74,60 @@ def machine_spec(endpoint: OvirtEmulatorEndpoint, **fields: Any) -> dict[str, An
         "rootDiskSizeGb": 20,
         **fields,
     }
+
+
+def seed_node_vms(endpoint: OvirtEmulatorEndpoint, names: Sequence[str]) -> dict[str, str]:
+    """VMs ``names`` through ovirtsdk4, as an operator makes them: cloned from the seed
+    template, a NIC on the seed vNIC profile, started; returns (name → VM ID) when every VM is
+    up and reports an IP."""
+    connection = sdk.Connection(
+        url=endpoint.api_url,
+        username=endpoint.username,
+        password=endpoint.password,
+        ca_file=str(endpoint.ca_file) if endpoint.ca_file else None,
+        timeout=10,
+    )
+    try:
+        vms = connection.system_service().vms_service()
+        made = [
+            vms.add(
+                sdk_types.Vm(
+                    name=name,
+                    cluster=sdk_types.Cluster(id=endpoint.cluster_id),
+                    template=sdk_types.Template(name=endpoint.template),
+                    memory=2 * 1024**3,
+                ),
+                clone=True,
+            )
+            for name in names
+        ]
+        for vm in made:
+            service = vms.vm_service(vm.id)
+            _wait(lambda s=service: s.get().status == sdk_types.VmStatus.DOWN, vm.name, "cloned")
+            service.nics_service().add(
+                sdk_types.Nic(
+                    name="nic1",
+                    vnic_profile=sdk_types.VnicProfile(id=endpoint.vnic_profile_id),
+                    interface=sdk_types.NicInterface.VIRTIO,
+                )
+            )
+            service.start()
+        for vm in made:
+            service = vms.vm_service(vm.id)
+            _wait(lambda s=service: s.get().status == sdk_types.VmStatus.UP, vm.name, "up")
+            _wait(
+                lambda s=service: any(d.ips for d in s.reported_devices_service().list()),
+                vm.name,
+                "reporting an IP",
+            )
+        return {str(vm.name): str(vm.id) for vm in made}
+    finally:
+        connection.close()
+
+
+def _wait(check: Any, name: str, what: str) -> None:
+    deadline = time.monotonic() + SEED_TIMEOUT_S
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"zvirt demo: VM {name} was not {what} in {SEED_TIMEOUT_S:.0f}s")
+        time.sleep(0.2)

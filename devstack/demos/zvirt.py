@@ -25,12 +25,9 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
-import ovirtsdk4 as sdk
-import ovirtsdk4.types as sdk_types
 import yaml
 
 from cloudloop.cloud.registry import Settings
@@ -43,7 +40,7 @@ from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack import machine_fixtures
-from devstack.backends.zvirt import machine_spec
+from devstack.backends.zvirt import machine_spec, seed_node_vms
 from devstack.demos.storage import CLAIM, DemoStorage, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
@@ -75,8 +72,6 @@ LAYOUT_EXAMPLE = (
     Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples" / "zvirt-standard.yaml"
 )
 LAYOUT_FILE = "zvirt-cluster.yaml"
-#: How long one seed VM may take to come up (clone, boot, guest IP).
-SEED_TIMEOUT_S = 60.0
 
 
 class ZvirtDemo:
@@ -106,7 +101,7 @@ class ZvirtDemo:
         password.parent.mkdir(parents=True, exist_ok=True)
         password.touch(mode=0o600)
         password.write_text(endpoint.password)
-        vm_ids = _seed_vms(endpoint)
+        vm_ids = seed_node_vms(endpoint, DEMO_VMS)
         for name in DEMO_VMS:
             _create_node(kube, name)
         _create_probe(kube)
@@ -172,62 +167,6 @@ def _endpoint(stack: LocalStack) -> OvirtEmulatorEndpoint:
     if stack.ovirt is None:
         raise RuntimeError("the zVirt demo needs the oVirt Engine emulator in the stack")
     return stack.ovirt
-
-
-def _seed_vms(endpoint: OvirtEmulatorEndpoint) -> dict[str, str]:
-    """:data:`DEMO_VMS` through ovirtsdk4: cloned from the seed template, a NIC on the seed vNIC
-    profile, started; returns (name → VM ID) when every VM is up and reports an IP."""
-    connection = sdk.Connection(
-        url=endpoint.api_url,
-        username=endpoint.username,
-        password=endpoint.password,
-        ca_file=str(endpoint.ca_file) if endpoint.ca_file else None,
-        timeout=10,
-    )
-    try:
-        vms = connection.system_service().vms_service()
-        made = [
-            vms.add(
-                sdk_types.Vm(
-                    name=name,
-                    cluster=sdk_types.Cluster(id=endpoint.cluster_id),
-                    template=sdk_types.Template(name=endpoint.template),
-                    memory=2 * 1024**3,
-                ),
-                clone=True,
-            )
-            for name in DEMO_VMS
-        ]
-        for vm in made:
-            service = vms.vm_service(vm.id)
-            _wait(lambda s=service: s.get().status == sdk_types.VmStatus.DOWN, vm.name, "cloned")
-            service.nics_service().add(
-                sdk_types.Nic(
-                    name="nic1",
-                    vnic_profile=sdk_types.VnicProfile(id=endpoint.vnic_profile_id),
-                    interface=sdk_types.NicInterface.VIRTIO,
-                )
-            )
-            service.start()
-        for vm in made:
-            service = vms.vm_service(vm.id)
-            _wait(lambda s=service: s.get().status == sdk_types.VmStatus.UP, vm.name, "up")
-            _wait(
-                lambda s=service: any(d.ips for d in s.reported_devices_service().list()),
-                vm.name,
-                "reporting an IP",
-            )
-        return {str(vm.name): str(vm.id) for vm in made}
-    finally:
-        connection.close()
-
-
-def _wait(check: Any, name: str, what: str) -> None:
-    deadline = time.monotonic() + SEED_TIMEOUT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"zvirt demo: VM {name} was not {what} in {SEED_TIMEOUT_S:.0f}s")
-        time.sleep(0.2)
 
 
 def _create_node(kube: Kube, name: str) -> None:

@@ -239,11 +239,15 @@ class InstallStack:
         path.write_text(yaml.safe_dump(config))
         return path
 
-    def requests_of(self, account: str) -> list[tuple[Request, int]]:
-        """Every resource request ``account`` made, with the answer's status code."""
+    def requests_of(self, account: str, since: int = 0) -> list[tuple[Request, int]]:
+        """Every resource request ``account`` made (after byte ``since`` of the audit log),
+        with the answer's status code."""
         user = f"system:serviceaccount:{NAMESPACE}:{account}"
         found: list[tuple[Request, int]] = []
-        for line in self.audit_log.read_text().splitlines():
+        with self.audit_log.open("rb") as log:
+            log.seek(since)
+            text = log.read().decode(errors="replace")
+        for line in text.splitlines():
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
