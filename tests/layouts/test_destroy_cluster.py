@@ -44,6 +44,7 @@ from cloudloop.kube.resources import (
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import (
+    CLEAR_STEPS,
     LayoutActivity,
     LayoutInput,
     LayoutResult,
@@ -420,6 +421,19 @@ async def test_openstack_destroy_deletes_the_clusters_objects_first(
             async def waiting_for_the_service() -> bool | None:
                 svc = await asyncio.to_thread(kube.get, SERVICES, "web", prefix)
                 if svc is None or not svc["metadata"].get("deletionTimestamp"):
+                    return None
+                # The wait step itself has started: ``delete-services`` sets the deletion
+                # timestamp and may still show as started, and a kill between its end and the
+                # wait's start would leave the wait a first attempt on the next worker.
+                history = await handle.fetch_history()
+                scheduled = sum(
+                    1
+                    for e in history.events
+                    if e.HasField("activity_task_scheduled_event_attributes")
+                    and e.activity_task_scheduled_event_attributes.activity_type.name
+                    == LayoutActivity.CLEAR_CLUSTER
+                )
+                if scheduled != CLEAR_STEPS.index("wait-services") + 1:
                     return None
                 pending = (await handle.describe()).raw_description.pending_activities
                 return (
