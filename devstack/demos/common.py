@@ -1,7 +1,99 @@
-"""What every demo shares: the Kubernetes resources the demos create beyond the product's own."""
+"""What every demo shares: the Kubernetes resources the demos create beyond the product's own,
+and the objects a demo seeds the same way on every cloud (its kwok Nodes, its CloudProbe, its
+node group rendered from an InstanceClass).
+
+Rules: no cloud names here; a demo passes its cloud's kinds and values.
+"""
 
 from __future__ import annotations
 
-from cloudloop.kube.resources import Resource
+from typing import Any
+
+from cloudloop.cloud.capi import InfraKinds, NodeTemplates
+from cloudloop.kube.api import Kube, KubeError
+from cloudloop.kube.resources import CLOUD_PROBES, NAMESPACES, NODES, Resource
+from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+from cloudloop.rules import machine as capi
+from cloudloop.rules.node import UNINITIALIZED_TAINT
+from devstack import machine_fixtures
+from devstack.kube import KWOK_NODE_ANNOTATION
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+MACHINE_DEPLOYMENTS = Resource(
+    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
+)
+#: The label every demo Node carries (``kubectl get nodes -l cloudloop.io/demo=true``).
+DEMO_LABEL = "cloudloop.io/demo"
+
+
+def create_demo_node(kube: Kube, name: str) -> None:
+    """A kwok Node as kubelet on the VM registers it: named like the VM (its guest's host name),
+    no providerID, tainted until the cloud controller initializes it."""
+    kube.create(
+        NODES,
+        {
+            "metadata": {
+                "name": name,
+                "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                "labels": {DEMO_LABEL: "true", "kubernetes.io/hostname": name},
+            },
+            "spec": {
+                "taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]
+            },
+        },
+    )
+
+
+def create_probe(kube: Kube, provider: str) -> None:
+    """The CloudProbe ``default/<provider>`` (kept when a kept state already has it)."""
+    try:
+        kube.create(
+            CLOUD_PROBES,
+            {
+                "metadata": {"name": provider, "namespace": "default"},
+                "spec": {"provider": provider},
+            },
+            "default",
+        )
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
+def seed_node_group(
+    kube: Kube,
+    *,
+    instance_class: dict[str, Any],
+    kinds: InfraKinds,
+    templates: NodeTemplates,
+    namespace: str,
+    size: int,
+) -> None:
+    """A node group as a user makes one without Deckhouse: ``instance_class``, the Cluster
+    ``demo`` (with its InfraCluster), a bootstrap Secret, and what ``cloudloop nodegroup render``
+    prints for the class, applied with 0 replicas, then scaled to ``size``."""
+    group_name = str(instance_class["metadata"]["name"])
+    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    kube.create(templates.instance_class, instance_class)
+    machine_fixtures.create_cluster(kube, namespace, "demo", kinds)
+    bootstrap = f"{group_name}-bootstrap"
+    machine_fixtures.create_bootstrap_secret(
+        kube, namespace, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
+    )
+    group = NodeGroup(
+        name=group_name,
+        instance_class=instance_class,
+        cluster="demo",
+        namespace=namespace,
+        bootstrap=Bootstrap(data_secret_name=bootstrap),
+        replicas=0,
+        # A rollout replaces one machine at a time and never runs more than the group size.
+        max_surge=0,
+        max_unavailable=1,
+    )
+    template, deployment = render_node_group(group, kinds, templates)
+    kube.create(kinds.template, template, namespace)
+    made = kube.create(MACHINE_DEPLOYMENTS, deployment, namespace)
+    kube.patch(
+        MACHINE_DEPLOYMENTS, made["metadata"]["name"], {"spec": {"replicas": size}}, namespace
+    )

@@ -39,13 +39,15 @@ from cloudloop.cloud.dvp.capi import INFRA_KINDS as DVP_KINDS
 from cloudloop.cloud.dvp.capi import NODE_TEMPLATES as DVP_TEMPLATES
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES, Resource
-from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
-from cloudloop.rules import machine as capi
-from cloudloop.rules.node import UNINITIALIZED_TAINT
-from devstack import machine_fixtures
+from cloudloop.kube.resources import SERVICES
 from devstack.backends.dvp import create_node_vms, dvp_settings
-from devstack.demos.common import DEPLOYMENTS
+from devstack.demos.common import (
+    DEMO_LABEL,
+    DEPLOYMENTS,
+    create_demo_node,
+    create_probe,
+    seed_node_group,
+)
 from devstack.demos.storage import CLAIM, DemoStorage, registered_node
 from devstack.dvp_simulator import (
     CLUSTER_IMAGE,
@@ -55,7 +57,7 @@ from devstack.dvp_simulator import (
     DvpParent,
     SimulatorTimings,
 )
-from devstack.kube import CAPI, KWOK_NODE_ANNOTATION, KubeOptions
+from devstack.kube import CAPI, KubeOptions
 from devstack.local import LocalStack, StackOptions
 
 #: The VMs a DVP user made for the cluster before its cloud controller ran.
@@ -71,9 +73,6 @@ STORAGE_CLASS = sorted(STORAGE_CLASSES)[0]
 GROUP_NAMESPACE = "demo-capi"
 GROUP = "demo-workers"
 GROUP_SIZE = 2
-MACHINE_DEPLOYMENTS = Resource(
-    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
-)
 #: The layout's example.
 LAYOUT_EXAMPLE = (
     Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples" / "dvp-standard.yaml"
@@ -111,14 +110,38 @@ class DvpDemo:
         labels = {dvp.MANAGED_BY_LABEL: dvp.MANAGED_BY_VALUE, dvp.CLUSTER_UUID_LABEL: CLUSTER_UUID}
         create_node_vms(parent, PARENT_NAMESPACE, labels, DEMO_VMS)
         for name in DEMO_VMS:
-            _create_node(kube, name)
+            create_demo_node(kube, name)
         _seed_workload(kube)
+        create_probe(kube, self.name)
         settings = settings.model_copy(update={"provider": self.name, "dvp": section})
         for name in DEMO_VMS:  # the CSI node plugin's node ID is the VM's name
             registered_node(kube, name, driver=settings.csi.driver_name, node_id=name, topology={})
         self.storage = DemoStorage(settings, stack.kubeconfig, stack.state_dir / "logs")
-        self.storage.start(kube, STORAGE_CLASS, {"cloudloop.io/demo": "true"})
-        _seed_node_group(kube)
+        self.storage.start(kube, STORAGE_CLASS, {DEMO_LABEL: "true"})
+        seed_node_group(
+            kube,
+            instance_class={
+                "apiVersion": "deckhouse.io/v1alpha1",
+                "kind": DVP_TEMPLATES.instance_class.kind,
+                "metadata": {"name": GROUP},
+                "spec": {
+                    "virtualMachine": {
+                        "cpu": {"cores": 2},
+                        "memory": {"size": "2Gi"},
+                        "virtualMachineClassName": VM_CLASS,
+                    },
+                    "rootDisk": {
+                        "size": "10Gi",
+                        "storageClass": STORAGE_CLASSES[0],
+                        "image": {"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE},
+                    },
+                },
+            },
+            kinds=DVP_KINDS,
+            templates=DVP_TEMPLATES,
+            namespace=GROUP_NAMESPACE,
+            size=GROUP_SIZE,
+        )
         return settings
 
     def layout_config(self, folder: Path, prefix: str) -> Path | None:
@@ -162,26 +185,8 @@ class DvpDemo:
         ]
 
 
-def _create_node(kube: Kube, name: str) -> None:
-    """A kwok Node as kubelet on the VM registers it: named like the VM, no providerID, tainted
-    until the cloud controller initializes it."""
-    kube.create(
-        NODES,
-        {
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
-            },
-            "spec": {
-                "taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]
-            },
-        },
-    )
-
-
 def _seed_workload(kube: Kube) -> None:
-    """A Deployment, its LB Service and a CloudProbe."""
+    """A Deployment and its LB Service."""
     kube.create(
         DEPLOYMENTS,
         {
@@ -208,65 +213,6 @@ def _seed_workload(kube: Kube) -> None:
             },
         },
         "default",
-    )
-    try:
-        kube.create(
-            CLOUD_PROBES,
-            {"metadata": {"name": "dvp", "namespace": "default"}, "spec": {"provider": "dvp"}},
-            "default",
-        )
-    except KubeError as exc:
-        if not exc.conflict:
-            raise
-
-
-def _seed_node_group(kube: Kube) -> None:
-    """A ``DVPInstanceClass``, the Cluster (with its ``DeckhouseCluster``), a bootstrap Secret,
-    and what ``cloudloop nodegroup render`` prints for the class, applied with 0 replicas, then
-    scaled to :data:`GROUP_SIZE`."""
-    kube.create(NAMESPACES, {"metadata": {"name": GROUP_NAMESPACE}})
-    instance_class = {
-        "apiVersion": "deckhouse.io/v1alpha1",
-        "kind": DVP_TEMPLATES.instance_class.kind,
-        "metadata": {"name": GROUP},
-        "spec": {
-            "virtualMachine": {
-                "cpu": {"cores": 2},
-                "memory": {"size": "2Gi"},
-                "virtualMachineClassName": VM_CLASS,
-            },
-            "rootDisk": {
-                "size": "10Gi",
-                "storageClass": STORAGE_CLASSES[0],
-                "image": {"kind": "ClusterVirtualImage", "name": CLUSTER_IMAGE},
-            },
-        },
-    }
-    kube.create(DVP_TEMPLATES.instance_class, instance_class)
-    machine_fixtures.create_cluster(kube, GROUP_NAMESPACE, "demo", DVP_KINDS)
-    bootstrap = f"{GROUP}-bootstrap"
-    machine_fixtures.create_bootstrap_secret(
-        kube, GROUP_NAMESPACE, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
-    )
-    group = NodeGroup(
-        name=GROUP,
-        instance_class=instance_class,
-        cluster="demo",
-        namespace=GROUP_NAMESPACE,
-        bootstrap=Bootstrap(data_secret_name=bootstrap),
-        replicas=0,
-        # A rollout replaces one machine at a time and never runs more than the group size.
-        max_surge=0,
-        max_unavailable=1,
-    )
-    template, deployment = render_node_group(group, DVP_KINDS, DVP_TEMPLATES)
-    kube.create(DVP_KINDS.template, template, GROUP_NAMESPACE)
-    made = kube.create(MACHINE_DEPLOYMENTS, deployment, GROUP_NAMESPACE)
-    kube.patch(
-        MACHINE_DEPLOYMENTS,
-        made["metadata"]["name"],
-        {"spec": {"replicas": GROUP_SIZE}},
-        GROUP_NAMESPACE,
     )
 
 

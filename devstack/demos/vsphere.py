@@ -29,10 +29,10 @@ from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import NODES, Resource
-from cloudloop.rules.node import UNINITIALIZED_TAINT
+from cloudloop.kube.resources import Resource
+from devstack.demos.common import create_demo_node
 from devstack.demos.storage import CLAIM, DemoStorage, default_storage_class, registered_node
-from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
+from devstack.kube import CAPI
 from devstack.local import LocalStack, StackOptions
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_guest import GuestAgent
@@ -74,7 +74,7 @@ class VsphereDemo:
         password = stack.state_dir / "vcsim" / "password"  # written by the stack, mode 0600
         settings = _settings(settings, endpoint, password)
         for vm in inventory.vms.values():
-            _create_node(kube, vm.name)
+            create_demo_node(kube, vm.name)
         driver = VsphereDriver(VSPHERE.section(settings))
         try:
             topology_key = driver.volumes.volume_topology_key
@@ -185,21 +185,3 @@ def _node_group(kube: Kube) -> None:
     template, deployment = render_node_group(group, INFRA_KINDS, NODE_TEMPLATES)
     kube.create(INFRA_KINDS.template, template, namespace)
     kube.create(MACHINE_DEPLOYMENTS, deployment, namespace)
-
-
-def _create_node(kube: Kube, name: str) -> None:
-    """A kwok Node as kubelet on a vSphere VM registers it: named after the guest's host name,
-    no providerID, tainted until the cloud controller initializes it."""
-    kube.create(
-        NODES,
-        {
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
-            },
-            "spec": {
-                "taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]
-            },
-        },
-    )

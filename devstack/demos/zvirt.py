@@ -34,15 +34,11 @@ from cloudloop.cloud.registry import Settings
 from cloudloop.cloud.zvirt.capi import INFRA_KINDS as ZVIRT_KINDS
 from cloudloop.cloud.zvirt.capi import NODE_TEMPLATES as ZVIRT_TEMPLATES
 from cloudloop.cloud.zvirt.settings import ZvirtSettings
-from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, Resource
-from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
-from cloudloop.rules import machine as capi
-from cloudloop.rules.node import UNINITIALIZED_TAINT
-from devstack import machine_fixtures
+from cloudloop.kube.api import Kube
 from devstack.backends.zvirt import machine_spec, seed_node_vms
+from devstack.demos.common import DEMO_LABEL, create_demo_node, create_probe, seed_node_group
 from devstack.demos.storage import CLAIM, DemoStorage, registered_node
-from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
+from devstack.kube import CAPI
 from devstack.local import LocalStack, StackOptions
 from devstack.ovirt_emulator import Delays, OvirtEmulatorEndpoint, OvirtEmulatorOptions
 from devstack.ovirt_emulator.engine import seed_id
@@ -63,10 +59,6 @@ STORAGE_CLASS = "data-fast"
 GROUP_NAMESPACE = "demo-capi"
 GROUP = "demo-workers"
 GROUP_SIZE = 2
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-MACHINE_DEPLOYMENTS = Resource(
-    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
-)
 #: The layout's example.
 LAYOUT_EXAMPLE = (
     Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples" / "zvirt-standard.yaml"
@@ -103,8 +95,8 @@ class ZvirtDemo:
         password.write_text(endpoint.password)
         vm_ids = seed_node_vms(endpoint, DEMO_VMS)
         for name in DEMO_VMS:
-            _create_node(kube, name)
-        _create_probe(kube)
+            create_demo_node(kube, name)
+        create_probe(kube, self.name)
         zvirt = ZvirtSettings(
             api_url=endpoint.api_url,
             username=endpoint.username,
@@ -120,8 +112,20 @@ class ZvirtDemo:
         for name, vm_id in vm_ids.items():  # the CSI node plugin's node ID is the VM's ID
             registered_node(kube, name, driver=settings.csi.driver_name, node_id=vm_id, topology={})
         self.storage = DemoStorage(settings, stack.kubeconfig, stack.state_dir / "logs")
-        self.storage.start(kube, STORAGE_CLASS, {"cloudloop.io/demo": "true"})
-        _seed_node_group(kube, endpoint)
+        self.storage.start(kube, STORAGE_CLASS, {DEMO_LABEL: "true"})
+        seed_node_group(
+            kube,
+            instance_class={
+                "apiVersion": "deckhouse.io/v1",
+                "kind": ZVIRT_TEMPLATES.instance_class.kind,
+                "metadata": {"name": GROUP},
+                "spec": machine_spec(endpoint, numCPUs=2),
+            },
+            kinds=ZVIRT_KINDS,
+            templates=ZVIRT_TEMPLATES,
+            namespace=GROUP_NAMESPACE,
+            size=GROUP_SIZE,
+        )
         return settings
 
     def layout_config(self, folder: Path, prefix: str) -> Path | None:
@@ -167,78 +171,6 @@ def _endpoint(stack: LocalStack) -> OvirtEmulatorEndpoint:
     if stack.ovirt is None:
         raise RuntimeError("the zVirt demo needs the oVirt Engine emulator in the stack")
     return stack.ovirt
-
-
-def _create_node(kube: Kube, name: str) -> None:
-    """A kwok Node as kubelet on the VM registers it: named like the VM, no providerID, tainted
-    until the cloud controller initializes it."""
-    kube.create(
-        NODES,
-        {
-            "metadata": {
-                "name": name,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                "labels": {"cloudloop.io/demo": "true", "kubernetes.io/hostname": name},
-            },
-            "spec": {
-                "taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]
-            },
-        },
-    )
-
-
-def _create_probe(kube: Kube) -> None:
-    try:
-        kube.create(
-            CLOUD_PROBES,
-            {
-                "metadata": {"name": "zvirt", "namespace": "default"},
-                "spec": {"provider": "zvirt"},
-            },
-            "default",
-        )
-    except KubeError as exc:
-        if not exc.conflict:
-            raise
-
-
-def _seed_node_group(kube: Kube, endpoint: OvirtEmulatorEndpoint) -> None:
-    """A ``ZvirtInstanceClass``, the Cluster (with its ``ZvirtCluster``), a bootstrap Secret, and
-    what ``cloudloop nodegroup render`` prints for the class, applied with 0 replicas, then
-    scaled to :data:`GROUP_SIZE`."""
-    kube.create(NAMESPACES, {"metadata": {"name": GROUP_NAMESPACE}})
-    instance_class = {
-        "apiVersion": "deckhouse.io/v1",
-        "kind": ZVIRT_TEMPLATES.instance_class.kind,
-        "metadata": {"name": GROUP},
-        "spec": machine_spec(endpoint, numCPUs=2),
-    }
-    kube.create(ZVIRT_TEMPLATES.instance_class, instance_class)
-    machine_fixtures.create_cluster(kube, GROUP_NAMESPACE, "demo", ZVIRT_KINDS)
-    bootstrap = f"{GROUP}-bootstrap"
-    machine_fixtures.create_bootstrap_secret(
-        kube, GROUP_NAMESPACE, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
-    )
-    group = NodeGroup(
-        name=GROUP,
-        instance_class=instance_class,
-        cluster="demo",
-        namespace=GROUP_NAMESPACE,
-        bootstrap=Bootstrap(data_secret_name=bootstrap),
-        replicas=0,
-        # A rollout replaces one machine at a time and never runs more than the group size.
-        max_surge=0,
-        max_unavailable=1,
-    )
-    template, deployment = render_node_group(group, ZVIRT_KINDS, ZVIRT_TEMPLATES)
-    kube.create(ZVIRT_KINDS.template, template, GROUP_NAMESPACE)
-    made = kube.create(MACHINE_DEPLOYMENTS, deployment, GROUP_NAMESPACE)
-    kube.patch(
-        MACHINE_DEPLOYMENTS,
-        made["metadata"]["name"],
-        {"spec": {"replicas": GROUP_SIZE}},
-        GROUP_NAMESPACE,
-    )
 
 
 def _layout_config(path: Path, endpoint: OvirtEmulatorEndpoint, prefix: str) -> Path:
