@@ -5,6 +5,7 @@ Rules:
   blocks only itself and no request keeps the process alive at exit.
 - With ``tls`` (an :class:`ssl.SSLContext`) the server speaks HTTPS only; the handshake runs in
   the request's thread (``do_handshake_on_connect=False``), never in the accepting one.
+- :meth:`ThreadedServer.stop` returns within :data:`SHUTDOWN_POLL_S`.
 - :class:`QuietHandler` writes nothing of a request to stderr (the standard handler prints its
   client and path); a server logs its own line, with nothing the request carried.
 """
@@ -15,6 +16,10 @@ import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
+
+#: How often the accepting thread looks for :meth:`ThreadedServer.stop` (the standard library's
+#: 0.5 s made every stop, at process exit and in each test, wait that long).
+SHUTDOWN_POLL_S = 0.05
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -45,7 +50,10 @@ class ThreadedServer:
         self.scheme = "https" if tls is not None else "http"
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name=thread_name, daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_S},
+            name=thread_name,
+            daemon=True,
         )
 
     def start(self) -> Self:

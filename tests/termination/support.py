@@ -234,7 +234,7 @@ def webhook_receiver(status: int = 200) -> Iterator[WebhookReceiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield receiver

@@ -221,7 +221,7 @@ def test_webhook_post_reports_status_and_never_raises(
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     hook = WebhookInput(
         event_id="e",
