@@ -52,3 +52,15 @@ def registration_secrets(provider: str, data: Mapping[str, str]) -> list[Secret]
         }
         for name in (SECRET_NAME, f"{SECRET_NAME}-{provider}")
     ]
+
+
+def provider_values(secrets: list[Secret]) -> dict[str, object]:
+    """The ``<type>`` subtree of the registration (what a machine template reads as
+    ``.provider``, as Deckhouse's node manager gives it); empty when there is none."""
+    for secret in secrets:
+        data = secret.get("data") or {}
+        kind = base64.b64decode(data.get("type", "")).decode()
+        if kind and kind in data:
+            value = json.loads(base64.b64decode(data[kind]))
+            return dict(value) if isinstance(value, dict) else {}
+    return {}

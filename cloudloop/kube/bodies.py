@@ -538,6 +538,49 @@ class CloudProbeStatus(TypedDict, total=False):
     workflowID: str
 
 
+class ClassReference(TypedDict, total=False):
+    kind: str
+    name: str
+
+
+class CloudInstances(TypedDict, total=False):
+    classReference: ClassReference
+    zones: list[str]
+    minPerZone: int
+    maxPerZone: int
+    maxSurgePerZone: int
+    maxUnavailablePerZone: int
+
+
+class NodeGroupBootstrap(TypedDict, total=False):
+    dataSecretName: str
+    configTemplateName: str
+
+
+class NodeGroupSpec(TypedDict, total=False):
+    clusterName: str
+    cloudInstances: CloudInstances
+    bootstrap: NodeGroupBootstrap
+    podSubnet: str
+
+
+class NodeGroupStatus(TypedDict, total=False):
+    observedGeneration: int
+    conditions: list[Condition]
+    machineDeployments: list[str]
+
+
+class NodeGroupObject(TypedDict, total=False):
+    """A ``cloudloop.io`` NodeGroup: machines from one InstanceClass, a MachineDeployment per
+    zone (for clusters without Deckhouse's node manager)."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: NodeGroupSpec
+    status: NodeGroupStatus
+
+
 class CloudProbe(TypedDict, total=False):
     """A ``cloudloop.io`` CloudProbe: what the probe starter reads to start a probe."""
 

@@ -22,6 +22,7 @@ from cloudloop.kube.bodies import (
     ConfigMap,
     Event,
     Node,
+    NodeGroupObject,
     ObjectList,
     PersistentVolume,
     PersistentVolumeClaim,
@@ -82,6 +83,9 @@ NODES: Resource[Node] = Resource("", "v1", "nodes", "Node", namespaced=False)
 SERVICES: Resource[Service] = Resource("", "v1", "services", "Service")
 EVENTS: Resource[Event] = Resource("", "v1", "events", "Event")
 SECRETS: Resource[Secret] = Resource("", "v1", "secrets", "Secret")
+NODE_GROUPS: Resource[NodeGroupObject] = Resource(
+    "cloudloop.io", "v1alpha1", "nodegroups", "NodeGroup"
+)
 CLOUD_PROBES: Resource[CloudProbe] = Resource(
     "cloudloop.io", "v1alpha1", "cloudprobes", "CloudProbe"
 )

@@ -20,6 +20,10 @@ from cloudloop.messages.machine import ConditionStatus, MachineCondition
 #: Cluster API core kinds as the v1beta2 contract serves them.
 CLUSTERS: Resource[CapiCluster] = Resource(CAPI_GROUP, "v1beta2", "clusters", "Cluster")
 MACHINES: Resource[CapiMachine] = Resource(CAPI_GROUP, "v1beta2", "machines", "Machine")
+#: Read and written as the API sends them (the node-group reconciler compares their fields).
+MACHINE_DEPLOYMENTS: Resource = Resource(
+    CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
+)
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"

@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio.client import Client
 
+from cloudloop.cloud.capi import NodeTemplates
 from cloudloop.cloud.driver import Capability
+from cloudloop.cloud.registration import provider_values
 from cloudloop.cloud.registry import provider_for
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.bodies import BodyT, CapiCluster, CapiMachine, InfraObject
+from cloudloop.kube.bodies import BodyT, CapiCluster, CapiMachine, InfraObject, NodeGroupObject
 from cloudloop.kube.informer import Informer, Informers, WatchEvent
-from cloudloop.kube.resources import Resource
+from cloudloop.kube.resources import NODE_GROUPS, Resource
 from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.messages.machine import MachineTimings
 from cloudloop.rules import machine as capi
@@ -34,12 +37,25 @@ from cloudloop.settings import Domain
 from starters.context import StarterContext
 from starters.machine.infra_cluster import InfraClusterReconciler
 from starters.machine.infra_machine import InfraMachineReconciler
+from starters.machine.node_group import NodeGroupReconciler
 from starters.supervisor import run_parts
 
 log = logging.getLogger(__name__)
 
 RETRY_MIN_S, RETRY_MAX_S = 2.0, 60.0
 MACHINE, CLUSTER = "machine:", "cluster:"
+NODE_GROUP, INSTANCE_CLASS = "nodegroup:", "instanceclass:"
+#: Deckhouse's node manager's own NodeGroup: where it is served, node groups are its.
+DECKHOUSE_NODE_GROUPS: Resource = Resource("deckhouse.io", "v1", "nodegroups", "NodeGroup", False)
+
+
+@dataclass(frozen=True)
+class NodeGroupParts:
+    """What the node-group reconciler needs beyond the machine starter's own."""
+
+    templates: NodeTemplates
+    #: The registration's ``<type>`` subtree, the templates' ``.provider``.
+    provider_values: dict[str, Any]
 
 
 class MachineStarter:
@@ -55,6 +71,7 @@ class MachineStarter:
         informers: Informers | None = None,
         timings: MachineTimings | None = None,
         concurrency: int = 8,
+        node_groups: NodeGroupParts | None = None,
     ) -> None:
         self.kinds = kinds
         self.concurrency = concurrency
@@ -86,6 +103,24 @@ class MachineStarter:
         self.cluster_reconciler = InfraClusterReconciler(
             kube, kinds=kinds, infra_clusters=self.infra_clusters, clusters=self.clusters
         )
+        self.node_groups: Informer[NodeGroupObject] | None = None
+        self.instance_classes: Informer[dict[str, Any]] | None = None
+        self.machine_deployments: Informer[dict[str, Any]] | None = None
+        self.node_group_reconciler: NodeGroupReconciler | None = None
+        if node_groups is not None:
+            self.node_groups = informer(NODE_GROUPS)
+            self.instance_classes = informer(node_groups.templates.instance_class)
+            self.machine_deployments = informer(capi.MACHINE_DEPLOYMENTS)
+            self.node_group_reconciler = NodeGroupReconciler(
+                kube,
+                kinds=kinds,
+                templates=node_groups.templates,
+                cluster=cluster,
+                provider_values=node_groups.provider_values,
+                node_groups=self.node_groups,
+                instance_classes=self.instance_classes,
+                machine_deployments=self.machine_deployments,
+            )
         self.queue = WorkQueue("machine", backoff_min_s=RETRY_MIN_S, backoff_max_s=RETRY_MAX_S)
         self._stopped = asyncio.Event()
 
@@ -109,6 +144,7 @@ class MachineStarter:
             task_queue=context.queue(Domain.MACHINE),
             cluster=context.cluster,
             informers=context.informers,
+            node_groups=_node_group_parts(context),
         )
 
     def stop(self) -> None:
@@ -116,6 +152,20 @@ class MachineStarter:
         self._stopped.set()
 
     async def run(self) -> None:
+        parts: dict[str, Any] = {}
+        if (
+            self.node_groups is not None
+            and self.instance_classes is not None
+            and self.machine_deployments is not None
+        ):
+            parts["node_groups"] = self._feed(self.node_groups, self._on_node_group)
+            parts["machine_deployments"] = self._feed(
+                self.machine_deployments, self._on_machine_deployment
+            )
+            parts["instance_classes"] = self._feed(
+                self.instance_classes,
+                lambda e: [INSTANCE_CLASS + e.key, *self._groups_of_class(e.key)],
+            )
         try:
             await run_parts(
                 self._stopped,
@@ -123,6 +173,7 @@ class MachineStarter:
                 infra_clusters=self._feed(self.infra_clusters, lambda e: [CLUSTER + e.key]),
                 machines=self._feed(self.machines, self._on_machine),
                 clusters=self._feed(self.clusters, self._on_cluster),
+                **parts,
                 workers=self.queue.run(self.reconcile, workers=self.concurrency),
             )
         finally:
@@ -133,6 +184,10 @@ class MachineStarter:
     async def reconcile(self, key: str) -> None:
         if key.startswith(MACHINE):
             await self.reconcile_machine(key.removeprefix(MACHINE))
+        elif key.startswith(NODE_GROUP) and self.node_group_reconciler is not None:
+            await self.node_group_reconciler.reconcile(key.removeprefix(NODE_GROUP))
+        elif key.startswith(INSTANCE_CLASS) and self.node_group_reconciler is not None:
+            await self.node_group_reconciler.reconcile_class(key.removeprefix(INSTANCE_CLASS))
         else:
             await self.reconcile_cluster(key.removeprefix(CLUSTER))
 
@@ -151,6 +206,30 @@ class MachineStarter:
         async for event in informer.events():
             for key in keys(event):
                 self.queue.add(key)
+
+    def _groups_of_class(self, name: str) -> list[str]:
+        reconciler = self.node_group_reconciler
+        return [NODE_GROUP + k for k in reconciler.groups_of_class(name)] if reconciler else []
+
+    def _on_node_group(self, event: WatchEvent[NodeGroupObject]) -> list[str]:
+        """The group, and every class that may list it (it may have moved from one)."""
+        classes = list(self.instance_classes.store) if self.instance_classes else []
+        return [NODE_GROUP + event.key, *(INSTANCE_CLASS + name for name in classes)]
+
+    def _on_machine_deployment(self, event: WatchEvent[dict[str, Any]]) -> list[str]:
+        """A group's own MachineDeployment changed (scaled, edited, deleted): its group."""
+        meta = event.object["metadata"]
+        owner = next(
+            (
+                ref
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("controller")
+                and ref.get("kind") == NODE_GROUPS.kind
+                and str(ref.get("apiVersion", "")).startswith(f"{NODE_GROUPS.group}/")
+            ),
+            None,
+        )
+        return [f"{NODE_GROUP}{meta.get('namespace', '')}/{owner['name']}"] if owner else []
 
     def _on_infra_machine(self, event: WatchEvent[InfraObject]) -> list[str]:
         if event.type == "DELETED":
@@ -182,6 +261,37 @@ class MachineStarter:
 def _key(obj: InfraObject) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _node_group_parts(context: StarterContext) -> NodeGroupParts | None:
+    """The node-group reconciler's parts, or None (with the reason logged) where it must not
+    run: no templates for the provider, no NodeGroup CRD, or Deckhouse's node manager there."""
+    provider = provider_for(context.settings)
+    templates = provider.node_templates
+    if templates is None:
+        return None
+    missing = _not_served(
+        context.kube, [NODE_GROUPS, capi.MACHINE_DEPLOYMENTS, templates.instance_class]
+    )
+    if missing:
+        log.info("node groups off: %s not served", missing)
+        return None
+    if _discovered(context.kube, DECKHOUSE_NODE_GROUPS):
+        log.info("node groups off: Deckhouse's node manager owns node groups here")
+        return None
+    build = provider.registration
+    values = provider_values(build(provider.section(context.settings))) if build else {}
+    return NodeGroupParts(templates=templates, provider_values=values)
+
+
+def _discovered(kube: Kube, resource: Resource[Any]) -> bool:
+    """Whether the API server's discovery lists ``resource`` (discovery needs no RBAC); an
+    answer other than 404 counts as listed, so a doubt keeps the other owner's objects apart."""
+    try:
+        found = kube.request("GET", f"/apis/{resource.group}/{resource.version}")
+    except KubeError as exc:
+        return exc.status != 404
+    return any(r.get("name") == resource.plural for r in found.get("resources") or [])
 
 
 def _not_served(kube: Kube, resources: list[Resource[Any]]) -> str:

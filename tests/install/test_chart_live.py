@@ -157,6 +157,18 @@ NOT_EXERCISED: dict[str, list[tuple[str, dict[str, Any]]]] = {
             ),
         ),
         ("", rule(["infrastructure.cluster.x-k8s.io"], ["awsmachines"], ["get", "patch"])),
+        # starters/machine/node_group.py: no NodeGroup in this run (its status, its class's
+        # consumers, its templates).
+        ("", rule(["cloudloop.io"], ["nodegroups/status"], ["patch"])),
+        ("", rule(["deckhouse.io"], ["awsinstanceclasses/status"], ["patch"])),
+        (
+            "",
+            rule(
+                ["infrastructure.cluster.x-k8s.io"],
+                ["awsmachinetemplates"],
+                ["get", "list", "create", "delete"],
+            ),
+        ),
         # starters/loadbalancer.py: a node set past 16 KiB is written to a ConfigMap beside the
         # Lease before the signal (this run's three nodes go inline).
         (

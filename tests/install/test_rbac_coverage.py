@@ -21,8 +21,8 @@ import yaml
 
 from cloudloop.cloud.provider import Provider
 from cloudloop.cloud.registry import PROVIDERS
-from cloudloop.kube.resources import CLOUD_PROBES, SERVICES, Resource
-from cloudloop.rules.machine import CLUSTERS, MACHINES
+from cloudloop.kube.resources import CLOUD_PROBES, NODE_GROUPS, SERVICES, Resource
+from cloudloop.rules.machine import CLUSTERS, MACHINE_DEPLOYMENTS, MACHINES
 from tests.install.chart import CHART, Helm, Rules, find, render
 from tests.install.kubecalls import kube_calls, processes_of_call
 
@@ -42,6 +42,8 @@ RUNS_WITH: dict[str, Callable[[Provider[Any]], bool]] = {
 ELSEWHERE = {"parent", "cli", "layout-cluster"}
 #: Symbolic resources of :data:`DYNAMIC`, one per provider with Cluster API kinds.
 INFRA_MACHINE, INFRA_CLUSTER = "infra:machine", "infra:cluster"
+#: ... and its InfraMachineTemplate and InstanceClass kinds (the node-group reconciler's).
+INFRA_TEMPLATE, INSTANCE_CLASS = "infra:template", "instance-class"
 Target = Resource[Any] | str
 #: Calls whose resource is a parameter: ``module:function`` -> process -> (resource, subresource,
 #: verb) reached. ``None``: plumbing whose callers name the resource (informers), scanned there.
@@ -50,11 +52,15 @@ DYNAMIC: dict[str, dict[str, list[tuple[Target, str, str]]] | None] = {
     "cloudloop.kube.informer:get": None,
     # add_finalizer / remove_finalizer: Services (load balancers) and InfraMachines.
     "cloudloop.kube.finalizers:_patch_finalizers": {
-        "starter": [(SERVICES, "", "patch"), (INFRA_MACHINE, "", "patch")],
+        "starter": [
+            (SERVICES, "", "patch"),
+            (INFRA_MACHINE, "", "patch"),
+            (NODE_GROUPS, "", "patch"),
+        ],
         "worker": [(SERVICES, "", "patch"), (INFRA_MACHINE, "", "patch")],
     },
     "cloudloop.kube.finalizers:_fresh": {
-        "starter": [(SERVICES, "", "get"), (INFRA_MACHINE, "", "get")],
+        "starter": [(SERVICES, "", "get"), (INFRA_MACHINE, "", "get"), (NODE_GROUPS, "", "get")],
         "worker": [(SERVICES, "", "get"), (INFRA_MACHINE, "", "get")],
     },
     "starters.machine.infra_cluster:reconcile": {"starter": [(INFRA_CLUSTER, "status", "patch")]},
@@ -64,12 +70,35 @@ DYNAMIC: dict[str, dict[str, list[tuple[Target, str, str]]] | None] = {
     "starters.machine.starter:informer": {
         "starter": [
             (r, "", verb)
-            for r in (INFRA_MACHINE, INFRA_CLUSTER, MACHINES, CLUSTERS)
+            for r in (
+                INFRA_MACHINE,
+                INFRA_CLUSTER,
+                MACHINES,
+                CLUSTERS,
+                NODE_GROUPS,
+                INSTANCE_CLASS,
+                MACHINE_DEPLOYMENTS,
+            )
             for verb in ("list", "watch")
         ]
     },
+    "starters.machine.node_group:_apply": {
+        "starter": [(INFRA_TEMPLATE, "", "get"), (INFRA_TEMPLATE, "", "create")]
+    },
+    "starters.machine.node_group:_delete": {
+        "starter": [(INFRA_TEMPLATE, "", "list"), (INFRA_TEMPLATE, "", "delete")]
+    },
+    "starters.machine.node_group:reconcile_class": {
+        "starter": [(INSTANCE_CLASS, "status", "patch")]
+    },
     "starters.machine.starter:_not_served": {
-        "starter": [(INFRA_MACHINE, "", "list"), (MACHINES, "", "list")]
+        "starter": [
+            (INFRA_MACHINE, "", "list"),
+            (MACHINES, "", "list"),
+            (NODE_GROUPS, "", "list"),
+            (MACHINE_DEPLOYMENTS, "", "list"),
+            (INSTANCE_CLASS, "", "list"),
+        ]
     },
     # PatchStatus: the CloudProbe's status (workflows/probe.py).
     "activities.kube:_patch_status": {
@@ -109,6 +138,11 @@ def needed(provider: Provider[Any]) -> dict[str, set[tuple[str, str, str, str]]]
             return resource
         if kinds is None:
             return None
+        if resource == INSTANCE_CLASS:
+            templates = provider.node_templates
+            return templates.instance_class if templates is not None else None
+        if resource == INFRA_TEMPLATE:
+            return kinds.template
         return kinds.machine if resource == INFRA_MACHINE else kinds.cluster
 
     for call in kube_calls():
