@@ -19,7 +19,6 @@ import datetime
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 from pydantic import SecretStr
 
@@ -31,13 +30,11 @@ from cloudloop.cloud.aws.settings import AwsNodeDefaults, AwsSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
-from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
-from cloudloop.rules import machine as capi
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack.backends.aws import AMI, ZONES, ClusterNetwork, create_cluster_network
 from devstack.backends.aws_layouts import layout_config
-from devstack.demos.common import DEPLOYMENTS
+from devstack.demos.common import DEPLOYMENTS, seed_node_group
 from devstack.demos.storage import CLAIM, DemoStorage, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
@@ -53,9 +50,6 @@ STORAGE_CLASS = "gp3"
 #: The layout of the demo's converge pass (``cloudloop dev``: one pass in the Temporal UI).
 LAYOUT_EXAMPLE = (
     Path(__file__).resolve().parents[2] / "deploy" / "layouts" / "examples" / "aws-without-nat.yaml"
-)
-MACHINE_DEPLOYMENTS = Resource(
-    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
 )
 
 
@@ -119,11 +113,13 @@ class AwsDemo:
             f"  {kubectl} get events --field-selector involvedObject.kind=CloudProbe",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='CloudProbe'\"",
-            f"  {kubectl} get machinedeployments,machines,awsmachines -n default   # node group "
-            f"{GROUP}: 0 -> {GROUP_SIZE}",
+            f"  {kubectl} get nodegroups,machinedeployments,machines,awsmachines -n default"
+            f"   # node group {GROUP}: {GROUP_SIZE} machines",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"WorkflowType='Machine'\"",
-            f"  {kubectl} scale machinedeployment -n default -l node-group={GROUP} --replicas=3",
+            f"  {kubectl} patch nodegroup {GROUP} -n default --type=merge "
+            '-p \'{"spec":{"cloudInstances":{"maxPerZone":3}}}\''
+            f" && {kubectl} scale machinedeployment -n default -l node-group={GROUP} --replicas=3",
             f"  {kubectl} get pvc,volumeattachments   # {CLAIM}: Bound to an EBS volume "
             "(StorageClass gp3), attached to its pod's node",
             f"  temporal workflow list --address {stack.temporal_address} "
@@ -250,62 +246,22 @@ def _node_group_settings(settings: Settings, network: ClusterNetwork) -> Setting
 
 
 def _seed_node_group(kube: Kube, settings: Settings) -> None:
-    """An AWSInstanceClass, the CAPI Cluster with its AWSCluster, a bootstrap Secret, and the
-    node group rendered from the class (0 replicas), then scaled to :data:`GROUP_SIZE`."""
-    namespace = "default"
-    instance_class: dict[str, Any] = {
-        "apiVersion": "deckhouse.io/v1",
-        "kind": AWS_TEMPLATES.instance_class.kind,
-        "metadata": {"name": GROUP},
-        "spec": {"instanceType": "m5.large", "diskSizeGb": 30, "diskType": "gp3"},
-    }
-    kube.create(AWS_TEMPLATES.instance_class, instance_class)
-    boot = "#cloud-config\nruncmd: [echo cloudloop-dev]\n"
-    kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": f"{GROUP}-bootstrap"},
-            "type": "cluster.x-k8s.io/secret",
-            "stringData": {"value": boot, "format": "cloud-config"},
+    """An AWSInstanceClass, the CAPI Cluster ``dev`` with its AWSCluster, a bootstrap Secret and
+    a NodeGroup of :data:`GROUP_SIZE` in the first zone (the starter renders it)."""
+    seed_node_group(
+        kube,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1",
+            "kind": AWS_TEMPLATES.instance_class.kind,
+            "metadata": {"name": GROUP},
+            "spec": {"instanceType": "m5.large", "diskSizeGb": 30, "diskType": "gp3"},
         },
-        namespace,
-    )
-    kube.create(AWS_KINDS.cluster, {"metadata": {"name": "dev"}, "spec": {}}, namespace)
-    kube.create(
-        capi.CLUSTERS,
-        {
-            "metadata": {"name": "dev"},
-            "spec": {
-                "infrastructureRef": {
-                    "apiGroup": AWS_KINDS.cluster.group,
-                    "kind": AWS_KINDS.cluster.kind,
-                    "name": "dev",
-                }
-            },
-        },
-        namespace,
-    )
-    group = NodeGroup(
-        name=GROUP,
-        instance_class=instance_class,
-        cluster="dev",
-        namespace=namespace,
-        bootstrap=Bootstrap(data_secret_name=f"{GROUP}-bootstrap"),
-        replicas=0,
+        kinds=AWS_KINDS,
+        templates=AWS_TEMPLATES,
+        namespace="default",
+        size=GROUP_SIZE,
         zones=(ZONES[0],),
-        max_surge=0,
-        max_unavailable=1,
-    )
-    objects = render_node_group(group, AWS_KINDS, AWS_TEMPLATES)
-    for obj in objects:
-        resource = AWS_KINDS.template if obj["kind"] == AWS_KINDS.template.kind else None
-        kube.create(resource or MACHINE_DEPLOYMENTS, obj, namespace)
-    deployment = next(o for o in objects if o["kind"] == "MachineDeployment")
-    kube.patch(
-        MACHINE_DEPLOYMENTS,
-        deployment["metadata"]["name"],
-        {"spec": {"replicas": GROUP_SIZE}},
-        namespace,
+        cluster="dev",
     )
 
 

@@ -11,17 +11,14 @@ from typing import Any
 
 from cloudloop.cloud.capi import InfraKinds, NodeTemplates
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import CLOUD_PROBES, NAMESPACES, NODES, Resource
-from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
+from cloudloop.kube.resources import CLOUD_PROBES, NAMESPACES, NODE_GROUPS, NODES, Resource
 from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack import machine_fixtures
 from devstack.kube import KWOK_NODE_ANNOTATION
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
-MACHINE_DEPLOYMENTS = Resource(
-    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
-)
+MACHINE_DEPLOYMENTS = capi.MACHINE_DEPLOYMENTS
 #: The label every demo Node carries (``kubectl get nodes -l cloudloop.io/demo=true``).
 DEMO_LABEL = "cloudloop.io/demo"
 
@@ -68,32 +65,39 @@ def seed_node_group(
     templates: NodeTemplates,
     namespace: str,
     size: int,
+    zones: tuple[str, ...] = (),
+    cluster: str = "demo",
 ) -> None:
     """A node group as a user makes one without Deckhouse: ``instance_class``, the Cluster
-    ``demo`` (with its InfraCluster), a bootstrap Secret, and what ``cloudloop nodegroup render``
-    prints for the class, applied with 0 replicas, then scaled to ``size``."""
+    ``cluster`` (with its InfraCluster), a bootstrap Secret, and a ``cloudloop.io`` NodeGroup of
+    ``size`` machines per zone (``zones``; none: one default zone) naming the class. The starter
+    renders its templates and MachineDeployments (change ``maxPerZone``, then scale them)."""
     group_name = str(instance_class["metadata"]["name"])
-    kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    if kube.get(NAMESPACES, namespace) is None:
+        kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     kube.create(templates.instance_class, instance_class)
-    machine_fixtures.create_cluster(kube, namespace, "demo", kinds)
+    machine_fixtures.create_cluster(kube, namespace, cluster, kinds)
     bootstrap = f"{group_name}-bootstrap"
     machine_fixtures.create_bootstrap_secret(
         kube, namespace, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
     )
-    group = NodeGroup(
-        name=group_name,
-        instance_class=instance_class,
-        cluster="demo",
-        namespace=namespace,
-        bootstrap=Bootstrap(data_secret_name=bootstrap),
-        replicas=0,
-        # A rollout replaces one machine at a time and never runs more than the group size.
-        max_surge=0,
-        max_unavailable=1,
-    )
-    template, deployment = render_node_group(group, kinds, templates)
-    kube.create(kinds.template, template, namespace)
-    made = kube.create(MACHINE_DEPLOYMENTS, deployment, namespace)
-    kube.patch(
-        MACHINE_DEPLOYMENTS, made["metadata"]["name"], {"spec": {"replicas": size}}, namespace
+    kube.create(
+        NODE_GROUPS,
+        {
+            "metadata": {"name": group_name, "namespace": namespace},
+            "spec": {
+                "clusterName": cluster,
+                "cloudInstances": {
+                    "classReference": {"kind": templates.instance_class.kind, "name": group_name},
+                    **({"zones": list(zones)} if zones else {}),
+                    "minPerZone": size,
+                    "maxPerZone": size,
+                    # A rollout replaces one machine at a time, never more than the group size.
+                    "maxSurgePerZone": 0,
+                    "maxUnavailablePerZone": 1,
+                },
+                "bootstrap": {"dataSecretName": bootstrap},
+            },
+        },
+        namespace,
     )

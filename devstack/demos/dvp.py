@@ -177,7 +177,8 @@ class DvpDemo:
             f"  {kubectl} get cloudprobes -o wide",
             f"  {kubectl} get pvc,volumeattachments   # {CLAIM}: Bound to a VirtualDisk of "
             f"{STORAGE_CLASS}, attached to its pod's VM",
-            f"  {kubectl} -n {GROUP_NAMESPACE} get machinedeployments,machines,deckhousemachines"
+            f"  {kubectl} -n {GROUP_NAMESPACE} get "
+            f"nodegroups,machinedeployments,machines,deckhousemachines"
             f"   # the node group: {GROUP_SIZE} machines, one VM each",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='Machine'\"",

@@ -37,15 +37,13 @@ from cloudloop.cloud.openstack.driver import OpenStackDriver
 from cloudloop.cloud.openstack.settings import OpenStackSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES, Resource
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES, Resource
 from cloudloop.layouts.config import ClusterIdentity
 from cloudloop.layouts.model import ConfigSource
 from cloudloop.messages.layout import LayoutInput, workflow_id
-from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
-from cloudloop.rules import machine as capi
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from cloudloop.settings import LayoutSettings
-from devstack.demos.common import DEPLOYMENTS
+from devstack.demos.common import DEPLOYMENTS, seed_node_group
 from devstack.demos.storage import CLAIM, DemoStorage, default_storage_class, registered_node
 from devstack.kube import CAPI, KWOK_NODE_ANNOTATION
 from devstack.local import LocalStack, StackOptions
@@ -65,9 +63,6 @@ GROUP_NAMESPACE = "demo-capi"
 GROUP = "demo-workers"
 GROUP_SIZE = 2
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-MACHINE_DEPLOYMENTS = Resource(
-    capi.CAPI_GROUP, "v1beta2", "machinedeployments", "MachineDeployment"
-)
 #: The layout: its example, the cluster's prefix and UUID.
 LAYOUT_EXAMPLE = (
     Path(__file__).resolve().parents[2]
@@ -297,71 +292,27 @@ def _seed_cluster(kube: Kube) -> None:
 
 
 def _seed_node_group(kube: Kube) -> None:
-    """A node group as a user makes one without Deckhouse: an ``OpenStackInstanceClass``, the
-    Cluster (with its ``OpenStackCluster``), a bootstrap Secret, and what ``cloudloop nodegroup
-    render`` prints for the class, applied with 0 replicas, then scaled to :data:`GROUP_SIZE`."""
-    kube.create(NAMESPACES, {"metadata": {"name": GROUP_NAMESPACE}})
-    instance_class = {
-        "apiVersion": "deckhouse.io/v1",
-        "kind": OPENSTACK_TEMPLATES.instance_class.kind,
-        "metadata": {"name": GROUP},
-        "spec": {
-            "flavorName": "m1.small",
-            "imageName": "ubuntu-22.04",
-            "mainNetwork": PRIVATE_NETWORK,
-            "additionalSecurityGroups": ["default"],
-            "rootDiskSize": 10,
-        },
-    }
-    kube.create(OPENSTACK_TEMPLATES.instance_class, instance_class)
-    kube.create(
-        SECRETS,
-        {
-            "metadata": {"name": f"{GROUP}-bootstrap", "namespace": GROUP_NAMESPACE},
-            "type": "cluster.x-k8s.io/secret",
-            "data": {"value": "I2Nsb3VkLWNvbmZpZwpydW5jbWQ6IFtlY2hvIGRlbW9dCg=="},
-        },
-        GROUP_NAMESPACE,
-    )
-    kube.create(
-        OPENSTACK_KINDS.cluster,
-        {"metadata": {"name": "demo", "namespace": GROUP_NAMESPACE}, "spec": {}},
-        GROUP_NAMESPACE,
-    )
-    kube.create(
-        capi.CLUSTERS,
-        {
-            "metadata": {"name": "demo", "namespace": GROUP_NAMESPACE},
+    """The demo node group: an ``OpenStackInstanceClass``, the Cluster and a NodeGroup of
+    :data:`GROUP_SIZE` in zone ``nova`` (image and networks as the registration gives them)."""
+    seed_node_group(
+        kube,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1",
+            "kind": OPENSTACK_TEMPLATES.instance_class.kind,
+            "metadata": {"name": GROUP},
             "spec": {
-                "infrastructureRef": {
-                    "apiGroup": OPENSTACK_KINDS.cluster.group,
-                    "kind": OPENSTACK_KINDS.cluster.kind,
-                    "name": "demo",
-                }
+                "flavorName": "m1.small",
+                "imageName": "ubuntu-22.04",
+                "mainNetwork": PRIVATE_NETWORK,
+                "additionalSecurityGroups": ["default"],
+                "rootDiskSize": 10,
             },
         },
-        GROUP_NAMESPACE,
-    )
-    group = NodeGroup(
-        name=GROUP,
-        instance_class=instance_class,
-        cluster="demo",
+        kinds=OPENSTACK_KINDS,
+        templates=OPENSTACK_TEMPLATES,
         namespace=GROUP_NAMESPACE,
-        bootstrap=Bootstrap(data_secret_name=f"{GROUP}-bootstrap"),
-        replicas=0,
+        size=GROUP_SIZE,
         zones=("nova",),
-        # A rollout replaces one machine at a time and never runs more than the group size.
-        max_surge=0,
-        max_unavailable=1,
-    )
-    template, deployment = render_node_group(group, OPENSTACK_KINDS, OPENSTACK_TEMPLATES)
-    kube.create(OPENSTACK_KINDS.template, template, GROUP_NAMESPACE)
-    made = kube.create(MACHINE_DEPLOYMENTS, deployment, GROUP_NAMESPACE)
-    kube.patch(
-        MACHINE_DEPLOYMENTS,
-        made["metadata"]["name"],
-        {"spec": {"replicas": GROUP_SIZE}},
-        GROUP_NAMESPACE,
     )
 
 

@@ -29,18 +29,13 @@ from cloudloop.cloud.vsphere import PROVIDER as VSPHERE
 from cloudloop.cloud.vsphere.driver import VsphereDriver
 from cloudloop.cloud.vsphere.settings import VsphereSettings
 from cloudloop.kube.api import Kube
-from cloudloop.kube.resources import Resource
-from devstack.demos.common import create_demo_node
+from devstack.demos.common import create_demo_node, seed_node_group
 from devstack.demos.storage import CLAIM, DemoStorage, default_storage_class, registered_node
 from devstack.kube import CAPI
 from devstack.local import LocalStack, StackOptions
 from devstack.vcsim import VcsimEndpoint, VcsimOptions
 from devstack.vcsim_guest import GuestAgent
 from devstack.vcsim_inventory import NodeVm, ZoneLayout, seed
-
-MACHINE_DEPLOYMENTS = Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
-)
 
 DEMO_NODES = (
     NodeVm("demo-node-a", "10.0.1.10", cluster="DC0_C0"),
@@ -121,7 +116,7 @@ class VsphereDemo:
             "--query \"CloudloopKind='Volume'\"",
             f"  {kubectl} -n kube-system get secret d8-cloud-provider-discovery-data "
             "-o jsonpath='{.data.discovery-data\\.json}' | base64 -d",
-            f"  {kubectl} -n {NODE_GROUP_NAMESPACE} get machinedeployments,machines,"
+            f"  {kubectl} -n {NODE_GROUP_NAMESPACE} get nodegroups,machinedeployments,machines,"
             "vspheremachines   # the demo node group",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='Machine'\"",
@@ -150,38 +145,22 @@ def _settings(settings: Settings, endpoint: VcsimEndpoint, password: Path) -> Se
 
 
 def _node_group(kube: Kube) -> None:
-    """The demo node group: a VsphereInstanceClass, a CAPI Cluster, and what ``cloudloop
-    nodegroup render`` makes of them (a VSphereMachineTemplate and a MachineDeployment of 2)."""
+    """The demo node group: a VsphereInstanceClass, a CAPI Cluster and a NodeGroup of 2 in the
+    first tagged zone (its machines go to the compute cluster carrying its tag)."""
     from cloudloop.cloud.vsphere.capi import INFRA_KINDS, NODE_TEMPLATES
-    from cloudloop.nodegroup.render import Bootstrap, NodeGroup, render_node_group
-    from devstack import machine_fixtures
     from devstack.backends.vsphere import instance_class_spec
 
-    namespace = NODE_GROUP_NAMESPACE
-    instance_class = {
-        "apiVersion": "deckhouse.io/v1",
-        "kind": NODE_TEMPLATES.instance_class.kind,
-        "metadata": {"name": NODE_GROUP},
-        "spec": instance_class_spec(numCPUs=2, memory=2048),
-    }
-    kube.create(NODE_TEMPLATES.instance_class, instance_class)
-    machine_fixtures.create_cluster(kube, namespace, "demo", INFRA_KINDS)
-    bootstrap = f"{NODE_GROUP}-bootstrap"
-    machine_fixtures.create_bootstrap_secret(
-        kube, namespace, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
-    )
-    group = NodeGroup(
-        name=NODE_GROUP,
-        instance_class=instance_class,
-        cluster="demo",
-        namespace=namespace,
-        bootstrap=Bootstrap(data_secret_name=bootstrap),
-        replicas=NODE_GROUP_REPLICAS,
-        # a tagged zone: its machines go to the compute cluster carrying its tag
+    seed_node_group(
+        kube,
+        instance_class={
+            "apiVersion": "deckhouse.io/v1",
+            "kind": NODE_TEMPLATES.instance_class.kind,
+            "metadata": {"name": NODE_GROUP},
+            "spec": instance_class_spec(numCPUs=2, memory=2048),
+        },
+        kinds=INFRA_KINDS,
+        templates=NODE_TEMPLATES,
+        namespace=NODE_GROUP_NAMESPACE,
+        size=NODE_GROUP_REPLICAS,
         zones=(sorted(LAYOUT.zones)[0],),
-        max_surge=0,
-        max_unavailable=1,
     )
-    template, deployment = render_node_group(group, INFRA_KINDS, NODE_TEMPLATES)
-    kube.create(INFRA_KINDS.template, template, namespace)
-    kube.create(MACHINE_DEPLOYMENTS, deployment, namespace)

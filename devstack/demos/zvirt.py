@@ -159,7 +159,8 @@ class ZvirtDemo:
             f"  {kubectl} get cloudprobes -o wide",
             f"  {kubectl} get pvc,volumeattachments   # {CLAIM}: Bound to a disk on storage "
             f"domain {STORAGE_CLASS}, attached to its pod's VM",
-            f"  {kubectl} -n {GROUP_NAMESPACE} get machinedeployments,machines,zvirtmachines"
+            f"  {kubectl} -n {GROUP_NAMESPACE} get "
+            f"nodegroups,machinedeployments,machines,zvirtmachines"
             f"   # the node group: {GROUP_SIZE} machines, one VM each",
             f"  temporal workflow list --address {stack.temporal_address} "
             "--query \"CloudloopKind='Machine'\"",

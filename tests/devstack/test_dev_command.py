@@ -123,6 +123,26 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert all(zone.startswith("us-east-1") for zone in demo_zones())
 
+        def group_machines() -> list[str]:
+            """The NodeGroup's Ready status, then its Machines' providerIDs."""
+            ready = subprocess.run(
+                [*kubectl, "get", "nodegroup", "demo-workers", "-o",
+                 "jsonpath={.status.conditions[?(@.type=='Ready')].status}"],
+                capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            ids = subprocess.run(
+                [*kubectl, "get", "machines", "-l", "node-group=demo-workers", "-o",
+                 "jsonpath={.items[*].spec.providerID}"],
+                capture_output=True, text=True,
+            ).stdout.split()  # fmt: skip
+            return [ready, *ids]
+
+        # The starter rendered the NodeGroup; its 2 Machines launched their instances.
+        while len(made := group_machines()) < 3 or made[0] != "True":
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        assert all(pid.startswith("aws:///us-east-1") for pid in made[1:]), made
+
         def ingress_hostname() -> str:
             return subprocess.run(
                 [
