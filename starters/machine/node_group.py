@@ -22,6 +22,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -297,7 +298,13 @@ def _difference(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[s
         patch.setdefault("metadata", {})["ownerReferences"] = [*refs, ours]
     spec, wanted_spec = current.get("spec") or {}, wanted["spec"]
     if not _contains(spec.get("template") or {}, wanted_spec["template"]):
-        patch.setdefault("spec", {})["template"] = wanted_spec["template"]
+        template = copy.deepcopy(wanted_spec["template"])
+        # A merge patch keeps keys it does not name: a bootstrap source switched (a Secret for a
+        # config template) drops the old one with null.
+        have = ((spec.get("template") or {}).get("spec") or {}).get("bootstrap") or {}
+        bootstrap = template["spec"]["bootstrap"]
+        bootstrap.update({k: None for k in have if k not in bootstrap})
+        patch.setdefault("spec", {})["template"] = template
     if not _contains(spec.get("rollout") or {}, wanted_spec["rollout"]):
         patch.setdefault("spec", {})["rollout"] = wanted_spec["rollout"]
     return patch

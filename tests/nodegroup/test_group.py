@@ -76,3 +76,42 @@ def test_consumers_are_the_sorted_groups_naming_the_class() -> None:
     groups = [node_group("b"), node_group("a"), node_group("c", class_name="big")]
     assert rules.consumers(groups, "ZvirtInstanceClass", "small") == ["a", "b"]
     assert rules.consumers(groups, "DVPInstanceClass", "small") == []
+
+
+def deployment(bootstrap: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"node-group": "workers"}, "annotations": {},
+                     "ownerReferences": [rules.owner_reference(node_group())]},
+        "spec": {"template": {"spec": {"bootstrap": bootstrap, "clusterName": "c1"}},
+                 "rollout": {"strategy": {"type": "RollingUpdate"}}, **spec},
+    }  # fmt: skip
+
+
+def test_a_deployment_as_wanted_needs_no_patch_and_server_fields_do_not_count() -> None:
+    from starters.machine.node_group import _difference
+
+    wanted = deployment({"dataSecretName": "boot"})
+    current = deployment({"dataSecretName": "boot"}, replicas=2)
+    current["metadata"]["ownerReferences"].append({"kind": "Cluster", "uid": "c"})
+    current["spec"]["template"]["spec"]["version"] = "v1.34"  # a field the server added
+    assert _difference(current, wanted) == {}
+
+
+def test_a_switched_bootstrap_source_drops_the_old_one() -> None:
+    from starters.machine.node_group import _difference
+
+    wanted = deployment({"configRef": {"kind": "KubeadmConfigTemplate", "name": "t"}})
+    patch = _difference(deployment({"dataSecretName": "boot"}), wanted)
+    assert patch["spec"]["template"]["spec"]["bootstrap"] == {
+        "configRef": {"kind": "KubeadmConfigTemplate", "name": "t"},
+        "dataSecretName": None,
+    }
+
+
+def test_our_owner_reference_is_added_beside_the_clusters() -> None:
+    from starters.machine.node_group import _difference
+
+    current = deployment({"dataSecretName": "boot"})
+    current["metadata"]["ownerReferences"] = [{"kind": "Cluster", "uid": "c"}]
+    patch = _difference(current, deployment({"dataSecretName": "boot"}))
+    assert [r["uid"] for r in patch["metadata"]["ownerReferences"]] == ["c", "uid-workers"]
