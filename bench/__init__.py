@@ -23,6 +23,7 @@ from bench.loadbalancer_postgres import lb_postgres_benchmarks
 from bench.machine import machine_figures
 from bench.node import node_figures
 from bench.nodegroup import nodegroup_figures
+from bench.nodegroup_reconcile import nodegroup_reconcile_figures
 from bench.openstack import openstack_figures
 from bench.openstack_machines import openstack_machine_figures
 from bench.probe import probe_overhead
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "vsphere": vsphere_figures,
     "openstack": openstack_figures,
     "nodegroups": nodegroup_figures,
+    "nodegroup-reconcile": nodegroup_reconcile_figures,
     "openstack-machines": openstack_machine_figures,
     "aws-machines": aws_machine_figures,
     "vsphere-machines": vsphere_machine_figures,
