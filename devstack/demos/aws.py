@@ -14,6 +14,7 @@ whose converge Schedule runs one pass (:func:`devstack.devmode.converge_demo`).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import json
@@ -26,11 +27,13 @@ from cloudloop.cloud.aws import PROVIDER as AWS
 from cloudloop.cloud.aws.capi import INFRA_KINDS as AWS_KINDS
 from cloudloop.cloud.aws.capi import NODE_TEMPLATES as AWS_TEMPLATES
 from cloudloop.cloud.aws.driver import AwsDriver
+from cloudloop.cloud.aws.layout import DISCOVERY_API_VERSION, DISCOVERY_KIND
 from cloudloop.cloud.aws.settings import AwsNodeDefaults, AwsSettings
 from cloudloop.cloud.registry import Settings
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.client import api_client
-from cloudloop.kube.resources import CLOUD_PROBES, NODES, SERVICES
+from cloudloop.kube.resources import CLOUD_PROBES, NODES, SECRETS, SERVICES
+from cloudloop.rules.discovery import PROVIDER_CONFIGURATION_SECRET, PROVIDER_DISCOVERY_KEY
 from cloudloop.rules.node import UNINITIALIZED_TAINT
 from devstack.backends.aws import AMI, ZONES, ClusterNetwork, create_cluster_network
 from devstack.backends.aws_layouts import layout_config
@@ -85,6 +88,7 @@ class AwsDemo:
         self.storage = DemoStorage(settings, stack.kubeconfig, stack.state_dir / "logs")
         self.storage.start(kube, STORAGE_CLASS, {DEMO_LABEL: "true"})
         settings = _node_group_settings(settings, network)
+        _seed_provider_discovery(kube, settings, network)
         _seed_node_group(kube, settings)
         return settings
 
@@ -243,6 +247,36 @@ def _node_group_settings(settings: Settings, network: ClusterNetwork) -> Setting
         }
     )
     return settings.model_copy(update={"aws": aws})
+
+
+def _seed_provider_discovery(kube: Kube, settings: Settings, network: ClusterNetwork) -> None:
+    """``kube-system/d8-provider-cluster-configuration``'s discovery document as the AWS base
+    layout writes it (key pair, node defaults, subnets per zone), so the discoverer merges its
+    live data into a document Deckhouse's schema accepts, as in a cluster dhctl made."""
+    aws = AWS.section(settings)
+    document = {
+        "apiVersion": DISCOVERY_API_VERSION,
+        "kind": DISCOVERY_KIND,
+        "keyName": aws.key_name,
+        "instances": {
+            "ami": AMI,
+            "additionalSecurityGroups": [network.node_group_id],
+            "associatePublicIPAddress": False,
+            "iamProfileName": f"{settings.cluster_name}-node",
+        },
+        "loadBalancerSecurityGroup": "",
+        "zones": list(ZONES),
+        "zoneToSubnetIdMap": dict(zip(ZONES, network.subnet_ids, strict=True)),
+    }
+    text = json.dumps(document, sort_keys=True)
+    kube.create(
+        SECRETS,
+        {
+            "metadata": {"name": PROVIDER_CONFIGURATION_SECRET, "namespace": "kube-system"},
+            "data": {PROVIDER_DISCOVERY_KEY: base64.b64encode(text.encode()).decode()},
+        },
+        "kube-system",
+    )
 
 
 def _seed_node_group(kube: Kube, settings: Settings) -> None:

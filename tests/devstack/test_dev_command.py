@@ -142,6 +142,8 @@ def test_dev_up_demo_and_ctrl_c(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.5)
         assert all(pid.startswith("aws:///us-east-1") for pid in made[1:]), made
+        # The layout base's discovery document is there: the merged one satisfies the schema.
+        assert "does not satisfy Deckhouse's schema" not in log_path.read_text()
 
         def ingress_hostname() -> str:
             return subprocess.run(
