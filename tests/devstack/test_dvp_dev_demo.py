@@ -7,17 +7,12 @@ everything."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cloudloop.net import free_port
-from devstack import gotools
+from tests.devstack.dev_process import dev_process
 
 pytestmark = pytest.mark.stack
 
@@ -25,47 +20,10 @@ DEADLINE_S = 180
 
 
 def test_dev_dvp_demo(tmp_path: Path) -> None:
-    state = tmp_path / "dev-state"
-    log_path = tmp_path / "dev.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cloudloop.cli",
-                "dev",
-                "--provider",
-                "dvp",
-                "--state-dir",
-                str(state),
-                "--temporal-port",
-                str(free_port()),
-                "--ui-port",
-                str(free_port()),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + DEADLINE_S
-
-    def wait_for(check: object, what: str) -> None:
-        assert callable(check)
-        while not check():
-            assert proc.poll() is None, log_path.read_text()[-5000:]
-            assert time.monotonic() < deadline, f"{what}\n{log_path.read_text()[-5000:]}"
-            time.sleep(0.5)
-
-    try:
-        wait_for(lambda: "cloudloop dev is up (dvp" in log_path.read_text(), "the banner")
-        banner = log_path.read_text()
+    with dev_process("dvp", tmp_path, DEADLINE_S) as dev:
+        wait_for, get = dev.wait_for, dev.get
+        banner = dev.log()
         assert "DVP parent  :" in banner
-        kubectl = str(gotools.binary_path("kubectl"))
-
-        def get(*args: str, cluster: str = "main") -> str:
-            config = str(state / "kube" / cluster / "admin.kubeconfig")
-            return subprocess.run(
-                [kubectl, "--kubeconfig", config, "get", *args], capture_output=True, text=True
-            ).stdout
 
         def parent(kind: str) -> list[dict[str, Any]]:
             found = get(kind, "-n", "demo-dvp", "-o", "json", cluster="parent")
@@ -130,11 +88,3 @@ def test_dev_dvp_demo(tmp_path: Path) -> None:
         wait_for(lambda: master_phase() == "Running", "the layout's master")
         disks = [d["metadata"]["name"] for d in parent("virtualdisks")]
         assert any("kubernetes-data" in d for d in disks), disks
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    assert "every process of the stack has exited" in log_path.read_text()

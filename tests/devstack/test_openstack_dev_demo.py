@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from cloudloop.net import free_port
-from devstack import gotools
+from tests.devstack.dev_process import dev_process
 
 pytestmark = pytest.mark.stack
 
@@ -28,50 +23,10 @@ DEADLINE_S = 180
 
 
 def test_dev_openstack_demo(tmp_path: Path) -> None:
-    state = tmp_path / "dev-state"
-    log_path = tmp_path / "dev.log"
-    temporal_port = free_port()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cloudloop.cli",
-                "dev",
-                "--provider",
-                "openstack",
-                "--state-dir",
-                str(state),
-                "--temporal-port",
-                str(temporal_port),
-                "--ui-port",
-                str(free_port()),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + DEADLINE_S
-
-    def wait_for(check: object, what: str) -> None:
-        assert callable(check)
-        while not check():
-            assert proc.poll() is None, log_path.read_text()[-5000:]
-            assert time.monotonic() < deadline, f"{what}\n{log_path.read_text()[-5000:]}"
-            time.sleep(0.5)
-
-    try:
-        wait_for(lambda: "cloudloop dev is up (openstack" in log_path.read_text(), "the banner")
-        banner = log_path.read_text()
+    with dev_process("openstack", tmp_path, DEADLINE_S) as dev:
+        wait_for, get, temporal_port = dev.wait_for, dev.get, dev.temporal_port
+        banner = dev.log()
         assert "cloud.conf" in banner and "/v3 (Keystone" in banner
-        kubectl = [
-            str(gotools.binary_path("kubectl")),
-            "--kubeconfig",
-            str(state / "kube" / "main" / "admin.kubeconfig"),
-        ]
-
-        def get(*args: str) -> str:
-            return subprocess.run([*kubectl, "get", *args], capture_output=True, text=True).stdout
-
         zones = "jsonpath={.items[*].metadata.labels.topology\\.kubernetes\\.io/zone}"
         wait_for(
             lambda: (
@@ -162,11 +117,3 @@ def test_dev_openstack_demo(tmp_path: Path) -> None:
         [data] = [v for v in state["volumes"] if v["name"] == "dev-os-kubernetes-data-0"]
         assert data["attachments"][0]["server_id"] == master["id"]
         assert [f for f in state["floatingips"] if f["description"] == "dev-os-master-0"]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    assert "every process of the stack has exited" in log_path.read_text()

@@ -6,18 +6,13 @@ disk are made by the layout apply, and Ctrl-C stops everything."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cloudloop.net import free_port
-from devstack import gotools
+from tests.devstack.dev_process import dev_process
 
 pytestmark = pytest.mark.stack
 
@@ -25,50 +20,11 @@ DEADLINE_S = 180
 
 
 def test_dev_zvirt_demo(tmp_path: Path) -> None:
-    state = tmp_path / "dev-state"
-    log_path = tmp_path / "dev.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cloudloop.cli",
-                "dev",
-                "--provider",
-                "zvirt",
-                "--state-dir",
-                str(state),
-                "--temporal-port",
-                str(free_port()),
-                "--ui-port",
-                str(free_port()),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + DEADLINE_S
-
-    def wait_for(check: object, what: str) -> None:
-        assert callable(check)
-        while not check():
-            assert proc.poll() is None, log_path.read_text()[-5000:]
-            assert time.monotonic() < deadline, f"{what}\n{log_path.read_text()[-5000:]}"
-            time.sleep(0.5)
-
-    try:
-        wait_for(lambda: "cloudloop dev is up (zvirt" in log_path.read_text(), "the banner")
-        banner = log_path.read_text()
+    with dev_process("zvirt", tmp_path, DEADLINE_S) as dev:
+        wait_for, get = dev.wait_for, dev.get
+        banner = dev.log()
         assert "oVirt Engine API" in banner
         assert "dev-zvirt" not in banner  # the password is named by its file, never printed
-        kubectl = [
-            str(gotools.binary_path("kubectl")),
-            "--kubeconfig",
-            str(state / "kube" / "main" / "admin.kubeconfig"),
-        ]
-
-        def get(*args: str) -> str:
-            return subprocess.run([*kubectl, "get", *args], capture_output=True, text=True).stdout
-
         admin_url = next(
             line.split(": ", 1)[1].split("/state")[0]
             for line in banner.splitlines()
@@ -135,11 +91,3 @@ def test_dev_zvirt_demo(tmp_path: Path) -> None:
         disks = [d["name"] for d in engine()["disks"] if d["name"].startswith("dev-layout-")]
         assert any("kubernetes-data" in d for d in disks), disks
         assert len(vm["disk_attachments"]) == 2, vm
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    assert "every process of the stack has exited" in log_path.read_text()
