@@ -12,6 +12,7 @@ Rules:
   strategy, labels, annotations or bounds differ; replicas are kept inside the bounds
   (:func:`~cloudloop.nodegroup.group.replicas`). One the group does not own is left alone
   (``Ready=False/OwnedElsewhere``). The MachineDeployment of a zone no longer listed is deleted.
+- Nothing is decided before the stores it reads are listed (a class not yet listed is not gone).
 - A missing InstanceClass or a render error is ``Ready=False`` with its reason, a Warning Event
   and a log line; nothing the group already has is deleted for it.
 - Everything made is owned by the group, but Cluster API adds the Cluster as a second owner (the
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 READY = "Ready"
 FINALIZER = "cloudloop.io/node-group"
+SYNC_TIMEOUT_S = 30.0
 
 
 class NodeGroupReconciler:
@@ -82,6 +84,7 @@ class NodeGroupReconciler:
     # -- the group -----------------------------------------------------------------------------
     async def reconcile(self, key: str) -> bool:
         """Converge the group ``key``; True when it is Ready."""
+        await self._synced(self.instance_classes, self.machine_deployments)
         group = self.node_groups.store.get(key)
         if group is None:
             return False
@@ -260,9 +263,16 @@ class NodeGroupReconciler:
             subresource="status",
         )
 
+    async def _synced(self, *informers: Informer[Any]) -> None:
+        """Wait for the stores a decision reads: a class not yet listed is not a missing one."""
+        for informer in informers:
+            if not await informer.wait_synced(timeout=SYNC_TIMEOUT_S):
+                raise TimeoutError(f"{informer.resource.kind} not listed yet")  # retried
+
     # -- the classes ---------------------------------------------------------------------------
     async def reconcile_class(self, name: str) -> None:
         """Write ``status.nodeGroupConsumers`` of the InstanceClass ``name`` if it differs."""
+        await self._synced(self.node_groups)
         instance_class = self.instance_classes.store.get(name)
         if instance_class is None:
             return
