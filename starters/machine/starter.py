@@ -32,6 +32,7 @@ from cloudloop.kube.informer import Informer, Informers, WatchEvent
 from cloudloop.kube.resources import NODE_GROUPS, Resource
 from cloudloop.kube.workqueue import WorkQueue
 from cloudloop.messages.machine import MachineTimings
+from cloudloop.nodegroup.group import controller_of
 from cloudloop.rules import machine as capi
 from cloudloop.settings import Domain
 from starters.context import StarterContext
@@ -218,18 +219,13 @@ class MachineStarter:
 
     def _on_machine_deployment(self, event: WatchEvent[dict[str, Any]]) -> list[str]:
         """A group's own MachineDeployment changed (scaled, edited, deleted): its group."""
-        meta = event.object["metadata"]
-        owner = next(
-            (
-                ref
-                for ref in meta.get("ownerReferences") or []
-                if ref.get("controller")
-                and ref.get("kind") == NODE_GROUPS.kind
-                and str(ref.get("apiVersion", "")).startswith(f"{NODE_GROUPS.group}/")
-            ),
-            None,
-        )
-        return [f"{NODE_GROUP}{meta.get('namespace', '')}/{owner['name']}"] if owner else []
+        owner = controller_of(event.object)
+        if owner is None or owner.get("kind") != NODE_GROUPS.kind:
+            return []
+        if not str(owner.get("apiVersion", "")).startswith(f"{NODE_GROUPS.group}/"):
+            return []
+        namespace = event.object["metadata"].get("namespace", "")
+        return [f"{NODE_GROUP}{namespace}/{owner['name']}"]
 
     def _on_infra_machine(self, event: WatchEvent[InfraObject]) -> list[str]:
         if event.type == "DELETED":
