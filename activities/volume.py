@@ -44,6 +44,8 @@ from cloudloop.messages.volume import (
     DetachVolumeInput,
     ExpandResult,
     ExpandVolumeInput,
+    ModifyResult,
+    ModifyVolumeInput,
     ReadVolumesInput,
     ReadVolumesResult,
     SnapshotResult,
@@ -71,6 +73,10 @@ def _progress(input: VolumeInput) -> dict[str, Any]:
     if details and isinstance(details[0], Mapping):
         return dict(details[0])
     return dict(input.resume)
+
+
+def _listed(input: ModifyVolumeInput) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(input.parameters.items()))
 
 
 def _beat(progress: Mapping[str, Any]) -> None:
@@ -410,6 +416,54 @@ class VolumeActivities:
             return modification.target_size_gib
         return None
 
+    # -- modify (ControllerModifyVolume) ---------------------------------------------------
+    @activity.defn(name=VolumeActivity.MODIFY)
+    def modify(self, input: ModifyVolumeInput) -> ModifyResult:
+        """Change the volume to the mutable parameters and wait until it has them; a volume
+        that already has them is left alone (no cloud change, so no cooldown spent). The
+        cloud's cooldown is a result (``cooldown_s``): the workflow waits on a timer."""
+        progress: dict[str, Any] = {"parameters": dict(input.parameters)}
+        with cloud_errors(), _alive(progress):
+            self._check_provider(input.provider)
+            volume = self.volumes.get_volume(input.volume_id)
+            changes = self.volumes.volume_changes(volume, input.parameters)
+            if not changes:
+                return ModifyResult(message=f"volume {volume.id} already has {_listed(input)}")
+            self._wait(
+                f"no modification of {volume.id} in progress",
+                lambda: self._settled(volume.id),
+                progress,
+            )
+            try:
+                self.volumes.modify_volume(volume, input.parameters)
+            except errors.ModificationCooldown as err:
+                activity.logger.info("%s: cooldown, %.0f s left", volume.id, err.retry_after_s)
+                return ModifyResult(cooldown_s=max(err.retry_after_s, 1.0), message=err.message)
+            activity.logger.info("modifying %s: %s", volume.id, sorted(changes))
+            self._wait(
+                f"volume {volume.id} modified to {_listed(input)}",
+                lambda: self._modified(volume.id, input.parameters),
+                progress,
+            )
+            return ModifyResult(message=f"volume {volume.id} has {_listed(input)}")
+
+    def _settled(self, volume_id: str) -> bool | None:
+        """True when no earlier modification is still ``modifying`` (the cloud refuses a second
+        one meanwhile); a modification that only optimizes takes a new one."""
+        running = self.volumes.get_volume_modification(volume_id)
+        return None if running is not None and running.state == "modifying" else True
+
+    def _modified(self, volume_id: str, parameters: Mapping[str, str]) -> bool | None:
+        modification = self.volumes.get_volume_modification(volume_id)
+        if modification is not None and modification.state == "failed":
+            raise errors.FailedPrecondition(
+                self.provider,
+                "ModifyVolume",
+                f"modifying {volume_id} failed: {modification.message or 'no reason given'}",
+            )
+        volume = self.volumes.get_volume(volume_id)
+        return None if self.volumes.volume_changes(volume, parameters) else True
+
     # -- reads ---------------------------------------------------------------------------
     @activity.defn(name=VolumeActivity.READ)
     def read(self, input: ReadVolumesInput) -> ReadVolumesResult:
@@ -483,6 +537,7 @@ class VolumeActivities:
             self.attach,
             self.detach,
             self.expand,
+            self.modify,
             self.read,
         ]
         return [*activities, self.create_snapshot, self.delete_snapshot]

@@ -22,8 +22,10 @@ moto made it, so a test can stop a client between "done in the cloud" and "answe
 answers every request moto serves after a delay drawn uniformly from that range, as a real AWS
 endpoint answers in 100-300 ms (off by default: moto answers in milliseconds; ``{}`` turns it
 off); each request waits on its own connection thread, so the delay costs no CPU and does not
-serialise concurrent requests. Other ``/_cloudloop/`` paths go to moto (:mod:`devstack.moto_ext`).
-``python -m devstack.aws_front --port P --upstream URL
+serialise concurrent requests. A second ``ModifyVolume`` of a volume within six hours is
+``VolumeModificationRateExceeded``, as AWS answers it; ``POST /_cloudloop/aws/ebs-cooldown``
+``{"seconds": s}`` shortens that for a test (0: off). Other ``/_cloudloop/`` paths go to moto
+(:mod:`devstack.moto_ext`). ``python -m devstack.aws_front --port P --upstream URL
 [--rate R --burst B]`` runs it.
 """
 
@@ -67,6 +69,15 @@ STATS_PATH = "/_cloudloop/aws/stats"
 AWS_FAULTS_PATH = "/_cloudloop/aws/faults"
 HOLDS_PATH = "/_cloudloop/aws/holds"
 LATENCY_PATH = "/_cloudloop/aws/latency"
+EBS_COOLDOWN_PATH = "/_cloudloop/aws/ebs-cooldown"
+#: EBS takes one ModifyVolume per volume every six hours (EC2 API Reference, ModifyVolume).
+EBS_MODIFICATION_COOLDOWN_S = 6 * 3600.0
+EBS_COOLDOWN_REFUSAL = Refusal(
+    400,
+    "VolumeModificationRateExceeded",
+    "You've reached the maximum modification rate per volume limit. Wait at least 6 hours "
+    "between modifications per EBS volume.",
+)
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "trailer"}
 
 
@@ -170,7 +181,15 @@ def make_server(
     holds: dict[str, float] = {}
     #: (min, max) seconds added to every answer moto makes; (0, 0): none.
     latency = [0.0, 0.0]
+    #: The EBS modification cooldown, and when each volume's last ModifyVolume was accepted.
+    cooldown = [EBS_MODIFICATION_COOLDOWN_S]
+    modified: dict[str, float] = {}
     switches = threading.Lock()
+
+    def in_cooldown(volume_id: str) -> bool:
+        with switches:
+            last = modified.get(volume_id)
+            return last is not None and time.monotonic() - last < cooldown[0]
 
     def next_fault(service: str, action: str) -> Refusal | None:
         with switches:
@@ -243,6 +262,10 @@ def make_server(
                 with switches:
                     latency[:] = [low, high]
                 self._send(200, b"{}", "application/json")
+            elif path == EBS_COOLDOWN_PATH and self.command == "POST":
+                with switches:
+                    cooldown[0] = float(json.loads(body or b"{}").get("seconds", 0.0))
+                self._send(200, b"{}", "application/json")
             elif path == STATS_PATH:
                 if self.command == "DELETE":
                     stats.reset()
@@ -264,6 +287,9 @@ def make_server(
             if refusal is None and service == "ec2" and action in EBS_ACTIONS:
                 current = self._ebs_volume(params) if action == "ModifyVolume" else None
                 refusal = check_ebs(action, params, current)
+                volume_id = str(params.get("VolumeId", ""))
+                if refusal is None and action == "ModifyVolume" and in_cooldown(volume_id):
+                    refusal = EBS_COOLDOWN_REFUSAL
             # -- end of EBS volume limits ------------------------------------------------------
             if refusal is None and service not in ("", "tagging") and not limiter.admit(service):
                 refusal = throttled(service)
@@ -286,6 +312,9 @@ def make_server(
             if high > 0:
                 hold_s += random.uniform(low, high)
             status, payload = self._forward(body, hold_s)
+            if status == 200 and service == "ec2" and action == "ModifyVolume":
+                with switches:
+                    modified[str(params.get("VolumeId", ""))] = time.monotonic()
             if status >= 400:
                 code = _error_code(payload)
                 with stats.lock:
@@ -400,6 +429,11 @@ def throttling_storm(
         endpoint,
         storm={"fraction": fraction, "duration_s": duration_s, "services": list(services)},
     )
+
+
+def set_ebs_cooldown(endpoint: str, seconds: float) -> None:
+    """Shorten (or, with 0, lift) the EBS modification cooldown of six hours."""
+    _post(endpoint, EBS_COOLDOWN_PATH, {"seconds": seconds})
 
 
 def inject_fault(

@@ -1,8 +1,7 @@
-"""Volume workflows: create, delete, attach, detach and expand a cloud disk for a CSI controller.
+"""Volume workflows: create, delete, attach, detach, expand and modify a cloud disk for CSI.
 
-Each workflow runs its operation's activity, which makes the cloud change and waits for it, and
-turns a refusal (cloud error kind) into a result with a CSI code, so callers always get a result.
-Why local first: docs/decisions/0041-volume-operations-local-first.md.
+Each workflow runs its operation's activity (the cloud change and the wait for it) and turns a
+refusal into a result with a CSI code. Local first: docs/decisions/0041-volume-operations-*.md.
 
 Rules:
 - Local first: the activity runs first as a local activity in the workflow task that started the
@@ -12,7 +11,8 @@ Rules:
   repeated; a worker killed meanwhile times the workflow task out and another replays it.
 - Runs started before the ``volume-local-first`` patch keep their single heartbeating activity.
 - Identity: a create runs as ``volume-create/<name>``, every other operation on a volume as
-  ``volume/<volume-id>`` (snapshots: ``snapshot-create/<name>``, ``snapshot/<snapshot-id>``): one
+  ``volume/<volume-id>`` (snapshots: ``snapshot-create/<name>``, ``snapshot/<snapshot-id>``; a
+  modify, which may wait hours for the cloud's cooldown, ``volume-modify/<volume-id>``): one
   workflow ID per volume makes "at most one operation per volume" atomic; a second request meets
   the running workflow (``USE_EXISTING``) and the memo decides: equal joins, different is
   refused as pending (:mod:`cloudloop.csi.operations`).
@@ -45,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         DetachVolumeInput,
         ExpandResult,
         ExpandVolumeInput,
+        ModifyResult,
+        ModifyVolumeInput,
         ReadVolumesInput,
         ReadVolumesResult,
         SnapshotResult,
@@ -212,6 +214,30 @@ class ExpandVolumeWorkflow:
         return await run_volume_activity(VolumeActivity.EXPAND, input, ExpandResult)
 
 
+#: The first wait after a cooldown refusal, doubled up to ``COOLDOWN_WAIT_MAX`` (never past the
+#: cloud's own estimate): EBS's six hours cost about thirty ModifyVolume calls, not a worker.
+COOLDOWN_WAIT_FIRST = timedelta(seconds=5)
+COOLDOWN_WAIT_MAX = timedelta(minutes=15)
+
+
+@workflow.defn(name=VolumeWorkflow.MODIFY)
+class ModifyVolumeWorkflow:
+    """ControllerModifyVolume: the activity changes the volume; the cloud's cooldown (EBS: one
+    change per volume every six hours) is waited out on durable timers, then asked again."""
+
+    @workflow.run
+    async def run(self, input: ModifyVolumeInput) -> ModifyResult:
+        wait = COOLDOWN_WAIT_FIRST
+        while True:
+            result = await run_volume_activity(VolumeActivity.MODIFY, input, ModifyResult)
+            if result.cooldown_s <= 0:
+                return result
+            pause = min(wait, timedelta(seconds=result.cooldown_s))
+            workflow.logger.info("%s: cooldown, next try in %s", input.volume_id, pause)
+            await workflow.sleep(pause, summary=f"cooldown of {input.volume_id}: {result.message}")
+            wait = min(wait * 2, COOLDOWN_WAIT_MAX)
+
+
 @workflow.defn(name=VolumeWorkflow.READ)
 class ReadVolumesWorkflow:
     @workflow.run
@@ -241,6 +267,7 @@ VOLUME_WORKFLOWS: list[type] = [
     AttachVolumeWorkflow,
     DetachVolumeWorkflow,
     ExpandVolumeWorkflow,
+    ModifyVolumeWorkflow,
     ReadVolumesWorkflow,
     CreateSnapshotWorkflow,
     DeleteSnapshotWorkflow,

@@ -67,7 +67,13 @@ CAPABILITY_OPERATIONS: dict[Capability, tuple[tuple[str, ...], tuple[str, ...]]]
             "detach_volume",
             "expand_volume",
         ),
-        ("get_volume_modification", "list_volumes", "storage_classes", "volume_capacity"),
+        (
+            "get_volume_modification",
+            "list_volumes",
+            "storage_classes",
+            "volume_capacity",
+            "modify_volume",
+        ),
     ),
     Capability.SNAPSHOTS: (
         (
@@ -203,6 +209,20 @@ class Volumes(Protocol):
         """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
         clouds that can say implement it."""
 
+    def check_volume_modification(self, parameters: Mapping[str, str]) -> None:
+        """Refuse VolumeAttributesClass ``parameters`` the cloud can never apply, without
+        calling it: ``InvalidRequest`` for a key it cannot change or a malformed value."""
+
+    def volume_changes(
+        self, volume: models.Volume, parameters: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The mutable ``parameters`` ``volume`` does not have yet (empty: nothing to do), no
+        cloud call; ``InvalidRequest``/``OutOfRange`` for a value this volume cannot take."""
+
+    def modify_volume(self, volume: models.Volume, parameters: Mapping[str, str]) -> None:
+        """Start changing ``volume`` to the mutable ``parameters`` (CSI ControllerModifyVolume);
+        ``ModificationCooldown`` while the cloud refuses another change of it yet."""
+
 
 class Snapshots(Protocol):
     def find_snapshot(self, name: str, cluster: str) -> models.Snapshot | None:
@@ -287,6 +307,20 @@ class VolumeDefaults:
         """Bytes free for new volumes of these StorageClass parameters (CSI GetCapacity); only
         clouds that can say implement it."""
         raise NotSupported(self.provider, "volume_capacity")
+
+    def check_volume_modification(self, parameters: Mapping[str, str]) -> None:
+        """Refuse parameters the cloud can never apply (default: no checks)."""
+
+    def volume_changes(
+        self, volume: models.Volume, parameters: Mapping[str, str]
+    ) -> dict[str, str]:
+        """What is still to change (default: every parameter; only clouds that modify read)."""
+        return dict(parameters)
+
+    @default
+    def modify_volume(self, volume: models.Volume, parameters: Mapping[str, str]) -> None:
+        """Change a volume's attributes; only clouds that can implement it."""
+        raise NotSupported(self.provider, "modify_volume")
 
 
 class LoadBalancerDefaults:

@@ -104,6 +104,17 @@ class OperationPending(CloudError):
     retryable = False
 
 
+class ModificationCooldown(OperationPending):
+    """The cloud refuses another change of this volume until a cooldown has passed (EBS: six
+    hours after the last ``ModifyVolume``); ``retry_after_s`` says how long, 0 when unknown."""
+
+    def __init__(
+        self, provider: str, operation: str, message: str, retry_after_s: float = 0.0
+    ) -> None:
+        super().__init__(provider, operation, message)
+        self.retry_after_s = retry_after_s
+
+
 class NotSupported(CloudError):
     """This cloud does not implement the capability (upstream's ``ImplementedElsewhere``)."""
 

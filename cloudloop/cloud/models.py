@@ -190,6 +190,9 @@ class Volume(BaseModel):
     volume_type: str = ""
     attachments: list[Attachment] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
+    #: Provisioned IOPS and throughput (MiB/s), 0 where the cloud does not say (EBS has them).
+    iops: int = 0
+    throughput: int = 0
 
 
 class Attachment(BaseModel):
@@ -239,13 +242,15 @@ class StorageClassSpec(BaseModel):
 
 
 class VolumeModification(BaseModel):
-    """A size change in progress or done (AWS ``DescribeVolumesModifications``)."""
+    """A size or attribute change in progress or done (AWS ``DescribeVolumesModifications``)."""
 
     volume_id: str
     #: ``modifying`` | ``optimizing`` | ``completed`` | ``failed``.
     state: str
     target_size_gib: int = 0
     message: str = ""
+    #: When it started (seconds since the epoch; 0: unknown): a cooldown counts from it.
+    started_at: float = 0.0
 
 
 class Route(BaseModel):

@@ -1,6 +1,6 @@
 """The CSI Controller service: every RPC goes through the volume workflows.
 
-Create, delete, publish, unpublish, expand and the snapshot RPCs start or join the operation's
+Create, delete, publish, unpublish, expand, modify and the snapshot RPCs start or join their
 workflow (:class:`~cloudloop.csi.operations.VolumeOperations`: one workflow ID per volume, so a
 retried RPC joins its running operation and a conflicting one is ``ABORTED``); reads
 (ValidateVolumeCapabilities, ListVolumes, GetCapacity, ListSnapshots) run a short read
@@ -47,6 +47,7 @@ from cloudloop.messages.volume import (
     DeleteVolumeRequest,
     DetachVolumeRequest,
     ExpandVolumeRequest,
+    ModifyVolumeRequest,
     Topology,
     VolumeResult,
 )
@@ -189,9 +190,12 @@ class Controller(csi_pb2_grpc.ControllerServicer):
         try:
             required(request.name, "volume name")
             check_capabilities(list(request.volume_capabilities))
-            if request.mutable_parameters:
+            if request.mutable_parameters and not self.features.modify:
                 raise Refused(Code.INVALID_ARGUMENT, "mutable parameters are not supported")
-            cloud, tags, volume_context = split_parameters(dict(request.parameters))
+            # A VolumeAttributesClass's parameters win over the StorageClass's (as in
+            # aws-ebs-csi-driver): the volume is made as a later ModifyVolume would leave it.
+            parameters = {**request.parameters, **request.mutable_parameters}
+            cloud, tags, volume_context = split_parameters(parameters)
             snapshot_id = ""
             source = request.volume_content_source
             if request.HasField("volume_content_source"):
@@ -316,6 +320,28 @@ class Controller(csi_pb2_grpc.ControllerServicer):
         return csi_pb2.ControllerExpandVolumeResponse(
             capacity_bytes=result.size_gib * GIB, node_expansion_required=not block
         )
+
+    async def ControllerModifyVolume(
+        self, request: csi_pb2.ControllerModifyVolumeRequest, context: Context
+    ) -> csi_pb2.ControllerModifyVolumeResponse:
+        try:
+            required(request.volume_id, "volume ID")
+            if not self.features.modify:
+                raise Refused(Code.UNIMPLEMENTED, "this cloud's volumes cannot be modified")
+            # The resizer's --extra-modify-metadata keys (csi.storage.k8s.io/pv*) are no
+            # attributes of the volume: only the cloud's own keys are applied.
+            parameters, _, _ = split_parameters(dict(request.mutable_parameters))
+            required(parameters, "mutable parameters")
+            self._ok(
+                await self.operations.modify(
+                    ModifyVolumeRequest(volume_id=request.volume_id, parameters=parameters),
+                    timeout=self._timeout(context),
+                )
+            )
+        except Refused as error:
+            await refuse(context, error)
+            raise
+        return csi_pb2.ControllerModifyVolumeResponse()
 
     async def ValidateVolumeCapabilities(
         self, request: csi_pb2.ValidateVolumeCapabilitiesRequest, context: Context
@@ -477,12 +503,6 @@ class Controller(csi_pb2_grpc.ControllerServicer):
         self, request: csi_pb2.ControllerGetVolumeRequest, context: Context
     ) -> csi_pb2.ControllerGetVolumeResponse:
         await self._unimplemented(context, "ControllerGetVolume")
-        raise AssertionError("unreachable")
-
-    async def ControllerModifyVolume(
-        self, request: csi_pb2.ControllerModifyVolumeRequest, context: Context
-    ) -> csi_pb2.ControllerModifyVolumeResponse:
-        await self._unimplemented(context, "ControllerModifyVolume")
         raise AssertionError("unreachable")
 
     async def GetSnapshot(

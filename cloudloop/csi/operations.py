@@ -55,6 +55,9 @@ from cloudloop.messages.volume import (
     ExpandResult,
     ExpandVolumeInput,
     ExpandVolumeRequest,
+    ModifyResult,
+    ModifyVolumeInput,
+    ModifyVolumeRequest,
     ReadKind,
     ReadVolumesInput,
     ReadVolumesResult,
@@ -64,6 +67,7 @@ from cloudloop.messages.volume import (
     VolumeWorkflow,
     code_for,
     create_workflow_id,
+    modify_workflow_id,
     operation_name,
     read_workflow_id,
     snapshot_create_workflow_id,
@@ -88,6 +92,8 @@ class VolumeLimits(Protocol):
     ) -> None: ...
 
     def check_volume_size(self, size_gib: int, volume_type: str = "") -> None: ...
+
+    def check_volume_modification(self, parameters: Mapping[str, str]) -> None: ...
 
 
 #: Search-attribute kind of every volume workflow (``CloudloopKind='Volume'``).
@@ -264,6 +270,37 @@ class VolumeOperations:
             operation=operation_name("expand", request.volume_id),
             subject=request.volume_id,
             result_type=ExpandResult,
+            timeout=timeout,
+        )
+
+    async def modify(
+        self, request: ModifyVolumeRequest, *, timeout: float | None = None
+    ) -> ModifyResult:
+        """CSI ControllerModifyVolume: a workflow of its own per volume (``volume-modify/``), so
+        a change waiting out the cloud's cooldown blocks no attach or detach."""
+        try:
+            check_request(request)
+            if self.limits is not None:
+                try:
+                    self.limits.check_volume_modification(request.parameters)
+                except errors.CloudError as err:
+                    log.warning("refused before any workflow (%s): %s", err.kind, err.message)
+                    raise RequestRejected(code_for(err.kind), err.message) from None
+        except RequestRejected as err:
+            return ModifyResult(code=err.code, message=err.message)
+        input = ModifyVolumeInput(
+            cluster=self.cluster,
+            provider=self.provider,
+            volume_id=request.volume_id,
+            parameters=request.parameters,
+        )
+        return await self._run(
+            VolumeWorkflow.MODIFY,
+            input,
+            workflow_id=modify_workflow_id(request.volume_id),
+            operation=operation_name("modify", request.volume_id),
+            subject=request.volume_id,
+            result_type=ModifyResult,
             timeout=timeout,
         )
 

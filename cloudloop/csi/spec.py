@@ -8,8 +8,8 @@ Features are derived from the configured cloud's driver, never listed by hand: z
 (``VOLUME_ACCESSIBILITY_CONSTRAINTS``, one segment under the cloud's topology key: the upstream
 driver's, e.g. Cinder CSI's ``topology.cinder.csi.openstack.org/zone``, else the well-known
 ``topology.kubernetes.io/zone``), snapshots (``CREATE_DELETE_SNAPSHOT``, ``LIST_SNAPSHOTS``),
-capacity (``GET_CAPACITY``). Departs from aws-ebs-csi-driver: one topology key (the well-known
-zone label) instead of two.
+capacity (``GET_CAPACITY``), attribute changes (``MODIFY_VOLUME``). Departs from
+aws-ebs-csi-driver: one topology key (the well-known zone label) instead of two.
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ class Features:
     capacity: bool
     max_volumes_per_node: int
     list_volumes: bool = True
+    #: ControllerModifyVolume (VolumeAttributesClass parameters): the driver's ``modify_volume``.
+    modify: bool = False
     #: The key of a zonal volume's topology segment (NodeGetInfo, CreateVolume, StorageClasses).
     topology_key: str = ZONE_KEY
 
@@ -103,6 +105,7 @@ class Features:
             capacity=driver.implements("volume_capacity"),
             max_volumes_per_node=volumes.max_volumes_per_node,
             list_volumes=driver.implements("list_volumes"),
+            modify=driver.implements("modify_volume"),
             topology_key=volumes.volume_topology_key,
         )
 
@@ -130,6 +133,8 @@ class Features:
             rpcs += [RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS]
         if self.capacity:
             rpcs.append(RPC.GET_CAPACITY)
+        if self.modify:
+            rpcs.append(RPC.MODIFY_VOLUME)
         return [
             csi_pb2.ControllerServiceCapability(rpc=csi_pb2.ControllerServiceCapability.RPC(type=t))
             for t in rpcs

@@ -24,6 +24,7 @@ class VolumeActivity:
     ATTACH = "volume.attach"
     DETACH = "volume.detach"
     EXPAND = "volume.expand"
+    MODIFY = "volume.modify"
     READ = "volume.read"
     CREATE_SNAPSHOT = "snapshot.create"
     DELETE_SNAPSHOT = "snapshot.delete"
@@ -37,6 +38,7 @@ class VolumeWorkflow:
     ATTACH = "AttachVolume"
     DETACH = "DetachVolume"
     EXPAND = "ExpandVolume"
+    MODIFY = "ModifyVolume"
     READ = "ReadVolumes"
     CREATE_SNAPSHOT = "CreateSnapshot"
     DELETE_SNAPSHOT = "DeleteSnapshot"
@@ -141,6 +143,13 @@ class ExpandVolumeRequest(BaseModel):
     capacity: CapacityRange
 
 
+class ModifyVolumeRequest(BaseModel):
+    """CSI ``ControllerModifyVolume``: the VolumeAttributesClass's parameters."""
+
+    volume_id: str
+    parameters: dict[str, str] = Field(default_factory=dict)
+
+
 class CreateSnapshotRequest(BaseModel):
     name: str
     source_volume_id: str
@@ -191,6 +200,11 @@ class DetachVolumeInput(VolumeInput):
 class ExpandVolumeInput(VolumeInput):
     volume_id: str
     size_gib: int
+
+
+class ModifyVolumeInput(VolumeInput):
+    volume_id: str
+    parameters: dict[str, str] = Field(default_factory=dict)
 
 
 class ReadVolumesInput(VolumeInput):
@@ -249,6 +263,13 @@ class ExpandResult(VolumeResult):
     node_expansion_required: bool = True
 
 
+class ModifyResult(VolumeResult):
+    """``cooldown_s`` > 0: the cloud takes no change of this volume yet; the workflow waits on
+    a timer and asks again (nothing was changed)."""
+
+    cooldown_s: float = 0.0
+
+
 class ReadVolumesResult(VolumeResult):
     volumes: list[Volume] = Field(default_factory=list)
     snapshots: list[Snapshot] = Field(default_factory=list)
@@ -266,6 +287,12 @@ def create_workflow_id(name: str) -> str:
 def volume_workflow_id(volume_id: str) -> str:
     """The one ID every operation on an existing volume runs under (the per-volume lock)."""
     return f"volume/{volume_id}"
+
+
+def modify_workflow_id(volume_id: str) -> str:
+    """A change of attributes may wait hours for the cloud's cooldown: it runs under its own ID,
+    so attaches and detaches of the volume go on meanwhile."""
+    return f"volume-modify/{volume_id}"
 
 
 def snapshot_create_workflow_id(name: str) -> str:

@@ -22,6 +22,7 @@ from cloudloop.messages.volume import (
     DeleteVolumeRequest,
     DetachVolumeRequest,
     ExpandVolumeRequest,
+    ModifyVolumeRequest,
     Topology,
 )
 
@@ -99,6 +100,7 @@ def check_request(
     | AttachVolumeRequest
     | DetachVolumeRequest
     | ExpandVolumeRequest
+    | ModifyVolumeRequest
     | CreateSnapshotRequest
     | DeleteSnapshotRequest,
 ) -> None:
@@ -123,3 +125,5 @@ def check_request(
         raise RequestRejected(Code.INVALID_ARGUMENT, "node ID missing")
     if isinstance(request, ExpandVolumeRequest) and not request.capacity.required_bytes:
         raise RequestRejected(Code.INVALID_ARGUMENT, "required capacity missing")
+    if isinstance(request, ModifyVolumeRequest) and not request.parameters:
+        raise RequestRejected(Code.INVALID_ARGUMENT, "mutable parameters missing")

@@ -98,6 +98,7 @@ class Delays:
     volume_attach_s: float = 0.2
     volume_detach_s: float = 0.2
     volume_extend_s: float = 0.1
+    volume_retype_s: float = 0.1
     volume_delete_s: float = 0.1
 
     def with_changes(self, changes: dict[str, float]) -> Delays:

@@ -5,7 +5,9 @@ volume 3.x``) under ``/v3/{project_id}``. A volume is ``creating`` for ``volume_
 ``available``; a Nova attach makes it ``reserved`` at once, ``attaching`` halfway and ``in-use``
 after ``volume_attach_s`` (only then is it in ``attachments``); a detach makes it ``detaching``
 and ``available`` after ``volume_detach_s``; ``os-extend`` makes it ``extending`` and returns it
-to its previous status with the new size (``in-use`` only from 3.42); a delete needs no
+to its previous status with the new size (``in-use`` only from 3.42); ``os-retype`` makes it
+``retyping`` for ``volume_retype_s`` and returns it with the new type (same type refused, a
+``migration_policy`` other than ``never``/``on-demand`` refused); a delete needs no
 attachment and an ``available``/``error`` status. The ``gigabytes``/``volumes`` quota answers
 413 ``overLimit``. Lists filter by ``name``, ``status``, ``metadata`` (a dict literal) and page by
 ``limit``/``marker`` (newest first) with ``volumes_links``.
@@ -380,6 +382,8 @@ class BlockStorage(Service):
         status = volume["status"]
         if action == "os-extend":
             self._extend(request, volume, args)
+        elif action == "os-retype":
+            self._retype(volume, args)
         elif action == "os-reserve":
             self._require(volume, ("available",), "reserve")
             self._set_status(volume, "attaching")
@@ -468,6 +472,34 @@ class BlockStorage(Service):
             self._set_status(volume, previous)
 
         self.cloud.later("volume", self.cloud.delays.volume_extend_s, extended)
+
+    def _retype(self, volume: Resource, args: dict[str, Any]) -> None:
+        """Cinder's ``os-retype`` (volume API ``retype``): checked at once, applied later."""
+        new_type = args.get("new_type")
+        if not isinstance(new_type, str) or not new_type:
+            raise bad_request(f"Invalid input for field/attribute new_type. Value: {new_type}.")
+        policy = args.get("migration_policy", "never")
+        if policy not in ("never", "on-demand"):
+            raise bad_request(
+                f"Invalid input for field/attribute migration_policy. Value: {policy}."
+            )
+        previous = volume["status"]
+        self._require(volume, ("available", "in-use"), "retype")
+        target = self.volume_type(new_type)
+        if target["id"] == volume["_type_id"]:
+            raise bad_request(
+                f"Invalid input received: New volume_type same as original: {new_type}."
+            )
+        self._set_status(volume, "retyping")
+
+        def retyped() -> None:
+            if volume["status"] != "retyping":
+                return
+            volume["volume_type"] = target["name"]
+            volume["_type_id"] = target["id"]
+            self._set_status(volume, previous)
+
+        self.cloud.later("volume", self.cloud.delays.volume_retype_s, retyped)
 
     # -- attachments (driven by Nova) ------------------------------------------------------
     def attachments_of(self, server_id: str) -> list[Resource]:

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -39,6 +39,9 @@ class CsiCloud:
     new_node: Callable[[], Awaitable[tuple[str, str, str]]]
     #: Remove a node's instance (the VM is gone).
     remove_node: Callable[[str], Awaitable[None]]
+    #: VolumeAttributesClass parameters the cloud's volumes can be changed to (csi-sanity's
+    #: ModifyVolume specs); empty where the driver does not modify volumes.
+    mutable_parameters: dict[str, str] = field(default_factory=dict)
 
 
 async def aws_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
@@ -57,7 +60,8 @@ async def aws_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCl
     async def remove_node(node_id: str) -> None:
         await asyncio.to_thread(ec2.terminate_instances, InstanceIds=[node_id])
 
-    return CsiCloud("aws", settings, driver, new_node, remove_node)
+    mutable = {"throughput": "150", "tagSpecification_1": "cloudloop.io/sanity=modified"}
+    return CsiCloud("aws", settings, driver, new_node, remove_node, mutable)
 
 
 async def dvp_cloud(request: pytest.FixtureRequest, settings: Settings) -> CsiCloud:
@@ -191,7 +195,8 @@ async def openstack_cloud(
 
         await eventually(gone, what=f"server {node_id} deleted")
 
-    return CsiCloud(OPENSTACK.name, settings, driver, new_node, remove_node)
+    mutable = {"type": "ssd"}  # a Cinder retype from the default type
+    return CsiCloud(OPENSTACK.name, settings, driver, new_node, remove_node, mutable)
 
 
 #: Addresses of the node VMs cloned into vcsim (unique per process).

@@ -14,10 +14,12 @@ import json
 import re
 import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 import grpc
@@ -30,9 +32,13 @@ from cloudloop.csi.operations import VolumeOperations
 from cloudloop.csi.server import controller_server, node_server
 from cloudloop.csi.v1 import csi_pb2_grpc
 from cloudloop.kube.api import Kube
-from cloudloop.settings import CsiSettings, Domain
+from cloudloop.settings import CsiSettings, Domain, LeaderElectionSettings
 from devstack import gotools
+from tests.support.parts import has
 from workers.main import build_worker
+
+if TYPE_CHECKING:
+    from tests.csi.clouds import CsiCloud
 
 GIB = 1 << 30
 #: The VolumeSnapshotClass parameters csi-sanity's CreateSnapshot calls carry (the snapshot tests
@@ -64,6 +70,26 @@ async def socket_folder() -> AsyncIterator[CsiSockets]:
 
 def csi_settings(settings: Settings, **update: object) -> Settings:
     return settings.model_copy(update={"csi": CsiSettings.model_validate(update)})
+
+
+def deployment_settings(settings: Settings, namespace: str) -> Settings:
+    driver = f"e2e-{uuid.uuid4().hex[:6]}.csi.cloudloop.io"
+    settings = csi_settings(settings, driver_name=driver, storage_classes=True)
+    return settings.model_copy(
+        update={
+            "discovery": settings.discovery.model_copy(update={"namespace": namespace}),
+            "leader_election": LeaderElectionSettings(
+                namespace=namespace, name="csi-e2e", identity="e2e"
+            ),
+        }
+    )
+
+
+def discovery_document(cloud: CsiCloud) -> dict[str, Any]:
+    """What the discoverer writes for this cloud: its zones and its provider fields."""
+    data = has(cloud.driver.discovery).discovery_data()
+    zones = sorted(z.name for z in data.zones if z.state == "available")
+    return {**data.extra, "zones": zones}
 
 
 def volume_worker(client: Client, settings: Settings, driver: CloudDriver, kube: Kube) -> Worker:
@@ -132,14 +158,21 @@ class SanityResult:
 
 
 async def run_sanity(
-    sockets: CsiSockets, *, extra: tuple[str, ...] = (), timeout: float = 900
+    sockets: CsiSockets,
+    *,
+    extra: tuple[str, ...] = (),
+    timeout: float = 900,
+    mutable_parameters: dict[str, str] | None = None,
 ) -> SanityResult:
     """csi-sanity, controller and node, against the two sockets (1 GiB volumes, grown to 2;
-    snapshots with :data:`SANITY_SNAPSHOT_PARAMETERS`)."""
+    snapshots with :data:`SANITY_SNAPSHOT_PARAMETERS`; the ModifyVolume specs, where the
+    controller has them, with ``mutable_parameters``)."""
     binary = gotools.ensure_built(["csi-sanity"])["csi-sanity"]
     work = sockets.folder
     snapshot_parameters = work / "snapshot-parameters.yaml"
     snapshot_parameters.write_text(json.dumps(SANITY_SNAPSHOT_PARAMETERS))
+    mutable = work / "mutable-parameters.yaml"
+    mutable.write_text(json.dumps(mutable_parameters or {}))
     argv = [
         str(binary),
         f"--csi.endpoint={sockets.node}",
@@ -149,6 +182,7 @@ async def run_sanity(
         f"--csi.testvolumesize={GIB}",
         f"--csi.testvolumeexpandsize={2 * GIB}",
         f"--csi.testsnapshotparameters={snapshot_parameters}",
+        f"--csi.testvolumemutableparameters={mutable}",
         f"--ginkgo.junit-report={work / 'junit.xml'}",
         "--ginkgo.no-color",
         *extra,

@@ -13,13 +13,14 @@ from cloudloop.cloud.aws import ebs_limits
 from cloudloop.cloud.aws.driver import AwsDriver
 from cloudloop.cloud.aws.settings import AwsSettings
 from cloudloop.cloud.aws.volumes import create_arguments, parameter_tags
-from cloudloop.cloud.models import VolumeSpec
+from cloudloop.cloud.models import Volume, VolumeSpec
 from cloudloop.csi.operations import VolumeOperations
 from cloudloop.messages.volume import (
     CapacityRange,
     Code,
     CreateVolumeRequest,
     ExpandVolumeRequest,
+    ModifyVolumeRequest,
 )
 
 GIB = 1 << 30
@@ -250,3 +251,67 @@ def test_expand_beyond_any_type_is_refused_before_any_workflow() -> None:
     )
     result = asyncio.run(operations().expand(request))
     assert result.code == Code.OUT_OF_RANGE and "65536 GiB" in result.message
+
+
+# -- ControllerModifyVolume: VolumeAttributesClass parameters ---------------------------------
+@pytest.mark.parametrize(
+    ("parameters", "error", "match"),
+    [
+        pytest.param({"encrypted": "true"}, errors.InvalidRequest, "unknown mutable", id="key"),
+        pytest.param({"type": "gp9"}, errors.InvalidRequest, "not an EBS volume type", id="type"),
+        pytest.param({"iops": "many"}, errors.InvalidRequest, "whole number", id="iops"),
+        pytest.param({"tagSpecification_1": "x"}, errors.InvalidRequest, "key=value", id="tag"),
+    ],
+)
+def test_mutable_parameters_refused_without_the_volume(
+    parameters: dict[str, str], error: type[errors.CloudError], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ebs_limits.check_mutable(parameters)
+
+
+def test_modification_checked_against_the_target_type_and_size() -> None:
+    wanted = ebs_limits.check_modification(
+        10, "gp3", 3000, {"IOPS": "4000", "throughput": "250", "tagSpecification_1": "a=b"}
+    )
+    assert (wanted.volume_type, wanted.iops, wanted.throughput) == ("gp3", 4000, 250)
+    assert wanted.tags == {"a": "b"}
+    # Out of range is INVALID_ARGUMENT for a class: the resizer then marks the PVC Infeasible.
+    with pytest.raises(errors.InvalidRequest, match="IOPS per GiB"):
+        ebs_limits.check_modification(1, "gp3", 3000, {"iops": "4000"})
+    with pytest.raises(errors.InvalidRequest, match="MiB/s per IOPS"):
+        ebs_limits.check_modification(10, "gp3", 3000, {"throughput": "900"})
+    with pytest.raises(errors.InvalidRequest, match="needs iops"):
+        ebs_limits.check_modification(10, "gp3", 3000, {"type": "io2"})
+    with pytest.raises(errors.InvalidRequest, match="takes no throughput"):
+        ebs_limits.check_modification(10, "gp3", 3000, {"type": "gp2", "throughput": "200"})
+
+
+def test_changes_list_only_what_the_volume_lacks() -> None:
+    volumes = AwsDriver(AwsSettings()).volumes
+    assert volumes is not None
+    volume = Volume(
+        id="vol-0123456789abcdef0",
+        size_gib=10,
+        volume_type="gp3",
+        iops=3000,
+        throughput=125,
+        tags={"team": "a"},
+    )
+    wanted = {"iops": "3000", "throughput": "250", "tagSpecification_1": "team=b"}
+    assert volumes.volume_changes(volume, wanted) == {"throughput": "250", "tag:team": "b"}
+    done = volume.model_copy(update={"throughput": 250, "tags": {"team": "b"}})
+    assert volumes.volume_changes(done, wanted) == {}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "code"),
+    [
+        pytest.param({}, Code.INVALID_ARGUMENT, id="none"),
+        pytest.param({"kmsKeyId": "k"}, Code.INVALID_ARGUMENT, id="immutable"),
+    ],
+)
+def test_modify_refused_before_any_workflow(parameters: dict[str, str], code: Code) -> None:
+    request = ModifyVolumeRequest(volume_id="vol-0123456789abcdef0", parameters=parameters)
+    result = asyncio.run(operations().modify(request))
+    assert result.code == code, result.message

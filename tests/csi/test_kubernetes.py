@@ -18,16 +18,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from cloudloop.cloud.registry import Settings
 from cloudloop.csi.objects import CSI_DRIVERS, DEFAULT_ANNOTATION, default_class
 from cloudloop.kube.api import Kube
 from cloudloop.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PODS, STORAGE_CLASSES
-from cloudloop.settings import LeaderElectionSettings
 from devstack.aws_front import stats as front_stats
 from devstack.csi_deployment import (
     CsiDeployment,
@@ -41,31 +38,11 @@ from devstack.csi_deployment import (
 from devstack.local import LocalStack
 from tests.csi.clouds import CsiCloud
 from tests.csi.scenario import detach_resize_delete, provision_and_attach
-from tests.csi.support import csi_settings, volume_worker
+from tests.csi.support import deployment_settings, discovery_document, volume_worker
 from tests.helpers import eventually
 from tests.support.parts import has
 
 pytestmark = pytest.mark.stack
-
-
-def deployment_settings(settings: Settings, namespace: str) -> Settings:
-    driver = f"e2e-{uuid.uuid4().hex[:6]}.csi.cloudloop.io"
-    settings = csi_settings(settings, driver_name=driver, storage_classes=True)
-    return settings.model_copy(
-        update={
-            "discovery": settings.discovery.model_copy(update={"namespace": namespace}),
-            "leader_election": LeaderElectionSettings(
-                namespace=namespace, name="csi-e2e", identity="e2e"
-            ),
-        }
-    )
-
-
-def discovery_document(cloud: CsiCloud) -> dict[str, Any]:
-    """What the discoverer writes for this cloud: its zones and its provider fields."""
-    data = has(cloud.driver.discovery).discovery_data()
-    zones = sorted(z.name for z in data.zones if z.state == "available")
-    return {**data.extra, "zones": zones}
 
 
 async def huge_claim_is_refused(

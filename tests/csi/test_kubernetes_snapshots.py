@@ -51,8 +51,13 @@ from devstack.local import LocalStack
 from devstack.process import ManagedProcess
 from tests.csi.clouds import aws_cloud
 from tests.csi.scenario import cloud_volume, provision_and_attach
-from tests.csi.support import channel, stubs, volume_worker
-from tests.csi.test_kubernetes import deployment_settings, discovery_document
+from tests.csi.support import (
+    channel,
+    deployment_settings,
+    discovery_document,
+    stubs,
+    volume_worker,
+)
 from tests.helpers import eventually
 from tests.support.parts import has
 

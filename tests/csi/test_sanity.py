@@ -48,7 +48,7 @@ async def test_csi_sanity(cloud: CsiCloud, client: Client, kube: Kube, tmp_path:
         controller_service(client, settings, cloud.driver, sockets.controller),
         node_service(settings, cloud.driver, sockets.node, node_id=node_id, zone=zone),
     ):
-        result = await run_sanity(sockets)
+        result = await run_sanity(sockets, mutable_parameters=cloud.mutable_parameters)
     print(f"csi-sanity on {cloud.name}: {result.summary}")
     assert result.returncode == 0, result.output[-20000:]
     counts = result.counts()
@@ -69,3 +69,13 @@ async def test_csi_sanity(cloud: CsiCloud, client: Client, kube: Kube, tmp_path:
         assert "create volume from an existing source snapshot" in " ".join(
             result.passed("source snapshot")
         )
+    # Where the driver modifies volumes, the ModifyVolume specs and the create-with-class specs
+    # ran and passed; elsewhere they were skipped (no MODIFY_VOLUME).
+    modify_specs = {
+        n: s
+        for n, s in result.specs.items()
+        if "ModifyVolume" in n or "volume attribute class" in n
+    }
+    print("\n".join(f"  {state}: {name}" for name, state in sorted(modify_specs.items())))
+    wanted = "passed" if cloud.driver.implements("modify_volume") else "skipped"
+    assert len(modify_specs) >= 8 and set(modify_specs.values()) == {wanted}, modify_specs

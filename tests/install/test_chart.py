@@ -544,6 +544,26 @@ def test_storage_class_exclude_and_default_reach_the_csi_controller(helm: Helm) 
     assert json.loads(env["CLOUDLOOP_CSI__STORAGE_CLASS_EXCLUDE"]) == []
 
 
+def test_volume_attributes_classes_are_rendered_for_the_driver(helm: Helm) -> None:
+    """``csi.volumeAttributesClasses`` become storage.k8s.io/v1 VolumeAttributesClasses of the
+    chart's driver, every parameter a string (the API's type), none by default."""
+    docs = render(
+        helm,
+        "aws",
+        {
+            "csi.volumeAttributesClasses[0].name": "gp3-fast",
+            "csi.volumeAttributesClasses[0].parameters.iops": "6000",
+            "csi.volumeAttributesClasses[0].parameters.throughput": "500",
+        },
+    )
+    [klass] = [d for d in docs if d.get("kind") == "VolumeAttributesClass"]
+    assert klass["apiVersion"] == "storage.k8s.io/v1"
+    assert klass["metadata"]["name"] == "gp3-fast"
+    assert klass["driverName"] == "csi.cloudloop.io"
+    assert klass["parameters"] == {"iops": "6000", "throughput": "500"}
+    assert not [d for d in render(helm, "aws", {}) if d.get("kind") == "VolumeAttributesClass"]
+
+
 def test_deckhouse_aws_settings_reach_the_aws_settings(helm: Helm) -> None:
     """``tags``, ``zones``, the LB security group and the IMDS options as ``cloud.settings``."""
     from cloudloop.cloud.aws.settings import AwsSettings

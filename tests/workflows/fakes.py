@@ -81,6 +81,8 @@ from cloudloop.messages.volume import (
     DetachVolumeInput,
     ExpandResult,
     ExpandVolumeInput,
+    ModifyResult,
+    ModifyVolumeInput,
     ReadVolumesInput,
     ReadVolumesResult,
     SnapshotResult,
@@ -243,6 +245,10 @@ class FakeVolume(Fakes):
     @activity.defn(name=VolumeActivity.EXPAND)
     async def expand(self, input: ExpandVolumeInput) -> ExpandResult:
         return await self.script.answer(VolumeActivity.EXPAND, input, ExpandResult)
+
+    @activity.defn(name=VolumeActivity.MODIFY)
+    async def modify(self, input: ModifyVolumeInput) -> ModifyResult:
+        return await self.script.answer(VolumeActivity.MODIFY, input, ModifyResult)
 
     @activity.defn(name=VolumeActivity.READ)
     async def read(self, input: ReadVolumesInput) -> ReadVolumesResult:

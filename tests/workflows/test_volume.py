@@ -31,11 +31,14 @@ from cloudloop.messages.volume import (
     DetachVolumeInput,
     ExpandResult,
     ExpandVolumeInput,
+    ModifyResult,
+    ModifyVolumeInput,
     ReadVolumesInput,
     ReadVolumesResult,
     SnapshotResult,
     VolumeActivity,
     create_workflow_id,
+    modify_workflow_id,
     read_workflow_id,
     snapshot_create_workflow_id,
     snapshot_workflow_id,
@@ -54,6 +57,7 @@ from workflows.volume import (
     DeleteVolumeWorkflow,
     DetachVolumeWorkflow,
     ExpandVolumeWorkflow,
+    ModifyVolumeWorkflow,
     ReadVolumesWorkflow,
 )
 
@@ -96,6 +100,13 @@ OPERATIONS = [
         id="expand",
     ),
     pytest.param(
+        ModifyVolumeWorkflow.run,
+        VolumeActivity.MODIFY,
+        ModifyVolumeInput(volume_id="vol-1", parameters={"iops": "4000"}, **COMMON),
+        ModifyResult(message="volume vol-1 has iops=4000"),
+        id="modify",
+    ),
+    pytest.param(
         CreateSnapshotWorkflow.run,
         VolumeActivity.CREATE_SNAPSHOT,
         CreateSnapshotInput(name="snap-1", source_volume_id="vol-1", **COMMON),
@@ -131,6 +142,8 @@ def workflow_id_of(input: Any) -> str:
         return snapshot_workflow_id(input.snapshot_id)
     if isinstance(input, ReadVolumesInput):
         return read_workflow_id(input.kind, "1")
+    if isinstance(input, ModifyVolumeInput):
+        return modify_workflow_id(input.volume_id)
     return volume_workflow_id(input.volume_id)
 
 
@@ -214,3 +227,36 @@ async def test_retried_until_the_operation_time_is_up(
     calls = [c for c in wf.script.of(name) if not c.local]
     assert max(gaps(calls)) == pytest.approx(30, abs=1)  # the backoff stops growing at 30 s
     assert (calls[-1].at - calls[0].at).total_seconds() <= OPERATION_TIMEOUT.total_seconds()
+
+
+async def timers(handle: Any) -> list[int]:
+    """The timers the workflow started, in seconds (local activities run on the worker's clock,
+    so the history, not the calls' times, shows the waits)."""
+    return [
+        event.timer_started_event_attributes.start_to_fire_timeout.ToSeconds()
+        async for event in handle.fetch_history_events()
+        if event.HasField("timer_started_event_attributes")
+    ]
+
+
+async def test_a_modify_waits_out_the_cooldown_on_timers(wf: Harness) -> None:
+    """EBS's cooldown (six hours left) is waited on timers of 5, 10, 20 s ... (never past the
+    cloud's estimate); each wake-up asks the cloud again, and the first yes is the result."""
+    input = ModifyVolumeInput(volume_id="vol-1", parameters={"iops": "4000"}, **COMMON)
+    cooldown = ModifyResult(cooldown_s=6 * 3600, message="VolumeModificationRateExceeded")
+    done = ModifyResult(message="volume vol-1 has iops=4000")
+    wf.script.on(VolumeActivity.MODIFY, cooldown, cooldown, cooldown, done)
+    handle = await wf.start(ModifyVolumeWorkflow.run, input, id=modify_workflow_id("vol-1"))
+    result = await handle.result()
+    await record(handle, (await handle.describe()).workflow_type)
+    assert (result.code, result.cooldown_s, result.message) == (Code.OK, 0, done.message)
+    assert len(wf.script.of(VolumeActivity.MODIFY)) == 4
+    assert await timers(handle) == [5, 10, 20]
+
+
+async def test_a_short_cooldown_is_waited_only_as_long_as_the_cloud_says(wf: Harness) -> None:
+    input = ModifyVolumeInput(volume_id="vol-1", parameters={"iops": "4000"}, **COMMON)
+    wf.script.on(VolumeActivity.MODIFY, ModifyResult(cooldown_s=2), ModifyResult())
+    handle = await wf.start(ModifyVolumeWorkflow.run, input)
+    assert (await handle.result()).code is Code.OK
+    assert await timers(handle) == [2]

@@ -291,3 +291,93 @@ def check_request(
         kms_key_id=lowered.get("kmskeyid", "") if encrypted else "",
         tags=tags,
     )
+
+
+# -- ControllerModifyVolume: the VolumeAttributesClass parameters EBS ModifyVolume changes ------
+#: The mutable parameters (aws-ebs-csi-driver's), by their lower-case key; plus tags.
+MUTABLE_NAMES = {name.lower(): name for name in ("type", "iops", "throughput")}
+VALID_MUTABLE = ", ".join([*MUTABLE_NAMES.values(), "tagSpecification_<n>"])
+
+
+@dataclass(frozen=True)
+class EbsModification:
+    """What ``ModifyVolume`` (and ``CreateTags``) is asked for, after the checks."""
+
+    volume_type: str
+    iops: int | None = None
+    throughput: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def _mutable(parameters: Mapping[str, str], op: str) -> tuple[dict[str, str], dict[str, str]]:
+    lowered: dict[str, str] = {}
+    original: dict[str, str] = {}
+    for key, value in parameters.items():
+        lower = key.lower()
+        if lower not in MUTABLE_NAMES and not _TAG_KEY.match(lower):
+            raise _invalid(
+                op, f"unknown mutable parameter {key!r}: valid parameters are {VALID_MUTABLE}"
+            )
+        lowered[lower] = value
+        original[lower] = key
+    return lowered, original
+
+
+def check_mutable(parameters: Mapping[str, str], operation: str = "ModifyVolume") -> None:
+    """``InvalidRequest`` for a key ModifyVolume cannot change or a malformed value, without
+    knowing the volume (the CSI controller's check before any workflow starts)."""
+    lowered, original = _mutable(parameters, operation)
+    if "type" in lowered:
+        check_type(lowered["type"], operation)
+    for name in ("iops", "throughput"):
+        if name in lowered:
+            _whole(name, lowered[name], operation)
+    _tags(lowered, original, operation)
+
+
+def check_modification(
+    size_gib: int,
+    current_type: str,
+    current_iops: int,
+    parameters: Mapping[str, str],
+    operation: str = "ModifyVolume",
+) -> EbsModification:
+    """The checked change of a volume of ``size_gib`` and ``current_type`` to ``parameters``:
+    the target type's IOPS and throughput ranges, as :func:`check_request` checks a new one
+    (an unchanged IOPS counts for the throughput ratio). A value out of range is
+    ``InvalidRequest`` here: the class can never be applied, and external-resizer marks a PVC
+    ``Infeasible`` only for ``INVALID_ARGUMENT``."""
+    try:
+        return _modification(size_gib, current_type, current_iops, parameters, operation)
+    except errors.OutOfRange as err:
+        raise _invalid(operation, err.message) from err
+
+
+def _modification(
+    size_gib: int,
+    current_type: str,
+    current_iops: int,
+    parameters: Mapping[str, str],
+    operation: str,
+) -> EbsModification:
+    lowered, original = _mutable(parameters, operation)
+    target = lowered.get("type", "") or current_type
+    limits = check_type(target, operation)
+    check_size(size_gib, target, operation)
+    iops: int | None = None
+    if "iops" in lowered:
+        iops = _iops(target, limits, size_gib, {"iops": lowered["iops"]}, operation)
+    elif target != current_type and target in ("io1", "io2") and current_type not in ("io1", "io2"):
+        raise _invalid(operation, f"a change to {target} needs iops")
+    throughput = None
+    if "throughput" in lowered:
+        provisioned = iops if iops is not None else (current_iops or None)
+        throughput = _throughput(
+            target, limits, provisioned, {"throughput": lowered["throughput"]}, operation
+        )
+    return EbsModification(
+        volume_type=target,
+        iops=iops,
+        throughput=throughput,
+        tags=_tags(lowered, original, operation),
+    )

@@ -1,5 +1,6 @@
 """AWS EBS volumes for the CSI controller: tagged create, lookup by tag, attach with device names
-allocated per instance, detach, resize.
+allocated per instance, detach, resize, and attribute changes (ControllerModifyVolume: type,
+IOPS, throughput through ``ModifyVolume``, tags through ``CreateTags``).
 
 Every call issues one EC2 change and returns; waiting for ``available``/``attached``/``detached``
 is the activities' job. Volumes carry the cluster's ownership tag and the CSI name
@@ -15,6 +16,7 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
@@ -26,7 +28,7 @@ from cloudloop.cloud.aws.tags import cluster_tag_key, tag_dict
 from cloudloop.cloud.driver import VolumeDefaults
 
 if TYPE_CHECKING:
-    from mypy_boto3_ec2.type_defs import FilterTypeDef
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, TagTypeDef
 
 #: Tag holding the CSI volume name (the PV name), as the EBS CSI driver sets it.
 CSI_NAME_TAG = "CSIVolumeName"
@@ -54,7 +56,10 @@ _CODE_ERRORS: dict[str, type[errors.CloudError]] = {
     "AttachmentLimitExceeded": errors.ResourceExhausted,
     "VolumeLimitExceeded": errors.ResourceExhausted,
     "InsufficientVolumeCapacity": errors.ResourceExhausted,
+    "VolumeModificationRateExceeded": errors.ModificationCooldown,
 }
+#: EBS takes one ModifyVolume per volume every six hours (EC2 API Reference, ModifyVolume).
+MODIFICATION_COOLDOWN_S = 6 * 3600.0
 
 
 def is_volume_id(volume_id: str) -> bool:
@@ -405,6 +410,62 @@ class AwsVolumes(VolumeDefaults):
         )
         return self._to_modification(found[-1]) if found else None
 
+    # -- ControllerModifyVolume ------------------------------------------------------------
+    def check_volume_modification(self, parameters: Mapping[str, str]) -> None:
+        ebs_limits.check_mutable(parameters)
+
+    def volume_changes(
+        self, volume: models.Volume, parameters: Mapping[str, str]
+    ) -> dict[str, str]:
+        wanted = ebs_limits.check_modification(
+            volume.size_gib, volume.volume_type, volume.iops, parameters
+        )
+        changes: dict[str, str] = {}
+        if wanted.volume_type != volume.volume_type:
+            changes["type"] = wanted.volume_type
+        if wanted.iops is not None and wanted.iops != volume.iops:
+            changes["iops"] = str(wanted.iops)
+        if wanted.throughput is not None and wanted.throughput != volume.throughput:
+            changes["throughput"] = str(wanted.throughput)
+        for key, value in wanted.tags.items():
+            if volume.tags.get(key) != value:
+                changes[f"tag:{key}"] = value
+        return changes
+
+    def modify_volume(self, volume: models.Volume, parameters: Mapping[str, str]) -> None:
+        """Tags through ``CreateTags`` (no cooldown), type, IOPS and throughput through one
+        ``ModifyVolume``; its six-hour refusal is ``ModificationCooldown`` with the time left."""
+        if not is_volume_id(volume.id):
+            raise errors.NotFound(NAME, "ModifyVolume", f"no volume {volume.id!r}")
+        changes = self.volume_changes(volume, parameters)
+        ec2 = self.session.client("ec2")
+        tags: list[TagTypeDef] = [
+            {"Key": key.removeprefix("tag:"), "Value": value}
+            for key, value in sorted(changes.items())
+            if key.startswith("tag:")
+        ]
+        if tags:
+            with ebs_calling("CreateTags"):
+                ec2.create_tags(Resources=[volume.id], Tags=tags)
+        kwargs: dict[str, Any] = {}
+        if "type" in changes:
+            kwargs["VolumeType"] = changes["type"]
+        if "iops" in changes:
+            kwargs["Iops"] = int(changes["iops"])
+        if "throughput" in changes:
+            kwargs["Throughput"] = int(changes["throughput"])
+        if not kwargs:
+            return
+        try:
+            with ebs_calling("ModifyVolume"):
+                ec2.modify_volume(VolumeId=volume.id, **kwargs)
+        except errors.ModificationCooldown as exc:
+            last = self.get_volume_modification(volume.id)
+            left = (last.started_at + MODIFICATION_COOLDOWN_S - time.time()) if last else 0.0
+            raise errors.ModificationCooldown(
+                NAME, "ModifyVolume", exc.message, retry_after_s=max(left, 0.0)
+            ) from exc
+
     # -- helpers ---------------------------------------------------------------------------
     def _instance(self, instance_id: str) -> dict[str, Any]:
         """The raw instance; ``NotFound`` when it does not exist or is terminated."""
@@ -444,13 +505,17 @@ class AwsVolumes(VolumeDefaults):
             volume_type=str(raw.get("VolumeType", "")),
             attachments=attachments,
             tags=tags,
+            iops=int(raw.get("Iops", 0) or 0),
+            throughput=int(raw.get("Throughput", 0) or 0),
         )
 
     @staticmethod
     def _to_modification(raw: Mapping[str, Any]) -> models.VolumeModification:
+        started = raw.get("StartTime")
         return models.VolumeModification(
             volume_id=str(raw.get("VolumeId", "")),
             state=str(raw.get("ModificationState", "")),
             target_size_gib=int(raw.get("TargetSize", 0) or 0),
             message=str(raw.get("StatusMessage", "")),
+            started_at=started.timestamp() if isinstance(started, datetime) else 0.0,
         )

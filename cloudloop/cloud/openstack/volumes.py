@@ -1,6 +1,5 @@
-"""Cinder volumes with Cinder CSI's semantics: create by name for the cluster, attach via Nova.
-
-As upstream ``cinder-csi`` (``controllerserver.go``, ``openstack_volumes.go``).
+"""Cinder volumes as upstream cinder-csi makes them: create by name for the cluster, attach via
+Nova (``controllerserver.go``, ``openstack_volumes.go``).
 
 Rules:
 - A volume has the PV name, cinder-csi's description and the metadata
@@ -12,6 +11,7 @@ Rules:
   volume is not deleted (``FailedPrecondition``).
 - Expand is ``os-extend`` at microversion 3.42 (in-use volumes too, unless
   ``ignore-volume-microversion``); an extend running for an unknown target is ``OperationPending``.
+- Modify is a retype (``os-retype``, ``migration_policy: on-demand``) to the mutable ``type``.
 - CSI as cinder-csi: parameters ``type`` and ``availability`` (others refused); one StorageClass
   per volume type of the discovery data; key ``topology.cinder.csi.openstack.org/zone``;
   ``node-volume-attach-limit``; the guest's disk ``/dev/disk/by-id/virtio-<first 20 of the ID>``.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from cloudloop.cloud import errors, models
@@ -292,9 +293,51 @@ class OpenStackVolumes(VolumeDefaults):
             volume_id=volume_id, state="modifying", target_size_gib=size_gib
         )
 
+    # -- ControllerModifyVolume: a retype ---------------------------------------------------
+    def check_volume_modification(self, parameters: Mapping[str, str]) -> None:
+        unknown = sorted(set(parameters) - {TYPE_PARAMETER})
+        if unknown:
+            raise errors.InvalidRequest(
+                NAME, "RetypeVolume", f"unknown mutable parameters {unknown}: valid is 'type'"
+            )
+        if not parameters.get(TYPE_PARAMETER):
+            raise errors.InvalidRequest(NAME, "RetypeVolume", "mutable parameter 'type' is empty")
+
+    def volume_changes(
+        self, volume: models.Volume, parameters: Mapping[str, str]
+    ) -> dict[str, str]:
+        self.check_volume_modification(parameters)
+        wanted = parameters[TYPE_PARAMETER]
+        return {} if wanted == volume.volume_type else {TYPE_PARAMETER: wanted}
+
+    def modify_volume(self, volume: models.Volume, parameters: Mapping[str, str]) -> None:
+        changes = self.volume_changes(volume, parameters)
+        if not changes:
+            return
+        retype = {"new_type": changes[TYPE_PARAMETER], "migration_policy": "on-demand"}
+        try:
+            self.session.request(
+                "RetypeVolume",
+                "block_storage",
+                "POST",
+                f"/volumes/{volume.id}/action",
+                json={"os-retype": retype},
+            )
+        except errors.NotFound as exc:  # the volume, or (Cinder's 404 too) the type
+            self._raw_volume(volume.id)  # NotFound again when the volume is gone
+            raise errors.InvalidRequest(
+                NAME, "RetypeVolume", f"volume type {retype['new_type']!r} does not exist"
+            ) from exc
+        except errors.InvalidRequest as exc:
+            if exc.__cause__ is not None and status_of(exc.__cause__) == 400:
+                raise errors.FailedPrecondition(NAME, "RetypeVolume", exc.message) from exc
+            raise
+
     def get_volume_modification(self, volume_id: str) -> models.VolumeModification | None:
         raw = self._raw_volume(volume_id)
         status = str(raw.get("status") or "")
+        if status == "retyping":
+            return models.VolumeModification(volume_id=volume_id, state="modifying")
         with self._expanding_lock:
             target = self._expanding.get(volume_id, 0)
         if status == "extending":
