@@ -12,7 +12,10 @@ Identity and crash safety: the disk's name is derived from the CSI name, so a re
 finds the disk it made (and a disk of that name that is not this cluster's volume is
 ``AlreadyExists``, never adopted); an attachment's name is derived from disk and VM, so a retried
 attach finds its attachment. No snapshots (Deckhouse's driver has none). Every call issues one
-request (or a list) and returns; the activities wait.
+request (or a list) and returns; the activities wait. Zonal where more than one zone is
+configured (beyond Deckhouse's driver, which has no topology): a disk is labelled with the zone
+it was created for (``topology.kubernetes.io/zone``, the CSI topology), and an attach to a VM
+placed in another zone is ``FailedPrecondition`` (the parent binds the disk at first attach).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from cloudloop.cloud import errors, models
 from cloudloop.cloud.driver import VolumeDefaults
+from cloudloop.cloud.dvp import instances
 from cloudloop.cloud.dvp import resources as r
 from cloudloop.cloud.dvp.base import NAME, DvpBase
 
@@ -93,6 +97,9 @@ class DvpVolumes(VolumeDefaults):
 
     def __init__(self, session: DvpBase) -> None:
         self.session = session
+        #: The configured zones; volumes are zonal (CSI topology) only where there are several.
+        self.zones = list(session.settings.zones)
+        self.zonal_volumes = len(self.zones) > 1
 
     # -- reads -----------------------------------------------------------------------------
     def _attachments(self, disk: str | None = None) -> list[dict[str, Any]]:
@@ -134,6 +141,7 @@ class DvpVolumes(VolumeDefaults):
         return models.Volume(
             id=meta["name"],
             size_gib=_gib(status.get("capacity") or claim.get("size")),
+            zone=str((meta.get("labels") or {}).get(r.ZONE_LABEL) or ""),
             state=state,
             attached_to=[a.instance_id for a in mine if a.state != "detaching"],
             name=annotations.get(CSI_NAME_ANNOTATION, ""),
@@ -185,6 +193,16 @@ class DvpVolumes(VolumeDefaults):
         if spec.snapshot_id:
             raise errors.NotSupported(NAME, "snapshots")
         name = disk_name(spec.name)
+        zone_label: dict[str, str] = {}
+        if self.zonal_volumes and spec.zone:
+            if spec.zone not in self.zones:
+                raise errors.InvalidRequest(
+                    NAME,
+                    "CreateVirtualDisk",
+                    f"zone {spec.zone!r} is not one of the cluster's zones "
+                    f"({', '.join(self.zones)})",
+                )
+            zone_label = {r.ZONE_LABEL: spec.zone}
         claim: dict[str, Any] = {"size": f"{spec.size_gib}Gi"}
         storage_class = spec.parameters.get(STORAGE_CLASS_PARAMETER) or spec.volume_type
         if storage_class:
@@ -198,6 +216,7 @@ class DvpVolumes(VolumeDefaults):
                     r.DISK_NAME_LABEL: name,
                     CSI_VOLUME_LABEL: "true",
                     CSI_CLUSTER_LABEL: spec.cluster,
+                    **zone_label,
                 },
                 "annotations": {
                     CSI_NAME_ANNOTATION: spec.name,
@@ -241,6 +260,13 @@ class DvpVolumes(VolumeDefaults):
 
     def attach_volume(self, volume: models.Volume, instance_id: str) -> models.Attachment:
         vm = self._vm(instance_id)
+        vm_zone = instances.vm_zone(vm, self.zones) if self.zonal_volumes else ""
+        if volume.zone and vm_zone and vm_zone != volume.zone:
+            raise errors.FailedPrecondition(
+                NAME,
+                "AttachVolume",
+                f"volume {volume.id} is in zone {volume.zone}, VM {instance_id} in {vm_zone}",
+            )
         hostname = self._hostname(vm)
         name = attachment_name(volume.id, hostname)
         body = {
