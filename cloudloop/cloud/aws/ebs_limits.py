@@ -252,6 +252,26 @@ def _tags(params: Mapping[str, str], original: Mapping[str, str], op: str) -> di
     return tags
 
 
+def _keyed(
+    parameters: Mapping[str, str],
+    names: Mapping[str, str],
+    what: str,
+    valid: str,
+    operation: str,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(lower-case key → value, lower-case key → the key as given); ``InvalidRequest`` for a
+    key that is neither one of ``names`` nor ``tagSpecification_<n>``."""
+    lowered: dict[str, str] = {}
+    original: dict[str, str] = {}
+    for key, value in parameters.items():
+        lower = key.lower()
+        if lower not in names and not _TAG_KEY.match(lower):
+            raise _invalid(operation, f"unknown {what} {key!r}: valid parameters are {valid}")
+        lowered[lower] = value
+        original[lower] = key
+    return lowered, original
+
+
 def check_request(
     size_gib: int,
     parameters: Mapping[str, str],
@@ -264,17 +284,9 @@ def check_request(
 
     ``volume_type`` (the request's own) wins over the ``type`` parameter; neither: the default.
     """
-    lowered: dict[str, str] = {}
-    original: dict[str, str] = {}
-    for key, value in parameters.items():
-        lower = key.lower()
-        if lower not in PARAMETER_NAMES and not _TAG_KEY.match(lower):
-            raise _invalid(
-                operation,
-                f"unknown StorageClass parameter {key!r}: valid parameters are {VALID_PARAMETERS}",
-            )
-        lowered[lower] = value
-        original[lower] = key
+    lowered, original = _keyed(
+        parameters, PARAMETER_NAMES, "StorageClass parameter", VALID_PARAMETERS, operation
+    )
     chosen = volume_type or lowered.get("type", "") or default_type
     limits = check_type(chosen, operation)
     check_size(size_gib, chosen, operation)
@@ -310,17 +322,7 @@ class EbsModification:
 
 
 def _mutable(parameters: Mapping[str, str], op: str) -> tuple[dict[str, str], dict[str, str]]:
-    lowered: dict[str, str] = {}
-    original: dict[str, str] = {}
-    for key, value in parameters.items():
-        lower = key.lower()
-        if lower not in MUTABLE_NAMES and not _TAG_KEY.match(lower):
-            raise _invalid(
-                op, f"unknown mutable parameter {key!r}: valid parameters are {VALID_MUTABLE}"
-            )
-        lowered[lower] = value
-        original[lower] = key
-    return lowered, original
+    return _keyed(parameters, MUTABLE_NAMES, "mutable parameter", VALID_MUTABLE, op)
 
 
 def check_mutable(parameters: Mapping[str, str], operation: str = "ModifyVolume") -> None:
