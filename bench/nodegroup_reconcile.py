@@ -153,16 +153,13 @@ def _conditions(kube: Kube, namespace: str) -> list[object]:
 
 
 def _group(name: str, class_name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "clusterName": "c1",
-            "cloudInstances": {
-                "classReference": {"kind": NODE_TEMPLATES.instance_class.kind, "name": class_name},
-                "zones": list(ZONES),
-                "minPerZone": 0,
-                "maxPerZone": 3,
-            },
-            "bootstrap": {"dataSecretName": "boot"},
-        },
-    }
+    return machine_fixtures.node_group_body(
+        name,
+        cluster="c1",
+        class_kind=NODE_TEMPLATES.instance_class.kind,
+        class_name=class_name,
+        bootstrap_secret="boot",
+        zones=list(ZONES),
+        minPerZone=0,
+        maxPerZone=3,
+    )

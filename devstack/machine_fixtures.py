@@ -109,6 +109,30 @@ def set_infrastructure_ready(kube: Kube, namespace: str, name: str) -> None:
     )
 
 
+def node_group_body(
+    name: str,
+    *,
+    cluster: str,
+    class_kind: str,
+    class_name: str,
+    bootstrap_secret: str,
+    **instances: Any,
+) -> dict[str, Any]:
+    """A ``cloudloop.io/v1alpha1`` NodeGroup naming the InstanceClass ``class_name`` and the
+    bootstrap Secret; ``instances`` are more ``cloudInstances`` fields (``zones``, ...)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "clusterName": cluster,
+            "cloudInstances": {
+                "classReference": {"kind": class_kind, "name": class_name},
+                **instances,
+            },
+            "bootstrap": {"dataSecretName": bootstrap_secret},
+        },
+    }
+
+
 def create_bootstrap_secret(kube: Kube, namespace: str, name: str, cloud_init: bytes) -> None:
     """The bootstrap data a bootstrap provider writes: key ``value`` holds the cloud-init."""
     kube.create(

@@ -81,23 +81,18 @@ def seed_node_group(
     machine_fixtures.create_bootstrap_secret(
         kube, namespace, bootstrap, b"#cloud-config\nruncmd: [echo demo-worker]\n"
     )
-    kube.create(
-        NODE_GROUPS,
-        {
-            "metadata": {"name": group_name, "namespace": namespace},
-            "spec": {
-                "clusterName": cluster,
-                "cloudInstances": {
-                    "classReference": {"kind": templates.instance_class.kind, "name": group_name},
-                    **({"zones": list(zones)} if zones else {}),
-                    "minPerZone": size,
-                    "maxPerZone": size,
-                    # A rollout replaces one machine at a time, never more than the group size.
-                    "maxSurgePerZone": 0,
-                    "maxUnavailablePerZone": 1,
-                },
-                "bootstrap": {"dataSecretName": bootstrap},
-            },
-        },
-        namespace,
+    zoned: dict[str, Any] = {"zones": list(zones)} if zones else {}
+    group = machine_fixtures.node_group_body(
+        group_name,
+        cluster=cluster,
+        class_kind=templates.instance_class.kind,
+        class_name=group_name,
+        bootstrap_secret=bootstrap,
+        **zoned,
+        minPerZone=size,
+        maxPerZone=size,
+        # A rollout replaces one machine at a time, never more than the group size.
+        maxSurgePerZone=0,
+        maxUnavailablePerZone=1,
     )
+    kube.create(NODE_GROUPS, group, namespace)

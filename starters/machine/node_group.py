@@ -148,10 +148,16 @@ class NodeGroupReconciler:
             and (md["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL) == owner["name"]
         }
         wanted: list[dict[str, Any]] = [o for o in objects if o["kind"] == "MachineDeployment"]
-        for md in wanted:
-            current = self.machine_deployments.store.get(f"{namespace}/{md['metadata']['name']}")
+        #: Each wanted MachineDeployment as the store has it (read once, before any write).
+        stored = {
+            md["metadata"]["name"]: self.machine_deployments.store.get(
+                f"{namespace}/{md['metadata']['name']}"
+            )
+            for md in wanted
+        }
+        for name, current in stored.items():
             if current is not None and not rules.owned_by(current, group):
-                return f"MachineDeployment {namespace}/{md['metadata']['name']} has another owner"
+                return f"MachineDeployment {namespace}/{name} has another owner"
         for template in (o for o in objects if o["kind"] == self.kinds.template.kind):
             name = template["metadata"]["name"]
             if self.kube.get(self.kinds.template, name, namespace) is None:
@@ -164,7 +170,7 @@ class NodeGroupReconciler:
             md["metadata"]["annotations"].update(
                 {rules.AUTOSCALER_MIN: str(low), rules.AUTOSCALER_MAX: str(high)}
             )
-            current = self.machine_deployments.store.get(f"{namespace}/{name}")
+            current = stored[name]
             if current is None:
                 md["spec"]["replicas"] = low
                 try:

@@ -15,9 +15,10 @@ import yaml
 
 from cloudloop.kube.api import Kube, KubeError
 from cloudloop.kube.bodies import CapiCluster, CapiMachine
+from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import SECRETS, Resource
 from cloudloop.rules import machine as capi
-from devstack.crds import CRD_DIR
+from devstack.crds import CRD_DIR, apply_crds
 from devstack.kube import CAPI, KubeOptions
 from devstack.local import LocalStack, StackOptions
 
@@ -35,6 +36,18 @@ def capi_stack(state_dir: Path, *more_components: str) -> LocalStack:
     return LocalStack(
         StackOptions(state_dir=state_dir, kube=(KubeOptions(name="capi", components=components),))
     )
+
+
+@contextlib.contextmanager
+def running_capi_stack(state_dir: Path, *more_components: str) -> Iterator[LocalStack]:
+    """:func:`capi_stack` started, with cloudloop's CRDs applied; stopped on exit."""
+    local = capi_stack(state_dir, *more_components)
+    local.start()
+    try:
+        apply_crds(Kube(api_client(local.kubeconfig)))
+        yield local
+    finally:
+        local.stop()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from cloudloop import temporal
 from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from devstack.backends.zvirt import ovirt_engine
-from devstack.crds import apply_crds
 from devstack.devmode import stack_settings
 from devstack.local import LocalStack
 from devstack.ovirt_emulator import OvirtEmulatorEndpoint
@@ -29,13 +28,8 @@ from tests.machine import capi_objects
 @pytest.fixture(scope="module")
 def contract_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """Temporal + moto + a control plane running the Cluster API manager, with our CRDs."""
-    local = capi_objects.capi_stack(tmp_path_factory.mktemp("capi-contract"))
-    local.start()
-    try:
-        apply_crds(Kube(api_client(local.kubeconfig)))
+    with capi_objects.running_capi_stack(tmp_path_factory.mktemp("capi-contract")) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")

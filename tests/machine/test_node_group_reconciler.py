@@ -26,9 +26,9 @@ from cloudloop.kube.api import Kube
 from cloudloop.kube.client import api_client
 from cloudloop.kube.resources import EVENTS, NODE_GROUPS
 from cloudloop.rules.machine import MACHINE_DEPLOYMENTS, MACHINES
+from devstack import machine_fixtures
 from devstack.backends import section_env
 from devstack.backends.zvirt import QUICK_TIMINGS, machine_spec, zvirt_settings
-from devstack.crds import apply_crds
 from devstack.devmode import stack_settings
 from devstack.kube import CONTROLLER_MANAGER
 from devstack.local import LocalStack
@@ -52,31 +52,23 @@ CLONED_FROM = "cluster.x-k8s.io/cloned-from-name"
 def gc_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """The Cluster API manager and kube-controller-manager (its garbage collector, which would
     delete what only the group owns)."""
-    local = capi_objects.capi_stack(tmp_path_factory.mktemp("ng-reconciler"), CONTROLLER_MANAGER)
-    local.start()
-    try:
-        apply_crds(Kube(api_client(local.kubeconfig)))
+    path = tmp_path_factory.mktemp("ng-reconciler")
+    with capi_objects.running_capi_stack(path, CONTROLLER_MANAGER) as local:
         yield local
-    finally:
-        local.stop()
 
 
 def node_group(name: str, class_name: str, **instances: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "clusterName": "c1",
-            "cloudInstances": {
-                "classReference": {"kind": NODE_TEMPLATES.instance_class.kind, "name": class_name},
-                # No workload cluster: a machine never becomes Available, so the old one goes
-                # first in a rollout.
-                "maxSurgePerZone": 0,
-                "maxUnavailablePerZone": 1,
-                **instances,
-            },
-            "bootstrap": {"dataSecretName": "ng-boot"},
-        },
-    }
+    # No workload cluster: a machine never becomes Available, so the old one goes first in a
+    # rollout.
+    fields = {"maxSurgePerZone": 0, "maxUnavailablePerZone": 1, **instances}
+    return machine_fixtures.node_group_body(
+        name,
+        cluster="c1",
+        class_kind=NODE_TEMPLATES.instance_class.kind,
+        class_name=class_name,
+        bootstrap_secret="ng-boot",
+        **fields,
+    )
 
 
 def deployments(kube: Kube, namespace: str, group: str) -> list[dict[str, Any]]:
