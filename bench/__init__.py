@@ -33,6 +33,7 @@ from bench.scale import scale_figures
 from bench.snapshots import snapshot_figures
 from bench.termination import termination_figures
 from bench.volume import volume_figures
+from bench.volume_modify import volume_modify_figures
 from bench.vsphere import vsphere_figures
 from bench.vsphere_machines import vsphere_machine_figures
 from bench.worker_kill import worker_kill_figures
@@ -47,6 +48,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "loadbalancers-postgres": lb_postgres_benchmarks,
     "termination": termination_figures,
     "volumes": volume_figures,
+    "volume-modify": volume_modify_figures,
     "machines": machine_figures,
     "vsphere": vsphere_figures,
     "openstack": openstack_figures,
