@@ -64,6 +64,7 @@ from starters.layout_converge import (
     pass_state,
     read_status,
     running_pass,
+    status_of,
     trigger,
 )
 from tests.install.chart import Helm, PodProcess, find, render
@@ -525,15 +526,23 @@ async def test_an_approval_by_annotation_reaches_the_pass(
             namespace,
         )
 
-    for _ in range(400):
+    def reported() -> bool:
+        """The pass's report names this layout: the plan marks a step waiting before the
+        report is written, and until then the ConfigMap names the previous test's layout."""
+        found = kube.get(CONFIG_MAPS, config_map, namespace)
+        return (status_of(found) or {}).get("cluster") == prefix
+
+    for _ in range(1200):
         handle = await running_pass(client, prefix)
-        if handle is not None and any(
-            h.outcome == "waiting" for h in (await pass_state(handle)).held
+        if (
+            handle is not None
+            and any(h.outcome == "waiting" for h in (await pass_state(handle)).held)
+            and reported()
         ):
             break
         await asyncio.sleep(0.1)
     else:
-        raise AssertionError("the pass held no step")
+        raise AssertionError("the pass held no step, or did not report it")
     # the ConfigMap names the layout; a starter of another cluster's queues refuses its pass
     ask("all")
     found = kube.get(CONFIG_MAPS, config_map, namespace)
