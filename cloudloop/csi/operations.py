@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
@@ -139,14 +139,20 @@ class VolumeOperations:
     def _check_limits(
         self, size: int, parameters: Mapping[str, str] | None = None, volume_type: str = ""
     ) -> None:
-        """The cloud's refusal (an expand: ``parameters`` None) as :class:`RequestRejected`."""
+        """The cloud's refusal of a size or a new volume (an expand: ``parameters`` None)."""
+        if parameters is None:
+            self._refused_by_cloud(lambda limits: limits.check_volume_size(size, volume_type))
+        else:
+            self._refused_by_cloud(
+                lambda limits: limits.check_volume_request(size, parameters, volume_type)
+            )
+
+    def _refused_by_cloud(self, check: Callable[[VolumeLimits], None]) -> None:
+        """``check`` of the cloud's limits; its refusal as :class:`RequestRejected`."""
         if self.limits is None:
             return
         try:
-            if parameters is None:
-                self.limits.check_volume_size(size, volume_type)
-            else:
-                self.limits.check_volume_request(size, parameters, volume_type)
+            check(self.limits)
         except errors.CloudError as err:
             log.warning("refused before any workflow (%s): %s", err.kind, err.message)
             raise RequestRejected(code_for(err.kind), err.message) from None
@@ -280,12 +286,9 @@ class VolumeOperations:
         a change waiting out the cloud's cooldown blocks no attach or detach."""
         try:
             check_request(request)
-            if self.limits is not None:
-                try:
-                    self.limits.check_volume_modification(request.parameters)
-                except errors.CloudError as err:
-                    log.warning("refused before any workflow (%s): %s", err.kind, err.message)
-                    raise RequestRejected(code_for(err.kind), err.message) from None
+            self._refused_by_cloud(
+                lambda limits: limits.check_volume_modification(request.parameters)
+            )
         except RequestRejected as err:
             return ModifyResult(code=err.code, message=err.message)
         input = ModifyVolumeInput(
